@@ -1,0 +1,53 @@
+"""Request ids (a contextvar, so every log line can carry one) and the access log line."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+
+import orjson
+
+from gateway.proxy import RequestRecord
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+access_log = logging.getLogger("gateway.access")
+
+_MAX_ID = 128
+
+
+def request_id_from(header: str | None) -> str:
+    """Propagate a sane client `x-request-id`, else make one."""
+    if header and len(header) <= _MAX_ID and header.isprintable():
+        return header
+    return uuid.uuid4().hex
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to every record, for formats that show it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True
+
+
+def log_request(rec: RequestRecord, now: float) -> None:
+    """One structured line per inference request; never the prompt."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    line = {
+        "request_id": rec.request_id,
+        "method": rec.method,
+        "path": rec.path,
+        "model": rec.model,
+        "policy": rec.policy,
+        "backend": rec.backend,
+        "status": rec.status,
+        "attempts": rec.attempts,
+        "stream": rec.stream,
+        "ttft_s": None if rec.ttft_s is None else round(rec.ttft_s, 6),
+        "duration_s": round(now - rec.started, 6),
+    }
+    if rec.error:
+        line["error"] = rec.error
+    access_log.info("%s", orjson.dumps(line).decode())

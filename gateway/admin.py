@@ -1,0 +1,115 @@
+"""Admin API: backend state (`GET /admin/backends`) and dry-run routing (`POST /admin/route`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.errors import BadRequestError
+from gateway.inference_request import parse_inference_body
+from gateway.router import RequestRouter
+from health.pool import BackendPool
+from routing.types import EngineMetrics
+
+
+def backends_state(pool: BackendPool) -> dict[str, Any]:
+    now = pool.now()
+    out = []
+    for b in pool:
+        ejected_for = b.state.ejected_until() - now
+        out.append(
+            {
+                "id": b.id,
+                "url": b.spec.url,
+                "engine": b.spec.engine,
+                "health": b.state.health(now).value,
+                "models": sorted(b.models),
+                "models_source": "config" if b.spec.models else "discovered",
+                "in_flight": b.in_flight,
+                "dispatched": b.dispatched,
+                "ejected_for_s": round(ejected_for, 3) if ejected_for > 0 else 0.0,
+                "last_error": b.state.last_error,
+                "metrics": _metrics(b.metrics, now),
+            }
+        )
+    return {"backends": out}
+
+
+def _metrics(m: EngineMetrics | None, now: float) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "age_s": round(now - m.scraped_at, 3),
+        "waiting": m.waiting,
+        "running": m.running,
+        "kv_usage": m.kv_usage,
+        "block_size": m.block_size,
+        "num_blocks": m.num_blocks,
+    }
+
+
+def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
+    if requested:
+        if requested not in {"chat", "completions", "embeddings", "responses"}:
+            raise BadRequestError(
+                f"unknown api {requested!r}; use chat, completions, embeddings or responses"
+            )
+        return requested
+    if "messages" in data:
+        return "chat"
+    if "prompt" in data:
+        return "completions"
+    if "input" in data:
+        return "embeddings"
+    raise BadRequestError("body has none of 'messages', 'prompt' or 'input'", code="missing_field")
+
+
+def dry_run(
+    router: RequestRouter, body: bytes, headers: Mapping[str, str], api: str | None
+) -> dict[str, Any]:
+    """Route a request body without forwarding it; explain every backend's scores."""
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(
+            f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadRequestError("request body must be a JSON object", code="invalid_json")
+    req = parse_inference_body(_infer_api(data, api), body)
+    route = router.route(req, headers, request_id="dry-run")
+    scores = {s.endpoint_id: s for s in route.decision.scores}
+    rank = {eid: i for i, eid in enumerate(route.decision.ranked)}
+    endpoints = []
+    for e in route.endpoints:
+        s = scores.get(e.id)
+        endpoints.append(
+            {
+                "id": e.id,
+                "health": e.health.value,
+                "in_flight": e.in_flight,
+                "eligible": s is not None,
+                "excluded_by": route.excluded.get(e.id) or route.decision.filtered_out.get(e.id),
+                "scores": dict(s.scores) if s else {},
+                "total": s.total if s else None,
+                "rank": rank.get(e.id),
+            }
+        )
+    r = route.request
+    return {
+        "request": {
+            "api": r.api,
+            "model": r.model,
+            "stream": r.stream,
+            "session_key": r.session_key,
+            "token_estimate": r.token_estimate,
+        },
+        "decision": {
+            "policy": route.decision.profile,
+            "target": route.decision.target,
+            "ranked": list(route.decision.ranked),
+        },
+        "endpoints": endpoints,
+    }

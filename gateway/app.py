@@ -1,0 +1,302 @@
+"""The kvgate ASGI application: composition root, request dispatch and lifespan.
+
+`build_app(config)` wires pool, scheduler, proxy and metrics from a validated config. The app
+is plain ASGI: a dict of routes, one error renderer, and a lifespan that owns the upstream
+clients and the background health probes (cancelled on shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway import admin
+from gateway.access_log import log_request, request_id_from, request_id_var
+from gateway.asgi import (
+    Receive,
+    Scope,
+    Send,
+    TrackedSend,
+    header_map,
+    read_body,
+    run_until_disconnect,
+    send_bytes,
+    send_json,
+)
+from gateway.config import ConfigError, GatewayConfig
+from gateway.errors import (
+    GatewayError,
+    MethodNotAllowedError,
+    NoHealthyBackendError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+)
+from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.metrics import GatewayMetrics
+from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
+from gateway.router import RequestRouter
+from gateway.upstream import make_client
+from health.pool import BackendPool, BackendSpec
+from health.prober import Prober, ProbeSettings
+from health.state import HealthPolicy
+from routing.registry import PluginError, PluginRegistry
+from scoring.builtin import register_builtins
+from scoring.profiles import build_scheduler
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Runtime:
+    client: httpx.AsyncClient
+    probe_client: httpx.AsyncClient
+    proxy: Proxy
+    prober: Prober
+
+
+class GatewayApp:
+    """The ASGI callable. Create with `build_app`; serve with uvicorn (lifespan on)."""
+
+    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.clock = clock
+        self.metrics = GatewayMetrics()
+        registry = PluginRegistry()
+        register_builtins(registry)
+        self.scheduler = build_scheduler(config.routing, registry, clock, random.Random())
+        h = config.health
+        self.pool = BackendPool(
+            (
+                BackendSpec(url=b.url, id=b.id or "", engine=b.engine, models=tuple(b.models))
+                for b in config.backends
+            ),
+            HealthPolicy(
+                fail_threshold=h.fail_threshold,
+                success_threshold=h.success_threshold,
+                passive_fail_threshold=h.passive_fail_threshold,
+                ejection_base_s=h.ejection_base_s,
+                ejection_max_s=h.ejection_max_s,
+            ),
+            clock,
+        )
+        self.router = RequestRouter(self.pool, self.scheduler, config.routing)
+        self._runtime: _Runtime | None = None
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("GET", "/health"): self._health,
+            ("GET", "/ready"): self._ready,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/admin/backends"): self._admin_backends,
+            ("POST", "/admin/route"): self._admin_route,
+        }
+        for path in API_BY_PATH:
+            self._routes[("POST", path)] = self._inference
+        self._paths = {path for _, path in self._routes}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, TrackedSend(send))
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    # -- lifespan -------------------------------------------------------------------------
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        try:
+            runtime = await self._start()
+        except Exception as exc:  # report start-up failure to the server, which exits
+            log.exception("start-up failed")
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return
+        async with asyncio.TaskGroup() as tg:
+            probes = tg.create_task(runtime.prober.run(), name="health-probes")
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+            probes.cancel()
+        await runtime.client.aclose()
+        await runtime.probe_client.aclose()
+        self._runtime = None
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _start(self) -> _Runtime:
+        h = self.config.health
+        client = make_client(self.config.upstream)
+        probe_client = httpx.AsyncClient(
+            timeout=h.probe_timeout_s, limits=httpx.Limits(max_connections=64), trust_env=False
+        )
+        prober = Prober(
+            self.pool,
+            probe_client,
+            ProbeSettings(h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s),
+        )
+        await prober.initial_round()
+        proxy = Proxy(
+            self.pool, client, self.metrics, self.clock, self.config.upstream.max_attempts
+        )
+        self._runtime = _Runtime(client, probe_client, proxy, prober)
+        healthy = len(self.pool.healthy())
+        log.info(
+            "kvgate ready: %d/%d backends healthy, policy %s",
+            healthy,
+            len(self.pool),
+            self.scheduler.default_profile,
+        )
+        return self._runtime
+
+    # -- dispatch -------------------------------------------------------------------------
+    async def _http(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        path, method = scope["path"], scope["method"]
+        handler = self._routes.get((method, path))
+        try:
+            if handler is None:
+                if path in self._paths:
+                    raise MethodNotAllowedError(f"method {method} not allowed on {path}")
+                raise NotFoundError(f"no route for {method} {path}")
+            await handler(scope, receive, send)
+        except GatewayError as exc:
+            await _send_error(send, exc)
+        except BrokenBodyError:
+            pass  # returning with the response unfinished makes the server drop the connection
+        except Exception:
+            log.exception("unhandled error on %s %s", method, path)
+            await _send_error(send, GatewayError("internal gateway error"))
+
+    async def _inference(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        headers = header_map(scope)
+        rec = RequestRecord(
+            request_id=request_id_from(headers.get("x-request-id")),
+            method=scope["method"],
+            path=scope["path"],
+            started=self.clock(),
+        )
+        token = request_id_var.set(rec.request_id)
+        try:
+            await self._proxy_request(scope, receive, send, headers, rec)
+        except GatewayError as exc:
+            rec.status, rec.error = exc.status, exc.message
+            await _send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
+        finally:
+            self._finish(rec, send)
+            request_id_var.reset(token)
+
+    async def _proxy_request(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: TrackedSend,
+        headers: dict[str, str],
+        rec: RequestRecord,
+    ) -> None:
+        _check_content_type(headers.get("content-type"))
+        limit = self.config.server.max_body_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
+        body = await read_body(receive, limit)
+        req = parse_inference_body(API_BY_PATH[scope["path"]], body)
+        rec.model, rec.stream = req.model, req.stream
+        route = self.router.route(req, headers, rec.request_id)
+        rec.policy = route.decision.profile
+        self.metrics.decisions.labels(route.decision.profile, route.decision.target).inc()
+        proxy = self._require_runtime().proxy
+        work = proxy.forward(
+            route,
+            path=scope["path"],
+            query=scope["query_string"],
+            raw_headers=scope["headers"],
+            body=body,
+            send=send,
+            rec=rec,
+        )
+        rec.client_gone = await run_until_disconnect(work, receive)
+
+    def _finish(self, rec: RequestRecord, send: TrackedSend) -> None:
+        now = self.clock()
+        if rec.client_gone:
+            rec.status = 499  # client closed request (nginx's convention)
+        elif send.status:
+            rec.status = send.status
+        backend = rec.backend or "none"
+        self.metrics.requests.labels(rec.model or "", backend, str(rec.status)).inc()
+        if rec.backend:
+            self.metrics.duration.labels(rec.model or "", backend).observe(now - rec.started)
+        if self.config.server.access_log:
+            log_request(rec, now)
+
+    def _require_runtime(self) -> _Runtime:
+        if self._runtime is None:
+            raise NoHealthyBackendError("gateway is starting or stopping")
+        return self._runtime
+
+    # -- small endpoints ------------------------------------------------------------------
+    async def _health(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        await send_json(send, 200, {"status": "ok"})
+
+    async def _ready(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        healthy = len(self.pool.healthy())
+        status = 200 if healthy and self._runtime is not None else 503
+        await send_json(
+            send,
+            status,
+            {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)},
+        )
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        now = self.clock()
+        for b in self.pool:
+            self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
+        await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
+
+    async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        cards = self.pool.served_models()
+        await send_json(send, 200, {"object": "list", "data": list(cards.values())})
+
+    async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        await send_json(send, 200, admin.backends_state(self.pool))
+
+    async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        headers = header_map(scope)
+        _check_content_type(headers.get("content-type"))
+        body = await read_body(receive, self.config.server.max_body_bytes)
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        api = query.get("api", [None])[0]
+        await send_json(send, 200, admin.dry_run(self.router, body, headers, api))
+
+
+def _check_content_type(value: str | None) -> None:
+    if value is None:
+        return  # lenient like most OpenAI servers: a missing type is read as JSON
+    mime = value.split(";", 1)[0].strip().lower()
+    if mime != "application/json" and not mime.endswith("+json"):
+        raise UnsupportedMediaTypeError(
+            f"content type {mime or '(empty)'!r} is not supported; send application/json"
+        )
+
+
+async def _send_error(
+    send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    if send.started:
+        log.warning("error after the response started, dropping: %s", exc.message)
+        return
+    await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
+
+
+def build_app(config: GatewayConfig) -> GatewayApp:
+    """Build the app from a validated config; plugin errors become `ConfigError`s."""
+    if not config.backends:
+        raise ConfigError("no backends configured: give --backend URL or a config file")
+    try:
+        return GatewayApp(config)
+    except (PluginError, ValueError) as exc:
+        raise ConfigError(f"routing: {exc}") from exc

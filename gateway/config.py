@@ -1,0 +1,118 @@
+"""The YAML config file: schema (validated with pydantic, errors name the field path) and loader.
+
+Loading has two phases: `load_config` validates the file into a `GatewayConfig`; the app
+factory then builds runtime objects (pool, scheduler, clients) from it. The `routing:` section's
+schema lives in `scoring.profiles` so the simulator reads the same file the gateway does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from scoring.profiles import RoutingSection
+
+EngineType = Literal["vllm", "sglang", "trtllm", "openai"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSection(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    access_log: bool = True
+
+
+class UpstreamSection(_Section):
+    connect_timeout_s: float = Field(2.0, gt=0)
+    read_timeout_s: float = Field(300.0, gt=0, description="longest wait for the next byte")
+    write_timeout_s: float = Field(30.0, gt=0)
+    pool_timeout_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(1024, gt=0)
+    max_keepalive_connections: int = Field(256, ge=0)
+    max_attempts: int = Field(2, ge=1, le=10, description="tries per request, failover included")
+
+
+class HealthSection(_Section):
+    probe_interval_s: float = Field(5.0, gt=0)
+    probe_timeout_s: float = Field(2.0, gt=0)
+    fail_threshold: int = Field(3, ge=1)
+    success_threshold: int = Field(2, ge=1)
+    passive_fail_threshold: int = Field(3, ge=1)
+    ejection_base_s: float = Field(5.0, gt=0)
+    ejection_max_s: float = Field(300.0, gt=0)
+    model_refresh_s: float = Field(30.0, gt=0)
+
+
+class BackendEntry(_Section):
+    url: str
+    id: str | None = None
+    engine: EngineType = "vllm"
+    models: list[str] = Field(default_factory=list)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")) or v[-3:] == "://":
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+
+class GatewayConfig(_Section):
+    server: ServerSection = ServerSection()
+    upstream: UpstreamSection = UpstreamSection()
+    health: HealthSection = HealthSection()
+    backends: list[BackendEntry] = Field(default_factory=list)
+    routing: RoutingSection = RoutingSection()
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or invalid; the message names each bad field's path."""
+
+
+def load_config(path: str | Path | None) -> GatewayConfig:
+    if path is None:
+        return GatewayConfig()
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    return parse_config(raw or {}, source=str(path))
+
+
+def parse_config(raw: object, source: str = "config") -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: {exc.error_count()} invalid field(s)"]
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "(root)"
+        lines.append(f"  {path}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def parse_backend_arg(arg: str) -> BackendEntry:
+    """Parse `--backend URL[,engine=vllm][,models=a|b][,id=name]`."""
+    url, *opts = arg.split(",")
+    fields: dict[str, object] = {"url": url}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep or key not in {"engine", "models", "id"}:
+            raise ConfigError(f"--backend {arg!r}: expected key=value with key engine|models|id")
+        fields[key] = [m for m in value.split("|") if m] if key == "models" else value
+    try:
+        return BackendEntry.model_validate(fields)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"--backend {arg!r}")) from None

@@ -1,0 +1,73 @@
+"""The gateway's own Prometheus metrics, in a registry per app (so tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
+    1.5, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
+)  # fmt: skip
+_ITL_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0,
+    2.5,
+)  # fmt: skip
+
+
+class GatewayMetrics:
+    """Counters, gauges and histograms the proxy updates; rendered at `/metrics`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kvgate_requests_total",
+            "Requests finished, by model, backend and HTTP status",
+            ["model", "backend", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "kvgate_request_duration_seconds",
+            "Time from request arrival to the last byte relayed",
+            ["model", "backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "kvgate_time_to_first_token_seconds",
+            "Streaming requests: arrival to the first data event relayed",
+            ["model", "backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "kvgate_inter_token_latency_seconds",
+            "Streaming requests: gap between successive data events relayed",
+            ["model", "backend"],
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "kvgate_upstream_errors_total",
+            "Upstream failures by backend and kind (connect, timeout, protocol, status_5xx)",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "kvgate_retries_total", "Requests retried on another backend", ["model"], registry=r
+        )
+        self.in_flight = Gauge(
+            "kvgate_in_flight_requests", "Requests in flight per backend", ["backend"], registry=r
+        )
+        self.decisions = Counter(
+            "kvgate_routing_decisions_total",
+            "Routing decisions by policy (profile) and chosen backend",
+            ["policy", "backend"],
+            registry=r,
+        )
+        self.backend_up = Gauge(
+            "kvgate_backend_healthy", "1 if the backend is routable", ["backend"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

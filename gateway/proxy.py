@@ -1,0 +1,183 @@
+"""Forward one inference request upstream, with failover, and relay the answer unbuffered.
+
+Failover: a connect error, or a 502/503 answer, before any byte reached the client moves on
+to the next-ranked backend, up to `max_attempts` tries. Once the response has started nothing
+is retried; a stream that breaks midway ends with an SSE error event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from gateway.asgi import Send
+from gateway.errors import GatewayError, UpstreamError
+from gateway.metrics import GatewayMetrics
+from gateway.router import Route
+from gateway.upstream import error_kind, map_httpx_error, request_headers, response_headers
+from health.pool import Backend, BackendPool
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUSES = frozenset({502, 503})
+_FAILURE_STATUSES = frozenset({502, 503, 504})
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one request did, filled in as it goes; becomes the access-log line."""
+
+    request_id: str
+    method: str
+    path: str
+    started: float
+    model: str | None = None
+    policy: str | None = None
+    backend: str | None = None
+    status: int = 0
+    attempts: int = 0
+    ttft_s: float | None = None
+    stream: bool = False
+    client_gone: bool = False
+    error: str | None = None
+
+
+class BrokenBodyError(Exception):
+    """A non-streaming upstream body broke after the response started; the connection must be
+    dropped so the client sees the truncation."""
+
+
+class Proxy:
+    def __init__(
+        self,
+        pool: BackendPool,
+        client: httpx.AsyncClient,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float],
+        max_attempts: int,
+    ) -> None:
+        self._pool = pool
+        self._client = client
+        self._metrics = metrics
+        self._clock = clock
+        self._max_attempts = max_attempts
+
+    async def forward(
+        self,
+        route: Route,
+        *,
+        path: str,
+        query: bytes,
+        raw_headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        send: Send,
+        rec: RequestRecord,
+    ) -> None:
+        attempts = route.decision.ranked[: self._max_attempts]
+        headers = request_headers(raw_headers, rec.request_id)
+        target = path + ("?" + query.decode("latin-1") if query else "")
+        last_error: GatewayError | None = None
+        for i, backend_id in enumerate(attempts):
+            backend = self._pool.get(backend_id)
+            rec.backend, rec.attempts = backend_id, i + 1
+            more = i + 1 < len(attempts)
+            self._begin(backend)
+            try:
+                request = self._client.build_request(
+                    "POST", backend.spec.url + target, headers=headers, content=body
+                )
+                try:
+                    resp = await self._client.send(request, stream=True)
+                except httpx.HTTPError as exc:
+                    last_error = map_httpx_error(exc, backend_id)
+                    self._failed(backend, last_error)
+                    if last_error.retryable and more:
+                        self._metrics.retries.labels(rec.model).inc()
+                        continue
+                    raise last_error from None
+                try:
+                    if resp.status_code in _RETRY_STATUSES and more:
+                        self._failed_status(backend, resp.status_code)
+                        self._metrics.retries.labels(rec.model).inc()
+                        continue
+                    await self._relay(backend, resp, send, rec)
+                    return
+                finally:
+                    await resp.aclose()
+            finally:
+                self._end(backend)
+        assert last_error is not None  # the loop only falls through after a failure
+        raise last_error
+
+    async def _relay(
+        self, backend: Backend, resp: httpx.Response, send: Send, rec: RequestRecord
+    ) -> None:
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        extra = [
+            (b"x-request-id", rec.request_id.encode()),
+            (b"x-kvgate-backend", backend.id.encode()),
+        ]
+        rec.status = resp.status_code
+        await send(
+            {
+                "type": "http.response.start",
+                "status": resp.status_code,
+                "headers": response_headers(resp, extra),
+            }
+        )
+        labels = (rec.model or "", backend.id)
+        last_event: float | None = None
+        try:
+            async for chunk in resp.aiter_raw():
+                if is_sse and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
+                    now = self._clock()
+                    if last_event is None:
+                        rec.ttft_s = now - rec.started
+                        self._metrics.ttft.labels(*labels).observe(rec.ttft_s)
+                    else:
+                        self._metrics.itl.labels(*labels).observe(now - last_event)
+                    last_event = now
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            err = map_httpx_error(exc, backend.id)
+            self._failed(backend, err)
+            rec.error = err.message
+            if not is_sse:
+                raise BrokenBodyError(err.message) from None
+            event = b"data: " + orjson.dumps({"error": _error_obj(err)}) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if resp.status_code in _FAILURE_STATUSES:
+            self._failed_status(backend, resp.status_code)
+        else:
+            backend.state.record_upstream_success()
+
+    def _begin(self, backend: Backend) -> None:
+        backend.in_flight += 1
+        backend.dispatched += 1
+        self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
+
+    def _end(self, backend: Backend) -> None:
+        backend.in_flight -= 1
+        self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
+
+    def _failed(self, backend: Backend, err: UpstreamError) -> None:
+        self._metrics.upstream_errors.labels(backend.id, error_kind(err)).inc()
+        self._record_failure(backend, err.message)
+
+    def _failed_status(self, backend: Backend, status: int) -> None:
+        self._metrics.upstream_errors.labels(backend.id, "status_5xx").inc()
+        self._record_failure(backend, f"backend answered {status}")
+
+    def _record_failure(self, backend: Backend, message: str) -> None:
+        if backend.state.record_upstream_failure(self._pool.now(), message):
+            log.warning("backend %s ejected after upstream failures: %s", backend.id, message)
+
+
+def _error_obj(err: GatewayError) -> dict[str, str]:
+    return {"message": err.message, "type": err.type, "code": err.code}

@@ -1,0 +1,86 @@
+"""Turns a parsed inference request into a routing decision over the pool's snapshots.
+
+Shared by the proxy and the dry-run admin endpoint, so both see exactly the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.errors import ModelNotFoundError, NoHealthyBackendError, UnknownPolicyError
+from gateway.inference_request import InferenceRequest, session_key
+from health.pool import BackendPool
+from routing.scheduler import Scheduler, UnknownProfileError
+from routing.types import Decision, EndpointSnapshot, RoutingRequest
+from scoring.profiles import RoutingSection
+
+POLICY_HEADER = "x-kvgate-policy"
+_ROUTING_HEADERS = (POLICY_HEADER,)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    request: RoutingRequest
+    decision: Decision
+    endpoints: tuple[EndpointSnapshot, ...]  # every backend, eligible or not
+    excluded: Mapping[str, str]  # backend id → why it was not a candidate
+
+
+class RequestRouter:
+    def __init__(self, pool: BackendPool, scheduler: Scheduler, section: RoutingSection) -> None:
+        self._pool = pool
+        self._scheduler = scheduler
+        self._section = section
+
+    def route(self, req: InferenceRequest, headers: Mapping[str, str], request_id: str) -> Route:
+        policy = self._policy(headers)
+        endpoints = self._pool.snapshots()
+        excluded: dict[str, str] = {}
+        candidates = []
+        for e in endpoints:
+            if req.model not in e.models:
+                excluded[e.id] = "model not served"
+            elif not e.healthy:
+                excluded[e.id] = e.health.value
+            else:
+                candidates.append(e)
+        if not candidates:
+            self._raise_unroutable(req.model, endpoints)
+        rreq = RoutingRequest(
+            model=req.model,
+            request_id=request_id,
+            api=req.api,
+            token_estimate=req.body_bytes // 4,
+            session_key=session_key(req, headers, self._section.session_header),
+            stream=req.stream,
+            headers=MappingProxyType({h: headers[h] for h in _ROUTING_HEADERS if h in headers}),
+        )
+        try:
+            decision = self._scheduler.schedule(rreq, candidates, profile=policy)
+        except UnknownProfileError:
+            known = ", ".join(sorted(self._scheduler.profiles))
+            raise UnknownPolicyError(
+                f"unknown routing policy {policy!r} in header {POLICY_HEADER} (known: {known})"
+            ) from None
+        if not decision.ranked:
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(decision.filtered_out.items()))
+            raise NoHealthyBackendError(
+                f"no backend for model {req.model!r} passed the filters ({reasons})"
+            )
+        return Route(rreq, decision, endpoints, MappingProxyType(excluded))
+
+    def _policy(self, headers: Mapping[str, str]) -> str | None:
+        if not self._section.allow_policy_header:
+            return None
+        return headers.get(POLICY_HEADER) or None
+
+    def _raise_unroutable(self, model: str, endpoints: tuple[EndpointSnapshot, ...]) -> None:
+        if not any(e.healthy for e in endpoints):
+            raise NoHealthyBackendError("no healthy backend")
+        if any(model in e.models for e in endpoints):
+            raise NoHealthyBackendError(f"no healthy backend serves model {model!r}")
+        available = sorted(self._pool.known_models())
+        listing = ", ".join(available) if available else "none"
+        raise ModelNotFoundError(f"The model `{model}` does not exist. Available models: {listing}")

@@ -1,0 +1,109 @@
+"""The backend pool: runtime state of every configured backend, and snapshots of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from health.state import HealthPolicy, HealthState
+from routing.types import EndpointSnapshot, EngineMetrics, Health
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """A backend as configured: where it is, what engine it runs, optionally its models."""
+
+    url: str
+    id: str = ""
+    engine: str = "openai"
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "url", self.url.rstrip("/"))
+        if not self.id:
+            object.__setattr__(self, "id", self.url.split("://", 1)[-1])
+
+
+@dataclass(slots=True)
+class Backend:
+    """Mutable runtime record of one backend, owned by the event loop."""
+
+    spec: BackendSpec
+    state: HealthState
+    model_cards: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    metrics: EngineMetrics | None = None
+    in_flight: int = 0
+    dispatched: int = 0
+    discovered_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def models(self) -> frozenset[str]:
+        if self.spec.models:
+            return frozenset(self.spec.models)
+        return frozenset(self.model_cards)
+
+    def snapshot(self, now: float) -> EndpointSnapshot:
+        return EndpointSnapshot(
+            id=self.spec.id,
+            url=self.spec.url,
+            models=self.models,
+            health=self.state.health(now),
+            engine=self.spec.engine,
+            metrics=self.metrics,
+            in_flight=self.in_flight,
+        )
+
+
+class BackendPool:
+    """All backends, keyed by id, with the clock that health decisions use."""
+
+    def __init__(
+        self,
+        specs: Iterable[BackendSpec],
+        policy: HealthPolicy,
+        clock: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        self._backends: dict[str, Backend] = {}
+        for spec in specs:
+            if spec.id in self._backends:
+                raise ValueError(f"duplicate backend id {spec.id!r}")
+            self._backends[spec.id] = Backend(spec=spec, state=HealthState(policy))
+
+    def __iter__(self) -> Any:
+        return iter(self._backends.values())
+
+    def __len__(self) -> int:
+        return len(self._backends)
+
+    def get(self, backend_id: str) -> Backend:
+        return self._backends[backend_id]
+
+    def now(self) -> float:
+        return self._clock()
+
+    def snapshots(self) -> tuple[EndpointSnapshot, ...]:
+        now = self._clock()
+        return tuple(b.snapshot(now) for b in self._backends.values())
+
+    def healthy(self) -> list[Backend]:
+        now = self._clock()
+        return [b for b in self._backends.values() if b.state.health(now) is Health.HEALTHY]
+
+    def served_models(self) -> dict[str, Mapping[str, Any]]:
+        """Model cards across healthy backends; the first backend listing a model wins."""
+        cards: dict[str, Mapping[str, Any]] = {}
+        for b in self.healthy():
+            for model in sorted(b.models):
+                if model not in cards:
+                    cards[model] = b.model_cards.get(model) or {"id": model, "object": "model"}
+        return cards
+
+    def known_models(self) -> set[str]:
+        """Every model any backend serves, healthy or not."""
+        return {m for b in self._backends.values() for m in b.models}

@@ -1,0 +1,106 @@
+"""Active health probes and model discovery: one polling loop per backend.
+
+Each loop sends `GET /health` every `interval_s` (timeout `timeout_s`) and refreshes the
+backend's served models from `GET /v1/models` every `model_refresh_s`. Results go into the
+backend's `HealthState`; nothing here decides routing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from health.pool import Backend, BackendPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSettings:
+    interval_s: float = 5.0
+    timeout_s: float = 2.0
+    model_refresh_s: float = 30.0
+
+
+class Prober:
+    """Probes every backend of a pool with its own httpx client (kept apart from traffic)."""
+
+    def __init__(self, pool: BackendPool, client: httpx.AsyncClient, settings: ProbeSettings):
+        self._pool = pool
+        self._client = client
+        self._settings = settings
+
+    async def initial_round(self) -> None:
+        """Probe and discover every backend once, concurrently (used at start-up)."""
+        async with asyncio.TaskGroup() as tg:
+            for backend in self._pool:
+                tg.create_task(self._probe_and_discover(backend))
+
+    async def run(self) -> None:
+        """Poll forever; cancel to stop."""
+        async with asyncio.TaskGroup() as tg:
+            for backend in self._pool:
+                tg.create_task(self._loop(backend))
+
+    async def _loop(self, backend: Backend) -> None:
+        while True:
+            await asyncio.sleep(self._settings.interval_s)
+            await self._probe_and_discover(backend)
+
+    async def _probe_and_discover(self, backend: Backend) -> None:
+        ok = await self.probe(backend)
+        last = backend.discovered_at
+        due = last is None or self._pool.now() - last >= self._settings.model_refresh_s
+        if ok and due and not backend.spec.models:
+            await self.discover_models(backend)
+
+    async def probe(self, backend: Backend) -> bool:
+        error: str | None = None
+        try:
+            resp = await self._client.get(
+                backend.spec.url + "/health", timeout=self._settings.timeout_s
+            )
+            ok = resp.status_code == 200
+            if not ok:
+                error = f"health probe returned {resp.status_code}"
+        except httpx.HTTPError as exc:
+            ok, error = False, f"health probe failed: {type(exc).__name__}"
+        before = backend.state.health(self._pool.now())
+        backend.state.record_probe(ok, self._pool.now(), error)
+        after = backend.state.health(self._pool.now())
+        if before is not after:
+            log.info("backend %s: %s -> %s (%s)", backend.id, before.value, after.value, error)
+        return ok
+
+    async def discover_models(self, backend: Backend) -> None:
+        try:
+            resp = await self._client.get(
+                backend.spec.url + "/v1/models", timeout=self._settings.timeout_s
+            )
+            resp.raise_for_status()
+            cards = parse_model_list(resp.content)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("backend %s: model discovery failed: %s", backend.id, exc)
+            return
+        if set(cards) != set(backend.model_cards):
+            log.info("backend %s serves %s", backend.id, sorted(cards))
+        backend.model_cards = cards
+        backend.discovered_at = self._pool.now()
+
+
+def parse_model_list(body: bytes) -> dict[str, Mapping[str, Any]]:
+    """Parse an OpenAI `GET /v1/models` answer into model cards keyed by id."""
+    data = orjson.loads(body)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise ValueError("models response has no 'data' list")
+    cards: dict[str, Mapping[str, Any]] = {}
+    for card in data["data"]:
+        if isinstance(card, dict) and isinstance(card.get("id"), str):
+            cards[card["id"]] = card
+    return cards

@@ -1,0 +1,46 @@
+"""`in-flight-scorer`: prefer the endpoints with the fewest requests in flight.
+
+Formula: with x the candidate's `in_flight` (requests the gateway dispatched to it and has
+not seen finish) and min/max taken over the candidates,
+
+    score = (max - x) / (max - min),   or 1.0 for every candidate when max == min.
+
+The least-loaded candidate scores 1.0 and the most-loaded 0.0. The count is the gateway's
+own, so it is fresh on every request, unlike scraped engine metrics.
+
+Parameters: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from scoring.params import check_plugin_args
+
+
+class InFlightScorer:
+    """Min-max normalised inverse of each candidate's in-flight request count."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
+        check_plugin_args(name, params)
+        return cls(name)
+
+    def score(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Mapping[str, float]:
+        if not endpoints:
+            return {}
+        high = max(e.in_flight for e in endpoints)
+        low = min(e.in_flight for e in endpoints)
+        if high == low:
+            return {e.id: 1.0 for e in endpoints}
+        return {e.id: (high - e.in_flight) / (high - low) for e in endpoints}

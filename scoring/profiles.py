@@ -1,0 +1,178 @@
+"""The `routing:` section of the config file, the built-in profiles, and the scheduler builder.
+
+Loading is two-phase. `RoutingSection.model_validate(raw)` checks the shape: unknown keys are
+rejected (`extra="forbid"`) and every error names its field path. `build_scheduler` then turns
+the validated specs into plugins through the registry; a plugin that is unknown or rejects its
+parameters fails with the profile's name in the message.
+
+    routing:
+      policy: session                 # default profile
+      allow_policy_header: true       # honour `x-kvgate-policy: <profile>` on requests
+      session_header: x-session-id
+      profiles:
+        cache-heavy:                  # a user profile; a built-in name would replace it
+          scorers:
+            - {type: in-flight-scorer, weight: 2}
+          picker: {type: max-score-picker}
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from routing import PluginRegistry, Profile, Scheduler, WeightedScorer
+from routing.registry import PluginError
+
+POLICY_HEADER = "x-kvgate-policy"
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class PluginSpec(BaseModel):
+    """One plugin in a profile: registered type, instance name (defaults to the type), weight
+    (scorers only, >= 0) and the plugin's own parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: NonEmpty
+    name: NonEmpty | None = None
+    weight: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_defaults_to_type(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("name") is None:
+            type_name = data.get("type")
+            if isinstance(type_name, str):
+                return {**data, "name": type_name}
+        return data
+
+    @property
+    def instance_name(self) -> str:
+        return self.name or self.type
+
+
+class ProfileSpec(BaseModel):
+    """One scheduling pipeline: filters, weighted scorers and a picker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    filters: list[PluginSpec] = Field(default_factory=list)
+    scorers: list[PluginSpec] = Field(default_factory=list)
+    picker: PluginSpec
+
+    @model_validator(mode="after")
+    def _check_names_and_weights(self) -> ProfileSpec:
+        # Decisions key scores and filter verdicts by instance name, so names must be unique.
+        for kind, specs in (("filter", self.filters), ("scorer", self.scorers)):
+            names = [s.instance_name for s in specs]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(
+                    f"duplicate {kind} name(s) {', '.join(map(repr, duplicates))}: "
+                    "give each instance a distinct 'name'"
+                )
+        for kind, spec in [*(("filter", f) for f in self.filters), ("picker", self.picker)]:
+            if "weight" in spec.model_fields_set:
+                raise ValueError(f"{kind} {spec.instance_name!r}: 'weight' only applies to scorers")
+        return self
+
+
+class RoutingSection(BaseModel):
+    """The `routing:` section: default policy, request overrides, and user profiles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: NonEmpty = "least-in-flight"
+    allow_policy_header: bool = True
+    session_header: NonEmpty = "x-session-id"
+    profiles: dict[NonEmpty, ProfileSpec] = Field(default_factory=dict)
+
+    @field_validator("session_header")
+    @classmethod
+    def _lower_case(cls, value: str) -> str:
+        return value.lower()  # RoutingRequest.headers are lower-case
+
+    @model_validator(mode="after")
+    def _policy_is_a_profile(self) -> RoutingSection:
+        available = effective_profiles(self)
+        if self.policy not in available:
+            names = ", ".join(sorted(available))
+            raise ValueError(f"policy {self.policy!r} is not a profile (available: {names})")
+        return self
+
+
+def _plugin(type_name: str, weight: float | None = None) -> PluginSpec:
+    return (
+        PluginSpec(type=type_name) if weight is None else PluginSpec(type=type_name, weight=weight)
+    )
+
+
+BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
+    {
+        "round-robin": ProfileSpec(picker=_plugin("round-robin-picker")),
+        "random": ProfileSpec(picker=_plugin("random-picker")),
+        "least-in-flight": ProfileSpec(
+            scorers=[_plugin("in-flight-scorer", 1.0)], picker=_plugin("max-score-picker")
+        ),
+        "power-of-two": ProfileSpec(
+            scorers=[_plugin("in-flight-scorer", 1.0)], picker=_plugin("power-of-two-picker")
+        ),
+        # The affinity target leads its fallbacks by >= 0.5 × 10 while load adds at most 1, so a
+        # session stays on its endpoint; without a session key affinity is 0 and load decides.
+        "session": ProfileSpec(
+            scorers=[
+                _plugin("session-affinity-scorer", 10.0),
+                _plugin("in-flight-scorer", 1.0),
+            ],
+            picker=_plugin("max-score-picker"),
+        ),
+    }
+)
+
+
+def effective_profiles(section: RoutingSection) -> dict[str, ProfileSpec]:
+    """The built-in profiles overlaid by the user's; a user profile replaces a same-named one."""
+    return {**BUILTIN_PROFILES, **section.profiles}
+
+
+def build_scheduler(
+    section: RoutingSection,
+    registry: PluginRegistry,
+    clock: Callable[[], float],
+    rng: random.Random,
+) -> Scheduler:
+    """Instantiate every effective profile (fresh plugins per profile) into a Scheduler."""
+    profiles = {
+        name: _build_profile(name, spec, registry)
+        for name, spec in effective_profiles(section).items()
+    }
+    return Scheduler(profiles, section.policy, clock, rng)
+
+
+def _build_profile(name: str, spec: ProfileSpec, registry: PluginRegistry) -> Profile:
+    try:
+        filters = tuple(
+            registry.make_filter(f.type, f.instance_name, _frozen(f.params)) for f in spec.filters
+        )
+        scorers = tuple(
+            WeightedScorer(
+                registry.make_scorer(s.type, s.instance_name, _frozen(s.params)), s.weight
+            )
+            for s in spec.scorers
+        )
+        p = spec.picker
+        picker = registry.make_picker(p.type, p.instance_name, _frozen(p.params))
+    except PluginError as exc:
+        raise PluginError(f"profile {name!r}: {exc}") from exc
+    return Profile(name=name, picker=picker, filters=filters, scorers=scorers)
+
+
+def _frozen(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(params))  # plugins get a read-only copy, never the spec's dict

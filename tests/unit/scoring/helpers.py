@@ -1,0 +1,29 @@
+"""Small builders for scoring tests: endpoints, requests, scored lists and contexts."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from routing import EndpointScores, EndpointSnapshot, RoutingRequest, SchedulingContext
+
+
+def endpoint(endpoint_id: str, in_flight: int = 0) -> EndpointSnapshot:
+    return EndpointSnapshot(
+        id=endpoint_id,
+        url=f"http://{endpoint_id}.test:8000",
+        models=frozenset({"m"}),
+        in_flight=in_flight,
+    )
+
+
+def request(session_key: str | None = None) -> RoutingRequest:
+    return RoutingRequest(model="m", request_id="r1", session_key=session_key)
+
+
+def scored(totals: Mapping[str, float]) -> list[EndpointScores]:
+    return [EndpointScores(i, {"s": t}, t) for i, t in totals.items()]
+
+
+def context(seed: int = 0) -> SchedulingContext:
+    return SchedulingContext(clock=lambda: 100.0, rng=random.Random(seed))
