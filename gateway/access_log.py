@@ -18,7 +18,8 @@ _MAX_ID = 128
 
 def request_id_from(header: str | None) -> str:
     """Propagate a sane client `x-request-id`, else make one."""
-    if header and len(header) <= _MAX_ID and header.isprintable():
+    # ASCII only: the id is sent on as a header, and httpx encodes str headers as ASCII.
+    if header and len(header) <= _MAX_ID and header.isascii() and header.isprintable():
         return header
     return uuid.uuid4().hex
 

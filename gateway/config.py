@@ -59,9 +59,10 @@ class BackendEntry(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")) or v[-3:] == "://":
+        v = v.rstrip("/")  # before the check, so "http:///" (no host) fails it too
+        if not v.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
-        return v.rstrip("/")
+        return v
 
 
 class GatewayConfig(_Section):
@@ -80,7 +81,8 @@ def load_config(path: str | Path | None) -> GatewayConfig:
     if path is None:
         return GatewayConfig()
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        # Bytes: PyYAML detects the encoding and reports undecodable input as a YAMLError.
+        raw = yaml.safe_load(Path(path).read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:

@@ -62,18 +62,23 @@ def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:
     }
 
 
-def request_headers(raw: Headers, request_id: str) -> list[tuple[str, str]]:
-    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set."""
+def request_headers(raw: Headers, request_id: str) -> Headers:
+    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set.
+
+    Values stay bytes: httpx encodes `str` header values as ASCII, so non-ASCII bytes from
+    the client would fail the request.
+    """
     pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
     drop = _REQUEST_DROP | _connection_tokens(pairs) | {"x-request-id"}
-    out = [(k, v) for k, v in pairs if k not in drop]
-    out.append(("x-request-id", request_id))
+    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop]
+    out.append((b"x-request-id", request_id.encode()))
     return out
 
 
 def response_headers(resp: httpx.Response, extra: Headers) -> Headers:
     """Upstream response headers to relay to the client, hop-by-hop ones dropped."""
-    pairs = resp.headers.multi_items()
+    # From the raw bytes (latin-1 round-trips them): `multi_items()` may decode as UTF-8.
+    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in resp.headers.raw]
     drop = _RESPONSE_DROP | _connection_tokens(pairs) | {"x-request-id"}
     out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop]
     out.extend(extra)

@@ -1,0 +1,100 @@
+"""`kvgate serve` as a real process: starts, serves, logs one line per request, stops."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.fixture_types import StartEngines
+
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+
+@pytest.fixture
+def kvgate_process() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p.stderr:
+            p.stderr.close()
+
+
+def _wait_for_port(proc: subprocess.Popen[str], lines: list[str]) -> int:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError(f"kvgate exited early: {''.join(lines)}")
+        lines.append(line)
+        if m := _LISTENING.search(line):
+            return int(m.group(1))
+    raise AssertionError("kvgate did not start in 30 s")
+
+
+def test_kvgate_serve_end_to_end(
+    fake_engines: StartEngines, kvgate_process: list[subprocess.Popen[str]]
+) -> None:
+    (_, s1), (_, s2) = fake_engines(2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0",
+         "--backend", s1.url, "--backend", f"{s2.url},id=second", "--policy", "round-robin"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    kvgate_process.append(proc)
+    lines: list[str] = []
+    port = _wait_for_port(proc, lines)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        served = set()
+        for i in range(2):
+            r = c.post(
+                "/v1/chat/completions",
+                json={"model": "m1", "messages": [{"role": "user", "content": "secret prompt"}]},
+                headers={"x-request-id": f"cli-{i}"},
+            )
+            assert r.status_code == 200
+            served.add(r.headers["x-kvgate-backend"])
+        assert served == {s1.url[7:], "second"}
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    access = [
+        orjson.loads(line.split("gateway.access [cli-0] ", 1)[1])
+        for line in (*lines, *err.splitlines())
+        if "gateway.access [cli-0] " in line
+    ]
+    assert len(access) == 1
+    entry = access[0]
+    assert entry["request_id"] == "cli-0" and entry["status"] == 200
+    assert entry["model"] == "m1" and entry["policy"] == "round-robin"
+    assert entry["backend"] in {s1.url[7:], "second"}
+    assert "secret prompt" not in err + "".join(lines)
+
+
+def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backends:\n  - url: ftp://x\nupstream:\n  max_attempts: 0\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(bad)],
+        check=False, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "backends.0.url" in proc.stderr and "upstream.max_attempts" in proc.stderr
+    assert "Traceback" not in proc.stderr
