@@ -72,6 +72,50 @@ def _parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
 
+    e = sub.add_parser(
+        "emulate",
+        help="run N emulated vLLM replicas (engine model in real time, vLLM's HTTP surface)",
+        description="Emulated vLLM replicas whose timing, prefix cache and metrics come from "
+        "kvgate's engine model. Prints one `replica N: URL` line per replica.",
+    )
+    e.add_argument("--replicas", type=int, default=4, help="number of replicas (default 4)")
+    e.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    e.add_argument(
+        "--port",
+        type=int,
+        default=8001,
+        help="first replica's port, the others follow; 0 picks free ports (default 8001)",
+    )
+    e.add_argument("--profile", default="demo", help="engine profile (default demo; see below)")
+    e.add_argument("--model", default="kvgate-demo", help="served model name")
+    e.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        help="run X times faster than real time (modelled durations / X)",
+    )
+    e.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="a tokenizer.json to use instead of the built-in tokenizer",
+    )
+
+    d = sub.add_parser(
+        "demo",
+        help="start 4 emulated replicas and the gateway, replay a chat workload per policy",
+        description="Runs the built-in multi-tenant, multi-turn chat workload through the "
+        "gateway in front of emulated replicas, once per policy, and reports prefix-cache hit "
+        "rates (from the replicas' metrics), requests per replica and TTFT.",
+    )
+    d.add_argument("--replicas", type=int, default=4, help="emulated replicas (default 4)")
+    d.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated policies to compare (default: the demo's list)",
+    )
+    d.add_argument("--conversations", type=int, default=40, help="chats to replay (default 40)")
+    d.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
+
     c = sub.add_parser(
         "check-config",
         help="validate a config file and print the effective configuration",
@@ -83,14 +127,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _effective_config(args: argparse.Namespace) -> GatewayConfig:
     """The config file with the command line's overrides applied, validated again."""
-    raw = load_config(args.config).model_dump()
-    raw["backends"].extend(parse_backend_arg(b).model_dump() for b in args.backend)
+    # Only the fields the file set: a full dump would add `weight: 1.0` to every filter and
+    # picker of a user profile, which the profile schema rejects.
+    raw = load_config(args.config).model_dump(exclude_unset=True)
+    raw.setdefault("backends", []).extend(parse_backend_arg(b).model_dump() for b in args.backend)
     if args.host is not None:
-        raw["server"]["host"] = args.host
+        raw.setdefault("server", {})["host"] = args.host
     if args.port is not None:
-        raw["server"]["port"] = args.port
+        raw.setdefault("server", {})["port"] = args.port
     if args.policy:
-        raw["routing"]["policy"] = args.policy
+        raw.setdefault("routing", {})["policy"] = args.policy
     return parse_config(raw, source="command line")
 
 
@@ -132,12 +178,51 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _emulate(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from sim.emulator.server import EmulatorSettings, serve
+
+    if args.replicas < 1 or args.speedup <= 0:
+        raise ConfigError("--replicas must be >= 1 and --speedup > 0")
+    settings = EmulatorSettings(
+        replicas=args.replicas,
+        host=args.host,
+        port=args.port,
+        profile=args.profile,
+        model=args.model,
+        speedup=args.speedup,
+        tokenizer=args.tokenizer,
+    )
+    try:
+        uvloop.run(serve(settings))
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from sim.demo import DEMO_POLICIES, DemoSettings, run_demo
+
+    policies = tuple(p for p in (args.policies or "").split(",") if p) or DEMO_POLICIES
+    settings = DemoSettings(
+        replicas=args.replicas,
+        policies=policies,
+        conversations=args.conversations,
+        out_dir=Path(args.out),
+    )
+    summaries = asyncio.run(run_demo(settings))
+    return 1 if any(s["errors"] for s in summaries) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    commands = {"serve": _serve, "emulate": _emulate, "demo": _demo, "check-config": _check_config}
     try:
-        if args.command == "serve":
-            return _serve(args)
-        return _check_config(args)
+        return commands[args.command](args)
     except ConfigError as exc:
         print(f"kvgate: {exc}", file=sys.stderr)
         return 2

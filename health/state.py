@@ -74,7 +74,8 @@ class HealthState:
         if self._upstream_fails < threshold:
             return False
         self._ejections += 1
-        backoff = self._policy.ejection_base_s * 2 ** (self._ejections - 1)
+        # Exponent capped: 2**1024 no longer converts to float (OverflowError).
+        backoff = self._policy.ejection_base_s * 2 ** min(self._ejections - 1, 64)
         self._ejected_until = now + min(backoff, self._policy.ejection_max_s)
         self._upstream_fails = 0
         return True

@@ -53,11 +53,25 @@ def test_kvgate_serve_end_to_end(
 ) -> None:
     (_, s1), (_, s2) = fake_engines(2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0",
-         "--backend", s1.url, "--backend", f"{s2.url},id=second", "--policy", "round-robin"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--port",
+            "0",
+            "--backend",
+            s1.url,
+            "--backend",
+            f"{s2.url},id=second",
+            "--policy",
+            "round-robin",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     kvgate_process.append(proc)
     lines: list[str] = []
     port = _wait_for_port(proc, lines)
@@ -93,8 +107,11 @@ def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
     bad.write_text("backends:\n  - url: ftp://x\nupstream:\n  max_attempts: 0\n")
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", str(bad)],
-        check=False, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert "backends.0.url" in proc.stderr and "upstream.max_attempts" in proc.stderr
     assert "Traceback" not in proc.stderr

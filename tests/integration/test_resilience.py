@@ -86,9 +86,10 @@ def test_attempts_are_bounded_and_last_answer_passed_through(
     for e, _ in engines:
         e.fail_status = 503
     _, gw = start_gateway(
-        [s.url for _, s in engines], upstream={"max_attempts": 2},
+        [s.url for _, s in engines],
+        upstream={"max_attempts": 2},
         health={"passive_fail_threshold": 100},
-    )  # fmt: skip
+    )
     r = client(gw).post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 503
     assert "error" in r.json()
@@ -133,11 +134,15 @@ def test_stream_dying_midway_ends_with_sse_error_event(
         (b'{"model": "m1"}', {}, 400, "missing_field"),
         (b'{"model": "m1", "messages": "hi"}', {}, 400, "invalid_field_type"),
         (b'{"model": "m1", "messages": [], "stream": "yes"}', {}, 400, "invalid_field_type"),
-        (b'{"model": "m1", "messages": []}', {"content-type": "text/plain"}, 415,
-         "unsupported_media_type"),
+        (
+            b'{"model": "m1", "messages": []}',
+            {"content-type": "text/plain"},
+            415,
+            "unsupported_media_type",
+        ),
         (b'{"model": "m1", "messages": ["' + b"x" * 5000 + b'"]}', {}, 413, "payload_too_large"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_gets_openai_error_and_gateway_keeps_serving(
     fake_engines: StartEngines,
     start_gateway: StartGateway,

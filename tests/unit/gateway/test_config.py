@@ -1,0 +1,270 @@
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from gateway.config import (
+    BackendEntry,
+    ConfigError,
+    GatewayConfig,
+    HealthSection,
+    ServerSection,
+    UpstreamSection,
+    load_config,
+    parse_backend_arg,
+    parse_config,
+)
+from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
+
+REFERENCE = Path(__file__).resolve().parents[3] / "deploy" / "kvgate.yaml"
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation refers to (through list, dict, Optional, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _reachable_models(root: type[BaseModel]) -> set[type[BaseModel]]:
+    seen: set[type[BaseModel]] = set()
+    todo = [root]
+    while todo:
+        model = todo.pop()
+        if model not in seen:
+            seen.add(model)
+            for field in model.model_fields.values():
+                todo.extend(_models_in(field.annotation))
+    return seen
+
+
+def _collect_keys(annotation: Any, data: Any, keys: dict[type[BaseModel], set[str]]) -> None:
+    """Record, per model, the keys the YAML data gives wherever that model is used."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if isinstance(data, dict):
+            keys.setdefault(annotation, set()).update(data)
+            for name, field in annotation.model_fields.items():
+                if name in data:
+                    _collect_keys(field.annotation, data[name], keys)
+        return
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is list and isinstance(data, list):
+        for item in data:
+            _collect_keys(args[0], item, keys)
+    elif origin is dict and isinstance(data, dict):
+        for value in data.values():
+            _collect_keys(args[1], value, keys)
+    elif origin in (Union, types.UnionType):
+        for arg in args:
+            _collect_keys(arg, data, keys)
+
+
+def _config_error(raw: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    return str(info.value)
+
+
+# -- defaults and the reference file ------------------------------------------------------
+
+
+def test_no_file_gives_the_defaults() -> None:
+    cfg = load_config(None)
+    assert cfg == GatewayConfig()
+    assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 8000)
+    assert cfg.server.max_body_bytes == 16 * 1024 * 1024
+    assert cfg.upstream.max_attempts == 2
+    assert cfg.health.fail_threshold == 3
+    assert cfg.backends == []
+    assert cfg.routing.policy == "least-in-flight"
+
+
+def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing here\n")
+    assert load_config(path) == GatewayConfig()
+
+
+def test_reference_file_loads_with_default_values() -> None:
+    cfg = load_config(REFERENCE)
+    # The reference documents the defaults of the plain sections...
+    assert cfg.server == ServerSection()
+    assert cfg.upstream == UpstreamSection()
+    assert cfg.health == HealthSection()
+    assert cfg.routing.policy == RoutingSection().policy
+    assert cfg.routing.session_header == RoutingSection().session_header
+    # ...and shows a backend list and a user profile.
+    assert [b.url for b in cfg.backends] == ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+    assert cfg.backends[0].id == "replica-1"
+    assert "sticky-sessions" in cfg.routing.profiles
+
+
+def test_reference_walk_covers_every_section_model() -> None:
+    # Guards the completeness test below against a walk that silently finds nothing.
+    assert _reachable_models(GatewayConfig) >= {
+        GatewayConfig,
+        ServerSection,
+        UpstreamSection,
+        HealthSection,
+        BackendEntry,
+        RoutingSection,
+        ProfileSpec,
+        PluginSpec,
+    }
+
+
+def test_reference_file_names_every_config_field() -> None:
+    data = yaml.safe_load(REFERENCE.read_text())
+    keys: dict[type[BaseModel], set[str]] = {}
+    _collect_keys(GatewayConfig, data, keys)
+    missing = sorted(
+        f"{model.__name__}.{name}"
+        for model in _reachable_models(GatewayConfig)
+        for name in model.model_fields
+        if name not in keys.get(model, set())
+    )
+    assert missing == [], f"deploy/kvgate.yaml does not document: {missing}"
+
+
+# -- errors name field paths --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "why"),
+    [
+        ({"backends": [{"url": "ftp://x"}]}, "backends.0.url", "http:// or https://"),
+        ({"backends": [{"url": "http://a"}, {}]}, "backends.1.url", "Field required"),
+        ({"backends": [{"url": "http://a", "engine": "tgi"}]}, "backends.0.engine", "vllm"),
+        ({"upstream": {"max_attempts": 0}}, "upstream.max_attempts", "greater than or equal"),
+        ({"upstream": {"max_attempts": 11}}, "upstream.max_attempts", "less than or equal"),
+        ({"server": {"prot": 80}}, "server.prot", "Extra inputs are not permitted"),
+        ({"server": {"port": 70000}}, "server.port", "less than or equal"),
+        ({"health": {"fail_threshold": "many"}}, "health.fail_threshold", "valid integer"),
+        ({"bogus": 1}, "bogus", "Extra inputs are not permitted"),
+        ([1, 2], "(root)", "valid dictionary"),
+    ],
+)
+def test_errors_name_the_field_path(raw: object, path: str, why: str) -> None:
+    message = _config_error(raw)
+    line = next((ln for ln in message.splitlines() if ln.strip().startswith(f"{path}:")), None)
+    assert line is not None, message
+    assert why in line
+
+
+def test_every_bad_field_is_listed() -> None:
+    message = _config_error({"server": {"port": -1}, "upstream": {"max_attempts": 0}})
+    assert message.splitlines()[0] == "config: 2 invalid field(s)"
+    assert "server.port" in message
+    assert "upstream.max_attempts" in message
+
+
+def test_file_errors_name_the_file_and_path(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server:\n  prot: 80\n")
+    with pytest.raises(ConfigError, match=r"server\.prot") as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: 1 invalid field(s)")
+
+
+def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("server: [host, \n  port: 1\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(path)
+
+
+def test_undecodable_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"server:\n  host: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match="cannot read config") as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+# -- backends -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://h", "http://", "https:///", "", "/x"])
+def test_backend_url_must_be_http(url: str) -> None:
+    assert "backends.0.url" in _config_error({"backends": [{"url": url}]})
+
+
+def test_backend_entry_defaults_and_trailing_slash() -> None:
+    cfg = parse_config({"backends": [{"url": "https://h:8001/"}]})
+    assert cfg.backends == [BackendEntry(url="https://h:8001", id=None, engine="vllm", models=[])]
+
+
+def test_parse_backend_arg_url_only() -> None:
+    entry = parse_backend_arg("http://10.0.0.5:8000/")
+    assert entry == BackendEntry(url="http://10.0.0.5:8000")
+    assert (entry.id, entry.engine, entry.models) == (None, "vllm", [])
+
+
+def test_parse_backend_arg_with_every_option() -> None:
+    entry = parse_backend_arg("http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5")
+    assert entry.url == "http://10.0.0.5:8000"
+    assert entry.engine == "sglang"
+    assert entry.models == ["llama", "qwen"]
+    assert entry.id == "gpu-5"
+
+
+@pytest.mark.parametrize(("value", "models"), [("", []), ("a||b|", ["a", "b"]), ("m", ["m"])])
+def test_parse_backend_arg_models_list(value: str, models: list[str]) -> None:
+    assert parse_backend_arg(f"http://h:1,models={value}").models == models
+
+
+@pytest.mark.parametrize("opt", ["foo=bar", "engine", "=vllm", "URL=http://x"])
+def test_parse_backend_arg_rejects_unknown_options(opt: str) -> None:
+    with pytest.raises(
+        ConfigError, match=re.escape("expected key=value with key engine|models|id")
+    ):
+        parse_backend_arg(f"http://h:1,{opt}")
+
+
+def test_parse_backend_arg_bad_engine_names_the_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_backend_arg("http://h:1,engine=tgi")
+    message = str(info.value)
+    assert message.startswith("--backend 'http://h:1,engine=tgi'")
+    assert "  engine:" in message
+
+
+def test_parse_backend_arg_bad_url_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"(?m)^  url: .*http:// or https://"):
+        parse_backend_arg("localhost:8000")
+
+
+# -- routing ------------------------------------------------------------------------------
+
+
+def test_unknown_policy_is_rejected_listing_the_profiles() -> None:
+    message = _config_error(
+        {"routing": {"policy": "fastest", "profiles": {"mine": {"picker": {"type": "p"}}}}}
+    )
+    assert "routing:" in message
+    assert "'fastest' is not a profile" in message
+    assert "available: least-in-flight, mine, power-of-two, random, round-robin, session" in message
+
+
+def test_policy_may_name_a_user_profile() -> None:
+    cfg = parse_config(
+        {"routing": {"policy": "mine", "profiles": {"mine": {"picker": {"type": "p"}}}}}
+    )
+    assert cfg.routing.policy == "mine"
+    assert cfg.routing.profiles["mine"].picker.instance_name == "p"

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway import errors
+from gateway.errors import GatewayError, NoHealthyBackendError, error_body
+
+# class → (status, type, code, retryable)
+EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
+    errors.GatewayError: (500, "internal_error", "internal_error", False),
+    errors.BadRequestError: (400, "invalid_request_error", "invalid_request", False),
+    errors.UnknownPolicyError: (400, "invalid_request_error", "unknown_policy", False),
+    errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
+    errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
+    errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
+    errors.PayloadTooLargeError: (413, "invalid_request_error", "payload_too_large", False),
+    errors.UnsupportedMediaTypeError: (
+        415,
+        "invalid_request_error",
+        "unsupported_media_type",
+        False,
+    ),
+    errors.NoHealthyBackendError: (503, "service_unavailable", "no_healthy_backend", False),
+    errors.UpstreamError: (502, "upstream_error", "upstream_error", False),
+    errors.UpstreamConnectError: (502, "upstream_error", "upstream_connect_error", True),
+    errors.UpstreamTimeoutError: (504, "upstream_error", "upstream_timeout", False),
+    errors.UpstreamProtocolError: (502, "upstream_error", "upstream_protocol_error", False),
+}
+
+
+def _all_subclasses(cls: type[GatewayError]) -> set[type[GatewayError]]:
+    found = {cls}
+    for sub in cls.__subclasses__():
+        found |= _all_subclasses(sub)
+    return found
+
+
+def test_table_covers_the_whole_tree() -> None:
+    assert _all_subclasses(GatewayError) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("cls", list(EXPECTED), ids=lambda c: c.__name__)
+def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
+    status, type_, code, retryable = EXPECTED[cls]
+    err = cls("something went wrong")
+    assert (err.status, err.type, err.code, err.retryable) == (status, type_, code, retryable)
+    assert str(err) == err.message == "something went wrong"
+    assert orjson.loads(err.body()) == {
+        "error": {"message": "something went wrong", "type": type_, "code": code}
+    }
+
+
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c is not NoHealthyBackendError])
+def test_no_extra_headers(cls: type[GatewayError]) -> None:
+    assert cls("x").headers() == []
+
+
+def test_code_override_is_per_instance() -> None:
+    err = errors.BadRequestError("bad", code="missing_field")
+    assert err.code == "missing_field"
+    assert orjson.loads(err.body())["error"]["code"] == "missing_field"
+    assert errors.BadRequestError("bad").code == "invalid_request"  # class default untouched
+
+
+def test_no_healthy_backend_has_retry_after() -> None:
+    assert NoHealthyBackendError("none").headers() == [(b"retry-after", b"1")]
+    assert NoHealthyBackendError("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
+
+
+def test_only_connect_errors_are_retryable() -> None:
+    retryable = {cls for cls in EXPECTED if cls("x").retryable}
+    assert retryable == {errors.UpstreamConnectError}
+
+
+def test_upstream_errors_share_a_base() -> None:
+    for cls in (errors.UpstreamConnectError, errors.UpstreamTimeoutError):
+        assert issubclass(cls, errors.UpstreamError)
+    assert issubclass(errors.UpstreamProtocolError, errors.UpstreamError)
+    assert issubclass(errors.ModelNotFoundError, errors.NotFoundError)
+    assert issubclass(errors.UnknownPolicyError, errors.BadRequestError)
+
+
+def test_error_body_escapes_the_message() -> None:
+    body = error_body('quote " and \n newline', "t", "c")
+    assert orjson.loads(body)["error"]["message"] == 'quote " and \n newline'

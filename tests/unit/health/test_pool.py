@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import pytest
+
+from health.pool import BackendPool, BackendSpec
+from health.state import HealthPolicy
+from routing.types import EndpointSnapshot, EngineMetrics, Health
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pool(*specs: BackendSpec, clock: FakeClock | None = None) -> BackendPool:
+    return BackendPool(specs, HealthPolicy(passive_fail_threshold=1), clock or FakeClock())
+
+
+def test_spec_id_defaults_to_host_port() -> None:
+    assert BackendSpec(url="http://10.0.0.1:8000").id == "10.0.0.1:8000"
+    assert BackendSpec(url="https://engine.local/").id == "engine.local"
+
+
+def test_spec_strips_trailing_slashes_and_keeps_a_given_id() -> None:
+    spec = BackendSpec(url="http://h:1//", id="gpu-1", engine="vllm", models=("m",))
+    assert (spec.url, spec.id, spec.engine, spec.models) == ("http://h:1", "gpu-1", "vllm", ("m",))
+
+
+def test_duplicate_ids_are_rejected() -> None:
+    with pytest.raises(ValueError, match="duplicate backend id 'h:1'"):
+        _pool(BackendSpec(url="http://h:1"), BackendSpec(url="http://h:1/"))
+    with pytest.raises(ValueError, match="duplicate backend id 'x'"):
+        _pool(BackendSpec(url="http://a:1", id="x"), BackendSpec(url="http://b:1", id="x"))
+
+
+def test_pool_keeps_config_order_and_lookup() -> None:
+    pool = _pool(BackendSpec(url="http://b:1"), BackendSpec(url="http://a:1"))
+    assert len(pool) == 2
+    assert [b.id for b in pool] == ["b:1", "a:1"]
+    assert pool.get("a:1").spec.url == "http://a:1"
+    with pytest.raises(KeyError):
+        pool.get("c:1")
+
+
+def test_snapshot_of_a_new_backend() -> None:
+    pool = _pool(BackendSpec(url="http://h:1", engine="vllm", models=("m",)))
+    assert pool.snapshots() == (
+        EndpointSnapshot(
+            id="h:1",
+            url="http://h:1",
+            models=frozenset({"m"}),
+            health=Health.UNKNOWN,
+            engine="vllm",
+            metrics=None,
+            in_flight=0,
+        ),
+    )
+
+
+def test_snapshots_reflect_health_in_flight_and_metrics() -> None:
+    clock = FakeClock()
+    pool = _pool(BackendSpec(url="http://a:1"), BackendSpec(url="http://b:1"), clock=clock)
+    a, b = pool.get("a:1"), pool.get("b:1")
+    a.state.record_probe(True, clock.now)
+    b.state.record_probe(False, clock.now)
+    a.in_flight = 3
+    a.metrics = EngineMetrics(scraped_at=0.0, waiting=2)
+    snaps = {s.id: s for s in pool.snapshots()}
+    assert (snaps["a:1"].health, snaps["a:1"].in_flight) == (Health.HEALTHY, 3)
+    assert snaps["a:1"].metrics == EngineMetrics(scraped_at=0.0, waiting=2)
+    assert snaps["b:1"].health is Health.UNHEALTHY
+
+    a.state.record_upstream_failure(clock.now, "boom")  # threshold 1: ejected for 5 s
+    assert pool.snapshots()[0].health is Health.EJECTED
+    clock.now = 5.0
+    assert pool.snapshots()[0].health is Health.HEALTHY
+
+
+def test_snapshots_are_values() -> None:
+    pool = _pool(BackendSpec(url="http://a:1"))
+    before = pool.snapshots()
+    pool.get("a:1").in_flight = 9
+    assert before[0].in_flight == 0
+    assert pool.snapshots()[0].in_flight == 9
+
+
+def test_configured_models_win_over_discovered() -> None:
+    pool = _pool(BackendSpec(url="http://a:1", models=("conf",)), BackendSpec(url="http://b:1"))
+    pool.get("a:1").model_cards = {"found": {"id": "found"}}
+    pool.get("b:1").model_cards = {"found": {"id": "found"}}
+    assert pool.get("a:1").models == frozenset({"conf"})
+    assert pool.get("b:1").models == frozenset({"found"})
+    assert {s.id: s.models for s in pool.snapshots()} == {
+        "a:1": frozenset({"conf"}),
+        "b:1": frozenset({"found"}),
+    }
+
+
+def test_served_models_only_from_healthy_backends() -> None:
+    clock = FakeClock()
+    pool = _pool(
+        BackendSpec(url="http://a:1", models=("shared", "only-a")),
+        BackendSpec(url="http://b:1"),
+        BackendSpec(url="http://c:1", models=("only-c",)),
+        clock=clock,
+    )
+    pool.get("a:1").state.record_probe(True, 0.0)
+    pool.get("b:1").state.record_probe(True, 0.0)
+    pool.get("c:1").state.record_probe(False, 0.0)
+    b_card = {"id": "shared", "object": "model", "owned_by": "vllm", "max_model_len": 4096}
+    pool.get("b:1").model_cards = {"shared": b_card, "only-b": {"id": "only-b"}}
+
+    served = pool.served_models()
+    assert sorted(served) == ["only-a", "only-b", "shared"]
+    # a has no card for "shared" (configured) and is first: a minimal card is made up.
+    assert served["shared"] == {"id": "shared", "object": "model"}
+    assert served["only-b"] == {"id": "only-b"}
+    assert [b.id for b in pool.healthy()] == ["a:1", "b:1"]
+    assert pool.known_models() == {"shared", "only-a", "only-b", "only-c"}
+
+    pool.get("a:1").state.record_upstream_failure(clock.now, "boom")  # ejected
+    served = pool.served_models()
+    assert sorted(served) == ["only-b", "shared"]
+    assert served["shared"] == b_card
+
+
+def test_unknown_backends_serve_nothing() -> None:
+    pool = _pool(BackendSpec(url="http://a:1", models=("m",)))
+    assert pool.served_models() == {}
+    assert pool.healthy() == []
+    assert pool.known_models() == {"m"}

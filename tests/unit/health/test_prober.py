@@ -1,0 +1,316 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from health.pool import Backend, BackendPool, BackendSpec
+from health.prober import Prober, ProbeSettings, parse_model_list
+from health.state import HealthPolicy
+from routing.types import Health
+
+URL = "http://engine:8000"
+
+# GET /v1/models as vLLM 0.32 answers it.
+VLLM_MODELS = (
+    b'{"object":"list","data":[{"id":"tiny","object":"model","created":1795966205,'
+    b'"owned_by":"vllm","root":"/tmp/testbed/tiny","parent":null,"max_model_len":4096,'
+    b'"permission":[{"id":"modelperm-9c650ab22e6de6c8","object":"model_permission",'
+    b'"created":1795966205,"allow_create_engine":false,"allow_sampling":true,'
+    b'"allow_logprobs":true,"allow_search_indices":false,"allow_view":true,'
+    b'"allow_fine_tuning":false,"organization":"*","group":null,"is_blocking":false}]}]}'
+)
+
+
+def _models_body(*ids: str) -> bytes:
+    return orjson.dumps({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=URL, assert_all_called=False) as router:
+        yield router
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as c:
+        yield c
+
+
+def _prober(
+    client: httpx.AsyncClient, clock: FakeClock, *specs: BackendSpec, refresh_s: float = 30.0
+) -> tuple[Prober, BackendPool]:
+    pool = BackendPool(specs or (BackendSpec(url=URL),), HealthPolicy(), clock)
+    settings = ProbeSettings(interval_s=5.0, timeout_s=1.5, model_refresh_s=refresh_s)
+    return Prober(pool, client, settings), pool
+
+
+def _backend(pool: BackendPool) -> Backend:
+    return pool.get("engine:8000")
+
+
+# -- probes -------------------------------------------------------------------------------
+
+
+async def test_probe_ok_marks_healthy(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    route = mock.get("/health").respond(200)
+    prober, pool = _prober(client, clock)
+    assert await prober.probe(_backend(pool)) is True
+    assert _backend(pool).state.health(clock.now) is Health.HEALTHY
+    request = route.calls.last.request
+    assert request.url == f"{URL}/health"
+    assert request.extensions["timeout"]["read"] == 1.5
+
+
+@pytest.mark.parametrize("status", [204, 404, 500, 503])
+async def test_probe_non_200_marks_unhealthy(
+    status: int, mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/health").respond(status)
+    prober, pool = _prober(client, clock)
+    assert await prober.probe(_backend(pool)) is False
+    state = _backend(pool).state
+    assert state.health(clock.now) is Health.UNHEALTHY
+    assert state.last_error == f"health probe returned {status}"
+
+
+@pytest.mark.parametrize("error", [httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout])
+async def test_probe_transport_error_marks_unhealthy(
+    error: type[httpx.TransportError],
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
+    clock: FakeClock,
+) -> None:
+    mock.get("/health").mock(side_effect=error)
+    prober, pool = _prober(client, clock)
+    assert await prober.probe(_backend(pool)) is False
+    state = _backend(pool).state
+    assert state.health(clock.now) is Health.UNHEALTHY
+    assert state.last_error == f"health probe failed: {error.__name__}"
+
+
+async def test_probe_follows_the_thresholds(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    route = mock.get("/health")
+    route.side_effect = [httpx.Response(200)] + [httpx.Response(503)] * 3
+    prober, pool = _prober(client, clock)
+    seen = []
+    for _ in range(4):
+        await prober.probe(_backend(pool))
+        seen.append(_backend(pool).state.health(clock.now))
+    assert seen == [Health.HEALTHY, Health.HEALTHY, Health.HEALTHY, Health.UNHEALTHY]
+
+
+async def test_probe_logs_transitions_only(
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mock.get("/health").respond(200)
+    prober, pool = _prober(client, clock)
+    with caplog.at_level(logging.INFO, logger="health.prober"):
+        await prober.probe(_backend(pool))
+        await prober.probe(_backend(pool))
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend engine:8000: unknown -> healthy (None)"
+    ]
+
+
+# -- model discovery ----------------------------------------------------------------------
+
+
+async def test_initial_round_discovers_vllm_models(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/health").respond(200)
+    mock.get("/v1/models").respond(200, content=VLLM_MODELS)
+    prober, pool = _prober(client, clock)
+    clock.now = 12.0
+    await prober.initial_round()
+    backend = _backend(pool)
+    assert backend.models == frozenset({"tiny"})
+    assert backend.model_cards["tiny"]["max_model_len"] == 4096
+    assert backend.model_cards["tiny"]["owned_by"] == "vllm"
+    assert backend.discovered_at == 12.0
+    assert pool.served_models() == {"tiny": backend.model_cards["tiny"]}
+
+
+async def test_initial_round_covers_every_backend(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/health").respond(200)
+    mock.get("/v1/models").respond(200, content=_models_body("m"))
+    mock.get("http://other:9000/health").respond(503)
+    other_models = mock.get("http://other:9000/v1/models").respond(200, content=b"{}")
+    prober, pool = _prober(
+        client, clock, BackendSpec(url=URL), BackendSpec(url="http://other:9000")
+    )
+    await prober.initial_round()
+    assert {b.id: b.state.health(0.0) for b in pool} == {
+        "engine:8000": Health.HEALTHY,
+        "other:9000": Health.UNHEALTHY,
+    }
+    assert other_models.call_count == 0  # no discovery on a failed probe
+    assert pool.get("other:9000").models == frozenset()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(200, content=b"<html>not json"),
+        httpx.Response(200, content=b'{"data": "nope"}'),
+        httpx.Response(200, content=b"[]"),
+        httpx.Response(500, content=_models_body("other")),
+        httpx.ConnectError("refused"),
+    ],
+)
+async def test_failed_discovery_keeps_the_old_models(
+    answer: httpx.Response | Exception,
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    models = mock.get("/v1/models")
+    models.side_effect = [httpx.Response(200, content=_models_body("a", "b")), answer]
+    prober, pool = _prober(client, clock)
+    backend = _backend(pool)
+    await prober.discover_models(backend)
+    assert backend.models == frozenset({"a", "b"})
+    clock.now = 100.0
+    with caplog.at_level(logging.WARNING, logger="health.prober"):
+        await prober.discover_models(backend)
+    assert models.call_count == 2
+    assert backend.models == frozenset({"a", "b"})
+    assert backend.discovered_at == 0.0
+    assert "model discovery failed" in caplog.text
+
+
+async def test_discovery_replaces_the_models(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/v1/models").mock(
+        side_effect=[
+            httpx.Response(200, content=_models_body("a", "b")),
+            httpx.Response(200, content=_models_body("c")),
+        ]
+    )
+    prober, pool = _prober(client, clock)
+    backend = _backend(pool)
+    await prober.discover_models(backend)
+    await prober.discover_models(backend)
+    assert backend.models == frozenset({"c"})
+
+
+async def test_configured_models_skip_discovery(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/health").respond(200)
+    models = mock.get("/v1/models").respond(200, content=_models_body("found"))
+    prober, pool = _prober(client, clock, BackendSpec(url=URL, models=("conf",)))
+    await prober.initial_round()
+    clock.now = 1000.0
+    await prober.initial_round()
+    assert models.call_count == 0
+    assert _backend(pool).models == frozenset({"conf"})
+
+
+async def test_refresh_interval_is_respected(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    health = mock.get("/health").respond(200)
+    models = mock.get("/v1/models")
+    models.side_effect = [
+        httpx.Response(200, content=_models_body("v1")),
+        httpx.Response(200, content=_models_body("v2")),
+    ]
+    prober, pool = _prober(client, clock, refresh_s=30.0)
+    backend = _backend(pool)
+    await prober.initial_round()  # t=0: discovers
+    for t in (5.0, 10.0, 29.9):
+        clock.now = t
+        await prober.initial_round()
+    assert (health.call_count, models.call_count) == (4, 1)
+    assert backend.models == frozenset({"v1"})
+    clock.now = 30.0
+    await prober.initial_round()
+    assert models.call_count == 2
+    assert backend.models == frozenset({"v2"})
+    assert backend.discovered_at == 30.0
+
+
+async def test_failed_discovery_is_retried_on_the_next_probe(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/health").respond(200)
+    models = mock.get("/v1/models")
+    models.side_effect = [httpx.Response(503), httpx.Response(200, content=_models_body("m"))]
+    prober, pool = _prober(client, clock)
+    await prober.initial_round()
+    assert _backend(pool).discovered_at is None
+    clock.now = 5.0
+    await prober.initial_round()
+    assert models.call_count == 2
+    assert _backend(pool).models == frozenset({"m"})
+
+
+async def test_run_polls_until_cancelled(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    three_probes = asyncio.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if health.call_count >= 3:
+            three_probes.set()
+        return httpx.Response(200)
+
+    health = mock.get("/health").mock(side_effect=answer)
+    mock.get("/v1/models").respond(200, content=_models_body("m"))
+    pool = BackendPool((BackendSpec(url=URL),), HealthPolicy(), clock)
+    prober = Prober(pool, client, ProbeSettings(interval_s=0.0, timeout_s=1.0))
+    task = asyncio.create_task(prober.run())
+    await asyncio.wait_for(three_probes.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _backend(pool).state.health(clock.now) is Health.HEALTHY
+    assert _backend(pool).models == frozenset({"m"})
+
+
+# -- parse_model_list ---------------------------------------------------------------------
+
+
+def test_parse_model_list_skips_malformed_cards() -> None:
+    body = orjson.dumps(
+        {"data": [{"id": "ok"}, {"id": 3}, "text", {"object": "model"}, {"id": "ok2", "x": 1}]}
+    )
+    assert parse_model_list(body) == {"ok": {"id": "ok"}, "ok2": {"id": "ok2", "x": 1}}
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"data": {}}', b"[]", b"not json", b""])
+def test_parse_model_list_rejects_bad_bodies(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_model_list(body)

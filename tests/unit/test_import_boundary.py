@@ -1,0 +1,82 @@
+"""Routing and scoring stay free of web, RPC and metrics libraries (the simulator imports them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+FORBIDDEN = frozenset(
+    {
+        "starlette",
+        "fastapi",
+        "uvicorn",
+        "httpx",
+        "httpcore",
+        "grpc",
+        "prometheus_client",
+        "aiohttp",
+        "requests",
+        "h11",
+        "httptools",
+        "uvloop",
+        "anyio",
+    }
+)
+
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles"):
+    importlib.import_module(name)
+walked = []
+for pkg in ("routing", "scoring"):
+    for info in pkgutil.walk_packages(sys.modules[pkg].__path__, pkg + "."):
+        importlib.import_module(info.name)
+        walked.append(info.name)
+print(json.dumps({"walked": walked, "loaded": sorted(sys.modules)}))
+"""
+
+IMPORT_ROUTING = """
+import json, sys
+before = set(sys.modules)
+import routing
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def _run(code: str) -> object:
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _top_level(names: object) -> set[str]:
+    assert isinstance(names, list)
+    return {name.split(".")[0] for name in names}
+
+
+def test_routing_and_scoring_load_no_web_library() -> None:
+    result = _run(IMPORT_ALL)
+    assert isinstance(result, dict)
+    # The walk really visited the plugin modules (else the check below proves nothing).
+    assert {"routing.scheduler", "scoring.round_robin", "scoring.session_affinity"} <= set(
+        result["walked"]
+    )
+    assert sorted(_top_level(result["loaded"]) & FORBIDDEN) == []
+
+
+def test_routing_loads_only_the_standard_library() -> None:
+    new = _top_level(_run(IMPORT_ROUTING))
+    assert "routing" in new
+    third_party = sorted(new - set(sys.stdlib_module_names) - {"routing"})
+    assert third_party == []
