@@ -9,6 +9,7 @@ import openai
 
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import StartEngines
+from tests.support.waiting import wait_until
 
 CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -235,6 +236,8 @@ def test_gateway_measures_ttft_and_itl(
     c = client(gw)
     with c.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
         r.read()
+    # The gateway accounts for a request just after its last byte went out: poll briefly.
+    wait_until(lambda: 'status="200"' in c.get("/metrics").text)
     text = c.get("/metrics").text
     ttft = _sample(text, "kvgate_time_to_first_token_seconds_count")
     itl = _sample(text, "kvgate_inter_token_latency_seconds_count")
