@@ -1,4 +1,4 @@
-"""Routing and scoring stay free of web, RPC and metrics libraries (the simulator imports them)."""
+"""Routing, scoring and the simulator core stay free of web, RPC and metrics libraries."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ FORBIDDEN = frozenset(
 
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
-for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles"):
+for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles", "sim.engine",
+             "sim.workload"):
     importlib.import_module(name)
 walked = []
-for pkg in ("routing", "scoring"):
+for pkg in ("routing", "scoring", "sim.engine"):
     for info in pkgutil.walk_packages(sys.modules[pkg].__path__, pkg + "."):
         importlib.import_module(info.name)
         walked.append(info.name)
@@ -69,9 +70,7 @@ def test_routing_and_scoring_load_no_web_library() -> None:
     result = _run(IMPORT_ALL)
     assert isinstance(result, dict)
     # The walk really visited the plugin modules (else the check below proves nothing).
-    assert {"routing.scheduler", "scoring.round_robin", "scoring.session_affinity"} <= set(
-        result["walked"]
-    )
+    assert {"routing.scheduler", "scoring.round_robin", "sim.engine.model"} <= set(result["walked"])
     assert sorted(_top_level(result["loaded"]) & FORBIDDEN) == []
 
 

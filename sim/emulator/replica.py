@@ -1,0 +1,111 @@
+"""One emulated replica: an `EngineModel` driven in real time by an asyncio task.
+
+The driver loop asks the model for a step, sleeps for the step's modelled duration divided
+by `speedup` (against a deadline, so Python overhead does not accumulate as drift), then
+delivers the step's tokens to the waiting requests. Requests added during a step join the
+next one, as in vLLM's engine loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sim.emulator.metrics import ReplicaMetrics
+from sim.engine.model import EngineModel
+from sim.engine.types import EngineProfile, TokenEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Generation:
+    """A request in flight: tokens arrive on `events`; `None` marks the end."""
+
+    request_id: str
+    prompt_tokens: int
+    output: Sequence[int]
+    arrival: float
+    events: asyncio.Queue[TokenEvent | None] = field(default_factory=asyncio.Queue)
+    cached_tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+
+class Replica:
+    """An engine model plus its real-time driver and vLLM-named metrics."""
+
+    def __init__(self, profile: EngineProfile, model_name: str, speedup: float = 1.0):
+        if speedup <= 0:
+            raise ValueError("speedup must be > 0")
+        self.profile = profile
+        self.model_name = model_name
+        self.speedup = speedup
+        self.engine = EngineModel(profile.config, profile.timing)
+        self.metrics = ReplicaMetrics(model_name, profile.config, self.engine.stats)
+        self._live: dict[str, Generation] = {}
+        self._wakeup = asyncio.Event()
+        self._ids = itertools.count()
+        self._id_base = secrets.token_hex(4)  # ids unique across replicas, like vLLM's
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._live)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.profile.config.max_model_len
+
+    def new_request_id(self, prefix: str) -> str:
+        return f"{prefix}-{self._id_base}{next(self._ids):08x}"
+
+    def submit(self, request_id: str, prompt: Sequence[int], output: Sequence[int]) -> Generation:
+        """Queue a request (ValueError if the engine rejects it) and return its handle."""
+        self.engine.add_request(request_id, prompt, output)
+        loop = asyncio.get_running_loop()
+        gen = Generation(request_id, len(prompt), output, arrival=loop.time())
+        self._live[request_id] = gen
+        self._wakeup.set()
+        return gen
+
+    def abort(self, request_id: str) -> None:
+        if self._live.pop(request_id, None) is not None:
+            self.engine.abort(request_id)
+
+    async def run(self) -> None:
+        """The engine loop; runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.engine.has_work():
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            started = loop.time()
+            result = self.engine.step()
+            await asyncio.sleep(max(0.0, started + result.duration_s / self.speedup - loop.time()))
+            now = loop.time()
+            for adm in result.admitted:
+                gen = self._live.get(adm.request_id)
+                if gen is not None and not adm.resumed:
+                    gen.cached_tokens = adm.cached_tokens
+            for ev in result.tokens:
+                self._deliver(ev, now)
+
+    def _deliver(self, ev: TokenEvent, now: float) -> None:
+        gen = self._live.get(ev.request_id)
+        if gen is None:
+            return  # aborted while the step ran
+        if gen.first_token_at is None:
+            gen.first_token_at = now
+            self.metrics.ttft.observe(now - gen.arrival)
+        elif gen.last_token_at is not None:
+            self.metrics.itl.observe(now - gen.last_token_at)
+        gen.last_token_at = now
+        gen.events.put_nowait(ev)
+        if ev.finished:
+            self.metrics.e2e.observe(now - gen.arrival)
+            gen.events.put_nowait(None)
+            del self._live[ev.request_id]

@@ -1,0 +1,97 @@
+"""Run N emulated replicas in one process, one uvicorn server each, on consecutive ports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from sim.emulator.app import EmulatorApp
+from sim.emulator.replica import Replica
+from sim.engine.profiles import get_profile
+from sim.engine.tokenizer import BuiltinTokenizer, HFTokenizer, Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatorSettings:
+    replicas: int = 4
+    host: str = "127.0.0.1"
+    port: int = 8001  # first replica's port; 0 lets each pick a free one
+    profile: str = "demo"
+    model: str = "kvgate-demo"
+    speedup: float = 1.0
+    tokenizer: str | None = None  # path of a tokenizer.json; default: the built-in tokenizer
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the fleet (several share one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def make_tokenizer(path: str | None) -> Tokenizer:
+    return HFTokenizer(path) if path else BuiltinTokenizer()
+
+
+def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
+    profile = get_profile(settings.profile)
+    tokenizer = make_tokenizer(settings.tokenizer)
+    return [
+        EmulatorApp(Replica(profile, settings.model, settings.speedup), tokenizer)
+        for _ in range(settings.replicas)
+    ]
+
+
+async def serve(settings: EmulatorSettings) -> None:
+    """Serve until SIGINT/SIGTERM; prints one `replica N: URL` line per replica."""
+    apps = make_apps(settings)
+    servers = []
+    for i, app in enumerate(apps):
+        port = settings.port + i if settings.port else 0
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=port,
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            ws="none",
+        )
+        servers.append(_Server(config))
+
+    def stop_all() -> None:
+        for s in servers:
+            s.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_all)
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    while not all(s.started for s in servers):
+        if any(t.done() for t in tasks):
+            break
+        await asyncio.sleep(0.01)
+    for i, s in enumerate(servers):
+        if s.started:
+            sock: socket.socket = s.servers[0].sockets[0]
+            port = sock.getsockname()[1]
+            print(f"replica {i}: http://{settings.host}:{port}", flush=True)
+    profile = get_profile(settings.profile)
+    print(
+        f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "
+        f"{profile.name!r}, speedup {settings.speedup}",
+        file=sys.stderr,
+        flush=True,
+    )
+    await asyncio.gather(*tasks)

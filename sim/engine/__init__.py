@@ -1,0 +1,9 @@
+"""The engine model: a pure, stdlib-only model of one vLLM v1 engine in virtual time.
+
+- `types`: shared value types and the linear step-time model
+- `tokenizer`: the built-in deterministic tokenizer and a Hugging Face wrapper
+- `kv_cache`: paged KV cache with automatic prefix caching
+- `request`, `scheduler`: per-request state and vLLM's scheduling decision
+- `model`: `EngineModel`, the façade a caller steps
+- `profiles`: named capacity and timing profiles
+"""

@@ -1,0 +1,56 @@
+"""Per-request state of the engine model, as vLLM v1's `Request` tracks it.
+
+vLLM schedules every request the same way: it has `num_tokens` known tokens (prompt plus
+the outputs sampled so far) and `num_computed_tokens` whose KV is in the cache; each step
+gives it some of the difference. A step that brings `num_computed_tokens` up to `num_tokens`
+samples one new token. The last sampled token is never computed: the request finishes.
+
+The model knows the outputs in advance (`output`), like a request with `ignore_eos` and
+`max_tokens = len(output)`; `num_generated` says how many have been emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.engine.kv_cache import chain_block_hashes
+
+
+@dataclass(slots=True, eq=False)
+class EngineRequest:
+    """Mutable state of one request inside the model (not a value type: compared by id)."""
+
+    request_id: str
+    tokens: tuple[int, ...]  # prompt followed by every output token
+    prompt_len: int
+    output_len: int
+    # Known tokens, vLLM's num_tokens: the prompt and the outputs emitted so far.
+    num_tokens: int = field(init=False, default=0)
+    num_generated: int = 0  # output tokens emitted so far
+    num_computed: int = 0  # tokens whose KV is computed (or served from the cache)
+    prefilling: bool = False  # admitted and not yet through its (re)computed prefix
+    num_preemptions: int = 0
+    blocks: list[int] = field(default_factory=list)
+    num_committed_blocks: int = 0  # leading blocks entered in the prefix cache
+    _hashes: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.num_tokens = self.prompt_len + self.num_generated
+
+    def emit(self) -> int:
+        """Record the next output token as sampled; returns its output index."""
+        index = self.num_generated
+        self.num_generated = index + 1
+        self.num_tokens += 1
+        self.prefilling = False
+        return index
+
+    def block_hashes(self, block_size: int) -> list[int]:
+        """Chained hashes of every full block of `tokens`, computed once per request.
+
+        The outputs are known in advance, so their blocks are hashed up front too; a block
+        is only entered in the prefix cache once its tokens exist (see the scheduler).
+        """
+        if not self._hashes and len(self.tokens) >= block_size:
+            self._hashes = chain_block_hashes(self.tokens, block_size)
+        return self._hashes

@@ -1,0 +1,192 @@
+"""One scheduling decision per step, as vLLM v1's `Scheduler.schedule()` makes it (FCFS).
+
+vLLM has no separate prefill and decode phases: each request has `num_tokens` known tokens
+and `num_computed` computed ones, and a step hands out a budget of
+`max_num_batched_tokens` tokens to close the gaps:
+
+1. Running requests first, in admission order: each gets `min(num_tokens − num_computed,
+   budget)` tokens (1 for a decoding request; a chunk for one still in prefill). Their slots
+   are allocated now; when the cache cannot supply a block (even after evicting free cached
+   blocks), the most recently admitted running request is preempted (recompute mode): its
+   blocks are freed, it goes to the front of the waiting queue and keeps its outputs, which
+   it must recompute with its prompt. If the request itself is the last one left, it is
+   preempted and the loop stops.
+2. Then, only if nobody was preempted in this step, waiting requests in FCFS order while
+   fewer than `max_num_seqs` run and budget remains: a prefix-cache lookup (at most
+   `(num_tokens − 1) // block_size` blocks: the last token is always computed) gives cached
+   tokens that skip compute, and the request gets `min(uncached, budget)` tokens (chunked
+   prefill). If its blocks do not fit, admission stops (head-of-line, no preemption).
+3. Allocating slots commits every block that the step fills with known tokens to the
+   prefix cache, generated tokens included, so blocks are shared from the step that
+   computes them.
+
+Prefix-cache counters follow vLLM's `PrefixCacheStats`: recorded at admission, queries in
+known tokens; first admissions feed `prefix_queries`/`prefix_hits` (the Prometheus
+`vllm:prefix_cache_*` counters), re-admissions after preemption the `preempted_*` pair.
+A re-admission's `Admission.prompt_tokens` is what it recomputes: prompt + outputs so far.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sim.engine.kv_cache import PagedKVCache
+from sim.engine.request import EngineRequest
+from sim.engine.types import Admission, EngineConfig
+
+
+class ScheduledChunk(NamedTuple):
+    """Tokens of one request computed in the planned step (a tuple: built per token)."""
+
+    request: EngineRequest
+    num_tokens: int
+    num_computed_before: int  # context already in the cache when the chunk starts
+    prefill: bool  # part of a (re)computed prefix, not a one-token decode
+
+
+@dataclass(slots=True)
+class StepPlan:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    admitted: list[Admission] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+
+
+class Scheduler:
+    """Waiting queue, running list, the KV cache and the counters vLLM keeps beside them."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.kv_cache = PagedKVCache(config.num_blocks, config.block_size)
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.preempted_prefix_queries = 0
+        self.preempted_prefix_hits = 0
+        self.preemptions = 0
+
+    def add(self, request: EngineRequest) -> None:
+        self.waiting.append(request)
+
+    def remove(self, request: EngineRequest) -> None:
+        """Drop an unfinished request (abort): free its blocks, keep them cached."""
+        if request in self.running:
+            self.running.remove(request)
+            self._release(request)
+        else:
+            self.waiting.remove(request)
+
+    def finish(self, requests: Sequence[EngineRequest]) -> None:
+        """Free the blocks of requests that emitted their last token, in that order."""
+        if not requests:
+            return
+        for request in requests:
+            self._release(request)
+        done = set(requests)
+        self.running = [r for r in self.running if r not in done]
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self._schedule_running(plan)
+        if not plan.preempted:
+            self._schedule_waiting(plan, budget)
+        return plan
+
+    def _schedule_running(self, plan: StepPlan) -> int:
+        budget = self.config.max_num_batched_tokens
+        running = self.running
+        index = 0
+        while index < len(running) and budget > 0:
+            request = running[index]
+            num_new = min(request.num_tokens - request.num_computed, budget)
+            while not self._allocate(request, num_new):
+                victim = running.pop()
+                self._preempt(victim)
+                plan.preempted.append(victim.request_id)
+                if victim is request:
+                    return budget
+            plan.chunks.append(
+                ScheduledChunk(request, num_new, request.num_computed, request.prefilling)
+            )
+            budget -= num_new
+            index += 1
+        return budget
+
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
+        block_size = self.config.block_size
+        caching = self.config.enable_prefix_caching
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            hits: list[int] = []
+            if caching:
+                max_blocks = (request.num_tokens - 1) // block_size
+                hits = self.kv_cache.cached_blocks(request.block_hashes(block_size)[:max_blocks])
+            cached = len(hits) * block_size
+            num_new = min(request.num_tokens - cached, budget)
+            if not self._allocate(request, num_new, hits):
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            request.num_computed = cached
+            request.prefilling = True
+            resumed = request.num_preemptions > 0
+            if caching:
+                self._record_lookup(request.num_tokens, cached, resumed)
+            plan.admitted.append(Admission(request.request_id, request.num_tokens, cached, resumed))
+            plan.chunks.append(ScheduledChunk(request, num_new, cached, True))
+            budget -= num_new
+
+    def _allocate(self, request: EngineRequest, num_new: int, hits: Sequence[int] = ()) -> bool:
+        """vLLM's `allocate_slots`: blocks for the computed, hit and new tokens, or False."""
+        kv = self.kv_cache
+        block_size = self.config.block_size
+        total = request.num_computed + len(hits) * block_size + num_new
+        required = -(-total // block_size) - len(request.blocks) - len(hits)
+        if hits:
+            # Touching a hit that sits in the free queue uses up a free block too.
+            if max(required, 0) + kv.num_evictable(hits) > kv.num_free_blocks:
+                return False
+            kv.touch(hits)
+            request.blocks.extend(hits)
+            request.num_committed_blocks = len(request.blocks)
+        elif required > kv.num_free_blocks:
+            return False
+        if required > 0:
+            request.blocks.extend(kv.allocate(required))
+        if self.config.enable_prefix_caching:
+            full_blocks = min(total, request.num_tokens) // block_size
+            if full_blocks > request.num_committed_blocks:
+                self._commit(request, full_blocks)
+        return True
+
+    def _commit(self, request: EngineRequest, num_full_blocks: int) -> None:
+        start = request.num_committed_blocks
+        hashes = request.block_hashes(self.config.block_size)
+        blocks = request.blocks
+        for index in range(start, num_full_blocks):
+            self.kv_cache.cache_block(blocks[index], hashes[index])
+        request.num_committed_blocks = num_full_blocks
+
+    def _preempt(self, request: EngineRequest) -> None:
+        self._release(request)
+        request.num_computed = 0
+        request.prefilling = False
+        request.num_preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(request)
+
+    def _release(self, request: EngineRequest) -> None:
+        self.kv_cache.free(request.blocks)
+        request.blocks = []
+        request.num_committed_blocks = 0
+
+    def _record_lookup(self, queries: int, hits: int, resumed: bool) -> None:
+        if resumed:
+            self.preempted_prefix_queries += queries
+            self.preempted_prefix_hits += hits
+        else:
+            self.prefix_queries += queries
+            self.prefix_hits += hits

@@ -1,0 +1,114 @@
+"""Values of the engine model: configuration, step-time coefficients, profiles, step results.
+
+The step-time model is linear in four features of a step (see `StepFeatures`):
+
+    t = overhead_s
+      + prefill_token_s · P     P: uncached prompt tokens computed in the step
+      + attention_s     · A     A: Σ over prefill chunks of chunk_len × context_len_after_chunk
+      + decode_seq_s    · D     D: sequences decoding one token in the step
+      + kv_read_token_s · K     K: Σ context length (KV tokens read) of the decoding sequences
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Capacity and scheduler limits, named as vLLM names them."""
+
+    block_size: int = 16
+    num_blocks: int = 4096
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 32768
+    enable_prefix_caching: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StepFeatures:
+    prefill_tokens: int = 0
+    attention_pairs: int = 0
+    decode_seqs: int = 0
+    kv_tokens_read: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeCoefficients:
+    """Seconds per unit of each step feature (see the module docstring)."""
+
+    overhead_s: float
+    prefill_token_s: float
+    attention_s: float
+    decode_seq_s: float
+    kv_read_token_s: float
+
+    def step_time(self, f: StepFeatures) -> float:
+        return (
+            self.overhead_s
+            + self.prefill_token_s * f.prefill_tokens
+            + self.attention_s * f.attention_pairs
+            + self.decode_seq_s * f.decode_seqs
+            + self.kv_read_token_s * f.kv_tokens_read
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    """A named hardware/model profile: capacity, timing, and where the numbers come from."""
+
+    name: str
+    description: str
+    source: str
+    config: EngineConfig
+    timing: StepTimeCoefficients
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One token produced for one request at the end of a step."""
+
+    request_id: str
+    index: int  # 0-based output position; index 0 is the first token (end of prefill)
+    token_id: int
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request scheduled for the first time (or again after preemption) in a step."""
+
+    request_id: str
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+    resumed: bool  # True when re-admitted after a preemption
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    duration_s: float
+    features: StepFeatures
+    tokens: tuple[TokenEvent, ...] = ()
+    admitted: tuple[Admission, ...] = ()
+    preempted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Counters and gauges as vLLM exports them (prefix counters in tokens)."""
+
+    running: int
+    waiting: int
+    kv_usage: float  # 1 − free blocks / num_blocks; cached blocks with no user count as free
+    block_size: int
+    num_blocks: int
+    prefix_queries: int
+    prefix_hits: int
+    preemptions: int
+    prompt_tokens: int
+    generation_tokens: int
+    # Lookups of requests re-admitted after preemption: vLLM keeps them out of the
+    # prefix_cache_* counters (PrefixCacheStats.preempted_queries / preempted_hits).
+    preempted_prefix_queries: int = 0
+    preempted_prefix_hits: int = 0
