@@ -12,9 +12,13 @@ from gateway.inference_request import parse_inference_body
 from gateway.router import RequestRouter
 from health.pool import BackendPool
 from routing.types import EngineMetrics
+from scoring.prefix_index import PrefixIndex
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
-def backends_state(pool: BackendPool) -> dict[str, Any]:
+def backends_state(
+    pool: BackendPool, index: PrefixIndex, ttft_model: OnlineTtftModel
+) -> dict[str, Any]:
     now = pool.now()
     out = []
     for b in pool:
@@ -32,9 +36,16 @@ def backends_state(pool: BackendPool) -> dict[str, Any]:
                 "ejected_for_s": round(ejected_for, 3) if ejected_for > 0 else 0.0,
                 "last_error": b.state.last_error,
                 "metrics": _metrics(b.metrics, now),
+                "prefix_index_blocks": index.blocks(b.id),
+                "pending_prefill_tokens": b.pending_prefill_tokens,
+                "ttft_line": _line(ttft_model.coefficients(b.id)),
             }
         )
     return {"backends": out}
+
+
+def _line(c: TtftCoefficients) -> dict[str, float]:
+    return {"overhead_s": c.overhead_s, "prefill_token_s": c.prefill_token_s}
 
 
 def _metrics(m: EngineMetrics | None, now: float) -> dict[str, Any] | None:
@@ -80,6 +91,8 @@ def dry_run(
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
     req = parse_inference_body(_infer_api(data, api), body)
     route = router.route(req, headers, request_id="dry-run")
+    hashes = route.request.prefix_hashes
+    matched = router.prefix.index.match(hashes, (e.id for e in route.endpoints))
     scores = {s.endpoint_id: s for s in route.decision.scores}
     rank = {eid: i for i, eid in enumerate(route.decision.ranked)}
     endpoints = []
@@ -90,6 +103,7 @@ def dry_run(
                 "id": e.id,
                 "health": e.health.value,
                 "in_flight": e.in_flight,
+                "matched_blocks": matched[e.id],
                 "eligible": s is not None,
                 "excluded_by": route.excluded.get(e.id) or route.decision.filtered_out.get(e.id),
                 "scores": dict(s.scores) if s else {},
@@ -105,6 +119,8 @@ def dry_run(
             "stream": r.stream,
             "session_key": r.session_key,
             "token_estimate": r.token_estimate,
+            "prefix_blocks": len(hashes),
+            "prefix_block_chars": r.prefix_block_chars,
         },
         "decision": {
             "policy": route.decision.profile,

@@ -42,15 +42,20 @@ from gateway.errors import (
 )
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
+from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
+from health.scraper import Scraper, ScrapeSettings
 from health.state import HealthPolicy
 from routing.registry import PluginError, PluginRegistry
 from scoring.builtin import register_builtins
+from scoring.prefix_index import PrefixIndex
 from scoring.profiles import build_scheduler
+from scoring.stateful_plugins import register_stateful_plugins
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
@@ -62,6 +67,7 @@ class _Runtime:
     probe_client: httpx.AsyncClient
     proxy: Proxy
     prober: Prober
+    scraper: Scraper
 
 
 class GatewayApp:
@@ -71,8 +77,14 @@ class GatewayApp:
         self.config = config
         self.clock = clock
         self.metrics = GatewayMetrics()
+        self.prefix_index = PrefixIndex()
         registry = PluginRegistry()
         register_builtins(registry)
+        t = config.routing.ttft
+        self.ttft_model = OnlineTtftModel(
+            TtftCoefficients(t.overhead_s, t.prefill_token_s), t.decay
+        )
+        register_stateful_plugins(registry, self.prefix_index, self.ttft_model)
         self.scheduler = build_scheduler(config.routing, registry, clock, random.Random())
         h = config.health
         self.pool = BackendPool(
@@ -88,8 +100,12 @@ class GatewayApp:
                 ejection_max_s=h.ejection_max_s,
             ),
             clock,
+            stale_after_s=h.metrics_stale_after_s,
         )
-        self.router = RequestRouter(self.pool, self.scheduler, config.routing)
+        self.prefix = PrefixTracker(
+            config.routing.prefix, self.prefix_index, self.ttft_model if t.learn else None
+        )
+        self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
@@ -120,9 +136,11 @@ class GatewayApp:
             return
         async with asyncio.TaskGroup() as tg:
             probes = tg.create_task(runtime.prober.run(), name="health-probes")
+            scrapes = tg.create_task(runtime.scraper.run(), name="metrics-scrapes")
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             probes.cancel()
+            scrapes.cancel()
         await runtime.client.aclose()
         await runtime.probe_client.aclose()
         self._runtime = None
@@ -138,12 +156,26 @@ class GatewayApp:
             self.pool,
             probe_client,
             ProbeSettings(h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s),
+            on_down=self.prefix.forget,
         )
         await prober.initial_round()
-        proxy = Proxy(
-            self.pool, client, self.metrics, self.clock, self.config.upstream.max_attempts
+        scraper = Scraper(
+            self.pool,
+            probe_client,
+            ScrapeSettings(h.scrape_interval_s, h.scrape_timeout_s, h.metrics_stale_after_s),
         )
-        self._runtime = _Runtime(client, probe_client, proxy, prober)
+        async with asyncio.TaskGroup() as tg:  # first metrics before the first request
+            for backend in scraper.polled():
+                tg.create_task(scraper.scrape_once(backend))
+        proxy = Proxy(
+            self.pool,
+            client,
+            self.metrics,
+            self.clock,
+            max_attempts=self.config.upstream.max_attempts,
+            prefix=self.prefix,
+        )
+        self._runtime = _Runtime(client, probe_client, proxy, prober, scraper)
         healthy = len(self.pool.healthy())
         log.info(
             "kvgate ready: %d/%d backends healthy, policy %s",
@@ -262,7 +294,9 @@ class GatewayApp:
         await send_json(send, 200, {"object": "list", "data": list(cards.values())})
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await send_json(send, 200, admin.backends_state(self.pool))
+        await send_json(
+            send, 200, admin.backends_state(self.pool, self.prefix_index, self.ttft_model)
+        )
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         headers = header_map(scope)

@@ -99,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a tokenizer.json to use instead of the built-in tokenizer",
     )
+    e.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        metavar="N",
+        help="override the profile's number of KV blocks (like vLLM's --num-gpu-blocks-override)",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -193,6 +199,7 @@ def _emulate(args: argparse.Namespace) -> int:
         model=args.model,
         speedup=args.speedup,
         tokenizer=args.tokenizer,
+        num_gpu_blocks=args.num_gpu_blocks,
     )
     try:
         uvloop.run(serve(settings))

@@ -48,6 +48,9 @@ class HealthSection(_Section):
     ejection_base_s: float = Field(5.0, gt=0)
     ejection_max_s: float = Field(300.0, gt=0)
     model_refresh_s: float = Field(30.0, gt=0)
+    scrape_interval_s: float = Field(0.05, gt=0, description="engine /metrics polling period")
+    scrape_timeout_s: float = Field(0.5, gt=0)
+    metrics_stale_after_s: float = Field(0.2, gt=0, description="older metrics count as unknown")
 
 
 class BackendEntry(_Section):

@@ -33,6 +33,9 @@ class InferenceRequest:
     stream: bool
     user: str | None
     body_bytes: int
+    prompt: Any = None  # the prompt field's JSON value (messages, prompt or input)
+    cache_salt: str | None = None
+    instructions: str | None = None  # Responses API system text
 
 
 def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
@@ -60,12 +63,17 @@ def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
     if not isinstance(stream, bool):
         raise _field_error("stream", "a boolean", stream, True)
     user = data.get("user")
+    salt = data.get("cache_salt")
+    instructions = data.get("instructions")
     return InferenceRequest(
         api=api,
         model=model,
         stream=stream,
         user=user if isinstance(user, str) else None,
         body_bytes=len(body),
+        prompt=prompt,
+        cache_salt=salt if isinstance(salt, str) else None,
+        instructions=instructions if isinstance(instructions, str) else None,
     )
 
 

@@ -17,6 +17,7 @@ import orjson
 from gateway.asgi import Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.metrics import GatewayMetrics
+from gateway.prefix import Dispatch, PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_httpx_error, request_headers, response_headers
 from health.pool import Backend, BackendPool
@@ -58,8 +59,11 @@ class Proxy:
         client: httpx.AsyncClient,
         metrics: GatewayMetrics,
         clock: Callable[[], float],
+        *,
         max_attempts: int,
+        prefix: PrefixTracker,
     ) -> None:
+        self._prefix = prefix
         self._pool = pool
         self._client = client
         self._metrics = metrics
@@ -85,7 +89,7 @@ class Proxy:
             backend = self._pool.get(backend_id)
             rec.backend, rec.attempts = backend_id, i + 1
             more = i + 1 < len(attempts)
-            self._begin(backend)
+            dispatch = self._begin(backend, route)
             try:
                 request = self._client.build_request(
                     "POST", backend.spec.url + target, headers=headers, content=body
@@ -104,18 +108,19 @@ class Proxy:
                         self._failed_status(backend, resp.status_code)
                         self._metrics.retries.labels(rec.model).inc()
                         continue
-                    await self._relay(backend, resp, send, rec)
+                    await self._relay(dispatch, resp, send, rec)
                     return
                 finally:
                     await resp.aclose()
             finally:
-                self._end(backend)
+                self._end(dispatch)
         assert last_error is not None  # the loop only falls through after a failure
         raise last_error
 
     async def _relay(
-        self, backend: Backend, resp: httpx.Response, send: Send, rec: RequestRecord
+        self, dispatch: Dispatch, resp: httpx.Response, send: Send, rec: RequestRecord
     ) -> None:
+        backend = dispatch.backend
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
         extra = [
             (b"x-request-id", rec.request_id.encode()),
@@ -129,6 +134,8 @@ class Proxy:
                 "headers": response_headers(resp, extra),
             }
         )
+        if not is_sse:
+            self._prefix.first_token(dispatch, None)  # the answer is complete: prefill is done
         labels = (rec.model or "", backend.id)
         last_event: float | None = None
         try:
@@ -138,6 +145,7 @@ class Proxy:
                     if last_event is None:
                         rec.ttft_s = now - rec.started
                         self._metrics.ttft.labels(*labels).observe(rec.ttft_s)
+                        self._prefix.first_token(dispatch, now - dispatch.at)
                     else:
                         self._metrics.itl.labels(*labels).observe(now - last_event)
                     last_event = now
@@ -157,12 +165,16 @@ class Proxy:
         else:
             backend.state.record_upstream_success()
 
-    def _begin(self, backend: Backend) -> None:
+    def _begin(self, backend: Backend, route: Route) -> Dispatch:
+        dispatch = self._prefix.dispatch(backend, route.request, self._clock())
         backend.in_flight += 1
         backend.dispatched += 1
         self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
+        return dispatch
 
-    def _end(self, backend: Backend) -> None:
+    def _end(self, dispatch: Dispatch) -> None:
+        self._prefix.first_token(dispatch, None)  # settles the prefill count if not yet done
+        backend = dispatch.backend
         backend.in_flight -= 1
         self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 from gateway.errors import ModelNotFoundError, NoHealthyBackendError, UnknownPolicyError
 from gateway.inference_request import InferenceRequest, session_key
+from gateway.prefix import PrefixTracker
 from health.pool import BackendPool
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, RoutingRequest
@@ -29,10 +30,17 @@ class Route:
 
 
 class RequestRouter:
-    def __init__(self, pool: BackendPool, scheduler: Scheduler, section: RoutingSection) -> None:
+    def __init__(
+        self,
+        pool: BackendPool,
+        scheduler: Scheduler,
+        section: RoutingSection,
+        prefix: PrefixTracker,
+    ) -> None:
         self._pool = pool
         self._scheduler = scheduler
         self._section = section
+        self.prefix = prefix
 
     def route(self, req: InferenceRequest, headers: Mapping[str, str], request_id: str) -> Route:
         policy = self._policy(headers)
@@ -48,11 +56,15 @@ class RequestRouter:
                 candidates.append(e)
         if not candidates:
             self._raise_unroutable(req.model, endpoints)
+        block_chars = self.prefix.block_chars(endpoints)
+        hashes, prompt_tokens = self.prefix.hashes(req, block_chars)
         rreq = RoutingRequest(
             model=req.model,
             request_id=request_id,
             api=req.api,
-            token_estimate=req.body_bytes // 4,
+            prefix_hashes=hashes,
+            prefix_block_chars=block_chars,
+            token_estimate=prompt_tokens,
             session_key=session_key(req, headers, self._section.session_header),
             stream=req.stream,
             headers=MappingProxyType({h: headers[h] for h in _ROUTING_HEADERS if h in headers}),

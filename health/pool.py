@@ -33,8 +33,10 @@ class Backend:
     state: HealthState
     model_cards: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     metrics: EngineMetrics | None = None
+    scrape_errors: int = 0  # failed metric scrapes since start
     in_flight: int = 0
     dispatched: int = 0
+    pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
     discovered_at: float | None = None
 
     @property
@@ -47,28 +49,43 @@ class Backend:
             return frozenset(self.spec.models)
         return frozenset(self.model_cards)
 
-    def snapshot(self, now: float) -> EndpointSnapshot:
+    def snapshot(self, now: float, stale_after_s: float | None = None) -> EndpointSnapshot:
+        """This backend at `now`; metrics older than `stale_after_s` are reported unknown."""
+        metrics = self.metrics
+        if (
+            metrics is not None
+            and stale_after_s is not None
+            and now - metrics.scraped_at > stale_after_s
+        ):
+            metrics = None
         return EndpointSnapshot(
             id=self.spec.id,
             url=self.spec.url,
             models=self.models,
             health=self.state.health(now),
             engine=self.spec.engine,
-            metrics=self.metrics,
+            metrics=metrics,
             in_flight=self.in_flight,
+            pending_prefill_tokens=self.pending_prefill_tokens,
         )
 
 
 class BackendPool:
-    """All backends, keyed by id, with the clock that health decisions use."""
+    """All backends, keyed by id, with the clock that health decisions use.
+
+    Snapshots drop engine metrics scraped more than `stale_after_s` ago (None: never), so
+    scorers treat them as unknown rather than trusting an old queue length.
+    """
 
     def __init__(
         self,
         specs: Iterable[BackendSpec],
         policy: HealthPolicy,
         clock: Callable[[], float],
+        stale_after_s: float | None = None,
     ) -> None:
         self._clock = clock
+        self._stale_after_s = stale_after_s
         self._backends: dict[str, Backend] = {}
         for spec in specs:
             if spec.id in self._backends:
@@ -89,7 +106,7 @@ class BackendPool:
 
     def snapshots(self) -> tuple[EndpointSnapshot, ...]:
         now = self._clock()
-        return tuple(b.snapshot(now) for b in self._backends.values())
+        return tuple(b.snapshot(now, self._stale_after_s) for b in self._backends.values())
 
     def healthy(self) -> list[Backend]:
         now = self._clock()

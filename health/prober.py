@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import httpx
 import orjson
 
 from health.pool import Backend, BackendPool
+from routing.types import Health
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,17 @@ class ProbeSettings:
 class Prober:
     """Probes every backend of a pool with its own httpx client (kept apart from traffic)."""
 
-    def __init__(self, pool: BackendPool, client: httpx.AsyncClient, settings: ProbeSettings):
+    def __init__(
+        self,
+        pool: BackendPool,
+        client: httpx.AsyncClient,
+        settings: ProbeSettings,
+        on_down: Callable[[str], None] | None = None,
+    ):
         self._pool = pool
         self._client = client
         self._settings = settings
+        self._on_down = on_down  # told when a backend turns unhealthy (its cache may be gone)
 
     async def initial_round(self) -> None:
         """Probe and discover every backend once, concurrently (used at start-up)."""
@@ -76,6 +84,8 @@ class Prober:
         after = backend.state.health(self._pool.now())
         if before is not after:
             log.info("backend %s: %s -> %s (%s)", backend.id, before.value, after.value, error)
+            if after is Health.UNHEALTHY and self._on_down is not None:
+                self._on_down(backend.id)
         return ok
 
     async def discover_models(self, backend: Backend) -> None:

@@ -54,6 +54,7 @@ class EndpointSnapshot:
     engine: str = "openai"
     metrics: EngineMetrics | None = None
     in_flight: int = 0  # requests the gateway has dispatched and not yet seen finish
+    pending_prefill_tokens: int = 0  # predicted uncached prompt tokens awaiting a first token
 
     @property
     def healthy(self) -> bool:
@@ -68,6 +69,7 @@ class RoutingRequest:
     request_id: str = ""
     api: str = "chat"  # chat | completions | embeddings | responses
     prefix_hashes: tuple[int, ...] = ()  # chained block hashes of the prompt prefix
+    prefix_block_chars: int = 64  # size of the first (base) hashed block, in bytes
     token_estimate: int = 0
     session_key: str | None = None
     lora_adapter: str | None = None

@@ -4,18 +4,34 @@ from __future__ import annotations
 
 from routing import PluginRegistry
 from scoring.in_flight import InFlightScorer
+from scoring.kv_utilization import KvUtilizationScorer
+from scoring.load_imbalance import LoadImbalanceFilter
+from scoring.lora_affinity import LoraAffinityScorer
 from scoring.max_score import MaxScorePicker
 from scoring.power_of_two import PowerOfTwoPicker
+from scoring.queue_depth import QueueDepthScorer
 from scoring.random_picker import RandomPicker
 from scoring.round_robin import RoundRobinPicker
+from scoring.running_requests import RunningRequestsScorer
+from scoring.saturation import SaturationFilter
 from scoring.session_affinity import SessionAffinityScorer
+from scoring.softmax import SoftmaxPicker
+from scoring.weighted_random import WeightedRandomPicker
 
 
 def register_builtins(registry: PluginRegistry) -> None:
     """Register every built-in filter, scorer and picker under its config type name."""
+    registry.register_filter("saturation-filter", SaturationFilter.from_params)
+    registry.register_filter("load-imbalance-filter", LoadImbalanceFilter.from_params)
     registry.register_scorer("in-flight-scorer", InFlightScorer.from_params)
+    registry.register_scorer("kv-utilization-scorer", KvUtilizationScorer.from_params)
+    registry.register_scorer("queue-depth-scorer", QueueDepthScorer.from_params)
+    registry.register_scorer("running-requests-scorer", RunningRequestsScorer.from_params)
+    registry.register_scorer("lora-affinity-scorer", LoraAffinityScorer.from_params)
     registry.register_scorer("session-affinity-scorer", SessionAffinityScorer.from_params)
     registry.register_picker("round-robin-picker", RoundRobinPicker.from_params)
     registry.register_picker("random-picker", RandomPicker.from_params)
     registry.register_picker("max-score-picker", MaxScorePicker.from_params)
     registry.register_picker("power-of-two-picker", PowerOfTwoPicker.from_params)
+    registry.register_picker("weighted-random-picker", WeightedRandomPicker.from_params)
+    registry.register_picker("softmax-picker", SoftmaxPicker.from_params)

@@ -84,14 +84,37 @@ class ProfileSpec(BaseModel):
         return self
 
 
+class PrefixSection(BaseModel):
+    """How prompts are cut into hashed blocks, and how much the prefix index remembers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_tokens: int | None = Field(default=None, ge=1)  # None: the engines' block size
+    chars_per_token: float = Field(default=4.0, gt=0, allow_inf_nan=False)
+    capacity_blocks: int | None = Field(default=None, ge=1)  # None: from engine KV size
+
+
+class TtftSection(BaseModel):
+    """Prior of the per-endpoint TTFT line used by `estimated-ttft-scorer`, and its learning."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    overhead_s: float = Field(default=0.02, ge=0, allow_inf_nan=False)
+    prefill_token_s: float = Field(default=2e-4, ge=0, allow_inf_nan=False)
+    learn: bool = True  # fit each endpoint's line online from the TTFTs the gateway observes
+    decay: float = Field(default=0.98, gt=0, le=1)
+
+
 class RoutingSection(BaseModel):
     """The `routing:` section: default policy, request overrides, and user profiles."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: NonEmpty = "least-in-flight"
+    policy: NonEmpty = "prefix-aware"
     allow_policy_header: bool = True
     session_header: NonEmpty = "x-session-id"
+    prefix: PrefixSection = PrefixSection()
+    ttft: TtftSection = TtftSection()
     profiles: dict[NonEmpty, ProfileSpec] = Field(default_factory=dict)
 
     @field_validator("session_header")
@@ -131,6 +154,43 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
                 _plugin("session-affinity-scorer", 10.0),
                 _plugin("in-flight-scorer", 1.0),
             ],
+            picker=_plugin("max-score-picker"),
+        ),
+        # Load only, from the engines' own signals plus the gateway's immediate in-flight count.
+        "least-load": ProfileSpec(
+            scorers=[
+                _plugin("queue-depth-scorer", 2.0),
+                _plugin("kv-utilization-scorer", 1.0),
+                _plugin("in-flight-scorer", 2.0),
+            ],
+            picker=_plugin("max-score-picker"),
+        ),
+        # The default. Prefix 3 / queue 2 / KV 2 are GIE's weights: a full prefix match is worth
+        # more than any one load signal, but an idle replica beats a busy one holding the
+        # prefix. in-flight 2 reacts at once to the gateway's own dispatches, so a burst of
+        # identical prompts between two metric scrapes spreads out instead of piling onto the
+        # replica the index just learned about. The filters drop saturated replicas (queue > 5
+        # or KV > 80 %, GIE's thresholds) and hot spots (SGLang's imbalance gate, tightened to
+        # 16 requests for replicas of modest batch size). cache-headroom 1 only breaks near-ties:
+        # a prefix nobody holds goes where the cache has room, spreading distinct prefixes.
+        "prefix-aware": ProfileSpec(
+            filters=[
+                _plugin("saturation-filter"),
+                PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16}),
+            ],
+            scorers=[
+                _plugin("prefix-match-scorer", 3.0),
+                _plugin("queue-depth-scorer", 2.0),
+                _plugin("kv-utilization-scorer", 2.0),
+                _plugin("in-flight-scorer", 2.0),
+                _plugin("cache-headroom-scorer", 1.0),
+            ],
+            picker=_plugin("max-score-picker"),
+        ),
+        # Cache affinity and load in one unit: predicted seconds to first token.
+        "estimated-ttft": ProfileSpec(
+            filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
+            scorers=[_plugin("estimated-ttft-scorer", 1.0)],
             picker=_plugin("max-score-picker"),
         ),
     }

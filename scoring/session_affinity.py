@@ -64,6 +64,5 @@ class SessionAffinityScorer:
         ids = sorted({e.id for e in endpoints}, key=lambda i: (-rendezvous_weight(key, i), i))
         n = len(ids)
         return {
-            endpoint_id: 1.0 if k == 0 else 0.5 * (1.0 - k / n)
-            for k, endpoint_id in enumerate(ids)
+            endpoint_id: 1.0 if k == 0 else 0.5 * (1.0 - k / n) for k, endpoint_id in enumerate(ids)
         }

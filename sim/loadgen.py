@@ -132,3 +132,48 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[k]
+
+
+@dataclass(frozen=True, slots=True)
+class TimedRequest:
+    """One request of an open-loop replay: sent at `at_s` whatever happened before."""
+
+    at_s: float
+    path: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def run_timed(base_url: str, requests: list[TimedRequest], stats: RunStats) -> None:
+    """Open-loop replay: each request is sent at its time; TTFT measured from the stream."""
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600.0, limits=limits) as client:
+        t0 = time.monotonic()
+        async with asyncio.TaskGroup() as tg:
+            for i, req in enumerate(requests):
+                await asyncio.sleep(max(0.0, t0 + req.at_s - time.monotonic()))
+                tg.create_task(_timed(client, req, f"req-{i}", stats))
+
+
+async def _timed(client: httpx.AsyncClient, req: TimedRequest, rid: str, stats: RunStats) -> None:
+    start = time.monotonic()
+    ttft: float | None = None
+    stats.in_flight += 1
+    headers = {"content-type": "application/json", **req.headers}
+    try:
+        async with client.stream("POST", req.path, content=req.body, headers=headers) as resp:
+            backend = resp.headers.get("x-kvgate-backend")
+            if resp.status_code != 200:
+                text = (await resp.aread())[:200].decode(errors="replace")
+                stats.results.append(
+                    TurnResult(rid, None, time.monotonic() - start, resp.status_code, backend, text)
+                )
+                return
+            async for line in resp.aiter_lines():
+                if ttft is None and line.startswith("data: {") and '"choices":[{' in line:
+                    ttft = time.monotonic() - start
+            stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 200, backend))
+    except httpx.HTTPError as exc:
+        stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
+    finally:
+        stats.in_flight -= 1

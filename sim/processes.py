@@ -73,7 +73,13 @@ class ChildProcess:
 
 
 def start_emulator(
-    replicas: int, profile: str, model: str, log: Path, speedup: float = 1.0
+    replicas: int,
+    profile: str,
+    model: str,
+    log: Path,
+    *,
+    speedup: float = 1.0,
+    extra: Sequence[str] = (),
 ) -> tuple[ChildProcess, list[str]]:
     child = ChildProcess(
         [
@@ -88,6 +94,7 @@ def start_emulator(
             model,
             "--speedup",
             str(speedup),
+            *extra,
         ],
         log,
     ).start()

@@ -173,10 +173,11 @@ class EmulatorApp:
 
     async def _stream(self, gen: Generation, req: api.ParsedRequest, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-        if req.kind == "chat":
-            await _chunk(send, api.role_chunk(gen.request_id, req.model))
         produced = 0
         while (ev := await gen.events.get()) is not None:
+            if produced == 0 and req.kind == "chat":
+                # vLLM sends the role chunk with the first output, after the prefill.
+                await _chunk(send, api.role_chunk(gen.request_id, req.model))
             produced += 1
             text = self.tokenizer.decode([ev.token_id])
             finish = "length" if ev.finished else None

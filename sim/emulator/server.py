@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvicorn
 
@@ -17,6 +17,7 @@ from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer, HFTokenizer, Tokenizer
+from sim.engine.types import EngineProfile
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,15 @@ class EmulatorSettings:
     model: str = "kvgate-demo"
     speedup: float = 1.0
     tokenizer: str | None = None  # path of a tokenizer.json; default: the built-in tokenizer
+    num_gpu_blocks: int | None = None  # override the profile's KV capacity (like vLLM's flag)
+
+
+def resolve_profile(settings: EmulatorSettings) -> EngineProfile:
+    profile = get_profile(settings.profile)
+    if settings.num_gpu_blocks is not None:
+        config = replace(profile.config, num_blocks=settings.num_gpu_blocks)
+        profile = replace(profile, config=config)
+    return profile
 
 
 class _Server(uvicorn.Server):
@@ -45,7 +55,7 @@ def make_tokenizer(path: str | None) -> Tokenizer:
 
 
 def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
-    profile = get_profile(settings.profile)
+    profile = resolve_profile(settings)
     tokenizer = make_tokenizer(settings.tokenizer)
     return [
         EmulatorApp(Replica(profile, settings.model, settings.speedup), tokenizer)
@@ -87,10 +97,11 @@ async def serve(settings: EmulatorSettings) -> None:
             sock: socket.socket = s.servers[0].sockets[0]
             port = sock.getsockname()[1]
             print(f"replica {i}: http://{settings.host}:{port}", flush=True)
-    profile = get_profile(settings.profile)
+    profile = resolve_profile(settings)
     print(
         f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "
-        f"{profile.name!r}, speedup {settings.speedup}",
+        f"{profile.name!r} ({profile.config.num_blocks} KV blocks of "
+        f"{profile.config.block_size}), speedup {settings.speedup}",
         file=sys.stderr,
         flush=True,
     )

@@ -155,17 +155,18 @@ def test_ttft_grows_with_queue_depth(start_replica: StartReplica) -> None:
     ttfts: dict[int, float] = {}
 
     def one(i: int) -> None:
-        time.sleep(0.05 * i)  # arrive in order
-        ttfts[i] = _ttft(srv.url, _text(100 + i, 500))
+        time.sleep(0.1 * i)  # arrive in order, each while the previous one still prefills
+        ttfts[i] = _ttft(srv.url, _text(100 + i, 800))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    # One sequence at a time: each request waits for those ahead of it.
-    assert ttfts[3] > ttfts[2] > ttfts[0]
-    assert ttfts[3] > 2.5 * ttfts[0]
+    # One sequence at a time: each request waits for those ahead of it (~0.33 s of prefill
+    # each), so the last one's TTFT is several times the first's.
+    assert ttfts[3] > ttfts[1] > ttfts[0]
+    assert ttfts[3] > 2 * ttfts[0], ttfts
 
 
 def test_kv_usage_rises_with_concurrent_long_prompts(start_replica: StartReplica) -> None:
@@ -213,13 +214,16 @@ def test_speedup_keeps_behaviour_in_proportionally_less_time(
     results = {}
     for speedup in (1.0, 4.0):
         _, srv = start_replica(speedup=speedup)
-        prompt = _text(400, 1500)
-        cold = _ttft(srv.url, prompt)
-        warm = _complete(srv.url, prompt).json()["usage"]["prompt_tokens_details"]
-        results[speedup] = (cold, warm["cached_tokens"])
+        prompts = [_text(400 + i, 1500) for i in range(3)]
+        cold = sum(_ttft(srv.url, p) for p in prompts)  # ~0.6 s each at speedup 1
+        warm = [
+            _complete(srv.url, p).json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            for p in prompts
+        ]
+        results[speedup] = (cold, warm)
     assert results[1.0][1] == results[4.0][1]  # same cache behaviour
     ratio = results[1.0][0] / results[4.0][0]
-    assert 2.5 < ratio < 6.0  # ~4× faster, with room for scheduling noise
+    assert 2.0 < ratio < 8.0, ratio  # ~4× faster; wide bounds for a shared, noisy machine
 
 
 def test_bad_input_gets_vllm_errors(start_replica: StartReplica) -> None:

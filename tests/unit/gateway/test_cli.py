@@ -72,7 +72,7 @@ def test_flags_without_a_file_start_from_the_defaults() -> None:
     cfg = _serve("--backend", "http://127.0.0.1:8001", "--port", "8080")
     assert [b.url for b in cfg.backends] == ["http://127.0.0.1:8001"]
     assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 8080)
-    assert cfg.routing.policy == "least-in-flight"
+    assert cfg.routing.policy == "prefix-aware"
     assert cfg.upstream == GatewayConfig().upstream
 
 

@@ -82,7 +82,7 @@ def test_no_file_gives_the_defaults() -> None:
     assert cfg.upstream.max_attempts == 2
     assert cfg.health.fail_threshold == 3
     assert cfg.backends == []
-    assert cfg.routing.policy == "least-in-flight"
+    assert cfg.routing.policy == "prefix-aware"
 
 
 def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:
@@ -259,7 +259,10 @@ def test_unknown_policy_is_rejected_listing_the_profiles() -> None:
     )
     assert "routing:" in message
     assert "'fastest' is not a profile" in message
-    assert "available: least-in-flight, mine, power-of-two, random, round-robin, session" in message
+    assert (
+        "available: estimated-ttft, least-in-flight, least-load, mine, power-of-two, "
+        "prefix-aware, random, round-robin, session"
+    ) in message
 
 
 def test_policy_may_name_a_user_profile() -> None:

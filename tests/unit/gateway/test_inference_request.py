@@ -49,8 +49,16 @@ def test_minimal_valid_body(api: str) -> None:
     field = APIS[api][1]
     body = _body(model="m", **{field: PROMPTS[api]})
     assert parse_inference_body(api, body) == InferenceRequest(
-        api=api, model="m", stream=False, user=None, body_bytes=len(body)
+        api=api, model="m", stream=False, user=None, body_bytes=len(body), prompt=PROMPTS[api]
     )
+
+
+def test_cache_salt_and_instructions_kept_for_prefix_hashing() -> None:
+    body = _body(model="m", input="hi", cache_salt="tenant-a", instructions="be brief")
+    req = parse_inference_body("responses", body)
+    assert (req.cache_salt, req.instructions, req.prompt) == ("tenant-a", "be brief", "hi")
+    odd = parse_inference_body("responses", _body(model="m", input="x", cache_salt=5))
+    assert odd.cache_salt is None
 
 
 @pytest.mark.parametrize(

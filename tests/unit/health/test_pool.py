@@ -132,3 +132,10 @@ def test_unknown_backends_serve_nothing() -> None:
     assert pool.served_models() == {}
     assert pool.healthy() == []
     assert pool.known_models() == {"m"}
+
+
+def test_snapshot_carries_pending_prefill_tokens() -> None:
+    pool = BackendPool([BackendSpec(url="http://a:1")], HealthPolicy(), lambda: 0.0)
+    pool.get("a:1").pending_prefill_tokens = 512
+    [snap] = pool.snapshots()
+    assert snap.pending_prefill_tokens == 512

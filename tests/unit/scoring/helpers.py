@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
-from routing import EndpointScores, EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import (
+    EndpointScores,
+    EndpointSnapshot,
+    EngineMetrics,
+    RoutingRequest,
+    SchedulingContext,
+)
 
 
 def endpoint(endpoint_id: str, in_flight: int = 0) -> EndpointSnapshot:
@@ -27,3 +35,9 @@ def scored(totals: Mapping[str, float]) -> list[EndpointScores]:
 
 def context(seed: int = 0) -> SchedulingContext:
     return SchedulingContext(clock=lambda: 100.0, rng=random.Random(seed))
+
+
+def metered(endpoint_id: str, in_flight: int = 0, **fields: Any) -> EndpointSnapshot:
+    """An endpoint with engine metrics `fields` (EngineMetrics keywords), scraped at t=100."""
+    metrics = EngineMetrics(scraped_at=100.0, **fields)
+    return replace(endpoint(endpoint_id, in_flight), metrics=metrics)

@@ -7,9 +7,23 @@ from routing.registry import PluginError
 from scoring.builtin import register_builtins
 
 EXPECTED = {
-    "filters": [],
-    "scorers": ["in-flight-scorer", "session-affinity-scorer"],
-    "pickers": ["max-score-picker", "power-of-two-picker", "random-picker", "round-robin-picker"],
+    "filters": ["load-imbalance-filter", "saturation-filter"],
+    "scorers": [
+        "in-flight-scorer",
+        "kv-utilization-scorer",
+        "lora-affinity-scorer",
+        "queue-depth-scorer",
+        "running-requests-scorer",
+        "session-affinity-scorer",
+    ],
+    "pickers": [
+        "max-score-picker",
+        "power-of-two-picker",
+        "random-picker",
+        "round-robin-picker",
+        "softmax-picker",
+        "weighted-random-picker",
+    ],
 }
 
 
@@ -28,6 +42,15 @@ def test_registering_twice_is_an_error() -> None:
     register_builtins(registry)
     with pytest.raises(PluginError, match="already registered"):
         register_builtins(registry)
+
+
+@pytest.mark.parametrize("type_name", EXPECTED["filters"])
+def test_filter_factories_name_instances_and_reject_unknown_params(type_name: str) -> None:
+    registry = PluginRegistry()
+    register_builtins(registry)
+    assert registry.make_filter(type_name, "mine", {}).name == "mine"
+    with pytest.raises(PluginError, match=rf"filter '{type_name}': unknown parameter.*'bogus'"):
+        registry.make_filter(type_name, "mine", {"bogus": 1})
 
 
 @pytest.mark.parametrize("type_name", EXPECTED["scorers"])

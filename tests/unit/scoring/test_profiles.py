@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from routing import PluginRegistry, RoutingRequest
 from routing.registry import PluginError
 from scoring.builtin import register_builtins
+from scoring.prefix_index import PrefixIndex
 from scoring.profiles import (
     BUILTIN_PROFILES,
     PluginSpec,
@@ -18,6 +19,8 @@ from scoring.profiles import (
     effective_profiles,
 )
 from scoring.session_affinity import SessionAffinityScorer
+from scoring.stateful_plugins import register_stateful_plugins
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 from tests.unit.scoring.helpers import context, endpoint
 
 MAX_SCORE = {"type": "max-score-picker"}
@@ -26,6 +29,9 @@ MAX_SCORE = {"type": "max-score-picker"}
 def _registry() -> PluginRegistry:
     registry = PluginRegistry()
     register_builtins(registry)
+    register_stateful_plugins(
+        registry, PrefixIndex(), OnlineTtftModel(TtftCoefficients(0.02, 2e-4))
+    )
     return registry
 
 
@@ -40,7 +46,7 @@ def _error_locs(exc: ValidationError) -> list[str]:
 
 def test_defaults() -> None:
     section = RoutingSection()
-    assert section.policy == "least-in-flight"
+    assert section.policy == "prefix-aware"
     assert section.allow_policy_header is True
     assert section.session_header == "x-session-id"
     assert section.profiles == {}
@@ -59,6 +65,25 @@ def test_builtin_profiles_wiring() -> None:
             [("session-affinity-scorer", 10.0), ("in-flight-scorer", 1.0)],
             "max-score-picker",
         ),
+        "least-load": (
+            [
+                ("queue-depth-scorer", 2.0),
+                ("kv-utilization-scorer", 1.0),
+                ("in-flight-scorer", 2.0),
+            ],
+            "max-score-picker",
+        ),
+        "prefix-aware": (
+            [
+                ("prefix-match-scorer", 3.0),
+                ("queue-depth-scorer", 2.0),
+                ("kv-utilization-scorer", 2.0),
+                ("in-flight-scorer", 2.0),
+                ("cache-headroom-scorer", 1.0),
+            ],
+            "max-score-picker",
+        ),
+        "estimated-ttft": ([("estimated-ttft-scorer", 1.0)], "max-score-picker"),
     }
 
 
@@ -180,7 +205,9 @@ def test_build_fails_if_builtins_were_not_registered() -> None:
 
 def test_least_in_flight_targets_the_idlest() -> None:
     endpoints = [endpoint("a", 5), endpoint("b", 1), endpoint("c", 9)]
-    decision = _scheduler({}).schedule(RoutingRequest(model="m"), endpoints)
+    decision = _scheduler({"policy": "least-in-flight"}).schedule(
+        RoutingRequest(model="m"), endpoints
+    )
     assert decision.profile == "least-in-flight"
     assert decision.ranked == ("b", "a", "c")
 

@@ -1,0 +1,109 @@
+"""Canonical bytes of a request's prompt, the input of prefix hashing.
+
+Chat messages are rendered as `role ␟ content ␞` records (plus name, tool calls and tool call
+id when present), so consecutive turns of a conversation share a byte prefix whatever the
+JSON formatting of the request. Multimodal parts, and Responses items that are not messages
+(function calls and their outputs), are included by reference (a hash of the URL, data or
+item), not by content. Completions prompts given as token ids become 4 bytes a token.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import orjson
+import xxhash
+
+_RS, _US = "\x1e", "\x1f"
+
+
+def prompt_bytes(api: str, prompt: Any, instructions: str | None = None) -> bytes:
+    if api == "chat":
+        return _messages(prompt)
+    if api == "responses":
+        head = (instructions + _RS) if instructions else ""
+        if isinstance(prompt, list):
+            return head.encode() + _messages(prompt)
+        return (head + str(prompt)).encode()
+    return _completion_prompt(prompt)
+
+
+def _completion_prompt(prompt: Any) -> bytes:
+    if isinstance(prompt, str):
+        return prompt.encode()
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, int):
+            return _token_ids(prompt)
+        if isinstance(first, str):  # a batch: route on its first prompt
+            return first.encode()
+        if isinstance(first, list):
+            return _token_ids(first)
+    return b""
+
+
+def _token_ids(ids: list[Any]) -> bytes:
+    try:
+        return array("I", ids).tobytes()
+    except (TypeError, OverflowError):
+        return orjson.dumps(ids)
+
+
+def _messages(messages: Any) -> bytes:
+    if not isinstance(messages, list):
+        return b""
+    parts: list[str] = []
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m:  # e.g. a Responses function_call item
+            parts.append(_ref(m))
+            parts.append(_RS)
+            continue
+        parts.append(str(m.get("role", "")))
+        if "name" in m:
+            parts.append(_US + str(m["name"]))
+        parts.append(_US)
+        parts.append(_content(m.get("content")))
+        calls = m.get("tool_calls")
+        if calls:
+            parts.append(_US + _tool_calls(calls))
+        if "tool_call_id" in m:
+            parts.append(_US + str(m["tool_call_id"]))
+        parts.append(_RS)
+    return "".join(parts).encode()
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
+                out.append(str(part.get("text", "")))
+            else:
+                out.append(_ref(part))
+        return "".join(out)
+    return _ref(content)
+
+
+def _tool_calls(calls: Any) -> str:
+    if not isinstance(calls, list):
+        return _ref(calls)
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            out.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+        else:
+            out.append(_ref(call))
+    return ";".join(out)
+
+
+def _ref(value: Any) -> str:
+    """A short stable reference to a non-text part (image, audio, file, …)."""
+    kind = value.get("type", "part") if isinstance(value, dict) else type(value).__name__
+    digest = xxhash.xxh3_64_hexdigest(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    return f"<{kind}:{digest}>"

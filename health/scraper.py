@@ -1,0 +1,121 @@
+"""Engine metric scraping: one polling loop per backend that exports metrics.
+
+Each loop sends `GET {url}{adapter.metrics_path}` every `interval_s` (timeout `timeout_s`),
+the adapter chosen by the backend's configured engine, and stores the parsed, immutable
+`EngineMetrics` on the backend, replacing the previous object. A failed scrape leaves the
+old metrics in place and counts one `scrape_errors`; the pool's snapshots stop showing
+metrics once they are older than `stale_after_s` (GIE's 200 ms), so a backend whose
+scrapes keep failing looks "unknown" to the scorers rather than idle. Backends whose
+engine exports no metrics (`openai`) are not polled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from adapters.base import EngineAdapter
+from adapters.registry import ADAPTERS, detect_engine
+from health.pool import Backend, BackendPool
+from routing.types import EngineMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeSettings:
+    interval_s: float = 0.05
+    timeout_s: float = 0.5
+    stale_after_s: float = 0.2  # for BackendPool(stale_after_s=...), which applies it
+
+
+class Scraper:
+    """Scrapes every backend of a pool with its own httpx client (kept apart from traffic).
+
+    `clock` stamps `scraped_at`; it defaults to the pool's clock, which the staleness check
+    also reads, so both must agree.
+    """
+
+    def __init__(
+        self,
+        pool: BackendPool,
+        client: httpx.AsyncClient,
+        settings: ScrapeSettings,
+        clock: Callable[[], float] | None = None,
+        adapters: Mapping[str, EngineAdapter] = ADAPTERS,
+    ) -> None:
+        self._pool = pool
+        self._client = client
+        self._settings = settings
+        self._clock = clock or pool.now
+        self._adapters: dict[str, EngineAdapter] = {}
+        for backend in pool:
+            engine = backend.spec.engine
+            if engine not in adapters:
+                raise ValueError(f"backend {backend.id}: no adapter for engine {engine!r}")
+            self._adapters[backend.id] = adapters[engine]
+        self._failing: set[str] = set()  # ids whose last scrape failed, to log changes only
+        self._warned_empty: set[str] = set()
+
+    def polled(self) -> list[Backend]:
+        """The backends that export metrics, in pool order."""
+        return [b for b in self._pool if self._adapters[b.id].metrics_path is not None]
+
+    async def run(self) -> None:
+        """Poll forever; cancel to stop. Returns at once if no backend exports metrics."""
+        async with asyncio.TaskGroup() as tg:
+            for backend in self.polled():
+                tg.create_task(self._loop(backend))
+
+    async def _loop(self, backend: Backend) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.scrape_once(backend)
+            # Keep the period near interval_s however long the scrape took.
+            await asyncio.sleep(max(0.0, self._settings.interval_s - (loop.time() - started)))
+
+    async def scrape_once(self, backend: Backend) -> bool:
+        """Scrape `backend` once; True if fresh metrics were stored."""
+        adapter = self._adapters[backend.id]
+        if adapter.metrics_path is None:
+            return False
+        # Stamped before the request: the engine rendered its page at some point after
+        # this, so the metrics are never taken as fresher than they are.
+        scraped_at = self._clock()
+        try:
+            resp = await self._client.get(
+                backend.spec.url + adapter.metrics_path, timeout=self._settings.timeout_s
+            )
+            resp.raise_for_status()
+            metrics = adapter.parse_metrics(resp.text, scraped_at)
+        except (httpx.HTTPError, ValueError) as exc:
+            backend.scrape_errors += 1
+            if backend.id not in self._failing:
+                self._failing.add(backend.id)
+                log.warning("backend %s: metrics scrape failed: %r", backend.id, exc)
+            return False
+        if backend.id in self._failing:
+            self._failing.discard(backend.id)
+            log.info("backend %s: metrics scrape recovered", backend.id)
+        if metrics == EngineMetrics(scraped_at=scraped_at):
+            self._warn_empty(backend, adapter, resp.text)
+        backend.metrics = metrics
+        return True
+
+    def _warn_empty(self, backend: Backend, adapter: EngineAdapter, text: str) -> None:
+        """Once per backend: its page had none of its engine's metrics (wrong engine set?)."""
+        if backend.id in self._warned_empty:
+            return
+        self._warned_empty.add(backend.id)
+        log.warning(
+            "backend %s: no %s metrics at %s (the page looks like %s)",
+            backend.id,
+            adapter.engine,
+            adapter.metrics_path,
+            detect_engine(text),
+        )

@@ -1,0 +1,52 @@
+"""`kv-utilization-scorer`: prefer the endpoints with the most free KV cache.
+
+Formula: with u the candidate's `metrics.kv_usage` (fraction of KV blocks in use, clamped to
+[0, 1]),
+
+    score = 1 - u
+
+so an empty cache scores 1.0 and a full one 0.0. The score is absolute, not min-max
+normalised: 10 % against 20 % usage is a small difference and scores as one (GIE's KV scorer
+does the same).
+
+Unknown metrics (`metrics` None, `kv_usage` None or NaN): the endpoint scores the worst score
+among the candidates whose usage is known, or 0.5 if none is known (see
+`scoring.unknown_metrics`): an unscraped or stale endpoint never outranks a known one here.
+
+Parameters: none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from scoring.params import check_plugin_args
+from scoring.unknown_metrics import fill_unknown
+
+
+class KvUtilizationScorer:
+    """Scores each candidate by the fraction of its KV cache that is free."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
+        check_plugin_args(name, params)
+        return cls(name)
+
+    def score(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Mapping[str, float]:
+        known: dict[str, float] = {}
+        for e in endpoints:
+            usage = e.metrics.kv_usage if e.metrics is not None else None
+            if usage is not None and not math.isnan(usage):
+                known[e.id] = 1.0 - min(max(usage, 0.0), 1.0)
+        return fill_unknown(endpoints, known)

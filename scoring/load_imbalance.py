@@ -1,0 +1,97 @@
+"""`load-imbalance-filter`: when load is badly skewed, drop the hot spots.
+
+Load: load(e) = e.in_flight + e.metrics.waiting, the second term 0 when unknown. `in_flight`
+is the gateway's own, always fresh count of requests it sent to e; `waiting` adds the queue
+built by other routers and clients. A request of ours still queued counts twice, on purpose:
+queued requests are the load that hurts latency.
+
+Rule (SGLang's cache_aware balance gate, applied per candidate): with min_load the lowest load
+among the candidates, a candidate is a hot spot when
+
+    load - min_load > abs_threshold   and   load > min_load × rel_threshold
+
+and the filter drops the hot spots, keeping the rest in input order; equivalently it keeps
+
+    load ≤ max(min_load + abs_threshold, min_load × rel_threshold).
+
+Both conditions grow with load, so SGLang's gate (the same test on max_load) is off exactly
+when no candidate is a hot spot, and then every candidate is kept. When the gate is on, SGLang
+sends the request to the single least-loaded worker; this filter keeps every candidate inside
+the band instead, so a prefix scorer can still pick the best-cached replica among those that
+are not overloaded.
+
+Why: pure prefix routing collapses onto one replica when many prompts share their first
+blocks (a common system prompt): that replica matches best for all of them, its score stays
+the highest, and load scorers of modest weight cannot outvote it. This filter bounds the
+collapse whatever the scorers say: no request goes to an endpoint whose load exceeds both
+min_load + abs_threshold and min_load × rel_threshold.
+
+Never empty: the least-loaded candidate is never a hot spot (its excess over min_load is 0),
+so a non-empty input always gives a non-empty output; the filter fails open by construction.
+
+Unknown metrics (`metrics` None or `waiting` None): the load is the in-flight count alone,
+which may make the endpoint look cooler than it is, but no endpoint is dropped for lack of
+metrics (the load scorers price that doubt).
+
+Parameters: `abs_threshold` (number ≥ 0, default 64) and `rel_threshold` (number ≥ 1, default
+1.5; 1 disables the relative condition), SGLang's defaults, so side-by-side benchmarks compare
+like with like. SGLang applies 64 to engines that batch hundreds of requests; with small
+engines (CPU, a small `max_num_seqs`) lower it, or the filter will rarely act.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from scoring.numeric_params import number_param
+from scoring.params import check_plugin_args
+
+DEFAULT_ABS_THRESHOLD = 64.0
+DEFAULT_REL_THRESHOLD = 1.5
+
+
+def load(endpoint: EndpointSnapshot) -> int:
+    """Requests in flight from this gateway plus the engine's reported waiting queue."""
+    m = endpoint.metrics
+    waiting = m.waiting if m is not None and m.waiting is not None else 0
+    return endpoint.in_flight + waiting
+
+
+class LoadImbalanceFilter:
+    """Drops candidates loaded far above the least-loaded one (SGLang's balance gate)."""
+
+    def __init__(
+        self,
+        name: str,
+        abs_threshold: float = DEFAULT_ABS_THRESHOLD,
+        rel_threshold: float = DEFAULT_REL_THRESHOLD,
+    ) -> None:
+        self.name = name
+        self.abs_threshold = abs_threshold
+        self.rel_threshold = rel_threshold
+
+    @classmethod
+    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
+        check_plugin_args(name, params, accepted=("abs_threshold", "rel_threshold"))
+        return cls(
+            name,
+            abs_threshold=number_param(params, "abs_threshold", DEFAULT_ABS_THRESHOLD, ge=0.0),
+            rel_threshold=number_param(params, "rel_threshold", DEFAULT_REL_THRESHOLD, ge=1.0),
+        )
+
+    def filter(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Sequence[EndpointSnapshot]:
+        if not endpoints:
+            return []
+        loads = [load(e) for e in endpoints]
+        low = min(loads)
+        return [e for e, x in zip(endpoints, loads, strict=True) if not self._hot(x, low)]
+
+    def _hot(self, x: int, low: int) -> bool:
+        return x - low > self.abs_threshold and x > low * self.rel_threshold

@@ -1,0 +1,61 @@
+"""Chained prefix-block hashes of a prompt, as the prefix index keys them.
+
+The canonical prompt bytes are cut into blocks and hashed as a chain with xxHash3-64:
+
+    h_0 = xxh3_64(block_0, seed = xxh3_64(model ‖ 0x00 ‖ cache_salt))
+    h_i = xxh3_64(block_i, seed = h_{i−1})
+
+so a block's hash names the whole prefix up to it, and requests for another model or with
+another `cache_salt` never share a hash. Only full blocks are hashed (engines only cache
+full blocks).
+
+Block sizes grow with position so that hashing stays cheap for very long prompts: the first
+`GROUP` (128) blocks have `block_chars` bytes, the next 128 twice that, then four times, and
+so on. Boundaries depend only on position, so two prompts sharing a prefix share its blocks;
+a 128k-token prompt (~512 KB) makes ~770 blocks instead of 8,000, and the far end of a long
+context is tracked more coarsely, where the exact match length matters least.
+"""
+
+from __future__ import annotations
+
+import xxhash
+
+GROUP = 128
+
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def prefix_seed(model: str, cache_salt: str | None = None) -> int:
+    return _xxh3(model.encode() + b"\x00" + (cache_salt or "").encode())
+
+
+def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
+    """Chained hashes of the full blocks of `data` (see the module docstring)."""
+    if block_chars < 1:
+        raise ValueError("block_chars must be >= 1")
+    out: list[int] = []
+    h = seed
+    pos = 0
+    size = block_chars
+    n = len(data)
+    while True:
+        for _ in range(GROUP):
+            end = pos + size
+            if end > n:
+                return tuple(out)
+            h = _xxh3(data[pos:end], h)
+            out.append(h)
+            pos = end
+        size *= 2
+
+
+def block_weight(index: int) -> int:
+    """Size of block `index` in units of the base block (1 for the first GROUP, then 2, 4…)."""
+    return 1 << (index // GROUP)
+
+
+def covered_chars(blocks: int, block_chars: int) -> int:
+    """Bytes covered by the first `blocks` blocks."""
+    full_groups, rest = divmod(blocks, GROUP)
+    # Σ_{g<full_groups} GROUP × block_chars × 2^g  +  rest × block_chars × 2^full_groups
+    return block_chars * (GROUP * ((1 << full_groups) - 1) + rest * (1 << full_groups))

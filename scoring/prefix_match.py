@@ -1,0 +1,50 @@
+"""`prefix-match-scorer`: the share of the prompt's prefix an endpoint probably has cached.
+
+Formula: with the request's chained block hashes h_0..h_{n−1} and m_e the number of leading
+blocks the `PrefixIndex` holds for endpoint e,
+
+    score(e) = covered_chars(m_e) / covered_chars(n)
+
+(the fraction of the hashed prompt, by length, that would be a cache hit). A request without
+hashes scores 0 everywhere (neutral). The index is built by the composition root and fed from
+routing decisions; this scorer only reads it.
+
+Parameters: none (the index is injected by the factory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from scoring.params import check_plugin_args
+from scoring.prefix_hash import covered_chars
+from scoring.prefix_index import PrefixIndex
+
+
+class PrefixMatchScorer:
+    """Scores endpoints by the cached share of the request's prompt prefix."""
+
+    def __init__(self, name: str, index: PrefixIndex) -> None:
+        self.name = name
+        self._index = index
+
+    @classmethod
+    def from_params(cls, name: str, params: Mapping[str, Any], index: PrefixIndex) -> Self:
+        check_plugin_args(name, params)
+        return cls(name, index)
+
+    def score(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Mapping[str, float]:
+        hashes = request.prefix_hashes
+        if not hashes:
+            return {e.id: 0.0 for e in endpoints}
+        matched = self._index.match(hashes, (e.id for e in endpoints))
+        base = request.prefix_block_chars
+        total = covered_chars(len(hashes), base)
+        return {e.id: covered_chars(matched[e.id], base) / total for e in endpoints}

@@ -1,0 +1,80 @@
+"""`saturation-filter`: drop endpoints whose engine reports a long queue or a nearly full cache.
+
+Formula: a candidate is saturated when its engine metrics are known and
+
+    metrics.waiting > queue_threshold   or   metrics.kv_usage > kv_threshold
+
+(a field the engine does not report is not evidence either way). The filter keeps the
+candidates that are not saturated, in their input order. The comparisons are strict, as in
+GIE's saturation detector, so the defaults mean what GIE's mean: up to 5 waiting requests and
+80 % KV usage still count as having capacity; `kv_threshold: 1.0` disables the cache check.
+
+Fails open: if every candidate is saturated, all of them are returned. The request has to go
+somewhere, and holding or shedding it is admission control's job, not a filter's; the scorers
+still rank the saturated endpoints by how saturated they are.
+
+Unknown metrics (`metrics` None) are not treated as saturated. A filter's verdict is final, so
+only evidence should remove an endpoint, and "unknown" mostly means a replica not scraped yet
+or an engine that reports nothing (a generic OpenAI server), which would otherwise be dropped
+for good. The doubt is priced by the load scorers instead (an unknown endpoint ties the worst
+known one). GIE's detector counts stale pods as lacking capacity because it answers a
+different question, whether to admit traffic at all, where pessimism is the safe side.
+
+Parameters: `queue_threshold` (number ≥ 0, default 5), `kv_threshold` (number in [0, 1],
+default 0.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from scoring.numeric_params import number_param
+from scoring.params import check_plugin_args
+
+DEFAULT_QUEUE_THRESHOLD = 5.0
+DEFAULT_KV_THRESHOLD = 0.8
+
+
+class SaturationFilter:
+    """Removes endpoints whose waiting queue or KV usage is over its threshold."""
+
+    def __init__(
+        self,
+        name: str,
+        queue_threshold: float = DEFAULT_QUEUE_THRESHOLD,
+        kv_threshold: float = DEFAULT_KV_THRESHOLD,
+    ) -> None:
+        self.name = name
+        self.queue_threshold = queue_threshold
+        self.kv_threshold = kv_threshold
+
+    @classmethod
+    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
+        check_plugin_args(name, params, accepted=("queue_threshold", "kv_threshold"))
+        return cls(
+            name,
+            queue_threshold=number_param(
+                params, "queue_threshold", DEFAULT_QUEUE_THRESHOLD, ge=0.0
+            ),
+            kv_threshold=number_param(params, "kv_threshold", DEFAULT_KV_THRESHOLD, ge=0.0, le=1.0),
+        )
+
+    def filter(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Sequence[EndpointSnapshot]:
+        kept = [e for e in endpoints if not self.saturated(e)]
+        return kept if kept else list(endpoints)
+
+    def saturated(self, endpoint: EndpointSnapshot) -> bool:
+        """Whether the endpoint's known metrics put it over either threshold."""
+        m = endpoint.metrics
+        if m is None:
+            return False
+        queue_full = m.waiting is not None and m.waiting > self.queue_threshold
+        cache_full = m.kv_usage is not None and m.kv_usage > self.kv_threshold  # NaN: False
+        return queue_full or cache_full

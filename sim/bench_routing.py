@@ -1,0 +1,253 @@
+"""`make bench-routing`: the same workloads through the gateway once per routing policy.
+
+Workloads: (a) synthetic multi-tenant, multi-turn chats (long shared system prompts), and
+(b) a slice of the Mooncake conversation trace, its prompts synthesised from the block hash
+ids (shared ids → shared tokens, sent as token-id prompts) and replayed open-loop, time
+compressed. Each (workload, policy) run gets a fresh fleet of 8 emulated replicas and a fresh
+gateway. Reported per run: prefix-cache hit rate as the replicas report it, client-side TTFT
+p50/p90/p99, request share per replica (max/mean), throughput and errors — as a table,
+`results.json` and `ttft_cdf.png` in the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from sim.loadgen import RunStats, TimedRequest, percentile, run_conversations, run_timed
+from sim.processes import start_emulator, start_gateway
+from sim.scrape import ReplicaReport, scrape_replicas
+from sim.traces import load_mooncake, prompt_token_ids, time_scaled
+from sim.workload import multi_tenant_chats
+
+MODEL = "kvgate-bench"
+POLICIES = ("round-robin", "least-load", "session", "prefix-aware", "estimated-ttft")
+MOONCAKE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    profile: str
+    emulator_args: tuple[str, ...]
+    speedup: float
+    requests: int
+    run: Callable[[str, RunStats], Awaitable[None]]
+
+
+def synthetic(conversations: int, rate: float, seed: int) -> Workload:
+    convs = multi_tenant_chats(
+        seed=seed,
+        tenants=16,
+        conversations=conversations,
+        turns=4,
+        system_tokens=1500,
+        rate_per_s=rate,
+    )
+
+    async def run(url: str, stats: RunStats) -> None:
+        await run_conversations(url, MODEL, convs, stats, lambda c: {"x-session-id": c.id})
+
+    return Workload("synthetic", "demo", (), 1.0, sum(len(c.user_turns) for c in convs), run)
+
+
+def mooncake(trace: Path, count: int, rate_scale: float, max_output: int) -> Workload:
+    reqs = time_scaled(load_mooncake(trace, limit=count), rate_scale)
+    timed = [
+        TimedRequest(
+            r.arrival_s,
+            "/v1/completions",
+            orjson.dumps(
+                {
+                    "model": MODEL,
+                    "prompt": prompt_token_ids(r),
+                    "stream": True,
+                    "max_tokens": max(1, min(r.output_tokens, max_output)),
+                }
+            ),
+        )
+        for r in reqs
+        if r.input_tokens + max_output < 32_000
+    ]
+
+    async def run(url: str, stats: RunStats) -> None:
+        await run_timed(url, timed, stats)
+
+    # H100 timing slowed 10× (speedup 0.1) so two shared cores can drive it; 16,384 KV blocks
+    # of 16 tokens per replica (~19 average prompts) so the cache is contended.
+    args = ("--num-gpu-blocks", "16384")
+    return Workload("mooncake", "h100-llama3-8b", args, 0.1, len(timed), run)
+
+
+async def _ticker(label: str, stats: RunStats, total: int, done: asyncio.Event) -> None:
+    start = time.monotonic()
+    while not done.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 5.0)
+        print(
+            f"  [{label}] {time.monotonic() - start:6.1f}s {len(stats.results):5d}/{total} "
+            f"done, {stats.in_flight:3d} in flight, {stats.errors} errors",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+async def run_one(w: Workload, policy: str, replicas: int, out: Path) -> dict[str, Any]:
+    logs = out / "logs"
+    emulator, urls = start_emulator(
+        replicas,
+        w.profile,
+        MODEL,
+        logs / f"emu-{w.name}-{policy}.log",
+        speedup=w.speedup,
+        extra=w.emulator_args,
+    )
+    try:
+        gateway, gw = start_gateway(
+            urls, policy, logs / f"gw-{w.name}-{policy}.log", ["--log-level", "warning"]
+        )
+        try:
+            stats, done = RunStats(), asyncio.Event()
+            ticker = asyncio.create_task(_ticker(f"{w.name}/{policy}", stats, w.requests, done))
+            t0 = time.monotonic()
+            try:
+                await w.run(gw, stats)
+            finally:
+                done.set()
+                await ticker
+            wall = time.monotonic() - t0
+            async with httpx.AsyncClient(timeout=10) as c:
+                reports = await scrape_replicas(c, urls)
+        finally:
+            gateway.stop()
+    finally:
+        emulator.stop()
+    return summarize(w, policy, stats, reports, wall)
+
+
+def summarize(
+    w: Workload, policy: str, stats: RunStats, reports: list[ReplicaReport], wall: float
+) -> dict[str, Any]:
+    ttfts = [r.ttft_s for r in stats.results if r.ttft_s is not None]
+    queries = sum(r.prefix_queries for r in reports)
+    shares = [r.requests for r in reports]
+    mean = sum(shares) / len(shares) if shares else 0.0
+    return {
+        "workload": w.name,
+        "policy": policy,
+        "profile": w.profile,
+        "speedup": w.speedup,
+        "requests": len(stats.results),
+        "errors": stats.errors,
+        "hit_rate": sum(r.prefix_hits for r in reports) / queries if queries else 0.0,
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p90_s": percentile(ttfts, 90),
+        "ttft_p99_s": percentile(ttfts, 99),
+        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else float("nan"),
+        "max_mean_share": max(shares) / mean if mean else float("nan"),
+        "requests_per_replica": shares,
+        "throughput_rps": len(stats.results) / wall if wall else 0.0,
+        "wall_s": wall,
+        "ttfts_s": sorted(ttfts),
+    }
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"\n{'workload':<10}{'policy':<16}{'hit rate':>9}{'TTFT p50':>10}{'p90':>9}{'p99':>9}"
+        f"{'mean':>9}{'max/mean':>9}{'req/s':>7}{'errors':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r['workload']:<10}{r['policy']:<16}{r['hit_rate']:>8.1%}"
+            f"{r['ttft_p50_s']:>9.3f}s{r['ttft_p90_s']:>8.3f}s{r['ttft_p99_s']:>8.3f}s"
+            f"{r['ttft_mean_s']:>8.3f}s{r['max_mean_share']:>9.2f}{r['throughput_rps']:>7.2f}"
+            f"{r['errors']:>7}"
+        )
+
+
+def write_outputs(rows: list[dict[str, Any]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = sorted({r["workload"] for r in rows})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 4.5), squeeze=False)
+    for ax, wl in zip(axes[0], workloads, strict=True):
+        for r in (r for r in rows if r["workload"] == wl):
+            xs = r["ttfts_s"]
+            if xs:
+                ys = [(i + 1) / len(xs) for i in range(len(xs))]
+                ax.step(xs, ys, where="post", label=f"{r['policy']} (hit {r['hit_rate']:.0%})")
+        ax.set_xscale("log")
+        ax.set_title(f"{wl}: TTFT CDF by policy")
+        ax.set_xlabel("time to first token (s, log)")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "ttft_cdf.png", dpi=110)
+    plt.close(fig)
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    workloads = []
+    if "synthetic" in args.workloads:
+        workloads.append(synthetic(args.conversations, args.rate, args.seed))
+    if "mooncake" in args.workloads:
+        workloads.append(
+            mooncake(Path(args.trace), args.trace_requests, args.rate_scale, args.max_output)
+        )
+    rows = []
+    for w in workloads:
+        for policy in args.policies.split(","):
+            print(
+                f"{w.name} × {policy}: {w.requests} requests, {args.replicas} replicas "
+                f"({w.profile}, speedup {w.speedup})",
+                file=sys.stderr,
+                flush=True,
+            )
+            rows.append(await run_one(w, policy, args.replicas, Path(args.out)))
+            write_outputs(rows, Path(args.out))
+    print_table(rows)
+    print(f"\nwrote {args.out}/results.json and {args.out}/ttft_cdf.png")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sim.bench_routing",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--workloads", default="synthetic,mooncake")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--replicas", type=int, default=8)
+    p.add_argument("--conversations", type=int, default=64)
+    p.add_argument("--rate", type=float, default=2.0, help="synthetic chats started per second")
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--trace", default=str(MOONCAKE / "mooncake_fast25_conversation_trace.jsonl"))
+    p.add_argument("--trace-requests", type=int, default=240)
+    p.add_argument("--rate-scale", type=float, default=1.0, help="Mooncake time compression")
+    p.add_argument("--max-output", type=int, default=16, help="cap on Mooncake output tokens")
+    p.add_argument("--out", default="out/bench-routing")
+    args = p.parse_args(argv)
+    rows = asyncio.run(main_async(args))
+    return 1 if any(r["errors"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

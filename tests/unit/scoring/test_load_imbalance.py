@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from routing import (
+    EndpointSnapshot,
+    Profile,
+    RoutingRequest,
+    SchedulingContext,
+    WeightedScorer,
+)
+from scoring.load_imbalance import LoadImbalanceFilter, load
+from scoring.max_score import MaxScorePicker
+from tests.unit.scoring.helpers import context, endpoint, metered, request
+
+
+def _kept(flt: LoadImbalanceFilter, endpoints: list[EndpointSnapshot]) -> list[str]:
+    out = list(flt.filter(request(), endpoints, context()))
+    assert all(any(e is x for x in endpoints) for e in out)
+    return [e.id for e in out]
+
+
+def _loads(*loads: int) -> list[EndpointSnapshot]:
+    return [endpoint(f"e{i}", x) for i, x in enumerate(loads)]
+
+
+def test_load_adds_known_waiting_to_in_flight() -> None:
+    assert load(endpoint("a", 3)) == 3
+    assert load(metered("a", 3, waiting=4)) == 7
+    assert load(metered("a", 3)) == 3  # waiting not reported
+
+
+def test_drops_hot_spots_beyond_the_absolute_gap_from_an_idle_endpoint() -> None:
+    flt = LoadImbalanceFilter("imb")
+    assert _kept(flt, _loads(0, 60, 64, 65, 100)) == ["e0", "e1", "e2"]
+
+
+def test_needs_both_the_absolute_and_the_relative_gap() -> None:
+    flt = LoadImbalanceFilter("imb")
+    # 280 - 200 > 64 but 280 <= 200 * 1.5: not a hot spot.
+    assert _kept(flt, _loads(200, 280, 300)) == ["e0", "e1", "e2"]
+    # 301 exceeds both 200 + 64 and 200 * 1.5.
+    assert _kept(flt, _loads(200, 280, 301)) == ["e0", "e1"]
+
+
+def test_keeps_everything_when_balanced() -> None:
+    flt = LoadImbalanceFilter("imb")
+    assert _kept(flt, _loads(10, 40, 70)) == ["e0", "e1", "e2"]
+    assert _kept(flt, _loads(0, 0, 0)) == ["e0", "e1", "e2"]
+    assert _kept(flt, _loads(500)) == ["e0"]
+    assert _kept(flt, []) == []
+
+
+def test_never_empty_even_with_zero_thresholds() -> None:
+    flt = LoadImbalanceFilter("imb", abs_threshold=0.0, rel_threshold=1.0)
+    assert _kept(flt, _loads(3, 3, 4, 9)) == ["e0", "e1"]
+
+
+def test_engine_queue_counts_toward_load() -> None:
+    flt = LoadImbalanceFilter("imb", abs_threshold=10)
+    endpoints = [
+        metered("queued", 2, waiting=20),
+        endpoint("stale", 5),
+        metered("idle", 0, waiting=0),
+    ]
+    assert _kept(flt, endpoints) == ["stale", "idle"]
+
+
+class _SharedPrefixScorer:
+    """Every prompt's best cache match is on "hot" (a system prompt everyone shares)."""
+
+    name = "prefix"
+
+    def score(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Mapping[str, float]:
+        return {e.id: 1.0 if e.id == "hot" else 0.0 for e in endpoints}
+
+
+@pytest.mark.parametrize("with_filter", [False, True])
+def test_bounds_the_collapse_of_pure_prefix_routing(with_filter: bool) -> None:
+    filters = (LoadImbalanceFilter("imb", abs_threshold=8),) if with_filter else ()
+    profile = Profile(
+        "prefix",
+        picker=MaxScorePicker("max"),
+        filters=filters,
+        scorers=(WeightedScorer(_SharedPrefixScorer(), 1.0),),
+    )
+    in_flight: Counter[str] = Counter()
+    ctx = context(seed=1)
+    for _ in range(60):  # requests that never finish: load only grows
+        endpoints = [endpoint(i, in_flight[i]) for i in ("hot", "b", "c")]
+        target = profile.run(request(), endpoints, ctx).target
+        assert target is not None
+        in_flight[target] += 1
+    if with_filter:
+        assert max(in_flight.values()) - min(in_flight.values()) <= 9, in_flight
+    else:
+        assert in_flight == Counter({"hot": 60})
+
+
+def test_factory_validates_thresholds() -> None:
+    flt = LoadImbalanceFilter.from_params("imb", {})
+    assert (flt.abs_threshold, flt.rel_threshold) == (64.0, 1.5)
+    flt = LoadImbalanceFilter.from_params("imb", {"abs_threshold": 8, "rel_threshold": 1})
+    assert (flt.abs_threshold, flt.rel_threshold) == (8.0, 1.0)
+    for params in ({"abs_threshold": -1}, {"rel_threshold": 0.9}, {"rel_threshold": None}):
+        with pytest.raises(ValueError, match=r"must be a finite number"):
+            LoadImbalanceFilter.from_params("imb", params)
+    with pytest.raises(ValueError, match=r"unknown parameter.*'cache_threshold'"):
+        LoadImbalanceFilter.from_params("imb", {"cache_threshold": 0.3})

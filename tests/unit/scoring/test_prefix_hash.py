@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import pytest
+import xxhash
+
+from scoring.prefix_hash import GROUP, block_weight, covered_chars, hash_blocks, prefix_seed
+
+DATA = random.Random(7).randbytes(40_000)
+
+
+def _boundaries(n_bytes: int, block_chars: int) -> list[tuple[int, int]]:
+    """Brute force: (start, end) of every full block, block i being block_chars × 2^(i//128)."""
+    out = []
+    pos = i = 0
+    while True:
+        end = pos + block_chars * 2 ** (i // GROUP)
+        if end > n_bytes:
+            return out
+        out.append((pos, end))
+        pos, i = end, i + 1
+
+
+def test_golden_values() -> None:
+    # A change here re-homes every cache entry of a running fleet: only change it on purpose.
+    assert prefix_seed("m") == 5178285397344514768
+    assert prefix_seed("m", "s") == 10940531276306512716
+    fox = b"The quick brown fox jumps over the lazy dog"
+    assert hash_blocks(fox, prefix_seed("m"), 16) == (9865146357010591978, 1062352293496635320)
+    assert hash_blocks(bytes(range(256)), prefix_seed("llama"), 64) == (
+        7974127557512153526,
+        5314226186315993933,
+        3284009999103537469,
+        11146294237471373262,
+    )
+
+
+def test_chain_follows_the_documented_formula() -> None:
+    seed = xxhash.xxh3_64_intdigest(b"my-model\x00salt")
+    assert prefix_seed("my-model", "salt") == seed
+    h0 = xxhash.xxh3_64_intdigest(DATA[:10], seed)
+    h1 = xxhash.xxh3_64_intdigest(DATA[10:20], h0)
+    assert hash_blocks(DATA[:25], seed, 10) == (h0, h1)
+
+
+def test_only_full_blocks_are_hashed() -> None:
+    seed = prefix_seed("m")
+    assert hash_blocks(b"", seed, 64) == ()
+    assert hash_blocks(DATA[:63], seed, 64) == ()
+    assert len(hash_blocks(DATA[:64], seed, 64)) == 1
+    assert len(hash_blocks(DATA[:127], seed, 64)) == 1
+    assert len(hash_blocks(DATA[:128], seed, 64)) == 2
+    # A trailing partial block changes nothing.
+    assert hash_blocks(DATA[:191], seed, 64) == hash_blocks(DATA[:128], seed, 64)
+
+
+def test_block_boundaries_double_after_each_group_of_128() -> None:
+    block_chars = 3
+    data = DATA[:5_000]  # three groups (384 + 768 + 1536 bytes) and part of a fourth
+    bounds = _boundaries(len(data), block_chars)
+    assert len(bounds) > 3 * GROUP
+    assert bounds[GROUP - 1] == (381, 384) and bounds[GROUP] == (384, 390)
+    assert bounds[2 * GROUP] == (384 + 768, 384 + 768 + 12)
+    expected = []
+    h = prefix_seed("m")
+    for start, end in bounds:
+        h = xxhash.xxh3_64_intdigest(data[start:end], h)
+        expected.append(h)
+    assert hash_blocks(data, prefix_seed("m"), block_chars) == tuple(expected)
+
+
+def test_shared_prefix_shares_exactly_its_full_blocks() -> None:
+    seed = prefix_seed("m")
+    common = DATA[:1_000]  # 15 full 64-byte blocks, the 16th straddles the divergence
+    a = hash_blocks(common + b"A" * 500, seed, 64)
+    b = hash_blocks(common + b"B" * 500, seed, 64)
+    assert len(a) == len(b) == 23
+    assert a[:15] == b[:15]
+    assert all(x != y for x, y in zip(a[15:], b[15:], strict=True))
+    # Diverging on the first byte of a block: the blocks before it are shared.
+    c = hash_blocks(DATA[:1_024] + b"C" * 100, seed, 64)
+    d = hash_blocks(DATA[:1_024] + b"D" * 100, seed, 64)
+    assert c[:16] == d[:16] and c[16] != d[16]
+
+
+def test_model_and_cache_salt_change_every_hash() -> None:
+    data = DATA[:4_000]
+    variants = [
+        hash_blocks(data, prefix_seed(model, salt), 64)
+        for model, salt in [("m", None), ("m2", None), ("m", "tenant-1"), ("m", "tenant-2")]
+    ]
+    assert all(len(v) == 62 for v in variants)
+    for i, v in enumerate(variants):
+        for w in variants[i + 1 :]:
+            assert not set(v) & set(w)
+    # The separator keeps ("ab", "") apart from ("a", "b").
+    assert prefix_seed("ab") != prefix_seed("a", "b")
+
+
+@pytest.mark.parametrize("block_chars", [1, 3, 64])
+def test_covered_chars_matches_the_real_boundaries(block_chars: int) -> None:
+    for n in [*range(0, 300), 383, 384, 385, 640, 641, 700]:
+        brute = sum(block_chars * block_weight(i) for i in range(n))
+        assert covered_chars(n, block_chars) == brute, n
+    data = DATA[: 1_000 * block_chars] if block_chars < 64 else DATA
+    bounds = _boundaries(len(data), block_chars)
+    for n in range(1, len(bounds) + 1):
+        assert covered_chars(n, block_chars) == bounds[n - 1][1]
+        # Exactly n blocks fit in covered_chars(n) bytes, and one byte less loses the last.
+        if n in (1, 127, 128, 129, 255, 256, 257, len(bounds)):
+            seed = prefix_seed("m")
+            assert len(hash_blocks(data[: covered_chars(n, block_chars)], seed, block_chars)) == n
+            assert len(hash_blocks(data[: bounds[n - 1][1] - 1], seed, block_chars)) == n - 1
+
+
+def test_block_weight() -> None:
+    positions = (0, 127, 128, 255, 256, 383, 384, 640)
+    assert [block_weight(i) for i in positions] == [1, 1, 2, 2, 4, 4, 8, 32]
+
+
+def test_block_chars_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="block_chars"):
+        hash_blocks(DATA, 0, 0)
+
+
+def test_hashing_a_128k_token_prompt() -> None:
+    """Not a benchmark (no timed assertion): prints the median so regressions are visible."""
+    data = random.Random(0).randbytes(512 * 1024)  # ~128k tokens at 4 bytes a token
+    seed = prefix_seed("m")
+    times = []
+    for _ in range(50):
+        start = time.perf_counter()
+        hashes = hash_blocks(data, seed, 64)
+        times.append(time.perf_counter() - start)
+    assert len(hashes) == 770  # 6 groups of 128 cover 504 KiB, then two 4 KiB blocks
+    print(f"hash_blocks(512 KiB): median {statistics.median(times) * 1e6:.0f} µs over 50 runs")

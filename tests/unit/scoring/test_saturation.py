@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from routing import EndpointSnapshot
+from scoring.saturation import SaturationFilter
+from tests.unit.scoring.helpers import context, endpoint, metered, request
+
+
+def _kept(flt: SaturationFilter, endpoints: list[EndpointSnapshot]) -> list[str]:
+    out = list(flt.filter(request(), endpoints, context()))
+    assert all(any(e is x for x in endpoints) for e in out)
+    return [e.id for e in out]
+
+
+def test_drops_endpoints_over_either_threshold_strictly() -> None:
+    endpoints = [
+        metered("ok", waiting=0, kv_usage=0.1),
+        metered("queue-at", waiting=5, kv_usage=0.1),  # 5 is not over the default 5
+        metered("queue-over", waiting=6, kv_usage=0.1),
+        metered("kv-at", waiting=0, kv_usage=0.8),
+        metered("kv-over", waiting=0, kv_usage=0.81),
+    ]
+    assert _kept(SaturationFilter("sat"), endpoints) == ["ok", "queue-at", "kv-at"]
+
+
+def test_unknown_metrics_are_not_saturated() -> None:
+    endpoints = [
+        endpoint("stale"),  # metrics None
+        metered("silent"),  # engine reports neither field
+        metered("nan", kv_usage=math.nan),
+        metered("hot", waiting=50),
+    ]
+    assert _kept(SaturationFilter("sat"), endpoints) == ["stale", "silent", "nan"]
+
+
+def test_fails_open_when_every_endpoint_is_saturated() -> None:
+    endpoints = [metered("a", waiting=9), metered("b", kv_usage=0.99)]
+    assert _kept(SaturationFilter("sat"), endpoints) == ["a", "b"]
+    assert _kept(SaturationFilter("sat"), [metered("x", waiting=100)]) == ["x"]
+
+
+def test_empty_single_and_zeros() -> None:
+    assert _kept(SaturationFilter("sat"), []) == []
+    assert _kept(SaturationFilter("sat"), [metered("x", waiting=0, kv_usage=0.0)]) == ["x"]
+
+
+def test_custom_thresholds_and_disabling_the_cache_check() -> None:
+    flt = SaturationFilter.from_params("sat", {"queue_threshold": 0, "kv_threshold": 1.0})
+    endpoints = [metered("idle", waiting=0, kv_usage=1.0), metered("busy", waiting=1)]
+    assert _kept(flt, endpoints) == ["idle"]
+
+
+def test_factory_validates_thresholds() -> None:
+    flt = SaturationFilter.from_params("sat", {})
+    assert (flt.queue_threshold, flt.kv_threshold) == (5.0, 0.8)
+    for params in ({"queue_threshold": -1}, {"queue_threshold": "5"}, {"kv_threshold": 1.5}):
+        with pytest.raises(ValueError, match=r"must be a finite number"):
+            SaturationFilter.from_params("sat", params)
+    with pytest.raises(ValueError, match=r"unknown parameter.*'staleness'"):
+        SaturationFilter.from_params("sat", {"staleness": 0.2})
