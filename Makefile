@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo serve test test-slow lint typecheck check clean
+.PHONY: venv demo serve test lint typecheck check clean bench-routing
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,8 +22,10 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
-test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow
+# Routing quality per policy on 8 emulated replicas (synthetic chats + a Mooncake slice);
+# ~15 minutes; writes out/bench-routing/{results.json,ttft_cdf.png}.
+bench-routing: $(STAMP)
+	$(BIN)/python -m sim.bench_routing
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -25,7 +25,7 @@ from sim.processes import start_emulator, start_gateway
 from sim.scrape import ReplicaReport, scrape_replicas
 from sim.workload import Conversation, multi_tenant_chats
 
-DEMO_POLICIES = ("round-robin", "session")
+DEMO_POLICIES = ("round-robin", "session", "prefix-aware")
 DEMO_MODEL = "kvgate-demo"
 
 
