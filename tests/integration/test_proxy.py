@@ -272,3 +272,29 @@ def test_upstream_errors_passed_through(
     assert r.status_code == 400
     assert "error" in r.json()
     assert isinstance(httpx.Headers(r.headers), httpx.Headers)
+
+
+def test_dry_run_explains_prefix_matches_learned_from_traffic(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    servers = [s for _, s in fake_engines(3)]
+    _, gw = start_gateway([s.url for s in servers], policy="prefix-aware")
+    c = client(gw)
+    long_chat = {
+        "model": "m1",
+        "messages": [
+            {"role": "system", "content": "You are helpful. " * 100},
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    served = c.post("/v1/chat/completions", json=long_chat).headers["x-kvgate-backend"]
+    out = c.post("/admin/route", json=long_chat).json()
+    assert out["request"]["prefix_blocks"] >= 25  # ~1,700 bytes in 64-byte blocks
+    matched = {e["id"]: e["matched_blocks"] for e in out["endpoints"]}
+    assert matched[served] == out["request"]["prefix_blocks"]
+    assert sorted(matched.values())[:2] == [0, 0]
+    assert out["decision"]["target"] == served  # the replica holding the prefix wins
+    target = next(e for e in out["endpoints"] if e["id"] == served)
+    assert target["scores"]["prefix-match-scorer"] == 1.0
+    state = {b["id"]: b for b in c.get("/admin/backends").json()["backends"]}
+    assert state[served]["prefix_index_blocks"] == out["request"]["prefix_blocks"]

@@ -314,3 +314,19 @@ def test_parse_model_list_skips_malformed_cards() -> None:
 def test_parse_model_list_rejects_bad_bodies(body: bytes) -> None:
     with pytest.raises(ValueError):
         parse_model_list(body)
+
+
+async def test_on_down_is_told_when_a_backend_turns_unhealthy(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """The gateway drops a replica's prefix-index entries when it goes down (cache lost)."""
+    downs: list[str] = []
+    pool = BackendPool((BackendSpec(url=URL),), HealthPolicy(fail_threshold=1), clock)
+    prober = Prober(pool, client, ProbeSettings(), on_down=downs.append)
+    mock.get("/health").respond(200)
+    await prober.probe(_backend(pool))
+    assert downs == []
+    mock.get("/health").respond(503)
+    await prober.probe(_backend(pool))
+    await prober.probe(_backend(pool))  # still down: told once, on the transition
+    assert downs == ["engine:8000"]
