@@ -9,7 +9,7 @@ are chained, everything before it).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -20,10 +20,16 @@ _VOCAB_BASE, _VOCAB_SPAN = 1000, 30000
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
+    """One request of a trace. `hash_ids[i]` names the prompt prefix up to the end of block i
+    (blocks of `block_tokens` tokens; the last may be partial), as Mooncake's ids do."""
+
     arrival_s: float
     input_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...]
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    model: str | None = None
+    session: str | None = None
 
 
 def load_mooncake(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
@@ -67,7 +73,4 @@ def time_scaled(requests: list[TraceRequest], factor: float) -> list[TraceReques
     if not requests:
         return []
     t0 = requests[0].arrival_s
-    return [
-        TraceRequest((r.arrival_s - t0) / factor, r.input_tokens, r.output_tokens, r.hash_ids)
-        for r in requests
-    ]
+    return [replace(r, arrival_s=(r.arrival_s - t0) / factor) for r in requests]
