@@ -42,8 +42,9 @@ from gateway.errors import (
 )
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
-from gateway.prefix import PrefixTracker
+from gateway.prefix import DEFAULT_BLOCK_TOKENS, PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
+from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
 from health.pool import BackendPool, BackendSpec
@@ -106,6 +107,7 @@ class GatewayApp:
             config.routing.prefix, self.prefix_index, self.ttft_model if t.learn else None
         )
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
+        self.recorder = _recorder(config, clock)
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
@@ -137,16 +139,27 @@ class GatewayApp:
         async with asyncio.TaskGroup() as tg:
             probes = tg.create_task(runtime.prober.run(), name="health-probes")
             scrapes = tg.create_task(runtime.scraper.run(), name="metrics-scrapes")
+            recording = (
+                tg.create_task(self.recorder.run(), name="trace-recorder")
+                if self.recorder
+                else None
+            )
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             probes.cancel()
             scrapes.cancel()
+            if recording is not None:
+                recording.cancel()
+        if self.recorder is not None:
+            self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
         await runtime.probe_client.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _start(self) -> _Runtime:
+        if self.recorder is not None:
+            self.recorder.open()  # an unwritable path fails the start-up
         h = self.config.health
         client = make_client(self.config.upstream)
         probe_client = httpx.AsyncClient(
@@ -174,6 +187,7 @@ class GatewayApp:
             self.clock,
             max_attempts=self.config.upstream.max_attempts,
             prefix=self.prefix,
+            count_output=self.recorder is not None,
         )
         self._runtime = _Runtime(client, probe_client, proxy, prober, scraper)
         healthy = len(self.pool.healthy())
@@ -251,6 +265,12 @@ class GatewayApp:
             rec=rec,
         )
         rec.client_gone = await run_until_disconnect(work, receive)
+        completed = send.status < 400 and not (rec.client_gone or rec.error)
+        if self.recorder is not None and completed:
+            session = route.request.session_key
+            self.recorder.record(
+                req, arrival=rec.started, session=session, output_tokens=rec.output_tokens
+            )
 
     def _finish(self, rec: RequestRecord, send: TrackedSend) -> None:
         now = self.clock()
@@ -324,6 +344,18 @@ async def _send_error(
         log.warning("error after the response started, dropping: %s", exc.message)
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
+
+
+def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:
+    if config.server.record_path is None:
+        return None
+    prefix = config.routing.prefix
+    return TraceRecorder(
+        config.server.record_path,
+        block_tokens=prefix.block_tokens or DEFAULT_BLOCK_TOKENS,
+        chars_per_token=prefix.chars_per_token,
+        clock=clock,
+    )
 
 
 def build_app(config: GatewayConfig) -> GatewayApp:

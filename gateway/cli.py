@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
     s.add_argument("--port", type=int, help="port to listen on; 0 picks a free one (default 8000)")
     s.add_argument(
+        "--record",
+        metavar="FILE",
+        help="append a replayable trace of the traffic to FILE (config server.record_path): "
+        "arrivals, token counts, prefix block hashes, never prompt text",
+    )
+    s.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -143,6 +149,8 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("server", {})["port"] = args.port
     if args.policy:
         raw.setdefault("routing", {})["policy"] = args.policy
+    if args.record:
+        raw.setdefault("server", {})["record_path"] = args.record
     return parse_config(raw, source="command line")
 
 

@@ -27,6 +27,9 @@ class ServerSection(_Section):
     port: int = Field(8000, ge=0, le=65535)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     access_log: bool = True
+    record_path: str | None = Field(
+        None, description="append a kvgate trace of the completed inference requests here"
+    )
 
 
 class UpstreamSection(_Section):

@@ -17,6 +17,7 @@ import orjson
 from gateway.asgi import Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.metrics import GatewayMetrics
+from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import Dispatch, PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_httpx_error, request_headers, response_headers
@@ -45,6 +46,7 @@ class RequestRecord:
     stream: bool = False
     client_gone: bool = False
     error: str | None = None
+    output_tokens: int | None = None  # counted only when recording a trace
 
 
 class BrokenBodyError(Exception):
@@ -62,8 +64,10 @@ class Proxy:
         *,
         max_attempts: int,
         prefix: PrefixTracker,
+        count_output: bool = False,
     ) -> None:
         self._prefix = prefix
+        self._count_output = count_output
         self._pool = pool
         self._client = client
         self._metrics = metrics
@@ -138,8 +142,11 @@ class Proxy:
             self._prefix.first_token(dispatch, None)  # the answer is complete: prefill is done
         labels = (rec.model or "", backend.id)
         last_event: float | None = None
+        counter = OutputTokenCounter(is_sse) if self._count_output else None
         try:
             async for chunk in resp.aiter_raw():
+                if counter is not None:
+                    counter.feed(chunk)
                 if is_sse and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
                     now = self._clock()
                     if last_event is None:
@@ -160,6 +167,8 @@ class Proxy:
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if counter is not None:
+            rec.output_tokens = counter.output_tokens()
         if resp.status_code in _FAILURE_STATUSES:
             self._failed_status(backend, resp.status_code)
         else:

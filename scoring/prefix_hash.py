@@ -14,6 +14,7 @@ Block sizes grow with position so that hashing stays cheap for very long prompts
 so on. Boundaries depend only on position, so two prompts sharing a prefix share its blocks;
 a 128k-token prompt (~512 KB) makes ~770 blocks instead of 8,000, and the far end of a long
 context is tracked more coarsely, where the exact match length matters least.
+`hash_fixed_blocks` is the same chain without the growth, for recorded traces.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
             out.append(h)
             pos = end
         size *= 2
+
+
+def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
+    """Chained hashes of the full blocks of `data`, all `block_chars` bytes (no growth): the
+    same chain as `hash_blocks` for the first GROUP blocks, then one hash per base block.
+    For recorded traces, whose block ids must all stand for the same number of tokens."""
+    if block_chars < 1:
+        raise ValueError("block_chars must be >= 1")
+    out: list[int] = []
+    h = seed
+    for pos in range(0, len(data) - block_chars + 1, block_chars):
+        h = _xxh3(data[pos : pos + block_chars], h)
+        out.append(h)
+    return tuple(out)
 
 
 def block_weight(index: int) -> int:

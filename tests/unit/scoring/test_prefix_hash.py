@@ -7,7 +7,14 @@ import time
 import pytest
 import xxhash
 
-from scoring.prefix_hash import GROUP, block_weight, covered_chars, hash_blocks, prefix_seed
+from scoring.prefix_hash import (
+    GROUP,
+    block_weight,
+    covered_chars,
+    hash_blocks,
+    hash_fixed_blocks,
+    prefix_seed,
+)
 
 DATA = random.Random(7).randbytes(40_000)
 
@@ -137,3 +144,18 @@ def test_hashing_a_128k_token_prompt() -> None:
         times.append(time.perf_counter() - start)
     assert len(hashes) == 770  # 6 groups of 128 cover 504 KiB, then two 4 KiB blocks
     print(f"hash_blocks(512 KiB): median {statistics.median(times) * 1e6:.0f} µs over 50 runs")
+
+
+def test_fixed_blocks_chain_without_growth() -> None:
+    seed = prefix_seed("m")
+    fixed = hash_fixed_blocks(DATA, seed, 16)
+    assert len(fixed) == len(DATA) // 16  # full blocks only, all 16 bytes
+    assert fixed[:GROUP] == hash_blocks(DATA, seed, 16)[:GROUP]  # the same chain at first
+    h = seed
+    for i, got in enumerate(fixed):
+        h = xxhash.xxh3_64_intdigest(DATA[16 * i : 16 * (i + 1)], h)
+        assert got == h
+    assert hash_fixed_blocks(DATA[: 40_000 - 5], seed, 16) == fixed[:-1]  # a partial block: no id
+    assert hash_fixed_blocks(b"short", seed, 16) == ()
+    with pytest.raises(ValueError):
+        hash_fixed_blocks(DATA, seed, 0)
