@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="override the profile's number of KV blocks (like vLLM's --num-gpu-blocks-override)",
     )
+    e.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="N",
+        help="override the profile's context length limit (like vLLM's flag)",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -134,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Validate a config file; exit 2 naming each bad field if it is invalid.",
     )
     c.add_argument("config", metavar="FILE")
+    _add_sim_parser(sub)
     return p
 
 
@@ -208,6 +215,7 @@ def _emulate(args: argparse.Namespace) -> int:
         speedup=args.speedup,
         tokenizer=args.tokenizer,
         num_gpu_blocks=args.num_gpu_blocks,
+        max_model_len=args.max_model_len,
     )
     try:
         uvloop.run(serve(settings))
@@ -233,9 +241,49 @@ def _demo(args: argparse.Namespace) -> int:
     return 1 if any(s["errors"] for s in summaries) else 0
 
 
+def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser(
+        "sim",
+        help="replay a trace through the routing policies onto simulated engines (offline)",
+        description="Discrete-event replay of a request trace, once per policy, with the "
+        "gateway's own routing code and the config file's `routing:` section; prints TTFT, "
+        "ITL, hit rate, goodput and load share per policy and writes summary.json and plots.",
+    )
+    m.add_argument("--trace", required=True, metavar="FILE", help="trace file (JSONL or CSV)")
+    m.add_argument("--format", default="auto", help="trace format (default auto: detected)")
+    m.add_argument(
+        "--policies",
+        default="",
+        help="comma-separated profiles, `oracle` (prefix-aware with perfect signals) or "
+        "`oracle:PROFILE` (default: round-robin,least-load,prefix-aware,oracle)",
+    )
+    m.add_argument("--replicas", type=int, default=8, help="simulated replicas (default 8)")
+    m.add_argument("--profile", default="h100-llama3-8b", help="engine profile")
+    m.add_argument(
+        "--block-size", type=int, metavar="TOKENS", help="KV block size (default: the profile's)"
+    )
+    m.add_argument("--rate-scale", type=float, default=1.0, help="replay X times faster")
+    m.add_argument("--limit", type=int, metavar="N", help="only the first N requests")
+    m.add_argument("--config", metavar="FILE", help="gateway config file (routing:, health:)")
+    m.add_argument("--out", default="out/sim", help="output directory (default out/sim)")
+    m.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT bound for goodput, s")
+    m.add_argument("--slo-itl", type=float, default=0.1, help="mean ITL bound for goodput, s")
+    m.add_argument("--seed", type=int, default=0, help="seed for scrape phases and pickers")
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from sim.replay.cli import run_sim
+
+    try:
+        return run_sim(args)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"serve": _serve, "emulate": _emulate, "demo": _demo, "check-config": _check_config}
+    commands["sim"] = _sim
     try:
         return commands[args.command](args)
     except ConfigError as exc:

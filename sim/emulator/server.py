@@ -32,14 +32,17 @@ class EmulatorSettings:
     speedup: float = 1.0
     tokenizer: str | None = None  # path of a tokenizer.json; default: the built-in tokenizer
     num_gpu_blocks: int | None = None  # override the profile's KV capacity (like vLLM's flag)
+    max_model_len: int | None = None  # override the profile's context limit
 
 
 def resolve_profile(settings: EmulatorSettings) -> EngineProfile:
     profile = get_profile(settings.profile)
+    config = profile.config
     if settings.num_gpu_blocks is not None:
-        config = replace(profile.config, num_blocks=settings.num_gpu_blocks)
-        profile = replace(profile, config=config)
-    return profile
+        config = replace(config, num_blocks=settings.num_gpu_blocks)
+    if settings.max_model_len is not None:
+        config = replace(config, max_model_len=settings.max_model_len)
+    return replace(profile, config=config)
 
 
 class _Server(uvicorn.Server):

@@ -21,15 +21,34 @@ Prefix caching (vLLM v1, `vllm/v1/core/block_pool.py`, `kv_cache_utils.py`):
 - A hit on a block with reference count 0 takes it out of the free queue (`touch`).
 - Usage is `1 − free / num_blocks`: cached blocks nobody uses count as free, as in vLLM's
   `vllm:kv_cache_usage_perc` (vLLM's reserved null block is not modelled).
+
+Speed: a long prompt is hundreds of blocks, and every one is looked up, allocated,
+committed and freed, so the per-block work is kept to a few list and dict operations. The
+free queue is a list read from a moving head (`_queue[_head:]`), with each free block's
+position in it (`_pos`); a block taken off the queue from the middle (a cache hit on a free
+block) leaves a tombstone that popping skips, and the list is compacted once its consumed
+head is long. Reference counts, hashes and queue positions are lists indexed by block id.
+A request's blocks are mostly runs of consecutive ids, so each operation splits its blocks
+into runs (`sim.engine.block_runs`) and updates a run with slice assignments; irregular
+stretches go block by block, to the same effect. `tests/unit/sim/engine/
+test_kv_cache_reference.py` checks it block for block against a plain implementation.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from itertools import compress, takewhile
+from operator import is_not, not_
+from typing import cast
+
+from sim.engine.block_runs import canonical_ints, span, stretches
 
 ROOT_HASH = 0
 """Parent hash of a sequence's first block."""
+
+_is_not_none: Callable[[object], bool] = partial(is_not, None)
+_is_zero: Callable[[int], bool] = not_
 
 
 def hash_block(parent_hash: int, block_tokens: tuple[int, ...]) -> int:
@@ -48,14 +67,23 @@ def chain_block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
     return hashes
 
 
+def _live(queue: list[int | None]) -> list[int]:
+    """The blocks of a stretch of the free queue, tombstones dropped."""
+    return cast("list[int]", list(filter(_is_not_none, queue)))
+
+
 class PagedKVCache:
     """Blocks, reference counts, the free queue and the hash → block map (see module doc)."""
 
     __slots__ = (
-        "_block_hash",
         "_by_hash",
         "_duplicates",
-        "_free",
+        "_hash",
+        "_head",
+        "_ints",
+        "_num_free",
+        "_pos",
+        "_queue",
         "_ref",
         "block_size",
         "num_blocks",
@@ -66,10 +94,16 @@ class PagedKVCache:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        # Queue positions stay below 7 × num_blocks (see `allocate` and `free`).
+        self._ints = canonical_ints(7 * num_blocks + 1)
         self._ref = [0] * num_blocks
-        self._block_hash: list[int | None] = [None] * num_blocks
-        # Insertion order is the eviction order: head = next block to reuse.
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._hash: list[int | None] = [None] * num_blocks
+        # The free queue is _queue[_head:] without its tombstones (None); head = next to reuse.
+        self._queue: list[int | None] = []
+        self._queue += self._ints[:num_blocks]
+        self._head = 0
+        self._pos = self._ints[:num_blocks]  # a free block's index in _queue
+        self._num_free = num_blocks
         self._by_hash: dict[int, int] = {}
         # Further blocks with a hash already in _by_hash; rare, so kept out of the hot path.
         self._duplicates: dict[int, list[int]] = {}
@@ -77,11 +111,20 @@ class PagedKVCache:
     @property
     def num_free_blocks(self) -> int:
         """Blocks no request holds, cached or not."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def usage(self) -> float:
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self._num_free / self.num_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks findable by hash (held or free): what the cache could serve."""
+        return len(self._by_hash) + sum(map(len, self._duplicates.values()))
+
+    def peek_free(self, count: int) -> list[int]:
+        """The next `count` blocks `allocate` would pop, in order (nothing changes)."""
+        return self._take(count, pop=False)
 
     def find_cached_prefix(self, block_hashes: Sequence[int]) -> int:
         """Number of leading `block_hashes` that are cached.
@@ -89,71 +132,219 @@ class PagedKVCache:
         The caller limits the hashes it passes: vLLM never serves a prompt's last token
         from the cache, so it looks up at most `(num_tokens - 1) // block_size` blocks.
         """
-        by_hash = self._by_hash
-        for count, block_hash in enumerate(block_hashes):
-            if block_hash not in by_hash:
-                return count
-        return len(block_hashes)
+        return len(self.cached_blocks(block_hashes))
 
     def cached_blocks(self, block_hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of `block_hashes` (not yet touched)."""
-        by_hash = self._by_hash
-        blocks: list[int] = []
-        for block_hash in block_hashes:
-            block = by_hash.get(block_hash)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
+        found = cast("Iterable[int]", map(self._by_hash.get, block_hashes))
+        return list(takewhile(_is_not_none, found))
 
     def num_evictable(self, block_ids: Iterable[int]) -> int:
         """How many of `block_ids` sit in the free queue (touching them uses free space)."""
-        ref = self._ref
-        return sum(1 for block in block_ids if ref[block] == 0)
+        return list(map(self._ref.__getitem__, block_ids)).count(0)
 
-    def touch(self, block_ids: Iterable[int]) -> None:
+    def evictable(self, block_ids: Sequence[int]) -> list[int]:
+        """Those of `block_ids` that sit in the free queue."""
+        return list(compress(block_ids, map(_is_zero, map(self._ref.__getitem__, block_ids))))
+
+    def touch(self, block_ids: Sequence[int]) -> None:
         """Take a reference on cached blocks, removing unreferenced ones from the queue."""
         ref = self._ref
-        free = self._free
-        for block in block_ids:
-            if ref[block] == 0:
-                del free[block]
-            ref[block] += 1
+        for i, j, step in stretches(block_ids):
+            if step:
+                lo, hi = span(block_ids, i, j, step)
+                n = hi - lo
+                counts = ref[lo:hi]
+                free = counts.count(0)
+                if free == n:
+                    first = self._queued_together(lo, hi)
+                    if first is not None:
+                        self._queue[first : first + n] = [None] * n
+                        ref[lo:hi] = [1] * n
+                        self._num_free -= n
+                        continue
+                elif free == 0:
+                    ref[lo:hi] = [c + 1 for c in counts]
+                    continue
+            self._touch_each(block_ids[i:j])
 
-    def allocate(self, count: int) -> list[int]:
-        """Pop `count` blocks from the head of the free queue, evicting their hashes."""
-        if count > len(self._free):
-            raise ValueError(f"cannot allocate {count} blocks: {len(self._free)} free")
-        free = self._free
+    def _queued_together(self, lo: int, hi: int) -> int | None:
+        """Where free blocks lo..hi−1 sit in the queue if they fill one stretch of it."""
+        positions = self._pos[lo:hi]
+        a, b = positions[0], positions[-1]
+        ints = self._ints
+        if b - a == hi - lo - 1 and positions == ints[a : b + 1]:
+            return a
+        if a - b == hi - lo - 1 and positions == ints[b : a + 1][::-1]:
+            return b
+        return None
+
+    def _touch_each(self, block_ids: Sequence[int]) -> None:
         ref = self._ref
-        block_hash = self._block_hash
-        blocks: list[int] = []
-        for _ in range(count):
-            block, _none = free.popitem(last=False)
-            if block_hash[block] is not None:
-                self._evict(block)
-            ref[block] = 1
-            blocks.append(block)
+        queue = self._queue
+        pos = self._pos
+        taken = 0
+        for block in block_ids:
+            count = ref[block]
+            if count == 0:
+                queue[pos[block]] = None
+                taken += 1
+            ref[block] = count + 1
+        self._num_free -= taken
+
+    def allocate(self, count: int, commit: Sequence[int] = ()) -> list[int]:
+        """Pop `count` blocks from the head of the free queue, evicting their hashes; then
+        `cache_blocks` the first len(`commit`) of them under those hashes."""
+        if count > self._num_free:
+            raise ValueError(f"cannot allocate {count} blocks: {self._num_free} free")
+        if len(commit) > count:
+            raise ValueError("allocate: more hashes to commit than blocks")
+        blocks = self._take(count, pop=True)
+        ref = self._ref
+        hashes = self._hash
+        pieces = stretches(blocks)
+        for i, j, step in pieces:
+            if step:
+                lo, hi = span(blocks, i, j, step)
+                n = hi - lo
+                ref[lo:hi] = [1] * n
+                cached = hashes[lo:hi]
+                if cached.count(None) != n:
+                    hashes[lo:hi] = [None] * n
+                    self._evict(blocks[i:j], cached[::step])
+                continue
+            stretch = blocks[i:j]
+            evicted = []
+            for block in stretch:
+                ref[block] = 1
+                evicted.append(hashes[block])
+                hashes[block] = None
+            self._evict(stretch, evicted)
+        self._num_free -= count
+        if commit:
+            k = len(commit)
+            prefix = [(i, min(j, k), step) for i, j, step in pieces if i < k]
+            self._set_hashes(blocks, commit, prefix)
+            self._index(blocks[:k], commit)
+        if self._head > 4 * self.num_blocks:
+            self._compact()
         return blocks
+
+    def _take(self, count: int, pop: bool) -> list[int]:
+        """The first `count` blocks of the free queue, consumed if `pop`."""
+        queue = self._queue
+        head = self._head
+        taken = queue[head : head + count]
+        if None in taken:
+            blocks: list[int] = []
+            while len(blocks) < count:
+                chunk = queue[head : head + count - len(blocks)]
+                head += len(chunk)
+                blocks += _live(chunk)
+        else:
+            blocks = cast("list[int]", taken)  # no tombstone in it
+            head += count
+        if pop:
+            self._head = head
+        return blocks
+
+    def _compact(self) -> None:
+        """Drop the consumed head and the tombstones; renumber positions run by run."""
+        live = _live(self._queue[self._head :])
+        self._queue = cast("list[int | None]", live)
+        self._head = 0
+        pos = self._pos
+        ints = self._ints
+        for i, j, step in stretches(live):
+            if step:
+                lo, hi = span(live, i, j, step)
+                pos[lo:hi] = ints[i:j] if step > 0 else ints[i:j][::-1]
+            else:
+                for block, index in zip(live[i:j], ints[i:j], strict=True):
+                    pos[block] = index
 
     def cache_block(self, block_id: int, block_hash: int) -> None:
         """Commit a full block under `block_hash` so later lookups can hit it."""
-        if self._block_hash[block_id] is not None:
-            raise ValueError(f"block {block_id} is already cached")
-        self._block_hash[block_id] = block_hash
-        if block_hash in self._by_hash:
-            self._duplicates.setdefault(block_hash, []).append(block_id)
-        else:
-            self._by_hash[block_hash] = block_id
+        self.cache_blocks((block_id,), (block_hash,))
+
+    def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
+        """`cache_block` for each pair, in order."""
+        if len(block_ids) != len(block_hashes):
+            raise ValueError("cache_blocks: as many hashes as blocks are needed")
+        hashes = self._hash
+        pieces = stretches(block_ids)
+        for i, j, step in pieces:
+            if step:
+                lo, hi = span(block_ids, i, j, step)
+                if hashes[lo:hi].count(None) == hi - lo:
+                    continue
+            taken = next((b for b in block_ids[i:j] if hashes[b] is not None), None)
+            if taken is not None:
+                raise ValueError(f"block {taken} is already cached")
+        self._set_hashes(block_ids, block_hashes, pieces)
+        self._index(block_ids, block_hashes)
+
+    def _set_hashes(
+        self,
+        block_ids: Sequence[int],
+        block_hashes: Sequence[int],
+        pieces: list[tuple[int, int, int]],
+    ) -> None:
+        hashes = self._hash
+        for i, j, step in pieces:
+            if step:
+                lo, hi = span(block_ids, i, j, step)
+                hashes[lo:hi] = block_hashes[i:j][::step]
+            else:
+                for block, h in zip(block_ids[i:j], block_hashes[i:j], strict=True):
+                    hashes[block] = h
+
+    def _index(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
+        """Enter committed blocks in the hash map (a hash already there: a duplicate)."""
+        by_hash = self._by_hash
+        if by_hash.keys().isdisjoint(block_hashes):
+            size = len(by_hash)
+            by_hash.update(zip(block_hashes, block_ids, strict=True))
+            if len(by_hash) - size == len(block_hashes):
+                return
+            for h in block_hashes:  # a hash repeated within the batch: start over for them
+                by_hash.pop(h, None)
+        duplicates = self._duplicates
+        for block, h in zip(block_ids, block_hashes, strict=True):
+            if h in by_hash:
+                duplicates.setdefault(h, []).append(block)
+            else:
+                by_hash[h] = block
 
     def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference on each block, in reverse order (tail blocks evicted first)."""
         ref = self._ref
-        free = self._free
-        for block in reversed(block_ids):
-            ref[block] -= 1
-            if ref[block] == 0:
-                free[block] = None
+        pos = self._pos
+        ints = self._ints
+        if len(self._queue) > 6 * self.num_blocks:
+            self._compact()  # keeps positions below 7 × num_blocks
+        queue = self._queue
+        start = len(queue)
+        order = block_ids[::-1]
+        for i, j, step in stretches(order):
+            if step:
+                lo, hi = span(order, i, j, step)
+                n = hi - lo
+                if ref[lo:hi].count(1) == n:
+                    ref[lo:hi] = [0] * n
+                    at = len(queue)
+                    queue += order[i:j]
+                    pos[lo:hi] = ints[at : at + n] if step > 0 else ints[at : at + n][::-1]
+                    continue
+            index = len(queue)
+            for block in order[i:j]:
+                count = ref[block] - 1
+                ref[block] = count
+                if count == 0:
+                    queue.append(block)
+                    pos[block] = ints[index]
+                    index += 1
+        self._num_free += len(queue) - start
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[block_id]
@@ -163,19 +354,31 @@ class PagedKVCache:
 
     def eviction_order(self) -> list[int]:
         """Free block ids, next to be reused first (for tests and reports; O(num_blocks))."""
-        return list(self._free)
+        return _live(self._queue[self._head :])
 
-    def _evict(self, block: int) -> None:
-        block_hash = self._block_hash[block]
-        assert block_hash is not None
-        self._block_hash[block] = None
-        others = self._duplicates.get(block_hash)
-        if self._by_hash.get(block_hash) == block:
-            if others:
-                self._by_hash[block_hash] = others.pop(0)
+    def _evict(self, blocks: Sequence[int], hashes: Sequence[int | None]) -> None:
+        """Drop the hashes of blocks just popped (None: the block held no hash), in order."""
+        by_hash = self._by_hash
+        duplicates = self._duplicates
+        if not duplicates:
+            for h in hashes:
+                if h is not None:
+                    del by_hash[h]
+            return
+        for block, h in zip(blocks, hashes, strict=True):
+            if h is None:
+                continue
+            if h in duplicates:
+                self._evict_duplicate(block, h)
             else:
-                del self._by_hash[block_hash]
-        elif others is not None:
+                del by_hash[h]
+
+    def _evict_duplicate(self, block: int, block_hash: int) -> None:
+        by_hash = self._by_hash
+        others = self._duplicates[block_hash]
+        if by_hash.get(block_hash) == block:
+            by_hash[block_hash] = others.pop(0)
+        else:
             others.remove(block)
-        if others is not None and not others:
+        if not others:
             del self._duplicates[block_hash]

@@ -13,12 +13,20 @@ clock by each step's `duration_s`. A step:
 4. prices the step with the linear model of `StepTimeCoefficients` over its features:
    P, uncached prompt (or recompute) tokens; A = Σ chunk_len × (context before + chunk_len);
    D, decoding sequences; K = Σ their context lengths including the token being decoded.
+
+Two ways in: `add_request` takes token ids; `add_request_hashed` takes the hashes of the
+prompt's full blocks only, so a long prompt costs O(blocks), not O(tokens). Two ways
+forward: `step()` one step at a time, or `advance()`, which fast-forwards through runs of
+decode-only steps in closed form (`sim.engine.decode_run`) and is otherwise `step()`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from sim.engine import decode_run
+from sim.engine.decode_run import DecodeRun
 from sim.engine.kv_cache import PagedKVCache
 from sim.engine.request import EngineRequest
 from sim.engine.scheduler import Scheduler, StepPlan
@@ -56,6 +64,8 @@ class EngineModel:
         self._requests: dict[str, EngineRequest] = {}
         self._prompt_tokens = 0
         self._generation_tokens = 0
+        self._version = 0  # bumped by every change: a DecodeRun plan is valid for one version
+        self._hashed = 0  # hashed requests added, to key their output blocks
 
     @classmethod
     def from_profile(cls, profile: EngineProfile) -> EngineModel:
@@ -70,16 +80,51 @@ class EngineModel:
 
         Request ids must be unique among unfinished requests.
         """
-        if not prompt:
+        self._check_new(request_id, len(prompt), len(output))
+        request = EngineRequest(
+            request_id=request_id,
+            tokens=(*prompt, *output),
+            prompt_len=len(prompt),
+            output_len=len(output),
+        )
+        self._queue(request)
+
+    def add_request_hashed(
+        self, request_id: str, prompt_len: int, block_hashes: Sequence[int], output_len: int
+    ) -> None:
+        """Queue a request known by the chained hashes of its prompt's full blocks only.
+
+        `block_hashes` has `prompt_len // block_size` entries; equal hashes must mean equal
+        prefixes (as `chain_block_hashes` gives). The blocks that hold generated tokens get
+        hashes of their own, chained from the prompt's and unique to this request: they are
+        committed to the prefix cache like any block, but no other request hits them.
+        """
+        self._check_new(request_id, prompt_len, output_len)
+        bs = self.config.block_size
+        if len(block_hashes) != prompt_len // bs:
+            raise ValueError(
+                f"request {request_id!r}: {len(block_hashes)} block hashes for a prompt of "
+                f"{prompt_len} tokens in blocks of {bs} (expected {prompt_len // bs})"
+            )
+        hashes = list(block_hashes)
+        self._hashed += 1
+        parent = hashes[-1] if hashes else 0
+        for index in range(len(hashes), (prompt_len + output_len) // bs):
+            parent = hash((parent, -self._hashed, index))
+            hashes.append(parent)
+        self._queue(EngineRequest.hashed(request_id, prompt_len, output_len, hashes))
+
+    def _check_new(self, request_id: str, prompt_len: int, output_len: int) -> None:
+        if prompt_len < 1:
             raise ValueError(f"request {request_id!r}: the prompt is empty")
-        if not output:
+        if output_len < 1:
             raise ValueError(f"request {request_id!r}: output must have at least one token")
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} is already in the engine")
-        total = len(prompt) + len(output)
+        total = prompt_len + output_len
         if total > self.config.max_model_len:
             raise ValueError(
-                f"request {request_id!r}: {len(prompt)} prompt + {len(output)} output tokens "
+                f"request {request_id!r}: {prompt_len} prompt + {output_len} output tokens "
                 f"exceed max_model_len {self.config.max_model_len}"
             )
         # The last output token is sampled but never computed, so it needs no slot.
@@ -89,14 +134,11 @@ class EngineModel:
                 f"request {request_id!r} needs {blocks_needed} KV blocks; the cache has "
                 f"{self.config.num_blocks}"
             )
-        request = EngineRequest(
-            request_id=request_id,
-            tokens=(*prompt, *output),
-            prompt_len=len(prompt),
-            output_len=len(output),
-        )
-        self._requests[request_id] = request
+
+    def _queue(self, request: EngineRequest) -> None:
+        self._requests[request.request_id] = request
         self._scheduler.add(request)
+        self._version += 1
 
     def abort(self, request_id: str) -> bool:
         """Drop an unfinished request; its blocks go to the free queue, still cached."""
@@ -104,6 +146,7 @@ class EngineModel:
         if request is None:
             return False
         self._scheduler.remove(request)
+        self._version += 1
         return True
 
     def has_work(self) -> bool:
@@ -111,6 +154,7 @@ class EngineModel:
 
     def step(self) -> StepResult:
         """Plan, compute and price one step. Without work: an empty step of 0 s."""
+        self._version += 1
         plan = self._scheduler.schedule()
         if not plan.chunks:
             if self._requests and not plan.preempted:
@@ -124,6 +168,41 @@ class EngineModel:
             admitted=tuple(plan.admitted),
             preempted=tuple(plan.preempted),
         )
+
+    def plan_decode_run(self, max_duration_s: float = math.inf) -> DecodeRun | None:
+        """The decode-only steps ahead, planned without side effects (None: the next step is
+        not decode-only). Step i ≥ 1 is included only if it starts before `max_duration_s`.
+        """
+        return decode_run.plan(self._scheduler, self.timing, max_duration_s, self._version)
+
+    def apply_decode_run(self, run: DecodeRun, steps: int | None = None) -> tuple[str, ...]:
+        """Commit the first `steps` steps of `run` (all by default); returns the ids of the
+        requests that finished. The engine must not have changed since `run` was planned."""
+        n = run.steps if steps is None else steps
+        if run.version != self._version:
+            raise RuntimeError("the engine changed since this decode run was planned")
+        if not 1 <= n <= run.steps:
+            raise ValueError(f"steps must be in [1, {run.steps}], got {n}")
+        finished = decode_run.apply(self._scheduler, run, n)
+        for request in finished:
+            del self._requests[request.request_id]
+        self._scheduler.finish(finished)
+        self._generation_tokens += run.decode_seqs * n
+        self._version += 1
+        return tuple(r.request_id for r in finished)
+
+    def advance(self, max_duration_s: float = math.inf) -> StepResult | DecodeRun:
+        """A whole decode-only run if one is ahead (see `plan_decode_run`), else `step()`."""
+        run = self.plan_decode_run(max_duration_s)
+        if run is None:
+            return self.step()
+        self.apply_decode_run(run)
+        return run
+
+    def load(self) -> tuple[int, int, int]:
+        """(waiting, running, free KV blocks): the gauges, cheaper than `stats()`."""
+        scheduler = self._scheduler
+        return len(scheduler.waiting), len(scheduler.running), scheduler.kv_cache.num_free_blocks
 
     def stats(self) -> EngineStats:
         scheduler = self._scheduler
@@ -162,11 +241,7 @@ class EngineModel:
             if index == 0:
                 self._prompt_tokens += request.prompt_len
             done = index + 1 == request.output_len
-            tokens.append(
-                TokenEvent(
-                    request.request_id, index, request.tokens[request.prompt_len + index], done
-                )
-            )
+            tokens.append(TokenEvent(request.request_id, index, request.output_token(index), done))
             if done:
                 finished.append(request)
                 del self._requests[request.request_id]

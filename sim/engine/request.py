@@ -7,6 +7,9 @@ samples one new token. The last sampled token is never computed: the request fin
 
 The model knows the outputs in advance (`output`), like a request with `ignore_eos` and
 `max_tokens = len(output)`; `num_generated` says how many have been emitted.
+
+A *hashed* request (`EngineRequest.hashed`) has no token ids at all: its full blocks come as
+hashes, so its cost is per block, not per token. Its outputs are `GENERATED_TOKEN_ID`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.engine.kv_cache import chain_block_hashes
+
+GENERATED_TOKEN_ID = 0
+"""The token id a hashed request emits (its outputs have no ids of their own)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -36,6 +42,17 @@ class EngineRequest:
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_len + self.num_generated
+
+    @classmethod
+    def hashed(
+        cls, request_id: str, prompt_len: int, output_len: int, block_hashes: list[int]
+    ) -> EngineRequest:
+        """A request known by the hashes of its full blocks (prompt and output) only."""
+        return cls(request_id, (), prompt_len, output_len, _hashes=block_hashes)
+
+    def output_token(self, index: int) -> int:
+        """The id of output token `index`."""
+        return self.tokens[self.prompt_len + index] if self.tokens else GENERATED_TOKEN_ID
 
     def emit(self) -> int:
         """Record the next output token as sampled; returns its output index."""

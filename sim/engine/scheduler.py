@@ -154,20 +154,28 @@ class Scheduler:
             request.num_committed_blocks = len(request.blocks)
         elif required > kv.num_free_blocks:
             return False
-        if required > 0:
-            request.blocks.extend(kv.allocate(required))
+        full_blocks = 0
         if self.config.enable_prefix_caching:
             full_blocks = min(total, request.num_tokens) // block_size
-            if full_blocks > request.num_committed_blocks:
-                self._commit(request, full_blocks)
+        start = request.num_committed_blocks
+        if required > 0 and start == len(request.blocks) < full_blocks:
+            # Only new blocks fill up: allocate and commit them in one go.
+            hashes = request.block_hashes(block_size)[start:full_blocks]
+            request.blocks.extend(kv.allocate(required, hashes))
+            request.num_committed_blocks = full_blocks
+            return True
+        if required > 0:
+            request.blocks.extend(kv.allocate(required))
+        if full_blocks > start:
+            self._commit(request, full_blocks)
         return True
 
     def _commit(self, request: EngineRequest, num_full_blocks: int) -> None:
         start = request.num_committed_blocks
         hashes = request.block_hashes(self.config.block_size)
-        blocks = request.blocks
-        for index in range(start, num_full_blocks):
-            self.kv_cache.cache_block(blocks[index], hashes[index])
+        self.kv_cache.cache_blocks(
+            request.blocks[start:num_full_blocks], hashes[start:num_full_blocks]
+        )
         request.num_committed_blocks = num_full_blocks
 
     def _preempt(self, request: EngineRequest) -> None:

@@ -30,10 +30,10 @@ FORBIDDEN = frozenset(
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles", "sim.engine",
-             "sim.workload"):
+             "sim.workload", "sim.replay"):
     importlib.import_module(name)
 walked = []
-for pkg in ("routing", "scoring", "sim.engine"):
+for pkg in ("routing", "scoring", "sim.engine", "sim.replay"):
     for info in pkgutil.walk_packages(sys.modules[pkg].__path__, pkg + "."):
         importlib.import_module(info.name)
         walked.append(info.name)
@@ -70,8 +70,11 @@ def test_routing_and_scoring_load_no_web_library() -> None:
     result = _run(IMPORT_ALL)
     assert isinstance(result, dict)
     # The walk really visited the plugin modules (else the check below proves nothing).
-    assert {"routing.scheduler", "scoring.round_robin", "sim.engine.model"} <= set(result["walked"])
+    walked = set(result["walked"])
+    assert {"routing.scheduler", "scoring.round_robin", "sim.engine.model"} <= walked
+    assert {"sim.replay.simulator", "sim.replay.cli"} <= walked
     assert sorted(_top_level(result["loaded"]) & FORBIDDEN) == []
+    assert "gateway" not in _top_level(result["loaded"])  # the simulator reuses no gateway code
 
 
 def test_routing_loads_only_the_standard_library() -> None:

@@ -1,0 +1,24 @@
+"""Offline replay: a trace through the gateway's own routing code onto simulated engines.
+
+- `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing)
+- `replica`: one engine model on the clock, and what a metrics scrape of it reads
+- `feed`: the gateway's prefix-index and TTFT-model bookkeeping; the oracle's index
+- `blocks`: a trace request as engine block hashes and as routing prefix hashes
+- `events`, `outcomes`: the event heap; what a replay keeps (per request, ITL, timeline)
+- `settings`: fleet, signals and SLO, read from the gateway's config file
+- `report`, `cli`: summaries, table, `summary.json`, plots; the `kvgate sim` command
+"""
+
+from sim.replay.report import PolicySummary, summarize
+from sim.replay.settings import PolicySpec, SimSettings, load_config
+from sim.replay.simulator import Replay, ReplayResult
+
+__all__ = [
+    "PolicySpec",
+    "PolicySummary",
+    "Replay",
+    "ReplayResult",
+    "SimSettings",
+    "load_config",
+    "summarize",
+]

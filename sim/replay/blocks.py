@@ -1,0 +1,85 @@
+"""A trace request's prompt as the engines hash it and as the gateway's prefix index keys it.
+
+A trace names its prompt by chained block ids (`TraceRequest.hash_ids`, blocks of
+`block_tokens` tokens; Mooncake: 512): an equal id at position i means an identical prefix of
+i + 1 blocks. Two views are derived from them, both keeping that meaning:
+
+- **Engine blocks** (`engine_block_hashes`, for `EngineModel.add_request_hashed`): one hash
+  per full engine block of the prompt. When `block_tokens` is a multiple of the engine's
+  block size (512 = 32 × 16), trace block id h gives engine blocks h·32 + j, j = 0..31:
+  distinct ids give distinct hashes, equal ids equal ones, with no hashing at all. Otherwise
+  engine block b gets hash((id of the trace block holding its last token, b)). Prompt
+  blocks past the ids (Azure traces have none) are the request's own: hash((−1 − salt, b)).
+- **Routing blocks** (`routing_prefix_hashes`): what `gateway.prefix` would hash. The
+  gateway hashes full blocks only and, past 128 blocks, doubles the block size every 128
+  blocks (`scoring.prefix_hash`); scorers convert matched blocks to characters with that
+  schedule. So the trace's fixed blocks are regrouped the same way: routing block g spans
+  base blocks [lo, hi) of the schedule and is named by the id of base block hi − 1 (ids are
+  chained, so that id names the whole span). With `prefix_block_chars = block_tokens ×
+  chars_per_token`, `covered_chars(m) / chars_per_token` is then exactly the tokens the
+  first m routing blocks cover, at any length. The gateway's base block is 16 tokens by
+  default; the trace cannot be resolved finer than its own blocks, so the simulated index
+  works in trace blocks (capacities are converted).
+"""
+
+from __future__ import annotations
+
+from scoring.prefix_hash import GROUP
+from sim.traces import TraceRequest
+
+
+def engine_block_hashes(request: TraceRequest, block_size: int, salt: int) -> list[int]:
+    """Hashes of the prompt's `input_tokens // block_size` full engine blocks.
+
+    `salt` must be unique per request: it keys the blocks the trace does not name.
+    """
+    n_full = request.input_tokens // block_size
+    ids = request.hash_ids
+    trace_block = request.block_tokens
+    out: list[int] = []
+    if trace_block % block_size == 0:
+        per = trace_block // block_size
+        for h in ids:
+            if len(out) >= n_full:
+                break
+            base = h * per
+            out.extend(range(base, base + per))
+        del out[n_full:]
+    else:
+        for b in range(n_full):
+            t = ((b + 1) * block_size - 1) // trace_block
+            if t >= len(ids):
+                break
+            out.append(hash((ids[t], b)))
+    own = -1 - salt
+    out.extend(hash((own, b)) for b in range(len(out), n_full))
+    return out
+
+
+def routing_prefix_hashes(request: TraceRequest) -> tuple[int, ...]:
+    """The ids of the prompt's full trace blocks, regrouped on the gateway's block schedule."""
+    ids = request.hash_ids
+    full = min(len(ids), request.input_tokens // request.block_tokens)
+    if full <= GROUP:
+        return ids[:full]
+    out: list[int] = []
+    end, size = 0, 1
+    while True:
+        for _ in range(GROUP):
+            end += size
+            if end > full:
+                return tuple(out)
+            out.append(ids[end - 1])
+        size *= 2
+
+
+def routing_blocks_within(base_blocks: int) -> int:
+    """How many routing blocks lie entirely within the first `base_blocks` base blocks."""
+    count, size = 0, 1
+    while True:
+        take = min(GROUP, base_blocks // size)
+        count += take
+        base_blocks -= take * size
+        if take < GROUP:
+            return count
+        size *= 2

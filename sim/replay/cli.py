@@ -1,0 +1,137 @@
+"""`kvgate sim`: replay a trace once per policy, print the table, write summary and plots.
+
+`gateway.cli` defines the options and calls `run_sim` (imported only when `sim` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from sim.engine.profiles import get_profile
+from sim.engine.types import EngineProfile
+from sim.replay.report import PolicySummary, format_table, summarize, write_plots, write_summary
+from sim.replay.settings import SimSettings, load_config
+from sim.replay.simulator import Replay, ReplayResult
+from sim.traces import FORMATS, TraceRequest, load_trace, time_scaled
+
+DEFAULT_POLICIES = ("round-robin", "least-load", "prefix-aware", "oracle")
+DEFAULT_PROFILE = "h100-llama3-8b"
+PROGRESS_EVERY_S = 2.0
+
+
+def fit_profile(profile: EngineProfile, trace: Sequence[TraceRequest]) -> tuple[EngineProfile, str]:
+    """Raise the profile's max_model_len to the trace's longest request (up to the KV cache
+    size), so that long-context traces run on profiles of short-context models; a note says
+    so ("" if nothing changed)."""
+    config = profile.config
+    longest = max((r.input_tokens + max(1, r.output_tokens) for r in trace), default=0)
+    if longest <= config.max_model_len:
+        return profile, ""
+    fitted = min(longest, config.num_blocks * config.block_size)
+    note = (
+        f"note: max_model_len raised from {config.max_model_len:,} to {fitted:,} tokens "
+        f"to fit the trace's longest request ({longest:,} tokens)"
+    )
+    return replace(profile, config=replace(config, max_model_len=fitted)), note
+
+
+def with_block_size(profile: EngineProfile, block_size: int | None) -> tuple[EngineProfile, str]:
+    """The profile with KV blocks of `block_size` tokens (vLLM's --block-size), the same KV
+    capacity in tokens; a note says so ("" if nothing changed). Larger blocks mean less
+    work per request (the Dynamo mocker uses 64) and a coarser prefix cache."""
+    config = profile.config
+    if block_size is None or block_size == config.block_size:
+        return profile, ""
+    if block_size < 1:
+        raise ValueError("--block-size must be >= 1")
+    blocks = config.num_blocks * config.block_size // block_size
+    note = f"note: KV blocks of {block_size} tokens ({blocks:,} blocks), not {config.block_size}"
+    return replace(profile, config=replace(config, block_size=block_size, num_blocks=blocks)), note
+
+
+def replay_policy(
+    trace: Sequence[TraceRequest],
+    policy: str,
+    profile: EngineProfile,
+    settings: SimSettings,
+    out: TextIO | None = None,
+) -> tuple[ReplayResult, float, float]:
+    """One replay, timed (wall and CPU seconds); progress lines to `out` every ~2 s."""
+    started = last = time.perf_counter()
+    cpu = time.process_time()
+
+    def progress(now: float, done: int, total: int) -> None:
+        nonlocal last
+        wall = time.perf_counter()
+        if out is not None and wall - last >= PROGRESS_EVERY_S:
+            last = wall
+            print(
+                f"  {policy}: virtual {now:,.0f} s, {done:,}/{total:,} requests done, "
+                f"{wall - started:.1f} s",
+                file=out,
+                flush=True,
+            )
+
+    result = Replay(trace, policy, profile, settings, progress=progress).run()
+    return result, time.perf_counter() - started, time.process_time() - cpu
+
+
+def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """The `kvgate sim` command (argument names as `gateway.cli` defines them)."""
+    if args.format not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
+    if args.rate_scale <= 0:
+        raise ValueError("--rate-scale must be > 0")
+    policies = [p for p in args.policies.split(",") if p] or list(DEFAULT_POLICIES)
+    settings = SimSettings(
+        replicas=args.replicas,
+        seed=args.seed,
+        slo_ttft_s=args.slo_ttft,
+        slo_itl_s=args.slo_itl,
+        **load_config(args.config),
+    )
+    try:
+        profile = get_profile(args.profile)
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    trace = load_trace(args.trace, args.format, args.limit)
+    if args.rate_scale != 1.0:
+        trace = time_scaled(trace, args.rate_scale)
+    profile, block_note = with_block_size(profile, getattr(args, "block_size", None))
+    profile, note = fit_profile(profile, trace)
+    span = trace[-1].arrival_s if trace else 0.0
+    print(
+        f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; {settings.replicas} "
+        f"replicas of {profile.name}; policies {', '.join(policies)}",
+        file=out,
+    )
+    for line in (block_note, note):
+        if line:
+            print(line, file=out)
+    results: list[ReplayResult] = []
+    summaries: list[PolicySummary] = []
+    for policy in policies:
+        result, seconds, cpu = replay_policy(trace, policy, profile, settings, out)
+        results.append(result)
+        summaries.append(summarize(result, settings, seconds, cpu))
+        print(f"  {policy}: {seconds:.2f} s ({cpu:.2f} s CPU)", file=out, flush=True)
+    print(file=out)
+    print(format_table(summaries), file=out)
+    print(
+        f"goodput: TTFT <= {settings.slo_ttft_s:g} s and mean ITL <= {settings.slo_itl_s:g} s",
+        file=out,
+    )
+    out_dir = Path(args.out)
+    paths = [write_summary(summaries, out_dir)]
+    try:
+        paths += write_plots(results, out_dir)
+    except ImportError:
+        print("plots skipped: matplotlib is not installed", file=out)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=out)
+    return 0

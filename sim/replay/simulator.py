@@ -1,0 +1,380 @@
+"""The discrete-event replay: a trace, through the gateway's routing, onto simulated engines.
+
+One virtual clock and one event heap (`events`): trace arrivals, and per replica the start
+and end of its engine's steps or fast-forwarded decode runs (`replica`). Each arrival is
+routed by a `routing.Scheduler` built by `scoring.profiles.build_scheduler` from the same
+`routing:` section the gateway reads, with the same plugins, so the decision code is the
+gateway's own. What the scheduler sees is what a live gateway would see:
+
+- engine metrics from the last scrape (every `scrape_interval_s`, each replica at its own
+  phase), unknown once older than `stale_after_s` (as `health.pool` drops them);
+- the gateway's own in-flight counts and pending prefill, updated at once;
+- the prefix index and TTFT model, fed at dispatch and first token (`feed`).
+
+Policy `oracle` (or `oracle:<profile>`) runs a profile with perfect signals instead: metrics
+read at the decision instant and prefix matches from the engines' real KV caches (each
+engine first applies the decode steps it started by then, so the oracle reads the cache
+that stepping one step at a time would show). Perfect signals are not a better policy by
+themselves: the profile's weights still trade affinity against load.
+
+Tokens reach the gateway at the end of the step that makes them; a request's TTFT and
+latency are measured from its arrival (the gateway adds no delay).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from routing import PluginRegistry
+from routing.types import EndpointSnapshot, RoutingRequest
+from scoring.builtin import register_builtins
+from scoring.prefix_index import PrefixIndex
+from scoring.profiles import build_scheduler
+from scoring.stateful_plugins import register_stateful_plugins
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from sim.engine.model import EngineModel
+from sim.engine.types import EngineProfile
+from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
+from sim.replay.events import EventQueue, Kind
+from sim.replay.feed import Dispatch, EngineCacheIndex, PrefixFeed
+from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
+from sim.replay.replica import Segment, SimReplica
+from sim.replay.settings import PolicySpec, SimSettings
+from sim.traces import TraceRequest
+
+DEFAULT_MODEL = "sim"
+Progress = Callable[[float, int, int], None]  # (virtual time, requests done, total)
+
+
+@dataclass(slots=True)
+class _Live:
+    """A request between its arrival and its last token."""
+
+    replica: int
+    arrival: float
+    dispatch: Dispatch
+    output_tokens: int
+    first_at: float = math.nan
+    last_at: float = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Everything one replay measured (summarised by `sim.replay.report`)."""
+
+    policy: str
+    replica_ids: tuple[str, ...]
+    requests: int  # finished
+    rejected: int  # could never fit an engine
+    log: RequestLog
+    itl: LatencyHistogram
+    timeline: Timeline
+    dispatched: tuple[int, ...]
+    prefix_queries: int  # tokens looked up, summed over the engines
+    prefix_hits: int
+    preemptions: int
+    makespan_s: float  # virtual time of the last token
+    segments: int  # engine steps and decode runs simulated
+    steps: int  # engine steps they stand for
+
+
+class Replay:
+    """One policy over one trace (see the module docstring). Call `run()` once."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceRequest],
+        policy: str,
+        profile: EngineProfile,
+        settings: SimSettings,
+        *,
+        register: Callable[[PluginRegistry], None] | None = None,
+        progress: Progress | None = None,
+        progress_every: int = 4096,
+    ) -> None:
+        if any(a.arrival_s > b.arrival_s for a, b in pairwise(trace)):
+            raise ValueError("the trace must be in arrival order")
+        self.now = 0.0
+        self._trace = trace
+        self._spec = PolicySpec.parse(policy)
+        self._settings = settings
+        self._progress = progress
+        self._progress_every = progress_every
+        rng = random.Random(settings.seed)
+        self.replicas = [
+            SimReplica(
+                f"replica-{i:02d}",
+                EngineModel.from_profile(profile),
+                rng.uniform(0.0, settings.scrape_interval_s),
+            )
+            for i in range(settings.replicas)
+        ]
+        self._position = {r.id: i for i, r in enumerate(self.replicas)}
+        section = settings.routing
+        prior = TtftCoefficients(section.ttft.overhead_s, section.ttft.prefill_token_s)
+        ttft_model = OnlineTtftModel(prior, section.ttft.decay)
+        self._oracle_index: EngineCacheIndex | None = None
+        index = PrefixIndex()
+        if self._spec.oracle:
+            index = self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
+        registry = PluginRegistry()
+        register_builtins(registry)
+        register_stateful_plugins(registry, index, ttft_model)
+        if register is not None:
+            register(registry)
+        self._scheduler = build_scheduler(section, registry, self._clock, rng)
+        if self._spec.profile not in self._scheduler.profiles:
+            known = ", ".join(sorted(self._scheduler.profiles))
+            raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
+        self._feed = PrefixFeed(section.prefix, index, ttft_model if section.ttft.learn else None)
+        self._cpt = section.prefix.chars_per_token
+        self._queue = EventQueue()
+        self._live: dict[str, _Live] = {}
+        self._log = RequestLog()
+        self._itl = LatencyHistogram()
+        self._timeline = Timeline(
+            hit_rate=[_floats() for _ in self.replicas], load=[_ints() for _ in self.replicas]
+        )
+        self._rejected = 0
+        self._next = 0
+        self._segments = self._steps = self._decisions = 0
+        self._last_token_at = 0.0
+
+    def _clock(self) -> float:
+        return self.now
+
+    def run(self) -> ReplayResult:
+        queue = self._queue
+        if self._trace:
+            queue.push(self._trace[0].arrival_s, Kind.ARRIVAL)
+            span = max(self._trace[-1].arrival_s, 1e-3)
+            self._sample_every = span / max(1, self._settings.timeline_points)
+            queue.push(0.0, Kind.SAMPLE)
+        handlers = [self._step_end, self._arrival, self._step_start, self._sample]  # by Kind
+        events = 0
+        while queue:
+            self.now, kind, subject, token = queue.pop()
+            handlers[kind](subject, token)
+            events += 1
+            if self._progress is not None and events % self._progress_every == 0:
+                self._progress(self.now, len(self._log), len(self._trace))
+        return self._result()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _arrival(self, _subject: int, _token: int) -> None:
+        i = self._next
+        self._next += 1
+        if self._next < len(self._trace):
+            self._queue.push(self._trace[self._next].arrival_s, Kind.ARRIVAL)
+        request = self._trace[i]
+        config = self.replicas[0].engine.config
+        output = max(1, request.output_tokens)
+        needed = -(-(request.input_tokens + output - 1) // config.block_size)
+        if (
+            request.input_tokens < 1
+            or request.input_tokens + output > config.max_model_len
+            or needed > config.num_blocks
+        ):
+            self._rejected += 1
+            return
+        self._dispatch(i, request, output)
+
+    def _dispatch(self, i: int, request: TraceRequest, output: int) -> None:
+        rid = str(i)
+        block_size = self.replicas[0].engine.config.block_size
+        engine_hashes = engine_block_hashes(request, block_size, salt=i)
+        routing_request = RoutingRequest(
+            model=request.model or DEFAULT_MODEL,
+            request_id=rid,
+            prefix_hashes=routing_prefix_hashes(request),
+            prefix_block_chars=max(1, round(request.block_tokens * self._cpt)),
+            token_estimate=request.input_tokens,
+            session_key=request.session,
+        )
+        if self._oracle_index is not None:
+            self._settle_engines()
+            self._oracle_index.prepare(
+                routing_request.prefix_hashes,
+                engine_hashes,
+                request.input_tokens,
+                request.block_tokens,
+            )
+        decision = self._scheduler.schedule(
+            routing_request, self._snapshots(routing_request.model), profile=self._spec.profile
+        )
+        assert decision.target is not None  # filters fail open; every replica is healthy
+        position = self._position[decision.target]
+        replica = self.replicas[position]
+        dispatch = self._feed.dispatch(
+            replica, routing_request, self.now, self._last_scrape(replica) is not None
+        )
+        replica.in_flight += 1
+        replica.dispatched += 1
+        new_end = replica.cut(self.now)
+        if new_end is not None:
+            self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
+        replica.engine.add_request_hashed(rid, request.input_tokens, engine_hashes, output)
+        self._live[rid] = _Live(position, self.now, dispatch, output)
+        if not replica.busy and not replica.start_pending:
+            replica.start_pending = True
+            self._queue.push(self.now, Kind.STEP_START, position)
+
+    def _settle_engines(self) -> None:
+        """Apply every engine's decode steps that started by now, so that the oracle reads
+        their KV caches as stepping one step at a time would leave them."""
+        for position, replica in enumerate(self.replicas):
+            new_end = replica.cut(self.now)
+            if new_end is not None:
+                self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
+
+    def _step_start(self, position: int, _token: int) -> None:
+        replica = self.replicas[position]
+        replica.start_pending = False
+        if replica.busy or not replica.engine.has_work():
+            return
+        end = replica.start(self.now, self._settings.fast_forward)
+        self._queue.push(end, Kind.STEP_END, position, replica.event_token)
+
+    def _step_end(self, position: int, token: int) -> None:
+        replica = self.replicas[position]
+        if token != replica.event_token or not replica.busy:
+            return  # superseded: the run was cut short
+        segment = replica.finish()
+        self._segments += 1
+        self._steps += segment.steps
+        self._deliver(segment)
+        if replica.engine.has_work():
+            replica.start_pending = True
+            self._queue.push(self.now, Kind.STEP_START, position)
+
+    def _sample(self, _subject: int, _token: int) -> None:
+        timeline = self._timeline
+        timeline.times_s.append(self.now)
+        for i, replica in enumerate(self.replicas):
+            stats = replica.engine.stats()
+            queries = stats.prefix_queries
+            timeline.hit_rate[i].append(stats.prefix_hits / queries if queries else math.nan)
+            timeline.load[i].append(stats.running + stats.waiting)
+        if self._next < len(self._trace) or self._live:
+            self._queue.push(self.now + self._sample_every, Kind.SAMPLE)
+
+    # -- what the gateway sees --------------------------------------------------------------
+
+    def _last_scrape(self, replica: SimReplica) -> float | None:
+        """When the gateway last scraped `replica` (None: not yet)."""
+        interval = self._settings.scrape_interval_s
+        phase = replica.scrape_phase_s
+        if self.now < phase:
+            return None
+        return phase + math.floor((self.now - phase) / interval) * interval
+
+    def _snapshots(self, model: str) -> list[EndpointSnapshot]:
+        models = frozenset((model,))
+        stale_after = self._settings.stale_after_s
+        now = self.now
+        self._decisions += 1
+        tidy = self._decisions % 64 == 0
+        out = []
+        for replica in self.replicas:
+            scraped = self._last_scrape(replica)
+            if self._spec.oracle:
+                metrics = replica.metrics_at(now)
+            elif scraped is None or now - scraped > stale_after:
+                metrics = None
+            else:
+                metrics = replica.metrics_at(scraped)
+            if tidy and scraped is not None:
+                replica.forget_before(scraped)
+            out.append(
+                EndpointSnapshot(
+                    id=replica.id,
+                    url=replica.url,
+                    models=models,
+                    engine="vllm",
+                    metrics=metrics,
+                    in_flight=replica.in_flight,
+                    pending_prefill_tokens=replica.pending_prefill_tokens,
+                )
+            )
+        return out
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def _deliver(self, segment: Segment) -> None:
+        now = self.now
+        live = self._live
+        if segment.run is None:
+            assert segment.result is not None
+            for token in segment.result.tokens:
+                request = live[token.request_id]
+                if token.index == 0:
+                    request.first_at = now
+                    self._feed.first_token(request.dispatch, now - request.dispatch.at)
+                else:
+                    self._itl.add(now - request.last_at)
+                request.last_at = now
+                if token.finished:
+                    self._complete(token.request_id, request)
+            return
+        run = segment.run
+        first_end = segment.start + run.first_step_s
+        # Requests that emitted a token when the run began all wait one first step.
+        steady = 0
+        for rid in run.request_ids:
+            request = live[rid]
+            if request.last_at == segment.start:
+                steady += 1
+            else:
+                self._itl.add(first_end - request.last_at)
+            request.last_at = now
+        if steady:
+            self._itl.add(run.first_step_s, steady)
+        self._itl.add_linear(run.first_step_s, run.step_growth_s, 1, segment.steps, run.decode_seqs)
+        for rid in segment.finished:
+            self._complete(rid, live[rid])
+
+    def _complete(self, rid: str, request: _Live) -> None:
+        now = self.now
+        replica = self.replicas[request.replica]
+        replica.in_flight -= 1
+        self._feed.first_token(request.dispatch, None)
+        n = request.output_tokens
+        itl = (now - request.first_at) / (n - 1) if n > 1 else math.nan
+        self._log.add(
+            request.first_at - request.arrival, now - request.arrival, itl, request.replica
+        )
+        del self._live[rid]
+        self._last_token_at = now
+
+    def _result(self) -> ReplayResult:
+        stats = [r.engine.stats() for r in self.replicas]
+        return ReplayResult(
+            policy=self._spec.name,
+            replica_ids=tuple(r.id for r in self.replicas),
+            requests=len(self._log),
+            rejected=self._rejected,
+            log=self._log,
+            itl=self._itl,
+            timeline=self._timeline,
+            dispatched=tuple(r.dispatched for r in self.replicas),
+            prefix_queries=sum(s.prefix_queries for s in stats),
+            prefix_hits=sum(s.prefix_hits for s in stats),
+            preemptions=sum(s.preemptions for s in stats),
+            makespan_s=self._last_token_at,
+            segments=self._segments,
+            steps=self._steps,
+        )
+
+
+def _floats() -> array[float]:
+    return array("d")
+
+
+def _ints() -> array[int]:
+    return array("l")
