@@ -173,6 +173,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(RequestIdFilter())
+    # httpx logs every request at INFO: the probes and 50 ms metric scrapes would flood the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     cfg = _effective_config(args)
     app = build_app(cfg)
     uvicorn.run(

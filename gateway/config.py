@@ -39,6 +39,9 @@ class UpstreamSection(_Section):
     pool_timeout_s: float = Field(5.0, gt=0)
     max_connections: int = Field(1024, gt=0)
     max_keepalive_connections: int = Field(256, ge=0)
+    keepalive_expiry_s: float = Field(
+        4.0, gt=0, description="below the engines' keep-alive timeout (uvicorn's is 5 s)"
+    )
     max_attempts: int = Field(2, ge=1, le=10, description="tries per request, failover included")
 
 

@@ -42,7 +42,9 @@ def make_client(cfg: UpstreamSection) -> httpx.AsyncClient:
         limits=httpx.Limits(
             max_connections=cfg.max_connections,
             max_keepalive_connections=cfg.max_keepalive_connections,
-            keepalive_expiry=30.0,
+            # Shorter than the engines' own idle timeout, so the gateway never sends a request
+            # on a connection the engine is closing (a 502 race otherwise).
+            keepalive_expiry=cfg.keepalive_expiry_s,
         ),
         follow_redirects=False,
         trust_env=False,

@@ -145,6 +145,7 @@ async def test_make_client_settings() -> None:
         pool_timeout_s=3.0,
         max_connections=10,
         max_keepalive_connections=4,
+        keepalive_expiry_s=2.5,
     )
     async with make_client(cfg) as client:
         assert client.timeout == httpx.Timeout(connect=1.5, read=60.0, write=7.0, pool=3.0)
@@ -155,7 +156,8 @@ async def test_make_client_settings() -> None:
         pool = client._transport._pool  # type: ignore[attr-defined]
         assert pool._max_connections == 10
         assert pool._max_keepalive_connections == 4
-        assert pool._keepalive_expiry == 30.0
+        assert pool._keepalive_expiry == 2.5  # under the engines' 5 s idle timeout
+    assert UpstreamSection().keepalive_expiry_s < 5.0
 
 
 async def test_make_client_sends_only_the_given_headers() -> None:
