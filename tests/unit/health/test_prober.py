@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import orjson
@@ -13,8 +12,7 @@ from health.pool import Backend, BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings, parse_model_list
 from health.state import HealthPolicy
 from routing.types import Health
-
-URL = "http://engine:8000"
+from tests.unit.health.conftest import URL, FakeClock
 
 # GET /v1/models as vLLM 0.32 answers it.
 VLLM_MODELS = (
@@ -29,31 +27,6 @@ VLLM_MODELS = (
 
 def _models_body(*ids: str) -> bytes:
     return orjson.dumps({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=URL, assert_all_called=False) as router:
-        yield router
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
-        yield c
 
 
 def _prober(

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -13,38 +12,13 @@ from health.pool import Backend, BackendPool, BackendSpec
 from health.scraper import Scraper, ScrapeSettings
 from health.state import HealthPolicy
 from routing.types import EngineMetrics
+from tests.unit.health.conftest import URL, FakeClock
 
-URL = "http://engine:8000"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 VLLM_PAGE = (FIXTURES / "vllm-0.32" / "metrics_after.txt").read_text()
 VLLM_METRICS = EngineMetrics(
     scraped_at=0.0, waiting=0, running=0, kv_usage=0.0, block_size=128, num_blocks=64
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=URL, assert_all_called=False) as router:
-        yield router
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
-        yield c
 
 
 def _scraper(
