@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/pytest -q
 
 # Routing quality per policy on 8 emulated replicas (synthetic chats + a Mooncake slice);
-# ~15 minutes; writes out/bench-routing/{results.json,ttft_cdf.png}.
+# ~25 minutes; writes out/bench-routing/{results.json,ttft_cdf.png}.
 bench-routing: $(STAMP)
 	$(BIN)/python -m sim.bench_routing
 
