@@ -45,8 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.numeric_params import number_param
-from scoring.params import check_plugin_args
+from scoring.params import check_plugin_args, number_param
 
 DEFAULT_ABS_THRESHOLD = 64.0
 DEFAULT_REL_THRESHOLD = 1.5

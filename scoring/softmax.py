@@ -33,8 +33,7 @@ from typing import Any, Self
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext
 from scoring.max_score import TIE_TOLERANCE, rank_by_total
-from scoring.numeric_params import number_param
-from scoring.params import check_plugin_args
+from scoring.params import check_plugin_args, number_param
 
 DEFAULT_TEMPERATURE = 0.1
 

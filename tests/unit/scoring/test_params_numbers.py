@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from scoring.numeric_params import number_param
+from scoring.params import number_param
 
 
 def test_default_when_absent_and_ints_become_floats() -> None:
