@@ -82,10 +82,23 @@ def replay_policy(
     return result, time.perf_counter() - started, time.process_time() - cpu
 
 
-def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """The `kvgate sim` command (argument names as `gateway.cli` defines them)."""
+def load_inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], EngineProfile, list[str]]:
+    """The trace at its own rate and the engine profile (`--block-size`, fitted to the trace),
+    with notes on what was changed; ValueError for a bad format or profile name."""
     if args.format not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
+    try:
+        profile = get_profile(args.profile)
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    trace = load_trace(args.trace, args.format, args.limit)
+    profile, block_note = with_block_size(profile, getattr(args, "block_size", None))
+    profile, note = fit_profile(profile, trace)
+    return trace, profile, [line for line in (block_note, note) if line]
+
+
+def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """The `kvgate sim` command (argument names as `gateway.cli` defines them)."""
     if args.rate_scale <= 0:
         raise ValueError("--rate-scale must be > 0")
     policies = [p for p in args.policies.split(",") if p] or list(DEFAULT_POLICIES)
@@ -96,24 +109,17 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         slo_itl_s=args.slo_itl,
         **load_config(args.config),
     )
-    try:
-        profile = get_profile(args.profile)
-    except KeyError as exc:
-        raise ValueError(str(exc.args[0])) from None
-    trace = load_trace(args.trace, args.format, args.limit)
+    trace, profile, notes = load_inputs(args)
     if args.rate_scale != 1.0:
         trace = time_scaled(trace, args.rate_scale)
-    profile, block_note = with_block_size(profile, getattr(args, "block_size", None))
-    profile, note = fit_profile(profile, trace)
     span = trace[-1].arrival_s if trace else 0.0
     print(
         f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; {settings.replicas} "
         f"replicas of {profile.name}; policies {', '.join(policies)}",
         file=out,
     )
-    for line in (block_note, note):
-        if line:
-            print(line, file=out)
+    for line in notes:
+        print(line, file=out)
     results: list[ReplayResult] = []
     summaries: list[PolicySummary] = []
     for policy in policies:

@@ -1,0 +1,236 @@
+"""`kvgate sim sweep`: replay one trace over a grid of policies × scorer weights × replica
+counts × rate scales and name the best configuration for an objective.
+
+Each run is an ordinary `kvgate sim` replay (`replay_policy`, `summarize`); the grid is in
+`sweep_grid`, the choice of the best run in `sweep_rank`, the outputs in `sweep_report`.
+`--jobs N` runs N replays at a time in worker processes; the replays are deterministic, so
+the results do not depend on N (only the wall times do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from sim.engine.types import EngineProfile
+from sim.replay.cli import load_inputs, replay_policy
+from sim.replay.report import PolicySummary, summarize
+from sim.replay.settings import SimSettings, load_config
+from sim.replay.sweep_grid import (
+    GridPoint,
+    expand_grid,
+    parse_names,
+    parse_numbers,
+    parse_weights,
+    with_weights,
+)
+from sim.replay.sweep_rank import (
+    GRID_METRICS,
+    Constraint,
+    Objective,
+    SweepRun,
+    default_tie_break,
+    metric_value,
+    rank,
+)
+from sim.replay.sweep_report import (
+    best_routing_yaml,
+    format_ranking,
+    write_sweep_json,
+    write_sweep_plot,
+)
+from sim.traces import TraceRequest, time_scaled
+
+DEFAULT_POLICIES = "round-robin,least-load,prefix-aware"
+DEFAULT_OBJECTIVE = "max:goodput"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """The validated command line: the grid and how to judge it."""
+
+    points: tuple[GridPoint, ...]
+    notes: tuple[str, ...]
+    base: SimSettings  # replicas and routing are set per run
+    objective: Objective
+    tie_break: Objective
+    constraints: tuple[Constraint, ...]
+    jobs: int
+
+
+def plan_sweep(args: argparse.Namespace) -> SweepPlan:
+    """Parse and check everything that does not need the trace; ValueError names the option."""
+    objective = Objective.parse(args.objective)
+    tie_break = (
+        Objective.parse(args.tie_break, "--tie-break")
+        if args.tie_break
+        else default_tie_break(objective)
+    )
+    constraints = tuple(Constraint.parse(c) for c in args.constraint or ())
+    if args.jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    base = SimSettings(
+        seed=args.seed, slo_ttft_s=args.slo_ttft, slo_itl_s=args.slo_itl, **load_config(args.config)
+    )
+    points, notes = expand_grid(
+        base.routing,
+        parse_names(args.policies, "--policies"),
+        parse_weights(args.weights),
+        [int(n) for n in parse_numbers(args.replicas, "--replicas", integer=True)],
+        parse_numbers(args.rate_scale, "--rate-scale"),
+    )
+    return SweepPlan(
+        tuple(points), tuple(notes), base, objective, tie_break, constraints, args.jobs
+    )
+
+
+def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """The `kvgate sim sweep` command: 0 with a best configuration, 1 if no run qualifies."""
+    plan = plan_sweep(args)
+    trace, profile, notes = load_inputs(args)
+    traces = {
+        s: trace if s == 1.0 else time_scaled(trace, s) for s in {p.rate_scale for p in plan.points}
+    }
+    span = trace[-1].arrival_s if trace else 0.0
+    print(
+        f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; engines "
+        f"{profile.name}; {len(plan.points)} runs; objective {plan.objective} "
+        f"(ties: {plan.tie_break})" + "".join(f"; {c}" for c in plan.constraints),
+        file=out,
+    )
+    for line in (*notes, *plan.notes):
+        print(line, file=out)
+    started = time.perf_counter()
+    runs = sorted(_execute(plan, traces, profile, out), key=lambda r: r.index)
+    wall = time.perf_counter() - started
+    ranking = rank(runs, plan.objective, plan.tie_break, plan.constraints)
+    print(file=out)
+    print(format_ranking(ranking, plan.objective), file=out)
+    print(
+        f"{len(runs)} runs in {wall:.1f} s; goodput: TTFT <= {plan.base.slo_ttft_s:g} s and "
+        f"mean ITL <= {plan.base.slo_itl_s:g} s",
+        file=out,
+    )
+    snippet = ""
+    if ranking.best is None:
+        who = "only oracle runs (ceilings) meet" if ranking.feasible else "no run meets"
+        print(f"{who} the constraints: no best configuration", file=out)
+    else:
+        snippet = best_routing_yaml(
+            ranking.best, plan.base.routing, plan.objective, plan.constraints
+        )
+        print(f"\nbest configuration:\n{snippet}", file=out)
+    out_dir = Path(args.out)
+    header = _header(args, plan, len(trace), profile.name, wall)
+    paths = [write_sweep_json(header, ranking, snippet, out_dir)]
+    best_yaml = out_dir / "best_routing.yaml"
+    if snippet:
+        best_yaml.write_text(snippet, encoding="utf-8")
+        paths.append(best_yaml)
+    else:
+        best_yaml.unlink(missing_ok=True)  # a previous sweep's answer is not this one's
+    try:
+        # A grid parameter against the replica count says nothing: plot the tie-break then.
+        shown = plan.tie_break if plan.objective.metric in GRID_METRICS else plan.objective
+        paths.append(write_sweep_plot(ranking, shown.metric, out_dir))
+    except ImportError:
+        print("plot skipped: matplotlib is not installed", file=out)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=out)
+    return 0 if ranking.best is not None else 1
+
+
+def _settings(plan: SweepPlan, point: GridPoint) -> SimSettings:
+    routing = with_weights(plan.base.routing, point.policy, point.weights)
+    return replace(plan.base, replicas=point.replicas, routing=routing)
+
+
+def _execute(
+    plan: SweepPlan,
+    traces: Mapping[float, Sequence[TraceRequest]],
+    profile: EngineProfile,
+    out: TextIO,
+) -> Iterator[SweepRun]:
+    """Every run of the grid, in the order they finish, with a progress line (and ETA) each."""
+    total = len(plan.points)
+    started = time.perf_counter()
+    for done, (index, summary) in enumerate(_summaries(plan, traces, profile, out), 1):
+        point = plan.points[index]
+        elapsed = time.perf_counter() - started
+        value = metric_value(SweepRun(index, point, summary), plan.objective.metric)
+        print(
+            f"run {done}/{total}: {point.policy} {point.weights_label()} x{point.replicas} "
+            f"rate {point.rate_scale:g}: {plan.objective.metric} {value:.4g} "
+            f"({summary.sim_seconds:.1f} s); elapsed {elapsed:.0f} s, "
+            f"ETA {elapsed / done * (total - done):.0f} s",
+            file=out,
+            flush=True,
+        )
+        yield SweepRun(index, point, summary)
+
+
+def _summaries(
+    plan: SweepPlan,
+    traces: Mapping[float, Sequence[TraceRequest]],
+    profile: EngineProfile,
+    out: TextIO,
+) -> Iterator[tuple[int, PolicySummary]]:
+    if plan.jobs == 1:
+        for index, point in enumerate(plan.points):
+            settings = _settings(plan, point)
+            yield index, _run_point(traces[point.rate_scale], point.policy, profile, settings, out)
+        return
+    with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
+        futures = {
+            pool.submit(
+                _run_point, traces[p.rate_scale], p.policy, profile, _settings(plan, p)
+            ): index
+            for index, p in enumerate(plan.points)
+        }
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _run_point(
+    trace: Sequence[TraceRequest],
+    policy: str,
+    profile: EngineProfile,
+    settings: SimSettings,
+    out: TextIO | None = None,
+) -> PolicySummary:
+    result, seconds, cpu = replay_policy(trace, policy, profile, settings, out)
+    return summarize(result, settings, seconds, cpu)
+
+
+def _header(
+    args: argparse.Namespace, plan: SweepPlan, requests: int, profile: str, wall: float
+) -> dict[str, Any]:
+    weights: dict[str, list[float]] = {}
+    for point in plan.points:
+        for scorer, weight in point.weights:
+            if weight not in weights.setdefault(scorer, []):
+                weights[scorer].append(weight)
+    return {
+        "trace": str(args.trace),
+        "requests": requests,
+        "engine_profile": profile,
+        "objective": str(plan.objective),
+        "tie_break": str(plan.tie_break),
+        "constraints": [str(c) for c in plan.constraints],
+        "slo_ttft_s": plan.base.slo_ttft_s,
+        "slo_itl_s": plan.base.slo_itl_s,
+        "seed": plan.base.seed,
+        "grid": {
+            "policies": list(dict.fromkeys(p.policy for p in plan.points)),
+            "weights": weights,
+            "replicas": sorted({p.replicas for p in plan.points}),
+            "rate_scales": sorted({p.rate_scale for p in plan.points}),
+        },
+        "notes": list(plan.notes),
+        "wall_seconds": wall,
+    }
