@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo serve test lint typecheck check clean bench-routing calibrate
+.PHONY: venv demo serve test lint typecheck check clean bench-routing calibrate bench fidelity
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,15 @@ test: $(STAMP)
 # ~25 minutes; writes out/bench-routing/{results.json,ttft_cdf.png}.
 bench-routing: $(STAMP)
 	$(BIN)/python -m sim.bench_routing
+
+# Live vs simulated, same trace and policies: ~5 min; writes out/fidelity/fidelity.json and a PNG.
+fidelity: $(STAMP)
+	$(BIN)/python -m sim.fidelity
+
+# kvgate vs sglang-router, vllm-router and LiteLLM (installed into .venv-peers/ on first use):
+# quality, overhead, decision; ~45 min (BENCH_ARGS=--quick: ~10); writes out/bench/.
+bench: $(STAMP)
+	$(BIN)/python -m sim.bench all $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
