@@ -14,6 +14,7 @@ from routing.types import (
     EngineMetrics,
     Health,
     RoutingRequest,
+    ScoreTable,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RoutingRequest",
     "Scheduler",
     "SchedulingContext",
+    "ScoreTable",
     "Scorer",
     "WeightedScorer",
 ]

@@ -10,10 +10,12 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, mul
 from types import MappingProxyType
 
 from routing.protocols import Filter, Picker, SchedulingContext, Scorer
-from routing.types import Decision, EndpointScores, EndpointSnapshot, RoutingRequest
+from routing.types import Decision, EndpointScores, EndpointSnapshot, RoutingRequest, ScoreTable
 
 
 class UnknownProfileError(KeyError):
@@ -47,10 +49,11 @@ class Profile:
         filtered_out: dict[str, str] = {}
         for flt in self.filters:
             kept = list(flt.filter(request, candidates, ctx))
-            kept_ids = {e.id for e in kept}
-            for e in candidates:
-                if e.id not in kept_ids:
-                    filtered_out[e.id] = flt.name
+            if kept != candidates:  # equal (element by element, by identity first): none gone
+                kept_ids = {e.id for e in kept}
+                for e in candidates:
+                    if e.id not in kept_ids:
+                        filtered_out[e.id] = flt.name
             candidates = kept
             if not candidates:
                 break
@@ -68,23 +71,28 @@ class Profile:
         request: RoutingRequest,
         candidates: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
-    ) -> tuple[EndpointScores, ...]:
+    ) -> Sequence[EndpointScores]:
         if not candidates:
             return ()
-        per_scorer: list[tuple[str, float, Mapping[str, float]]] = [
-            (ws.scorer.name, ws.weight, ws.scorer.score(request, candidates, ctx))
-            for ws in self.scorers
-        ]
-        out = []
-        for e in candidates:
-            scores: dict[str, float] = {}
-            total = 0.0
-            for name, weight, result in per_scorer:
-                s = _clamp(result.get(e.id, 0.0))
-                scores[name] = s
-                total += weight * s
-            out.append(EndpointScores(e.id, MappingProxyType(scores), total))
-        return tuple(out)
+        ids = [e.id for e in candidates]
+        totals = [0.0] * len(ids)
+        columns = []
+        # Column by column, each pass a map over a list: per endpoint this is the weighted
+        # sum `total += weight × clamp(score)` in scorer order, with the same float results.
+        for ws in self.scorers:
+            result = ws.scorer.score(request, candidates, ctx)
+            column = list(map(result.get, ids, repeat(0.0)))
+            if not _in_unit_interval(column):
+                column = [_clamp(x) for x in column]
+            columns.append(column)
+            totals = list(map(add, totals, map(mul, repeat(ws.weight), column)))
+        names = [ws.scorer.name for ws in self.scorers]
+        return ScoreTable(ids, names, columns, totals)
+
+
+def _in_unit_interval(column: list[float]) -> bool:
+    # A NaN anywhere makes the sum NaN (min and max may step over it).
+    return min(column) >= 0.0 and max(column) <= 1.0 and not math.isnan(sum(column))
 
 
 def _clamp(x: float) -> float:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
+from typing import overload
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -86,17 +88,78 @@ class EndpointScores:
     total: float
 
 
+class ScoreTable(Sequence[EndpointScores]):
+    """The scores of one scheduling cycle, kept as columns: `EndpointScores` rows on demand.
+
+    The scheduler fills one column per scorer and the totals in a few passes over lists; a
+    picker that needs only ids and totals reads `ids` and `totals`, so a decision over many
+    endpoints builds no per-endpoint object. Read as a sequence, it is the tuple of
+    `EndpointScores` (in candidate order) it stands for, built once on first access, and
+    compares equal to that tuple.
+    """
+
+    __slots__ = ("_rows", "columns", "ids", "names", "totals")
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        names: Sequence[str],
+        columns: Sequence[Sequence[float]],
+        totals: Sequence[float],
+    ) -> None:
+        self.ids = ids
+        self.names = names  # scorer names, one per column
+        self.columns = columns  # columns[k][i]: scorer k's clamped score of endpoint ids[i]
+        self.totals = totals
+        self._rows: tuple[EndpointScores, ...] | None = None
+
+    def rows(self) -> tuple[EndpointScores, ...]:
+        """The `EndpointScores` of each candidate, built on first use."""
+        if self._rows is None:
+            names = self.names
+            rows = zip(*self.columns, strict=True) if self.columns else repeat(())
+            self._rows = tuple(
+                EndpointScores(eid, MappingProxyType(dict(zip(names, row, strict=True))), total)
+                for eid, row, total in zip(self.ids, rows, self.totals, strict=False)
+            )
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> EndpointScores: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[EndpointScores, ...]: ...
+    def __getitem__(self, i: int | slice) -> EndpointScores | tuple[EndpointScores, ...]:
+        return self.rows()[i]
+
+    def __iter__(self) -> Iterator[EndpointScores]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ScoreTable):
+            other = other.rows()
+        return self.rows() == other
+
+    __hash__ = None  # type: ignore[assignment]  # equal to an unhashable tuple of rows
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The scheduler's answer: endpoints ranked best first, and why.
 
     `ranked` holds the chosen endpoint first, then fallbacks in the order to try them.
-    `filtered_out` maps each endpoint removed by a filter to that filter's name.
+    `filtered_out` maps each endpoint removed by a filter to that filter's name. `scores`
+    holds every candidate's scores, in candidate order (a `ScoreTable` from the scheduler).
     """
 
     profile: str
     ranked: tuple[str, ...]
-    scores: tuple[EndpointScores, ...]
+    scores: Sequence[EndpointScores]
     filtered_out: Mapping[str, str] = field(default_factory=_empty)
 
     @property

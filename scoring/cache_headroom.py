@@ -41,4 +41,5 @@ class CacheHeadroomScorer:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
-        return {e.id: 1.0 - self._index.fill(e.id) for e in endpoints}
+        fills = self._index.fills([e.id for e in endpoints])
+        return {eid: 1.0 - fill for eid, fill in fills.items()}

@@ -39,8 +39,9 @@ class InFlightScorer:
     ) -> Mapping[str, float]:
         if not endpoints:
             return {}
-        high = max(e.in_flight for e in endpoints)
-        low = min(e.in_flight for e in endpoints)
+        counts = [e.in_flight for e in endpoints]
+        high, low = max(counts), min(counts)
         if high == low:
             return {e.id: 1.0 for e in endpoints}
-        return {e.id: (high - e.in_flight) / (high - low) for e in endpoints}
+        span = high - low
+        return {e.id: (high - x) / span for e, x in zip(endpoints, counts, strict=True)}

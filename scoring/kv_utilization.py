@@ -48,5 +48,7 @@ class KvUtilizationScorer:
         for e in endpoints:
             usage = e.metrics.kv_usage if e.metrics is not None else None
             if usage is not None and not math.isnan(usage):
-                known[e.id] = 1.0 - min(max(usage, 0.0), 1.0)
+                known[e.id] = 1.0 - (usage if 0.0 <= usage <= 1.0 else 0.0 if usage < 0.0 else 1.0)
+        if len(known) == len(endpoints):  # all known (ids are unique): nothing to fill
+            return known
         return fill_unknown(endpoints, known)

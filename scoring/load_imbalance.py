@@ -88,8 +88,14 @@ class LoadImbalanceFilter:
     ) -> Sequence[EndpointSnapshot]:
         if not endpoints:
             return []
-        loads = [load(e) for e in endpoints]
+        # `load(e)` inlined: this runs for every candidate of every request.
+        loads = [
+            e.in_flight + (0 if (m := e.metrics) is None or (w := m.waiting) is None else w)
+            for e in endpoints
+        ]
         low = min(loads)
+        if max(loads) - low <= self.abs_threshold:  # the usual case: nobody can be a hot spot
+            return list(endpoints)
         return [e for e, x in zip(endpoints, loads, strict=True) if not self._hot(x, low)]
 
     def _hot(self, x: int, low: int) -> bool:

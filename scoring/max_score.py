@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import gt, neg, sub
 from typing import Any, Self
 
-from routing import EndpointScores, RoutingRequest, SchedulingContext
+from routing import EndpointScores, RoutingRequest, SchedulingContext, ScoreTable
 from scoring.params import check_plugin_args
 
 TIE_TOLERANCE = 1e-9
@@ -26,25 +28,48 @@ TIE_TOLERANCE = 1e-9
 
 def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[str]:
     """Endpoint ids by total descending, each tie group shuffled with `rng`."""
-    # Sorting by id as well makes the result independent of the input order.
-    order = sorted(scored, key=lambda s: (-_total(s), s.endpoint_id))
+    if isinstance(scored, ScoreTable):  # the scheduler's columns: no per-endpoint objects
+        ids, totals = scored.ids, scored.totals
+    else:
+        ids, totals = [s.endpoint_id for s in scored], [s.total for s in scored]
+    # Sort keys, ascending: −total, and +inf for NaN so that it ranks last (as −inf would).
+    if math.isnan(sum(totals)):
+        keys = [math.inf if math.isnan(t) else -t for t in totals]
+    else:
+        keys = list(map(neg, totals))
+    order = sorted(range(len(ids)), key=keys.__getitem__)
+    ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
+    if all(map(gt, map(sub, ordered, ordered[1:]), repeat(TIE_TOLERANCE))):
+        return [ids[k] for k in order]  # no two totals tie: nothing to shuffle
+    return _shuffle_ties(ids, keys, order, ordered, rng)
+
+
+def _shuffle_ties(
+    ids: Sequence[str],
+    keys: list[float],
+    order: list[int],
+    ordered: list[float],
+    rng: random.Random,
+) -> list[str]:
+    # A tie group runs while totals are within TIE_TOLERANCE of its first one. Equal totals
+    # never straddle two groups, so sorting each group by (key, id) gives the order a sort
+    # by (−total, id) would have, and the result does not depend on the input order.
     ranked: list[str] = []
-    start = 0
-    while start < len(order):
-        head = _total(order[start])
+    start, n = 0, len(order)
+    while start < n:
+        head = ordered[start]
         end = start + 1
-        while end < len(order) and _tied(head, _total(order[end])):
+        while end < n and _tied(head, ordered[end]):
             end += 1
-        group = [s.endpoint_id for s in order[start:end]]
-        if len(group) > 1:
-            rng.shuffle(group)
-        ranked.extend(group)
+        if end - start == 1:
+            ranked.append(ids[order[start]])
+        else:
+            group = sorted(order[start:end], key=lambda k: (keys[k], ids[k]))
+            names = [ids[k] for k in group]
+            rng.shuffle(names)
+            ranked.extend(names)
         start = end
     return ranked
-
-
-def _total(s: EndpointScores) -> float:
-    return -math.inf if math.isnan(s.total) else s.total
 
 
 def _tied(head: float, other: float) -> bool:

@@ -19,9 +19,13 @@ context is tracked more coarsely, where the exact match length matters least.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from functools import lru_cache
+
 import xxhash
 
 GROUP = 128
+_GROUPS = 32  # block-size doublings precomputed: 128 × block_chars × (2^32 − 1) bytes
 
 _xxh3 = xxhash.xxh3_64_intdigest
 
@@ -32,22 +36,30 @@ def prefix_seed(model: str, cache_salt: str | None = None) -> int:
 
 def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
     """Chained hashes of the full blocks of `data` (see the module docstring)."""
+    slices, ends = _layout(block_chars)
+    count = bisect_right(ends, len(data))
+    if count == len(ends):  # beyond the precomputed layout (over ~0.5 TB): never in practice
+        raise ValueError("prompt too long to hash")
+    h = seed
+    # One comprehension over precomputed slices: the chain is the only per-block Python work.
+    return tuple([h := _xxh3(data[s], h) for s in slices[:count]])
+
+
+@lru_cache(maxsize=8)
+def _layout(block_chars: int) -> tuple[list[slice], list[int]]:
+    """Every block's byte range and end offset for this base block size, computed once."""
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
-    out: list[int] = []
-    h = seed
+    slices: list[slice] = []
+    ends: list[int] = []
     pos = 0
-    size = block_chars
-    n = len(data)
-    while True:
+    for group in range(_GROUPS):
+        size = block_chars << group
         for _ in range(GROUP):
-            end = pos + size
-            if end > n:
-                return tuple(out)
-            h = _xxh3(data[pos:end], h)
-            out.append(h)
-            pos = end
-        size *= 2
+            slices.append(slice(pos, pos + size))
+            pos += size
+            ends.append(pos)
+    return slices, ends
 
 
 def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
@@ -56,12 +68,13 @@ def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ..
     For recorded traces, whose block ids must all stand for the same number of tokens."""
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
-    out: list[int] = []
     h = seed
-    for pos in range(0, len(data) - block_chars + 1, block_chars):
-        h = _xxh3(data[pos : pos + block_chars], h)
-        out.append(h)
-    return tuple(out)
+    return tuple(
+        [
+            h := _xxh3(data[pos : pos + block_chars], h)
+            for pos in range(0, len(data) - block_chars + 1, block_chars)
+        ]
+    )
 
 
 def block_weight(index: int) -> int:

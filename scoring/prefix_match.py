@@ -47,4 +47,6 @@ class PrefixMatchScorer:
         matched = self._index.match(hashes, (e.id for e in endpoints))
         base = request.prefix_block_chars
         total = covered_chars(len(hashes), base)
-        return {e.id: covered_chars(matched[e.id], base) / total for e in endpoints}
+        # Endpoints share few distinct depths: compute each depth's share once.
+        share = {m: covered_chars(m, base) / total for m in set(matched.values())}
+        return {e.id: share[matched[e.id]] for e in endpoints}

@@ -59,4 +59,7 @@ class QueueDepthScorer:
             for e in endpoints
             if e.metrics is not None and e.metrics.waiting is not None
         }
-        return fill_unknown(endpoints, inverse_min_max(waiting))
+        scores = inverse_min_max(waiting)
+        if len(scores) == len(endpoints):  # all known (ids are unique): nothing to fill
+            return scores
+        return fill_unknown(endpoints, scores)

@@ -66,7 +66,17 @@ class SaturationFilter:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Sequence[EndpointSnapshot]:
-        kept = [e for e in endpoints if not self.saturated(e)]
+        queue, kv = self.queue_threshold, self.kv_threshold
+        # `saturated` inlined: this runs for every candidate of every request.
+        kept = [
+            e
+            for e in endpoints
+            if (m := e.metrics) is None
+            or not (
+                (m.waiting is not None and m.waiting > queue)
+                or (m.kv_usage is not None and m.kv_usage > kv)
+            )
+        ]
         return kept if kept else list(endpoints)
 
     def saturated(self, endpoint: EndpointSnapshot) -> bool:

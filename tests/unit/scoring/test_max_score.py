@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 
 import pytest
 
+from routing import ScoreTable
 from scoring.max_score import MaxScorePicker, rank_by_total
 from tests.unit.scoring.helpers import context, request, scored
 
@@ -56,3 +58,39 @@ def test_single_and_empty() -> None:
 def test_factory_rejects_unknown_params() -> None:
     with pytest.raises(ValueError, match=r"unknown parameter.*'epsilon'"):
         MaxScorePicker.from_params("m", {"epsilon": 0.1})
+
+
+def _reference_rank(totals: dict[str, float], rng: random.Random) -> list[str]:
+    """The ranking rule written the plain way: sort by (−total, id), shuffle each tie group."""
+
+    def total(i: str) -> float:
+        return -math.inf if math.isnan(totals[i]) else totals[i]
+
+    order = sorted(totals, key=lambda i: (-total(i), i))
+    ranked: list[str] = []
+    while order:
+        head = total(order[0])
+        size = 1
+        while size < len(order) and (
+            head == total(order[size]) or head - total(order[size]) <= 1e-9
+        ):
+            size += 1
+        group, order = order[:size], order[size:]
+        if len(group) > 1:
+            rng.shuffle(group)
+        ranked.extend(group)
+    return ranked
+
+
+def test_ranking_equals_the_plain_rule_on_random_totals_and_on_score_tables() -> None:
+    gen = random.Random(3)
+    values = [0.0, 0.25, 0.5, 0.5 + 4e-10, 0.5 + 2e-9, 1.0, math.nan, -math.inf, 3.0]
+    for case in range(300):
+        n = gen.randint(0, 40)
+        pool = values if case % 2 else [gen.random() * 5 for _ in range(8)]
+        totals = {f"e{gen.randrange(1000):03d}": gen.choice(pool) for _ in range(n)}
+        expected = _reference_rank(totals, random.Random(case))
+        assert rank_by_total(scored(totals), random.Random(case)) == expected
+        ids = list(totals)
+        table = ScoreTable(ids, ["s"], [list(totals.values())], list(totals.values()))
+        assert rank_by_total(table, random.Random(case)) == expected

@@ -21,7 +21,7 @@ DATA = random.Random(7).randbytes(40_000)
 
 def _boundaries(n_bytes: int, block_chars: int) -> list[tuple[int, int]]:
     """Brute force: (start, end) of every full block, block i being block_chars × 2^(i//128)."""
-    out = []
+    out: list[tuple[int, int]] = []
     pos = i = 0
     while True:
         end = pos + block_chars * 2 ** (i // GROUP)

@@ -1,0 +1,1 @@
+"""Benchmarks: routing against peer routers, gateway overhead, one routing decision."""
