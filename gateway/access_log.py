@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import uuid
+import os
+import random
 
 import orjson
 
@@ -14,6 +15,9 @@ request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id
 access_log = logging.getLogger("gateway.access")
 
 _MAX_ID = 128
+# Ids need to be unique, not secret: a seeded generator, not uuid4's urandom() syscall.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)  # forked workers must not repeat each other
 
 
 def request_id_from(header: str | None) -> str:
@@ -21,7 +25,7 @@ def request_id_from(header: str | None) -> str:
     # ASCII only: the id is sent on as a header, and httpx encodes str headers as ASCII.
     if header and len(header) <= _MAX_ID and header.isascii() and header.isprintable():
         return header
-    return uuid.uuid4().hex
+    return f"{_ids.getrandbits(128):032x}"
 
 
 class RequestIdFilter(logging.Filter):

@@ -43,10 +43,12 @@ from gateway.errors import (
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
 from gateway.prefix import DEFAULT_BLOCK_TOKENS, PrefixTracker
+from gateway.probe_transport import Http1Transport
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
+from gateway.upstream_client import ClientLimits, UpstreamClient
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
@@ -64,7 +66,7 @@ Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
 
 @dataclass(slots=True)
 class _Runtime:
-    client: httpx.AsyncClient
+    client: UpstreamClient
     probe_client: httpx.AsyncClient
     proxy: Proxy
     prober: Prober
@@ -162,8 +164,19 @@ class GatewayApp:
             self.recorder.open()  # an unwritable path fails the start-up
         h = self.config.health
         client = make_client(self.config.upstream)
+        probe_limits = ClientLimits(
+            connect_timeout=h.probe_timeout_s,
+            read_timeout=h.probe_timeout_s,
+            write_timeout=h.probe_timeout_s,
+            pool_timeout=h.probe_timeout_s,
+            max_connections=64,
+            max_keepalive=64,
+            keepalive_expiry=self.config.upstream.keepalive_expiry_s,
+        )
         probe_client = httpx.AsyncClient(
-            timeout=h.probe_timeout_s, limits=httpx.Limits(max_connections=64), trust_env=False
+            timeout=h.probe_timeout_s,
+            transport=Http1Transport(UpstreamClient(probe_limits)),
+            trust_env=False,
         )
         prober = Prober(
             self.pool,
@@ -253,7 +266,7 @@ class GatewayApp:
         rec.model, rec.stream = req.model, req.stream
         route = self.router.route(req, headers, rec.request_id)
         rec.policy = route.decision.profile
-        self.metrics.decisions.labels(route.decision.profile, route.decision.target).inc()
+        self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
         proxy = self._require_runtime().proxy
         work = proxy.forward(
             route,
@@ -264,7 +277,7 @@ class GatewayApp:
             send=send,
             rec=rec,
         )
-        rec.client_gone = await run_until_disconnect(work, receive)
+        rec.client_gone = await run_until_disconnect(work, receive, lambda: send.finished)
         completed = send.status < 400 and not (rec.client_gone or rec.error)
         if self.recorder is not None and completed:
             session = route.request.session_key
@@ -279,9 +292,9 @@ class GatewayApp:
         elif send.status:
             rec.status = send.status
         backend = rec.backend or "none"
-        self.metrics.requests.labels(rec.model or "", backend, str(rec.status)).inc()
+        self.metrics.requests_by(rec.model or "", backend, str(rec.status)).inc()
         if rec.backend:
-            self.metrics.duration.labels(rec.model or "", backend).observe(now - rec.started)
+            self.metrics.duration_by(rec.model or "", backend).observe(now - rec.started)
         if self.config.server.access_log:
             log_request(rec, now)
 
@@ -307,6 +320,7 @@ class GatewayApp:
         now = self.clock()
         for b in self.pool:
             self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
+            self.metrics.in_flight.labels(b.id).set(b.in_flight)
         await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
 
     async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:

@@ -20,19 +20,23 @@ JSON = b"application/json"
 
 
 class TrackedSend:
-    """Wraps `send` to remember whether the response has started (then errors can't be sent)."""
+    """Wraps `send` to remember whether the response has started (then errors can't be sent)
+    and whether its last body message went out."""
 
-    __slots__ = ("_send", "started", "status")
+    __slots__ = ("_send", "finished", "started", "status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
+        self.finished = False
         self.status = 0
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
             self.status = message["status"]
+        elif not message.get("more_body", False):
+            self.finished = True
         await self._send(message)
 
 
@@ -80,26 +84,49 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
-async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
+async def run_until_disconnect(
+    work: Coroutine[Any, Any, None],
+    receive: Receive,
+    finished: Callable[[], bool] = lambda: False,
+) -> bool:
     """Run `work` until it finishes or the client disconnects; True if the client left.
 
     On disconnect `work` is cancelled, so its `finally` blocks close the upstream request and
     the engine aborts the generation and frees its KV cache. Call only after the request body
-    has been fully received.
+    has been fully received. `finished()` says the response is complete: the server then
+    reports a disconnect that is only the end of the exchange, and nothing is cancelled.
+    `work` runs in the calling task (one watcher task per request, not two).
     """
-    work_task = asyncio.ensure_future(work)
-    watch_task = asyncio.ensure_future(_wait_disconnect(receive))
+    task = asyncio.current_task()
+    assert task is not None
+    cancelled_by_watcher = False
+
+    async def watch() -> None:
+        nonlocal cancelled_by_watcher
+        await _wait_disconnect(receive)
+        if not finished():
+            cancelled_by_watcher = True
+            task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((work_task, watch_task), return_when=asyncio.FIRST_COMPLETED)
+        await work
+    except asyncio.CancelledError:
+        if cancelled_by_watcher and task.uncancel() == 0:
+            return True  # our own cancellation only: the client left
+        raise
     finally:
-        # Also runs when we ourselves are cancelled: neither task may outlive this call.
-        for task in (watch_task, work_task):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(work_task, watch_task, return_exceptions=True)
-    if work_task.cancelled():
-        return True
-    exc = work_task.exception()
-    if exc is not None:
-        raise exc
-    return False
+        if not watcher.done():
+            watcher.cancel()
+            # Neither task may outlive this call; returns (not raises) once the watcher ends.
+            await asyncio.wait((watcher,))
+        elif not watcher.cancelled() and (error := watcher.exception()) is not None:
+            raise error
+    if cancelled_by_watcher:
+        # The cancel came after `work`'s last await: take it here so it cannot hit the caller.
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            if task.uncancel() > 0:
+                raise
+    return cancelled_by_watcher

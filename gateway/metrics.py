@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 _LATENCY_BUCKETS = (
     0.005,
@@ -47,6 +51,24 @@ _ITL_BUCKETS = (
 )
 
 
+class Children(Generic[M]):
+    """`metric.labels(...)`, memoised: prometheus_client validates label values and takes a
+    lock on every `labels()` call, several times per request on the hot path. The label
+    sets are the ones the registry already keeps, so the cache grows no faster than it."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._cache: dict[tuple[str | None, ...], M] = {}
+
+    def __call__(self, *labels: str | None) -> M:
+        child = self._cache.get(labels)
+        if child is None:
+            child = self._cache[labels] = self._metric.labels(*labels)
+        return child
+
+
 class GatewayMetrics:
     """Counters, gauges and histograms the proxy updates; rendered at `/metrics`."""
 
@@ -89,6 +111,7 @@ class GatewayMetrics:
         self.retries = Counter(
             "kvgate_retries_total", "Requests retried on another backend", ["model"], registry=r
         )
+        # Set from the pool when /metrics is rendered, not on every request.
         self.in_flight = Gauge(
             "kvgate_in_flight_requests", "Requests in flight per backend", ["backend"], registry=r
         )
@@ -101,6 +124,12 @@ class GatewayMetrics:
         self.backend_up = Gauge(
             "kvgate_backend_healthy", "1 if the backend is routable", ["backend"], registry=r
         )
+
+        self.requests_by = Children(self.requests)
+        self.duration_by = Children(self.duration)
+        self.ttft_by = Children(self.ttft)
+        self.itl_by = Children(self.itl)
+        self.decisions_by = Children(self.decisions)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,16 +11,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
 import orjson
 
 from gateway.asgi import Send
 from gateway.errors import GatewayError, UpstreamError
+from gateway.http1 import HttpClientError
 from gateway.metrics import GatewayMetrics
 from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import Dispatch, PrefixTracker
 from gateway.router import Route
-from gateway.upstream import error_kind, map_httpx_error, request_headers, response_headers
+from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
+from gateway.upstream_client import UpstreamClient, UpstreamResponse
 from health.pool import Backend, BackendPool
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Proxy:
     def __init__(
         self,
         pool: BackendPool,
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         metrics: GatewayMetrics,
         clock: Callable[[], float],
         *,
@@ -95,13 +96,10 @@ class Proxy:
             more = i + 1 < len(attempts)
             dispatch = self._begin(backend, route)
             try:
-                request = self._client.build_request(
-                    "POST", backend.spec.url + target, headers=headers, content=body
-                )
                 try:
-                    resp = await self._client.send(request, stream=True)
-                except httpx.HTTPError as exc:
-                    last_error = map_httpx_error(exc, backend_id)
+                    resp = await self._client.send(backend.spec.url, target, "POST", headers, body)
+                except HttpClientError as exc:
+                    last_error = map_client_error(exc, backend_id)
                     self._failed(backend, last_error)
                     if last_error.retryable and more:
                         self._metrics.retries.labels(rec.model).inc()
@@ -122,10 +120,10 @@ class Proxy:
         raise last_error
 
     async def _relay(
-        self, dispatch: Dispatch, resp: httpx.Response, send: Send, rec: RequestRecord
+        self, dispatch: Dispatch, resp: UpstreamResponse, send: Send, rec: RequestRecord
     ) -> None:
         backend = dispatch.backend
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
         extra = [
             (b"x-request-id", rec.request_id.encode()),
             (b"x-kvgate-backend", backend.id.encode()),
@@ -135,7 +133,7 @@ class Proxy:
             {
                 "type": "http.response.start",
                 "status": resp.status_code,
-                "headers": response_headers(resp, extra),
+                "headers": response_headers(resp.headers, extra),
             }
         )
         if not is_sse:
@@ -143,6 +141,7 @@ class Proxy:
         labels = (rec.model or "", backend.id)
         last_event: float | None = None
         counter = OutputTokenCounter(is_sse) if self._count_output else None
+        ended = False
         try:
             async for chunk in resp.aiter_raw():
                 if counter is not None:
@@ -151,14 +150,16 @@ class Proxy:
                     now = self._clock()
                     if last_event is None:
                         rec.ttft_s = now - rec.started
-                        self._metrics.ttft.labels(*labels).observe(rec.ttft_s)
+                        self._metrics.ttft_by(*labels).observe(rec.ttft_s)
                         self._prefix.first_token(dispatch, now - dispatch.at)
                     else:
-                        self._metrics.itl.labels(*labels).observe(now - last_event)
+                        self._metrics.itl_by(*labels).observe(now - last_event)
                     last_event = now
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
-            err = map_httpx_error(exc, backend.id)
+                # The last chunk carries the end of the response: one write fewer.
+                ended = resp.at_end
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+        except HttpClientError as exc:
+            err = map_client_error(exc, backend.id)
             self._failed(backend, err)
             rec.error = err.message
             if not is_sse:
@@ -166,7 +167,8 @@ class Proxy:
             event = b"data: " + orjson.dumps({"error": _error_obj(err)}) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         if counter is not None:
             rec.output_tokens = counter.output_tokens()
         if resp.status_code in _FAILURE_STATUSES:
@@ -178,14 +180,12 @@ class Proxy:
         dispatch = self._prefix.dispatch(backend, route.request, self._clock())
         backend.in_flight += 1
         backend.dispatched += 1
-        self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
         return dispatch
 
     def _end(self, dispatch: Dispatch) -> None:
         self._prefix.first_token(dispatch, None)  # settles the prefill count if not yet done
         backend = dispatch.backend
         backend.in_flight -= 1
-        self._metrics.in_flight.labels(backend.id).set(backend.in_flight)
 
     def _failed(self, backend: Backend, err: UpstreamError) -> None:
         self._metrics.upstream_errors.labels(backend.id, error_kind(err)).inc()

@@ -1,9 +1,8 @@
-"""The shared upstream HTTP client, header hygiene, and the one place httpx errors are mapped."""
+"""The shared upstream client, header hygiene, and the one place its errors are mapped."""
 
 from __future__ import annotations
 
-import httpx
-
+from gateway import http1
 from gateway.asgi import Headers
 from gateway.config import UpstreamSection
 from gateway.errors import (
@@ -12,6 +11,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
+from gateway.upstream_client import ClientLimits, UpstreamClient
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the client library sets itself.
 HOP_BY_HOP = frozenset(
@@ -27,72 +27,71 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
-_RESPONSE_DROP = HOP_BY_HOP | {"date", "server"}  # our server sets its own
+# Expect: the gateway has the whole body already, so the backend has nothing to wait for.
+_REQUEST_DROP = frozenset(
+    n.encode() for n in HOP_BY_HOP | {"host", "content-length", "x-request-id", "expect"}
+)
+# Date and Server: our server sets its own. x-request-id: the gateway's is added.
+_RESPONSE_DROP = frozenset(n.encode() for n in HOP_BY_HOP | {"date", "server", "x-request-id"})
 
 
-def make_client(cfg: UpstreamSection) -> httpx.AsyncClient:
-    client = httpx.AsyncClient(
-        timeout=httpx.Timeout(
-            connect=cfg.connect_timeout_s,
-            read=cfg.read_timeout_s,
-            write=cfg.write_timeout_s,
-            pool=cfg.pool_timeout_s,
-        ),
-        limits=httpx.Limits(
+def make_client(cfg: UpstreamSection) -> UpstreamClient:
+    return UpstreamClient(
+        ClientLimits(
+            connect_timeout=cfg.connect_timeout_s,
+            read_timeout=cfg.read_timeout_s,
+            write_timeout=cfg.write_timeout_s,
+            pool_timeout=cfg.pool_timeout_s,
             max_connections=cfg.max_connections,
-            max_keepalive_connections=cfg.max_keepalive_connections,
+            max_keepalive=cfg.max_keepalive_connections,
             # Shorter than the engines' own idle timeout, so the gateway never sends a request
             # on a connection the engine is closing (a 502 race otherwise).
             keepalive_expiry=cfg.keepalive_expiry_s,
-        ),
-        follow_redirects=False,
-        trust_env=False,
+        )
     )
-    # Relay the client's own Accept-Encoding and User-Agent, not httpx's defaults.
-    for name in ("accept-encoding", "user-agent", "accept"):
-        del client.headers[name]
-    return client
 
 
-def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:
+def _connection_tokens(raw: Headers) -> set[bytes]:
     return {
         token.strip().lower()
-        for name, value in headers
-        if name == "connection"
-        for token in value.split(",")
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.split(b",")
     }
 
 
-def request_headers(raw: Headers, request_id: str) -> Headers:
-    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set.
+def _without(raw: Headers, drop: frozenset[bytes]) -> Headers:
+    """`raw` minus the headers in `drop` and those its Connection header names; names
+    lower-cased, values left as bytes (non-ASCII bytes pass through unchanged)."""
+    extra = _connection_tokens(raw) if any(k.lower() == b"connection" for k, _ in raw) else ()
+    out = []
+    for k, v in raw:
+        name = k.lower()
+        if name not in drop and name not in extra:
+            out.append((name, v))
+    return out
 
-    Values stay bytes: httpx encodes `str` header values as ASCII, so non-ASCII bytes from
-    the client would fail the request.
-    """
-    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
-    drop = _REQUEST_DROP | _connection_tokens(pairs) | {"x-request-id"}
-    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop]
+
+def request_headers(raw: Headers, request_id: str) -> Headers:
+    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set."""
+    out = _without(raw, _REQUEST_DROP)
     out.append((b"x-request-id", request_id.encode()))
     return out
 
 
-def response_headers(resp: httpx.Response, extra: Headers) -> Headers:
+def response_headers(raw: Headers, extra: Headers) -> Headers:
     """Upstream response headers to relay to the client, hop-by-hop ones dropped."""
-    # From the raw bytes (latin-1 round-trips them): `multi_items()` may decode as UTF-8.
-    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in resp.headers.raw]
-    drop = _RESPONSE_DROP | _connection_tokens(pairs) | {"x-request-id"}
-    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop]
+    out = _without(raw, _RESPONSE_DROP)
     out.extend(extra)
     return out
 
 
-def map_httpx_error(exc: httpx.HTTPError, backend: str) -> UpstreamError:
-    """Map an httpx exception to the most specific gateway error."""
+def map_client_error(exc: http1.HttpClientError, backend: str) -> UpstreamError:
+    """Map an upstream client exception to the most specific gateway error."""
     name = type(exc).__name__
-    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+    if isinstance(exc, http1.ConnectError):
         return UpstreamConnectError(f"cannot connect to backend {backend}: {name}")
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, http1.Timeout):
         return UpstreamTimeoutError(f"backend {backend} timed out ({name})")
     return UpstreamProtocolError(f"backend {backend} connection failed: {name}")
 

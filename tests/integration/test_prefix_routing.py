@@ -34,6 +34,10 @@ def _hit_rate(policy: str, serve_app: ServeApp) -> tuple[float, list[int]]:
                 "backends": [{"url": u} for u in urls],
                 "routing": {"policy": policy},
                 "server": {"access_log": False},
+                # The servers share this process's GIL with the client: on a busy machine a
+                # scrape can run late, and stale metrics would score a replica down and make
+                # the placement depend on timing rather than on the routing rules under test.
+                "health": {"metrics_stale_after_s": 5.0},
             }
         )
     )

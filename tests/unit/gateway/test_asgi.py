@@ -176,6 +176,30 @@ async def test_being_cancelled_cancels_work_and_watcher() -> None:
     assert _other_tasks() == set()
 
 
+async def test_disconnect_after_the_response_finished_cancels_nothing() -> None:
+    receive = FakeReceive()
+    events: list[str] = []
+
+    async def work() -> None:
+        receive.queue.put_nowait(DISCONNECT)  # what uvicorn reports once the response is out
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        events.append("finished")
+
+    assert await run_until_disconnect(work(), receive, lambda: True) is False
+    assert events == ["finished"]
+    assert _other_tasks() == set()
+
+
+async def test_tracked_send_sees_the_last_body_message() -> None:
+    send = TrackedSend(RecordingSend())
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"a", "more_body": True})
+    assert not send.finished
+    await send({"type": "http.response.body", "body": b""})
+    assert send.finished
+
+
 # -- small helpers ------------------------------------------------------------------------
 
 

@@ -1,18 +1,19 @@
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from gateway import http1
 from gateway.config import UpstreamSection
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeoutError
 from gateway.upstream import (
     HOP_BY_HOP,
     error_kind,
     make_client,
-    map_httpx_error,
+    map_client_error,
     request_headers,
     response_headers,
 )
+from gateway.upstream_client import ClientLimits
 
 
 def _names(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
@@ -61,32 +62,30 @@ def test_request_headers_keep_non_ascii_bytes() -> None:
     raw = [(b"x-name", "José".encode())]
     out = request_headers(raw, "r")
     assert out[0] == (b"x-name", "José".encode())
-    # httpx must accept them as they are (it encodes str values as ASCII).
-    request = httpx.Request("POST", "http://backend/v1/completions", headers=out)
-    assert dict(request.headers.raw)[b"x-name"] == "José".encode()
+
+
+def test_request_headers_lower_case_names() -> None:
+    assert request_headers([(b"X-Mixed", b"v")], "r")[0] == (b"x-mixed", b"v")
 
 
 # -- response headers ---------------------------------------------------------------------
 
 
 def test_response_headers_drop_hop_by_hop_date_server_and_request_id() -> None:
-    resp = httpx.Response(
-        200,
-        headers=[
-            ("Content-Type", "text/event-stream"),
-            ("Transfer-Encoding", "chunked"),
-            ("Connection", "keep-alive, X-Hop"),
-            ("X-Hop", "1"),
-            ("Keep-Alive", "timeout=5"),
-            ("Date", "Sun, 29 Nov 2026 15:30:05 GMT"),
-            ("Server", "uvicorn"),
-            ("X-Request-ID", "upstream-id"),
-            ("Set-Cookie", "a=1"),
-            ("Set-Cookie", "b=2"),
-        ],
-    )
+    raw = [
+        (b"Content-Type", b"text/event-stream"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Connection", b"keep-alive, X-Hop"),
+        (b"X-Hop", b"1"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"Date", b"Sun, 29 Nov 2026 15:30:05 GMT"),
+        (b"Server", b"uvicorn"),
+        (b"X-Request-ID", b"upstream-id"),
+        (b"Set-Cookie", b"a=1"),
+        (b"Set-Cookie", b"b=2"),
+    ]
     extra = [(b"x-request-id", b"ours"), (b"x-kvgate-backend", b"b1")]
-    assert response_headers(resp, extra) == [
+    assert response_headers(raw, extra) == [
         (b"content-type", b"text/event-stream"),
         (b"set-cookie", b"a=1"),
         (b"set-cookie", b"b=2"),
@@ -97,36 +96,33 @@ def test_response_headers_drop_hop_by_hop_date_server_and_request_id() -> None:
 
 def test_response_headers_relay_bytes_unchanged() -> None:
     value = 'attachment; filename="résumé€.txt"'.encode()
-    resp = httpx.Response(200, headers=[(b"content-disposition", value), (b"x-l1", b"\xe9")])
-    assert response_headers(resp, []) == [(b"content-disposition", value), (b"x-l1", b"\xe9")]
+    raw = [(b"content-disposition", value), (b"x-l1", b"\xe9")]
+    assert response_headers(raw, []) == raw
 
 
 # -- error mapping ------------------------------------------------------------------------
-
-_REQUEST = httpx.Request("POST", "http://backend:8000/v1/completions")
 
 
 @pytest.mark.parametrize(
     ("exc_type", "err_type", "status", "retryable", "kind"),
     [
-        (httpx.ConnectError, UpstreamConnectError, 502, True, "connect"),
-        (httpx.ConnectTimeout, UpstreamConnectError, 502, True, "connect"),
-        (httpx.ReadTimeout, UpstreamTimeoutError, 504, False, "timeout"),
-        (httpx.WriteTimeout, UpstreamTimeoutError, 504, False, "timeout"),
-        (httpx.PoolTimeout, UpstreamTimeoutError, 504, False, "timeout"),
-        (httpx.RemoteProtocolError, UpstreamProtocolError, 502, False, "protocol"),
-        (httpx.ReadError, UpstreamProtocolError, 502, False, "protocol"),
-        (httpx.WriteError, UpstreamProtocolError, 502, False, "protocol"),
+        (http1.ConnectError, UpstreamConnectError, 502, True, "connect"),
+        (http1.ConnectTimeout, UpstreamConnectError, 502, True, "connect"),
+        (http1.ReadTimeout, UpstreamTimeoutError, 504, False, "timeout"),
+        (http1.WriteTimeout, UpstreamTimeoutError, 504, False, "timeout"),
+        (http1.PoolTimeout, UpstreamTimeoutError, 504, False, "timeout"),
+        (http1.RemoteProtocolError, UpstreamProtocolError, 502, False, "protocol"),
+        (http1.ReadError, UpstreamProtocolError, 502, False, "protocol"),
     ],
 )
-def test_map_httpx_error(
-    exc_type: type[httpx.TransportError],
+def test_map_client_error(
+    exc_type: type[http1.HttpClientError],
     err_type: type[Exception],
     status: int,
     retryable: bool,
     kind: str,
 ) -> None:
-    err = map_httpx_error(exc_type("boom", request=_REQUEST), "b1")
+    err = map_client_error(exc_type("boom"), "b1")
     assert type(err) is err_type
     assert (err.status, err.retryable) == (status, retryable)
     assert "b1" in err.message
@@ -137,7 +133,7 @@ def test_map_httpx_error(
 # -- the client ---------------------------------------------------------------------------
 
 
-async def test_make_client_settings() -> None:
+def test_make_client_settings() -> None:
     cfg = UpstreamSection(
         connect_timeout_s=1.5,
         read_timeout_s=60.0,
@@ -147,22 +143,19 @@ async def test_make_client_settings() -> None:
         max_keepalive_connections=4,
         keepalive_expiry_s=2.5,
     )
-    async with make_client(cfg) as client:
-        assert client.timeout == httpx.Timeout(connect=1.5, read=60.0, write=7.0, pool=3.0)
-        for name in ("accept-encoding", "user-agent", "accept"):
-            assert name not in client.headers
-        assert client.follow_redirects is False
-        assert client.trust_env is False
-        pool = client._transport._pool  # type: ignore[attr-defined]
-        assert pool._max_connections == 10
-        assert pool._max_keepalive_connections == 4
-        assert pool._keepalive_expiry == 2.5  # under the engines' 5 s idle timeout
+    client = make_client(cfg)
+    assert client.limits == ClientLimits(
+        connect_timeout=1.5,
+        read_timeout=60.0,
+        write_timeout=7.0,
+        pool_timeout=3.0,
+        max_connections=10,
+        max_keepalive=4,
+        keepalive_expiry=2.5,  # under the engines' 5 s idle timeout
+    )
     assert UpstreamSection().keepalive_expiry_s < 5.0
 
 
-async def test_make_client_sends_only_the_given_headers() -> None:
-    async with make_client(UpstreamSection()) as client:
-        request = client.build_request("POST", "http://backend/v1/completions", content=b"{}")
-        names = {k.lower() for k, _ in request.headers.raw}
-        # No accept, accept-encoding or user-agent of httpx's own: the client's are relayed.
-        assert names == {b"host", b"content-length", b"connection"}
+def test_request_headers_drop_expect() -> None:
+    raw = [(b"expect", b"100-continue"), (b"x-a", b"1")]
+    assert _names(request_headers(raw, "r")) == [b"x-a", b"x-request-id"]

@@ -1,0 +1,238 @@
+"""The proxy's upstream HTTP/1.1 client: keep-alive connections pooled per backend origin.
+
+Why not httpx: profiled under the overhead benchmark (sim/bench/overhead.py), httpx, httpcore
+and anyio took most of the gateway's CPU — every request scanned every pooled connection
+with a `poll()` and several attribute lookups, so the cost grew with concurrency and the
+gateway collapsed near 100 requests/s on a loaded 2-core machine. This client does only what
+the proxy needs: write one request (head and body in one write), parse the response with
+httptools (uvicorn's parser), hand body chunks over as they arrive with read-side
+backpressure, and pool the connection again once its response is complete.
+
+Limits: `max_connections` bounds requests in flight upstream (waiting longer than
+`pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are
+kept, each for at most `keepalive_expiry` seconds, most recently used first. A pooled
+connection the backend has already closed is never reused. Timeouts are per phase: connect,
+write, and read (the longest wait for the next byte). Health probes keep using httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from gateway.http1 import (
+    ConnectError,
+    ConnectTimeout,
+    Http1Connection,
+    PoolTimeout,
+    RemoteProtocolError,
+)
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a backend URL points: connection key, Host header and path prefix."""
+
+    scheme: str
+    host: str
+    port: int
+    host_header: bytes
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        default = 443 if parts.scheme == "https" else 80
+        port = parts.port or default
+        return cls(
+            parts.scheme,
+            parts.hostname,
+            port,
+            parts.netloc.rpartition("@")[2].encode("idna"),
+            parts.path.rstrip("/"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """Timeouts (seconds) and pool sizes of an `UpstreamClient`."""
+
+    connect_timeout: float = 2.0
+    read_timeout: float = 300.0
+    write_timeout: float = 30.0
+    pool_timeout: float = 5.0
+    max_connections: int = 1024
+    max_keepalive: int = 256
+    keepalive_expiry: float = 4.0
+
+
+class UpstreamResponse:
+    """A response whose head has arrived; iterate `aiter_raw()`, then `aclose()`."""
+
+    __slots__ = ("_client", "_conn", "_done", "_origin", "headers", "status_code")
+
+    def __init__(self, client: UpstreamClient, origin: Origin, conn: Http1Connection) -> None:
+        self._client = client
+        self._origin = origin
+        self._conn = conn
+        self._done = False
+        self.status_code = conn.status
+        self.headers: Headers = conn.headers
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header `name` (lower-case), or None."""
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    @property
+    def at_end(self) -> bool:
+        """Every body byte has been taken and the response is complete."""
+        return self._conn.complete and not self._conn.chunks
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (transfer-decoded, not content-decoded)."""
+        conn = self._conn
+        timeout = self._client.limits.read_timeout
+        while True:
+            if conn.chunks:
+                yield conn.take_body()
+            elif conn.error is not None:
+                raise conn.error
+            elif conn.complete:
+                return
+            else:
+                await conn.wait_for_data(timeout)
+
+    async def aclose(self) -> None:
+        """Pool the connection if its response was read to the end, else close it."""
+        if not self._done:
+            self._done = True
+            self._client._release(self._origin, self._conn)
+
+
+class UpstreamClient:
+    """Sends requests to backends over pooled keep-alive connections (one event loop)."""
+
+    def __init__(self, limits: ClientLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._idle: dict[Origin, list[Http1Connection]] = {}
+        self._idle_count = 0
+        self._origins: dict[str, Origin] = {}
+        self._slots: asyncio.Semaphore | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+
+    async def send(
+        self, base_url: str, target: str, method: str, headers: Headers, body: bytes
+    ) -> UpstreamResponse:
+        """Write `method target` to the backend at `base_url`; wait for the response head."""
+        origin = self._origins.get(base_url)
+        if origin is None:
+            origin = self._origins[base_url] = Origin.parse(base_url)
+        path = origin.base_path + target
+        head = _request_head(method, path, origin.host_header, headers, len(body))
+        await self._acquire()
+        conn: Http1Connection | None = None
+        try:
+            conn = self._take_idle(origin) or await self._connect(origin)
+            await conn.write(head + body if len(body) < 65536 else head, self.limits.write_timeout)
+            if len(body) >= 65536:
+                await conn.write(body, self.limits.write_timeout)
+            while not conn.headers_done:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait_for_data(self.limits.read_timeout)
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            self._release_slot()
+            raise
+        return UpstreamResponse(self, origin, conn)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        self._idle_count = 0
+
+    # -- internals ------------------------------------------------------------------------
+    async def _acquire(self) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.max_connections)
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        try:
+            async with asyncio.timeout(self.limits.pool_timeout):  # not wait_for: see _connect
+                await self._slots.acquire()
+        except TimeoutError:
+            raise PoolTimeout(f"no free connection in {self.limits.pool_timeout:g} s") from None
+
+    def _release_slot(self) -> None:
+        assert self._slots is not None
+        self._slots.release()
+
+    def _take_idle(self, origin: Origin) -> Http1Connection | None:
+        conns = self._idle.get(origin)
+        oldest = self._clock() - self.limits.keepalive_expiry
+        while conns:
+            conn = conns.pop()  # most recently used: least likely to be timing out
+            self._idle_count -= 1
+            if conn.lost or conn.idle_since < oldest:
+                conn.close()
+                continue
+            return conn
+        return None
+
+    async def _connect(self, origin: Origin) -> Http1Connection:
+        loop = asyncio.get_running_loop()
+        ctx = None
+        if origin.scheme == "https":
+            ctx = self._ssl = self._ssl or ssl.create_default_context()
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        # that arrives as the connection attempt fails (seen: a refused connect), and the
+        # cancelled health loop then ran on and blocked the gateway's shutdown.
+        try:
+            async with asyncio.timeout(self.limits.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Http1Connection(loop), origin.host, origin.port, ssl=ctx
+                )
+        except TimeoutError:
+            limit = self.limits.connect_timeout
+            raise ConnectTimeout(f"connect timed out after {limit:g} s") from None
+        except OSError as exc:
+            raise ConnectError(str(exc) or type(exc).__name__) from None
+        return conn
+
+    def _release(self, origin: Origin, conn: Http1Connection) -> None:
+        self._release_slot()
+        if self._closed or not conn.reusable() or self._idle_count >= self.limits.max_keepalive:
+            conn.close()
+            return
+        conn.recycle(self._clock())
+        self._idle.setdefault(origin, []).append(conn)
+        self._idle_count += 1
+
+
+def _request_head(method: str, target: str, host: bytes, headers: Headers, length: int) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), b"host: ", host]
+    lines.append(b"\r\ncontent-length: %d\r\n" % length)
+    for name, value in headers:
+        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+            raise RemoteProtocolError("refusing a header with a line break")
+        lines += (name, b": ", value, b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)

@@ -1,0 +1,216 @@
+"""The upstream HTTP/1.1 client without sockets: a fake transport feeds the protocol bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway import http1
+from gateway.http1 import Http1Connection
+from gateway.upstream_client import ClientLimits, Origin, UpstreamClient, _request_head
+
+
+class FakeTransport:
+    """Records writes; `close()` reports the loss to the protocol like a real transport."""
+
+    def __init__(self, protocol: Http1Connection) -> None:
+        self.protocol = protocol
+        self.written: list[bytes] = []
+        self.closing = False
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.protocol.connection_lost(None)
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def _connection() -> tuple[Http1Connection, FakeTransport]:
+    conn = Http1Connection(asyncio.get_running_loop())
+    transport = FakeTransport(conn)
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+class FakeClient(UpstreamClient):
+    """Connects to a fake transport and lets the test script the backend's bytes."""
+
+    def __init__(self, limits: ClientLimits | None = None, now: list[float] | None = None):
+        self.now = now or [0.0]
+        super().__init__(limits or ClientLimits(), clock=lambda: self.now[0])
+        self.connections: list[tuple[Http1Connection, FakeTransport]] = []
+
+    async def _connect(self, origin: Origin) -> Http1Connection:
+        pair = _connection()
+        self.connections.append(pair)
+        return pair[0]
+
+
+async def _send(client: FakeClient, reply: bytes, **kw: Any) -> Any:
+    task = asyncio.ensure_future(client.send("http://b:9", "/v1/x", "POST", [], b"{}", **kw))
+    await asyncio.sleep(0)
+    client.connections[-1][0].data_received(reply)
+    return await task
+
+
+async def _body(resp: Any) -> bytes:
+    return b"".join([c async for c in resp.aiter_raw()])
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    b"6\r\ndata: \r\n2\r\nhi\r\n0\r\n\r\n"
+)
+
+
+def test_request_head_is_one_http11_block() -> None:
+    head = _request_head("POST", "/v1/chat", b"b:9", [(b"x-a", b"1")], 12)
+    assert head == b"POST /v1/chat HTTP/1.1\r\nhost: b:9\r\ncontent-length: 12\r\nx-a: 1\r\n\r\n"
+
+
+def test_request_head_refuses_line_breaks_in_headers() -> None:
+    with pytest.raises(http1.RemoteProtocolError):
+        _request_head("POST", "/", b"b", [(b"x-a", b"1\r\nx-evil: 2")], 0)
+
+
+def test_origin_parse_keeps_path_prefix_and_default_ports() -> None:
+    o = Origin.parse("http://user@h.example/engine/")
+    assert (o.scheme, o.host, o.port, o.host_header, o.base_path) == (
+        "http", "h.example", 80, b"h.example", "/engine",
+    )  # fmt: skip
+    assert Origin.parse("https://h:8443").port == 8443
+    with pytest.raises(ValueError):
+        Origin.parse("ftp://h")
+
+
+async def test_response_with_length_is_read_and_connection_pooled() -> None:
+    client = FakeClient()
+    resp = await _send(client, OK)
+    assert resp.status_code == 200
+    assert resp.header(b"content-type") == b"application/json"
+    assert await _body(resp) == b"{}"
+    await resp.aclose()
+    written = b"".join(client.connections[0][1].written)
+    assert written.startswith(b"POST /v1/x HTTP/1.1\r\nhost: b:9\r\ncontent-length: 2\r\n")
+    assert written.endswith(b"\r\n\r\n{}")
+    # The next request reuses the pooled connection.
+    resp = await _send(client, OK)
+    await _body(resp)
+    await resp.aclose()
+    assert len(client.connections) == 1
+
+
+async def test_chunked_body_is_decoded_and_queued_chunks_joined() -> None:
+    client = FakeClient()
+    resp = await _send(client, CHUNKED)
+    assert resp.header(b"content-type") == b"text/event-stream"
+    assert [c async for c in resp.aiter_raw()] == [b"data: hi"]
+
+
+async def test_body_arriving_later_wakes_the_reader() -> None:
+    client = FakeClient()
+    resp = await _send(client, CHUNKED[: CHUNKED.index(b"6\r\n")])
+    conn = client.connections[0][0]
+    reader = asyncio.ensure_future(_body(resp))
+    await asyncio.sleep(0)
+    conn.data_received(b"2\r\nhi\r\n")
+    await asyncio.sleep(0)
+    conn.data_received(b"0\r\n\r\n")
+    assert await reader == b"hi"
+
+
+async def test_unfinished_response_closes_instead_of_pooling() -> None:
+    client = FakeClient()
+    resp = await _send(client, CHUNKED[: CHUNKED.index(b"0\r\n")])
+    await resp.aclose()
+    assert client.connections[0][1].closing
+    resp = await _send(client, OK)
+    assert len(client.connections) == 2
+
+
+async def test_connection_closed_mid_body_raises_protocol_error() -> None:
+    client = FakeClient()
+    resp = await _send(client, CHUNKED[: CHUNKED.index(b"2\r\n")])
+    client.connections[0][1].close()
+    with pytest.raises(http1.RemoteProtocolError):
+        await _body(resp)
+
+
+async def test_body_without_length_ends_at_close() -> None:
+    client = FakeClient()
+    resp = await _send(client, b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nab")
+    client.connections[0][1].close()
+    assert await _body(resp) == b"ab"
+
+
+async def test_malformed_response_is_a_protocol_error() -> None:
+    client = FakeClient()
+    with pytest.raises(http1.RemoteProtocolError):
+        await _send(client, b"NOT HTTP AT ALL\r\n\r\n")
+
+
+async def test_read_timeout_waiting_for_the_head() -> None:
+    client = FakeClient(ClientLimits(read_timeout=0.01))
+    with pytest.raises(http1.ReadTimeout):
+        await _send(client, b"")
+    assert client.connections[0][1].closing
+
+
+async def test_expired_or_closed_idle_connections_are_not_reused() -> None:
+    now = [0.0]
+    client = FakeClient(ClientLimits(keepalive_expiry=4.0), now)
+    resp = await _send(client, OK)
+    await _body(resp)
+    await resp.aclose()
+    now[0] = 5.0  # past the keep-alive expiry
+    resp = await _send(client, OK)
+    await _body(resp)
+    await resp.aclose()
+    assert len(client.connections) == 2
+    assert client.connections[0][1].closing
+    client.connections[1][1].close()  # the backend closed the idle connection
+    await _send(client, OK)
+    assert len(client.connections) == 3
+
+
+async def test_pool_timeout_when_all_slots_are_busy() -> None:
+    client = FakeClient(ClientLimits(max_connections=1, pool_timeout=0.01))
+    held = await _send(client, OK)
+    with pytest.raises(http1.PoolTimeout):
+        await client.send("http://b:9", "/v1/x", "POST", [], b"{}")
+    await _body(held)
+    await held.aclose()
+    await _send(client, OK)  # the slot came back
+
+
+async def test_slow_reader_pauses_the_socket() -> None:
+    conn, transport = _connection()
+    conn.data_received(CHUNKED[: CHUNKED.index(b"6\r\n")])
+    for _ in range(70):
+        conn.data_received(b"1\r\nx\r\n")
+    assert transport.paused
+    assert conn.take_body() == b"x" * 70
+    assert not transport.paused
+
+
+async def test_interim_responses_are_skipped() -> None:
+    client = FakeClient()
+    resp = await _send(client, b"HTTP/1.1 100 Continue\r\n\r\n" + OK)
+    assert resp.status_code == 200
+    assert resp.header(b"content-type") == b"application/json"
+    assert await _body(resp) == b"{}"
