@@ -8,6 +8,7 @@ time to first token is measured as a client sees it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ class TurnResult:
     status: int
     backend: str | None
     error: str | None = None
+    itls_s: tuple[float, ...] = ()  # gaps between streamed output chunks
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ async def _turn(
     start = time.monotonic()
     ttft: float | None = None
     parts: list[str] = []
+    stamps: list[float] = []
     try:
         async with client.stream(
             "POST", "/v1/chat/completions", json=body, headers=headers
@@ -117,12 +120,18 @@ async def _turn(
                 for choice in chunk.get("choices", []):
                     text = choice.get("delta", {}).get("content")
                     if text:
+                        stamps.append(time.monotonic())
                         if ttft is None:
-                            ttft = time.monotonic() - start
+                            ttft = stamps[0] - start
                         parts.append(text)
     except (httpx.HTTPError, RuntimeError) as exc:
         return TurnResult(conv_id, ttft, time.monotonic() - start, 0, None, repr(exc)), ""
-    return TurnResult(conv_id, ttft, time.monotonic() - start, 200, backend), "".join(parts)
+    result = TurnResult(conv_id, ttft, time.monotonic() - start, 200, backend, None, _gaps(stamps))
+    return result, "".join(parts)
+
+
+def _gaps(stamps: list[float]) -> tuple[float, ...]:
+    return tuple(b - a for a, b in itertools.pairwise(stamps))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -169,10 +178,14 @@ async def _timed(client: httpx.AsyncClient, req: TimedRequest, rid: str, stats: 
                     TurnResult(rid, None, time.monotonic() - start, resp.status_code, backend, text)
                 )
                 return
+            stamps: list[float] = []
             async for line in resp.aiter_lines():
-                if ttft is None and line.startswith("data: {") and '"choices":[{' in line:
-                    ttft = time.monotonic() - start
-            stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 200, backend))
+                if line.startswith("data: {") and '"choices":[{' in line:
+                    stamps.append(time.monotonic())
+                    if ttft is None:
+                        ttft = stamps[0] - start
+            duration = time.monotonic() - start
+            stats.results.append(TurnResult(rid, ttft, duration, 200, backend, None, _gaps(stamps)))
     except httpx.HTTPError as exc:
         stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
     finally:

@@ -1,8 +1,11 @@
 """The ASGI app of one emulated replica: vLLM's HTTP surface over a `Replica`.
 
 Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not), `/tokenize`;
-`GET /v1/models`, `/health`, `/load`, `/metrics`. A client that disconnects aborts its
-request in the engine model, which frees its KV blocks, as vLLM does.
+`GET /v1/models`, `/health`, `/load`, `/metrics`; and what peer routers probe (see
+`probes`): `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
+`/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). A
+client that disconnects aborts its request in the engine model, which frees its KV blocks,
+as vLLM does.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import orjson
 
 from sim.emulator import openai_api as api
+from sim.emulator import probes
 from sim.emulator.replica import Generation, Replica
 from sim.engine.tokenizer import Tokenizer
 
@@ -61,9 +65,25 @@ class EmulatorApp:
             elif method == "GET" and path == "/metrics":
                 await _respond(send, 200, self.replica.metrics.render(), _PROM)
             else:
-                await _respond(send, 404, b'{"detail":"Not Found"}', _JSON)
+                await self._probe(method, path, send)
         except api.ApiError as exc:
             await _respond(send, exc.status, exc.body(), _JSON)
+
+    async def _probe(self, method: str, path: str, send: Send) -> None:
+        """What peer routers ask a worker besides vLLM's own routes."""
+        body: dict[str, Any]
+        if method == "GET" and path in probes.SERVER_INFO:
+            body = probes.server_info(self.replica)
+        elif method == "GET" and path in probes.MODEL_INFO:
+            body = probes.model_info(self.replica)
+        elif method == "GET" and path == "/get_load":
+            body = probes.load(self.replica)
+        elif method == "POST" and path in probes.RENDER:
+            raise probes.render_refused()
+        else:
+            await _respond(send, 404, b'{"detail":"Not Found"}', _JSON)
+            return
+        await _respond(send, 200, orjson.dumps(body), _JSON)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()

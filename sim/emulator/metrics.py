@@ -2,15 +2,18 @@
 
 Gauges and counters are read from the engine model's stats at scrape time; latency
 histograms are observed by the replica's driver as tokens are delivered.
+
+The text is formatted here from templates made once per replica, not through
+prometheus_client's registry: a gateway scrapes every replica 20 times a second, all the
+replicas of `kvgate emulate` share one process, and the registry's ~3 ms per render took
+half a core from the engine loops (a real vLLM renders in its own API-server process).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+import bisect
+import time
+from collections.abc import Callable
 
 from sim.engine.types import EngineConfig, EngineStats
 
@@ -82,102 +85,119 @@ E2E_BUCKETS = (
     1920.0,
     7680.0,
 )
-_LABELS = ("engine", "model_name")
+
+# (name, HELP text, EngineStats field); counters get vLLM's `_total` suffix.
+_GAUGES = (
+    ("vllm:num_requests_running", "Number of requests in model execution batches.", "running"),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting"),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+)
+_COUNTERS = (
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_queries",
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_hits",
+    ),
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+)
 
 
-class _EngineStatsCollector(Collector):
-    def __init__(
-        self, labels: tuple[str, str], config: EngineConfig, stats: Callable[[], EngineStats]
-    ) -> None:
-        self._labels = list(labels)
-        self._config = config
-        self._stats = stats
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        s = self._stats()
-        for name, doc, value in (
-            (
-                "vllm:num_requests_running",
-                "Number of requests in model execution batches.",
-                s.running,
-            ),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage),
-        ):
-            g = GaugeMetricFamily(name, doc, labels=_LABELS)
-            g.add_metric(self._labels, value)
-            yield g
-        for name, doc, value in (
-            (
-                "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                s.prefix_queries,
-            ),
-            (
-                "vllm:prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                s.prefix_hits,
-            ),
-            (
-                "vllm:num_preemptions",
-                "Cumulative number of preemption from the engine.",
-                s.preemptions,
-            ),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
-            (
-                "vllm:generation_tokens",
-                "Number of generation tokens processed.",
-                s.generation_tokens,
-            ),
-        ):
-            c = CounterMetricFamily(name, doc, labels=_LABELS)
-            c.add_metric(self._labels, value)
-            yield c
-        cfg = self._config
-        info = GaugeMetricFamily(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            labels=["block_size", "enable_prefix_caching", "engine", "num_gpu_blocks"],
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+class LatencyHistogram:
+    """One labelled series of a Prometheus histogram: per-bucket counts, sum, creation time."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...], labels: str) -> None:
+        self._bounds = buckets
+        self._counts = [0] * (len(buckets) + 1)  # the last is the +Inf bucket
+        self._sum = 0.0
+        self._created = time.time()
+        self._head = f"# HELP {name} {doc}\n# TYPE {name} histogram\n"
+        les = [*map(_le, buckets), "+Inf"]
+        inner = labels.split(",", 1)  # engine="…" | model_name="…": le goes between, sorted
+        self._bucket_prefixes = [f'{name}_bucket{{{inner[0]},le="{le}",{inner[1]}}} ' for le in les]
+        self._count_prefix = f"{name}_count{{{labels}}} "
+        self._sum_prefix = f"{name}_sum{{{labels}}} "
+        self._created_text = (
+            f"# HELP {name}_created {doc}\n# TYPE {name}_created gauge\n{name}_created{{{labels}}} "
         )
-        info.add_metric(
-            [
-                str(cfg.block_size),
-                str(cfg.enable_prefix_caching),
-                self._labels[0],
-                str(cfg.num_blocks),
-            ],
-            1.0,
-        )
-        yield info
+
+    def observe(self, value: float) -> None:
+        # Bucket i counts values <= bound i: the first bound not below the value.
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def render(self, out: list[str]) -> None:
+        out.append(self._head)
+        total = 0
+        for prefix, count in zip(self._bucket_prefixes, self._counts, strict=True):
+            total += count
+            out.append(f"{prefix}{total}.0\n")
+        out.append(f"{self._count_prefix}{total}.0\n{self._sum_prefix}{_num(self._sum)}\n")
+        out.append(f"{self._created_text}{_num(self._created)}\n")
 
 
 class ReplicaMetrics:
-    """The registry behind one replica's `/metrics`."""
+    """What one replica's `/metrics` renders: engine gauges and counters, latency histograms."""
 
     def __init__(self, model_name: str, config: EngineConfig, stats: Callable[[], EngineStats]):
-        self.registry = CollectorRegistry()
-        labels = ("0", model_name)
-        self.registry.register(_EngineStatsCollector(labels, config, stats))
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            h = Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
-            return h.labels(*labels)
-
-        self.ttft = histogram(
+        self._stats = stats
+        labels = f'engine="0",model_name="{_escape(model_name)}"'
+        self._gauges = [
+            (f"# HELP {n} {d}\n# TYPE {n} gauge\n{n}{{{labels}}} ", f) for n, d, f in _GAUGES
+        ]
+        self._counters = [
+            (f"# HELP {n}_total {d}\n# TYPE {n}_total counter\n{n}_total{{{labels}}} ", f)
+            for n, d, f in _COUNTERS
+        ]
+        self._cache_info = (
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            "# TYPE vllm:cache_config_info gauge\n"
+            f'vllm:cache_config_info{{block_size="{config.block_size}",'
+            f'enable_prefix_caching="{config.enable_prefix_caching}",engine="0",'
+            f'num_gpu_blocks="{config.num_blocks}"}} 1.0\n'
+        )
+        self.ttft = LatencyHistogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             TTFT_BUCKETS,
+            labels,
         )
-        self.itl = histogram(
+        self.itl = LatencyHistogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS,
+            labels,
         )
-        self.e2e = histogram(
+        self.e2e = LatencyHistogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             E2E_BUCKETS,
+            labels,
         )
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        s = self._stats()
+        out = [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._gauges]
+        out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._counters]
+        out.append(self._cache_info)
+        for h in (self.ttft, self.itl, self.e2e):
+            h.render(out)
+        return "".join(out).encode()
