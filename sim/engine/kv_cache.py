@@ -209,7 +209,9 @@ class PagedKVCache:
                 n = hi - lo
                 ref[lo:hi] = [1] * n
                 cached = hashes[lo:hi]
-                if cached.count(None) != n:
+                # Not `count(None)`: that reads every hash (an int elsewhere in memory),
+                # while `!=` tests identity first and stops at the first held hash.
+                if cached != [None] * n:
                     hashes[lo:hi] = [None] * n
                     self._evict(blocks[i:j], cached[::step])
                 continue
@@ -302,19 +304,36 @@ class PagedKVCache:
     def _index(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
         """Enter committed blocks in the hash map (a hash already there: a duplicate)."""
         by_hash = self._by_hash
-        if by_hash.keys().isdisjoint(block_hashes):
-            size = len(by_hash)
-            by_hash.update(zip(block_hashes, block_ids, strict=True))
-            if len(by_hash) - size == len(block_hashes):
-                return
-            for h in block_hashes:  # a hash repeated within the batch: start over for them
-                by_hash.pop(h, None)
+        size = len(by_hash)
+        # Optimistic: the hashes are almost always new, and then one pass does it all (the
+        # map is large and its probes miss the CPU caches, so a second pass would cost).
+        by_hash.update(zip(block_hashes, block_ids, strict=True))
+        if len(by_hash) - size == len(block_hashes):
+            return
+        self._undo_update(block_ids, block_hashes)
         duplicates = self._duplicates
         for block, h in zip(block_ids, block_hashes, strict=True):
             if h in by_hash:
                 duplicates.setdefault(h, []).append(block)
             else:
                 by_hash[h] = block
+
+    def _undo_update(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
+        """Take `block_hashes` out of the map again after an update found some of them
+        there (or met one twice), putting back what the update overwrote: for a hash that
+        was there, the one block carrying it that is neither in this batch nor among the
+        hash's duplicates. Rare (concurrent computation of a prefix), so a full scan."""
+        by_hash = self._by_hash
+        duplicates = self._duplicates
+        keys = set(block_hashes)
+        for h in keys:
+            del by_hash[h]
+        batch = set(block_ids)
+        for block, held in enumerate(self._hash):
+            if held is None or held not in keys or block in batch:
+                continue
+            if block not in duplicates.get(held, ()):
+                by_hash[held] = block
 
     def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference on each block, in reverse order (tail blocks evicted first)."""

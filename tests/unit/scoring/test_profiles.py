@@ -75,10 +75,10 @@ def test_builtin_profiles_wiring() -> None:
         ),
         "prefix-aware": (
             [
-                ("prefix-match-scorer", 3.0),
-                ("queue-depth-scorer", 2.0),
-                ("kv-utilization-scorer", 2.0),
-                ("in-flight-scorer", 2.0),
+                ("estimated-ttft-scorer", 4.0),
+                ("prefix-match-scorer", 1.0),
+                ("in-flight-scorer", 1.0),
+                ("kv-utilization-scorer", 1.0),
                 ("cache-headroom-scorer", 1.0),
             ],
             "max-score-picker",

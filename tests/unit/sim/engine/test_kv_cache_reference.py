@@ -83,8 +83,11 @@ def _check_same(cache: PagedKVCache, ref: ReferenceCache, probes: list[list[int]
     assert cache.num_cached_blocks == sum(h is not None for h in ref.hash)
 
 
+@pytest.mark.parametrize("recompute", [0.0, 0.3])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_fast_cache_matches_the_reference_block_for_block(seed: int) -> None:
+def test_the_fast_cache_matches_the_reference_block_for_block(seed: int, recompute: float) -> None:
+    """`recompute`: share of requests that skip the lookup and commit their whole prompt
+    again, so that hashes already cached are committed twice (duplicates)."""
     rng = random.Random(seed)
     num_blocks = rng.choice([300, 700])
     cache, ref = PagedKVCache(num_blocks, 4), ReferenceCache(num_blocks)
@@ -100,6 +103,8 @@ def test_the_fast_cache_matches_the_reference_block_for_block(seed: int) -> None
             hashes = family[:shared] + own[: rng.randint(0, 40)]
             hits = cache.cached_blocks(hashes)
             assert hits == ref.cached_blocks(hashes)
+            if rng.random() < recompute:
+                hits = []
             assert cache.num_evictable(hits) == ref.num_evictable(hits)
             new = len(hashes) - len(hits) + rng.randint(0, 3)  # + some uncommitted blocks
             if new + ref.num_evictable(hits) > len(ref.free_queue):

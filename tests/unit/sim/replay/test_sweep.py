@@ -61,7 +61,7 @@ def test_parse_weights_and_numbers() -> None:
 
 
 def test_the_grid_multiplies_only_the_weights_a_policy_has() -> None:
-    axes = parse_weights("prefix-match-scorer=1,3,5;queue-depth-scorer=1,2")
+    axes = parse_weights("prefix-match-scorer=1,3,5;in-flight-scorer=1,2")
     points, notes = expand_grid(
         SECTION, ["round-robin", "least-load", "prefix-aware"], axes, [2, 4], [1.0, 2.0]
     )
@@ -69,16 +69,14 @@ def test_the_grid_multiplies_only_the_weights_a_policy_has() -> None:
     assert len(by_policy["round-robin"]) == 4  # replicas × rate scales, no weights
     assert all(g.weights == () for g in by_policy["round-robin"])
     assert {g.weights for g in by_policy["least-load"]} == {
-        (("queue-depth-scorer", 1.0),),
-        (("queue-depth-scorer", 2.0),),
+        (("in-flight-scorer", 1.0),),
+        (("in-flight-scorer", 2.0),),
     }
     prefix = [g for g in points if g.policy == "prefix-aware"]
     assert len(prefix) == 3 * 2 * 2 * 2 and len(points) == 4 + 8 + 24
     assert len(set(points)) == len(points)
     assert (
-        GridPoint(
-            "prefix-aware", (("prefix-match-scorer", 5.0), ("queue-depth-scorer", 2.0)), 4, 2.0
-        )
+        GridPoint("prefix-aware", (("prefix-match-scorer", 5.0), ("in-flight-scorer", 2.0)), 4, 2.0)
         in prefix
     )
     assert len(notes) == 2 and "round-robin" in notes[0] and "prefix-match-scorer" in notes[1]
@@ -108,8 +106,8 @@ def test_weight_overrides_reach_the_scheduler() -> None:
     section = with_weights(SECTION, "prefix-aware", weights)
     built = _scheduler_weights(section, "prefix-aware")
     assert built["prefix-match-scorer"] == 7.0 and built["in-flight-scorer"] == 0.5
-    assert built["queue-depth-scorer"] == 2.0  # not overridden
-    assert _scheduler_weights(SECTION, "prefix-aware")["prefix-match-scorer"] == 3.0
+    assert built["kv-utilization-scorer"] == 1.0  # not overridden
+    assert _scheduler_weights(SECTION, "prefix-aware")["prefix-match-scorer"] == 1.0
     assert _scheduler_weights(section, "least-load") == _scheduler_weights(SECTION, "least-load")
     # oracle runs the prefix-aware profile, so its overrides land there
     oracle = with_weights(SECTION, "oracle", (("prefix-match-scorer", 9.0),))
@@ -121,7 +119,10 @@ def test_weight_overrides_change_what_a_replay_does() -> None:
     trace = tenant_trace(200, seed=2, tenants=10)
     hit = {}
     for weight in (0.0, 10.0):
-        section = with_weights(SECTION, "prefix-aware", (("prefix-match-scorer", weight),))
+        # With the TTFT estimate (which also counts cached blocks) off, only prefix-match
+        # weighs cache affinity.
+        overrides = (("prefix-match-scorer", weight), ("estimated-ttft-scorer", 0.0))
+        section = with_weights(SECTION, "prefix-aware", overrides)
         settings = SimSettings(replicas=4, seed=1, routing=section)
         hit[weight] = summarize(Replay(trace, "prefix-aware", SMALL, settings).run(), settings, 0)
     assert hit[10.0].hit_rate > hit[0.0].hit_rate + 0.05
