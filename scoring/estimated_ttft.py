@@ -50,11 +50,19 @@ class EstimatedTtftScorer:
         """Predicted TTFT in seconds per endpoint."""
         hashes = request.prefix_hashes
         matched = self._index.match(hashes, (e.id for e in endpoints)) if hashes else {}
+        # Endpoints share few distinct match depths: each one's uncached tokens once.
+        tokens, block_chars, cpt = request.token_estimate, request.prefix_block_chars, self._cpt
+        uncached = {
+            depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
+            for depth in {0, *matched.values()}
+        }
+        depth_of, line = matched.get, self._model.coefficients
         out = {}
         for e in endpoints:
-            cached = covered_chars(matched.get(e.id, 0), request.prefix_block_chars) / self._cpt
-            work = max(0.0, request.token_estimate - cached) + e.pending_prefill_tokens
-            out[e.id] = self._model.coefficients(e.id).predict(work)
+            c = line(e.id)  # predict(work), inlined: this loop runs per endpoint per request
+            out[e.id] = c.overhead_s + c.prefill_token_s * (
+                uncached[depth_of(e.id, 0)] + e.pending_prefill_tokens
+            )
         return out
 
     def score(
