@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,15 @@ from typing import Any
 import httpx
 import orjson
 
-from sim.loadgen import RunStats, TimedRequest, percentile, run_conversations, run_timed
+from sim.bench.quality_report import plot_ttft_cdfs
+from sim.loadgen import (
+    RunStats,
+    TimedRequest,
+    percentile,
+    progress_ticker,
+    run_conversations,
+    run_timed,
+)
 from sim.processes import start_emulator, start_gateway
 from sim.scrape import ReplicaReport, scrape_replicas
 from sim.traces import load_mooncake, prompt_token_ids, time_scaled
@@ -89,19 +96,6 @@ def mooncake(trace: Path, count: int, rate_scale: float, max_output: int) -> Wor
     return Workload("mooncake", "h100-llama3-8b", args, 0.1, len(timed), run)
 
 
-async def _ticker(label: str, stats: RunStats, total: int, done: asyncio.Event) -> None:
-    start = time.monotonic()
-    while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), 5.0)
-        print(
-            f"  [{label}] {time.monotonic() - start:6.1f}s {len(stats.results):5d}/{total} "
-            f"done, {stats.in_flight:3d} in flight, {stats.errors} errors",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 async def run_one(w: Workload, policy: str, replicas: int, out: Path) -> dict[str, Any]:
     logs = out / "logs"
     emulator, urls = start_emulator(
@@ -116,7 +110,9 @@ async def run_one(w: Workload, policy: str, replicas: int, out: Path) -> dict[st
         gateway, gw = start_gateway(urls, policy, logs / f"gw-{w.name}-{policy}.log")
         try:
             stats, done = RunStats(), asyncio.Event()
-            ticker = asyncio.create_task(_ticker(f"{w.name}/{policy}", stats, w.requests, done))
+            ticker = asyncio.create_task(
+                progress_ticker(f"{w.name}/{policy}", stats, w.requests, done, 5.0)
+            )
             t0 = time.monotonic()
             try:
                 await w.run(gw, stats)
@@ -177,28 +173,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def write_outputs(rows: list[dict[str, Any]], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    workloads = sorted({r["workload"] for r in rows})
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 4.5), squeeze=False)
-    for ax, wl in zip(axes[0], workloads, strict=True):
-        for r in (r for r in rows if r["workload"] == wl):
-            xs = r["ttfts_s"]
-            if xs:
-                ys = [(i + 1) / len(xs) for i in range(len(xs))]
-                ax.step(xs, ys, where="post", label=f"{r['policy']} (hit {r['hit_rate']:.0%})")
-        ax.set_xscale("log")
-        ax.set_title(f"{wl}: TTFT CDF by policy")
-        ax.set_xlabel("time to first token (s, log)")
-        ax.set_ylabel("fraction of requests")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "ttft_cdf.png", dpi=110)
-    plt.close(fig)
+    plot_ttft_cdfs(rows, out / "ttft_cdf.png", lambda r: str(r["policy"]), "policy")
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -8,7 +8,9 @@ time to first token is measured as a client sees it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,3 +192,20 @@ async def _timed(client: httpx.AsyncClient, req: TimedRequest, rid: str, stats: 
         stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
     finally:
         stats.in_flight -= 1
+
+
+async def progress_ticker(
+    label: str, stats: RunStats, total: int, done: asyncio.Event, every_s: float
+) -> None:
+    """Print `[label] elapsed done/total, in flight, errors` to stderr every `every_s` until
+    `done` is set (and once more then)."""
+    start = time.monotonic()
+    while not done.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), every_s)
+        print(
+            f"  [{label}] {time.monotonic() - start:6.1f}s {len(stats.results):5d}/{total} "
+            f"done, {stats.in_flight:3d} in flight, {stats.errors} errors",
+            file=sys.stderr,
+            flush=True,
+        )

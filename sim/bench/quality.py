@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import sys
 import time
@@ -38,7 +37,7 @@ import orjson
 from sim.bench import quality_report as report
 from sim.bench.peers import PeerInstall, ensure_peer, start_peer
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.loadgen import RunStats, TimedRequest, run_conversations, run_timed
+from sim.loadgen import RunStats, TimedRequest, progress_ticker, run_conversations, run_timed
 from sim.processes import start_emulator
 from sim.scrape import ReplicaReport, scrape_replicas
 from sim.traces import load_mooncake, prompt_token_ids, time_scaled
@@ -123,19 +122,6 @@ def mooncake(trace: Path, count: int, rate_scale: float, max_output: int) -> Wor
     return Workload("mooncake", "h100-llama3-8b", args, 0.1, len(timed), run)
 
 
-async def _ticker(label: str, stats: RunStats, total: int, done: asyncio.Event) -> None:
-    start = time.monotonic()
-    while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), 10.0)
-        print(
-            f"  [{label}] {time.monotonic() - start:6.1f}s {len(stats.results):5d}/{total} "
-            f"done, {stats.in_flight:3d} in flight, {stats.errors} errors",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 async def run_router(
     w: Workload,
     install: PeerInstall,
@@ -171,7 +157,9 @@ async def run_router(
             async with httpx.AsyncClient(timeout=10) as client:
                 before = await scrape_replicas(client, urls)
                 stats, done = RunStats(), asyncio.Event()
-                ticker = asyncio.create_task(_ticker(f"{w.name}/{label}", stats, w.requests, done))
+                ticker = asyncio.create_task(
+                    progress_ticker(f"{w.name}/{label}", stats, w.requests, done, 10.0)
+                )
                 t0 = time.monotonic()
                 try:
                     await w.run(peer.url, peer.headers, stats)

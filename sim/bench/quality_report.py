@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,13 @@ def write_outputs(
     (out / "quality.json").write_bytes(
         orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
-    _plot(rows, out / "quality_ttft_cdf.png")
+    plot_ttft_cdfs(rows, out / "quality_ttft_cdf.png", label, "router")
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_ttft_cdfs(
+    rows: list[dict[str, Any]], path: Path, name: Callable[[dict[str, Any]], str], by: str
+) -> None:
+    """One TTFT CDF panel per workload, a curve per row (`name(row)` and its hit rate)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,9 +130,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
             xs = r["ttfts_s"]
             if xs:
                 ys = [(i + 1) / len(xs) for i in range(len(xs))]
-                ax.step(xs, ys, where="post", label=f"{label(r)} (hit {r['hit_rate']:.0%})")
+                ax.step(xs, ys, where="post", label=f"{name(r)} (hit {r['hit_rate']:.0%})")
         ax.set_xscale("log")
-        ax.set_title(f"{wl}: TTFT CDF by router")
+        ax.set_title(f"{wl}: TTFT CDF by {by}")
         ax.set_xlabel("time to first token (s, log)")
         ax.set_ylabel("fraction of requests")
         ax.grid(True, which="both", alpha=0.3)

@@ -109,7 +109,7 @@ def _parse(argv: list[str] | None) -> FidelitySettings:
         "--slowdown",
         type=float,
         default=d.slowdown,
-        help="engines and arrivals X times slower on both sides (default 1)",
+        help="engines and arrivals X times slower on both sides (default %(default)g)",
     )
     p.add_argument("--out", default=str(d.out_dir))
     a = p.parse_args(argv)

@@ -12,9 +12,7 @@ inter-token latency's, which show how much longer than modelled the emulated ste
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.loadgen import RunStats, TimedRequest, run_timed
+from sim.loadgen import RunStats, TimedRequest, progress_ticker, run_timed
 from sim.processes import start_emulator, start_gateway
 from sim.scrape import parse_vllm_metrics
 
@@ -139,19 +137,6 @@ async def _wait_ready(client: httpx.AsyncClient, gateway: str, scrape_s: float) 
     await asyncio.sleep(4 * scrape_s)
 
 
-async def _ticker(policy: str, stats: RunStats, total: int, done: asyncio.Event) -> None:
-    start = time.monotonic()
-    while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), PROGRESS_EVERY_S)
-        print(
-            f"  live {policy}: {time.monotonic() - start:5.1f} s, {len(stats.results)}/{total} "
-            f"done, {stats.in_flight} in flight, {stats.errors} errors",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class LiveFleet:
     """How to start the fleet and the gateway for one live run."""
@@ -184,7 +169,9 @@ async def run_live(fleet: LiveFleet, policy: str, requests: list[TimedRequest]) 
                 await _wait_ready(client, gw_url, fleet.scrape_interval_s)
                 before, first = await _scrape(client, urls)
                 stats, done = RunStats(), asyncio.Event()
-                ticker = asyncio.create_task(_ticker(policy, stats, len(requests), done))
+                ticker = asyncio.create_task(
+                    progress_ticker(f"live {policy}", stats, len(requests), done, PROGRESS_EVERY_S)
+                )
                 started = time.monotonic()
                 try:
                     await run_timed(gw_url, requests, stats)
