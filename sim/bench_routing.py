@@ -15,85 +15,30 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
+from sim.bench import workloads
 from sim.bench.quality_report import plot_ttft_cdfs
+from sim.bench.workloads import MODEL, Workload, synthetic
 from sim.loadgen import (
     RunStats,
-    TimedRequest,
     percentile,
     progress_ticker,
-    run_conversations,
-    run_timed,
 )
 from sim.processes import start_emulator, start_gateway
 from sim.scrape import ReplicaReport, scrape_replicas
-from sim.traces import load_mooncake, prompt_token_ids, time_scaled
-from sim.workload import multi_tenant_chats
 
-MODEL = "kvgate-bench"
 POLICIES = ("round-robin", "least-load", "session", "prefix-aware", "estimated-ttft")
 MOONCAKE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 
 
-@dataclass(frozen=True, slots=True)
-class Workload:
-    name: str
-    profile: str
-    emulator_args: tuple[str, ...]
-    speedup: float
-    requests: int
-    run: Callable[[str, RunStats], Awaitable[None]]
-
-
-def synthetic(conversations: int, rate: float, seed: int) -> Workload:
-    convs = multi_tenant_chats(
-        seed=seed,
-        tenants=16,
-        conversations=conversations,
-        turns=4,
-        system_tokens=1500,
-        rate_per_s=rate,
-    )
-
-    async def run(url: str, stats: RunStats) -> None:
-        await run_conversations(url, MODEL, convs, stats, lambda c: {"x-session-id": c.id})
-
-    return Workload("synthetic", "demo", (), 1.0, sum(len(c.user_turns) for c in convs), run)
-
-
 def mooncake(trace: Path, count: int, rate_scale: float, max_output: int) -> Workload:
-    reqs = time_scaled(load_mooncake(trace, limit=count), rate_scale)
-    timed = [
-        TimedRequest(
-            r.arrival_s,
-            "/v1/completions",
-            orjson.dumps(
-                {
-                    "model": MODEL,
-                    "prompt": prompt_token_ids(r),
-                    "stream": True,
-                    "max_tokens": max(1, min(r.output_tokens, max_output)),
-                }
-            ),
-        )
-        for r in reqs
-        if r.input_tokens + max_output <= 32_768
-    ]
-
-    async def run(url: str, stats: RunStats) -> None:
-        await run_timed(url, timed, stats)
-
-    # H100 timing slowed 10× (speedup 0.1) so two shared cores can drive it; 16,384 KV blocks
-    # of 16 tokens per replica (~19 average prompts) so the cache is contended; 32k context.
-    args = ("--num-gpu-blocks", "16384", "--max-model-len", "32768")
-    return Workload("mooncake", "h100-llama3-8b", args, 0.1, len(timed), run)
+    """The trace slice with token-id prompts, as vLLM takes them."""
+    return workloads.mooncake(trace, count, rate_scale, max_output, as_text=False)
 
 
 async def run_one(w: Workload, policy: str, replicas: int, out: Path) -> dict[str, Any]:
@@ -115,7 +60,7 @@ async def run_one(w: Workload, policy: str, replicas: int, out: Path) -> dict[st
             )
             t0 = time.monotonic()
             try:
-                await w.run(gw, stats)
+                await w.run(gw, {}, stats)
             finally:
                 done.set()
                 await ticker

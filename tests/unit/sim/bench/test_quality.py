@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.bench.quality import text_prompt
 from sim.bench.quality_report import targets
+from sim.bench.workloads import text_prompt
 from sim.engine.tokenizer import BuiltinTokenizer
 
 
