@@ -8,16 +8,20 @@ from routing.protocols import Filter, Picker, SchedulingContext, Scorer
 from routing.registry import PluginRegistry
 from routing.scheduler import Profile, Scheduler, WeightedScorer
 from routing.types import (
+    Candidates,
     Decision,
     EndpointScores,
     EndpointSnapshot,
     EngineMetrics,
     Health,
     RoutingRequest,
+    ScoreColumn,
     ScoreTable,
+    endpoint_ids,
 )
 
 __all__ = [
+    "Candidates",
     "Decision",
     "EndpointScores",
     "EndpointSnapshot",
@@ -30,7 +34,9 @@ __all__ = [
     "RoutingRequest",
     "Scheduler",
     "SchedulingContext",
+    "ScoreColumn",
     "ScoreTable",
     "Scorer",
     "WeightedScorer",
+    "endpoint_ids",
 ]

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, mul
 from types import MappingProxyType
 
 from routing.protocols import Filter, Picker, SchedulingContext, Scorer
-from routing.types import Decision, EndpointScores, EndpointSnapshot, RoutingRequest, ScoreTable
+from routing.types import (
+    Candidates,
+    Decision,
+    EndpointScores,
+    EndpointSnapshot,
+    RoutingRequest,
+    ScoreColumn,
+    ScoreTable,
+)
 
 
 class UnknownProfileError(KeyError):
@@ -46,14 +54,11 @@ class Profile:
         ctx: SchedulingContext,
     ) -> Decision:
         candidates = list(endpoints)
-        filtered_out: dict[str, str] = {}
+        steps: list[_Step] = []
         for flt in self.filters:
             kept = list(flt.filter(request, candidates, ctx))
             if kept != candidates:  # equal (element by element, by identity first): none gone
-                kept_ids = {e.id for e in kept}
-                for e in candidates:
-                    if e.id not in kept_ids:
-                        filtered_out[e.id] = flt.name
+                steps.append((candidates, kept, flt.name))
             candidates = kept
             if not candidates:
                 break
@@ -63,7 +68,7 @@ class Profile:
             profile=self.name,
             ranked=ranked,
             scores=scored,
-            filtered_out=MappingProxyType(filtered_out),
+            filtered_out=_FilteredOut(steps) if steps else _NONE_FILTERED,
         )
 
     def _score(
@@ -74,23 +79,71 @@ class Profile:
     ) -> Sequence[EndpointScores]:
         if not candidates:
             return ()
-        ids = [e.id for e in candidates]
-        totals = [0.0] * len(ids)
+        candidates = Candidates(candidates)
+        ids = candidates.ids
+        totals: Iterable[float] = [0.0] * len(ids)
         columns = []
-        # Column by column, each pass a map over a list: per endpoint this is the weighted
-        # sum `total += weight × clamp(score)` in scorer order, with the same float results.
+        # Column by column, maps chained and run once at the end: per endpoint this is the
+        # weighted sum `total += weight × clamp(score)` in scorer order, with the same float
+        # results (a weight of 1 multiplies nothing: 1.0 × x is x).
         for ws in self.scorers:
             result = ws.scorer.score(request, candidates, ctx)
-            column = list(map(result.get, ids, repeat(0.0)))
-            if not _in_unit_interval(column):
-                column = [_clamp(x) for x in column]
+            column: Sequence[float]
+            if type(result) is ScoreColumn and result.ids is ids:
+                column = result.column
+                if not (result.unit or _in_unit_interval(column)):
+                    column = [_clamp(x) for x in column]
+            else:
+                column = list(map(result.get, ids, repeat(0.0)))
+                if not _in_unit_interval(column):
+                    column = [_clamp(x) for x in column]
             columns.append(column)
-            totals = list(map(add, totals, map(mul, repeat(ws.weight), column)))
+            weighted = column if ws.weight == 1.0 else map(mul, repeat(ws.weight), column)
+            totals = map(add, totals, weighted)
         names = [ws.scorer.name for ws in self.scorers]
-        return ScoreTable(ids, names, columns, totals)
+        return ScoreTable(ids, names, columns, list(totals))
 
 
-def _in_unit_interval(column: list[float]) -> bool:
+_Step = tuple[list[EndpointSnapshot], list[EndpointSnapshot], str]  # before, after, filter
+_NONE_FILTERED: Mapping[str, str] = MappingProxyType({})
+
+
+class _FilteredOut(Mapping[str, str]):
+    """Endpoint id → the filter that removed it, worked out on first read from the filters'
+    inputs and outputs (immutable snapshots): the gateway reads it only when no endpoint
+    passed, so most decisions never pay for it."""
+
+    __slots__ = ("_by_id", "_steps")
+
+    def __init__(self, steps: list[_Step]) -> None:
+        self._steps = steps
+        self._by_id: dict[str, str] | None = None
+
+    def _mapping(self) -> dict[str, str]:
+        if self._by_id is None:
+            out: dict[str, str] = {}
+            for before, after, name in self._steps:
+                kept_ids = {e.id for e in after}
+                for e in before:
+                    if e.id not in kept_ids:
+                        out[e.id] = name
+            self._by_id, self._steps = out, []
+        return self._by_id
+
+    def __getitem__(self, key: str) -> str:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __repr__(self) -> str:
+        return repr(self._mapping())
+
+
+def _in_unit_interval(column: Sequence[float]) -> bool:
     # A NaN anywhere makes the sum NaN (min and max may step over it).
     return min(column) >= 0.0 and max(column) <= 1.0 and not math.isnan(sum(column))
 

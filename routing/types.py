@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
@@ -86,6 +86,67 @@ class EndpointScores:
     endpoint_id: str
     scores: Mapping[str, float]
     total: float
+
+
+class Candidates(list[EndpointSnapshot]):
+    """The endpoints one scheduling cycle scores, with their ids listed once for every scorer.
+
+    The scheduler hands each scorer this list; `endpoint_ids` reads `ids` from it instead of
+    walking the endpoints again. Never mutated (plugins must not mutate their inputs), so
+    `ids` stays in step with the endpoints. `ids` is a tuple: being immutable, it can key a
+    cache by identity (the prefix index's last match, shared by the scorers of a cycle).
+    """
+
+    __slots__ = ("ids",)
+
+    def __init__(self, endpoints: Iterable[EndpointSnapshot] = ()) -> None:
+        super().__init__(endpoints)
+        self.ids = tuple([e.id for e in self])
+
+
+def endpoint_ids(endpoints: Sequence[EndpointSnapshot]) -> Sequence[str]:
+    """The endpoints' ids, in order (`Candidates.ids` when the scheduler has listed them)."""
+    if type(endpoints) is Candidates:
+        return endpoints.ids
+    return [e.id for e in endpoints]
+
+
+class ScoreColumn(Mapping[str, float]):
+    """A scorer's scores as a column: `column[i]` is the score of `ids[i]`.
+
+    Read as a mapping it is {id: score}. When `ids` is the scheduler's own list of candidate
+    ids (`Candidates.ids`, the same object), the scheduler takes `column` as it is instead of
+    looking up every id, so a scorer that computes its scores as a list never builds a dict.
+    `unit=True` states that every score is in [0, 1] (no NaN) by construction, so the
+    scheduler skips its range check; the column must not be changed once returned.
+    """
+
+    __slots__ = ("_by_id", "column", "ids", "unit")
+
+    def __init__(self, ids: Sequence[str], column: Sequence[float], unit: bool = False) -> None:
+        if len(ids) != len(column):
+            raise ValueError("a score column needs one score per id")
+        self.ids = ids
+        self.column = column
+        self.unit = unit
+        self._by_id: dict[str, float] | None = None
+
+    def _mapping(self) -> dict[str, float]:
+        if self._by_id is None:
+            self._by_id = dict(zip(self.ids, self.column, strict=True))
+        return self._by_id
+
+    def __getitem__(self, key: str) -> float:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __repr__(self) -> str:
+        return f"ScoreColumn({self._mapping()!r})"
 
 
 class ScoreTable(Sequence[EndpointScores]):

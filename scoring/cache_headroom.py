@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
 from scoring.prefix_index import PrefixIndex
 
@@ -41,5 +41,6 @@ class CacheHeadroomScorer:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
-        fills = self._index.fills([e.id for e in endpoints])
-        return {eid: 1.0 - fill for eid, fill in fills.items()}
+        ids = endpoint_ids(endpoints)
+        # Not marked `unit`: an index subclass may answer its own fills, so the scheduler checks.
+        return ScoreColumn(ids, [1.0 - fill for fill in self._index.fill_list(ids)])

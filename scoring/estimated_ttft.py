@@ -17,10 +17,13 @@ Parameters: `chars_per_token` (default 4.0). The prior coefficients are the mode
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import truediv
 from typing import Any, Self
 
-from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
@@ -48,22 +51,26 @@ class EstimatedTtftScorer:
     def estimate(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot]
                  ) -> dict[str, float]:  # fmt: skip
         """Predicted TTFT in seconds per endpoint."""
+        ids = endpoint_ids(endpoints)
+        return dict(zip(ids, self._estimates(request, endpoints, ids), strict=True))
+
+    def _estimates(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot],
+                   ids: Sequence[str]) -> list[float]:  # fmt: skip
         hashes = request.prefix_hashes
-        matched = self._index.match(hashes, (e.id for e in endpoints)) if hashes else {}
+        depths = self._index.match_list(hashes, ids) if hashes else [0] * len(ids)
         # Endpoints share few distinct match depths: each one's uncached tokens once.
         tokens, block_chars, cpt = request.token_estimate, request.prefix_block_chars, self._cpt
         uncached = {
             depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
-            for depth in {0, *matched.values()}
+            for depth in set(depths)
         }
-        depth_of, line = matched.get, self._model.coefficients
-        out = {}
-        for e in endpoints:
-            c = line(e.id)  # predict(work), inlined: this loop runs per endpoint per request
-            out[e.id] = c.overhead_s + c.prefill_token_s * (
-                uncached[depth_of(e.id, 0)] + e.pending_prefill_tokens
+        # predict(work), inlined: this runs per endpoint per request.
+        return [
+            c.overhead_s + c.prefill_token_s * (u + e.pending_prefill_tokens)
+            for c, u, e in zip(
+                self._model.lines(ids), map(uncached.__getitem__, depths), endpoints, strict=True
             )
-        return out
+        ]
 
     def score(
         self,
@@ -71,6 +78,9 @@ class EstimatedTtftScorer:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
-        est = self.estimate(request, endpoints)
-        best = min(est.values(), default=0.0)
-        return {eid: (best / t if t > 0 else 1.0) for eid, t in est.items()}
+        ids = endpoint_ids(endpoints)
+        est = self._estimates(request, endpoints, ids)
+        best = min(est, default=0.0)
+        if best > 0.0 and not math.isnan(sum(est)):  # 0 < best <= every estimate
+            return ScoreColumn(ids, list(map(truediv, repeat(best), est)), unit=True)
+        return ScoreColumn(ids, [(best / t if t > 0 else 1.0) for t in est])

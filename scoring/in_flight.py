@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
 
 
@@ -39,9 +39,14 @@ class InFlightScorer:
     ) -> Mapping[str, float]:
         if not endpoints:
             return {}
+        ids = endpoint_ids(endpoints)
         counts = [e.in_flight for e in endpoints]
-        high, low = max(counts), min(counts)
+        # Counts take few distinct values: min, max and each one's score once, then a lookup
+        # per endpoint. (high − x) / (high − low) is in [0, 1] for low <= x <= high.
+        distinct = set(counts)
+        high, low = max(distinct), min(distinct)
         if high == low:
-            return {e.id: 1.0 for e in endpoints}
+            return ScoreColumn(ids, [1.0] * len(ids), unit=True)
         span = high - low
-        return {e.id: (high - x) / span for e, x in zip(endpoints, counts, strict=True)}
+        score_of = {x: (high - x) / span for x in distinct}
+        return ScoreColumn(ids, list(map(score_of.__getitem__, counts)), unit=True)

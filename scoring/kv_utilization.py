@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
-from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
 from scoring.unknown_metrics import fill_unknown
 
@@ -44,6 +44,9 @@ class KvUtilizationScorer:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
+        usages = _usages_in_range(endpoints)
+        if usages is not None:  # the usual case: a pass per endpoint, no dict
+            return ScoreColumn(endpoint_ids(endpoints), [1.0 - u for u in usages], unit=True)
         known: dict[str, float] = {}
         for e in endpoints:
             usage = e.metrics.kv_usage if e.metrics is not None else None
@@ -52,3 +55,14 @@ class KvUtilizationScorer:
         if len(known) == len(endpoints):  # all known (ids are unique): nothing to fill
             return known
         return fill_unknown(endpoints, known)
+
+
+def _usages_in_range(endpoints: Sequence[EndpointSnapshot]) -> list[float] | None:
+    """Every endpoint's KV usage if all are known and in [0, 1], else None."""
+    usages = [m.kv_usage if (m := e.metrics) is not None else None for e in endpoints]
+    if not usages or None in usages:
+        return None
+    known = cast(list[float], usages)
+    if math.isnan(sum(known)) or min(known) < 0.0 or max(known) > 1.0:  # NaN or out of range
+        return None
+    return known

@@ -93,10 +93,15 @@ class LoadImbalanceFilter:
             e.in_flight + (0 if (m := e.metrics) is None or (w := m.waiting) is None else w)
             for e in endpoints
         ]
-        low = min(loads)
-        if max(loads) - low <= self.abs_threshold:  # the usual case: nobody can be a hot spot
+        distinct = set(loads)  # few distinct values: min and max over those
+        low = min(distinct)
+        if max(distinct) - low <= self.abs_threshold:  # the usual case: nobody can be a hot spot
             return list(endpoints)
-        return [e for e, x in zip(endpoints, loads, strict=True) if not self._hot(x, low)]
+        # `_hot(x, low)` inlined: the filter acts on many requests when the pool is skewed.
+        excess, above = self.abs_threshold, low * self.rel_threshold
+        return [
+            e for e, x in zip(endpoints, loads, strict=True) if not (x - low > excess and x > above)
+        ]
 
     def _hot(self, x: int, low: int) -> bool:
         return x - low > self.abs_threshold and x > low * self.rel_threshold

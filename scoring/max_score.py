@@ -35,12 +35,16 @@ def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[
     # Sort keys, ascending: −total, and +inf for NaN so that it ranks last (as −inf would).
     if math.isnan(sum(totals)):
         keys = [math.inf if math.isnan(t) else -t for t in totals]
+        order = sorted(range(len(ids)), key=keys.__getitem__)
+        ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
     else:
-        keys = list(map(neg, totals))
-    order = sorted(range(len(ids)), key=keys.__getitem__)
-    ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
+        # The same order without the keys: a stable sort, reversed, keeps equal totals in
+        # input order, as the ascending sort by −total does.
+        order = sorted(range(len(ids)), key=totals.__getitem__, reverse=True)
+        ordered = list(map(totals.__getitem__, order))
     if all(map(gt, map(sub, ordered, ordered[1:]), repeat(TIE_TOLERANCE))):
-        return [ids[k] for k in order]  # no two totals tie: nothing to shuffle
+        return list(map(ids.__getitem__, order))  # no two totals tie: nothing to shuffle
+    keys = [math.inf if math.isnan(t) else -t for t in totals]
     return _shuffle_ties(ids, keys, order, ordered, rng)
 
 

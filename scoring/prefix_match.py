@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
+from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
@@ -42,11 +42,12 @@ class PrefixMatchScorer:
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
         hashes = request.prefix_hashes
+        ids = endpoint_ids(endpoints)
         if not hashes:
-            return {e.id: 0.0 for e in endpoints}
-        matched = self._index.match(hashes, (e.id for e in endpoints))
+            return ScoreColumn(ids, [0.0] * len(ids), unit=True)
+        depths = self._index.match_list(hashes, ids)
         base = request.prefix_block_chars
         total = covered_chars(len(hashes), base)
         # Endpoints share few distinct depths: compute each depth's share once.
-        share = {m: covered_chars(m, base) / total for m in set(matched.values())}
-        return {e.id: share[matched[e.id]] for e in endpoints}
+        share = {m: covered_chars(m, base) / total for m in set(depths)}
+        return ScoreColumn(ids, list(map(share.__getitem__, depths)), unit=True)  # depth <= n

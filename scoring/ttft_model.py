@@ -12,7 +12,9 @@ request. Pure: the gateway (or the simulator) feeds observations in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,12 @@ class OnlineTtftModel:
 
     def coefficients(self, endpoint: str) -> TtftCoefficients:
         return self._fit.get(endpoint, self.prior)
+
+    def lines(self, endpoints: Iterable[str]) -> list[TtftCoefficients]:
+        """`coefficients` of each endpoint, in order."""
+        if type(self).coefficients is not OnlineTtftModel.coefficients:  # a subclass answers
+            return [self.coefficients(e) for e in endpoints]
+        return list(map(self._fit.get, endpoints, repeat(self.prior)))
 
     def forget(self, endpoint: str) -> None:
         self._sums.pop(endpoint, None)

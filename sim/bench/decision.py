@@ -14,8 +14,10 @@ of those conversations (a partial match on the replica that served it, the tenan
 prompt on many others) while the rest open a new one. Every query has a fresh tail, so what
 the timed decision records is new to the index, as in live traffic. Timings are
 `perf_counter_ns` per decision, with the garbage collector enabled (its pauses are part of a
-live decision) after a collect and freeze of the warm state. Prints a table, writes
-`decision.json` and `decision.png` to `--out`.
+live decision) after a collect and freeze of the warm state. Prints a table (the whole, then
+the median of each stage: hash, schedule, record, and `decision` = hash + schedule, what issue
+6 times, since the gateway could record after forwarding), writes `decision.json` and
+`decision.png` to `--out`.
 """
 
 from __future__ import annotations
@@ -246,7 +248,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     rows = []
     say(
         f"{'tokens':>8} {'replicas':>8} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'p99 µs':>9}"
-        f" {'CPU median':>10} {'CPU p99':>9}"
+        f" {'CPU median':>10} {'CPU p99':>9} {'hash':>7} {'schedule':>8} {'record':>7}"
+        f" {'decision':>8}"
     )
     for tokens in args.tokens:
         for replicas in args.replicas:
@@ -256,11 +259,16 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
             row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
             row.update(percentiles_us([sum(s[:3]) for s in runs]))
             row.update(percentiles_us([s[3] for s in runs], "cpu_"))
+            for k, stage in enumerate(("hash", "schedule", "record")):
+                row[f"{stage}_median_us"] = statistics.median(s[k] for s in runs) / 1000
+            row.update(percentiles_us([s[0] + s[1] for s in runs], "decision_"))
             rows.append(row)
             say(
                 f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
                 f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
-                f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f}"
+                f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
+                f"{row['hash_median_us']:>7.1f} {row['schedule_median_us']:>8.1f} "
+                f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
             )
             del cell
     say(f"calibration: {calibrate():.1f} ms for a fixed pure-Python loop (lower is faster)")

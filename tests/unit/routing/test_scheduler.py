@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 
 from routing import (
+    Candidates,
     Decision,
     EndpointScores,
     EndpointSnapshot,
@@ -14,7 +15,9 @@ from routing import (
     RoutingRequest,
     Scheduler,
     SchedulingContext,
+    ScoreColumn,
     WeightedScorer,
+    endpoint_ids,
 )
 from routing.scheduler import UnknownProfileError
 
@@ -214,3 +217,75 @@ def test_inputs_are_not_mutated_and_profiles_are_read_only() -> None:
     assert endpoints == before
     with pytest.raises(TypeError):
         scheduler.profiles["q"] = profile  # type: ignore[index]
+
+
+class ColumnScorer:
+    """Answers with a `ScoreColumn` over the ids it was given (the fast path)."""
+
+    def __init__(self, name: str, scores: Mapping[str, float], unit: bool = False) -> None:
+        self.name = name
+        self.scores = scores
+        self.unit = unit
+        self.shown: list[Sequence[EndpointSnapshot]] = []
+
+    def score(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Mapping[str, float]:
+        self.shown.append(endpoints)
+        ids = endpoint_ids(endpoints)
+        return ScoreColumn(ids, [self.scores[i] for i in ids], unit=self.unit)
+
+
+def test_score_columns_are_taken_as_they_are_and_clamped_unless_unit() -> None:
+    raw = {"a": 1.5, "b": 0.25, "c": math.nan}
+    column = ColumnScorer("col", raw)
+    plain = FixedScorer("plain", {"a": 0.5, "c": 1.0})
+    profile = Profile(
+        "p", TotalPicker(), scorers=(WeightedScorer(column, 2.0), WeightedScorer(plain, 1.0))
+    )
+    decision = _scheduler(profile).schedule(REQUEST, _endpoints("a", "b", "c"))
+    (shown,) = column.shown
+    assert isinstance(shown, Candidates) and shown.ids == ("a", "b", "c")
+    assert {s.endpoint_id: dict(s.scores) for s in decision.scores} == {
+        "a": {"col": 1.0, "plain": 0.5},
+        "b": {"col": 0.25, "plain": 0.0},
+        "c": {"col": 0.0, "plain": 1.0},
+    }
+    assert _totals(decision) == {"a": 2.5, "b": 0.5, "c": 1.0}
+
+
+def test_a_column_over_other_ids_is_read_as_a_mapping() -> None:
+    class Reordered(ColumnScorer):
+        def score(
+            self,
+            request: RoutingRequest,
+            endpoints: Sequence[EndpointSnapshot],
+            ctx: SchedulingContext,
+        ) -> Mapping[str, float]:
+            ids = [e.id for e in reversed(endpoints)]
+            return ScoreColumn(ids, [self.scores[i] for i in ids], unit=True)
+
+    profile = Profile(
+        "p", TotalPicker(), scorers=(WeightedScorer(Reordered("r", {"a": 0.1, "b": 0.9}), 1.0),)
+    )
+    decision = _scheduler(profile).schedule(REQUEST, _endpoints("a", "b"))
+    assert _totals(decision) == {"a": 0.1, "b": 0.9}
+
+
+def test_score_column_reads_as_a_mapping() -> None:
+    col = ScoreColumn(("a", "b"), [0.5, 1.0])
+    assert col == {"a": 0.5, "b": 1.0}
+    assert col["b"] == 1.0 and col.get("z") is None and list(col) == ["a", "b"]
+    assert len(col) == 2
+    with pytest.raises(ValueError, match="one score per id"):
+        ScoreColumn(("a",), [])
+
+
+def test_endpoint_ids_reads_candidates_once_listed() -> None:
+    eps = _endpoints("x", "y")
+    assert endpoint_ids(eps) == ["x", "y"]
+    cands = Candidates(eps)
+    assert cands == eps and endpoint_ids(cands) is cands.ids and cands.ids == ("x", "y")
