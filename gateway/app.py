@@ -25,6 +25,7 @@ from gateway.asgi import (
     Scope,
     Send,
     TrackedSend,
+    disconnect_signal,
     header_map,
     read_body,
     run_until_disconnect,
@@ -43,7 +44,7 @@ from gateway.errors import (
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
 from gateway.prefix import DEFAULT_BLOCK_TOKENS, PrefixTracker
-from gateway.probe_transport import Http1Transport
+from gateway.probe_transport import ProbeClient
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
@@ -173,11 +174,7 @@ class GatewayApp:
             max_keepalive=64,
             keepalive_expiry=self.config.upstream.keepalive_expiry_s,
         )
-        probe_client = httpx.AsyncClient(
-            timeout=h.probe_timeout_s,
-            transport=Http1Transport(UpstreamClient(probe_limits)),
-            trust_env=False,
-        )
+        probe_client = ProbeClient(UpstreamClient(probe_limits), h.probe_timeout_s)
         prober = Prober(
             self.pool,
             probe_client,
@@ -277,7 +274,9 @@ class GatewayApp:
             send=send,
             rec=rec,
         )
-        rec.client_gone = await run_until_disconnect(work, receive, lambda: send.finished)
+        rec.client_gone = await run_until_disconnect(
+            work, receive, lambda: send.finished, disconnect_signal(scope)
+        )
         completed = send.status < 400 and not (rec.client_gone or rec.error)
         if self.recorder is not None and completed:
             session = route.request.session_key

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from gateway.errors import PayloadTooLargeError
+
+DISCONNECT_EXTENSION = "kvgate.disconnect"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -84,10 +86,34 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
+class DisconnectSignal(Protocol):
+    """What `gateway.http_server` puts in the scope: `disconnected`, and a `callback` it runs
+    when the client goes away before the response is complete."""
+
+    disconnected: bool
+    callback: Callable[[], None] | None
+
+
+def disconnect_signal(scope: Scope) -> DisconnectSignal | None:
+    """The server's disconnect callback extension, if it offers one."""
+    extensions = scope.get("extensions")
+    return extensions.get(DISCONNECT_EXTENSION) if extensions else None
+
+
+async def _end_watcher(watcher: asyncio.Future[None]) -> None:
+    if not watcher.done():
+        watcher.cancel()
+        # Neither task may outlive the request; returns (not raises) once the watcher ends.
+        await asyncio.wait((watcher,))
+    elif not watcher.cancelled() and (error := watcher.exception()) is not None:
+        raise error
+
+
 async def run_until_disconnect(
     work: Coroutine[Any, Any, None],
     receive: Receive,
     finished: Callable[[], bool] = lambda: False,
+    signal: DisconnectSignal | None = None,
 ) -> bool:
     """Run `work` until it finishes or the client disconnects; True if the client left.
 
@@ -95,20 +121,31 @@ async def run_until_disconnect(
     the engine aborts the generation and frees its KV cache. Call only after the request body
     has been fully received. `finished()` says the response is complete: the server then
     reports a disconnect that is only the end of the exchange, and nothing is cancelled.
-    `work` runs in the calling task (one watcher task per request, not two).
+    `work` runs in the calling task. The disconnect is learnt from `signal` (the server's
+    callback, no extra task) when given, else from a watcher task parked in `receive()`.
     """
     task = asyncio.current_task()
     assert task is not None
     cancelled_by_watcher = False
 
-    async def watch() -> None:
+    def client_left() -> None:
         nonlocal cancelled_by_watcher
-        await _wait_disconnect(receive)
         if not finished():
             cancelled_by_watcher = True
             task.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    async def watch() -> None:
+        await _wait_disconnect(receive)
+        client_left()
+
+    watcher: asyncio.Future[None] | None = None
+    if signal is not None:
+        if signal.disconnected and not finished():
+            work.close()  # gone already: send nothing upstream
+            return True
+        signal.callback = client_left
+    else:
+        watcher = asyncio.ensure_future(watch())
     try:
         await work
     except asyncio.CancelledError:
@@ -116,12 +153,10 @@ async def run_until_disconnect(
             return True  # our own cancellation only: the client left
         raise
     finally:
-        if not watcher.done():
-            watcher.cancel()
-            # Neither task may outlive this call; returns (not raises) once the watcher ends.
-            await asyncio.wait((watcher,))
-        elif not watcher.cancelled() and (error := watcher.exception()) is not None:
-            raise error
+        if signal is not None:
+            signal.callback = None
+        if watcher is not None:
+            await _end_watcher(watcher)
     if cancelled_by_watcher:
         # The cancel came after `work`'s last await: take it here so it cannot hit the caller.
         try:

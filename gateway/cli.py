@@ -7,6 +7,7 @@ the backends and the default policy; everything else is in the YAML config file.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -166,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.access_log import RequestIdFilter
     from gateway.app import build_app
+    from gateway.http_server import GatewayHttpProtocol
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -177,12 +179,19 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     cfg = _effective_config(args)
     app = build_app(cfg)
+    # The start-up objects (modules, config, plugins) live as long as the process: keep them
+    # out of the collector's full passes, which otherwise scan them all (a ~30 ms pause).
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
         app,
         host=cfg.server.host,
         port=cfg.server.port,
         loop="uvloop",
-        http="httptools",
+        http=GatewayHttpProtocol,
+        # No X-Forwarded-* rewriting: the app never reads the client address, and the
+        # middleware would add a coroutine frame to every request.
+        proxy_headers=False,
         lifespan="on",
         access_log=False,
         server_header=False,

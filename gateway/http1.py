@@ -76,6 +76,11 @@ class Http1Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._write_waiter: asyncio.Future[None] | None = None
+        # Read timeout: one lazily re-armed timer per connection, not one per wait (a timer
+        # costs ~4 us to arm and cancel; a request waits two or three times).
+        self._read_deadline = 0.0
+        self._read_limit = 0.0
+        self._read_timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -107,6 +112,9 @@ class Http1Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self._read_timer is not None:
+            self._read_timer.cancel()  # else it would hold the connection until it fires
+            self._read_timer = None
         if self.headers_done and self._to_eof and not self.complete and exc is None:
             self.complete = True
         elif not self.complete and self.error is None:
@@ -169,12 +177,30 @@ class Http1Connection(asyncio.Protocol):
             await self._wait(self._write_waiter, limit_s, WriteTimeout)
 
     async def wait_for_data(self, limit_s: float) -> None:
-        """Wait until something happens (headers, a chunk, the end, an error)."""
+        """Wait until something happens (headers, a chunk, the end, an error); ReadTimeout
+        after `limit_s` seconds without."""
         self._waiter = self._loop.create_future()
+        self._read_limit = limit_s
+        self._read_deadline = deadline = self._loop.time() + limit_s
+        timer = self._read_timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._read_timer = self._loop.call_at(deadline, self._read_timer_fired)
         try:
-            await self._wait(self._waiter, limit_s, ReadTimeout)
+            await self._waiter
         finally:
             self._waiter = None
+
+    def _read_timer_fired(self) -> None:
+        self._read_timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waiting: the next wait arms the timer again
+        if self._loop.time() >= self._read_deadline:
+            waiter.set_exception(ReadTimeout(f"no progress in {self._read_limit:g} s"))
+        else:  # the wait began after the timer was armed: wait out its own deadline
+            self._read_timer = self._loop.call_at(self._read_deadline, self._read_timer_fired)
 
     async def _wait(self, fut: asyncio.Future[None], limit_s: float, error: type[Timeout]) -> None:
         def expire() -> None:

@@ -6,13 +6,23 @@ of a core with no traffic at all, mostly in httpcore's connection pool and anyio
 transport keeps httpx's API for `health` and sends the bytes with `UpstreamClient`. Bodies
 are read whole (metrics pages, model lists); client errors become the matching httpx
 exceptions, and httpx's per-request timeouts bound the whole exchange.
+
+`ProbeClient` is that `httpx.AsyncClient`, with a shortcut for what `health` sends: the same
+plain GET of the same URL, again and again. Building the request (URL parsing and merging,
+headers, cookies) and httpx's send machinery cost more than the exchange itself, so the
+request is built once per URL and timeout and handed straight to the transport. Nothing is
+lost that the probes use: no auth, no redirects followed (httpx's default), and engines set
+no cookies. Any other call goes through httpx unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
+from httpx._types import TimeoutTypes
 
 from gateway import http1
 from gateway.upstream_client import UpstreamClient
@@ -60,6 +70,31 @@ class Http1Transport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class ProbeClient(httpx.AsyncClient):
+    """An `httpx.AsyncClient` over `Http1Transport(client)` whose plain GETs skip httpx's
+    request building and send machinery (see the module docstring)."""
+
+    def __init__(self, client: UpstreamClient, timeout: float) -> None:
+        self._http1 = Http1Transport(client)
+        super().__init__(timeout=timeout, transport=self._http1, trust_env=False)
+        self._gets: dict[tuple[str, Any], httpx.Request] = {}
+
+    async def get(
+        self,
+        url: httpx.URL | str,
+        *,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,  # noqa: ASYNC109 (httpx's)
+        **kwargs: Any,
+    ) -> httpx.Response:
+        if kwargs or not isinstance(url, str) or not isinstance(timeout, int | float):
+            return await super().get(url, timeout=timeout, **kwargs)
+        key = (url, timeout)
+        request = self._gets.get(key)
+        if request is None:
+            request = self._gets[key] = self.build_request("GET", url, timeout=timeout)
+        return await self._http1.handle_async_request(request)
 
 
 def _total_timeout(request: httpx.Request) -> float | None:

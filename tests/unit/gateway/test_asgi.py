@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
 from gateway.asgi import (
+    DISCONNECT_EXTENSION,
     Message,
     TrackedSend,
+    disconnect_signal,
     header_map,
     read_body,
     run_until_disconnect,
@@ -189,6 +192,91 @@ async def test_disconnect_after_the_response_finished_cancels_nothing() -> None:
     assert await run_until_disconnect(work(), receive, lambda: True) is False
     assert events == ["finished"]
     assert _other_tasks() == set()
+
+
+# -- run_until_disconnect with the server's disconnect signal ------------------------------
+
+
+class Signal:
+    """What `gateway.http_server.DisconnectSignal` offers: a flag and a callback slot."""
+
+    def __init__(self) -> None:
+        self.disconnected = False
+        self.callback: Callable[[], None] | None = None
+
+    def fire(self) -> None:
+        self.disconnected = True
+        if self.callback is not None:
+            self.callback()
+
+
+async def test_signal_disconnect_cancels_work_without_a_watcher_task() -> None:
+    signal, receive = Signal(), FakeReceive()
+    started = asyncio.Event()
+    events: list[str] = []
+
+    async def work() -> None:
+        started.set()
+        # No watcher task parked in receive().
+        assert not any(".watch" in repr(t.get_coro()) for t in _other_tasks())
+        try:
+            await asyncio.sleep(60)
+        finally:
+            events.append("finally")
+
+    async def disconnect_later() -> None:
+        await started.wait()
+        signal.fire()
+
+    feeder = asyncio.create_task(disconnect_later())
+    assert await asyncio.wait_for(run_until_disconnect(work(), receive, signal=signal), 5)
+    await feeder
+    assert events == ["finally"]
+    assert receive.calls == 0
+    assert signal.callback is None
+
+
+async def test_signal_work_finishes_first() -> None:
+    signal = Signal()
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    assert await run_until_disconnect(work(), FakeReceive(), signal=signal) is False
+    assert signal.callback is None
+    signal.fire()  # a late disconnect reaches nobody
+
+
+async def test_signal_already_disconnected_sends_nothing() -> None:
+    signal = Signal()
+    signal.fire()
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("work")
+
+    assert await run_until_disconnect(work(), FakeReceive(), signal=signal) is True
+    assert ran == []
+
+
+async def test_signal_disconnect_after_the_response_finished_cancels_nothing() -> None:
+    signal = Signal()
+    events: list[str] = []
+
+    async def work() -> None:
+        signal.fire()
+        await asyncio.sleep(0)
+        events.append("finished")
+
+    assert await run_until_disconnect(work(), FakeReceive(), lambda: True, signal) is False
+    assert events == ["finished"]
+
+
+def test_disconnect_signal_from_the_scope() -> None:
+    signal = Signal()
+    assert disconnect_signal({"extensions": {DISCONNECT_EXTENSION: signal}}) is signal
+    assert disconnect_signal({"extensions": {}}) is None
+    assert disconnect_signal({}) is None
 
 
 async def test_tracked_send_sees_the_last_body_message() -> None:

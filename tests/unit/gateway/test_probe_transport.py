@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway import http1
-from gateway.probe_transport import Http1Transport
+from gateway.probe_transport import Http1Transport, ProbeClient
 from gateway.upstream_client import ClientLimits, UpstreamClient
 
 
@@ -82,3 +82,29 @@ async def test_httpx_timeout_bounds_the_exchange() -> None:
     async with httpx.AsyncClient(transport=transport, timeout=0.01) as http:
         with pytest.raises(httpx.ReadTimeout):
             await http.get("http://b:1/metrics")
+
+
+async def test_probe_client_plain_gets_reuse_one_request() -> None:
+    resp = _Response(200, [(b"content-type", b"text/plain; charset=utf-8")], b"vllm:x 1\n")
+    client = ScriptedClient(resp)
+    async with ProbeClient(client, timeout=1.0) as http:
+        first = await http.get("http://10.0.0.5:8001/metrics", timeout=0.5)
+        second = await http.get("http://10.0.0.5:8001/metrics", timeout=0.5)
+        assert first.request is second.request  # built once
+        first.raise_for_status()
+        assert (first.status_code, first.text) == (200, "vllm:x 1\n")
+        # What httpx itself would have sent: the same target, method and headers.
+        await http.get("http://10.0.0.5:8001/metrics", timeout=0.5, headers={})
+    (b1, t1, m1, h1, _), _, (b3, t3, m3, h3, _) = client.sent
+    assert (b1, t1, m1, h1) == (b3, t3, m3, h3)
+    assert (b1, t1, m1) == ("http://10.0.0.5:8001", "/metrics", "GET")
+
+
+async def test_probe_client_errors_stay_httpx_errors() -> None:
+    async with ProbeClient(ScriptedClient(http1.ConnectError("refused")), timeout=1.0) as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get("http://b:1/health", timeout=0.5)
+    transport_timeout = ProbeClient(ScriptedClient("hang"), timeout=1.0)
+    async with transport_timeout as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get("http://b:1/metrics", timeout=0.01)

@@ -171,6 +171,30 @@ async def test_read_timeout_waiting_for_the_head() -> None:
     assert client.connections[0][1].closing
 
 
+async def test_each_wait_gets_its_whole_read_timeout() -> None:
+    # One timer serves successive waits: a wait that starts after it was armed must still
+    # get its own full limit, and the limit must still hold.
+    conn, _ = _connection()
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, conn.on_body, b"a")
+    await conn.wait_for_data(0.5)  # woken at 0.3 s
+    loop.call_later(0.35, conn.on_body, b"b")  # 0.65 s: past the first wait's deadline
+    await conn.wait_for_data(0.5)
+    assert conn.take_body() == b"ab"
+    with pytest.raises(http1.ReadTimeout, match=r"no progress in 0.05 s"):
+        await conn.wait_for_data(0.05)
+
+
+async def test_closing_cancels_the_read_timer() -> None:
+    conn, transport = _connection()
+    loop = asyncio.get_running_loop()
+    loop.call_soon(conn.on_body, b"a")
+    await conn.wait_for_data(300)
+    assert conn._read_timer is not None
+    transport.close()
+    assert conn._read_timer is None
+
+
 async def test_expired_or_closed_idle_connections_are_not_reused() -> None:
     now = [0.0]
     client = FakeClient(ClientLimits(keepalive_expiry=4.0), now)
