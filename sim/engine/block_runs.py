@@ -3,14 +3,17 @@
 A request's blocks are mostly runs of consecutive ids, ascending or descending: the free
 queue hands out what a request freed, in one piece. `stretches` cuts a list of ids into such
 runs (verified element by element, in C) and irregular stretches between them. Canonical
-ints (`canonical_ints`): one shared list of the int objects 0, 1, …, from which block ids and
-queue positions are taken, so comparing and assigning slices of them creates no new ints
-(creating a Python int costs about as much as a dict operation).
+ints (`canonical_ints`): one shared list of the int objects 0, 1, …, from which block ids are
+taken, so comparing and assigning slices of them creates no new ints (creating a Python int
+costs about as much as a dict operation).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import islice
+from operator import itemgetter
 
 SHORT = 8  # shorter runs are not worth slicing for
 _INTS: list[int] = []
@@ -95,3 +98,68 @@ def stretches(ids: Sequence[int]) -> list[tuple[int, int, int]]:
 def span(ids: Sequence[int], i: int, j: int, step: int) -> tuple[int, int]:
     """The id range [lo, hi) of the run ids[i:j]."""
     return (ids[i], ids[j - 1] + 1) if step > 0 else (ids[j - 1], ids[i] + 1)
+
+
+# -- pieces -------------------------------------------------------------------------------
+# A list of block ids can carry its cut into stretches along with it (`Piece`s, as
+# `stretches` returns them, in order and end to end), so that the cache need not look for the
+# runs again: the free queue keeps the pieces of what `free` appended to it, and a request
+# the pieces of the blocks it holds. A run piece may be shorter than 2 × SHORT there.
+
+Piece = tuple[int, int, int]
+
+
+def shifted(pieces: list[Piece], offset: int) -> list[Piece]:
+    """The pieces of a list placed `offset` ids further into a longer one."""
+    return [(i + offset, j + offset, step) for i, j, step in pieces]
+
+
+def clipped(pieces: list[Piece], start: int, end: int) -> list[Piece]:
+    """The pieces of ids[start:end], given those of ids."""
+    out = []
+    # Callers mostly clip near the end (newly filled blocks): skip to the first piece.
+    first = bisect_right(pieces, start, key=itemgetter(0)) - 1 if start else 0
+    for i, j, step in islice(pieces, max(first, 0), None):
+        if j <= start:
+            continue
+        if i >= end:
+            break
+        out.append((max(i, start) - start, min(j, end) - start, step))
+    return out
+
+
+def reversed_pieces(pieces: list[Piece], n: int) -> list[Piece]:
+    """The pieces of ids[::-1], given those of ids (n = len(ids))."""
+    return [(n - j, n - i, -step) for i, j, step in reversed(pieces)]
+
+
+def add_irregular(pieces: list[Piece], i: int, j: int) -> None:
+    """Append ids[i:j] as an irregular stretch (merged into an irregular one ending at i)."""
+    if pieces and pieces[-1][1] == i and pieces[-1][2] == 0:
+        pieces[-1] = (pieces[-1][0], j, 0)
+    else:
+        pieces.append((i, j, 0))
+
+
+def common_prefix(
+    a: Sequence[int | None], i: int, b: Sequence[int | None], j: int, limit: int
+) -> int:
+    """How many of a[i], a[i + 1], … equal b[j], b[j + 1], … (at most `limit`): slices
+    of doubling length compared in C, then a bisection of the last one."""
+    good, size = 0, 2 * SHORT
+    while good < limit:
+        size = min(size, limit - good)
+        if a[i + good : i + good + size] != b[j + good : j + good + size]:
+            break
+        good += size
+        size *= 2
+    else:
+        return good
+    bad = good + size  # a[i + bad − 1] and b[j + bad − 1] differ somewhere before
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if a[i + good : i + mid] == b[j + good : j + mid]:
+            good = mid
+        else:
+            bad = mid
+    return good

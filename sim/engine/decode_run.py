@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.engine.block_runs import Piece, add_irregular, clipped, shifted
 from sim.engine.request import EngineRequest
 from sim.engine.scheduler import Scheduler
 from sim.engine.types import StepTimeCoefficients
@@ -249,6 +250,41 @@ def _cut(
     return steps
 
 
+def _hand_out(
+    allocated: tuple[list[int], list[Piece]],
+    running: list[EngineRequest],
+    run: DecodeRun,
+    steps: int,
+) -> None:
+    """Give the run's new blocks to the sequences in the order `step()` allocates them."""
+    blocks, cut = allocated
+    seqs = len(running)
+    if seqs == 1:  # all of them, in order: their pieces hold
+        request = running[0]
+        request.runs += shifted(cut, len(request.blocks))
+        request.blocks += blocks
+        return
+    bs = run.block_size
+    phases = run.alloc_phases
+    before = [len(r.blocks) for r in running]
+    # Whole rounds hand one block to every sequence, in `alloc_order`.
+    rounds = min(((steps - 1 - p) // bs + 1 if p < steps else 0) for p in phases)
+    whole = rounds * seqs
+    for rank, p in enumerate(run.alloc_order):
+        running[p].blocks += blocks[rank:whole:seqs]
+    e = whole
+    m = rounds
+    while e < len(blocks):
+        for p in run.alloc_order:
+            if phases[p] + m * bs < steps:
+                running[p].blocks.append(blocks[e])
+                e += 1
+        m += 1
+    for request, start in zip(running, before, strict=True):
+        if len(request.blocks) > start:
+            add_irregular(request.runs, start, len(request.blocks))
+
+
 def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineRequest]:
     """Commit the first `steps` steps of `run`; returns the requests that finished."""
     kv = scheduler.kv_cache
@@ -257,34 +293,22 @@ def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineReques
     phases = run.alloc_phases
     allocs = _allocations(phases, steps, bs)
     if allocs:
-        blocks = kv.allocate(allocs)
-        seqs = len(running)
-        # Whole rounds hand one block to every sequence, in `alloc_order`.
-        rounds = min(((steps - 1 - p) // bs + 1 if p < steps else 0) for p in phases)
-        whole = rounds * seqs
-        for rank, p in enumerate(run.alloc_order):
-            running[p].blocks += blocks[rank:whole:seqs]
-        e = whole
-        m = rounds
-        while e < allocs:
-            for p in run.alloc_order:
-                if phases[p] + m * bs < steps:
-                    running[p].blocks.append(blocks[e])
-                    e += 1
-            m += 1
+        _hand_out(kv.allocate_runs(allocs), running, run, steps)
     finished = []
     if scheduler.config.enable_prefix_caching:
         block_ids: list[int] = []
         hashes: list[int] = []
+        pieces: list[Piece] = []
         for request in running:
             start = request.num_committed_blocks
             end = (request.num_computed + steps) // bs
             if end > start:
+                pieces += shifted(clipped(request.runs, start, end), len(block_ids))
                 block_ids += request.blocks[start:end]
                 hashes += request.block_hashes(bs)[start:end]
                 request.num_committed_blocks = end
         if block_ids:
-            kv.cache_blocks(block_ids, hashes)
+            kv.cache_blocks(block_ids, hashes, pieces)
     for request in running:
         request.num_computed += steps
         request.num_generated += steps

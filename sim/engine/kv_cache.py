@@ -23,15 +23,17 @@ Prefix caching (vLLM v1, `vllm/v1/core/block_pool.py`, `kv_cache_utils.py`):
   `vllm:kv_cache_usage_perc` (vLLM's reserved null block is not modelled).
 
 Speed: a long prompt is hundreds of blocks, and every one is looked up, allocated,
-committed and freed, so the per-block work is kept to a few list and dict operations. The
-free queue is a list read from a moving head (`_queue[_head:]`), with each free block's
-position in it (`_pos`); a block taken off the queue from the middle (a cache hit on a free
-block) leaves a tombstone that popping skips, and the list is compacted once its consumed
-head is long. Reference counts, hashes and queue positions are lists indexed by block id.
-A request's blocks are mostly runs of consecutive ids, so each operation splits its blocks
-into runs (`sim.engine.block_runs`) and updates a run with slice assignments; irregular
-stretches go block by block, to the same effect. `tests/unit/sim/engine/
-test_kv_cache_reference.py` checks it block for block against a plain implementation.
+committed and freed, so the per-block work is kept to a few list and dict operations.
+Reference counts and hashes are lists indexed by block id; the free queue is a list read
+from a moving head (`sim.engine.free_queue`). A request's blocks are mostly runs of
+consecutive ids, and an operation updates a run with slice assignments; irregular stretches
+go block by block, to the same effect. Where the runs are is carried along rather than
+searched for (`sim.engine.block_runs`: pieces): `allocate_runs` returns the cut of the blocks
+it pops (the queue keeps the cut of what `free` appended), `touch` the cut of the hits, and
+`free` and `cache_blocks` take the cut the caller kept (`EngineRequest.runs`). Lookups read
+a cached run off the per-block hashes, a slice at a time (`cached_blocks`).
+`tests/unit/sim/engine/test_kv_cache_reference.py` checks it block for block against a
+plain implementation, with and without the cuts.
 """
 
 from __future__ import annotations
@@ -42,7 +44,16 @@ from itertools import compress, takewhile
 from operator import is_not, not_
 from typing import cast
 
-from sim.engine.block_runs import canonical_ints, span, stretches
+from sim.engine.block_runs import (
+    SHORT,
+    Piece,
+    canonical_ints,
+    common_prefix,
+    reversed_pieces,
+    span,
+    stretches,
+)
+from sim.engine.free_queue import FreeQueue, down, up
 
 ROOT_HASH = 0
 """Parent hash of a sequence's first block."""
@@ -67,23 +78,24 @@ def chain_block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
     return hashes
 
 
-def _live(queue: list[int | None]) -> list[int]:
-    """The blocks of a stretch of the free queue, tombstones dropped."""
-    return cast("list[int]", list(filter(_is_not_none, queue)))
+def _cut(block_ids: Sequence[int], pieces: list[Piece] | None) -> list[Piece]:
+    """`pieces` if given (checked to cover `block_ids`), else the cut found by a scan."""
+    if pieces is None:
+        return stretches(block_ids)
+    if (pieces[-1][1] if pieces else 0) != len(block_ids):
+        raise ValueError("the pieces do not cover the block ids")
+    return pieces
 
 
-class PagedKVCache:
+class PagedKVCache(FreeQueue):
     """Blocks, reference counts, the free queue and the hash → block map (see module doc)."""
 
     __slots__ = (
         "_by_hash",
         "_duplicates",
         "_hash",
-        "_head",
         "_ints",
         "_num_free",
-        "_pos",
-        "_queue",
         "_ref",
         "block_size",
         "num_blocks",
@@ -95,14 +107,10 @@ class PagedKVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         # Queue positions stay below 7 × num_blocks (see `allocate` and `free`).
-        self._ints = canonical_ints(7 * num_blocks + 1)
+        self._ints = canonical_ints(num_blocks + 1)
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
-        # The free queue is _queue[_head:] without its tombstones (None); head = next to reuse.
-        self._queue: list[int | None] = []
-        self._queue += self._ints[:num_blocks]
-        self._head = 0
-        self._pos = self._ints[:num_blocks]  # a free block's index in _queue
+        self._init_queue(self._ints[:num_blocks])
         self._num_free = num_blocks
         self._by_hash: dict[int, int] = {}
         # Further blocks with a hash already in _by_hash; rare, so kept out of the hot path.
@@ -122,10 +130,6 @@ class PagedKVCache:
         """Blocks findable by hash (held or free): what the cache could serve."""
         return len(self._by_hash) + sum(map(len, self._duplicates.values()))
 
-    def peek_free(self, count: int) -> list[int]:
-        """The next `count` blocks `allocate` would pop, in order (nothing changes)."""
-        return self._take(count, pop=False)
-
     def find_cached_prefix(self, block_hashes: Sequence[int]) -> int:
         """Number of leading `block_hashes` that are cached.
 
@@ -135,9 +139,43 @@ class PagedKVCache:
         return len(self.cached_blocks(block_hashes))
 
     def cached_blocks(self, block_hashes: Sequence[int]) -> list[int]:
-        """Block ids of the longest cached prefix of `block_hashes` (not yet touched)."""
-        found = cast("Iterable[int]", map(self._by_hash.get, block_hashes))
-        return list(takewhile(_is_not_none, found))
+        """Block ids of the longest cached prefix of `block_hashes` (not yet touched).
+
+        A cached prefix mostly sits in runs of consecutive blocks: from a block found in
+        the map, the blocks after it (or before it) that hold the next hashes are read off
+        the per-block hashes, compared a slice at a time, instead of one lookup each.
+        """
+        get = self._by_hash.get
+        ints = self._ints
+        found: list[int] = []
+        k, n = 0, len(block_hashes)
+        while k < n:
+            block = get(block_hashes[k])
+            if block is None:
+                return found
+            m, step = self._held_run(block_hashes, k, block)
+            if m < 2 * SHORT:
+                break
+            found += ints[block : block + m] if step > 0 else ints[block - m + 1 : block + 1][::-1]
+            k += m
+        found += takewhile(_is_not_none, cast("Iterable[int]", map(get, block_hashes[k:])))
+        return found
+
+    def _held_run(self, block_hashes: Sequence[int], k: int, block: int) -> tuple[int, int]:
+        """(m, step): blocks block, block + step, … hold block_hashes[k : k + m], and each is
+        the block the map gives for its hash (m = 0 if a duplicate might say otherwise)."""
+        held = self._hash
+        limit = min(len(block_hashes) - k, self.num_blocks - block)
+        m = common_prefix(block_hashes, k, held, block, limit)
+        step = 1
+        n = len(block_hashes)
+        if m < 2 * SHORT and block > 0 and k + 1 < n and held[block - 1] == block_hashes[k + 1]:
+            limit = min(n - k, block + 1)
+            down = held[block - limit + 1 : block + 1][::-1]
+            m, step = common_prefix(block_hashes, k, down, 0, limit), -1
+        if self._duplicates and not self._duplicates.keys().isdisjoint(block_hashes[k : k + m]):
+            return 0, step
+        return m, step
 
     def num_evictable(self, block_ids: Iterable[int]) -> int:
         """How many of `block_ids` sit in the free queue (touching them uses free space)."""
@@ -147,10 +185,12 @@ class PagedKVCache:
         """Those of `block_ids` that sit in the free queue."""
         return list(compress(block_ids, map(_is_zero, map(self._ref.__getitem__, block_ids))))
 
-    def touch(self, block_ids: Sequence[int]) -> None:
-        """Take a reference on cached blocks, removing unreferenced ones from the queue."""
+    def touch(self, block_ids: Sequence[int]) -> list[Piece]:
+        """Take a reference on cached blocks, removing unreferenced ones from the queue;
+        returns the cut of `block_ids` into pieces."""
         ref = self._ref
-        for i, j, step in stretches(block_ids):
+        pieces = stretches(block_ids)
+        for i, j, step in pieces:
             if step:
                 lo, hi = span(block_ids, i, j, step)
                 n = hi - lo
@@ -160,6 +200,7 @@ class PagedKVCache:
                     first = self._queued_together(lo, hi)
                     if first is not None:
                         self._queue[first : first + n] = [None] * n
+                        self._tombs[first : first + n] = b"\x01" * n
                         ref[lo:hi] = [1] * n
                         self._num_free -= n
                         continue
@@ -167,27 +208,20 @@ class PagedKVCache:
                     ref[lo:hi] = [c + 1 for c in counts]
                     continue
             self._touch_each(block_ids[i:j])
-
-    def _queued_together(self, lo: int, hi: int) -> int | None:
-        """Where free blocks lo..hi−1 sit in the queue if they fill one stretch of it."""
-        positions = self._pos[lo:hi]
-        a, b = positions[0], positions[-1]
-        ints = self._ints
-        if b - a == hi - lo - 1 and positions == ints[a : b + 1]:
-            return a
-        if a - b == hi - lo - 1 and positions == ints[b : a + 1][::-1]:
-            return b
-        return None
+        return pieces
 
     def _touch_each(self, block_ids: Sequence[int]) -> None:
         ref = self._ref
         queue = self._queue
         pos = self._pos
+        tombs = self._tombs
         taken = 0
         for block in block_ids:
             count = ref[block]
             if count == 0:
-                queue[pos[block]] = None
+                at = pos[block]
+                queue[at] = None
+                tombs[at] = 1
                 taken += 1
             ref[block] = count + 1
         self._num_free -= taken
@@ -195,14 +229,20 @@ class PagedKVCache:
     def allocate(self, count: int, commit: Sequence[int] = ()) -> list[int]:
         """Pop `count` blocks from the head of the free queue, evicting their hashes; then
         `cache_blocks` the first len(`commit`) of them under those hashes."""
+        return self.allocate_runs(count, commit)[0]
+
+    def allocate_runs(
+        self, count: int, commit: Sequence[int] = ()
+    ) -> tuple[list[int], list[Piece]]:
+        """`allocate`, and the cut of the blocks it returns into pieces."""
         if count > self._num_free:
             raise ValueError(f"cannot allocate {count} blocks: {self._num_free} free")
         if len(commit) > count:
             raise ValueError("allocate: more hashes to commit than blocks")
-        blocks = self._take(count, pop=True)
+        blocks, pieces = self._pop(count)
         ref = self._ref
         hashes = self._hash
-        pieces = stretches(blocks)
+        by_hash = self._by_hash
         for i, j, step in pieces:
             if step:
                 lo, hi = span(blocks, i, j, step)
@@ -213,7 +253,12 @@ class PagedKVCache:
                 # while `!=` tests identity first and stops at the first held hash.
                 if cached != [None] * n:
                     hashes[lo:hi] = [None] * n
-                    self._evict(blocks[i:j], cached[::step])
+                    if self._duplicates:
+                        self._evict(blocks[i:j], cached[::step])
+                    else:  # `_evict` without duplicates: the order does not matter
+                        for h in cached:
+                            if h is not None:
+                                del by_hash[h]
                 continue
             stretch = blocks[i:j]
             evicted = []
@@ -230,51 +275,23 @@ class PagedKVCache:
             self._index(blocks[:k], commit)
         if self._head > 4 * self.num_blocks:
             self._compact()
-        return blocks
-
-    def _take(self, count: int, pop: bool) -> list[int]:
-        """The first `count` blocks of the free queue, consumed if `pop`."""
-        queue = self._queue
-        head = self._head
-        taken = queue[head : head + count]
-        if None in taken:
-            blocks: list[int] = []
-            while len(blocks) < count:
-                chunk = queue[head : head + count - len(blocks)]
-                head += len(chunk)
-                blocks += _live(chunk)
-        else:
-            blocks = cast("list[int]", taken)  # no tombstone in it
-            head += count
-        if pop:
-            self._head = head
-        return blocks
-
-    def _compact(self) -> None:
-        """Drop the consumed head and the tombstones; renumber positions run by run."""
-        live = _live(self._queue[self._head :])
-        self._queue = cast("list[int | None]", live)
-        self._head = 0
-        pos = self._pos
-        ints = self._ints
-        for i, j, step in stretches(live):
-            if step:
-                lo, hi = span(live, i, j, step)
-                pos[lo:hi] = ints[i:j] if step > 0 else ints[i:j][::-1]
-            else:
-                for block, index in zip(live[i:j], ints[i:j], strict=True):
-                    pos[block] = index
+        return blocks, pieces
 
     def cache_block(self, block_id: int, block_hash: int) -> None:
         """Commit a full block under `block_hash` so later lookups can hit it."""
         self.cache_blocks((block_id,), (block_hash,))
 
-    def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
-        """`cache_block` for each pair, in order."""
+    def cache_blocks(
+        self,
+        block_ids: Sequence[int],
+        block_hashes: Sequence[int],
+        pieces: list[Piece] | None = None,
+    ) -> None:
+        """`cache_block` for each pair, in order (`pieces`: the cut of `block_ids`, if known)."""
         if len(block_ids) != len(block_hashes):
             raise ValueError("cache_blocks: as many hashes as blocks are needed")
         hashes = self._hash
-        pieces = stretches(block_ids)
+        pieces = _cut(block_ids, pieces)
         for i, j, step in pieces:
             if step:
                 lo, hi = span(block_ids, i, j, step)
@@ -290,7 +307,7 @@ class PagedKVCache:
         self,
         block_ids: Sequence[int],
         block_hashes: Sequence[int],
-        pieces: list[tuple[int, int, int]],
+        pieces: list[Piece],
     ) -> None:
         hashes = self._hash
         for i, j, step in pieces:
@@ -335,34 +352,39 @@ class PagedKVCache:
             if block not in duplicates.get(held, ()):
                 by_hash[held] = block
 
-    def free(self, block_ids: Sequence[int]) -> None:
-        """Drop one reference on each block, in reverse order (tail blocks evicted first)."""
+    def free(self, block_ids: Sequence[int], pieces: list[Piece] | None = None) -> None:
+        """Drop one reference on each block, in reverse order (tail blocks evicted first).
+        `pieces`: the cut of `block_ids`, if known."""
         ref = self._ref
         pos = self._pos
-        ints = self._ints
         if len(self._queue) > 6 * self.num_blocks:
             self._compact()  # keeps positions below 7 × num_blocks
         queue = self._queue
+        queued = self._pieces
         start = len(queue)
         order = block_ids[::-1]
-        for i, j, step in stretches(order):
+        cut = reversed_pieces(_cut(block_ids, pieces), len(order))
+        for i, j, step in cut:
+            at = len(queue)
             if step:
                 lo, hi = span(order, i, j, step)
                 n = hi - lo
                 if ref[lo:hi].count(1) == n:
                     ref[lo:hi] = [0] * n
-                    at = len(queue)
                     queue += order[i:j]
-                    pos[lo:hi] = ints[at : at + n] if step > 0 else ints[at : at + n][::-1]
+                    pos[lo:hi] = up(at, n) if step > 0 else down(at, n)
+                    queued.append((at, at + n, step))
                     continue
-            index = len(queue)
+            index = at
             for block in order[i:j]:
                 count = ref[block] - 1
                 ref[block] = count
                 if count == 0:
                     queue.append(block)
-                    pos[block] = ints[index]
+                    pos[block] = index
                     index += 1
+            if index > at:
+                self._queue_pieces(at, index, step)
         self._num_free += len(queue) - start
 
     def ref_count(self, block_id: int) -> int:
@@ -370,10 +392,6 @@ class PagedKVCache:
 
     def is_cached(self, block_hash: int) -> bool:
         return block_hash in self._by_hash
-
-    def eviction_order(self) -> list[int]:
-        """Free block ids, next to be reused first (for tests and reports; O(num_blocks))."""
-        return _live(self._queue[self._head :])
 
     def _evict(self, blocks: Sequence[int], hashes: Sequence[int | None]) -> None:
         """Drop the hashes of blocks just popped (None: the block held no hash), in order."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.engine.block_runs import Piece
 from sim.engine.kv_cache import chain_block_hashes
 
 GENERATED_TOKEN_ID = 0
@@ -37,6 +38,7 @@ class EngineRequest:
     prefilling: bool = False  # admitted and not yet through its (re)computed prefix
     num_preemptions: int = 0
     blocks: list[int] = field(default_factory=list)
+    runs: list[Piece] = field(default_factory=list)  # the cut of `blocks` into pieces
     num_committed_blocks: int = 0  # leading blocks entered in the prefix cache
     _hashes: list[int] = field(default_factory=list)
 

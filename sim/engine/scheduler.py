@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from sim.engine.block_runs import Piece, clipped, shifted
 from sim.engine.kv_cache import PagedKVCache
 from sim.engine.request import EngineRequest
 from sim.engine.types import Admission, EngineConfig
@@ -149,7 +150,7 @@ class Scheduler:
             # Touching a hit that sits in the free queue uses up a free block too.
             if max(required, 0) + kv.num_evictable(hits) > kv.num_free_blocks:
                 return False
-            kv.touch(hits)
+            request.runs += shifted(kv.touch(hits), len(request.blocks))
             request.blocks.extend(hits)
             request.num_committed_blocks = len(request.blocks)
         elif required > kv.num_free_blocks:
@@ -161,20 +162,27 @@ class Scheduler:
         if required > 0 and start == len(request.blocks) < full_blocks:
             # Only new blocks fill up: allocate and commit them in one go.
             hashes = request.block_hashes(block_size)[start:full_blocks]
-            request.blocks.extend(kv.allocate(required, hashes))
+            self._add_blocks(request, *kv.allocate_runs(required, hashes))
             request.num_committed_blocks = full_blocks
             return True
         if required > 0:
-            request.blocks.extend(kv.allocate(required))
+            self._add_blocks(request, *kv.allocate_runs(required))
         if full_blocks > start:
             self._commit(request, full_blocks)
         return True
+
+    @staticmethod
+    def _add_blocks(request: EngineRequest, blocks: list[int], pieces: list[Piece]) -> None:
+        request.runs += shifted(pieces, len(request.blocks))
+        request.blocks += blocks
 
     def _commit(self, request: EngineRequest, num_full_blocks: int) -> None:
         start = request.num_committed_blocks
         hashes = request.block_hashes(self.config.block_size)
         self.kv_cache.cache_blocks(
-            request.blocks[start:num_full_blocks], hashes[start:num_full_blocks]
+            request.blocks[start:num_full_blocks],
+            hashes[start:num_full_blocks],
+            clipped(request.runs, start, num_full_blocks),
         )
         request.num_committed_blocks = num_full_blocks
 
@@ -187,8 +195,9 @@ class Scheduler:
         self.waiting.appendleft(request)
 
     def _release(self, request: EngineRequest) -> None:
-        self.kv_cache.free(request.blocks)
+        self.kv_cache.free(request.blocks, request.runs)
         request.blocks = []
+        request.runs = []
         request.num_committed_blocks = 0
 
     def _record_lookup(self, queries: int, hits: int, resumed: bool) -> None:

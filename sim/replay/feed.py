@@ -94,8 +94,10 @@ class EngineCacheIndex(PrefixIndex):
     """The oracle's prefix index: matches from what each engine's KV cache really holds.
 
     `prepare` names the request about to be routed (its engine block hashes), since the
-    scorers pass only its routing hashes. A match counts the routing blocks lying entirely
-    within the engine's cached prefix (as vLLM looks it up: never the prompt's last token).
+    scorers pass only its routing hashes; each engine's cached prefix is then looked up once
+    (the engines must not change until the next `prepare`). A match counts the routing
+    blocks lying entirely within the engine's cached prefix (as vLLM looks it up: never the
+    prompt's last token).
     `fill` is the share of the engine's blocks that hold a cached hash. Recording does
     nothing: there is nothing to learn.
     """
@@ -106,6 +108,9 @@ class EngineCacheIndex(PrefixIndex):
         self._routing: Sequence[int] = ()
         self._engine_hashes: Sequence[int] = ()
         self._block_tokens = 1
+        # Cached blocks per replica for the prepared request: several scorers and the
+        # dispatch ask, and the caches do not change within one decision.
+        self._found: dict[str, int] = {}
 
     def prepare(
         self,
@@ -118,14 +123,18 @@ class EngineCacheIndex(PrefixIndex):
         bs = next(iter(self._engines.values())).config.block_size
         self._engine_hashes = engine_hashes[: (prompt_tokens - 1) // bs]
         self._block_tokens = block_tokens
+        self._found = {}
 
     def match(self, hashes: Sequence[int], replicas: Iterable[str]) -> dict[str, int]:
         if hashes is not self._routing:
             raise RuntimeError("EngineCacheIndex.match: call prepare() for this request first")
         out = {}
+        found = self._found
         for replica in replicas:
             engine = self._engines[replica]
-            blocks = engine.kv_cache.find_cached_prefix(self._engine_hashes)
+            blocks = found.get(replica)
+            if blocks is None:
+                blocks = found[replica] = engine.kv_cache.find_cached_prefix(self._engine_hashes)
             tokens = blocks * engine.config.block_size
             out[replica] = min(len(hashes), routing_blocks_within(tokens // self._block_tokens))
         return out

@@ -116,6 +116,7 @@ class Replay:
             for i in range(settings.replicas)
         ]
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
+        self._shown: list[EndpointSnapshot | None] = [None] * len(self.replicas)
         section = settings.routing
         prior = TtftCoefficients(section.ttft.overhead_s, section.ttft.prefill_token_s)
         ttft_model = OnlineTtftModel(prior, section.ttft.decay)
@@ -294,7 +295,8 @@ class Replay:
         self._decisions += 1
         tidy = self._decisions % 64 == 0
         out = []
-        for replica in self.replicas:
+        shown = self._shown
+        for position, replica in enumerate(self.replicas):
             scraped = self._last_scrape(replica)
             if self._spec.oracle:
                 metrics = replica.metrics_at(now)
@@ -304,8 +306,16 @@ class Replay:
                 metrics = replica.metrics_at(scraped)
             if tidy and scraped is not None:
                 replica.forget_before(scraped)
-            out.append(
-                EndpointSnapshot(
+            # A snapshot is a frozen value: the last one is shown again if nothing changed.
+            snapshot = shown[position]
+            if (
+                snapshot is None
+                or snapshot.metrics is not metrics
+                or snapshot.in_flight != replica.in_flight
+                or snapshot.pending_prefill_tokens != replica.pending_prefill_tokens
+                or snapshot.models != models
+            ):
+                snapshot = shown[position] = EndpointSnapshot(
                     id=replica.id,
                     url=replica.url,
                     models=models,
@@ -314,7 +324,7 @@ class Replay:
                     in_flight=replica.in_flight,
                     pending_prefill_tokens=replica.pending_prefill_tokens,
                 )
-            )
+            out.append(snapshot)
         return out
 
     # -- tokens -----------------------------------------------------------------------------

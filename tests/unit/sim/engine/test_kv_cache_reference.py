@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from sim.engine.block_runs import Piece, add_irregular, clipped, shifted, stretches
 from sim.engine.kv_cache import PagedKVCache
 
 
@@ -83,16 +84,21 @@ def _check_same(cache: PagedKVCache, ref: ReferenceCache, probes: list[list[int]
     assert cache.num_cached_blocks == sum(h is not None for h in ref.hash)
 
 
+@pytest.mark.parametrize("pieces", [False, True])
 @pytest.mark.parametrize("recompute", [0.0, 0.3])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_fast_cache_matches_the_reference_block_for_block(seed: int, recompute: float) -> None:
+def test_the_fast_cache_matches_the_reference_block_for_block(
+    seed: int, recompute: float, pieces: bool
+) -> None:
     """`recompute`: share of requests that skip the lookup and commit their whole prompt
-    again, so that hashes already cached are committed twice (duplicates)."""
+    again, so that hashes already cached are committed twice (duplicates). `pieces`: hand
+    the cache the cut of each block list, kept the way the scheduler keeps it."""
     rng = random.Random(seed)
     num_blocks = rng.choice([300, 700])
     cache, ref = PagedKVCache(num_blocks, 4), ReferenceCache(num_blocks)
     families = [[rng.getrandbits(40) for _ in range(120)] for _ in range(6)]
     live: dict[int, tuple[list[int], list[int]]] = {}  # request → (blocks, hashes)
+    cuts: dict[int, list[Piece]] = {}  # request → the cut of its blocks (with `pieces`)
     for step in range(900):
         op = rng.random()
         if op < 0.45 or not live:
@@ -109,12 +115,17 @@ def test_the_fast_cache_matches_the_reference_block_for_block(seed: int, recompu
             new = len(hashes) - len(hits) + rng.randint(0, 3)  # + some uncommitted blocks
             if new + ref.num_evictable(hits) > len(ref.free_queue):
                 continue
-            cache.touch(hits)
+            cut = cache.touch(hits)
             ref.touch(hits)
-            blocks = cache.allocate(new)
+            blocks, allocated = cache.allocate_runs(new)
             assert blocks == ref.allocate(new)
+            cut += shifted(allocated, len(hits))
+            _check_cut(hits + blocks, cut)
             committed = blocks[: len(hashes) - len(hits)]
-            if rng.random() < 0.5:
+            if pieces:
+                part = clipped(cut, len(hits), len(hits) + len(committed))
+                cache.cache_blocks(committed, hashes[len(hits) :], part)
+            elif rng.random() < 0.5:
                 cache.cache_blocks(committed, hashes[len(hits) :])
             else:
                 for b, h in zip(committed, hashes[len(hits) :], strict=False):
@@ -122,16 +133,18 @@ def test_the_fast_cache_matches_the_reference_block_for_block(seed: int, recompu
             for b, h in zip(committed, hashes[len(hits) :], strict=False):
                 ref.cache_block(b, h)
             live[step] = (hits + blocks, hashes)
+            cuts[step] = cut
         elif op < 0.6:
             key = rng.choice(list(live))  # a decode block
             if ref.free_queue:
                 block = cache.allocate(1)
                 assert block == ref.allocate(1)
+                add_irregular(cuts[key], len(live[key][0]), len(live[key][0]) + 1)
                 live[key][0].extend(block)
         else:
             key = rng.choice(list(live))
             blocks, _ = live.pop(key)
-            cache.free(blocks)
+            cache.free(blocks, cuts.pop(key) if pieces else None)
             ref.free(blocks)
         if step % 50 == 0:
             probes = [f[: rng.randint(1, 120)] for f in families]
@@ -142,6 +155,27 @@ def test_the_fast_cache_matches_the_reference_block_for_block(seed: int, recompu
         ref.free(blocks)
     _check_same(cache, ref, [f for f in families])
     assert cache.peek_free(50) == list(ref.free_queue)[:50]
+
+
+def _check_cut(ids: list[int], cut: list[Piece]) -> None:
+    """`cut` covers `ids` end to end, and each of its runs is one."""
+    assert [i for i, _, _ in cut] == [0, *(j for _, j, _ in cut)][: len(cut)]
+    assert (cut[-1][1] if cut else 0) == len(ids)
+    assert all(i < j for i, j, _ in cut)
+    for i, j, step in cut:
+        if step:
+            assert ids[i:j] == list(range(ids[i], ids[i] + step * (j - i), step))
+
+
+def test_pieces_follow_their_lists() -> None:
+    ids = [*range(40, 60), 3, 9, *range(80, 60, -1), 7]
+    cut = stretches(ids)
+    _check_cut(ids, cut)
+    for start, end in [(0, 5), (5, 45), (21, 22), (30, len(ids)), (0, len(ids))]:
+        _check_cut(ids[start:end], clipped(cut, start, end))
+    assert clipped(cut, 0, len(ids)) == cut
+    with pytest.raises(ValueError, match="do not cover"):
+        PagedKVCache(100, 4).free([1, 2], [(0, 1, 0)])
 
 
 def test_runs_of_consecutive_blocks_take_the_fast_paths() -> None:
