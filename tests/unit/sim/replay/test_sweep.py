@@ -107,7 +107,7 @@ def test_weight_overrides_reach_the_scheduler() -> None:
     built = _scheduler_weights(section, "prefix-aware")
     assert built["prefix-match-scorer"] == 7.0 and built["in-flight-scorer"] == 0.5
     assert built["kv-utilization-scorer"] == 1.0  # not overridden
-    assert _scheduler_weights(SECTION, "prefix-aware")["prefix-match-scorer"] == 1.0
+    assert _scheduler_weights(SECTION, "prefix-aware")["prefix-match-scorer"] == 2.0
     assert _scheduler_weights(section, "least-load") == _scheduler_weights(SECTION, "least-load")
     # oracle runs the prefix-aware profile, so its overrides land there
     oracle = with_weights(SECTION, "oracle", (("prefix-match-scorer", 9.0),))
