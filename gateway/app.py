@@ -341,7 +341,7 @@ class GatewayApp:
 
 
 def _check_content_type(value: str | None) -> None:
-    if value is None:
+    if value is None or value == "application/json":
         return  # lenient like most OpenAI servers: a missing type is read as JSON
     mime = value.split(";", 1)[0].strip().lower()
     if mime != "application/json" and not mime.endswith("+json"):

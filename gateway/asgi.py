@@ -33,13 +33,15 @@ class TrackedSend:
         self.finished = False
         self.status = 0
 
-    async def __call__(self, message: Message) -> None:
+    def __call__(self, message: Message) -> Awaitable[None]:
+        # Not a coroutine itself: hands back the server's `send(message)` to be awaited, one
+        # coroutine per message fewer.
         if message["type"] == "http.response.start":
             self.started = True
             self.status = message["status"]
         elif not message.get("more_body", False):
             self.finished = True
-        await self._send(message)
+        return self._send(message)
 
 
 def header_map(scope: Scope) -> dict[str, str]:
@@ -100,6 +102,11 @@ def disconnect_signal(scope: Scope) -> DisconnectSignal | None:
     return extensions.get(DISCONNECT_EXTENSION) if extensions else None
 
 
+async def _watch(receive: Receive, client_left: Callable[[], None]) -> None:
+    await _wait_disconnect(receive)
+    client_left()
+
+
 async def _end_watcher(watcher: asyncio.Future[None]) -> None:
     if not watcher.done():
         watcher.cancel()
@@ -134,10 +141,6 @@ async def run_until_disconnect(
             cancelled_by_watcher = True
             task.cancel()
 
-    async def watch() -> None:
-        await _wait_disconnect(receive)
-        client_left()
-
     watcher: asyncio.Future[None] | None = None
     if signal is not None:
         if signal.disconnected and not finished():
@@ -145,7 +148,7 @@ async def run_until_disconnect(
             return True
         signal.callback = client_left
     else:
-        watcher = asyncio.ensure_future(watch())
+        watcher = asyncio.ensure_future(_watch(receive, client_left))
     try:
         await work
     except asyncio.CancelledError:

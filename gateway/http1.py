@@ -142,9 +142,7 @@ class Http1Connection(asyncio.Protocol):
         if 100 <= self.status < 200:
             return  # an interim response (100 Continue, 103 Early Hints): the real one follows
         self.headers_done = True
-        self._to_eof = not any(
-            n.lower() in (b"content-length", b"transfer-encoding") for n, _ in self.headers
-        ) and self.status not in (204, 304)
+        self._to_eof = self.status not in (204, 304) and not _has_length(self.headers)
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -234,3 +232,11 @@ class Http1Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+
+def _has_length(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A Content-Length or Transfer-Encoding header is present: the body's end is framed."""
+    for name, _ in headers:
+        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            return True
+    return False

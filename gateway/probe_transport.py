@@ -10,14 +10,16 @@ exceptions, and httpx's per-request timeouts bound the whole exchange.
 `ProbeClient` is that `httpx.AsyncClient`, with a shortcut for what `health` sends: the same
 plain GET of the same URL, again and again. Building the request (URL parsing and merging,
 headers, cookies) and httpx's send machinery cost more than the exchange itself, so the
-request is built once per URL and timeout and handed straight to the transport. Nothing is
-lost that the probes use: no auth, no redirects followed (httpx's default), and engines set
-no cookies. Any other call goes through httpx unchanged.
+request is built, and turned into what `UpstreamClient.send` takes, once per URL and timeout,
+then handed straight to the transport. Nothing is lost that the probes use: no auth, no
+redirects followed (httpx's default), and engines set no cookies. Any other call goes
+through httpx unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -40,30 +42,52 @@ _ERRORS: tuple[tuple[type[http1.HttpClientError], type[httpx.TransportError]], .
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What `UpstreamClient.send` needs from an httpx request, worked out once."""
+
+    base: str
+    target: str
+    method: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    timeout: float | None
+
+
 class Http1Transport(httpx.AsyncBaseTransport):
     """`httpx.AsyncClient(transport=Http1Transport(client))`: httpx's API, our client."""
 
     def __init__(self, client: UpstreamClient) -> None:
         self._client = client
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def prepare(self, request: httpx.Request) -> _Prepared:
         url = request.url
-        base = f"{url.scheme}://{url.netloc.decode('ascii')}"
-        headers = [(k.lower(), v) for k, v in request.headers.raw if k.lower() not in _DROP]
-        body = await request.aread()
+        return _Prepared(
+            base=f"{url.scheme}://{url.netloc.decode('ascii')}",
+            target=url.raw_path.decode("ascii"),
+            method=request.method,
+            headers=[(k.lower(), v) for k, v in request.headers.raw if k.lower() not in _DROP],
+            body=await request.aread(),
+            timeout=_total_timeout(request),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.exchange(request, await self.prepare(request))
+
+    async def exchange(self, request: httpx.Request, p: _Prepared) -> httpx.Response:
+        """Send `request`, prepared as `p` (by `prepare`), and read its whole answer."""
         try:
-            async with asyncio.timeout(_total_timeout(request)):
-                resp = await self._client.send(
-                    base, url.raw_path.decode("ascii"), request.method, headers, body
-                )
+            async with asyncio.timeout(p.timeout):
+                resp = await self._client.send(p.base, p.target, p.method, p.headers, p.body)
                 try:
-                    content = b"".join([chunk async for chunk in resp.aiter_raw()])
+                    chunks = [chunk async for chunk in resp.aiter_raw()]
                 finally:
                     await resp.aclose()
         except TimeoutError:
             raise httpx.ReadTimeout("backend did not answer in time", request=request) from None
         except http1.HttpClientError as exc:
             raise _httpx_error(exc, request) from None
+        content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return httpx.Response(
             resp.status_code, headers=resp.headers, content=content, request=request
         )
@@ -79,7 +103,7 @@ class ProbeClient(httpx.AsyncClient):
     def __init__(self, client: UpstreamClient, timeout: float) -> None:
         self._http1 = Http1Transport(client)
         super().__init__(timeout=timeout, transport=self._http1, trust_env=False)
-        self._gets: dict[tuple[str, Any], httpx.Request] = {}
+        self._gets: dict[tuple[str, Any], tuple[httpx.Request, _Prepared]] = {}
 
     async def get(
         self,
@@ -91,10 +115,11 @@ class ProbeClient(httpx.AsyncClient):
         if kwargs or not isinstance(url, str) or not isinstance(timeout, int | float):
             return await super().get(url, timeout=timeout, **kwargs)
         key = (url, timeout)
-        request = self._gets.get(key)
-        if request is None:
-            request = self._gets[key] = self.build_request("GET", url, timeout=timeout)
-        return await self._http1.handle_async_request(request)
+        built = self._gets.get(key)
+        if built is None:
+            request = self.build_request("GET", url, timeout=timeout)
+            built = self._gets[key] = (request, await self._http1.prepare(request))
+        return await self._http1.exchange(*built)
 
 
 def _total_timeout(request: httpx.Request) -> float | None:

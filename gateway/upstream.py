@@ -63,12 +63,18 @@ def _connection_tokens(raw: Headers) -> set[bytes]:
 def _without(raw: Headers, drop: frozenset[bytes]) -> Headers:
     """`raw` minus the headers in `drop` and those its Connection header names; names
     lower-cased, values left as bytes (non-ASCII bytes pass through unchanged)."""
-    extra = _connection_tokens(raw) if any(k.lower() == b"connection" for k, _ in raw) else ()
+    # One pass, each name lower-cased once; a Connection header (rare) costs a second pass.
     out = []
+    named = False
     for k, v in raw:
         name = k.lower()
-        if name not in drop and name not in extra:
+        if name == b"connection":
+            named = True
+        if name not in drop:
             out.append((name, v))
+    if named:
+        extra = _connection_tokens(raw)
+        out = [(name, v) for name, v in out if name not in extra]
     return out
 
 

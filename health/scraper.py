@@ -7,11 +7,16 @@ old metrics in place and counts one `scrape_errors`; the pool's snapshots stop s
 metrics once they are older than `stale_after_s` (GIE's 200 ms), so a backend whose
 scrapes keep failing looks "unknown" to the scorers rather than idle. Backends whose
 engine exports no metrics (`openai`) are not polled.
+
+A page byte-identical to the backend's previous one is not parsed again: its metrics are the
+previous ones, stamped with the new `scraped_at` (adapters parse a page as a pure function of
+its text). An idle engine serves the same page scrape after scrape, 20 times a second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +29,7 @@ from health.pool import Backend, BackendPool
 from routing.types import EngineMetrics
 
 log = logging.getLogger(__name__)
+_UTF8 = ("utf-8", "utf8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,8 @@ class Scraper:
             self._adapters[backend.id] = adapters[engine]
         self._failing: set[str] = set()  # ids whose last scrape failed, to log changes only
         self._warned_empty: set[str] = set()
+        # id -> (page bytes, the metrics parsed from it), for skipping unchanged pages
+        self._last_page: dict[str, tuple[bytes, EngineMetrics]] = {}
 
     def polled(self) -> list[Backend]:
         """The backends that export metrics, in pool order."""
@@ -92,7 +100,7 @@ class Scraper:
                 backend.spec.url + adapter.metrics_path, timeout=self._settings.timeout_s
             )
             resp.raise_for_status()
-            metrics = adapter.parse_metrics(resp.text, scraped_at)
+            metrics = self._parse(backend, adapter, resp, scraped_at)
         except (httpx.HTTPError, ValueError) as exc:
             backend.scrape_errors += 1
             if backend.id not in self._failing:
@@ -102,10 +110,22 @@ class Scraper:
         if backend.id in self._failing:
             self._failing.discard(backend.id)
             log.info("backend %s: metrics scrape recovered", backend.id)
-        if metrics == EngineMetrics(scraped_at=scraped_at):
-            self._warn_empty(backend, adapter, resp.text)
         backend.metrics = metrics
         return True
+
+    def _parse(
+        self, backend: Backend, adapter: EngineAdapter, resp: httpx.Response, scraped_at: float
+    ) -> EngineMetrics:
+        page = resp.content
+        last = self._last_page.get(backend.id)
+        if last is not None and last[0] == page:
+            return dataclasses.replace(last[1], scraped_at=scraped_at)
+        text = _text(resp)
+        metrics = adapter.parse_metrics(text, scraped_at)
+        if metrics == EngineMetrics(scraped_at=scraped_at):
+            self._warn_empty(backend, adapter, text)
+        self._last_page[backend.id] = (page, metrics)
+        return metrics
 
     def _warn_empty(self, backend: Backend, adapter: EngineAdapter, text: str) -> None:
         """Once per backend: its page had none of its engine's metrics (wrong engine set?)."""
@@ -119,3 +139,12 @@ class Scraper:
             adapter.metrics_path,
             detect_engine(text),
         )
+
+
+def _text(resp: httpx.Response) -> str:
+    """`resp.text`, without httpx's charset parsing (the email package) when the page
+    declares no charset or UTF-8, as Prometheus pages do."""
+    ctype = resp.headers.get("content-type", "")
+    if "charset" not in ctype.lower() or (resp.charset_encoding or "").lower() in _UTF8:
+        return resp.content.decode("utf-8", errors="replace")
+    return resp.text

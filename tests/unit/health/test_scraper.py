@@ -222,3 +222,56 @@ def test_without_a_threshold_metrics_never_go_stale(clock: FakeClock) -> None:
     clock.now = 1e6
     assert pool.snapshots()[0].metrics == VLLM_METRICS
     assert _backend(pool).snapshot(clock.now, stale_after_s=0.2).metrics is None
+
+
+async def test_an_unchanged_page_keeps_its_metrics_with_the_new_time(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/metrics").mock(
+        side_effect=[
+            httpx.Response(200, text="vllm:num_requests_waiting 1\n"),
+            httpx.Response(200, text="vllm:num_requests_waiting 1\n"),
+            httpx.Response(200, text="vllm:num_requests_waiting 3\n"),
+        ]
+    )
+    scraper, pool = _scraper(client, clock)
+    await scraper.scrape_once(_backend(pool))
+    first = _backend(pool).metrics
+    clock.now = 0.05
+    assert await scraper.scrape_once(_backend(pool)) is True
+    assert first == EngineMetrics(scraped_at=0.0, waiting=1)
+    assert _backend(pool).metrics == EngineMetrics(scraped_at=0.05, waiting=1)
+    clock.now = 0.1
+    await scraper.scrape_once(_backend(pool))
+    assert _backend(pool).metrics == EngineMetrics(scraped_at=0.1, waiting=3)
+
+
+async def test_an_unchanged_unreadable_page_fails_every_time(
+    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    mock.get("/metrics").respond(200, text="vllm:num_requests_waiting {{{\n")
+    scraper, pool = _scraper(client, clock)
+    assert await scraper.scrape_once(_backend(pool)) is False
+    assert await scraper.scrape_once(_backend(pool)) is False
+    assert _backend(pool).scrape_errors == 2
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain; version=0.0.4", b"vllm:num_requests_waiting 2\n"),
+        ("text/plain; charset=UTF-8", b"vllm:num_requests_waiting 2\n"),
+        ("text/plain; charset=utf-16", "vllm:num_requests_waiting 2\n".encode("utf-16")),
+    ],
+)
+async def test_the_page_is_decoded_by_its_declared_charset(
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
+    clock: FakeClock,
+    content_type: str,
+    body: bytes,
+) -> None:
+    mock.get("/metrics").respond(200, content=body, headers={"content-type": content_type})
+    scraper, pool = _scraper(client, clock)
+    assert await scraper.scrape_once(_backend(pool)) is True
+    assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0, waiting=2)
