@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, mul
@@ -20,6 +20,7 @@ from routing.types import (
     Decision,
     EndpointScores,
     EndpointSnapshot,
+    LazyMapping,
     RoutingRequest,
     ScoreColumn,
     ScoreTable,
@@ -108,39 +109,26 @@ _Step = tuple[list[EndpointSnapshot], list[EndpointSnapshot], str]  # before, af
 _NONE_FILTERED: Mapping[str, str] = MappingProxyType({})
 
 
-class _FilteredOut(Mapping[str, str]):
+class _FilteredOut(LazyMapping[str]):
     """Endpoint id → the filter that removed it, worked out on first read from the filters'
     inputs and outputs (immutable snapshots): the gateway reads it only when no endpoint
     passed, so most decisions never pay for it."""
 
-    __slots__ = ("_by_id", "_steps")
+    __slots__ = ("_steps",)
 
     def __init__(self, steps: list[_Step]) -> None:
+        super().__init__()
         self._steps = steps
-        self._by_id: dict[str, str] | None = None
 
-    def _mapping(self) -> dict[str, str]:
-        if self._by_id is None:
-            out: dict[str, str] = {}
-            for before, after, name in self._steps:
-                kept_ids = {e.id for e in after}
-                for e in before:
-                    if e.id not in kept_ids:
-                        out[e.id] = name
-            self._by_id, self._steps = out, []
-        return self._by_id
-
-    def __getitem__(self, key: str) -> str:
-        return self._mapping()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._mapping())
-
-    def __len__(self) -> int:
-        return len(self._mapping())
-
-    def __repr__(self) -> str:
-        return repr(self._mapping())
+    def _build(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for before, after, name in self._steps:
+            kept_ids = {e.id for e in after}
+            for e in before:
+                if e.id not in kept_ids:
+                    out[e.id] = name
+        self._steps = []
+        return out
 
 
 def _in_unit_interval(column: Sequence[float]) -> bool:

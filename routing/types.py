@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
-from typing import overload
+from typing import TypeVar, overload
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -111,32 +111,27 @@ def endpoint_ids(endpoints: Sequence[EndpointSnapshot]) -> Sequence[str]:
     return [e.id for e in endpoints]
 
 
-class ScoreColumn(Mapping[str, float]):
-    """A scorer's scores as a column: `column[i]` is the score of `ids[i]`.
+_V = TypeVar("_V")
 
-    Read as a mapping it is {id: score}. When `ids` is the scheduler's own list of candidate
-    ids (`Candidates.ids`, the same object), the scheduler takes `column` as it is instead of
-    looking up every id, so a scorer that computes its scores as a list never builds a dict.
-    `unit=True` states that every score is in [0, 1] (no NaN) by construction, so the
-    scheduler skips its range check; the column must not be changed once returned.
-    """
 
-    __slots__ = ("_by_id", "column", "ids", "unit")
+class LazyMapping(Mapping[str, _V]):
+    """A read-only {str: value} mapping built on first read by `_build` (for results most
+    callers never read as a mapping)."""
 
-    def __init__(self, ids: Sequence[str], column: Sequence[float], unit: bool = False) -> None:
-        if len(ids) != len(column):
-            raise ValueError("a score column needs one score per id")
-        self.ids = ids
-        self.column = column
-        self.unit = unit
-        self._by_id: dict[str, float] | None = None
+    __slots__ = ("_by_id",)
 
-    def _mapping(self) -> dict[str, float]:
+    def __init__(self) -> None:
+        self._by_id: dict[str, _V] | None = None
+
+    def _build(self) -> dict[str, _V]:
+        raise NotImplementedError
+
+    def _mapping(self) -> dict[str, _V]:
         if self._by_id is None:
-            self._by_id = dict(zip(self.ids, self.column, strict=True))
+            self._by_id = self._build()
         return self._by_id
 
-    def __getitem__(self, key: str) -> float:
+    def __getitem__(self, key: str) -> _V:
         return self._mapping()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -146,7 +141,31 @@ class ScoreColumn(Mapping[str, float]):
         return len(self._mapping())
 
     def __repr__(self) -> str:
-        return f"ScoreColumn({self._mapping()!r})"
+        return f"{type(self).__name__}({self._mapping()!r})"
+
+
+class ScoreColumn(LazyMapping[float]):
+    """A scorer's scores as a column: `column[i]` is the score of `ids[i]`.
+
+    Read as a mapping it is {id: score}. When `ids` is the scheduler's own list of candidate
+    ids (`Candidates.ids`, the same object), the scheduler takes `column` as it is instead of
+    looking up every id, so a scorer that computes its scores as a list never builds a dict.
+    `unit=True` states that every score is in [0, 1] (no NaN) by construction, so the
+    scheduler skips its range check; the column must not be changed once returned.
+    """
+
+    __slots__ = ("column", "ids", "unit")
+
+    def __init__(self, ids: Sequence[str], column: Sequence[float], unit: bool = False) -> None:
+        if len(ids) != len(column):
+            raise ValueError("a score column needs one score per id")
+        super().__init__()
+        self.ids = ids
+        self.column = column
+        self.unit = unit
+
+    def _build(self) -> dict[str, float]:
+        return dict(zip(self.ids, self.column, strict=True))
 
 
 class ScoreTable(Sequence[EndpointScores]):
