@@ -50,7 +50,9 @@ class PrefixTracker:
 
     def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
         if self._section.block_tokens is None:
-            sizes = [e.metrics.block_size for e in endpoints if e.metrics and e.metrics.block_size]
+            sizes = {
+                size for e in endpoints if (m := e.metrics) is not None and (size := m.block_size)
+            }
             if sizes:
                 chars = self._chars(min(sizes))
                 if chars != self._block_chars:

@@ -14,7 +14,7 @@ from gateway.inference_request import InferenceRequest, session_key
 from gateway.prefix import PrefixTracker
 from health.pool import BackendPool
 from routing.scheduler import Scheduler, UnknownProfileError
-from routing.types import Decision, EndpointSnapshot, RoutingRequest
+from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.profiles import RoutingSection
 
 POLICY_HEADER = "x-kvgate-policy"
@@ -45,17 +45,17 @@ class RequestRouter:
     def route(self, req: InferenceRequest, headers: Mapping[str, str], request_id: str) -> Route:
         policy = self._policy(headers)
         endpoints = self._pool.snapshots()
+        model, healthy = req.model, Health.HEALTHY
+        candidates = [e for e in endpoints if model in e.models and e.health is healthy]
         excluded: dict[str, str] = {}
-        candidates = []
-        for e in endpoints:
-            if req.model not in e.models:
-                excluded[e.id] = "model not served"
-            elif not e.healthy:
-                excluded[e.id] = e.health.value
-            else:
-                candidates.append(e)
+        if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
+            for e in endpoints:
+                if model not in e.models:
+                    excluded[e.id] = "model not served"
+                elif e.health is not healthy:
+                    excluded[e.id] = e.health.value
         if not candidates:
-            self._raise_unroutable(req.model, endpoints)
+            self._raise_unroutable(model, endpoints)
         block_chars = self.prefix.block_chars(endpoints)
         hashes, prompt_tokens = self.prefix.hashes(req, block_chars)
         rreq = RoutingRequest(

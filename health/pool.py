@@ -25,9 +25,22 @@ class BackendSpec:
             object.__setattr__(self, "id", self.url.split("://", 1)[-1])
 
 
+# The fields a snapshot is made of: assigning any of them drops the cached snapshot.
+_SNAPSHOT_FIELDS = frozenset(
+    {"spec", "model_cards", "metrics", "in_flight", "pending_prefill_tokens"}
+)
+
+
 @dataclass(slots=True)
 class Backend:
-    """Mutable runtime record of one backend, owned by the event loop."""
+    """Mutable runtime record of one backend, owned by the event loop.
+
+    `snapshot` is asked for every backend on every request, so the last one is kept and
+    handed out again while it still describes the backend: assigning a field it is made of
+    drops it, and it is checked against the health state and the metrics' age at each call
+    (both move with the clock, not with assignments). Building a frozen snapshot cost
+    ~2.4 µs per backend, 150 µs per request over 64 backends.
+    """
 
     spec: BackendSpec
     state: HealthState
@@ -38,6 +51,15 @@ class Backend:
     dispatched: int = 0
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
     discovered_at: float | None = None
+    # The cached snapshot, the time it was taken at and the staleness bound it was taken with.
+    _snap: EndpointSnapshot | None = field(default=None, repr=False, compare=False)
+    _snap_at: float = field(default=0.0, repr=False, compare=False)
+    _snap_stale: float | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _SNAPSHOT_FIELDS:
+            object.__setattr__(self, "_snap", None)
 
     @property
     def id(self) -> str:
@@ -51,6 +73,19 @@ class Backend:
 
     def snapshot(self, now: float, stale_after_s: float | None = None) -> EndpointSnapshot:
         """This backend at `now`; metrics older than `stale_after_s` are reported unknown."""
+        snap = self._snap
+        if (
+            snap is not None
+            and now >= self._snap_at  # an injected clock may be set back
+            and stale_after_s == self._snap_stale
+            and snap.health is self.state.health(now)
+            and (
+                (m := snap.metrics) is None
+                or stale_after_s is None
+                or not now - m.scraped_at > stale_after_s
+            )
+        ):
+            return snap
         metrics = self.metrics
         if (
             metrics is not None
@@ -58,7 +93,7 @@ class Backend:
             and now - metrics.scraped_at > stale_after_s
         ):
             metrics = None
-        return EndpointSnapshot(
+        snap = EndpointSnapshot(
             id=self.spec.id,
             url=self.spec.url,
             models=self.models,
@@ -68,6 +103,10 @@ class Backend:
             in_flight=self.in_flight,
             pending_prefill_tokens=self.pending_prefill_tokens,
         )
+        object.__setattr__(self, "_snap", snap)
+        object.__setattr__(self, "_snap_at", now)
+        object.__setattr__(self, "_snap_stale", stale_after_s)
+        return snap
 
 
 class BackendPool:
@@ -105,8 +144,8 @@ class BackendPool:
         return self._clock()
 
     def snapshots(self) -> tuple[EndpointSnapshot, ...]:
-        now = self._clock()
-        return tuple(b.snapshot(now, self._stale_after_s) for b in self._backends.values())
+        now, stale_after_s = self._clock(), self._stale_after_s
+        return tuple([b.snapshot(now, stale_after_s) for b in self._backends.values()])
 
     def healthy(self) -> list[Backend]:
         now = self._clock()

@@ -1,12 +1,18 @@
 """Microbenchmark of one routing decision, as the gateway makes it for one request.
 
-`python -m sim.bench.decision [--out out/bench/decision]` times, per request: hashing the
-prompt's canonical bytes into chained prefix blocks (seed included), the default
-`prefix-aware` profile (filters, the prefix lookup inside its scorers, the other scorers and
-the picker) and the dispatch bookkeeping (the chosen replica's match for pending prefill, and
-recording the blocks in the index) — for prompts of 1k, 8k and 128k tokens over 8, 64 and
-512 replicas. The simulator cannot import the gateway, so the gateway's steps are repeated
-here with the same scoring functions (`gateway.prefix.PrefixTracker.hashes` and `dispatch`).
+`python -m sim.bench.decision [--out out/bench/decision]` times, per request: the pool's
+endpoint snapshots and the healthy candidates serving the model (`health.pool`, as the
+gateway takes them for every request), hashing the prompt's canonical bytes into chained
+prefix blocks (seed included), the default `prefix-aware` profile (filters, the prefix
+lookup inside its scorers, the other scorers and the picker) and the dispatch bookkeeping
+(the chosen replica's match for pending prefill, and recording the blocks in the index) —
+for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The simulator cannot
+import the gateway, so the gateway's steps are repeated here with the same functions
+(`gateway.router.RequestRouter.route`, `gateway.prefix.PrefixTracker.hashes` and `dispatch`).
+
+Between decisions the chosen replica gains a request in flight and a random busy one loses
+one, and every 25 decisions all replicas report new engine metrics (a scrape round), so the
+snapshots change as they do under live load.
 
 Each cell gets a fresh, warm index: every replica already holds several prompts (16 tenants'
 shared system prompts followed by private conversation text), and most queries continue one
@@ -15,9 +21,9 @@ prompt on many others) while the rest open a new one. Every query has a fresh ta
 the timed decision records is new to the index, as in live traffic. Timings are
 `perf_counter_ns` per decision, with the garbage collector enabled (its pauses are part of a
 live decision) after a collect and freeze of the warm state. Prints a table (the whole, then
-the median of each stage: hash, schedule, record, and `decision` = hash + schedule, what issue
-6 times, since the gateway could record after forwarding), writes `decision.json` and
-`decision.png` to `--out`.
+the median of each stage: snapshot, hash, schedule, record, and `decision` = hash +
+schedule, what issue 6 times as a decision: hashing, index lookup and scoring), writes
+`decision.json` and `decision.png` to `--out`.
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from typing import Any
 
 import orjson
 
+from health.pool import BackendPool, BackendSpec
+from health.state import HealthPolicy
 from routing import EndpointSnapshot, EngineMetrics, PluginRegistry, RoutingRequest, Scheduler
+from routing.types import Health
 from scoring.builtin import register_builtins
 from scoring.prefix_hash import hash_blocks, prefix_seed
 from scoring.prefix_index import PrefixIndex
@@ -54,6 +63,7 @@ WARM_ENTRIES = 400_000  # (block, replica) entries recorded before timing, at mo
 TOKENS = (1_024, 8_192, 131_072)
 REPLICAS = (8, 64, 512)
 TARGET_US = 100.0  # issue 6: 8k tokens over 64 replicas, median
+SCRAPE_EVERY = 25  # decisions between two rounds of new engine metrics (50 ms at 500/s)
 
 
 @dataclass(slots=True)
@@ -64,7 +74,8 @@ class Cell:
     replicas: int
     scheduler: Scheduler
     index: PrefixIndex
-    snapshots: list[list[EndpointSnapshot]]  # a few load situations, used in turn
+    pool: BackendPool
+    scrapes: list[list[EngineMetrics]]  # a few engine-metric situations, used in turn
     systems: list[bytes]  # per tenant
     histories: list[tuple[int, int]]  # recorded conversations: (tenant, text seed)
     noise: bytes  # fresh tail text is cut from here
@@ -78,25 +89,42 @@ def _text(seed: int, n: int) -> bytes:
     return random.Random(seed).randbytes(n).translate(_PRINTABLE)
 
 
-def _snapshots(rng: random.Random, replicas: int) -> list[EndpointSnapshot]:
+def _metrics(rng: random.Random, replicas: int) -> list[EngineMetrics]:
     return [
-        EndpointSnapshot(
-            id=f"replica-{i:03d}",
+        EngineMetrics(
+            scraped_at=0.0,
+            waiting=rng.choice((0, 0, 0, 1, 2, 4, 7)),
+            running=rng.randint(0, 24),
+            kv_usage=rng.uniform(0.05, 0.9),
+            block_size=16,
+            num_blocks=KV_BLOCKS,
+        )
+        for _ in range(replicas)
+    ]
+
+
+def _pool(rng: random.Random, replicas: int, metrics: list[EngineMetrics]) -> BackendPool:
+    specs = [
+        BackendSpec(
             url=f"http://10.0.{i // 250}.{i % 250}:8000",
-            models=frozenset({MODEL}),
+            id=f"replica-{i:03d}",
             engine="vllm",
-            metrics=EngineMetrics(
-                scraped_at=0.0,
-                waiting=rng.choice((0, 0, 0, 1, 2, 4, 7)),
-                running=rng.randint(0, 24),
-                kv_usage=rng.uniform(0.05, 0.9),
-                block_size=16,
-                num_blocks=KV_BLOCKS,
-            ),
-            in_flight=rng.randint(0, 12),
+            models=(MODEL,),
         )
         for i in range(replicas)
     ]
+    pool = BackendPool(specs, HealthPolicy(), clock=lambda: 0.0)
+    for backend, m in zip(pool, metrics, strict=True):
+        backend.state.record_probe(True, 0.0)
+        backend.metrics = m
+        backend.in_flight = rng.randint(0, 12)
+    return pool
+
+
+def candidates(pool: BackendPool) -> list[EndpointSnapshot]:
+    """The snapshots the gateway schedules over: healthy endpoints serving the model."""
+    healthy = Health.HEALTHY
+    return [e for e in pool.snapshots() if MODEL in e.models and e.health is healthy]
 
 
 def build_cell(tokens: int, replicas: int, seed: int = 7) -> Cell:
@@ -109,19 +137,21 @@ def build_cell(tokens: int, replicas: int, seed: int = 7) -> Cell:
     register_stateful_plugins(registry, index, ttft)
     clock = time.monotonic
     scheduler = build_scheduler(RoutingSection(), registry, clock, random.Random(seed))
-    snapshots = [_snapshots(rng, replicas) for _ in range(4)]
+    scrapes = [_metrics(rng, replicas) for _ in range(4)]
+    pool = _pool(rng, replicas, scrapes[0])
     n = tokens * CHARS_PER_TOKEN
     systems = [_text(1000 + t, n // 4) for t in range(TENANTS)]
     per_replica = max(2, min(24, WARM_ENTRIES // (replicas * len(_seed_hashes(n)))))
     histories = []
-    for r, e in enumerate(snapshots[0]):
+    for r, e in enumerate(pool.snapshots()):
         index.set_capacity(e.id, KV_BLOCKS * 16 * CHARS_PER_TOKEN // BLOCK_CHARS)
         for j in range(per_replica):
             tenant, text_seed = rng.randrange(TENANTS), r * 1000 + j
             data = systems[tenant] + _text(text_seed, n - len(systems[tenant]))
             index.record(e.id, hash_blocks(data, prefix_seed(MODEL), BLOCK_CHARS))
             histories.append((tenant, text_seed))
-    return Cell(tokens, replicas, scheduler, index, snapshots, systems, histories, _text(9, 2 * n))
+    noise = _text(9, 2 * n)
+    return Cell(tokens, replicas, scheduler, index, pool, scrapes, systems, histories, noise)
 
 
 def _seed_hashes(n: int) -> tuple[int, ...]:
@@ -147,16 +177,19 @@ def queries(cell: Cell, count: int, seed: int = 11) -> list[bytes]:
     return out
 
 
-Stages = tuple[int, int, int, int]  # hash, schedule, dispatch (wall ns), whole decision (CPU ns)
+Stages = tuple[int, int, int, int, int]
+# snapshot, hash, schedule, dispatch (wall ns), whole decision (CPU ns)
 
 
-def decide(cell: Cell, data: bytes, endpoints: list[EndpointSnapshot]) -> Stages:
+def decide(cell: Cell, data: bytes) -> Stages:
     """One decision as the gateway makes it: the wall time of each stage and the thread's CPU
     time for the whole, in ns (on a shared machine the CPU time leaves out preemption)."""
     cpu = time.thread_time_ns()
     t0 = time.perf_counter_ns()
-    hashes = hash_blocks(data, prefix_seed(MODEL, None), BLOCK_CHARS)
+    endpoints = candidates(cell.pool)
     t1 = time.perf_counter_ns()
+    hashes = hash_blocks(data, prefix_seed(MODEL, None), BLOCK_CHARS)
+    t2 = time.perf_counter_ns()
     request = RoutingRequest(
         model=MODEL,
         prefix_hashes=hashes,
@@ -164,17 +197,30 @@ def decide(cell: Cell, data: bytes, endpoints: list[EndpointSnapshot]) -> Stages
         token_estimate=int(len(data) / CHARS_PER_TOKEN),
     )
     target = cell.scheduler.schedule(request, endpoints).ranked[0]
-    t2 = time.perf_counter_ns()
+    t3 = time.perf_counter_ns()
     cell.index.match(hashes, (target,))  # pending-prefill accounting at dispatch
     cell.index.record(target, hashes)
-    t3 = time.perf_counter_ns()
-    return t1 - t0, t2 - t1, t3 - t2, time.thread_time_ns() - cpu
+    t4 = time.perf_counter_ns()
+    cell.pool.get(target).in_flight += 1
+    return t1 - t0, t2 - t1, t3 - t2, t4 - t3, time.thread_time_ns() - cpu
 
 
-def time_match(cell: Cell, data: bytes, endpoints: list[EndpointSnapshot]) -> int:
+def _live_load(cell: Cell, i: int, rng: random.Random) -> None:
+    """Between decisions: a request finishes somewhere, and every SCRAPE_EVERY decisions
+    every replica reports new metrics."""
+    busy = [b for b in cell.pool if b.in_flight > 0]
+    if busy:
+        rng.choice(busy).in_flight -= 1
+    if i % SCRAPE_EVERY == 0:
+        scrape = cell.scrapes[(i // SCRAPE_EVERY) % len(cell.scrapes)]
+        for backend, m in zip(cell.pool, scrape, strict=True):
+            backend.metrics = m
+
+
+def time_match(cell: Cell, data: bytes) -> int:
     """The prefix lookup over every candidate alone, as the prefix scorer does it (ns)."""
     hashes = hash_blocks(data, prefix_seed(MODEL, None), BLOCK_CHARS)
-    ids = [e.id for e in endpoints]
+    ids = [e.id for e in candidates(cell.pool)]
     t0 = time.perf_counter_ns()
     cell.index.match(hashes, ids)
     return time.perf_counter_ns() - t0
@@ -186,10 +232,12 @@ def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> 
     gc.freeze()  # the warm index is old state, as in a long-running gateway
     if not collect:
         gc.disable()
+    rng = random.Random(13)
     try:
         out = []
         for i, data in enumerate(prompts):
-            stages = decide(cell, data, cell.snapshots[i % len(cell.snapshots)])
+            _live_load(cell, i, rng)
+            stages = decide(cell, data)
             if i >= warmup:
                 out.append(stages)
         return out
@@ -214,17 +262,16 @@ def percentiles_us(ns: list[int], prefix: str = "") -> dict[str, float]:
 def breakdown(cell: Cell, iterations: int) -> dict[str, float]:
     """Median of each stage; `match` is timed in separate calls on the same prompts."""
     runs = run_cell(cell, iterations, warmup=20)
-    matches = [
-        time_match(cell, data, cell.snapshots[0]) for data in queries(cell, iterations, seed=12)
-    ]
-    med = [statistics.median(s[k] for s in runs) / 1000 for k in range(3)]
+    matches = [time_match(cell, data) for data in queries(cell, iterations, seed=12)]
+    med = [statistics.median(s[k] for s in runs) / 1000 for k in range(4)]
     match = statistics.median(matches) / 1000
     return {
-        "hash_us": med[0],
+        "snapshot_us": med[0],
+        "hash_us": med[1],
         "match_us": match,
-        "score_us": med[1] - match,  # filters, scorers and picker, the lookup taken out
-        "schedule_us": med[1],
-        "record_us": med[2],
+        "score_us": med[2] - match,  # filters, scorers and picker, the lookup taken out
+        "schedule_us": med[2],
+        "record_us": med[3],
     }
 
 
@@ -248,7 +295,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     rows = []
     say(
         f"{'tokens':>8} {'replicas':>8} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'p99 µs':>9}"
-        f" {'CPU median':>10} {'CPU p99':>9} {'hash':>7} {'schedule':>8} {'record':>7}"
+        f" {'CPU median':>10} {'CPU p99':>9} {'snapshot':>8} {'hash':>7} {'schedule':>8}"
+        f" {'record':>7}"
         f" {'decision':>8}"
     )
     for tokens in args.tokens:
@@ -257,17 +305,18 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
             n = iterations_for(tokens, replicas, args.scale)
             runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
             row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
-            row.update(percentiles_us([sum(s[:3]) for s in runs]))
-            row.update(percentiles_us([s[3] for s in runs], "cpu_"))
-            for k, stage in enumerate(("hash", "schedule", "record")):
+            row.update(percentiles_us([sum(s[:4]) for s in runs]))
+            row.update(percentiles_us([s[4] for s in runs], "cpu_"))
+            for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
                 row[f"{stage}_median_us"] = statistics.median(s[k] for s in runs) / 1000
-            row.update(percentiles_us([s[0] + s[1] for s in runs], "decision_"))
+            row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
             rows.append(row)
             say(
                 f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
                 f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
                 f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
-                f"{row['hash_median_us']:>7.1f} {row['schedule_median_us']:>8.1f} "
+                f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
+                f"{row['schedule_median_us']:>8.1f} "
                 f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
             )
             del cell
@@ -308,7 +357,7 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("replicas")
     ax.set_ylabel("one routing decision (µs, log)")
-    ax.set_title("prefix-aware decision: hash + schedule + record")
+    ax.set_title("prefix-aware decision: snapshot + hash + schedule + record")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()

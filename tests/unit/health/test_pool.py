@@ -139,3 +139,75 @@ def test_snapshot_carries_pending_prefill_tokens() -> None:
     pool.get("a:1").pending_prefill_tokens = 512
     [snap] = pool.snapshots()
     assert snap.pending_prefill_tokens == 512
+
+
+def test_an_unchanged_backend_hands_out_the_same_snapshot() -> None:
+    clock = FakeClock()
+    pool = _pool(BackendSpec(url="http://a:1"), clock=clock)
+    pool.get("a:1").state.record_probe(True, 0.0)
+    first = pool.snapshots()[0]
+    clock.now = 1.0
+    assert pool.snapshots()[0] is first  # nothing it is made of changed
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("in_flight", 4),
+        ("pending_prefill_tokens", 100),
+        ("metrics", EngineMetrics(scraped_at=0.0, waiting=7)),
+        ("model_cards", {"found": {"id": "found"}}),
+        ("spec", BackendSpec(url="http://a:1", engine="sglang")),
+    ],
+)
+def test_assigning_a_snapshot_field_gives_a_fresh_snapshot(field: str, value: object) -> None:
+    pool = _pool(BackendSpec(url="http://a:1"))
+    backend = pool.get("a:1")
+    first = pool.snapshots()[0]
+    setattr(backend, field, value)
+    fresh = pool.snapshots()[0]
+    assert fresh is not first
+    assert fresh == backend.snapshot(0.0) == EndpointSnapshot(
+        id="a:1",
+        url="http://a:1",
+        models=backend.models,
+        health=Health.UNKNOWN,
+        engine=backend.spec.engine,
+        metrics=backend.metrics,
+        in_flight=backend.in_flight,
+        pending_prefill_tokens=backend.pending_prefill_tokens,
+    )
+    backend.scrape_errors += 1  # not part of a snapshot: the snapshot is kept
+    assert pool.snapshots()[0] is fresh
+
+
+def test_cached_snapshots_follow_health_changes_without_assignments() -> None:
+    clock = FakeClock()
+    pool = _pool(BackendSpec(url="http://a:1"), clock=clock)
+    state = pool.get("a:1").state
+    state.record_probe(True, 0.0)
+    assert pool.snapshots()[0].health is Health.HEALTHY
+    state.record_upstream_failure(0.0, "boom")  # threshold 1: ejected for 5 s
+    assert pool.snapshots()[0].health is Health.EJECTED
+    clock.now = 5.0
+    assert pool.snapshots()[0].health is Health.HEALTHY
+    for _ in range(3):
+        state.record_probe(False, clock.now)
+    assert pool.snapshots()[0].health is Health.UNHEALTHY
+
+
+def test_cached_snapshots_drop_metrics_once_stale_and_honour_a_clock_set_back() -> None:
+    clock = FakeClock()
+    pool = BackendPool([BackendSpec(url="http://a:1")], HealthPolicy(), clock, stale_after_s=1.0)
+    metrics = EngineMetrics(scraped_at=0.0, waiting=3)
+    pool.get("a:1").metrics = metrics
+    assert pool.snapshots()[0].metrics is metrics
+    clock.now = 1.0  # exactly at the bound: still fresh
+    assert pool.snapshots()[0].metrics is metrics
+    clock.now = 1.5
+    assert pool.snapshots()[0].metrics is None
+    clock.now = 0.5  # an injected clock set back: fresh again, not a cached stale answer
+    assert pool.snapshots()[0].metrics is metrics
+    # The same backend asked with another staleness bound answers by that bound.
+    assert pool.get("a:1").snapshot(0.5, stale_after_s=0.1).metrics is None
+    assert pool.get("a:1").snapshot(0.5, stale_after_s=None).metrics is metrics
