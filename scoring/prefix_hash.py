@@ -19,8 +19,10 @@ context is tracked more coarsely, where the exact match length matters least.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from functools import lru_cache
+from itertools import accumulate
 
 import xxhash
 
@@ -36,30 +38,38 @@ def prefix_seed(model: str, cache_salt: str | None = None) -> int:
 
 def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
     """Chained hashes of the full blocks of `data` (see the module docstring)."""
-    slices, ends = _layout(block_chars)
+    ends = _block_ends(block_chars)
     count = bisect_right(ends, len(data))
     if count == len(ends):  # beyond the precomputed layout (over ~0.5 TB): never in practice
         raise ValueError("prompt too long to hash")
+    full, rest = divmod(count, GROUP)
+    blocks: list[bytes] = []
+    pos = 0
+    for group in range(full):
+        size = block_chars << group
+        blocks += _splitter(size, GROUP).unpack_from(data, pos)
+        pos += size * GROUP
+    if rest:
+        blocks += _splitter(block_chars << full, rest).unpack_from(data, pos)
     h = seed
-    # One comprehension over precomputed slices: the chain is the only per-block Python work.
-    return tuple([h := _xxh3(data[s], h) for s in slices[:count]])
+    # One comprehension over the split blocks: the chain is the only per-block Python work.
+    return tuple([h := _xxh3(b, h) for b in blocks])
 
 
 @lru_cache(maxsize=8)
-def _layout(block_chars: int) -> tuple[list[slice], list[int]]:
-    """Every block's byte range and end offset for this base block size, computed once."""
+def _block_ends(block_chars: int) -> tuple[int, ...]:
+    """Every block's end offset for this base block size, computed once."""
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
-    slices: list[slice] = []
-    ends: list[int] = []
-    pos = 0
-    for group in range(_GROUPS):
-        size = block_chars << group
-        for _ in range(GROUP):
-            slices.append(slice(pos, pos + size))
-            pos += size
-            ends.append(pos)
-    return slices, ends
+    return tuple(accumulate(block_chars << (i // GROUP) for i in range(GROUP * _GROUPS)))
+
+
+# Cuts `count` consecutive `size`-byte blocks in one C call, ~4× cheaper than as many
+# `data[a:b]` slices in Python, which were most of the cost of hashing a prompt. Keys are
+# (block size, GROUP) plus each partial-group count met; an entry is at most ~5 KB.
+@lru_cache(maxsize=1024)
+def _splitter(size: int, count: int) -> struct.Struct:
+    return struct.Struct(f"{size}s" * count)
 
 
 def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
@@ -68,13 +78,20 @@ def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ..
     For recorded traces, whose block ids must all stand for the same number of tokens."""
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
+    full, rest = divmod(len(data) // block_chars, GROUP)
+    step = block_chars * GROUP
+    split = _splitter(block_chars, GROUP)
+    hashes: list[int] = []
     h = seed
-    return tuple(
-        [
-            h := _xxh3(data[pos : pos + block_chars], h)
-            for pos in range(0, len(data) - block_chars + 1, block_chars)
-        ]
-    )
+    # Hashed GROUP blocks at a time rather than after splitting all of them: a 128k-token
+    # prompt makes 8,000 blocks of 64 bytes, and holding them all at once was slower than
+    # slicing them one by one.
+    for pos in range(0, full * step, step):
+        hashes += [h := _xxh3(b, h) for b in split.unpack_from(data, pos)]
+    if rest:
+        tail = _splitter(block_chars, rest).unpack_from(data, full * step)
+        hashes += [h := _xxh3(b, h) for b in tail]
+    return tuple(hashes)
 
 
 def block_weight(index: int) -> int:

@@ -159,3 +159,68 @@ def test_fixed_blocks_chain_without_growth() -> None:
     assert hash_fixed_blocks(b"short", seed, 16) == ()
     with pytest.raises(ValueError):
         hash_fixed_blocks(DATA, seed, 0)
+
+
+def _reference_hashes(data: bytes, seed: int, block_chars: int, *, grow: bool) -> tuple[int, ...]:
+    """The chain spelled out one slice at a time, as the module docstring states it."""
+    hashes: list[int] = []
+    h, pos, i = seed, 0, 0
+    while True:
+        size = block_chars << (i // GROUP) if grow else block_chars
+        if pos + size > len(data):
+            return tuple(hashes)
+        h = xxhash.xxh3_64_intdigest(data[pos : pos + size], h)
+        hashes.append(h)
+        pos, i = pos + size, i + 1
+
+
+def _lengths(block_chars: int, max_len: int, rng: random.Random) -> list[int]:
+    """0, 1, every block end ±1 near group edges (grown and fixed layouts), and random lengths."""
+    edges = {0, 1, 2, block_chars * GROUP}
+    for n in range(1, 4096):
+        end = covered_chars(n, block_chars)
+        if end > max_len:
+            break
+        if n % GROUP in (0, 1, GROUP - 1) or n < 3:
+            edges.update((end - 1, end, end + 1))
+    for n in (1, GROUP - 1, GROUP, GROUP + 1, 2 * GROUP, 5 * GROUP + 3):
+        edges.update((n * block_chars - 1, n * block_chars, n * block_chars + 1))
+    edges.update(rng.randrange(max_len) for _ in range(40))
+    return sorted(n for n in edges if 0 <= n <= max_len)
+
+
+@pytest.mark.parametrize(("block_chars", "max_len"), [(1, 600_000), (3, 600_000), (64, 600_000)])
+def test_hash_blocks_matches_slice_by_slice_reference(block_chars: int, max_len: int) -> None:
+    rng = random.Random(block_chars)
+    data = rng.randbytes(max_len)
+    for n in _lengths(block_chars, max_len, rng):
+        seed = rng.getrandbits(64)
+        expected = _reference_hashes(data[:n], seed, block_chars, grow=True)
+        assert hash_blocks(data[:n], seed, block_chars) == expected, n
+
+
+@pytest.mark.parametrize(("block_chars", "max_len"), [(1, 3_000), (3, 20_000), (64, 600_000)])
+def test_hash_fixed_blocks_matches_slice_by_slice_reference(block_chars: int, max_len: int) -> None:
+    rng = random.Random(block_chars)
+    data = rng.randbytes(max_len)
+    for n in _lengths(block_chars, max_len, rng):
+        seed = rng.getrandbits(64)
+        expected = _reference_hashes(data[:n], seed, block_chars, grow=False)
+        assert hash_fixed_blocks(data[:n], seed, block_chars) == expected, n
+
+
+class _Huge(bytes):
+    """Claims a length past the precomputed layout; never read that far."""
+
+    def __len__(self) -> int:
+        return 10**15
+
+
+def test_too_long_and_bad_block_sizes_are_rejected() -> None:
+    with pytest.raises(ValueError, match="too long"):
+        hash_blocks(_Huge(), 0, 1)
+    for block_chars in (0, -1):
+        with pytest.raises(ValueError, match="block_chars"):
+            hash_blocks(DATA, 0, block_chars)
+        with pytest.raises(ValueError, match="block_chars"):
+            hash_fixed_blocks(DATA, 0, block_chars)
