@@ -57,10 +57,12 @@ class Profile:
         candidates = list(endpoints)
         steps: list[_Step] = []
         for flt in self.filters:
-            kept = list(flt.filter(request, candidates, ctx))
-            if kept != candidates:  # equal (element by element, by identity first): none gone
-                steps.append((candidates, kept, flt.name))
-            candidates = kept
+            kept = flt.filter(request, candidates, ctx)
+            if kept is not candidates:  # a filter that removes nobody may return its input
+                kept = list(kept)
+                if kept != candidates:  # equal (element by element, by identity first)
+                    steps.append((candidates, kept, flt.name))
+                candidates = kept
             if not candidates:
                 break
         scored = self._score(request, candidates, ctx)

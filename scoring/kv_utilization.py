@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from scoring.params import check_plugin_args
@@ -44,9 +44,9 @@ class KvUtilizationScorer:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
-        usages = _usages_in_range(endpoints)
-        if usages is not None:  # the usual case: a pass per endpoint, no dict
-            return ScoreColumn(endpoint_ids(endpoints), [1.0 - u for u in usages], unit=True)
+        free = _free_shares(endpoints)
+        if free is not None:  # the usual case: one pass over the endpoints, no dict
+            return ScoreColumn(endpoint_ids(endpoints), free, unit=True)
         known: dict[str, float] = {}
         for e in endpoints:
             usage = e.metrics.kv_usage if e.metrics is not None else None
@@ -57,12 +57,16 @@ class KvUtilizationScorer:
         return fill_unknown(endpoints, known)
 
 
-def _usages_in_range(endpoints: Sequence[EndpointSnapshot]) -> list[float] | None:
-    """Every endpoint's KV usage if all are known and in [0, 1], else None."""
-    usages = [m.kv_usage if (m := e.metrics) is not None else None for e in endpoints]
-    if not usages or None in usages:
+def _free_shares(endpoints: Sequence[EndpointSnapshot]) -> list[float] | None:
+    """1 − usage of every endpoint if all are known and those are in [0, 1], else None.
+
+    A usage u is in [0, 1] exactly when 1 − u is (for u > 1, 1 − u is negative), except a
+    tiny negative u whose 1 − u rounds to 1.0: the clamped score, 1 − 0, all the same.
+    """
+    free = [
+        1.0 - u if (m := e.metrics) is not None and (u := m.kv_usage) is not None else math.nan
+        for e in endpoints
+    ]  # NaN for an unknown usage, as for a NaN one
+    if not free or math.isnan(sum(free)) or min(free) < 0.0 or max(free) > 1.0:
         return None
-    known = cast(list[float], usages)
-    if math.isnan(sum(known)) or min(known) < 0.0 or max(known) > 1.0:  # NaN or out of range
-        return None
-    return known
+    return free

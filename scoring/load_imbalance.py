@@ -96,7 +96,7 @@ class LoadImbalanceFilter:
         distinct = set(loads)  # few distinct values: min and max over those
         low = min(distinct)
         if max(distinct) - low <= self.abs_threshold:  # the usual case: nobody can be a hot spot
-            return list(endpoints)
+            return endpoints
         # `_hot(x, low)` inlined: the filter acts on many requests when the pool is skewed.
         excess, above = self.abs_threshold, low * self.rel_threshold
         return [

@@ -39,11 +39,12 @@ def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[
         ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
     else:
         # The same order without the keys: a stable sort, reversed, keeps equal totals in
-        # input order, as the ascending sort by −total does.
+        # input order, as the ascending sort by −total does (so sorting the totals themselves
+        # lists them in `order`).
         order = sorted(range(len(ids)), key=totals.__getitem__, reverse=True)
-        ordered = list(map(totals.__getitem__, order))
+        ordered = sorted(totals, reverse=True)
     if all(map(gt, map(sub, ordered, ordered[1:]), repeat(TIE_TOLERANCE))):
-        return list(map(ids.__getitem__, order))  # no two totals tie: nothing to shuffle
+        return [ids[k] for k in order]  # no two totals tie: nothing to shuffle
     keys = [math.inf if math.isnan(t) else -t for t in totals]
     return _shuffle_ties(ids, keys, order, ordered, rng)
 

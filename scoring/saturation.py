@@ -77,7 +77,7 @@ class SaturationFilter:
                 or (m.kv_usage is not None and m.kv_usage > kv)
             )
         ]
-        return kept if kept else list(endpoints)
+        return kept if 0 < len(kept) < len(endpoints) else endpoints  # all or none: as it is
 
     def saturated(self, endpoint: EndpointSnapshot) -> bool:
         """Whether the endpoint's known metrics put it over either threshold."""

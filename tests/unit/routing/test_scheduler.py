@@ -116,6 +116,37 @@ def test_filters_narrow_in_order_and_filtered_out_names_the_filter() -> None:
     assert {s.endpoint_id for s in decision.scores} == {"b", "d"}
 
 
+class PassFilter:
+    """Removes nobody: returns its input itself, or an equal copy; records what it was shown."""
+
+    def __init__(self, name: str, copy: bool = False) -> None:
+        self.name = name
+        self.copy = copy
+        self.seen: list[Sequence[EndpointSnapshot]] = []
+
+    def filter(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        ctx: SchedulingContext,
+    ) -> Sequence[EndpointSnapshot]:
+        self.seen.append(endpoints)
+        return tuple(endpoints) if self.copy else endpoints
+
+
+def test_a_filter_that_removes_nobody_names_nobody_and_passes_the_list_on() -> None:
+    same, copy, last = PassFilter("same"), PassFilter("copy", copy=True), PassFilter("last")
+    profile = Profile(
+        "p", TotalPicker(), filters=(same, DropFilter("no-b", {"b"}), same, copy, last)
+    )
+    decision = _scheduler(profile).schedule(REQUEST, _endpoints("a", "b", "c"))
+    assert dict(decision.filtered_out) == {"b": "no-b"}
+    assert [[e.id for e in seen] for seen in same.seen] == [["a", "b", "c"], ["a", "c"]]
+    assert copy.seen[0] is same.seen[1]  # returned as it was
+    assert [e.id for e in last.seen[0]] == ["a", "c"]
+    assert decision.ranked == ("a", "c")
+
+
 def test_everything_filtered_gives_an_empty_decision_without_picking() -> None:
     picker = TotalPicker()
     later = DropFilter("later", set())

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 
 import pytest
@@ -64,3 +65,28 @@ def test_factory_rejects_params() -> None:
     assert KvUtilizationScorer.from_params("kv", {}).name == "kv"
     with pytest.raises(ValueError, match=r"unknown parameter.*'threshold'"):
         KvUtilizationScorer.from_params("kv", {"threshold": 0.8})
+
+
+def _reference(endpoints: list[EndpointSnapshot]) -> dict[str, float]:
+    """The rule written the plain way: 1 − clamped usage; unknown ties the worst known."""
+    known = {}
+    for e in endpoints:
+        usage = e.metrics.kv_usage if e.metrics is not None else None
+        if usage is not None and not math.isnan(usage):
+            known[e.id] = 1.0 - min(1.0, max(0.0, usage))
+    fill = min(known.values(), default=0.5)
+    return {e.id: known.get(e.id, fill) for e in endpoints}
+
+
+def test_scores_equal_the_plain_rule_exactly_on_random_pools() -> None:
+    gen = random.Random(6)
+    edge = [0.0, -0.0, 1.0, 1.0 + 2e-16, -1e-17, -1e-300, 0.5, math.inf, -math.inf, math.nan]
+    for case in range(400):
+        pool: list[float | None] = [*edge, None] if case % 2 else [gen.random() for _ in range(5)]
+        endpoints = [
+            endpoint(f"e{k}")
+            if gen.random() < 0.05
+            else metered(f"e{k}", kv_usage=gen.choice(pool))
+            for k in range(gen.randint(0, 8))
+        ]
+        assert dict(_score(*endpoints)) == _reference(endpoints)

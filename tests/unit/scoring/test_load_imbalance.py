@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -115,3 +116,24 @@ def test_factory_validates_thresholds() -> None:
             LoadImbalanceFilter.from_params("imb", params)
     with pytest.raises(ValueError, match=r"unknown parameter.*'cache_threshold'"):
         LoadImbalanceFilter.from_params("imb", {"cache_threshold": 0.3})
+
+
+def test_returns_its_input_when_nobody_is_a_hot_spot() -> None:
+    balanced = _loads(10, 40, 70)
+    assert LoadImbalanceFilter("imb").filter(request(), balanced, context()) is balanced
+
+
+def test_keeps_the_band_around_the_least_loaded_on_random_pools() -> None:
+    gen = random.Random(4)
+    for _ in range(300):
+        flt = LoadImbalanceFilter("imb", gen.choice((0.0, 4.0, 16.0)), gen.choice((1.0, 1.5)))
+        endpoints = [
+            endpoint(f"e{k}", gen.randint(0, 30))
+            if gen.random() < 0.2
+            else metered(f"e{k}", gen.randint(0, 30), waiting=gen.choice((None, 0, 3, 40)))
+            for k in range(gen.randint(1, 10))
+        ]
+        low = min(load(e) for e in endpoints)
+        band = max(low + flt.abs_threshold, low * flt.rel_threshold)
+        expected = [e.id for e in endpoints if load(e) <= band]
+        assert _kept(flt, endpoints) == expected

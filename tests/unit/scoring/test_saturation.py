@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -61,3 +62,26 @@ def test_factory_validates_thresholds() -> None:
             SaturationFilter.from_params("sat", params)
     with pytest.raises(ValueError, match=r"unknown parameter.*'staleness'"):
         SaturationFilter.from_params("sat", {"staleness": 0.2})
+
+
+def test_returns_its_input_when_it_removes_nobody() -> None:
+    flt = SaturationFilter("sat")
+    calm = [metered("a", waiting=1, kv_usage=0.2), endpoint("b")]
+    assert flt.filter(request(), calm, context()) is calm
+    hot = [metered("a", waiting=9), metered("b", kv_usage=0.9)]
+    assert flt.filter(request(), hot, context()) is hot  # fails open
+
+
+def test_keeps_what_saturated_says_on_random_pools() -> None:
+    gen = random.Random(2)
+    usages = [None, 0.1, 0.8, 0.81, 1.0, 1.7, -0.3, math.nan]
+    for _ in range(300):
+        flt = SaturationFilter("sat", gen.choice((0.0, 5.0)), gen.choice((0.5, 0.8, 1.0)))
+        endpoints = [
+            endpoint(f"e{k}")
+            if gen.random() < 0.15
+            else metered(f"e{k}", waiting=gen.choice((None, 0, 5, 6)), kv_usage=gen.choice(usages))
+            for k in range(gen.randint(0, 10))
+        ]
+        expected = [e.id for e in endpoints if not flt.saturated(e)] or [e.id for e in endpoints]
+        assert _kept(flt, endpoints) == expected
