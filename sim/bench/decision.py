@@ -12,7 +12,8 @@ import the gateway, so the gateway's steps are repeated here with the same funct
 
 Between decisions the chosen replica gains a request in flight and a random busy one loses
 one, and every 25 decisions all replicas report new engine metrics (a scrape round), so the
-snapshots change as they do under live load.
+snapshots change as they do under live load. The TTFT model has learned every replica's
+line from a dozen observations, as in a gateway that has served traffic.
 
 Each cell gets a fresh, warm index: every replica already holds several prompts (16 tenants'
 shared system prompts followed by private conversation text), and most queries continue one
@@ -145,6 +146,9 @@ def build_cell(tokens: int, replicas: int, seed: int = 7) -> Cell:
     histories = []
     for r, e in enumerate(pool.snapshots()):
         index.set_capacity(e.id, KV_BLOCKS * 16 * CHARS_PER_TOKEN // BLOCK_CHARS)
+        for _ in range(12):  # a live gateway has learned each replica's TTFT line
+            work = rng.uniform(200, 8000)
+            ttft.observe(e.id, work, (0.02 + 2e-4 * work) * rng.uniform(0.8, 1.25))
         for j in range(per_replica):
             tenant, text_seed = rng.randrange(TENANTS), r * 1000 + j
             data = systems[tenant] + _text(text_seed, n - len(systems[tenant]))
