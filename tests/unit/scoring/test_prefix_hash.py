@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
 
 import pytest
 import xxhash
@@ -189,24 +190,29 @@ def _lengths(block_chars: int, max_len: int, rng: random.Random) -> list[int]:
     return sorted(n for n in edges if 0 <= n <= max_len)
 
 
-@pytest.mark.parametrize(("block_chars", "max_len"), [(1, 600_000), (3, 600_000), (64, 600_000)])
-def test_hash_blocks_matches_slice_by_slice_reference(block_chars: int, max_len: int) -> None:
+@pytest.mark.parametrize(
+    ("function", "grow", "block_chars", "max_len"),
+    [
+        (hash_blocks, True, 1, 600_000),
+        (hash_blocks, True, 3, 600_000),
+        (hash_blocks, True, 64, 600_000),
+        (hash_fixed_blocks, False, 1, 3_000),
+        (hash_fixed_blocks, False, 3, 20_000),
+        (hash_fixed_blocks, False, 64, 600_000),
+    ],
+)
+def test_hashes_match_a_slice_by_slice_reference(
+    function: Callable[[bytes, int, int], tuple[int, ...]],
+    grow: bool,
+    block_chars: int,
+    max_len: int,
+) -> None:
     rng = random.Random(block_chars)
     data = rng.randbytes(max_len)
     for n in _lengths(block_chars, max_len, rng):
         seed = rng.getrandbits(64)
-        expected = _reference_hashes(data[:n], seed, block_chars, grow=True)
-        assert hash_blocks(data[:n], seed, block_chars) == expected, n
-
-
-@pytest.mark.parametrize(("block_chars", "max_len"), [(1, 3_000), (3, 20_000), (64, 600_000)])
-def test_hash_fixed_blocks_matches_slice_by_slice_reference(block_chars: int, max_len: int) -> None:
-    rng = random.Random(block_chars)
-    data = rng.randbytes(max_len)
-    for n in _lengths(block_chars, max_len, rng):
-        seed = rng.getrandbits(64)
-        expected = _reference_hashes(data[:n], seed, block_chars, grow=False)
-        assert hash_fixed_blocks(data[:n], seed, block_chars) == expected, n
+        expected = _reference_hashes(data[:n], seed, block_chars, grow=grow)
+        assert function(data[:n], seed, block_chars) == expected, n
 
 
 class _Huge(bytes):
