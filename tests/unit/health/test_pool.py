@@ -167,15 +167,19 @@ def test_assigning_a_snapshot_field_gives_a_fresh_snapshot(field: str, value: ob
     setattr(backend, field, value)
     fresh = pool.snapshots()[0]
     assert fresh is not first
-    assert fresh == backend.snapshot(0.0) == EndpointSnapshot(
-        id="a:1",
-        url="http://a:1",
-        models=backend.models,
-        health=Health.UNKNOWN,
-        engine=backend.spec.engine,
-        metrics=backend.metrics,
-        in_flight=backend.in_flight,
-        pending_prefill_tokens=backend.pending_prefill_tokens,
+    assert (
+        fresh
+        == backend.snapshot(0.0)
+        == EndpointSnapshot(
+            id="a:1",
+            url="http://a:1",
+            models=backend.models,
+            health=Health.UNKNOWN,
+            engine=backend.spec.engine,
+            metrics=backend.metrics,
+            in_flight=backend.in_flight,
+            pending_prefill_tokens=backend.pending_prefill_tokens,
+        )
     )
     backend.scrape_errors += 1  # not part of a snapshot: the snapshot is kept
     assert pool.snapshots()[0] is fresh
