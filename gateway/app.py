@@ -43,7 +43,7 @@ from gateway.errors import (
 )
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
-from gateway.prefix import DEFAULT_BLOCK_TOKENS, PrefixTracker
+from gateway.prefix import PrefixTracker
 from gateway.probe_transport import ProbeClient
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
@@ -54,12 +54,9 @@ from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
 from health.state import HealthPolicy
-from routing.registry import PluginError, PluginRegistry
-from scoring.builtin import register_builtins
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import build_scheduler
-from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from routing.registry import PluginError
+from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
+from scoring.stack import build_routing_stack
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
@@ -77,19 +74,18 @@ class _Runtime:
 class GatewayApp:
     """The ASGI callable. Create with `build_app`; serve with uvicorn (lifespan on)."""
 
-    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: GatewayConfig,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ):
         self.config = config
         self.clock = clock
         self.metrics = GatewayMetrics()
-        self.prefix_index = PrefixIndex()
-        registry = PluginRegistry()
-        register_builtins(registry)
-        t = config.routing.ttft
-        self.ttft_model = OnlineTtftModel(
-            TtftCoefficients(t.overhead_s, t.prefill_token_s), t.decay
-        )
-        register_stateful_plugins(registry, self.prefix_index, self.ttft_model)
-        self.scheduler = build_scheduler(config.routing, registry, clock, random.Random())
+        stack = build_routing_stack(config.routing, clock, rng or random.Random())
+        self.prefix_index, self.ttft_model = stack.index, stack.ttft_model
+        self.scheduler = stack.scheduler
         h = config.health
         self.pool = BackendPool(
             (
@@ -106,9 +102,7 @@ class GatewayApp:
             clock,
             stale_after_s=h.metrics_stale_after_s,
         )
-        self.prefix = PrefixTracker(
-            config.routing.prefix, self.prefix_index, self.ttft_model if t.learn else None
-        )
+        self.prefix = PrefixTracker(stack.feed)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
         self._runtime: _Runtime | None = None

@@ -18,11 +18,12 @@ from gateway.errors import GatewayError, UpstreamError
 from gateway.http1 import HttpClientError
 from gateway.metrics import GatewayMetrics
 from gateway.output_tokens import OutputTokenCounter
-from gateway.prefix import Dispatch, PrefixTracker
+from gateway.prefix import PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
 from gateway.upstream_client import UpstreamClient, UpstreamResponse
 from health.pool import Backend, BackendPool
+from scoring.prefix_feed import Dispatch
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,9 @@ class Proxy:
         raise last_error
 
     async def _relay(
-        self, dispatch: Dispatch, resp: UpstreamResponse, send: Send, rec: RequestRecord
+        self, dispatch: Dispatch[Backend], resp: UpstreamResponse, send: Send, rec: RequestRecord
     ) -> None:
-        backend = dispatch.backend
+        backend = dispatch.endpoint
         is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
         extra = [
             (b"x-request-id", rec.request_id.encode()),
@@ -176,15 +177,15 @@ class Proxy:
         else:
             backend.state.record_upstream_success()
 
-    def _begin(self, backend: Backend, route: Route) -> Dispatch:
+    def _begin(self, backend: Backend, route: Route) -> Dispatch[Backend]:
         dispatch = self._prefix.dispatch(backend, route.request, self._clock())
         backend.in_flight += 1
         backend.dispatched += 1
         return dispatch
 
-    def _end(self, dispatch: Dispatch) -> None:
+    def _end(self, dispatch: Dispatch[Backend]) -> None:
         self._prefix.first_token(dispatch, None)  # settles the prefill count if not yet done
-        backend = dispatch.backend
+        backend = dispatch.endpoint
         backend.in_flight -= 1
 
     def _failed(self, backend: Backend, err: UpstreamError) -> None:

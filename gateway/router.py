@@ -43,19 +43,10 @@ class RequestRouter:
         self.prefix = prefix
 
     def route(self, req: InferenceRequest, headers: Mapping[str, str], request_id: str) -> Route:
+        """Hash `req`'s prompt and decide where it goes."""
         policy = self._policy(headers)
         endpoints = self._pool.snapshots()
-        model, healthy = req.model, Health.HEALTHY
-        candidates = [e for e in endpoints if model in e.models and e.health is healthy]
-        excluded: dict[str, str] = {}
-        if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
-            for e in endpoints:
-                if model not in e.models:
-                    excluded[e.id] = "model not served"
-                elif e.health is not healthy:
-                    excluded[e.id] = e.health.value
-        if not candidates:
-            self._raise_unroutable(model, endpoints)
+        candidates, excluded = self._candidates(req.model, endpoints)
         block_chars = self.prefix.block_chars(endpoints)
         hashes, prompt_tokens = self.prefix.hashes(req, block_chars)
         rreq = RoutingRequest(
@@ -69,6 +60,39 @@ class RequestRouter:
             stream=req.stream,
             headers=MappingProxyType({h: headers[h] for h in _ROUTING_HEADERS if h in headers}),
         )
+        return self._decide(rreq, policy, endpoints, candidates, excluded)
+
+    def route_hashed(self, rreq: RoutingRequest, policy: str | None = None) -> Route:
+        """Decide for a request whose prefix hashes are already cut (as the simulator cuts
+        them from a trace): the same decision path as `route`, after hashing."""
+        endpoints = self._pool.snapshots()
+        candidates, excluded = self._candidates(rreq.model, endpoints)
+        return self._decide(rreq, policy, endpoints, candidates, excluded)
+
+    def _candidates(
+        self, model: str, endpoints: tuple[EndpointSnapshot, ...]
+    ) -> tuple[list[EndpointSnapshot], dict[str, str]]:
+        healthy = Health.HEALTHY
+        candidates = [e for e in endpoints if model in e.models and e.health is healthy]
+        excluded: dict[str, str] = {}
+        if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
+            for e in endpoints:
+                if model not in e.models:
+                    excluded[e.id] = "model not served"
+                elif e.health is not healthy:
+                    excluded[e.id] = e.health.value
+        if not candidates:
+            self._raise_unroutable(model, endpoints)
+        return candidates, excluded
+
+    def _decide(
+        self,
+        rreq: RoutingRequest,
+        policy: str | None,
+        endpoints: tuple[EndpointSnapshot, ...],
+        candidates: list[EndpointSnapshot],
+        excluded: dict[str, str],
+    ) -> Route:
         try:
             decision = self._scheduler.schedule(rreq, candidates, profile=policy)
         except UnknownProfileError:
@@ -79,7 +103,7 @@ class RequestRouter:
         if not decision.ranked:
             reasons = ", ".join(f"{k}: {v}" for k, v in sorted(decision.filtered_out.items()))
             raise NoHealthyBackendError(
-                f"no backend for model {req.model!r} passed the filters ({reasons})"
+                f"no backend for model {rreq.model!r} passed the filters ({reasons})"
             )
         return Route(rreq, decision, endpoints, MappingProxyType(excluded))
 

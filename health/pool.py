@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from health.state import HealthPolicy, HealthState
-from routing.types import EndpointSnapshot, EngineMetrics, Health
+from routing.types import EndpointSnapshot, EngineMetrics, Health, metrics_fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +79,11 @@ class Backend:
             and now >= self._snap_at  # an injected clock may be set back
             and stale_after_s == self._snap_stale
             and snap.health is self.state.health(now)
-            and (
-                (m := snap.metrics) is None
-                or stale_after_s is None
-                or not now - m.scraped_at > stale_after_s
-            )
+            and ((m := snap.metrics) is None or metrics_fresh(m.scraped_at, now, stale_after_s))
         ):
             return snap
         metrics = self.metrics
-        if (
-            metrics is not None
-            and stale_after_s is not None
-            and now - metrics.scraped_at > stale_after_s
-        ):
+        if metrics is not None and not metrics_fresh(metrics.scraped_at, now, stale_after_s):
             metrics = None
         snap = EndpointSnapshot(
             id=self.spec.id,

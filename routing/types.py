@@ -45,6 +45,12 @@ class EngineMetrics:
     max_loras: int | None = None
 
 
+def metrics_fresh(scraped_at: float, now: float, stale_after_s: float | None) -> bool:
+    """The one staleness rule: metrics scraped more than `stale_after_s` before `now` count
+    as unknown (None: they never go stale). The gateway's pool and the simulator apply it."""
+    return stale_after_s is None or not now - scraped_at > stale_after_s
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointSnapshot:
     """One replica at one instant, as the scheduler sees it."""

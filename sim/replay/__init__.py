@@ -2,7 +2,7 @@
 
 - `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing)
 - `replica`: one engine model on the clock, and what a metrics scrape of it reads
-- `feed`: the gateway's prefix-index and TTFT-model bookkeeping; the oracle's index
+- `oracle_index`: the oracle's prefix index, read from the engines' KV caches
 - `blocks`: a trace request as engine block hashes and as routing prefix hashes
 - `events`, `outcomes`: the event heap; what a replay keeps (per request, ITL, timeline)
 - `settings`: fleet, signals and SLO, read from the gateway's config file

@@ -1,9 +1,9 @@
 """What one replay needs besides the trace: fleet, engine profile, gateway signals, SLO.
 
-`load_config` reads the gateway's own YAML file: its `routing:` section (validated by the
-same `RoutingSection` schema the gateway uses) and, from `health:`, the two settings that
-shape what routing sees, `scrape_interval_s` and `metrics_stale_after_s`. Other sections
-are the gateway's business and are ignored here.
+`load_config` reads the gateway's own YAML file with the gateway's own schema and loader
+(`scoring.config`): its `routing:` section and, from `health:`, the two settings that shape
+what routing sees, `scrape_interval_s` and `metrics_stale_after_s` (their defaults are the
+gateway's). Other sections are validated but are the gateway's business.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from scoring.config import HealthSection
+from scoring.config import load_config as load_gateway_config
 from scoring.profiles import RoutingSection
 
+_HEALTH = HealthSection()  # the gateway's defaults for the scrape cadence and staleness
 ORACLE = "oracle"
 ORACLE_PROFILE = "prefix-aware"
 
@@ -27,8 +27,8 @@ class SimSettings:
 
     replicas: int = 8
     routing: RoutingSection = field(default_factory=RoutingSection)
-    scrape_interval_s: float = 0.05  # the gateway's health.scrape_interval_s
-    stale_after_s: float = 0.2  # health.metrics_stale_after_s: older metrics are unknown
+    scrape_interval_s: float = _HEALTH.scrape_interval_s
+    stale_after_s: float = _HEALTH.metrics_stale_after_s  # older metrics are unknown
     slo_ttft_s: float = 2.0
     slo_itl_s: float = 0.1  # bound on a request's mean inter-token latency
     seed: int = 0
@@ -61,37 +61,16 @@ class PolicySpec:
 
 
 def load_config(path: str | Path | None) -> dict[str, Any]:
-    """SimSettings keyword arguments from the gateway's config file (empty without one)."""
+    """SimSettings keyword arguments from the gateway's config file (empty without one).
+
+    The file is validated whole by the gateway's own schema (`scoring.config`); the
+    simulator takes `routing:` and the two `health:` settings that shape what routing sees.
+    """
     if path is None:
         return {}
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the config: {exc}") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    out: dict[str, Any] = {}
-    try:
-        out["routing"] = RoutingSection.model_validate(raw.get("routing") or {})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(['routing', *(str(p) for p in err['loc'])])}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ValueError(f"{path}: {problems}") from None
-    health = raw.get("health") or {}
-    if not isinstance(health, dict):
-        raise ValueError(f"{path}: health: expected a mapping")
-    for key, target in (
-        ("scrape_interval_s", "scrape_interval_s"),
-        ("metrics_stale_after_s", "stale_after_s"),
-    ):
-        if key in health:
-            value = health[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"{path}: health.{key}: expected a number > 0, got {value!r}")
-            out[target] = float(value)
-    return out
+    config = load_gateway_config(path)
+    return {
+        "routing": config.routing,
+        "scrape_interval_s": config.health.scrape_interval_s,
+        "stale_after_s": config.health.metrics_stale_after_s,
+    }

@@ -2,14 +2,19 @@
 
 One virtual clock and one event heap (`events`): trace arrivals, and per replica the start
 and end of its engine's steps or fast-forwarded decode runs (`replica`). Each arrival is
-routed by a `routing.Scheduler` built by `scoring.profiles.build_scheduler` from the same
+routed by the routing stack `scoring.stack.build_routing_stack` builds from the same
 `routing:` section the gateway reads, with the same plugins, so the decision code is the
 gateway's own. What the scheduler sees is what a live gateway would see:
 
 - engine metrics from the last scrape (every `scrape_interval_s`, each replica at its own
-  phase), unknown once older than `stale_after_s` (as `health.pool` drops them);
+  phase), unknown once older than `stale_after_s` (`routing.types.metrics_fresh`, the rule
+  `health.pool` applies);
 - the gateway's own in-flight counts and pending prefill, updated at once;
-- the prefix index and TTFT model, fed at dispatch and first token (`feed`).
+- the prefix index and TTFT model, fed at dispatch and first token by the gateway's own
+  `scoring.prefix_feed.PrefixFeed`.
+
+An optional `ReplayObserver` sees every decision (with each replica's last scrape), first
+token and completion: enough to drive the gateway's path through the same sequence.
 
 Policy `oracle` (or `oracle:<profile>`) runs a profile with perfect signals instead: metrics
 read at the decision instant and prefix matches from the engines' real KV caches (each
@@ -30,19 +35,17 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Protocol
 
 from routing import PluginRegistry
-from routing.types import EndpointSnapshot, RoutingRequest
-from scoring.builtin import register_builtins
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import build_scheduler
-from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
+from scoring.prefix_feed import Dispatch, kv_tokens
+from scoring.stack import build_routing_stack
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.events import EventQueue, Kind
-from sim.replay.feed import Dispatch, EngineCacheIndex, PrefixFeed
+from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
 from sim.replay.replica import Segment, SimReplica
 from sim.replay.settings import PolicySpec, SimSettings
@@ -52,13 +55,31 @@ DEFAULT_MODEL = "sim"
 Progress = Callable[[float, int, int], None]  # (virtual time, requests done, total)
 
 
+class ReplayObserver(Protocol):
+    """Sees the gateway-facing events of a replay, in order (for differential tests)."""
+
+    def decided(
+        self,
+        now: float,
+        request: RoutingRequest,
+        snapshots: Sequence[EndpointSnapshot],
+        scraped: Sequence[EngineMetrics | None],
+        decision: Decision,
+    ) -> None:
+        """`request` was routed; `scraped`: each replica's last scrape, stale or not."""
+
+    def first_token(self, now: float, request_id: str) -> None: ...
+
+    def finished(self, now: float, request_id: str) -> None: ...
+
+
 @dataclass(slots=True)
 class _Live:
     """A request between its arrival and its last token."""
 
     replica: int
     arrival: float
-    dispatch: Dispatch
+    dispatch: Dispatch[SimReplica]
     output_tokens: int
     first_at: float = math.nan
     last_at: float = math.nan
@@ -97,6 +118,7 @@ class Replay:
         register: Callable[[PluginRegistry], None] | None = None,
         progress: Progress | None = None,
         progress_every: int = 4096,
+        observer: ReplayObserver | None = None,
     ) -> None:
         if any(a.arrival_s > b.arrival_s for a, b in pairwise(trace)):
             raise ValueError("the trace must be in arrival order")
@@ -106,6 +128,7 @@ class Replay:
         self._settings = settings
         self._progress = progress
         self._progress_every = progress_every
+        self._observer = observer
         rng = random.Random(settings.seed)
         self.replicas = [
             SimReplica(
@@ -118,22 +141,17 @@ class Replay:
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
         self._shown: list[EndpointSnapshot | None] = [None] * len(self.replicas)
         section = settings.routing
-        prior = TtftCoefficients(section.ttft.overhead_s, section.ttft.prefill_token_s)
-        ttft_model = OnlineTtftModel(prior, section.ttft.decay)
         self._oracle_index: EngineCacheIndex | None = None
-        index = PrefixIndex()
         if self._spec.oracle:
-            index = self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
-        registry = PluginRegistry()
-        register_builtins(registry)
-        register_stateful_plugins(registry, index, ttft_model)
-        if register is not None:
-            register(registry)
-        self._scheduler = build_scheduler(section, registry, self._clock, rng)
+            self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
+        self.stack = build_routing_stack(
+            section, self._clock, rng, index=self._oracle_index, register=register
+        )
+        self._scheduler = self.stack.scheduler
         if self._spec.profile not in self._scheduler.profiles:
             known = ", ".join(sorted(self._scheduler.profiles))
             raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
-        self._feed = PrefixFeed(section.prefix, index, ttft_model if section.ttft.learn else None)
+        self._feed = self.stack.feed
         self._cpt = section.prefix.chars_per_token
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
@@ -219,14 +237,20 @@ class Replay:
                 request.input_tokens,
                 request.block_tokens,
             )
-        decision = self._scheduler.schedule(
-            routing_request, self._snapshots(routing_request.model), profile=self._spec.profile
-        )
+        snapshots = self._snapshots(routing_request.model)
+        decision = self._scheduler.schedule(routing_request, snapshots, profile=self._spec.profile)
         assert decision.target is not None  # filters fail open; every replica is healthy
+        if self._observer is not None:
+            self._observer.decided(self.now, routing_request, snapshots, self._scraped(), decision)
         position = self._position[decision.target]
         replica = self.replicas[position]
+        config = replica.engine.config
+        known = self._last_scrape(replica) is not None
         dispatch = self._feed.dispatch(
-            replica, routing_request, self.now, self._last_scrape(replica) is not None
+            replica,
+            routing_request,
+            self.now,
+            kv_tokens(config.num_blocks, config.block_size) if known else None,
         )
         replica.in_flight += 1
         replica.dispatched += 1
@@ -288,6 +312,14 @@ class Replay:
             return None
         return phase + math.floor((self.now - phase) / interval) * interval
 
+    def _scraped(self) -> list[EngineMetrics | None]:
+        """Each replica's metrics as last scraped, however old."""
+        out: list[EngineMetrics | None] = []
+        for replica in self.replicas:
+            scraped = self._last_scrape(replica)
+            out.append(None if scraped is None else replica.metrics_at(scraped))
+        return out
+
     def _snapshots(self, model: str) -> list[EndpointSnapshot]:
         models = frozenset((model,))
         stale_after = self._settings.stale_after_s
@@ -300,7 +332,7 @@ class Replay:
             scraped = self._last_scrape(replica)
             if self._spec.oracle:
                 metrics = replica.metrics_at(now)
-            elif scraped is None or now - scraped > stale_after:
+            elif scraped is None or not metrics_fresh(scraped, now, stale_after):
                 metrics = None
             else:
                 metrics = replica.metrics_at(scraped)
@@ -339,6 +371,8 @@ class Replay:
                 if token.index == 0:
                     request.first_at = now
                     self._feed.first_token(request.dispatch, now - request.dispatch.at)
+                    if self._observer is not None:
+                        self._observer.first_token(now, token.request_id)
                 else:
                     self._itl.add(now - request.last_at)
                 request.last_at = now
@@ -367,6 +401,8 @@ class Replay:
         replica = self.replicas[request.replica]
         replica.in_flight -= 1
         self._feed.first_token(request.dispatch, None)
+        if self._observer is not None:
+            self._observer.finished(now, rid)
         n = request.output_tokens
         itl = (now - request.first_at) / (n - 1) if n > 1 else math.nan
         self._log.add(

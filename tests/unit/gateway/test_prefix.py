@@ -10,6 +10,7 @@ from gateway.prompt_bytes import prompt_bytes
 from health.pool import Backend, BackendSpec
 from health.state import HealthPolicy, HealthState
 from routing.types import EndpointSnapshot, EngineMetrics, RoutingRequest
+from scoring.prefix_feed import PrefixFeed
 from scoring.prefix_hash import hash_blocks, prefix_seed
 from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 from scoring.profiles import PrefixSection
@@ -29,7 +30,7 @@ class RecordingModel(OnlineTtftModel):
 
 
 def _tracker(model: OnlineTtftModel | None = None, **section: Any) -> PrefixTracker:
-    return PrefixTracker(PrefixSection(**section), PrefixIndex(), model)
+    return PrefixTracker(PrefixFeed(PrefixSection(**section), PrefixIndex(), model))
 
 
 def _backend(backend_id: str = "a", **metrics: Any) -> Backend:
@@ -103,7 +104,7 @@ def test_dispatch_counts_uncached_prefill_and_teaches_the_index() -> None:
     backend.pending_prefill_tokens = 100
     req = _routing(tracker)
     first = tracker.dispatch(backend, req, NOW)
-    assert first.backend is backend and first.at == NOW and not first.settled
+    assert first.endpoint is backend and first.at == NOW and not first.settled
     assert (first.uncached_tokens, first.work_tokens) == (
         req.token_estimate,
         req.token_estimate + 100,

@@ -31,7 +31,7 @@ def test_the_gateway_config_file_gives_routing_and_scrape_settings(tmp_path: Pat
         ("routing: {policy: nowhere}\n", "routing: .*nowhere"),
         ("routing: {profiles: {x: {picker: {type: p}, bogus: 1}}}\n", "bogus"),
         ("health: {scrape_interval_s: -1}\n", "health.scrape_interval_s"),
-        ("- a list\n", "mapping"),
+        ("- a list\n", "valid dictionary"),
     ],
 )
 def test_a_bad_config_names_the_field(tmp_path: Path, text: str, message: str) -> None:

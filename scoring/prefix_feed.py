@@ -1,0 +1,144 @@
+"""The prefix feed: what the gateway and the simulator both do around each routing decision.
+
+It owns the bookkeeping that outlives a request, and is the one place that feeds it:
+
+- `dispatch` — a request goes to an endpoint: its predicted uncached prompt tokens
+  (prompt estimate minus the blocks the index says the endpoint holds, in tokens) are added
+  to the endpoint's pending prefill, and its routing blocks are recorded in the `PrefixIndex`
+  for that endpoint, whose capacity follows the endpoint's KV size
+  (`num_blocks × block_size × chars_per_token ÷ block_chars` routing blocks, or the
+  configured `capacity_blocks`);
+- `first_token` — the endpoint answered: the pending prefill is taken off again and the TTFT
+  (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
+  `work_tokens` counts the request's own uncached tokens plus the prefill queued before it;
+- `forget` — an endpoint went away: the index drops what it held;
+- `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
+  where `block_tokens` is configured or follows the engines' KV block size (the smallest
+  reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
+  index starts over.
+
+The endpoint is anything with an `id` and a mutable `pending_prefill_tokens` (the gateway's
+`health.pool.Backend`, the simulator's `SimReplica`). Pure and synchronous: the caller passes
+the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from routing.types import EndpointSnapshot, RoutingRequest
+from scoring.prefix_hash import covered_chars
+from scoring.prefix_index import PrefixIndex
+from scoring.profiles import PrefixSection
+from scoring.ttft_model import OnlineTtftModel
+
+DEFAULT_BLOCK_TOKENS = 16  # vLLM's default KV block size, until an engine reports its own
+
+
+class FeedTarget(Protocol):
+    """An endpoint as the feed sees it: its id and the gateway's pending-prefill count."""
+
+    @property
+    def id(self) -> str: ...
+
+    pending_prefill_tokens: int
+
+
+E = TypeVar("E", bound=FeedTarget)
+
+
+@dataclass(slots=True)
+class Dispatch(Generic[E]):
+    """One request sent to one endpoint, as far as prefill accounting goes."""
+
+    endpoint: E
+    at: float  # when it was sent (the caller's clock)
+    uncached_tokens: int  # predicted at dispatch
+    work_tokens: int  # its own plus the endpoint's earlier pending prefill
+    settled: bool = False
+
+
+def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:
+    """An engine's KV capacity in tokens, if it reported both numbers."""
+    return num_blocks * block_size if num_blocks and block_size else None
+
+
+class PrefixFeed:
+    """Feeds the prefix index and the TTFT model from dispatches and first tokens."""
+
+    def __init__(
+        self,
+        section: PrefixSection,
+        index: PrefixIndex,
+        ttft_model: OnlineTtftModel | None = None,
+    ) -> None:
+        self._section = section
+        self.index = index
+        self._ttft_model = ttft_model  # None: do not learn
+        self._block_chars = self._chars(section.block_tokens or DEFAULT_BLOCK_TOKENS)
+
+    def _chars(self, tokens: int) -> int:
+        return max(1, round(tokens * self._section.chars_per_token))
+
+    @property
+    def chars_per_token(self) -> float:
+        return self._section.chars_per_token
+
+    def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
+        """The routing block size in bytes, following the engines' block size if unset."""
+        if self._section.block_tokens is None:
+            sizes = {
+                size for e in endpoints if (m := e.metrics) is not None and (size := m.block_size)
+            }
+            if sizes:
+                chars = self._chars(min(sizes))
+                if chars != self._block_chars:
+                    self.index.clear()
+                    self._block_chars = chars
+        return self._block_chars
+
+    def dispatch(
+        self, endpoint: E, request: RoutingRequest, now: float, kv_tokens: int | None
+    ) -> Dispatch[E]:
+        """`request` goes to `endpoint` at `now`; `kv_tokens`: the endpoint's KV capacity in
+        tokens as last scraped (None: not known yet)."""
+        hashes = request.prefix_hashes
+        block_chars = request.prefix_block_chars
+        matched = self.index.match(hashes, (endpoint.id,))[endpoint.id] if hashes else 0
+        cached = covered_chars(matched, block_chars) / self._section.chars_per_token
+        uncached = max(0, int(request.token_estimate - cached))
+        work = uncached + endpoint.pending_prefill_tokens
+        endpoint.pending_prefill_tokens += uncached
+        if hashes:
+            self._record(endpoint.id, hashes, block_chars, kv_tokens)
+        return Dispatch(endpoint, now, uncached, work)
+
+    def first_token(self, d: Dispatch[Any], ttft_s: float | None) -> None:
+        """The endpoint answered (`ttft_s` measured from dispatch when known): its prefill
+        for this request is done. Settling twice is a no-op."""
+        if d.settled:
+            return
+        d.settled = True
+        d.endpoint.pending_prefill_tokens -= d.uncached_tokens
+        if ttft_s is not None and self._ttft_model is not None:
+            self._ttft_model.observe(d.endpoint.id, d.work_tokens, ttft_s)
+
+    def forget(self, endpoint_id: str) -> None:
+        self.index.remove_replica(endpoint_id)
+
+    def _record(
+        self, endpoint_id: str, hashes: Sequence[int], block_chars: int, kv_tokens: int | None
+    ) -> None:
+        section = self._section
+        if section.capacity_blocks is not None:
+            # Configured in blocks of the feed's own size; the hashes may be cut finer.
+            capacity: int | None = int(section.capacity_blocks * self._block_chars // block_chars)
+        elif kv_tokens is not None:
+            capacity = int(kv_tokens * section.chars_per_token // block_chars)
+        else:
+            capacity = None
+        if capacity is not None and capacity != self.index.capacity(endpoint_id):
+            self.index.set_capacity(endpoint_id, capacity)
+        self.index.record(endpoint_id, hashes)
