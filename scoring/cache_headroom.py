@@ -10,16 +10,14 @@ new prefix where there is room spreads distinct prefixes over the pool, which is
 balance and a better hit rate later. With a small weight it only decides near-ties: a real
 prefix match outweighs it.
 
-Parameters: none (the index is injected by the factory).
+Parameters: none (the index is injected at registration).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
-from scoring.params import check_plugin_args
 from scoring.prefix_index import PrefixIndex
 
 
@@ -29,11 +27,6 @@ class CacheHeadroomScorer:
     def __init__(self, name: str, index: PrefixIndex) -> None:
         self.name = name
         self._index = index
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any], index: PrefixIndex) -> Self:
-        check_plugin_args(name, params)
-        return cls(name, index)
 
     def score(
         self,

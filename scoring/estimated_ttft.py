@@ -12,19 +12,20 @@ learned each endpoint's line from observed TTFTs). So a replica holding the pref
 exactly while its queue costs less than recomputing the prompt elsewhere, with no ad-hoc
 weights. Queued work the gateway did not send itself (other gateway replicas) is not seen.
 
-Parameters: `chars_per_token` (default 4.0). The prior coefficients are the model's.
+Parameters: `chars_per_token` (> 0, default 4.0). The prior coefficients are the model's.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from operator import truediv
-from typing import Any, Self
+from typing import Annotated
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
-from scoring.params import check_plugin_args
+from routing.params import Bounds
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel
@@ -33,20 +34,20 @@ from scoring.ttft_model import OnlineTtftModel
 class EstimatedTtftScorer:
     """Scores endpoints by predicted time to first token (lower is better)."""
 
+    @dataclass(frozen=True, slots=True)
+    class Params:
+        """An `estimated-ttft-scorer`'s config `params` (stated in the module docstring)."""
+
+        chars_per_token: Annotated[float, Bounds(gt=0.0)] = 4.0
+
     def __init__(self, name: str, index: PrefixIndex, model: OnlineTtftModel,
-                 chars_per_token: float = 4.0) -> None:  # fmt: skip
-        if chars_per_token <= 0:
+                 params: Params = Params()) -> None:  # fmt: skip
+        if params.chars_per_token <= 0:
             raise ValueError("chars_per_token must be > 0")
         self.name = name
         self._index = index
         self._model = model
-        self._cpt = chars_per_token
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any], index: PrefixIndex,
-                    model: OnlineTtftModel) -> Self:  # fmt: skip
-        check_plugin_args(name, params, ("chars_per_token",))
-        return cls(name, index, model, float(params.get("chars_per_token", 4.0)))
+        self._cpt = params.chars_per_token
 
     def estimate(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot]
                  ) -> dict[str, float]:  # fmt: skip

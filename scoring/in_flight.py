@@ -14,10 +14,8 @@ Parameters: none.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
-from scoring.params import check_plugin_args
 
 
 class InFlightScorer:
@@ -25,11 +23,6 @@ class InFlightScorer:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def score(
         self,

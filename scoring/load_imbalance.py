@@ -41,14 +41,12 @@ engines (CPU, a small `max_num_seqs`) lower it, or the filter will rarely act.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args, number_param
-
-DEFAULT_ABS_THRESHOLD = 64.0
-DEFAULT_REL_THRESHOLD = 1.5
+from routing.params import Bounds
 
 
 def load(endpoint: EndpointSnapshot) -> int:
@@ -61,24 +59,17 @@ def load(endpoint: EndpointSnapshot) -> int:
 class LoadImbalanceFilter:
     """Drops candidates loaded far above the least-loaded one (SGLang's balance gate)."""
 
-    def __init__(
-        self,
-        name: str,
-        abs_threshold: float = DEFAULT_ABS_THRESHOLD,
-        rel_threshold: float = DEFAULT_REL_THRESHOLD,
-    ) -> None:
-        self.name = name
-        self.abs_threshold = abs_threshold
-        self.rel_threshold = rel_threshold
+    @dataclass(frozen=True, slots=True)
+    class Params:
+        """A `load-imbalance-filter`'s config `params` (stated in the module docstring)."""
 
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params, accepted=("abs_threshold", "rel_threshold"))
-        return cls(
-            name,
-            abs_threshold=number_param(params, "abs_threshold", DEFAULT_ABS_THRESHOLD, ge=0.0),
-            rel_threshold=number_param(params, "rel_threshold", DEFAULT_REL_THRESHOLD, ge=1.0),
-        )
+        abs_threshold: Annotated[float, Bounds(ge=0.0)] = 64.0
+        rel_threshold: Annotated[float, Bounds(ge=1.0)] = 1.5
+
+    def __init__(self, name: str, params: Params = Params()) -> None:
+        self.name = name
+        self.abs_threshold = params.abs_threshold
+        self.rel_threshold = params.rel_threshold
 
     def filter(
         self,

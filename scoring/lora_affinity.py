@@ -22,10 +22,8 @@ Parameters: none.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args
 from scoring.unknown_metrics import fill_unknown
 
 LOADED = 1.0
@@ -50,11 +48,6 @@ class LoraAffinityScorer:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def score(
         self,

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from operator import gt, neg, sub
-from typing import Any, Self
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext, ScoreTable
-from scoring.params import check_plugin_args
 
 TIE_TOLERANCE = 1e-9
 
@@ -86,11 +84,6 @@ class MaxScorePicker:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def pick(
         self,

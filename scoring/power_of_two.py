@@ -15,12 +15,10 @@ Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext
 from scoring.max_score import rank_by_total
-from scoring.params import check_plugin_args
 
 
 class PowerOfTwoPicker:
@@ -28,11 +26,6 @@ class PowerOfTwoPicker:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def pick(
         self,

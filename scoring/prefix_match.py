@@ -9,16 +9,14 @@ blocks the `PrefixIndex` holds for endpoint e,
 hashes scores 0 everywhere (neutral). The index is built by the composition root and fed from
 routing decisions; this scorer only reads it.
 
-Parameters: none (the index is injected by the factory).
+Parameters: none (the index is injected at registration).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
-from scoring.params import check_plugin_args
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
 
@@ -29,11 +27,6 @@ class PrefixMatchScorer:
     def __init__(self, name: str, index: PrefixIndex) -> None:
         self.name = name
         self._index = index
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any], index: PrefixIndex) -> Self:
-        check_plugin_args(name, params)
-        return cls(name, index)
 
     def score(
         self,

@@ -9,11 +9,9 @@ Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args
 
 
 class RandomPicker:
@@ -21,11 +19,6 @@ class RandomPicker:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def pick(
         self,

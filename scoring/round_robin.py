@@ -15,11 +15,9 @@ changes, the counter is applied to the new set, which keeps the spread even over
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args
 
 
 class RoundRobinPicker:
@@ -28,11 +26,6 @@ class RoundRobinPicker:
     def __init__(self, name: str) -> None:
         self.name = name
         self._picks = 0
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def pick(
         self,

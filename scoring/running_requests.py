@@ -20,10 +20,8 @@ Parameters: none.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args
 from scoring.queue_depth import inverse_min_max
 from scoring.unknown_metrics import fill_unknown
 
@@ -33,11 +31,6 @@ class RunningRequestsScorer:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def score(
         self,

@@ -26,39 +26,28 @@ default 0.8).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args, number_param
-
-DEFAULT_QUEUE_THRESHOLD = 5.0
-DEFAULT_KV_THRESHOLD = 0.8
+from routing.params import Bounds
 
 
 class SaturationFilter:
     """Removes endpoints whose waiting queue or KV usage is over its threshold."""
 
-    def __init__(
-        self,
-        name: str,
-        queue_threshold: float = DEFAULT_QUEUE_THRESHOLD,
-        kv_threshold: float = DEFAULT_KV_THRESHOLD,
-    ) -> None:
-        self.name = name
-        self.queue_threshold = queue_threshold
-        self.kv_threshold = kv_threshold
+    @dataclass(frozen=True, slots=True)
+    class Params:
+        """A `saturation-filter`'s config `params` (stated in the module docstring)."""
 
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params, accepted=("queue_threshold", "kv_threshold"))
-        return cls(
-            name,
-            queue_threshold=number_param(
-                params, "queue_threshold", DEFAULT_QUEUE_THRESHOLD, ge=0.0
-            ),
-            kv_threshold=number_param(params, "kv_threshold", DEFAULT_KV_THRESHOLD, ge=0.0, le=1.0),
-        )
+        queue_threshold: Annotated[float, Bounds(ge=0.0)] = 5.0
+        kv_threshold: Annotated[float, Bounds(ge=0.0, le=1.0)] = 0.8
+
+    def __init__(self, name: str, params: Params = Params()) -> None:
+        self.name = name
+        self.queue_threshold = params.queue_threshold
+        self.kv_threshold = params.kv_threshold
 
     def filter(
         self,

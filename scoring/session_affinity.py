@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.params import check_plugin_args
 
 
 def rendezvous_weight(session_key: str, endpoint_id: str) -> int:
@@ -46,11 +44,6 @@ class SessionAffinityScorer:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params)
-        return cls(name)
 
     def score(
         self,

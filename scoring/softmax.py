@@ -28,29 +28,29 @@ Parameters: `temperature` (> 0, default 0.1).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext
+from routing.params import Bounds
 from scoring.max_score import TIE_TOLERANCE, rank_by_total
-from scoring.params import check_plugin_args, number_param
-
-DEFAULT_TEMPERATURE = 0.1
 
 
 class SoftmaxPicker:
     """Targets a candidate drawn by softmax over its scaled total; falls back by total."""
 
-    def __init__(self, name: str, temperature: float = DEFAULT_TEMPERATURE) -> None:
-        if not temperature > 0.0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        self.name = name
-        self.temperature = temperature
+    @dataclass(frozen=True, slots=True)
+    class Params:
+        """A `softmax-picker`'s config `params` (stated in the module docstring)."""
 
-    @classmethod
-    def from_params(cls, name: str, params: Mapping[str, Any]) -> Self:
-        check_plugin_args(name, params, accepted=("temperature",))
-        return cls(name, number_param(params, "temperature", DEFAULT_TEMPERATURE, gt=0.0))
+        temperature: Annotated[float, Bounds(gt=0.0)] = 0.1
+
+    def __init__(self, name: str, params: Params = Params()) -> None:
+        if not params.temperature > 0.0:
+            raise ValueError(f"temperature must be > 0, got {params.temperature!r}")
+        self.name = name
+        self.temperature = params.temperature
 
     def pick(
         self,

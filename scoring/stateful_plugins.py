@@ -18,15 +18,6 @@ from scoring.ttft_model import OnlineTtftModel
 def register_stateful_plugins(
     registry: PluginRegistry, index: PrefixIndex, ttft_model: OnlineTtftModel
 ) -> None:
-    registry.register_scorer(
-        "prefix-match-scorer",
-        lambda name, params: PrefixMatchScorer.from_params(name, params, index),
-    )
-    registry.register_scorer(
-        "cache-headroom-scorer",
-        lambda name, params: CacheHeadroomScorer.from_params(name, params, index),
-    )
-    registry.register_scorer(
-        "estimated-ttft-scorer",
-        lambda name, params: EstimatedTtftScorer.from_params(name, params, index, ttft_model),
-    )
+    registry.register_scorer("prefix-match-scorer", PrefixMatchScorer, deps=(index,))
+    registry.register_scorer("cache-headroom-scorer", CacheHeadroomScorer, deps=(index,))
+    registry.register_scorer("estimated-ttft-scorer", EstimatedTtftScorer, deps=(index, ttft_model))

@@ -1,4 +1,4 @@
-"""Small builders for scoring tests: endpoints, requests, scored lists and contexts."""
+"""Small builders for scoring tests: endpoints, requests, scored lists, contexts, registries."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ from routing import (
     EndpointScores,
     EndpointSnapshot,
     EngineMetrics,
+    PluginRegistry,
     RoutingRequest,
     SchedulingContext,
 )
+from scoring.builtin import register_builtins
+from scoring.prefix_index import PrefixIndex
+from scoring.stateful_plugins import register_stateful_plugins
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 def endpoint(endpoint_id: str, in_flight: int = 0) -> EndpointSnapshot:
@@ -41,3 +46,14 @@ def metered(endpoint_id: str, in_flight: int = 0, **fields: Any) -> EndpointSnap
     """An endpoint with engine metrics `fields` (EngineMetrics keywords), scraped at t=100."""
     metrics = EngineMetrics(scraped_at=100.0, **fields)
     return replace(endpoint(endpoint_id, in_flight), metrics=metrics)
+
+
+def registry(
+    index: PrefixIndex | None = None, ttft_model: OnlineTtftModel | None = None
+) -> PluginRegistry:
+    """Every built-in and stateful plugin, as the gateway registers them (fresh state if None)."""
+    built = PluginRegistry()
+    register_builtins(built)
+    ttft_model = ttft_model or OnlineTtftModel(TtftCoefficients(0.02, 2e-4))
+    register_stateful_plugins(built, index or PrefixIndex(), ttft_model)
+    return built

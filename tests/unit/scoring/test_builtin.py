@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import pytest
 
 from routing import PluginRegistry
 from routing.registry import PluginError
 from scoring.builtin import register_builtins
+from tests.unit.scoring.helpers import registry as full_registry
 
 EXPECTED = {
     "filters": ["load-imbalance-filter", "saturation-filter"],
@@ -44,28 +49,63 @@ def test_registering_twice_is_an_error() -> None:
         register_builtins(registry)
 
 
-@pytest.mark.parametrize("type_name", EXPECTED["filters"])
-def test_filter_factories_name_instances_and_reject_unknown_params(type_name: str) -> None:
-    registry = PluginRegistry()
-    register_builtins(registry)
-    assert registry.make_filter(type_name, "mine", {}).name == "mine"
-    with pytest.raises(PluginError, match=rf"filter '{type_name}': unknown parameter.*'bogus'"):
-        registry.make_filter(type_name, "mine", {"bogus": 1})
+# The parameters every plugin type declares, as `describe()` lists them. Changing one changes
+# what users' config files mean: update the plugin's docstring and the golden runs with it.
+DECLARED = {
+    "filters": {
+        "load-imbalance-filter": [
+            "abs_threshold: float, >= 0, default 64.0",
+            "rel_threshold: float, >= 1, default 1.5",
+        ],
+        "saturation-filter": [
+            "queue_threshold: float, >= 0, default 5.0",
+            "kv_threshold: float, >= 0 and <= 1, default 0.8",
+        ],
+    },
+    "scorers": {"estimated-ttft-scorer": ["chars_per_token: float, > 0, default 4.0"]},
+    "pickers": {"softmax-picker": ["temperature: float, > 0, default 0.1"]},
+}
 
 
-@pytest.mark.parametrize("type_name", EXPECTED["scorers"])
-def test_scorer_factories_name_instances_and_reject_unknown_params(type_name: str) -> None:
-    registry = PluginRegistry()
-    register_builtins(registry)
-    assert registry.make_scorer(type_name, "mine", {}).name == "mine"
-    with pytest.raises(PluginError, match=rf"scorer '{type_name}': unknown parameter.*'bogus'"):
-        registry.make_scorer(type_name, "mine", {"bogus": 1})
+def test_describe_lists_every_declared_parameter() -> None:
+    described = full_registry().describe()
+    listed = {
+        kind: {name: [str(spec) for spec in specs] for name, specs in types.items() if specs}
+        for kind, types in described.items()
+    }
+    assert listed == DECLARED
 
 
-@pytest.mark.parametrize("type_name", EXPECTED["pickers"])
-def test_picker_factories_name_instances_and_reject_unknown_params(type_name: str) -> None:
-    registry = PluginRegistry()
-    register_builtins(registry)
-    assert registry.make_picker(type_name, "mine", {}).name == "mine"
-    with pytest.raises(PluginError, match=rf"picker '{type_name}': unknown parameter.*'bogus'"):
-        registry.make_picker(type_name, "mine", {"bogus": 1})
+def _maker(kind: str) -> Callable[[str, str, Mapping[str, Any]], Any]:
+    plugins = full_registry()
+    return {
+        "filters": plugins.make_filter,
+        "scorers": plugins.make_scorer,
+        "pickers": plugins.make_picker,
+    }[kind]
+
+
+ALL_TYPES = [(kind, name) for kind, names in full_registry().types().items() for name in names]
+
+
+@pytest.mark.parametrize(("kind", "type_name"), ALL_TYPES)
+def test_every_type_names_its_instances_and_rejects_unknown_params(
+    kind: str, type_name: str
+) -> None:
+    assert _maker(kind)(type_name, "mine", {}).name == "mine"
+    singular = kind.removesuffix("s")
+    with pytest.raises(
+        PluginError, match=rf"^{singular} '{type_name}': unknown parameter.*'bogus'"
+    ):
+        _maker(kind)(type_name, "mine", {"bogus": 1})
+
+
+@pytest.mark.parametrize(("kind", "type_name"), ALL_TYPES)
+def test_each_plugin_docstring_states_its_type_and_parameters(kind: str, type_name: str) -> None:
+    doc = sys.modules[type(_maker(kind)(type_name, "x", {})).__module__].__doc__ or ""
+    assert doc.startswith(f"`{type_name}`: ")
+    specs = full_registry().describe()[kind][type_name]
+    if not specs:
+        assert "Parameters: none" in doc
+    for spec in specs:
+        assert f"`{spec.name}`" in doc and "Parameters:" in doc

@@ -26,8 +26,3 @@ def test_full_replica_scores_zero_and_fill_is_capped() -> None:
         RoutingRequest(model="m"), [endpoint("a")], context()
     )
     assert scores == {"a": 0.0}
-
-
-def test_rejects_params() -> None:
-    with pytest.raises(ValueError, match="unknown parameter"):
-        CacheHeadroomScorer.from_params("h", {"x": 1}, PrefixIndex())

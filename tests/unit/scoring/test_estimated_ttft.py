@@ -9,7 +9,7 @@ from scoring.estimated_ttft import EstimatedTtftScorer
 from scoring.prefix_hash import hash_blocks, prefix_seed
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
-from tests.unit.scoring.helpers import context, endpoint
+from tests.unit.scoring.helpers import context, endpoint, registry
 
 BLOCK = 64
 PROMPT = bytes(100 * BLOCK)  # 100 base blocks, 1,600 tokens at 4 bytes a token
@@ -123,17 +123,26 @@ def test_zero_estimates_score_one() -> None:
 def test_chars_per_token_converts_the_cached_prefix() -> None:
     index = _warm_index()
     model = OnlineTtftModel(PRIOR)
-    scorer = EstimatedTtftScorer.from_params("ttft", {"chars_per_token": 8}, index, model)
+    scorer = registry(index, model).make_scorer(
+        "estimated-ttft-scorer", "t", {"chars_per_token": 8}
+    )
+    assert isinstance(scorer, EstimatedTtftScorer)
     # 50 blocks of 64 bytes at 8 bytes a token: 400 cached tokens of the 1,600 estimated.
     assert scorer.estimate(REQUEST, [endpoint("half")]) == {
         "half": pytest.approx(0.02 + 1_200 * 1e-3)
     }
 
 
-def test_factory_checks_params() -> None:
-    index, model = PrefixIndex(), OnlineTtftModel(PRIOR)
-    assert EstimatedTtftScorer.from_params("t", {}, index, model).name == "t"
+def test_registry_checks_params() -> None:
+    plugins = registry()
+    assert plugins.make_scorer("estimated-ttft-scorer", "t", {}).name == "t"
     with pytest.raises(ValueError, match=r"unknown parameter.*'overhead_s'"):
-        EstimatedTtftScorer.from_params("t", {"overhead_s": 1}, index, model)
-    with pytest.raises(ValueError, match="chars_per_token"):
-        EstimatedTtftScorer.from_params("t", {"chars_per_token": 0}, index, model)
+        plugins.make_scorer("estimated-ttft-scorer", "t", {"overhead_s": 1})
+    with pytest.raises(
+        ValueError, match="'chars_per_token' must be a finite number and > 0, got 0"
+    ):
+        plugins.make_scorer("estimated-ttft-scorer", "t", {"chars_per_token": 0})
+    with pytest.raises(ValueError, match="chars_per_token must be > 0"):
+        EstimatedTtftScorer(
+            "t", PrefixIndex(), OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(0)
+        )

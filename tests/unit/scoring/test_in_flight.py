@@ -25,13 +25,3 @@ def test_all_equal_scores_one() -> None:
 
 def test_empty() -> None:
     assert InFlightScorer("load").score(request(), [], context()) == {}
-
-
-def test_factory_validates_name_and_params() -> None:
-    assert InFlightScorer.from_params("load", {}).name == "load"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'max'"):
-        InFlightScorer.from_params("load", {"max": 3})
-    with pytest.raises(ValueError, match="non-empty"):
-        InFlightScorer.from_params("", {})
-    with pytest.raises(ValueError, match="mapping"):
-        InFlightScorer.from_params("load", ["max"])  # type: ignore[arg-type]

@@ -61,12 +61,6 @@ def test_single_empty_and_all_equal() -> None:
     }
 
 
-def test_factory_rejects_params() -> None:
-    assert KvUtilizationScorer.from_params("kv", {}).name == "kv"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'threshold'"):
-        KvUtilizationScorer.from_params("kv", {"threshold": 0.8})
-
-
 def _reference(endpoints: list[EndpointSnapshot]) -> dict[str, float]:
     """The rule written the plain way: 1 − clamped usage; unknown ties the worst known."""
     known = {}

@@ -15,7 +15,7 @@ from routing import (
 )
 from scoring.load_imbalance import LoadImbalanceFilter, load
 from scoring.max_score import MaxScorePicker
-from tests.unit.scoring.helpers import context, endpoint, metered, request
+from tests.unit.scoring.helpers import context, endpoint, metered, registry, request
 
 
 def _kept(flt: LoadImbalanceFilter, endpoints: list[EndpointSnapshot]) -> list[str]:
@@ -56,12 +56,12 @@ def test_keeps_everything_when_balanced() -> None:
 
 
 def test_never_empty_even_with_zero_thresholds() -> None:
-    flt = LoadImbalanceFilter("imb", abs_threshold=0.0, rel_threshold=1.0)
+    flt = LoadImbalanceFilter("imb", LoadImbalanceFilter.Params(0.0, 1.0))
     assert _kept(flt, _loads(3, 3, 4, 9)) == ["e0", "e1"]
 
 
 def test_engine_queue_counts_toward_load() -> None:
-    flt = LoadImbalanceFilter("imb", abs_threshold=10)
+    flt = LoadImbalanceFilter("imb", LoadImbalanceFilter.Params(abs_threshold=10))
     endpoints = [
         metered("queued", 2, waiting=20),
         endpoint("stale", 5),
@@ -86,7 +86,11 @@ class _SharedPrefixScorer:
 
 @pytest.mark.parametrize("with_filter", [False, True])
 def test_bounds_the_collapse_of_pure_prefix_routing(with_filter: bool) -> None:
-    filters = (LoadImbalanceFilter("imb", abs_threshold=8),) if with_filter else ()
+    filters = (
+        (LoadImbalanceFilter("imb", LoadImbalanceFilter.Params(abs_threshold=8)),)
+        if with_filter
+        else ()
+    )
     profile = Profile(
         "prefix",
         picker=MaxScorePicker("max"),
@@ -106,16 +110,27 @@ def test_bounds_the_collapse_of_pure_prefix_routing(with_filter: bool) -> None:
         assert in_flight == Counter({"hot": 60})
 
 
-def test_factory_validates_thresholds() -> None:
-    flt = LoadImbalanceFilter.from_params("imb", {})
+def test_registry_reads_and_validates_thresholds() -> None:
+    def make(params: Mapping[str, object]) -> LoadImbalanceFilter:
+        flt = registry().make_filter("load-imbalance-filter", "imb", params)
+        assert isinstance(flt, LoadImbalanceFilter)
+        return flt
+
+    flt = make({})
     assert (flt.abs_threshold, flt.rel_threshold) == (64.0, 1.5)
-    flt = LoadImbalanceFilter.from_params("imb", {"abs_threshold": 8, "rel_threshold": 1})
+    flt = make({"abs_threshold": 8, "rel_threshold": 1})
     assert (flt.abs_threshold, flt.rel_threshold) == (8.0, 1.0)
-    for params in ({"abs_threshold": -1}, {"rel_threshold": 0.9}, {"rel_threshold": None}):
-        with pytest.raises(ValueError, match=r"must be a finite number"):
-            LoadImbalanceFilter.from_params("imb", params)
+    for params, bound in (
+        ({"abs_threshold": -1}, ">= 0"),
+        ({"rel_threshold": 0.9}, ">= 1"),
+        ({"rel_threshold": None}, ">= 1"),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"'{next(iter(params))}' must be a finite number and {bound}"
+        ):
+            make(params)
     with pytest.raises(ValueError, match=r"unknown parameter.*'cache_threshold'"):
-        LoadImbalanceFilter.from_params("imb", {"cache_threshold": 0.3})
+        make({"cache_threshold": 0.3})
 
 
 def test_returns_its_input_when_nobody_is_a_hot_spot() -> None:
@@ -126,7 +141,9 @@ def test_returns_its_input_when_nobody_is_a_hot_spot() -> None:
 def test_keeps_the_band_around_the_least_loaded_on_random_pools() -> None:
     gen = random.Random(4)
     for _ in range(300):
-        flt = LoadImbalanceFilter("imb", gen.choice((0.0, 4.0, 16.0)), gen.choice((1.0, 1.5)))
+        flt = LoadImbalanceFilter(
+            "imb", LoadImbalanceFilter.Params(gen.choice((0.0, 4.0, 16.0)), gen.choice((1.0, 1.5)))
+        )
         endpoints = [
             endpoint(f"e{k}", gen.randint(0, 30))
             if gen.random() < 0.2

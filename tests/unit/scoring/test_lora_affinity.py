@@ -76,9 +76,3 @@ def test_unknown_metrics_score_as_the_worst_known_candidate() -> None:
 def test_single_and_empty() -> None:
     assert _score("sql", metered("x", max_loras=1)) == {"x": 0.8}
     assert _score("sql") == {}
-
-
-def test_factory_rejects_params() -> None:
-    assert LoraAffinityScorer.from_params("l", {}).name == "l"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'slots'"):
-        LoraAffinityScorer.from_params("l", {"slots": 4})

@@ -4,8 +4,6 @@ import math
 import random
 from collections import Counter
 
-import pytest
-
 from routing import ScoreTable
 from scoring.max_score import MaxScorePicker, rank_by_total
 from tests.unit.scoring.helpers import context, request, scored
@@ -53,11 +51,6 @@ def test_same_seed_same_ranking_independent_of_input_order() -> None:
 def test_single_and_empty() -> None:
     assert list(MaxScorePicker("m").pick(request(), scored({"x": 0.1}), context())) == ["x"]
     assert list(MaxScorePicker("m").pick(request(), [], context())) == []
-
-
-def test_factory_rejects_unknown_params() -> None:
-    with pytest.raises(ValueError, match=r"unknown parameter.*'epsilon'"):
-        MaxScorePicker.from_params("m", {"epsilon": 0.1})
 
 
 def _reference_rank(totals: dict[str, float], rng: random.Random) -> list[str]:

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 from scoring.power_of_two import PowerOfTwoPicker
 from tests.unit.scoring.helpers import context, request, scored
 
@@ -55,8 +53,3 @@ def test_same_seed_same_ranking_independent_of_input_order() -> None:
     first = PowerOfTwoPicker("p").pick(request(), candidates, context(seed=9))
     second = PowerOfTwoPicker("p").pick(request(), candidates[::-1], context(seed=9))
     assert list(first) == list(second)
-
-
-def test_factory_rejects_unknown_params() -> None:
-    with pytest.raises(ValueError, match=r"unknown parameter.*'choices'"):
-        PowerOfTwoPicker.from_params("p", {"choices": 3})

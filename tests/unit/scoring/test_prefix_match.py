@@ -42,10 +42,3 @@ def test_no_hashes_scores_zero() -> None:
     scores = scorer.score(_request(()), [endpoint("a"), endpoint("b")], context())
     assert scores == {"a": 0.0, "b": 0.0}
     assert scorer.score(_request(), [], context()) == {}
-
-
-def test_factory_rejects_unknown_params() -> None:
-    index = PrefixIndex()
-    assert PrefixMatchScorer.from_params("p", {}, index).name == "p"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'block_tokens'"):
-        PrefixMatchScorer.from_params("p", {"block_tokens": 16}, index)

@@ -191,6 +191,19 @@ def test_each_profile_gets_its_own_plugin_instances() -> None:
             {"picker": {"type": "max-score-picker", "params": {"x": 1}}},
             "profile 'bad': picker 'max-score-picker': unknown parameter",
         ),
+        (
+            {"picker": {"type": "softmax-picker", "params": {"temperature": 0}}},
+            "profile 'bad': picker 'softmax-picker': parameter 'temperature' must be a finite "
+            "number and > 0, got 0",
+        ),
+        (
+            {
+                "filters": [{"type": "saturation-filter", "params": {"kv_threshold": True}}],
+                "picker": MAX_SCORE,
+            },
+            "profile 'bad': filter 'saturation-filter': parameter 'kv_threshold' must be a "
+            "finite number and >= 0 and <= 1, got True",
+        ),
     ],
 )
 def test_plugin_errors_name_the_profile(profile: dict[str, Any], match: str) -> None:

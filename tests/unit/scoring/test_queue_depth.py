@@ -51,9 +51,3 @@ def test_nothing_known_is_neutral() -> None:
 def test_inverse_min_max() -> None:
     assert inverse_min_max({}) == {}
     assert inverse_min_max({"a": 1.0, "b": 3.0}) == {"a": 1.0, "b": 0.0}
-
-
-def test_factory_rejects_params() -> None:
-    assert QueueDepthScorer.from_params("q", {}).name == "q"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'max'"):
-        QueueDepthScorer.from_params("q", {"max": 3})

@@ -3,8 +3,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-import pytest
-
 from scoring.random_picker import RandomPicker
 from tests.unit.scoring.helpers import context, request, scored
 
@@ -31,8 +29,3 @@ def test_same_seed_same_ranking_independent_of_input_order() -> None:
     other_seed = RandomPicker("r").pick(request(), candidates, context(seed=4))
     assert first == second
     assert first != other_seed
-
-
-def test_factory_rejects_unknown_params() -> None:
-    with pytest.raises(ValueError, match=r"unknown parameter.*'seed'"):
-        RandomPicker.from_params("r", {"seed": 1})

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import pytest
-
 from scoring.round_robin import RoundRobinPicker
 from tests.unit.scoring.helpers import context, request, scored
 
@@ -58,9 +56,3 @@ def test_single_and_empty() -> None:
     picker = RoundRobinPicker("rr")
     assert list(picker.pick(request(), scored({"only": 0.3}), context())) == ["only"]
     assert list(picker.pick(request(), [], context())) == []
-
-
-def test_factory_rejects_unknown_params() -> None:
-    assert RoundRobinPicker.from_params("rr", {}).name == "rr"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'start'"):
-        RoundRobinPicker.from_params("rr", {"start": 3})

@@ -35,9 +35,3 @@ def test_unknown_metrics_score_as_the_worst_known_candidate() -> None:
     )
     assert scores == {"a": 1.0, "b": 0.0, "c": pytest.approx(0.75), "stale": 0.0}
     assert _score(endpoint("a"), metered("b", waiting=3)) == {"a": 0.5, "b": 0.5}
-
-
-def test_factory_rejects_params() -> None:
-    assert RunningRequestsScorer.from_params("r", {}).name == "r"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'max'"):
-        RunningRequestsScorer.from_params("r", {"max": 3})

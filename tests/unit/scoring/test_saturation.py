@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 
 import pytest
 
 from routing import EndpointSnapshot
 from scoring.saturation import SaturationFilter
-from tests.unit.scoring.helpers import context, endpoint, metered, request
+from tests.unit.scoring.helpers import context, endpoint, metered, registry, request
 
 
 def _kept(flt: SaturationFilter, endpoints: list[EndpointSnapshot]) -> list[str]:
@@ -49,19 +50,31 @@ def test_empty_single_and_zeros() -> None:
 
 
 def test_custom_thresholds_and_disabling_the_cache_check() -> None:
-    flt = SaturationFilter.from_params("sat", {"queue_threshold": 0, "kv_threshold": 1.0})
+    flt = _make({"queue_threshold": 0, "kv_threshold": 1.0})
     endpoints = [metered("idle", waiting=0, kv_usage=1.0), metered("busy", waiting=1)]
     assert _kept(flt, endpoints) == ["idle"]
 
 
-def test_factory_validates_thresholds() -> None:
-    flt = SaturationFilter.from_params("sat", {})
+def test_registry_reads_and_validates_thresholds() -> None:
+    flt = _make({})
     assert (flt.queue_threshold, flt.kv_threshold) == (5.0, 0.8)
-    for params in ({"queue_threshold": -1}, {"queue_threshold": "5"}, {"kv_threshold": 1.5}):
-        with pytest.raises(ValueError, match=r"must be a finite number"):
-            SaturationFilter.from_params("sat", params)
+    for params, bound in (
+        ({"queue_threshold": -1}, ">= 0"),
+        ({"queue_threshold": "5"}, ">= 0"),
+        ({"kv_threshold": 1.5}, ">= 0 and <= 1"),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"'{next(iter(params))}' must be a finite number and {bound}"
+        ):
+            _make(params)
     with pytest.raises(ValueError, match=r"unknown parameter.*'staleness'"):
-        SaturationFilter.from_params("sat", {"staleness": 0.2})
+        _make({"staleness": 0.2})
+
+
+def _make(params: Mapping[str, object]) -> SaturationFilter:
+    flt = registry().make_filter("saturation-filter", "sat", params)
+    assert isinstance(flt, SaturationFilter)
+    return flt
 
 
 def test_returns_its_input_when_it_removes_nobody() -> None:
@@ -76,7 +89,9 @@ def test_keeps_what_saturated_says_on_random_pools() -> None:
     gen = random.Random(2)
     usages = [None, 0.1, 0.8, 0.81, 1.0, 1.7, -0.3, math.nan]
     for _ in range(300):
-        flt = SaturationFilter("sat", gen.choice((0.0, 5.0)), gen.choice((0.5, 0.8, 1.0)))
+        flt = SaturationFilter(
+            "sat", SaturationFilter.Params(gen.choice((0.0, 5.0)), gen.choice((0.5, 0.8, 1.0)))
+        )
         endpoints = [
             endpoint(f"e{k}")
             if gen.random() < 0.15

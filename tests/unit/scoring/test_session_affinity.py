@@ -6,8 +6,6 @@ import subprocess
 import sys
 from collections import Counter
 
-import pytest
-
 from scoring.session_affinity import SessionAffinityScorer, rendezvous_weight
 from tests.unit.scoring.helpers import context, endpoint, request
 
@@ -112,8 +110,3 @@ def test_independent_of_input_order() -> None:
     assert scorer.score(request("k"), endpoints, context()) == scorer.score(
         request("k"), endpoints[::-1], context()
     )
-
-
-def test_factory_rejects_unknown_params() -> None:
-    with pytest.raises(ValueError, match=r"unknown parameter.*'replicas'"):
-        SessionAffinityScorer.from_params("aff", {"replicas": 100})

@@ -5,14 +5,14 @@ from collections import Counter
 
 import pytest
 
-from scoring.softmax import DEFAULT_TEMPERATURE, SoftmaxPicker
-from tests.unit.scoring.helpers import context, request, scored
+from scoring.softmax import SoftmaxPicker
+from tests.unit.scoring.helpers import context, registry, request, scored
 
 
 def _targets(
-    n: int, totals: dict[str, float], temperature: float = DEFAULT_TEMPERATURE, seed: int = 5
+    n: int, totals: dict[str, float], temperature: float = 0.1, seed: int = 5
 ) -> Counter[str]:
-    picker = SoftmaxPicker("soft", temperature)
+    picker = SoftmaxPicker("soft", SoftmaxPicker.Params(temperature))
     ctx = context(seed=seed)
     return Counter(picker.pick(request(), scored(totals), ctx)[0] for _ in range(n))
 
@@ -41,26 +41,26 @@ def test_low_temperature_is_max_score_and_high_is_uniform() -> None:
 
 
 def test_default_temperature_strongly_prefers_the_best() -> None:
-    assert DEFAULT_TEMPERATURE == 0.1
+    assert SoftmaxPicker.Params().temperature == 0.1
     counts = _targets(2000, {"best": 0.9, "worst": 0.2})
     # P(best) = 1 / (1 + e^-10) ≈ 0.99995
     assert counts["best"] >= 1995, counts
 
 
 def test_scaling_makes_the_draw_independent_of_the_totals_scale() -> None:
-    small = SoftmaxPicker("s", 0.3).pick(
+    small = SoftmaxPicker("s", SoftmaxPicker.Params(0.3)).pick(
         request(), scored({"a": 0.0, "b": 0.5, "c": 1.0}), context(3)
     )
-    large = SoftmaxPicker("s", 0.3).pick(
+    large = SoftmaxPicker("s", SoftmaxPicker.Params(0.3)).pick(
         request(), scored({"a": 7.0, "b": 12.0, "c": 17.0}), context(3)
     )
     assert list(small) == list(large)
 
 
 def test_weights_are_stable_for_extreme_temperatures() -> None:
-    tiny = SoftmaxPicker("s", 1e-300).weights([0.0, 0.5, 1.0])
+    tiny = SoftmaxPicker("s", SoftmaxPicker.Params(1e-300)).weights([0.0, 0.5, 1.0])
     assert tiny == [0.0, 0.0, 1.0]
-    huge = SoftmaxPicker("s", 1e300).weights([0.0, 1e300, 1.0])
+    huge = SoftmaxPicker("s", SoftmaxPicker.Params(1e300)).weights([0.0, 1e300, 1.0])
     assert huge == pytest.approx([1.0, 1.0, 1.0])
 
 
@@ -81,7 +81,7 @@ def test_all_equal_is_uniform() -> None:
 
 def test_fallbacks_are_the_rest_by_total_descending() -> None:
     totals = {"a": 0.9, "b": 0.6, "c": 0.3, "d": 0.1}
-    picker = SoftmaxPicker("s", 1.0)
+    picker = SoftmaxPicker("s", SoftmaxPicker.Params(1.0))
     ctx = context(seed=8)
     for _ in range(200):
         ranked = list(picker.pick(request(), scored(totals), ctx))
@@ -96,18 +96,30 @@ def test_single_candidate_and_empty() -> None:
 
 def test_same_seed_same_ranking_independent_of_input_order() -> None:
     candidates = scored({f"e{i}": i / 10 for i in range(7)})
-    first = SoftmaxPicker("s", 0.5).pick(request(), candidates, context(seed=9))
-    second = SoftmaxPicker("s", 0.5).pick(request(), candidates[::-1], context(seed=9))
+    first = SoftmaxPicker("s", SoftmaxPicker.Params(0.5)).pick(
+        request(), candidates, context(seed=9)
+    )
+    second = SoftmaxPicker("s", SoftmaxPicker.Params(0.5)).pick(
+        request(), candidates[::-1], context(seed=9)
+    )
     assert list(first) == list(second)
 
 
-def test_factory_reads_and_validates_temperature() -> None:
-    assert SoftmaxPicker.from_params("s", {}).temperature == 0.1
-    assert SoftmaxPicker.from_params("s", {"temperature": 2}).temperature == 2.0
-    for bad in (0, -0.5, "hot", True, math.inf, math.nan):
+def test_registry_reads_and_validates_temperature() -> None:
+    def make(params: dict[str, object]) -> SoftmaxPicker:
+        picker = registry().make_picker("softmax-picker", "s", params)
+        assert isinstance(picker, SoftmaxPicker)
+        return picker
+
+    assert make({}).temperature == 0.1
+    assert make({"temperature": 2}).temperature == 2.0
+    for bad in (0, -0.5, "hot", True, math.inf, math.nan, 10**400):
         with pytest.raises(ValueError, match=r"'temperature' must be a finite number and > 0"):
-            SoftmaxPicker.from_params("s", {"temperature": bad})
+            make({"temperature": bad})
     with pytest.raises(ValueError, match=r"unknown parameter.*'temp'"):
-        SoftmaxPicker.from_params("s", {"temp": 1.0})
+        make({"temp": 1.0})
+
+
+def test_direct_construction_still_refuses_a_zero_temperature() -> None:
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        SoftmaxPicker("s", 0.0)
+        SoftmaxPicker("s", SoftmaxPicker.Params(0.0))

@@ -3,8 +3,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import pytest
-
 from scoring.weighted_random import WeightedRandomPicker
 from tests.unit.scoring.helpers import context, request, scored
 
@@ -62,9 +60,3 @@ def test_same_seed_same_ranking_independent_of_input_order() -> None:
     first = WeightedRandomPicker("w").pick(request(), candidates, context(seed=9))
     second = WeightedRandomPicker("w").pick(request(), candidates[::-1], context(seed=9))
     assert list(first) == list(second)
-
-
-def test_factory_rejects_unknown_params() -> None:
-    assert WeightedRandomPicker.from_params("w", {}).name == "w"
-    with pytest.raises(ValueError, match=r"unknown parameter.*'temperature'"):
-        WeightedRandomPicker.from_params("w", {"temperature": 1.0})

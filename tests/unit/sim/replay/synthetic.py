@@ -106,6 +106,6 @@ def recording(
     )
 
     def register(registry: PluginRegistry) -> None:
-        registry.register_scorer("recording-scorer", lambda name, params: recorder)
+        registry.register_scorer("recording-scorer", lambda name: recorder)
 
     return section, recorder, register
