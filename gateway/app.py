@@ -41,6 +41,7 @@ from gateway.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
 from gateway.prefix import DEFAULT_BLOCK_TOKENS, PrefixTracker
@@ -49,7 +50,6 @@ from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
-from gateway.upstream_client import ClientLimits, UpstreamClient
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings

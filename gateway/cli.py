@@ -167,7 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.access_log import RequestIdFilter
     from gateway.app import build_app
-    from gateway.http_server import GatewayHttpProtocol
+    from gateway.http.server import GatewayHttpProtocol
 
     logging.basicConfig(
         level=args.log_level.upper(),

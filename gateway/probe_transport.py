@@ -26,8 +26,8 @@ import httpx
 from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 from httpx._types import TimeoutTypes
 
-from gateway import http1
-from gateway.upstream_client import UpstreamClient
+from gateway.http import http1
+from gateway.http.client import UpstreamClient
 
 _DROP = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
 

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway import http1
+from gateway.http import http1
+from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.probe_transport import Http1Transport, ProbeClient
-from gateway.upstream_client import ClientLimits, UpstreamClient
 
 
 class _Response:

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from gateway.asgi import Receive, Scope, Send, disconnect_signal, run_until_disconnect
-from gateway.http_server import CoalescingTransport, DisconnectSignal, GatewayHttpProtocol
+from gateway.http.server import CoalescingTransport, DisconnectSignal, GatewayHttpProtocol
 from tests.support.waiting import async_wait_until
 
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gateway.http1 import (
+from gateway.http.http1 import (
     ConnectError,
     ConnectTimeout,
     Http1Connection,
