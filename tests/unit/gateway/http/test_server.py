@@ -1,19 +1,19 @@
-"""The gateway's uvicorn protocol: coalesced writes and the disconnect signal extension."""
+"""The server side without sockets: coalesced writes, the disconnect signal, and the choice
+of protocol when uvicorn's internals are missing."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+import logging
+import sys
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
+from uvicorn.protocols.http import httptools_impl
 
-from gateway.asgi import Receive, Scope, Send, disconnect_signal, run_until_disconnect
-from gateway.http.server import CoalescingTransport, DisconnectSignal, GatewayHttpProtocol
-from tests.support.waiting import async_wait_until
+import gateway.http
+from gateway.http.server import CoalescingTransport, DisconnectSignal, server_protocol
+from gateway.http.uvicorn_protocol import GatewayHttpProtocol
 
 
 class RecordingTransport:
@@ -84,87 +84,50 @@ def test_disconnect_signal_fires_once() -> None:
     assert calls == []  # fired already
 
 
-# -- behind a real uvicorn server -----------------------------------------------------------
+# -- choosing the protocol at start-up ------------------------------------------------------
 
 
-class App:
-    def __init__(self) -> None:
-        self.outcome: asyncio.Future[bool] | None = None
-        self.streaming = asyncio.Event()
-        self.had_signal: list[bool] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        self.had_signal.append(disconnect_signal(scope) is not None)
-        await receive()
-        path = scope["path"]
-        start = {"type": "http.response.start", "status": 200, "headers": []}
-        if path == "/plain":
-            start["headers"] = [(b"content-length", b"5")]
-            await send(start)
-            await send({"type": "http.response.body", "body": b"hello"})
-        elif path == "/stream":
-            await send(start)
-            for part in (b"a", b"b", b"c"):
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                await asyncio.sleep(0.01)
-            await send({"type": "http.response.body", "body": b""})
-        else:  # a stream that never ends until the client leaves
-            await send(start)
-            await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
-            self.streaming.set()
-            left = await run_until_disconnect(
-                asyncio.sleep(60), receive, signal=disconnect_signal(scope)
-            )
-            assert self.outcome is not None
-            self.outcome.set_result(left)
+def test_the_gateway_protocol_is_served_when_uvicorn_has_its_internals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert server_protocol() is GatewayHttpProtocol
+    assert caplog.records == []
 
 
-@contextlib.asynccontextmanager
-async def serve(app: App) -> AsyncIterator[str]:
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        http=GatewayHttpProtocol,
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await async_wait_until(lambda: server.started)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+def _without_httptools_impl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if uvicorn had no `protocols.http.httptools_impl` (and ours was not imported yet)."""
+    monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)
+    monkeypatch.delitem(sys.modules, "gateway.http.uvicorn_protocol")
+    monkeypatch.delattr(gateway.http, "uvicorn_protocol")
 
 
-async def test_responses_arrive_whole_and_streams_in_order() -> None:
-    app = App()
-    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
-        plain = await client.get("/plain")
-        assert (plain.status_code, plain.content) == (200, b"hello")
-        async with client.stream("GET", "/stream") as resp:
-            chunks = [c async for c in resp.aiter_raw()]
-        assert b"".join(chunks) == b"abc"
-        assert len(chunks) == 3  # one write per step: the chunks were not held back
-    assert app.had_signal == [True, True]
+def _without_on_message_begin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_message_begin")
 
 
-@pytest.mark.timeout(20)
-async def test_client_disconnect_cancels_through_the_signal() -> None:
-    app = App()
-    app.outcome = asyncio.get_running_loop().create_future()
-    async with serve(app) as url:
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
-        await app.streaming.wait()
-        assert b"data: 1" in await reader.readuntil(b"data: 1\n\n")
-        writer.close()
-        await writer.wait_closed()
-        assert await asyncio.wait_for(app.outcome, 5) is True
+def _without_cycle_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:
+    def init(self: object, *args: object, **kwargs: object) -> None:
+        pass  # a cycle that no longer tracks `disconnected` (or its scope)
+
+    monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", init)
+
+
+@pytest.mark.parametrize(
+    ("remove", "named"),
+    [
+        (_without_httptools_impl, "import of uvicorn.protocols.http.httptools_impl halted"),
+        (_without_on_message_begin, "HttpToolsProtocol.on_message_begin"),
+        (_without_cycle_disconnected, "RequestResponseCycle.disconnected"),
+    ],
+)
+def test_missing_internals_fall_back_to_uvicorns_protocol_with_one_warning(
+    remove: Any, named: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    remove(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert server_protocol() == "auto"
+    [record] = caplog.records
+    assert (record.name, record.levelno) == ("gateway.http.server", logging.WARNING)
+    assert named in record.getMessage()
+    assert "serving with uvicorn's stock protocol" in record.getMessage()
