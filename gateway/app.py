@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin
@@ -41,15 +40,15 @@ from gateway.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from gateway.http.client import ClientLimits, UpstreamClient
+from gateway.http.fetcher import UpstreamFetcher
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
 from gateway.prefix import PrefixTracker
-from gateway.probe_transport import ProbeClient
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
-from gateway.upstream_client import ClientLimits, UpstreamClient
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
@@ -65,7 +64,7 @@ Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
 @dataclass(slots=True)
 class _Runtime:
     client: UpstreamClient
-    probe_client: httpx.AsyncClient
+    probe_client: UpstreamFetcher
     proxy: Proxy
     prober: Prober
     scraper: Scraper
@@ -168,7 +167,7 @@ class GatewayApp:
             max_keepalive=64,
             keepalive_expiry=self.config.upstream.keepalive_expiry_s,
         )
-        probe_client = ProbeClient(UpstreamClient(probe_limits), h.probe_timeout_s)
+        probe_client = UpstreamFetcher(UpstreamClient(probe_limits))
         prober = Prober(
             self.pool,
             probe_client,

@@ -167,7 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.access_log import RequestIdFilter
     from gateway.app import build_app
-    from gateway.http_server import GatewayHttpProtocol
+    from gateway.http.server import server_protocol
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -188,7 +188,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=cfg.server.host,
         port=cfg.server.port,
         loop="uvloop",
-        http=GatewayHttpProtocol,
+        http=server_protocol(),
         # No X-Forwarded-* rewriting: the app never reads the client address, and the
         # middleware would add a coroutine frame to every request.
         proxy_headers=False,

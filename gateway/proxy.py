@@ -15,13 +15,13 @@ import orjson
 
 from gateway.asgi import Send
 from gateway.errors import GatewayError, UpstreamError
-from gateway.http1 import HttpClientError
+from gateway.http.client import UpstreamClient, UpstreamResponse
+from gateway.http.http1 import HttpClientError
 from gateway.metrics import GatewayMetrics
 from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
-from gateway.upstream_client import UpstreamClient, UpstreamResponse
 from health.pool import Backend, BackendPool
 from scoring.prefix_feed import Dispatch
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gateway import http1
 from gateway.asgi import Headers
 from gateway.config import UpstreamSection
 from gateway.errors import (
@@ -11,7 +10,8 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
-from gateway.upstream_client import ClientLimits, UpstreamClient
+from gateway.http import http1
+from gateway.http.client import ClientLimits, UpstreamClient
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the client library sets itself.
 HOP_BY_HOP = frozenset(

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
+from health.fetch import Fetcher, FetchError
 from health.pool import Backend, BackendPool
 from routing.types import Health
 
@@ -30,17 +30,17 @@ class ProbeSettings:
 
 
 class Prober:
-    """Probes every backend of a pool with its own httpx client (kept apart from traffic)."""
+    """Probes every backend of a pool through `fetcher` (kept apart from traffic)."""
 
     def __init__(
         self,
         pool: BackendPool,
-        client: httpx.AsyncClient,
+        fetcher: Fetcher,
         settings: ProbeSettings,
         on_down: Callable[[str], None] | None = None,
     ):
         self._pool = pool
-        self._client = client
+        self._fetcher = fetcher
         self._settings = settings
         self._on_down = on_down  # told when a backend turns unhealthy (its cache may be gone)
 
@@ -71,14 +71,12 @@ class Prober:
     async def probe(self, backend: Backend) -> bool:
         error: str | None = None
         try:
-            resp = await self._client.get(
-                backend.spec.url + "/health", timeout=self._settings.timeout_s
-            )
-            ok = resp.status_code == 200
+            answer = await self._fetcher.get(backend.spec.url + "/health", self._settings.timeout_s)
+            ok = answer.status == 200
             if not ok:
-                error = f"health probe returned {resp.status_code}"
-        except httpx.HTTPError as exc:
-            ok, error = False, f"health probe failed: {type(exc).__name__}"
+                error = f"health probe returned {answer.status}"
+        except FetchError as exc:
+            ok, error = False, f"health probe failed: {exc}"
         before = backend.state.health(self._pool.now())
         backend.state.record_probe(ok, self._pool.now(), error)
         after = backend.state.health(self._pool.now())
@@ -89,13 +87,13 @@ class Prober:
         return ok
 
     async def discover_models(self, backend: Backend) -> None:
+        url = backend.spec.url + "/v1/models"
         try:
-            resp = await self._client.get(
-                backend.spec.url + "/v1/models", timeout=self._settings.timeout_s
-            )
-            resp.raise_for_status()
-            cards = parse_model_list(resp.content)
-        except (httpx.HTTPError, ValueError) as exc:
+            answer = await self._fetcher.get(url, self._settings.timeout_s)
+            if not answer.ok:
+                raise ValueError(f"{url} returned {answer.status}")
+            cards = parse_model_list(answer.body)
+        except (FetchError, ValueError) as exc:
             log.warning("backend %s: model discovery failed: %s", backend.id, exc)
             return
         if set(cards) != set(backend.model_cards):

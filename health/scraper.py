@@ -21,10 +21,9 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import httpx
-
 from adapters.base import EngineAdapter
 from adapters.registry import ADAPTERS, detect_engine
+from health.fetch import Fetcher, FetchError, FetchResult
 from health.pool import Backend, BackendPool
 from routing.types import EngineMetrics
 
@@ -40,7 +39,7 @@ class ScrapeSettings:
 
 
 class Scraper:
-    """Scrapes every backend of a pool with its own httpx client (kept apart from traffic).
+    """Scrapes every backend of a pool through `fetcher` (kept apart from traffic).
 
     `clock` stamps `scraped_at`; it defaults to the pool's clock, which the staleness check
     also reads, so both must agree.
@@ -49,13 +48,13 @@ class Scraper:
     def __init__(
         self,
         pool: BackendPool,
-        client: httpx.AsyncClient,
+        fetcher: Fetcher,
         settings: ScrapeSettings,
         clock: Callable[[], float] | None = None,
         adapters: Mapping[str, EngineAdapter] = ADAPTERS,
     ) -> None:
         self._pool = pool
-        self._client = client
+        self._fetcher = fetcher
         self._settings = settings
         self._clock = clock or pool.now
         self._adapters: dict[str, EngineAdapter] = {}
@@ -95,17 +94,17 @@ class Scraper:
         # Stamped before the request: the engine rendered its page at some point after
         # this, so the metrics are never taken as fresher than they are.
         scraped_at = self._clock()
+        path = adapter.metrics_path
         try:
-            resp = await self._client.get(
-                backend.spec.url + adapter.metrics_path, timeout=self._settings.timeout_s
-            )
-            resp.raise_for_status()
-            metrics = self._parse(backend, adapter, resp, scraped_at)
-        except (httpx.HTTPError, ValueError) as exc:
+            answer = await self._fetcher.get(backend.spec.url + path, self._settings.timeout_s)
+            if not answer.ok:
+                raise ValueError(f"GET {path} returned {answer.status}")
+            metrics = self._parse(backend, adapter, answer, scraped_at)
+        except (FetchError, ValueError) as exc:
             backend.scrape_errors += 1
             if backend.id not in self._failing:
                 self._failing.add(backend.id)
-                log.warning("backend %s: metrics scrape failed: %r", backend.id, exc)
+                log.warning("backend %s: metrics scrape failed: %s", backend.id, exc)
             return False
         if backend.id in self._failing:
             self._failing.discard(backend.id)
@@ -114,13 +113,13 @@ class Scraper:
         return True
 
     def _parse(
-        self, backend: Backend, adapter: EngineAdapter, resp: httpx.Response, scraped_at: float
+        self, backend: Backend, adapter: EngineAdapter, answer: FetchResult, scraped_at: float
     ) -> EngineMetrics:
-        page = resp.content
+        page = answer.body
         last = self._last_page.get(backend.id)
         if last is not None and last[0] == page:
             return dataclasses.replace(last[1], scraped_at=scraped_at)
-        text = _text(resp)
+        text = _text(answer)
         metrics = adapter.parse_metrics(text, scraped_at)
         if metrics == EngineMetrics(scraped_at=scraped_at):
             self._warn_empty(backend, adapter, text)
@@ -141,10 +140,23 @@ class Scraper:
         )
 
 
-def _text(resp: httpx.Response) -> str:
-    """`resp.text`, without httpx's charset parsing (the email package) when the page
-    declares no charset or UTF-8, as Prometheus pages do."""
-    ctype = resp.headers.get("content-type", "")
-    if "charset" not in ctype.lower() or (resp.charset_encoding or "").lower() in _UTF8:
-        return resp.content.decode("utf-8", errors="replace")
-    return resp.text
+def _text(answer: FetchResult) -> str:
+    """The page decoded by the charset its Content-Type declares; UTF-8 if it declares none
+    or one Python does not know (Prometheus pages are UTF-8)."""
+    charset = _charset(answer.content_type)
+    if charset is not None and charset not in _UTF8:
+        try:
+            return answer.body.decode(charset, errors="replace")
+        except LookupError:
+            pass
+    return answer.body.decode("utf-8", errors="replace")
+
+
+def _charset(content_type: str) -> str | None:
+    if "charset" not in content_type.lower():
+        return None
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip("\"'").lower() or None
+    return None

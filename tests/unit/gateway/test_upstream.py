@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import http1
 from gateway.config import UpstreamSection
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeoutError
+from gateway.http import http1
+from gateway.http.client import ClientLimits
 from gateway.upstream import (
     HOP_BY_HOP,
     error_kind,
@@ -13,7 +14,6 @@ from gateway.upstream import (
     request_headers,
     response_headers,
 )
-from gateway.upstream_client import ClientLimits
 
 
 def _names(headers: list[tuple[bytes, bytes]]) -> list[bytes]:

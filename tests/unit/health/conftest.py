@@ -1,14 +1,16 @@
-"""Shared fixtures of the health tests: a settable clock and a mocked engine at `URL`."""
+"""Shared fixtures of the health tests: a settable clock and an in-memory engine at `URL`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable
 
-import httpx
 import pytest
-import respx
+
+from health.fetch import FetchError, FetchResult
 
 URL = "http://engine:8000"
+
+Answer = FetchResult | FetchError | Callable[[], FetchResult]
 
 
 class FakeClock:
@@ -19,18 +21,44 @@ class FakeClock:
         return self.now
 
 
+class FakeFetcher:
+    """A `health.fetch.Fetcher` that answers from a script per URL and records each GET.
+
+    `script(url, a, b, c)`: the GETs of `url` get a, then b, then c, and c again ever after.
+    An answer is a `FetchResult`, a `FetchError` (raised) or a function returning a result.
+    A URL without a script fails the test.
+    """
+
+    def __init__(self) -> None:
+        self._scripts: dict[str, list[Answer]] = {}
+        self.calls: list[tuple[str, float]] = []
+
+    def script(self, url: str, *answers: Answer) -> None:
+        self._scripts[url] = list(answers)
+
+    def count(self, url: str) -> int:
+        return sum(1 for called, _ in self.calls if called == url)
+
+    async def get(self, url: str, timeout_s: float) -> FetchResult:
+        self.calls.append((url, timeout_s))
+        script = self._scripts.get(url)
+        assert script, f"unexpected GET {url}"
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(answer, FetchError):
+            raise answer
+        return answer if isinstance(answer, FetchResult) else answer()
+
+
+def page(body: bytes | str = b"", status: int = 200, content_type: str = "") -> FetchResult:
+    data = body.encode() if isinstance(body, str) else body
+    return FetchResult(status, data, content_type)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
 
 @pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=URL, assert_all_called=False) as router:
-        yield router
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
-        yield c
+def fetcher() -> FakeFetcher:
+    return FakeFetcher()

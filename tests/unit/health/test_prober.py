@@ -3,16 +3,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
 import orjson
 import pytest
-import respx
 
+from health.fetch import FetchError, FetchResult
 from health.pool import Backend, BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings, parse_model_list
 from health.state import HealthPolicy
 from routing.types import Health
-from tests.unit.health.conftest import URL, FakeClock
+from tests.unit.health.conftest import URL, FakeClock, FakeFetcher, page
+
+HEALTH = URL + "/health"
+MODELS = URL + "/v1/models"
 
 # GET /v1/models as vLLM 0.32 answers it.
 VLLM_MODELS = (
@@ -30,11 +32,11 @@ def _models_body(*ids: str) -> bytes:
 
 
 def _prober(
-    client: httpx.AsyncClient, clock: FakeClock, *specs: BackendSpec, refresh_s: float = 30.0
+    fetcher: FakeFetcher, clock: FakeClock, *specs: BackendSpec, refresh_s: float = 30.0
 ) -> tuple[Prober, BackendPool]:
     pool = BackendPool(specs or (BackendSpec(url=URL),), HealthPolicy(), clock)
     settings = ProbeSettings(interval_s=5.0, timeout_s=1.5, model_refresh_s=refresh_s)
-    return Prober(pool, client, settings), pool
+    return Prober(pool, fetcher, settings), pool
 
 
 def _backend(pool: BackendPool) -> Backend:
@@ -44,51 +46,38 @@ def _backend(pool: BackendPool) -> Backend:
 # -- probes -------------------------------------------------------------------------------
 
 
-async def test_probe_ok_marks_healthy(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    route = mock.get("/health").respond(200)
-    prober, pool = _prober(client, clock)
+async def test_probe_ok_marks_healthy(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page())
+    prober, pool = _prober(fetcher, clock)
     assert await prober.probe(_backend(pool)) is True
     assert _backend(pool).state.health(clock.now) is Health.HEALTHY
-    request = route.calls.last.request
-    assert request.url == f"{URL}/health"
-    assert request.extensions["timeout"]["read"] == 1.5
+    assert fetcher.calls == [(HEALTH, 1.5)]
 
 
 @pytest.mark.parametrize("status", [204, 404, 500, 503])
 async def test_probe_non_200_marks_unhealthy(
-    status: int, mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    status: int, fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    mock.get("/health").respond(status)
-    prober, pool = _prober(client, clock)
+    fetcher.script(HEALTH, page(status=status))
+    prober, pool = _prober(fetcher, clock)
     assert await prober.probe(_backend(pool)) is False
     state = _backend(pool).state
     assert state.health(clock.now) is Health.UNHEALTHY
     assert state.last_error == f"health probe returned {status}"
 
 
-@pytest.mark.parametrize("error", [httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout])
-async def test_probe_transport_error_marks_unhealthy(
-    error: type[httpx.TransportError],
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
-    clock: FakeClock,
-) -> None:
-    mock.get("/health").mock(side_effect=error)
-    prober, pool = _prober(client, clock)
+async def test_probe_fetch_error_marks_unhealthy(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, FetchError("ConnectError: refused"))
+    prober, pool = _prober(fetcher, clock)
     assert await prober.probe(_backend(pool)) is False
     state = _backend(pool).state
     assert state.health(clock.now) is Health.UNHEALTHY
-    assert state.last_error == f"health probe failed: {error.__name__}"
+    assert state.last_error == "health probe failed: ConnectError: refused"
 
 
-async def test_probe_follows_the_thresholds(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    route = mock.get("/health")
-    route.side_effect = [httpx.Response(200)] + [httpx.Response(503)] * 3
-    prober, pool = _prober(client, clock)
+async def test_probe_follows_the_thresholds(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page(), page(status=503))
+    prober, pool = _prober(fetcher, clock)
     seen = []
     for _ in range(4):
         await prober.probe(_backend(pool))
@@ -97,13 +86,10 @@ async def test_probe_follows_the_thresholds(
 
 
 async def test_probe_logs_transitions_only(
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
-    clock: FakeClock,
-    caplog: pytest.LogCaptureFixture,
+    fetcher: FakeFetcher, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    mock.get("/health").respond(200)
-    prober, pool = _prober(client, clock)
+    fetcher.script(HEALTH, page())
+    prober, pool = _prober(fetcher, clock)
     with caplog.at_level(logging.INFO, logger="health.prober"):
         await prober.probe(_backend(pool))
         await prober.probe(_backend(pool))
@@ -115,12 +101,10 @@ async def test_probe_logs_transitions_only(
 # -- model discovery ----------------------------------------------------------------------
 
 
-async def test_initial_round_discovers_vllm_models(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    mock.get("/health").respond(200)
-    mock.get("/v1/models").respond(200, content=VLLM_MODELS)
-    prober, pool = _prober(client, clock)
+async def test_initial_round_discovers_vllm_models(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(VLLM_MODELS))
+    prober, pool = _prober(fetcher, clock)
     clock.now = 12.0
     await prober.initial_round()
     backend = _backend(pool)
@@ -129,141 +113,122 @@ async def test_initial_round_discovers_vllm_models(
     assert backend.model_cards["tiny"]["owned_by"] == "vllm"
     assert backend.discovered_at == 12.0
     assert pool.served_models() == {"tiny": backend.model_cards["tiny"]}
+    assert fetcher.calls == [(HEALTH, 1.5), (MODELS, 1.5)]
 
 
-async def test_initial_round_covers_every_backend(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    mock.get("/health").respond(200)
-    mock.get("/v1/models").respond(200, content=_models_body("m"))
-    mock.get("http://other:9000/health").respond(503)
-    other_models = mock.get("http://other:9000/v1/models").respond(200, content=b"{}")
+async def test_initial_round_covers_every_backend(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("m")))
+    fetcher.script("http://other:9000/health", page(status=503))
+    fetcher.script("http://other:9000/v1/models", page(b"{}"))
     prober, pool = _prober(
-        client, clock, BackendSpec(url=URL), BackendSpec(url="http://other:9000")
+        fetcher, clock, BackendSpec(url=URL), BackendSpec(url="http://other:9000")
     )
     await prober.initial_round()
     assert {b.id: b.state.health(0.0) for b in pool} == {
         "engine:8000": Health.HEALTHY,
         "other:9000": Health.UNHEALTHY,
     }
-    assert other_models.call_count == 0  # no discovery on a failed probe
+    assert fetcher.count("http://other:9000/v1/models") == 0  # no discovery on a failed probe
     assert pool.get("other:9000").models == frozenset()
 
 
 @pytest.mark.parametrize(
-    "answer",
+    ("answer", "reason"),
     [
-        httpx.Response(200, content=b"<html>not json"),
-        httpx.Response(200, content=b'{"data": "nope"}'),
-        httpx.Response(200, content=b"[]"),
-        httpx.Response(500, content=_models_body("other")),
-        httpx.ConnectError("refused"),
+        (page(b"<html>not json"), "unexpected character"),
+        (page(b'{"data": "nope"}'), "models response has no 'data' list"),
+        (page(b"[]"), "models response has no 'data' list"),
+        (page(_models_body("other"), status=500), f"{MODELS} returned 500"),
+        (FetchError("ConnectError: refused"), "ConnectError: refused"),
     ],
 )
 async def test_failed_discovery_keeps_the_old_models(
-    answer: httpx.Response | Exception,
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    answer: FetchResult | FetchError,
+    reason: str,
+    fetcher: FakeFetcher,
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    models = mock.get("/v1/models")
-    models.side_effect = [httpx.Response(200, content=_models_body("a", "b")), answer]
-    prober, pool = _prober(client, clock)
+    fetcher.script(MODELS, page(_models_body("a", "b")), answer)
+    prober, pool = _prober(fetcher, clock)
     backend = _backend(pool)
     await prober.discover_models(backend)
     assert backend.models == frozenset({"a", "b"})
     clock.now = 100.0
     with caplog.at_level(logging.WARNING, logger="health.prober"):
         await prober.discover_models(backend)
-    assert models.call_count == 2
+    assert fetcher.count(MODELS) == 2
     assert backend.models == frozenset({"a", "b"})
     assert backend.discovered_at == 0.0
-    assert "model discovery failed" in caplog.text
+    assert "backend engine:8000: model discovery failed: " in caplog.text
+    assert reason in caplog.text
 
 
-async def test_discovery_replaces_the_models(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    mock.get("/v1/models").mock(
-        side_effect=[
-            httpx.Response(200, content=_models_body("a", "b")),
-            httpx.Response(200, content=_models_body("c")),
-        ]
-    )
-    prober, pool = _prober(client, clock)
+async def test_discovery_replaces_the_models(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(MODELS, page(_models_body("a", "b")), page(_models_body("c")))
+    prober, pool = _prober(fetcher, clock)
     backend = _backend(pool)
     await prober.discover_models(backend)
     await prober.discover_models(backend)
     assert backend.models == frozenset({"c"})
 
 
-async def test_configured_models_skip_discovery(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    mock.get("/health").respond(200)
-    models = mock.get("/v1/models").respond(200, content=_models_body("found"))
-    prober, pool = _prober(client, clock, BackendSpec(url=URL, models=("conf",)))
+async def test_configured_models_skip_discovery(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("found")))
+    prober, pool = _prober(fetcher, clock, BackendSpec(url=URL, models=("conf",)))
     await prober.initial_round()
     clock.now = 1000.0
     await prober.initial_round()
-    assert models.call_count == 0
+    assert fetcher.count(MODELS) == 0
     assert _backend(pool).models == frozenset({"conf"})
 
 
-async def test_refresh_interval_is_respected(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    health = mock.get("/health").respond(200)
-    models = mock.get("/v1/models")
-    models.side_effect = [
-        httpx.Response(200, content=_models_body("v1")),
-        httpx.Response(200, content=_models_body("v2")),
-    ]
-    prober, pool = _prober(client, clock, refresh_s=30.0)
+async def test_refresh_interval_is_respected(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("v1")), page(_models_body("v2")))
+    prober, pool = _prober(fetcher, clock, refresh_s=30.0)
     backend = _backend(pool)
     await prober.initial_round()  # t=0: discovers
     for t in (5.0, 10.0, 29.9):
         clock.now = t
         await prober.initial_round()
-    assert (health.call_count, models.call_count) == (4, 1)
+    assert (fetcher.count(HEALTH), fetcher.count(MODELS)) == (4, 1)
     assert backend.models == frozenset({"v1"})
     clock.now = 30.0
     await prober.initial_round()
-    assert models.call_count == 2
+    assert fetcher.count(MODELS) == 2
     assert backend.models == frozenset({"v2"})
     assert backend.discovered_at == 30.0
 
 
 async def test_failed_discovery_is_retried_on_the_next_probe(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    mock.get("/health").respond(200)
-    models = mock.get("/v1/models")
-    models.side_effect = [httpx.Response(503), httpx.Response(200, content=_models_body("m"))]
-    prober, pool = _prober(client, clock)
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(status=503), page(_models_body("m")))
+    prober, pool = _prober(fetcher, clock)
     await prober.initial_round()
     assert _backend(pool).discovered_at is None
     clock.now = 5.0
     await prober.initial_round()
-    assert models.call_count == 2
+    assert fetcher.count(MODELS) == 2
     assert _backend(pool).models == frozenset({"m"})
 
 
-async def test_run_polls_until_cancelled(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
+async def test_run_polls_until_cancelled(fetcher: FakeFetcher, clock: FakeClock) -> None:
     three_probes = asyncio.Event()
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        if health.call_count >= 3:
+    def answer() -> FetchResult:
+        if fetcher.count(HEALTH) >= 3:
             three_probes.set()
-        return httpx.Response(200)
+        return page()
 
-    health = mock.get("/health").mock(side_effect=answer)
-    mock.get("/v1/models").respond(200, content=_models_body("m"))
+    fetcher.script(HEALTH, answer)
+    fetcher.script(MODELS, page(_models_body("m")))
     pool = BackendPool((BackendSpec(url=URL),), HealthPolicy(), clock)
-    prober = Prober(pool, client, ProbeSettings(interval_s=0.0, timeout_s=1.0))
+    prober = Prober(pool, fetcher, ProbeSettings(interval_s=0.0, timeout_s=1.0))
     task = asyncio.create_task(prober.run())
     await asyncio.wait_for(three_probes.wait(), 5)
     task.cancel()
@@ -290,16 +255,16 @@ def test_parse_model_list_rejects_bad_bodies(body: bytes) -> None:
 
 
 async def test_on_down_is_told_when_a_backend_turns_unhealthy(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
     """The gateway drops a replica's prefix-index entries when it goes down (cache lost)."""
     downs: list[str] = []
     pool = BackendPool((BackendSpec(url=URL),), HealthPolicy(fail_threshold=1), clock)
-    prober = Prober(pool, client, ProbeSettings(), on_down=downs.append)
-    mock.get("/health").respond(200)
+    prober = Prober(pool, fetcher, ProbeSettings(), on_down=downs.append)
+    fetcher.script(HEALTH, page())
     await prober.probe(_backend(pool))
     assert downs == []
-    mock.get("/health").respond(503)
+    fetcher.script(HEALTH, page(status=503))
     await prober.probe(_backend(pool))
     await prober.probe(_backend(pool))  # still down: told once, on the transition
     assert downs == ["engine:8000"]

@@ -4,16 +4,16 @@ import asyncio
 import logging
 from pathlib import Path
 
-import httpx
 import pytest
-import respx
 
+from health.fetch import FetchError, FetchResult
 from health.pool import Backend, BackendPool, BackendSpec
 from health.scraper import Scraper, ScrapeSettings
 from health.state import HealthPolicy
 from routing.types import EngineMetrics
-from tests.unit.health.conftest import URL, FakeClock
+from tests.unit.health.conftest import URL, FakeClock, FakeFetcher, page
 
+METRICS = URL + "/metrics"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 VLLM_PAGE = (FIXTURES / "vllm-0.32" / "metrics_after.txt").read_text()
 VLLM_METRICS = EngineMetrics(
@@ -22,7 +22,7 @@ VLLM_METRICS = EngineMetrics(
 
 
 def _scraper(
-    client: httpx.AsyncClient, clock: FakeClock, *specs: BackendSpec
+    fetcher: FakeFetcher, clock: FakeClock, *specs: BackendSpec
 ) -> tuple[Scraper, BackendPool]:
     settings = ScrapeSettings()
     pool = BackendPool(
@@ -31,23 +31,19 @@ def _scraper(
         clock,
         stale_after_s=settings.stale_after_s,
     )
-    return Scraper(pool, client, settings), pool
+    return Scraper(pool, fetcher, settings), pool
 
 
 def _backend(pool: BackendPool) -> Backend:
     return pool.get("engine:8000")
 
 
-async def test_scrape_stores_the_parsed_metrics(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    route = mock.get("/metrics").respond(200, text=VLLM_PAGE)
-    scraper, pool = _scraper(client, clock)
+async def test_scrape_stores_the_parsed_metrics(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(METRICS, page(VLLM_PAGE))
+    scraper, pool = _scraper(fetcher, clock)
     clock.now = 7.0
     assert await scraper.scrape_once(_backend(pool)) is True
-    request = route.calls.last.request
-    assert request.url == f"{URL}/metrics"
-    assert request.extensions["timeout"]["read"] == 0.5
+    assert fetcher.calls == [(METRICS, 0.5)]
     expected = EngineMetrics(
         scraped_at=7.0, waiting=0, running=0, kv_usage=0.0, block_size=128, num_blocks=64
     )
@@ -57,15 +53,12 @@ async def test_scrape_stores_the_parsed_metrics(
 
 
 async def test_each_scrape_replaces_the_metrics_object(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    mock.get("/metrics").mock(
-        side_effect=[
-            httpx.Response(200, text="vllm:num_requests_waiting 1\n"),
-            httpx.Response(200, text="vllm:num_requests_waiting 5\n"),
-        ]
+    fetcher.script(
+        METRICS, page("vllm:num_requests_waiting 1\n"), page("vllm:num_requests_waiting 5\n")
     )
-    scraper, pool = _scraper(client, clock)
+    scraper, pool = _scraper(fetcher, clock)
     await scraper.scrape_once(_backend(pool))
     first = _backend(pool).metrics
     clock.now = 0.05
@@ -75,34 +68,33 @@ async def test_each_scrape_replaces_the_metrics_object(
 
 
 async def test_trtllm_is_scraped_on_its_prometheus_path(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    route = mock.get("/prometheus/metrics").respond(200, text="trtllm_num_requests_waiting 2\n")
-    scraper, pool = _scraper(client, clock, BackendSpec(url=URL, engine="trtllm"))
+    fetcher.script(URL + "/prometheus/metrics", page("trtllm_num_requests_waiting 2\n"))
+    scraper, pool = _scraper(fetcher, clock, BackendSpec(url=URL, engine="trtllm"))
     assert await scraper.scrape_once(_backend(pool)) is True
-    assert route.call_count == 1
+    assert fetcher.calls == [(URL + "/prometheus/metrics", 0.5)]
     assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0, waiting=2)
 
 
 @pytest.mark.parametrize(
     "answer",
     [
-        httpx.Response(500, text=VLLM_PAGE),
-        httpx.Response(404),
-        httpx.Response(200, text='vllm:num_requests_waiting{engine="0" 3\n'),
-        httpx.Response(200, text="vllm:num_requests_waiting many\n"),
-        httpx.ConnectError("refused"),
-        httpx.ReadTimeout("slow"),
+        page(VLLM_PAGE, status=500),
+        page(status=404),
+        page('vllm:num_requests_waiting{engine="0" 3\n'),
+        page("vllm:num_requests_waiting many\n"),
+        FetchError("ConnectError: refused"),
+        FetchError("Timeout: no complete answer in 0.5 s"),
     ],
 )
 async def test_failed_scrape_counts_an_error_and_keeps_the_old_metrics(
-    answer: httpx.Response | Exception,
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    answer: FetchResult | FetchError,
+    fetcher: FakeFetcher,
     clock: FakeClock,
 ) -> None:
-    mock.get("/metrics").mock(side_effect=[httpx.Response(200, text=VLLM_PAGE), answer, answer])
-    scraper, pool = _scraper(client, clock)
+    fetcher.script(METRICS, page(VLLM_PAGE), answer)
+    scraper, pool = _scraper(fetcher, clock)
     backend = _backend(pool)
     await scraper.scrape_once(backend)
     clock.now = 0.1
@@ -113,32 +105,40 @@ async def test_failed_scrape_counts_an_error_and_keeps_the_old_metrics(
 
 
 async def test_failures_are_logged_on_change_only(
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    fetcher: FakeFetcher,
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    mock.get("/metrics").mock(
-        side_effect=[httpx.ConnectError("refused")] * 3 + [httpx.Response(200, text=VLLM_PAGE)]
-    )
-    scraper, pool = _scraper(client, clock)
+    refused = FetchError("ConnectError: refused")
+    fetcher.script(METRICS, refused, refused, refused, page(VLLM_PAGE))
+    scraper, pool = _scraper(fetcher, clock)
     with caplog.at_level(logging.INFO, logger="health.scraper"):
         for _ in range(4):
             await scraper.scrape_once(_backend(pool))
     assert [r.getMessage() for r in caplog.records] == [
-        "backend engine:8000: metrics scrape failed: ConnectError('refused')",
+        "backend engine:8000: metrics scrape failed: ConnectError: refused",
         "backend engine:8000: metrics scrape recovered",
     ]
     assert _backend(pool).scrape_errors == 3
 
 
-async def test_stale_metrics_are_unknown_in_snapshots(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+async def test_an_error_status_is_logged_with_the_path(
+    fetcher: FakeFetcher, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    mock.get("/metrics").mock(
-        side_effect=[httpx.Response(200, text=VLLM_PAGE), httpx.ConnectError("refused")]
-    )
-    scraper, pool = _scraper(client, clock)
+    fetcher.script(METRICS, page("busy", status=503))
+    scraper, pool = _scraper(fetcher, clock)
+    with caplog.at_level(logging.WARNING, logger="health.scraper"):
+        assert await scraper.scrape_once(_backend(pool)) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend engine:8000: metrics scrape failed: GET /metrics returned 503"
+    ]
+
+
+async def test_stale_metrics_are_unknown_in_snapshots(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    fetcher.script(METRICS, page(VLLM_PAGE), FetchError("ConnectError: refused"))
+    scraper, pool = _scraper(fetcher, clock)
     await scraper.scrape_once(_backend(pool))
     clock.now = 0.2  # exactly at the threshold: still fresh
     assert pool.snapshots()[0].metrics == VLLM_METRICS
@@ -148,36 +148,33 @@ async def test_stale_metrics_are_unknown_in_snapshots(
     assert _backend(pool).metrics == VLLM_METRICS  # kept, only hidden from scheduling
 
 
-async def test_openai_backends_are_not_polled(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
-    route = mock.get("/metrics").respond(200, text=VLLM_PAGE)
+async def test_openai_backends_are_not_polled(fetcher: FakeFetcher, clock: FakeClock) -> None:
+    fetcher.script(METRICS, page(VLLM_PAGE))
     scraper, pool = _scraper(
-        client,
+        fetcher,
         clock,
         BackendSpec(url=URL, engine="openai"),
         BackendSpec(url="http://other:9000", engine="vllm"),
     )
     assert [b.id for b in scraper.polled()] == ["other:9000"]
     assert await scraper.scrape_once(_backend(pool)) is False
-    assert route.call_count == 0
+    assert fetcher.calls == []
     assert _backend(pool).metrics is None
     assert _backend(pool).scrape_errors == 0
 
 
-async def test_unknown_engine_is_rejected(client: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_unknown_engine_is_rejected(fetcher: FakeFetcher, clock: FakeClock) -> None:
     with pytest.raises(ValueError, match="backend engine:8000: no adapter for engine 'tgi'"):
-        _scraper(client, clock, BackendSpec(url=URL, engine="tgi"))
+        _scraper(fetcher, clock, BackendSpec(url=URL, engine="tgi"))
 
 
 async def test_a_page_without_the_engines_metrics_is_reported_once(
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    fetcher: FakeFetcher,
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    mock.get("/metrics").respond(200, text=VLLM_PAGE)
-    scraper, pool = _scraper(client, clock, BackendSpec(url=URL, engine="sglang"))
+    fetcher.script(METRICS, page(VLLM_PAGE))
+    scraper, pool = _scraper(fetcher, clock, BackendSpec(url=URL, engine="sglang"))
     with caplog.at_level(logging.WARNING, logger="health.scraper"):
         await scraper.scrape_once(_backend(pool))
         await scraper.scrape_once(_backend(pool))
@@ -187,20 +184,18 @@ async def test_a_page_without_the_engines_metrics_is_reported_once(
     assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0)  # fresh, all unknown
 
 
-async def test_run_polls_until_cancelled(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
-) -> None:
+async def test_run_polls_until_cancelled(fetcher: FakeFetcher, clock: FakeClock) -> None:
     three_scrapes = asyncio.Event()
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        if route.call_count >= 3:
+    def answer() -> FetchResult:
+        if fetcher.count(METRICS) >= 3:
             three_scrapes.set()
-        return httpx.Response(200, text=VLLM_PAGE)
+        return page(VLLM_PAGE)
 
-    route = mock.get("/metrics").mock(side_effect=answer)
+    fetcher.script(METRICS, answer)
     pool = BackendPool((BackendSpec(url=URL, engine="vllm"),), HealthPolicy(), clock)
     # interval 0: the loop only yields between scrapes, it never really sleeps.
-    scraper = Scraper(pool, client, ScrapeSettings(interval_s=0.0))
+    scraper = Scraper(pool, fetcher, ScrapeSettings(interval_s=0.0))
     task = asyncio.create_task(scraper.run())
     await asyncio.wait_for(three_scrapes.wait(), 5)
     task.cancel()
@@ -210,9 +205,9 @@ async def test_run_polls_until_cancelled(
 
 
 async def test_run_returns_when_nothing_exports_metrics(
-    client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    scraper, _ = _scraper(client, clock, BackendSpec(url=URL, engine="openai"))
+    scraper, _ = _scraper(fetcher, clock, BackendSpec(url=URL, engine="openai"))
     await asyncio.wait_for(scraper.run(), 1)
 
 
@@ -225,16 +220,15 @@ def test_without_a_threshold_metrics_never_go_stale(clock: FakeClock) -> None:
 
 
 async def test_an_unchanged_page_keeps_its_metrics_with_the_new_time(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    mock.get("/metrics").mock(
-        side_effect=[
-            httpx.Response(200, text="vllm:num_requests_waiting 1\n"),
-            httpx.Response(200, text="vllm:num_requests_waiting 1\n"),
-            httpx.Response(200, text="vllm:num_requests_waiting 3\n"),
-        ]
+    fetcher.script(
+        METRICS,
+        page("vllm:num_requests_waiting 1\n"),
+        page("vllm:num_requests_waiting 1\n"),
+        page("vllm:num_requests_waiting 3\n"),
     )
-    scraper, pool = _scraper(client, clock)
+    scraper, pool = _scraper(fetcher, clock)
     await scraper.scrape_once(_backend(pool))
     first = _backend(pool).metrics
     clock.now = 0.05
@@ -247,10 +241,10 @@ async def test_an_unchanged_page_keeps_its_metrics_with_the_new_time(
 
 
 async def test_an_unchanged_unreadable_page_fails_every_time(
-    mock: respx.MockRouter, client: httpx.AsyncClient, clock: FakeClock
+    fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    mock.get("/metrics").respond(200, text="vllm:num_requests_waiting {{{\n")
-    scraper, pool = _scraper(client, clock)
+    fetcher.script(METRICS, page("vllm:num_requests_waiting {{{\n"))
+    scraper, pool = _scraper(fetcher, clock)
     assert await scraper.scrape_once(_backend(pool)) is False
     assert await scraper.scrape_once(_backend(pool)) is False
     assert _backend(pool).scrape_errors == 2
@@ -262,16 +256,17 @@ async def test_an_unchanged_unreadable_page_fails_every_time(
         ("text/plain; version=0.0.4", b"vllm:num_requests_waiting 2\n"),
         ("text/plain; charset=UTF-8", b"vllm:num_requests_waiting 2\n"),
         ("text/plain; charset=utf-16", "vllm:num_requests_waiting 2\n".encode("utf-16")),
+        ('text/plain; Charset="UTF-16"', "vllm:num_requests_waiting 2\n".encode("utf-16")),
+        ("text/plain; charset=no-such-codec", b"vllm:num_requests_waiting 2\n"),  # as UTF-8
     ],
 )
 async def test_the_page_is_decoded_by_its_declared_charset(
-    mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    fetcher: FakeFetcher,
     clock: FakeClock,
     content_type: str,
     body: bytes,
 ) -> None:
-    mock.get("/metrics").respond(200, content=body, headers={"content-type": content_type})
-    scraper, pool = _scraper(client, clock)
+    fetcher.script(METRICS, page(body, content_type=content_type))
+    scraper, pool = _scraper(fetcher, clock)
     assert await scraper.scrape_once(_backend(pool)) is True
     assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0, waiting=2)

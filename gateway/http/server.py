@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol, made cheaper per request for a proxy (used by `kvgate serve`).
+"""The HTTP/1.1 server side: uvicorn's httptools protocol, made cheaper per request for a
+proxy (used by `kvgate serve`), and the choice of protocol at start-up.
 
 Profiled under the overhead benchmark (sim/bench/overhead.py), most of the gateway's CPU went
 to system calls and event-loop steps, not to Python code. Two changes, both invisible to
@@ -14,17 +15,43 @@ HTTP clients:
   `kvgate.disconnect` (a `DisconnectSignal`), a callback run from `connection_lost`. Without
   it the app can only learn of a disconnect by keeping a second task parked in `receive()`
   for every request (`gateway.asgi.run_until_disconnect` falls back to that elsewhere).
+
+The protocol class (`gateway.http.uvicorn_protocol`) extends uvicorn internals. If the
+installed uvicorn lacks them, `server_protocol()` logs one warning and the gateway serves
+with uvicorn's stock protocol: correct, only without the two changes above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import uvicorn
 
-from gateway.asgi import DISCONNECT_EXTENSION
+log = logging.getLogger(__name__)
+
+
+def server_protocol() -> type[asyncio.Protocol] | Literal["auto"]:
+    """uvicorn's `http=` for `kvgate serve`: `GatewayHttpProtocol`, or "auto" (uvicorn's
+    stock httptools or h11 protocol) after one warning if the internals it extends are
+    missing."""
+    try:
+        from gateway.http import uvicorn_protocol
+    except ImportError as exc:
+        missing = [str(exc)]
+    else:
+        missing = uvicorn_protocol.missing_internals()
+        if not missing:
+            return uvicorn_protocol.GatewayHttpProtocol
+    log.warning(
+        "uvicorn %s lacks what kvgate's HTTP protocol extends (%s); serving with uvicorn's "
+        "stock protocol, without coalesced writes or the disconnect signal",
+        uvicorn.__version__,
+        "; ".join(missing),
+    )
+    return "auto"
 
 
 class DisconnectSignal:
@@ -85,25 +112,3 @@ class CoalescingTransport:
     def __getattr__(self, name: str) -> Any:
         # is_closing, abort, get_extra_info, pause/resume_reading, set_protocol, ...
         return getattr(self._transport, name)
-
-
-class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with coalesced writes and the disconnect extension."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        wrapped: Any = CoalescingTransport(transport, self.loop)
-        super().connection_made(wrapped)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
-        self.scope["extensions"] = extensions
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        cycle = self.cycle
-        super().connection_lost(exc)
-        # uvicorn marks the request disconnected only if its response was unfinished.
-        if cycle is not None and cycle.disconnected:
-            signal = cycle.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
-            if isinstance(signal, DisconnectSignal):
-                signal.fire()

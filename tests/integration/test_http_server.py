@@ -1,90 +1,23 @@
-"""The gateway's uvicorn protocol: coalesced writes and the disconnect signal extension."""
+"""The gateway's uvicorn protocol behind a real server on 127.0.0.1: whole responses,
+ordered streams, the disconnect signal, and the stock protocol it falls back to."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Literal
 
 import httpx
 import pytest
 import uvicorn
 
+import gateway.http
 from gateway.asgi import Receive, Scope, Send, disconnect_signal, run_until_disconnect
-from gateway.http_server import CoalescingTransport, DisconnectSignal, GatewayHttpProtocol
+from gateway.http.server import server_protocol
+from gateway.http.uvicorn_protocol import GatewayHttpProtocol
 from tests.support.waiting import async_wait_until
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert not self.closed
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str) -> str:
-        return f"info:{name}"
-
-
-def _wrap(inner: RecordingTransport) -> CoalescingTransport:
-    transport: Any = inner
-    return CoalescingTransport(transport, asyncio.get_running_loop())
-
-
-async def test_writes_of_one_step_leave_in_one_write() -> None:
-    inner = RecordingTransport()
-    t = _wrap(inner)
-    t.write(b"HTTP/1.1 200 OK\r\n\r\n")
-    t.write(b"body")
-    assert inner.writes == []
-    assert t.get_write_buffer_size() == len(b"HTTP/1.1 200 OK\r\n\r\nbody")
-    await asyncio.sleep(0)
-    assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
-    t.write(b"next")  # a later step: its own write
-    await asyncio.sleep(0)
-    assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"next"]
-
-
-async def test_close_flushes_first_and_later_writes_are_dropped() -> None:
-    inner = RecordingTransport()
-    t = _wrap(inner)
-    t.write(b"last")
-    t.close()
-    assert (inner.writes, inner.closed) == ([b"last"], True)
-    t.write(b"too late")
-    await asyncio.sleep(0)
-    assert inner.writes == [b"last"]
-
-
-async def test_other_calls_pass_through() -> None:
-    t = _wrap(RecordingTransport())
-    assert t.get_extra_info("peername") == "info:peername"
-    assert not t.is_closing()
-
-
-def test_disconnect_signal_fires_once() -> None:
-    calls: list[str] = []
-    signal = DisconnectSignal()
-    signal.fire()  # nobody listening yet: remembered
-    assert signal.disconnected
-    signal.callback = lambda: calls.append("x")
-    signal.fire()
-    assert calls == []  # fired already
-
-
-# -- behind a real uvicorn server -----------------------------------------------------------
 
 
 class App:
@@ -122,12 +55,14 @@ class App:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: App) -> AsyncIterator[str]:
+async def serve(
+    app: App, protocol: type[asyncio.Protocol] | Literal["auto"] = GatewayHttpProtocol
+) -> AsyncIterator[str]:
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
-        http=GatewayHttpProtocol,
+        http=protocol,
         lifespan="off",
         log_config=None,
         access_log=False,
@@ -168,3 +103,21 @@ async def test_client_disconnect_cancels_through_the_signal() -> None:
         writer.close()
         await writer.wait_closed()
         assert await asyncio.wait_for(app.outcome, 5) is True
+
+
+async def test_without_uvicorns_internals_the_stock_protocol_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)
+    monkeypatch.delitem(sys.modules, "gateway.http.uvicorn_protocol")
+    monkeypatch.delattr(gateway.http, "uvicorn_protocol")
+    protocol = server_protocol()
+    assert protocol == "auto"
+    monkeypatch.undo()  # uvicorn imports its own protocol module to serve
+    app = App()
+    async with serve(app, protocol) as url, httpx.AsyncClient(base_url=url) as client:
+        plain = await client.get("/plain")
+        async with client.stream("GET", "/stream") as resp:
+            streamed = b"".join([c async for c in resp.aiter_raw()])
+    assert (plain.status_code, plain.content, streamed) == (200, b"hello", b"abc")
+    assert app.had_signal == [False, False]  # the app notices disconnects via receive()

@@ -12,7 +12,8 @@ Limits: `max_connections` bounds requests in flight upstream (waiting longer tha
 `pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are
 kept, each for at most `keepalive_expiry` seconds, most recently used first. A pooled
 connection the backend has already closed is never reused. Timeouts are per phase: connect,
-write, and read (the longest wait for the next byte). Health probes keep using httpx.
+write, and read (the longest wait for the next byte). Health probes and metric scrapes
+use a client of their own, through `gateway.http.fetcher`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gateway.http1 import (
+from gateway.http.http1 import (
     ConnectError,
     ConnectTimeout,
     Http1Connection,

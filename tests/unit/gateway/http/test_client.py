@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway import http1
-from gateway.http1 import Http1Connection
-from gateway.upstream_client import ClientLimits, Origin, UpstreamClient, _request_head
+from gateway.http import http1
+from gateway.http.client import ClientLimits, Origin, UpstreamClient, _request_head
+from gateway.http.http1 import Http1Connection
 
 
 class FakeTransport:
