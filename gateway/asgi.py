@@ -89,7 +89,7 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 class DisconnectSignal(Protocol):
-    """What `gateway.http_server` puts in the scope: `disconnected`, and a `callback` it runs
+    """What `gateway.http.server` puts in the scope: `disconnected`, and a `callback` it runs
     when the client goes away before the response is complete."""
 
     disconnected: bool

@@ -9,7 +9,7 @@ GatewayError                     (status, type, code, retryable)
 ├── PayloadTooLargeError         413
 ├── UnsupportedMediaTypeError    415
 ├── NoHealthyBackendError        503 + Retry-After
-└── UpstreamError                upstream failures (httpx errors mapped in upstream.py)
+└── UpstreamError                upstream failures (HTTP client errors mapped in upstream.py)
     ├── UpstreamConnectError     502, retryable on another backend
     ├── UpstreamTimeoutError     504
     └── UpstreamProtocolError    502 (connection broke before or during the response)

@@ -198,7 +198,7 @@ async def test_disconnect_after_the_response_finished_cancels_nothing() -> None:
 
 
 class Signal:
-    """What `gateway.http_server.DisconnectSignal` offers: a flag and a callback slot."""
+    """What `gateway.asgi.DisconnectSignal` offers: a flag and a callback slot."""
 
     def __init__(self) -> None:
         self.disconnected = False
