@@ -24,11 +24,8 @@ import orjson
 from sim.bench import workloads
 from sim.bench.quality_report import plot_ttft_cdfs
 from sim.bench.workloads import MODEL, Workload, synthetic
-from sim.loadgen import (
-    RunStats,
-    percentile,
-    progress_ticker,
-)
+from sim.loadgen import RunStats, progress_ticker
+from sim.percentile import percentile
 from sim.processes import start_emulator, start_gateway
 from sim.scrape import ReplicaReport, scrape_replicas
 

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import orjson
 
-from sim.loadgen import RunStats, percentile, run_conversations
+from sim.loadgen import RunStats, run_conversations
+from sim.percentile import percentile
 from sim.processes import start_emulator, start_gateway
 from sim.scrape import ReplicaReport, scrape_replicas
 from sim.workload import Conversation, multi_tenant_chats

@@ -136,15 +136,6 @@ def _gaps(stamps: list[float]) -> tuple[float, ...]:
     return tuple(b - a for a, b in itertools.pairwise(stamps))
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
-
-
 @dataclass(frozen=True, slots=True)
 class TimedRequest:
     """One request of an open-loop replay: sent at `at_s` whatever happened before."""

@@ -34,7 +34,6 @@ import gc
 import math
 import platform
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from scoring.prefix_index import PrefixIndex
 from scoring.profiles import RoutingSection, build_scheduler
 from scoring.stateful_plugins import register_stateful_plugins
 from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from sim.percentile import percentile
 
 MODEL = "bench-model"
 CHARS_PER_TOKEN = 4  # the gateway's default `routing.prefix.chars_per_token`
@@ -251,15 +251,11 @@ def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> 
 
 
 def percentiles_us(ns: list[int], prefix: str = "") -> dict[str, float]:
-    xs = sorted(ns)
-
-    def q(p: float) -> float:
-        return xs[min(len(xs) - 1, int(p * len(xs)))] / 1000
-
+    """Median, p90 and p99 of nanosecond timings, in µs (nearest rank, `sim.percentile`)."""
     return {
-        f"{prefix}median_us": statistics.median(xs) / 1000,
-        f"{prefix}p90_us": q(0.9),
-        f"{prefix}p99_us": q(0.99),
+        f"{prefix}median_us": percentile(ns, 50) / 1000,
+        f"{prefix}p90_us": percentile(ns, 90) / 1000,
+        f"{prefix}p99_us": percentile(ns, 99) / 1000,
     }
 
 
@@ -267,8 +263,8 @@ def breakdown(cell: Cell, iterations: int) -> dict[str, float]:
     """Median of each stage; `match` is timed in separate calls on the same prompts."""
     runs = run_cell(cell, iterations, warmup=20)
     matches = [time_match(cell, data) for data in queries(cell, iterations, seed=12)]
-    med = [statistics.median(s[k] for s in runs) / 1000 for k in range(4)]
-    match = statistics.median(matches) / 1000
+    med = [percentile((s[k] for s in runs), 50) / 1000 for k in range(4)]
+    match = percentile(matches, 50) / 1000
     return {
         "snapshot_us": med[0],
         "hash_us": med[1],
@@ -312,7 +308,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
             row.update(percentiles_us([sum(s[:4]) for s in runs]))
             row.update(percentiles_us([s[4] for s in runs], "cpu_"))
             for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
-                row[f"{stage}_median_us"] = statistics.median(s[k] for s in runs) / 1000
+                row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
             row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
             rows.append(row)
             say(

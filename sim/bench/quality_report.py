@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from sim.bench.peers import PeerInstall
-from sim.loadgen import percentile
+from sim.percentile import percentile
 
 KVGATE = ("kvgate", "prefix-aware")
 SGLANG = ("sglang-router", "cache_aware")

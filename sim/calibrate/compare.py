@@ -7,6 +7,7 @@ from typing import Any
 
 from sim.calibrate.errors import ErrorSummary, relative_error
 from sim.calibrate.grid import Cell
+from sim.percentile import percentile
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,5 +95,4 @@ def table(comparisons: list[CellComparison]) -> str:
 def _ms(values: tuple[float, ...]) -> str:
     if not values:
         return "-"
-    s = sorted(values)
-    return f"{s[len(s) // 2] * 1e3:.1f}ms"
+    return f"{percentile(values, 50) * 1e3:.1f}ms"

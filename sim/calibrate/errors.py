@@ -1,4 +1,5 @@
-"""Relative errors and their percentiles, as the calibration report states them."""
+"""Relative errors and their percentiles (nearest rank, `sim.percentile`), as the calibration
+report states them."""
 
 from __future__ import annotations
 
@@ -6,25 +7,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sim.percentile import percentile
+
 
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted − measured) / measured; positive when the model is too slow."""
     if measured <= 0:
         raise ValueError(f"measured value must be positive, got {measured}")
     return (predicted - measured) / measured
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100), linear between closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be in [0, 100], got {q}")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True, slots=True)

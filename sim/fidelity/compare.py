@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.replay.outcomes import percentile
+from sim.percentile import percentile
 
 
 @dataclass(frozen=True, slots=True)

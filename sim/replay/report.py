@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from sim.replay.outcomes import percentile
+from sim.percentile import percentile
 from sim.replay.settings import SimSettings
 from sim.replay.simulator import ReplayResult
 
