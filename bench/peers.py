@@ -3,9 +3,9 @@
 Peers: `sglang-router` (SGLang's model gateway), `vllm-router` and `litellm` (its proxy),
 each installed on demand from PyPI into `.venv-peers/<name>/`; and kvgate itself, launched
 from the running interpreter, so a harness treats every router alike. Each router runs as
-its own process group on 127.0.0.1, logs to a file, is waited for until it answers
-`GET /v1/models`, and is stopped by its pid. Exact versions and command lines are exposed so
-that a report can carry them.
+a `sim.live.processes.ChildProcess` (its own process group) on 127.0.0.1, logs to a file,
+is waited for until it answers `GET /v1/models`, and is stopped by its pid. Exact versions
+and command lines are exposed so that a report can carry them.
 """
 
 from __future__ import annotations
@@ -13,22 +13,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from types import TracebackType
-
-import httpx
 
 from bench import REPO_ROOT
+from sim.live.experiment import Router, RouterFactory, RouterSite
+from sim.live.processes import ChildProcess, free_port, gateway_command
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +110,7 @@ def litellm_config(worker_urls: Sequence[str], model: str, policy: str) -> str:
         ],
         "router_settings": {"routing_strategy": policy},
         "litellm_settings": {"set_verbose": False, "request_timeout": 600},
-        # LiteLLM refuses to start without one; clients send it (see `PeerProcess.headers`).
+        # LiteLLM refuses to start without one; clients send it (`PEER_HEADERS`).
         "general_settings": {"master_key": LITELLM_KEY},
     }
     return json.dumps(config, indent=2) + "\n"
@@ -136,11 +132,7 @@ def peer_command(
     py, urls = str(install.python), list(worker_urls)
     policy = DEFAULT_POLICY[install.name] if policy == "default" else policy
     if install.name == KVGATE:
-        cmd = [py, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-        cmd += ["--policy", policy, "--log-level", "warning"]
-        for url in urls:
-            cmd += ["--backend", url]
-        return cmd
+        return gateway_command(urls, policy, port=port, extra=("--log-level", "warning"), python=py)
     if install.name == "sglang-router":
         return [
             *(py, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port)),
@@ -171,103 +163,6 @@ PEER_ENV = {
 }
 
 
-def free_port() -> int:
-    """A port free right now on 127.0.0.1 (peers that cannot bind port 0 get one of these)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class PeerProcess:
-    """A running router in its own process group; a context manager that stops it by pid.
-
-    `url` is where it serves the OpenAI API, `pid` its process id (for CPU/RSS accounting),
-    `command` the exact command line, `log_path` its output, `headers` what every request
-    to it must carry.
-    """
-
-    def __init__(
-        self,
-        command: list[str],
-        url: str,
-        log_path: Path,
-        env: dict[str, str],
-        headers: dict[str, str],
-    ) -> None:
-        self.command = command
-        self.url = url
-        self.log_path = log_path
-        self.headers = headers
-        self._env = env
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self._proc is None:
-            raise RuntimeError("not started")
-        return self._proc.pid
-
-    def start(self, ready_timeout: float = 120.0) -> PeerProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            self._proc = subprocess.Popen(
-                self.command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self._env},
-                cwd=self.log_path.parent,
-                start_new_session=True,
-            )
-        try:
-            self._wait_ready(ready_timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0, headers=self.headers) as client:
-            while True:
-                if self._proc is not None and self._proc.poll() is not None:
-                    tail = self.log_path.read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"{self.command[:3]} exited:\n{tail}")
-                try:
-                    if client.get(self.url + "/v1/models").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.url} not ready after {timeout} s")
-                time.sleep(0.2)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGINT to the process group, SIGKILL if it lingers (only our own group)."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # Workers a router forked may outlive its leader; they share its group id.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    def __enter__(self) -> PeerProcess:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
 def start_peer(
     install: PeerInstall,
     *,
@@ -275,17 +170,19 @@ def start_peer(
     model: str,
     policy: str,
     out_dir: Path,
+    log_name: str | None = None,
     port: int = 0,
     ready_timeout: float = 120.0,
     extra_args: Sequence[str] = (),
-) -> PeerProcess:
-    """Start `install` in front of `worker_urls` and wait until it answers; logs go to
-    `out_dir/<name>-<policy>.log`; `extra_args` are appended to its command line. Use as
-    `with start_peer(...) as peer:`."""
+) -> tuple[ChildProcess, str]:
+    """Start `install` in front of `worker_urls` and wait until it answers `GET /v1/models`;
+    return the process (stop it, or use it as a context manager) and its URL. It runs in
+    `out_dir` and logs to `out_dir/<log_name>.log` (default `<name>-<policy>`); `extra_args`
+    are appended to its command line."""
     out_dir = out_dir.resolve()  # the peer runs in out_dir: relative paths would break
     out_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    tag = f"{install.name}-{policy}"
+    tag = log_name or f"{install.name}-{policy}"
     config_path = None
     if install.name == "litellm":
         config_path = out_dir / f"{tag}.yaml"
@@ -300,11 +197,33 @@ def start_peer(
         metrics_port=free_port(),
         config_path=config_path,
     )
-    proc = PeerProcess(
-        [*command, *extra_args],
-        f"http://127.0.0.1:{port}",
-        out_dir / f"{tag}.log",
-        PEER_ENV.get(install.name, {}),
-        PEER_HEADERS.get(install.name, {}),
-    )
-    return proc.start(ready_timeout)
+    url = f"http://127.0.0.1:{port}"
+    env = PEER_ENV.get(install.name, {})
+    proc = ChildProcess([*command, *extra_args], out_dir / f"{tag}.log", env=env, cwd=out_dir)
+    with contextlib.ExitStack() as on_failure:
+        on_failure.callback(proc.stop)
+        proc.start().wait_for_http(
+            url + "/v1/models", headers=PEER_HEADERS.get(install.name), timeout_s=ready_timeout
+        )
+        on_failure.pop_all()
+    return proc, url
+
+
+def peer_router(install: PeerInstall, policy: str, extra_args: Sequence[str] = ()) -> RouterFactory:
+    """`install` with `policy` as a router for `sim.live.experiment.run_experiment`."""
+
+    @contextlib.contextmanager
+    def start(site: RouterSite) -> Iterator[Router]:
+        proc, url = start_peer(
+            install,
+            worker_urls=site.replica_urls,
+            model=site.model,
+            policy=policy,
+            out_dir=site.log_dir,
+            log_name=f"{site.tag}-router",
+            extra_args=extra_args,
+        )
+        with proc:
+            yield Router(url, PEER_HEADERS.get(install.name, {}), tuple(proc.command))
+
+    return start

@@ -40,7 +40,7 @@ from bench.calibrate.measure import measure_grid, save_measurements, warm_up
 from bench.calibrate.plot import plot
 from bench.calibrate.records import CellRecord, cell_from_json
 from bench.calibrate.report import build_report, error_line, profile_json, write_json
-from bench.calibrate.server import ServerSettings, VllmServer
+from bench.calibrate.server import ServerSettings, vllm_server
 from bench.calibrate.tinymodel import MODELS, write_model_dir
 from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_python
 from sim.engine.types import EngineConfig
@@ -134,10 +134,10 @@ def collect(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[C
         path = out / "measurements.json"
         niceness = _raise_priority(args.nice)
         meta["niceness"] = niceness
-        with VllmServer(
+        with vllm_server(
             venv_python(venv), out / "model", settings, out / "vllm.log", niceness
-        ) as server:
-            records = asyncio.run(_measure(server.url, grid, spec.vocab_size, meta, path))
+        ) as url:
+            records = asyncio.run(_measure(url, grid, spec.vocab_size, meta, path))
         return meta, records
     finally:
         if created and not args.keep_venv:
@@ -311,6 +311,6 @@ def _grid_from_json(data: dict[str, Any]) -> GridSpec:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt as exc:  # vLLM is stopped by then (VllmServer.__exit__)
+    except KeyboardInterrupt as exc:  # vLLM is stopped by then (vllm_server's exit)
         log.error("interrupted (%s)", exc or "Ctrl-C")
         sys.exit(130)

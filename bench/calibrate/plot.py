@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from bench.calibrate.compare import CellComparison
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 log = logging.getLogger(__name__)
 
@@ -13,12 +14,9 @@ log = logging.getLogger(__name__)
 def plot(comparisons: list[CellComparison], path: Path, title: str) -> bool:
     """Write the plot; False (and a warning) when matplotlib is not installed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed; no plot (pip install -e '.[calibrate]')")
+        plt = pyplot()
+    except PlotsUnavailable:
+        log.warning(PLOTS_SKIPPED)
         return False
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     for ax, name in zip(axes, ("TTFT", "mean ITL"), strict=True):

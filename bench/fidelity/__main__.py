@@ -15,9 +15,12 @@ import yaml
 from bench.fidelity.check import PolicyCheck, check_policy
 from bench.fidelity.live import LiveFleet, run_live
 from bench.fidelity.report import format_report, write_json, write_plot
-from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed, timed_requests
+from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed
 from sim.engine.profiles import get_profile
+from sim.live.experiment import Fleet
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay import SimSettings, load_config
+from sim.workloads import timed_requests
 
 
 def _log(text: str) -> None:
@@ -27,19 +30,16 @@ def _log(text: str) -> None:
 async def run_check(s: FidelitySettings) -> tuple[list[PolicyCheck], dict[str, Any]]:
     profile = slowed(get_profile(s.profile), s.slowdown)
     trace = build_trace(s, profile.config.block_size)
-    requests = timed_requests(trace)
+    requests = timed_requests(trace, MODEL, include_usage=True)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     config_path = s.out_dir / "gateway.yaml"
     config_path.write_text(yaml.safe_dump(s.gateway_config), encoding="utf-8")
     sim_settings = SimSettings(replicas=s.replicas, seed=s.sim_seed, **load_config(config_path))
     fleet = LiveFleet(
-        s.replicas,
-        s.profile,
-        MODEL,
+        Fleet(s.replicas, s.profile, MODEL, speedup=1 / s.slowdown),
         config_path,
         sim_settings.scrape_interval_s,
         s.out_dir,
-        speedup=1 / s.slowdown,
     )
     span = trace[-1].arrival_s if trace else 0.0
     _log(
@@ -69,7 +69,7 @@ def _header(s: FidelitySettings, requests: int, span_s: float, block_tokens: int
     """What `fidelity.json` says about the run besides the per-policy results."""
     return {
         "trace": {
-            "generator": "sim.traces.multi_turn_sessions",
+            "generator": "sim.workloads.open_loop_chats",
             "requests": requests,
             "span_s": span_s,
             **{k: getattr(s, k) for k in _TRACE_FIELDS},
@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     header["wall_s"] = time.monotonic() - started
     print()
     print(format_report(checks))
-    paths = [write_json(header, checks, settings.out_dir), write_plot(checks, settings.out_dir)]
+    paths = [write_json(header, checks, settings.out_dir)]
+    try:
+        paths.append(write_plot(checks, settings.out_dir))
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED)
     print(f"\nwrote {', '.join(map(str, paths))} in {header['wall_s']:.0f} s")
     return 1 if any(c.live.errors for c in checks) else 0
 

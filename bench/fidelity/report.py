@@ -11,6 +11,7 @@ import orjson
 
 from bench.fidelity.check import PolicyCheck
 from bench.fidelity.compare import Errors, RunMetrics
+from sim.plots import pyplot
 
 EXPLANATION = """\
 live:           client-side TTFT through the gateway; hit rate from the replicas' own
@@ -154,10 +155,7 @@ def write_json(header: dict[str, Any], checks: Sequence[PolicyCheck], out_dir: P
 
 def write_plot(checks: Sequence[PolicyCheck], out_dir: Path) -> Path:
     """TTFT CDFs, one panel per policy: live, sim on the trace, sim on the recording."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,11 @@
-"""The fidelity check's trace, and the same trace as HTTP requests for the live run.
+"""The fidelity check's settings and trace.
 
-The trace is seeded synthetic multi-turn chats of tenants with long shared system prompts
-(`sim.traces.multi_turn_sessions`), in blocks of the engine's own KV block size. The live
-run sends each request as a streaming `/v1/completions` call whose prompt is token ids
-synthesised from the block ids (`prompt_token_ids`: equal ids, equal tokens), so the
-emulated engines see exactly the prefix sharing the simulator replays, with no tokenizer in
-between, and the gateway, hashing token ids at 4 bytes a token, sees it too.
+The trace is seeded open-loop synthetic chats of tenants with long shared system prompts
+(`sim.workloads.open_loop_chats`), in blocks of the engine's own KV block size. The live run
+sends each request as a streaming `/v1/completions` call whose prompt is token ids
+synthesised from the block ids (`sim.workloads.timed_requests`: equal ids, equal tokens), so
+the emulated engines see exactly the prefix sharing the simulator replays, with no tokenizer
+in between, and the gateway, hashing token ids at 4 bytes a token, sees it too.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-import orjson
-
 from sim.engine.types import EngineProfile, StepTimeCoefficients
-from sim.loadgen import TimedRequest
-from sim.traces import TraceRequest, multi_turn_sessions, prompt_token_ids, time_scaled
+from sim.traces import TraceRequest, time_scaled
+from sim.workloads import open_loop_chats
 
 MODEL = "kvgate-fidelity"
 
@@ -54,7 +52,7 @@ class FidelitySettings:
 
 
 def build_trace(s: FidelitySettings, block_tokens: int) -> list[TraceRequest]:
-    trace = multi_turn_sessions(
+    trace = open_loop_chats(
         seed=s.seed,
         sessions=s.sessions,
         turns=s.turns,
@@ -78,20 +76,3 @@ def slowed(profile: EngineProfile, factor: float) -> EngineProfile:
     t = profile.timing
     timing = StepTimeCoefficients(*(getattr(t, f.name) * factor for f in fields(t)))
     return replace(profile, timing=timing)
-
-
-def timed_requests(trace: list[TraceRequest]) -> list[TimedRequest]:
-    """Each trace request as a streaming completion at its arrival time; the usage chunk
-    makes the gateway record the engine's own output token count."""
-    out = []
-    for r in trace:
-        body = {
-            "model": r.model or MODEL,
-            "prompt": prompt_token_ids(r),
-            "max_tokens": max(1, r.output_tokens),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        headers = {"x-session-id": r.session} if r.session else {}
-        out.append(TimedRequest(r.arrival_s, "/v1/completions", orjson.dumps(body), headers))
-    return out

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import functools
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,12 +30,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench import REPO_ROOT
 from bench.overhead.report import print_row, summarise, write_outputs
 from bench.overhead.usage import usage
 from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
+from sim.live.processes import ChildProcess, free_port
 
 if TYPE_CHECKING:
-    from bench.peers import PeerInstall, PeerProcess
+    from bench.peers import PeerInstall
 
 DEFAULT_TARGETS = (
     "direct",
@@ -81,63 +82,57 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)  # what every request must carry
 
 
+@dataclass(frozen=True, slots=True)
 class StubFleet:
-    """The stub replicas in one child process, stopped by its pid."""
+    """The stub replicas, all in one child process."""
 
-    def __init__(self, replicas: int, log_path: Path) -> None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_path.open("wb")
-        cmd = [sys.executable, "-m", "bench.overhead.engine", "--replicas", str(replicas)]
-        cmd += ["--model", MODEL]
-        self.command = cmd
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
-        assert self._proc.stdout is not None
-        self.urls = []
-        for _ in range(replicas):
-            line = self._proc.stdout.readline().decode()
-            if not line.startswith("replica "):
-                self.stop()
-                raise RuntimeError(f"stub engine did not start: {line!r}")
-            self.urls.append(line.split()[-1])
-        self.pid = self._proc.pid
+    process: ChildProcess
+    urls: tuple[str, ...]
 
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._log.close()
+
+def start_stub_fleet(replicas: int, log_path: Path) -> StubFleet:
+    """`python -m bench.overhead.engine` (bench/ on its path, as it is not installed)."""
+    cmd = [sys.executable, "-m", "bench.overhead.engine", "--replicas", str(replicas)]
+    cmd += ["--model", MODEL]
+    process = ChildProcess(cmd, log_path, env={"PYTHONPATH": str(REPO_ROOT)}).start()
+    try:
+        found = process.wait_for_line(r"^replica \d+: (http://\S+)", replicas, timeout_s=30.0)
+    except BaseException:
+        process.stop()
+        raise
+    return StubFleet(process, tuple(m.group(1) for m in found))
 
 
 @contextlib.contextmanager
 def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
     """Start the router named by `spec` (`direct`, `kvgate:POLICY`, `PEER[:POLICY]`)."""
     if spec == "direct":
-        yield Target("direct", fleet.urls[0], fleet.pid, command=fleet.command)
+        stubs = fleet.process
+        yield Target("direct", fleet.urls[0], stubs.pid, command=stubs.command)
         return
-    from bench.peers import ensure_peer, start_peer
+    from bench.peers import PEER_HEADERS, ensure_peer, start_peer
 
     name, _, policy = spec.partition(":")
     name, _, source = name.partition("@")
     install = ensure_peer(name)
     if source:  # `kvgate@DIR:POLICY`: kvgate from another source tree, for before/after runs
-        with _start_kvgate_from(source, install, fleet, policy, logs) as proc:
-            yield Target(spec, proc.url, proc.pid, f"{install.version} ({source})", proc.command)
+        proc, url = _start_kvgate_from(source, install, fleet, policy, logs)
+        with proc:
+            yield Target(spec, url, proc.pid, f"{install.version} ({source})", proc.command)
         return
-    with start_peer(
+    proc, url = start_peer(
         install, worker_urls=fleet.urls, model=MODEL, policy=policy or "default", out_dir=logs
-    ) as proc:
-        yield Target(spec, proc.url, proc.pid, install.version, proc.command, proc.headers)
+    )
+    with proc:
+        headers = PEER_HEADERS.get(name, {})
+        yield Target(spec, url, proc.pid, install.version, proc.command, headers)
 
 
 def _start_kvgate_from(
     source: str, install: PeerInstall, fleet: StubFleet, policy: str, logs: Path
-) -> PeerProcess:
+) -> tuple[ChildProcess, str]:
     """kvgate with `source` first on PYTHONPATH, otherwise launched as `start_peer` does."""
-    from bench.peers import PeerProcess, free_port, peer_command
+    from bench.peers import peer_command
 
     port = free_port()
     command = peer_command(
@@ -145,7 +140,14 @@ def _start_kvgate_from(
     )
     log_path = logs / f"kvgate-{Path(source).name}-{policy}.log"
     env = {"PYTHONPATH": str(Path(source).resolve())}
-    return PeerProcess(command, f"http://127.0.0.1:{port}", log_path, env, {}).start()
+    url = f"http://127.0.0.1:{port}"
+    proc = ChildProcess(command, log_path, env=env).start()
+    try:
+        proc.wait_for_http(url + "/v1/models")
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, url
 
 
 def measure_target(spec: str, fleet: StubFleet, settings: Settings, wrk: str) -> dict[str, Any]:
@@ -170,7 +172,7 @@ def measure_target(spec: str, fleet: StubFleet, settings: Settings, wrk: str) ->
                 rate,
                 duration_s=settings.duration_s,
                 pid=own_pid,
-                fleet_pid=fleet.pid,
+                fleet_pid=fleet.process.pid,
                 idle_cpu_per_s=idle,
             )
             runs.append(row)
@@ -275,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{settings.duration_s:g} s, {os.cpu_count()} cores shared",
         file=sys.stderr,
     )
-    fleet = StubFleet(settings.replicas, settings.out / "logs" / "stub-engine.log")
+    fleet = start_stub_fleet(settings.replicas, settings.out / "logs" / "stub-engine.log")
     measured: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
     try:
@@ -287,8 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {spec} failed: {exc}", file=sys.stderr)
                 failed[spec] = str(exc)[-2000:]
     finally:
-        fleet.stop()
-    report = summarise(measured, failed, settings, fleet.command)
+        fleet.process.stop()
+    report = summarise(measured, failed, settings, fleet.process.command)
     write_outputs(report, settings.out)
     return 1 if failed else 0
 

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
+
 _MS = 1e3
 
 
@@ -133,15 +135,17 @@ def write_outputs(report: dict[str, Any], out: Path) -> None:
     text = table(report)
     (out / "overhead.md").write_text(text + "\n")
     print(text)
-    _plot(report, out)
-    print(f"wrote {out / 'overhead.json'}, added_p99.png, throughput.png", file=sys.stderr)
+    print(f"wrote {out / 'overhead.json'}, overhead.md", file=sys.stderr)
+    try:
+        _plot(report, out)
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED, file=sys.stderr)
+    else:
+        print(f"wrote {out / 'added_p99.png'}, throughput.png", file=sys.stderr)
 
 
 def _plot(report: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for t in report["targets"]:

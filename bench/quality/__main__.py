@@ -4,14 +4,17 @@ The same workloads go through each router in turn — kvgate `prefix-aware` and 
 SGLang's router (`cache_aware`), vllm-router (`cache_aware`, its default; its `kv_aware`
 needs the engines' ZMQ KV events) and LiteLLM's proxy (`simple-shuffle`) — each in front of
 a fresh emulated fleet (one `kvgate emulate` process, restarted between runs so every
-router starts from cold caches). Workloads, at the rates `bench_routing` found to put
+router starts from cold caches), one live experiment each (`sim.live.experiment`).
+`make bench-routing` is the same benchmark with kvgate's policies as the routers
+(`--routers kvgate:round-robin,kvgate:session,...`). Workloads, at rates that put
 round-robin near saturation:
 
-- synthetic: multi-turn chats of tenants that share long system prompts (`demo` profile);
-- mooncake: the first N requests of the FAST'25 conversation trace at their own rate on
+- synthetic: closed-loop multi-turn chats of tenants that share long system prompts
+  (`demo` profile);
+- mooncake: open loop, the first N requests of the FAST'25 conversation trace at their own rate on
   `h100-llama3-8b` timing slowed 10× (the same as compressing time 10× against that engine),
   prompts synthesised from the hash ids as text (shared ids → shared words), since SGLang's
-  router refuses token-id prompts.
+  router refuses token-id prompts. The trace is read from `--traces DIR`.
 
 Per router: client-side TTFT p50/p90/p99/mean and inter-chunk ITL p50/p99, the prefix hit
 rate the replicas report (deltas of `vllm:prefix_cache_hits_total / queries_total`), each
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -32,12 +34,10 @@ from typing import Any
 import httpx
 
 from bench import DEFAULT_TRACES, TRACES_HELP
-from bench.peers import PeerInstall, ensure_peer, start_peer
+from bench.peers import PeerInstall, ensure_peer, peer_router
 from bench.quality import report
-from bench.quality.workloads import MODEL, Workload, mooncake, synthetic
-from sim.loadgen import RunStats, progress_ticker
-from sim.processes import start_emulator
-from sim.scrape import ReplicaReport, scrape_replicas
+from bench.quality.workloads import mooncake, synthetic
+from sim.live.experiment import ExperimentResult, Fleet, Workload, run_experiment
 
 ROUTERS = (
     "kvgate:prefix-aware",
@@ -49,122 +49,41 @@ ROUTERS = (
 MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"  # in --traces DIR
 
 
-async def run_router(
-    w: Workload,
-    install: PeerInstall,
-    policy: str,
-    replicas: int,
-    out: Path,
-    *,
-    extra_args: tuple[str, ...] = (),
+def row(
+    w: Workload, fleet: Fleet, install: PeerInstall, policy: str, r: ExperimentResult
 ) -> dict[str, Any]:
-    """One (workload, router) run on a fresh fleet; returns the report row."""
-    logs = out / "logs"
-    label = f"{install.name}-{policy}"
-    emulator, urls = await asyncio.to_thread(
-        start_emulator,
-        replicas,
-        w.profile,
-        MODEL,
-        logs / f"emu-{w.name}-{label}.log",
-        speedup=w.speedup,
-        extra=w.emulator_args,
-    )
-    try:
-        peer = await asyncio.to_thread(
-            start_peer,
-            install,
-            worker_urls=urls,
-            model=MODEL,
-            policy=policy,
-            out_dir=logs,
-            extra_args=extra_args,
-        )
-        with peer:
-            async with httpx.AsyncClient(timeout=10) as client:
-                before = await scrape_replicas(client, urls)
-                stats, done = RunStats(), asyncio.Event()
-                ticker = asyncio.create_task(
-                    progress_ticker(f"{w.name}/{label}", stats, w.requests, done, 10.0)
-                )
-                t0 = time.monotonic()
-                try:
-                    await w.run(peer.url, peer.headers, stats)
-                finally:
-                    done.set()
-                    await ticker
-                wall = time.monotonic() - t0
-                after = await scrape_replicas(client, urls)
-            command = peer.command
-    finally:
-        emulator.stop()
-    reports = _deltas(before, after)
-    return summarize(
-        w, install, policy=policy, command=command, stats=stats, reports=reports, wall=wall
-    )
-
-
-def _deltas(before: list[ReplicaReport], after: list[ReplicaReport]) -> list[ReplicaReport]:
-    return [
-        dataclasses.replace(
-            a,
-            requests=a.requests - b.requests,
-            prefix_queries=a.prefix_queries - b.prefix_queries,
-            prefix_hits=a.prefix_hits - b.prefix_hits,
-            preemptions=a.preemptions - b.preemptions,
-        )
-        for b, a in zip(before, after, strict=True)
-    ]
-
-
-def summarize(
-    w: Workload,
-    install: PeerInstall,
-    *,
-    policy: str,
-    command: list[str],
-    stats: RunStats,
-    reports: list[ReplicaReport],
-    wall: float,
-) -> dict[str, Any]:
-    ok = [r for r in stats.results if not r.error]
-    ttfts = sorted(r.ttft_s for r in ok if r.ttft_s is not None)
-    itls = sorted(g for r in ok for g in r.itls_s)
-    queries = sum(r.prefix_queries for r in reports)
-    shares = [r.requests for r in reports]
-    mean = sum(shares) / len(shares) if shares else 0.0
-    errors = [r.error for r in stats.results if r.error]
+    """One (workload, router) row of the report."""
+    ttfts, itls = r.ttfts_s, r.itls_s
     return {
         "workload": w.name,
         "router": install.name,
         "version": install.version,
         "policy": policy,
-        "command": command,
-        "profile": w.profile,
-        "speedup": w.speedup,
-        "requests": len(stats.results),
-        "errors": len(errors),
-        "error_samples": errors[:3],
-        "hit_rate": sum(r.prefix_hits for r in reports) / queries if queries else 0.0,
+        "command": list(r.router.command),
+        "profile": fleet.profile,
+        "speedup": fleet.speedup,
+        "requests": len(r.results),
+        "errors": len(r.errors),
+        "error_samples": r.errors[:3],
+        "hit_rate": r.hit_rate,
         **report.ttft_itl_percentiles(ttfts, itls),
-        "max_mean_share": max(shares) / mean if mean else float("nan"),
-        "requests_per_replica": shares,
-        "preemptions": sum(r.preemptions for r in reports),
-        "throughput_rps": len(stats.results) / wall if wall else 0.0,
-        "wall_s": wall,
+        "max_mean_share": r.max_mean_share,
+        "requests_per_replica": r.requests_per_replica,
+        "preemptions": sum(x.preemptions for x in r.replicas),
+        "throughput_rps": r.throughput_rps,
+        "wall_s": r.wall_s,
         "ttfts_s": ttfts,
     }
 
 
-def _workloads(args: argparse.Namespace) -> list[Workload]:
+def _workloads(args: argparse.Namespace) -> list[tuple[Workload, Fleet]]:
     out = []
     if "synthetic" in args.workloads:
-        out.append(synthetic(args.conversations, args.rate, args.seed))
+        out.append(synthetic(args.conversations, args.rate, args.seed, args.replicas))
     if "mooncake" in args.workloads:
+        trace = args.traces / MOONCAKE_TRACE
         out.append(
-            mooncake(
-                args.traces / MOONCAKE_TRACE, args.trace_requests, args.rate_scale, args.max_output
-            )
+            mooncake(trace, args.trace_requests, args.rate_scale, args.max_output, args.replicas)
         )
     return out
 
@@ -174,14 +93,16 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, Any]], li
     routers = [tuple(r.split(":", 1)) for r in args.routers.split(",")]
     installs = {name: ensure_peer(name) for name in dict.fromkeys(n for n, _ in routers)}
     out = Path(args.out)
+    settings = {**vars(args), "traces": str(args.traces)}  # as JSON
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
     started = time.monotonic()
-    for w in _workloads(args):
+    for w, fleet in _workloads(args):
         for name, policy in routers:
             print(
-                f"{w.name} × {name} {policy}: {w.requests} requests, {args.replicas} replicas "
-                f"({w.profile}, speedup {w.speedup}); {time.monotonic() - started:.0f} s so far",
+                f"{w.name} × {name} {policy}: {w.requests} requests, {fleet.replicas} replicas "
+                f"({fleet.profile}, speedup {fleet.speedup}); "
+                f"{time.monotonic() - started:.0f} s so far",
                 file=sys.stderr,
                 flush=True,
             )
@@ -189,16 +110,21 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, Any]], li
                 ("--config", args.kvgate_config) if name == "kvgate" and args.kvgate_config else ()
             )
             try:
-                row = await run_router(
-                    w, installs[name], policy, args.replicas, out, extra_args=extra
+                result = await run_experiment(
+                    fleet,
+                    peer_router(installs[name], policy, extra),
+                    w,
+                    label=f"{w.name}/{name}-{policy}",
+                    log_dir=out / "logs",
+                    progress_every_s=10.0,
                 )
             except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
                 # One router that will not start must not cost the others' results.
                 failed.append(f"{w.name} × {name} {policy}: {exc!r}"[:2000])
                 print(f"  FAILED: {failed[-1]}", file=sys.stderr, flush=True)
             else:
-                rows.append(row)
-            report.write_outputs(rows, installs, vars(args), out, failed)
+                rows.append(row(w, fleet, installs[name], policy, result))
+            report.write_outputs(rows, installs, settings, out, failed)
     report.print_table(rows)
     report.print_targets(rows)
     print(f"\nwrote {out}/quality.json and {out}/quality_ttft_cdf.png")

@@ -11,6 +11,7 @@ import orjson
 
 from bench.peers import PeerInstall
 from sim.percentile import percentile
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 KVGATE = ("kvgate", "prefix-aware")
 SGLANG = ("sglang-router", "cache_aware")
@@ -111,17 +112,17 @@ def write_outputs(
     (out / "quality.json").write_bytes(
         orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
-    plot_ttft_cdfs(rows, out / "quality_ttft_cdf.png", label, "router")
+    try:
+        plot_ttft_cdfs(rows, out / "quality_ttft_cdf.png", label, "router")
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED)
 
 
 def plot_ttft_cdfs(
     rows: list[dict[str, Any]], path: Path, name: Callable[[dict[str, Any]], str], by: str
 ) -> None:
     """One TTFT CDF panel per workload, a curve per row (`name(row)` and its hit rate)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 4.5), squeeze=False)

@@ -30,7 +30,7 @@ FORBIDDEN = frozenset(
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles", "sim.engine",
-             "sim.workload", "sim.replay"):
+             "sim.workloads", "sim.replay"):
     importlib.import_module(name)
 walked = []
 for pkg in ("routing", "scoring", "sim.engine", "sim.replay"):

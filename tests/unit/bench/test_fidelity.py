@@ -18,13 +18,15 @@ from bench.fidelity.compare import (
     compare,
     relative_error,
 )
-from bench.fidelity.live import Counters, LiveRun, parse_counters
+from bench.fidelity.live import LiveRun
 from bench.fidelity.report import format_report, write_json, write_plot
-from bench.fidelity.workload import FidelitySettings, build_trace, slowed, timed_requests
+from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed
 from sim.engine.profiles import get_profile
+from sim.live.scrape import ReplicaReport
 from sim.replay import SimSettings
 from sim.traces import TraceRequest, prompt_token_ids
 from sim.traces.recorded import encode_header, encode_request
+from sim.workloads import timed_requests
 
 
 def test_relative_error_is_the_distance_over_the_live_value() -> None:
@@ -69,35 +71,6 @@ def test_arrival_jitter_ignores_a_constant_shift() -> None:
         arrival_jitter(scheduled, shifted[:3])
 
 
-METRICS = """\
-# TYPE vllm:prefix_cache_hits counter
-vllm:prefix_cache_hits_total{engine="0",model_name="m"} 300.0
-# TYPE vllm:prefix_cache_queries counter
-vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0
-# TYPE vllm:time_to_first_token_seconds histogram
-vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4.0
-vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 4.0
-vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.8
-# TYPE vllm:inter_token_latency_seconds histogram
-vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 20.0
-vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 20.0
-vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.25
-# TYPE vllm:e2e_request_latency_seconds histogram
-vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0
-vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 3.0
-vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 2.0
-"""
-
-
-def test_counters_are_read_from_vllm_metrics_and_subtract() -> None:
-    c = parse_counters(METRICS)
-    assert c == Counters(requests=3, prefix_hits=300, prefix_queries=1200, ttft_sum_s=0.8,
-                         ttft_count=4, itl_sum_s=0.25, itl_count=20)  # fmt: skip
-    before = Counters(1, 100, 200, 0.2, 1, 0.01, 2)
-    assert (c + before) - before == c
-    assert (c - before).prefix_hits == 200
-
-
 def _trace() -> list[TraceRequest]:
     s = FidelitySettings(sessions=6, tenants=2, rate_per_s=4.0, think_s=1.0, output_tokens=8)
     return build_trace(s, block_tokens=16)
@@ -105,7 +78,7 @@ def _trace() -> list[TraceRequest]:
 
 def test_the_live_requests_are_the_trace_as_token_id_completions() -> None:
     trace = _trace()
-    requests = timed_requests(trace)
+    requests = timed_requests(trace, MODEL, include_usage=True)
     assert [r.at_s for r in requests] == [r.arrival_s for r in trace]
     for req, tr in zip(requests, trace, strict=True):
         body = orjson.loads(req.body)
@@ -127,7 +100,16 @@ def _recording(trace: list[TraceRequest], path: Path, delay_s: float) -> Path:
 
 
 def _live(path: Path, ttfts: tuple[float, ...], hits: int, queries: int) -> LiveRun:
-    counters = Counters(len(ttfts), hits, queries, sum(ttfts) * 0.8, len(ttfts), 0.6, 40)
+    counters = ReplicaReport(
+        "all",
+        requests=len(ttfts),
+        prefix_queries=queries,
+        prefix_hits=hits,
+        ttft_sum_s=sum(ttfts) * 0.8,
+        ttft_count=len(ttfts),
+        itl_sum_s=0.6,
+        itl_count=40,
+    )
     return LiveRun("prefix-aware", ttfts, 0, counters, (len(ttfts),), 12.0, path, 1.5)
 
 

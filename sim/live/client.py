@@ -1,8 +1,11 @@
-"""Drive multi-turn chats through an OpenAI-compatible endpoint and time every answer.
+"""Send a workload through an OpenAI-compatible endpoint and time every answer.
 
-Each conversation starts at its offset and sends its turns one after another, each turn
-carrying the whole history (system prompt, earlier turns and answers), streaming, so the
-time to first token is measured as a client sees it.
+Closed loop (`run_closed_loop`): each conversation starts at its offset and sends its turns
+one after another, each carrying the whole history (system prompt, earlier turns and
+answers), so how fast turns follow each other depends on the system under test. Open loop
+(`run_open_loop`): each request is sent at its scheduled time whatever happened before.
+Every request streams, so the time to first token is measured as a client sees it; the gaps
+between streamed chunks are kept too.
 """
 
 from __future__ import annotations
@@ -12,29 +15,34 @@ import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
 import orjson
 
-from sim.workload import Conversation
+from sim.percentile import percentile
+from sim.workloads import Conversation, TimedRequest
 
 
-@dataclass(slots=True)
-class TurnResult:
-    conversation: str
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """One request as the client saw it; `error` is None when it succeeded."""
+
+    request: str  # conversation id (closed loop) or `req-<n>` (open loop)
     ttft_s: float | None
     duration_s: float
     status: int
-    backend: str | None
+    backend: str | None  # the gateway's x-kvgate-backend header, if any
     error: str | None = None
     itls_s: tuple[float, ...] = ()  # gaps between streamed output chunks
 
 
 @dataclass(slots=True)
 class RunStats:
-    results: list[TurnResult] = field(default_factory=list)
+    """What a run has done so far: finished requests and how many are in flight."""
+
+    results: list[RequestResult] = field(default_factory=list)
     in_flight: int = 0
 
     @property
@@ -42,22 +50,22 @@ class RunStats:
         return sum(1 for r in self.results if r.error)
 
 
-async def run_conversations(
+async def run_closed_loop(
     base_url: str,
     model: str,
     conversations: list[Conversation],
     stats: RunStats,
-    headers_for: Callable[[Conversation], dict[str, str]] = lambda c: {},
+    headers_for: Callable[[Conversation], Mapping[str, str]] = lambda c: {},
 ) -> None:
+    """Every conversation as streamed chat completions, a turn after the previous answer."""
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=base_url, timeout=120.0, limits=limits) as client:
         t0 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             for conv in conversations:
+                headers = dict(headers_for(conv))
                 tg.create_task(
-                    _conversation(
-                        client, model, conv, t0=t0, stats=stats, headers=headers_for(conv)
-                    )
+                    _conversation(client, model, conv, t0=t0, stats=stats, headers=headers)
                 )
 
 
@@ -93,7 +101,7 @@ async def _conversation(
 
 async def _turn(
     client: httpx.AsyncClient, body: dict[str, object], conv_id: str, headers: dict[str, str]
-) -> tuple[TurnResult, str]:
+) -> tuple[RequestResult, str]:
     start = time.monotonic()
     ttft: float | None = None
     parts: list[str] = []
@@ -105,14 +113,11 @@ async def _turn(
             backend = resp.headers.get("x-kvgate-backend")
             if resp.status_code != 200:
                 await resp.aread()
-                return TurnResult(
-                    conv_id,
-                    None,
-                    time.monotonic() - start,
-                    resp.status_code,
-                    backend,
-                    resp.text[:200],
-                ), ""
+                duration = time.monotonic() - start
+                failed = RequestResult(
+                    conv_id, None, duration, resp.status_code, backend, resp.text[:200]
+                )
+                return failed, ""
             async for line in resp.aiter_lines():
                 if not line.startswith("data: {"):
                     continue
@@ -127,8 +132,9 @@ async def _turn(
                             ttft = stamps[0] - start
                         parts.append(text)
     except (httpx.HTTPError, RuntimeError) as exc:
-        return TurnResult(conv_id, ttft, time.monotonic() - start, 0, None, repr(exc)), ""
-    result = TurnResult(conv_id, ttft, time.monotonic() - start, 200, backend, None, _gaps(stamps))
+        return RequestResult(conv_id, ttft, time.monotonic() - start, 0, None, repr(exc)), ""
+    duration = time.monotonic() - start
+    result = RequestResult(conv_id, ttft, duration, 200, backend, None, _gaps(stamps))
     return result, "".join(parts)
 
 
@@ -136,39 +142,43 @@ def _gaps(stamps: list[float]) -> tuple[float, ...]:
     return tuple(b - a for a, b in itertools.pairwise(stamps))
 
 
-@dataclass(frozen=True, slots=True)
-class TimedRequest:
-    """One request of an open-loop replay: sent at `at_s` whatever happened before."""
-
-    at_s: float
-    path: str
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-async def run_timed(base_url: str, requests: list[TimedRequest], stats: RunStats) -> None:
-    """Open-loop replay: each request is sent at its time; TTFT measured from the stream."""
+async def run_open_loop(
+    base_url: str,
+    requests: list[TimedRequest],
+    stats: RunStats,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Each request sent at its time, with `headers` added to its own."""
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+    common = {"content-type": "application/json", **(headers or {})}
     async with httpx.AsyncClient(base_url=base_url, timeout=600.0, limits=limits) as client:
         t0 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             for i, req in enumerate(requests):
                 await asyncio.sleep(max(0.0, t0 + req.at_s - time.monotonic()))
-                tg.create_task(_timed(client, req, f"req-{i}", stats))
+                headers = {**common, **req.headers}
+                tg.create_task(_timed(client, req, f"req-{i}", stats=stats, headers=headers))
 
 
-async def _timed(client: httpx.AsyncClient, req: TimedRequest, rid: str, stats: RunStats) -> None:
+async def _timed(
+    client: httpx.AsyncClient,
+    req: TimedRequest,
+    rid: str,
+    *,
+    stats: RunStats,
+    headers: dict[str, str],
+) -> None:
     start = time.monotonic()
     ttft: float | None = None
     stats.in_flight += 1
-    headers = {"content-type": "application/json", **req.headers}
     try:
         async with client.stream("POST", req.path, content=req.body, headers=headers) as resp:
             backend = resp.headers.get("x-kvgate-backend")
             if resp.status_code != 200:
                 text = (await resp.aread())[:200].decode(errors="replace")
+                duration = time.monotonic() - start
                 stats.results.append(
-                    TurnResult(rid, None, time.monotonic() - start, resp.status_code, backend, text)
+                    RequestResult(rid, None, duration, resp.status_code, backend, text)
                 )
                 return
             stamps: list[float] = []
@@ -178,25 +188,29 @@ async def _timed(client: httpx.AsyncClient, req: TimedRequest, rid: str, stats: 
                     if ttft is None:
                         ttft = stamps[0] - start
             duration = time.monotonic() - start
-            stats.results.append(TurnResult(rid, ttft, duration, 200, backend, None, _gaps(stamps)))
+            stats.results.append(
+                RequestResult(rid, ttft, duration, 200, backend, None, _gaps(stamps))
+            )
     except httpx.HTTPError as exc:
-        stats.results.append(TurnResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
+        stats.results.append(RequestResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
     finally:
         stats.in_flight -= 1
 
 
-async def progress_ticker(
+async def report_progress(
     label: str, stats: RunStats, total: int, done: asyncio.Event, every_s: float
 ) -> None:
-    """Print `[label] elapsed done/total, in flight, errors` to stderr every `every_s` until
-    `done` is set (and once more then)."""
+    """Print `[label] elapsed, done/total, in flight, TTFT p50, errors` to stderr every
+    `every_s` until `done` is set (and once more then)."""
     start = time.monotonic()
     while not done.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), every_s)
+        p50 = percentile((r.ttft_s for r in stats.results if r.ttft_s is not None), 50)
         print(
             f"  [{label}] {time.monotonic() - start:6.1f}s {len(stats.results):5d}/{total} "
-            f"done, {stats.in_flight:3d} in flight, {stats.errors} errors",
+            f"done, {stats.in_flight:3d} in flight, TTFT p50 {p50 * 1000:7.1f} ms, "
+            f"{stats.errors} errors",
             file=sys.stderr,
             flush=True,
         )

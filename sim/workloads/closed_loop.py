@@ -1,7 +1,10 @@
-"""Synthetic chat workloads: tenants with long shared system prompts and multi-turn chats.
+"""Closed-loop synthetic chats: tenants with long shared system prompts, multi-turn chats.
 
-Pure and seeded: the same arguments give the same conversations, text included. Text is
-made of common short English words, so the built-in tokenizer sees ~4 characters a token.
+Closed loop: a conversation has a start time, and each later turn is sent when the answer to
+the previous one is complete (`sim.live.client.run_closed_loop`), carrying the whole
+history, so the offered load follows the system's speed. Pure and seeded: the same
+arguments give the same conversations, text included. Text is made of common short English
+words, so the built-in tokenizer sees ~4 characters a token.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def synth_text(rng: random.Random, tokens: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
+    """One chat: its tenant's system prompt, the user's turns, when it starts."""
+
     id: str
     tenant: str
     system_prompt: str
@@ -39,7 +44,7 @@ class Conversation:
     output_tokens: int
 
 
-def multi_tenant_chats(
+def closed_loop_chats(
     *,
     seed: int = 0,
     tenants: int = 8,
