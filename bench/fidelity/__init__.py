@@ -13,8 +13,8 @@ By default both sides run the profile 3× slower, arrivals too, so the load is t
 (`--slowdown`): at full speed on a busy 2-core machine the emulated steps took 2.2–2.7× as
 long as modelled, and the check would measure the machine's CPU rather than the simulator.
 
-- `workload`: settings, the trace, and the trace as HTTP requests
-- `live`: the live run (processes, load, counters)
+- `workload`: settings and the trace (sent as `sim.workloads.timed_requests`)
+- `live`: the live run, one `sim.live` experiment per policy
 - `check`: the two simulations of one policy and what they are compared on
 - `compare`: the error arithmetic (pure)
 - `report`: table, `fidelity.json`, `fidelity_ttft_cdf.png`
