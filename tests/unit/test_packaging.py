@@ -19,9 +19,7 @@ def _pyproject() -> dict[str, Any]:
 def installed_packages() -> set[str]:
     """The packages setuptools puts in the wheel, with the project's own `find` settings."""
     find = _pyproject()["tool"]["setuptools"]["packages"]["find"]
-    return set(
-        find_packages(str(REPO), include=find["include"], exclude=find.get("exclude", ()))
-    )
+    return set(find_packages(str(REPO), include=find["include"], exclude=find.get("exclude", ())))
 
 
 def test_the_wheel_holds_the_library_packages() -> None:
