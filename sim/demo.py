@@ -1,29 +1,25 @@
 """`kvgate demo`: emulated replicas + the gateway + a multi-turn chat workload, per policy.
 
-For each policy the demo starts a fresh fleet of emulated replicas and a gateway (child
-processes), replays the same built-in workload through it, shows progress, and reports the
-replicas' own prefix-cache hit rates, per-replica request counts and client-side TTFT.
-Results go to `summary.json` and `ttft_cdf.png` in the output directory.
+For each policy the demo runs one live experiment (`sim.live.experiment`): a fresh fleet of
+emulated replicas and a gateway (child processes), the same built-in closed-loop chats sent
+through it, progress on stderr; it reports the replicas' own prefix-cache hit rates,
+per-replica request counts and client-side TTFT. Results go to `summary.json` and, with
+matplotlib installed (`kvgate[plots]`), `ttft_cdf.png` in the output directory.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
-from sim.loadgen import RunStats, percentile, run_conversations
-from sim.processes import start_emulator, start_gateway
-from sim.scrape import ReplicaReport, scrape_replicas
-from sim.workload import Conversation, multi_tenant_chats
+from sim.live.experiment import ExperimentResult, Fleet, closed_loop, kvgate_router, run_experiment
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
+from sim.workloads import closed_loop_chats
 
 DEMO_POLICIES = ("round-robin", "session", "prefix-aware")
 DEMO_MODEL = "kvgate-demo"
@@ -40,72 +36,18 @@ class DemoSettings:
     rate_per_s: float = 2.0
 
 
-def session_header(conv: Conversation) -> dict[str, str]:
-    return {"x-session-id": conv.id}
-
-
-async def _progress(policy: str, stats: RunStats, total: int, done: asyncio.Event) -> None:
-    start = time.monotonic()
-    while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), 1.0)
-        ttfts = [r.ttft_s for r in stats.results if r.ttft_s is not None]
-        p50 = percentile(ttfts, 50) * 1000 if ttfts else float("nan")
-        print(
-            f"  [{policy}] {time.monotonic() - start:5.1f}s  {len(stats.results):4d}/{total} "
-            f"turns  in flight {stats.in_flight:3d}  TTFT p50 {p50:7.1f} ms  errors "
-            f"{stats.errors}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-async def run_policy(
-    settings: DemoSettings, policy: str, conversations: list[Conversation]
-) -> dict[str, Any]:
-    logs = settings.out_dir / "logs"
-    emulator, urls = start_emulator(
-        settings.replicas, settings.profile, DEMO_MODEL, logs / f"emulator-{policy}.log"
-    )
-    try:
-        gateway, gw_url = start_gateway(urls, policy, logs / f"gateway-{policy}.log")
-        try:
-            stats = RunStats()
-            total = sum(len(c.user_turns) for c in conversations)
-            done = asyncio.Event()
-            ticker = asyncio.create_task(_progress(policy, stats, total, done))
-            started = time.monotonic()
-            try:
-                await run_conversations(gw_url, DEMO_MODEL, conversations, stats, session_header)
-            finally:
-                done.set()
-                await ticker
-            wall = time.monotonic() - started
-            async with httpx.AsyncClient(timeout=10) as client:
-                reports = await scrape_replicas(client, urls)
-        finally:
-            gateway.stop()
-    finally:
-        emulator.stop()
-    return _summary(policy, stats, reports, wall)
-
-
-def _summary(
-    policy: str, stats: RunStats, reports: list[ReplicaReport], wall: float
-) -> dict[str, Any]:
-    ttfts = [r.ttft_s for r in stats.results if r.ttft_s is not None]
-    queries = sum(r.prefix_queries for r in reports)
-    hits = sum(r.prefix_hits for r in reports)
+def summary(policy: str, result: ExperimentResult) -> dict[str, Any]:
+    """One policy's row of `summary.json`."""
     return {
         "policy": policy,
-        "requests": len(stats.results),
-        "errors": stats.errors,
-        "wall_s": round(wall, 2),
-        "hit_rate": hits / queries if queries else 0.0,
-        "ttft_p50_s": percentile(ttfts, 50),
-        "ttft_p90_s": percentile(ttfts, 90),
-        "ttft_p99_s": percentile(ttfts, 99),
-        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else float("nan"),
+        "requests": len(result.results),
+        "errors": len(result.errors),
+        "wall_s": round(result.wall_s, 2),
+        "hit_rate": result.hit_rate,
+        "ttft_p50_s": result.ttft_p50_s,
+        "ttft_p90_s": result.ttft_p90_s,
+        "ttft_p99_s": result.ttft_p99_s,
+        "ttft_mean_s": result.ttft_mean_s,
         "replicas": [
             {
                 "url": r.url,
@@ -113,9 +55,9 @@ def _summary(
                 "hit_rate": round(r.hit_rate, 4),
                 "preemptions": r.preemptions,
             }
-            for r in reports
+            for r in result.replicas
         ],
-        "ttfts_s": sorted(ttfts),
+        "ttfts_s": result.ttfts_s,
     }
 
 
@@ -138,16 +80,20 @@ def print_report(summaries: Sequence[dict[str, Any]]) -> None:
     )
 
 
-def write_outputs(summaries: Sequence[dict[str, Any]], out_dir: Path) -> None:
+def write_outputs(summaries: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
+    """`summary.json` always; `ttft_cdf.png` unless matplotlib is missing (one line says so)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_bytes(
-        orjson.dumps(list(summaries), option=orjson.OPT_INDENT_2)
-    )
-    import matplotlib
+    path = out_dir / "summary.json"
+    path.write_bytes(orjson.dumps(list(summaries), option=orjson.OPT_INDENT_2))
+    try:
+        return [path, plot_ttft_cdf(summaries, out_dir / "ttft_cdf.png")]
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED)
+        return [path]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def plot_ttft_cdf(summaries: Sequence[dict[str, Any]], path: Path) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for s in summaries:
         xs = s["ttfts_s"]
@@ -160,28 +106,38 @@ def write_outputs(summaries: Sequence[dict[str, Any]], out_dir: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out_dir / "ttft_cdf.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
 
 async def run_demo(settings: DemoSettings) -> list[dict[str, Any]]:
-    conversations = multi_tenant_chats(
+    conversations = closed_loop_chats(
         seed=settings.seed,
         conversations=settings.conversations,
         rate_per_s=settings.rate_per_s,
     )
-    turns = sum(len(c.user_turns) for c in conversations)
+    workload = closed_loop("chats", DEMO_MODEL, conversations)
+    fleet = Fleet(settings.replicas, settings.profile, DEMO_MODEL)
     print(
         f"kvgate demo: {settings.replicas} emulated replicas (profile {settings.profile!r}), "
-        f"{len(conversations)} conversations, {turns} turns, policies "
+        f"{len(conversations)} conversations, {workload.requests} turns, policies "
         f"{', '.join(settings.policies)}",
         file=sys.stderr,
         flush=True,
     )
     summaries = []
     for policy in settings.policies:
-        summaries.append(await run_policy(settings, policy, conversations))
+        result = await run_experiment(
+            fleet,
+            kvgate_router(policy),
+            workload,
+            label=policy,
+            log_dir=settings.out_dir / "logs",
+            progress_every_s=2.0,
+        )
+        summaries.append(summary(policy, result))
     print_report(summaries)
-    write_outputs(summaries, settings.out_dir)
-    print(f"wrote {settings.out_dir / 'summary.json'} and {settings.out_dir / 'ttft_cdf.png'}")
+    paths = write_outputs(summaries, settings.out_dir)
+    print(f"wrote {', '.join(str(p) for p in paths)}")
     return summaries

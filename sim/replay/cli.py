@@ -15,6 +15,7 @@ from typing import TextIO
 
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay.report import PolicySummary, format_table, summarize, write_plots, write_summary
 from sim.replay.settings import SimSettings, load_config
 from sim.replay.simulator import Replay, ReplayResult
@@ -137,7 +138,7 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     paths = [write_summary(summaries, out_dir)]
     try:
         paths += write_plots(results, out_dir)
-    except ImportError:
-        print("plots skipped: matplotlib is not installed", file=out)
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED, file=out)
     print(f"wrote {', '.join(str(p) for p in paths)}", file=out)
     return 0

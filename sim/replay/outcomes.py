@@ -100,11 +100,3 @@ class Timeline:
     times_s: array[float] = field(default_factory=lambda: array("d"))
     hit_rate: list[array[float]] = field(default_factory=list)  # per replica, cumulative
     load: list[array[int]] = field(default_factory=list)  # running + waiting, per replica
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile of `values`, sorted ascending; NaN if empty."""
-    if not values:
-        return math.nan
-    k = max(0, min(len(values) - 1, math.ceil(p / 100 * len(values)) - 1))
-    return values[k]

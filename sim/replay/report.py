@@ -20,7 +20,8 @@ from pathlib import Path
 
 import orjson
 
-from sim.replay.outcomes import percentile
+from sim.percentile import percentile
+from sim.plots import pyplot
 from sim.replay.settings import SimSettings
 from sim.replay.simulator import ReplayResult
 
@@ -141,10 +142,7 @@ def write_summary(summaries: Sequence[PolicySummary], out_dir: Path) -> Path:
 def write_plots(results: Sequence[ReplayResult], out_dir: Path) -> list[Path]:
     """`ttft_cdf.png` (one curve per policy) and `timeline.png` (per policy: hit rate and load
     per replica over time)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sim.engine.types import EngineProfile
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay.cli import load_inputs, replay_policy
 from sim.replay.report import PolicySummary, summarize
 from sim.replay.settings import SimSettings, load_config
@@ -139,8 +140,8 @@ def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         # A grid parameter against the replica count says nothing: plot the tie-break then.
         shown = plan.tie_break if plan.objective.metric in GRID_METRICS else plan.objective
         paths.append(write_sweep_plot(ranking, shown.metric, out_dir))
-    except ImportError:
-        print("plot skipped: matplotlib is not installed", file=out)
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED, file=out)
     print(f"wrote {', '.join(str(p) for p in paths)}", file=out)
     return 0 if ranking.best is not None else 1
 

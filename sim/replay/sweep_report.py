@@ -13,6 +13,7 @@ import orjson
 import yaml
 
 from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
+from sim.plots import pyplot
 from sim.replay.sweep_grid import policy_profile, with_weights
 from sim.replay.sweep_rank import (
     GRID_METRICS,
@@ -149,10 +150,7 @@ def write_sweep_json(header: dict[str, Any], ranking: Ranking, snippet: str, out
 def write_sweep_plot(ranking: Ranking, metric: str, out: Path) -> Path:
     """`sweep.png`: a metric against the replica count, one panel per rate scale and one line
     per policy and weights (dashed: oracle); the best run is starred."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = sorted(ranking.runs, key=lambda r: r.index)
     scales = sorted({r.point.rate_scale for r in runs})

@@ -16,7 +16,7 @@ from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer
 from sim.engine.types import EngineConfig, EngineProfile, StepTimeCoefficients
-from sim.workload import synth_text
+from sim.workloads import synth_text
 from tests.support.fixture_types import ServeApp
 from tests.support.servers import ServerThread
 

@@ -13,8 +13,8 @@ from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.scrape import parse_vllm_metrics
-from sim.workload import synth_text
+from sim.live.scrape import parse_vllm_metrics
+from sim.workloads import synth_text
 from tests.support.fixture_types import ServeApp
 
 MODEL = "emu"

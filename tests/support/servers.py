@@ -21,6 +21,7 @@ from typing import Literal
 
 import uvicorn
 
+from sim.live.processes import free_port
 from tests.support.asgi_types import ASGIApp
 
 HOST = "127.0.0.1"
@@ -205,18 +206,8 @@ class ServerThread:
         return error
 
 
-def free_port() -> int:
-    """A port that was free a moment ago. Only for URLs nobody should listen on.
-
-    Racy by nature: another process may bind it between this call and its use. Never start
-    a server on it; servers bind port 0 and report the port they got.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def dead_url() -> str:
-    """``http://127.0.0.1:P`` where nothing listens (connection refused), see ``free_port``."""
+    """``http://127.0.0.1:P`` where nothing listens (connection refused): a port that was
+    free a moment ago (``sim.live.processes.free_port``; racy, so never start a server on it,
+    servers bind port 0)."""
     return f"http://{HOST}:{free_port()}"

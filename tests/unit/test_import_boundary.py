@@ -1,4 +1,6 @@
-"""Routing, scoring and the simulator core stay free of web, RPC and metrics libraries."""
+"""Import boundaries: routing, scoring and the simulator core stay free of web, RPC and
+metrics libraries; no part of `sim` imports the gateway; nothing installed imports the lab
+(`bench/`) or, at import time, matplotlib (an optional extra)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+LIBRARY = ("gateway", "routing", "scoring", "health", "adapters", "sim")  # what the wheel holds
 
 FORBIDDEN = frozenset(
     {
@@ -30,13 +33,25 @@ FORBIDDEN = frozenset(
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles", "sim.engine",
-             "sim.workload", "sim.replay"):
+             "sim.workloads", "sim.replay"):
     importlib.import_module(name)
 walked = []
 for pkg in ("routing", "scoring", "sim.engine", "sim.replay"):
     for info in pkgutil.walk_packages(sys.modules[pkg].__path__, pkg + "."):
         importlib.import_module(info.name)
         walked.append(info.name)
+print(json.dumps({"walked": walked, "loaded": sorted(sys.modules)}))
+"""
+
+# Every module of the given packages (`__main__` modules would run), then what got loaded.
+WALK = """
+import importlib, json, pkgutil, sys
+walked = []
+for pkg in sys.argv[1:]:
+    for info in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."):
+        if not info.name.endswith(".__main__"):
+            importlib.import_module(info.name)
+            walked.append(info.name)
 print(json.dumps({"walked": walked, "loaded": sorted(sys.modules)}))
 """
 
@@ -48,9 +63,9 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
-def _run(code: str) -> object:
+def _run(code: str, *args: str) -> object:
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -82,3 +97,21 @@ def test_routing_loads_only_the_standard_library() -> None:
     assert "routing" in new
     third_party = sorted(new - set(sys.stdlib_module_names) - {"routing"})
     assert third_party == []
+
+
+def test_no_part_of_sim_imports_the_gateway() -> None:
+    result = _run(WALK, "sim")
+    assert isinstance(result, dict)
+    assert {"sim.live.experiment", "sim.demo", "sim.emulator.server"} <= set(result["walked"])
+    assert "gateway" not in _top_level(result["loaded"])
+
+
+def test_the_installed_packages_import_neither_the_lab_nor_matplotlib() -> None:
+    result = _run(WALK, *LIBRARY)
+    assert isinstance(result, dict)
+    assert {"gateway.cli", "sim.live.experiment", "sim.replay.sweep_report"} <= set(
+        result["walked"]
+    )
+    loaded = _top_level(result["loaded"])
+    assert "bench" not in loaded
+    assert "matplotlib" not in loaded  # plotting functions import it when they draw

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from sim.replay.outcomes import LatencyHistogram, percentile
+from sim.percentile import percentile
+from sim.replay.outcomes import LatencyHistogram
 
 
 def test_percentiles_are_within_the_bucket_width() -> None:
@@ -33,9 +34,3 @@ def test_adding_an_arithmetic_run_equals_adding_each_value() -> None:
     constant = LatencyHistogram()
     constant.add_linear(0.02, 0.0, 0, 10, 3)
     assert constant.count == 30 and constant.buckets == 1
-
-
-def test_percentile_is_nearest_rank() -> None:
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 100) == 4.0
-    assert math.isnan(percentile([], 50))

@@ -1,0 +1,22 @@
+"""kvgate's lab: benchmarks, the engine model's calibration and the simulator's fidelity check.
+
+Not part of what users install (pyproject's package list leaves `bench` out): run it from a
+checkout, at the repository's root, as `python -m bench SUBCOMMAND` (see `bench.__main__`).
+It builds on the installed library: `sim.live` runs the experiments, `sim.workloads` makes
+the workloads, `sim.percentile` is the percentile rule.
+
+Where the lab finds things: `REPO_ROOT` is the checkout this package sits in, found from
+the package's own location; trace files are looked up in `--traces DIR`, by default
+`DEFAULT_TRACES`, i.e. `../shared/traces` relative to `REPO_ROOT`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACES = REPO_ROOT.parent / "shared" / "traces"
+TRACES_HELP = (
+    "directory of the trace files (default: ../shared/traces relative to the repository "
+    f"root that holds this bench package, here {DEFAULT_TRACES})"
+)

@@ -1,0 +1,65 @@
+"""`python -m bench SUBCOMMAND [ARGS]`: kvgate's benchmarks, calibration and fidelity check.
+
+Run from the repository's root (`bench` is not installed). Subcommands:
+
+  quality    the same workloads through kvgate and peer routers, each in front of a fresh
+             emulated fleet: TTFT, hit rate, load share (`bench.quality`; `make bench-routing`
+             is its kvgate-only router list)
+  overhead   the latency and CPU each router adds under open-loop load (`bench.overhead`)
+  decision   one routing decision, timed (`bench.decision`)
+  calibrate  measure real vLLM (CPU) and fit the engine model (`bench.calibrate`)
+  fidelity   live against simulated, same trace and policies (`bench.fidelity`)
+  all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
+             subcommands that have it
+
+Arguments after the subcommand go to it: `python -m bench quality --help`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# Subcommand → the module whose `main(argv)` runs it (imported lazily: each pulls in its own
+# heavy dependencies).
+SUBCOMMANDS = {
+    "quality": "bench.quality.__main__",
+    "overhead": "bench.overhead.__main__",
+    "decision": "bench.decision",
+    "calibrate": "bench.calibrate.__main__",
+    "fidelity": "bench.fidelity.__main__",
+}
+ALL = ("quality", "overhead", "decision")
+# Subcommands that take `--quick` (the decision microbenchmark is quick already).
+QUICK = ("quality", "overhead")
+
+
+def _dispatch(name: str, argv: list[str]) -> int:
+    module = importlib.import_module(SUBCOMMANDS[name])
+    rc: int | None = module.main(argv)
+    return rc or 0
+
+
+def _shared(name: str, argv: list[str]) -> list[str]:
+    """The arguments `all` hands to subcommand `name` (each keeps its own default `--out`)."""
+    return ["--quick"] if "--quick" in argv and name in QUICK else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in (*SUBCOMMANDS, "all"):
+        asked = bool(args) and args[0] in ("-h", "--help")
+        print(__doc__, file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    name, rest = args[0], args[1:]
+    if name != "all":
+        return _dispatch(name, rest)
+    failures = 0
+    for sub in ALL:
+        print(f"== bench {sub} ==", file=sys.stderr, flush=True)
+        failures += _dispatch(sub, _shared(sub, rest)) != 0
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

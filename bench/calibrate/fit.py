@@ -1,0 +1,344 @@
+"""Fit the engine model's step-time coefficients to measured TTFTs and inter-token latencies.
+
+Unknowns: the five `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
+beyond the engine's steps: HTTP, the first SSE chunk) and `frontend_s` (the API server's
+serial work per request before the engine sees it; see `replay.py`). The last two are not
+part of an engine profile; the evaluation uses them and the report states them.
+
+Every repetition of a training cell gives rows of a linear system. Replaying its burst
+through the engine model (`replay.py`) says which steps ran between a request's arrival and
+its first token, and between its first and last token, so
+
+    measured ≈ Σ_{those steps} step_time(features) (+ request_overhead_s) + offset
+
+where offset (idle waits for arrivals, an arrival inside a running step) is read off the
+replay. Rows:
+- client TTFT of each request (with request_overhead_s);
+- vLLM's own mean queue + prefill time and mean inter-token latency over the burst (from its
+  Prometheus histograms, which use engine-core timestamps; the queue time starts at the step
+  boundary where the engine core takes the request in): these time the engine alone and
+  do not suffer from the server's streaming stalling now and then on the busy machine, when
+  several tokens reach the client at once. Without them, per-request client ITLs are used.
+
+Both are linear in the coefficients once the schedule is fixed. The schedule depends a little
+on the coefficients (which late arrivals make it into a step), so the fit alternates: replay
+with the current coefficients, solve, replay again, until the coefficients settle. The first
+guess comes from concurrency-1 cells in closed form (one prefill step; decode steps of one
+sequence).
+
+Rows are scaled to relative error (see `solve`), so non-negative least squares weighs a 5 ms
+gap as much as a 1 s TTFT; the per-request rows of a burst of c requests weigh 1/c each, so
+every repetition of every cell counts the same. Measured and replayed requests of a burst are
+paired by the order of their first tokens. `frontend_s` changes the schedule, not just a row,
+so it is chosen from a few candidates by a robust score, each candidate fitted for two rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+from dataclasses import dataclass
+
+from bench.calibrate.nnls import nnls
+from bench.calibrate.records import CellRecord, RequestRecord
+from bench.calibrate.replay import BurstReplay, ReplayedRequest, replay_burst
+from sim.engine.types import EngineConfig, StepFeatures, StepTimeCoefficients
+
+log = logging.getLogger(__name__)
+
+TTFT = "ttft"  # client side, per request
+ITL = "itl"  # client side, per request
+ENGINE_TTFT = "engine-ttft"  # vLLM's queue + prefill time, mean over a burst
+ENGINE_ITL = "engine-itl"  # vLLM's inter-token latency, mean over a burst
+NUM_UNKNOWNS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Coefficients:
+    timing: StepTimeCoefficients
+    request_overhead_s: float
+    frontend_s: float = 0.0  # the API server's serial work per request (replay.py); not in NNLS
+
+    def vector(self) -> tuple[float, ...]:
+        t = self.timing
+        return (
+            t.overhead_s,
+            t.prefill_token_s,
+            t.attention_s,
+            t.decode_seq_s,
+            t.kv_read_token_s,
+            self.request_overhead_s,
+        )
+
+    @classmethod
+    def of(cls, x: list[float], frontend_s: float = 0.0) -> Coefficients:
+        timing = StepTimeCoefficients(
+            overhead_s=x[0],
+            prefill_token_s=x[1],
+            attention_s=x[2],
+            decode_seq_s=x[3],
+            kv_read_token_s=x[4],
+        )
+        return cls(timing=timing, request_overhead_s=x[5], frontend_s=frontend_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """measured_s ≈ offset_s + row · coefficients."""
+
+    kind: str  # TTFT or ITL
+    cell_key: str
+    row: tuple[float, ...]
+    offset_s: float
+    measured_s: float
+    weight: float = 1.0  # per-request rows of a burst of c share one unit: 1/c each
+
+    def predict(self, coef: Coefficients) -> float:
+        return self.offset_s + sum(a * b for a, b in zip(self.row, coef.vector(), strict=True))
+
+
+def step_row(steps: int, f: StepFeatures, request_overhead: float = 0.0) -> tuple[float, ...]:
+    return (
+        float(steps),
+        float(f.prefill_tokens),
+        float(f.attention_pairs),
+        float(f.decode_seqs),
+        float(f.kv_tokens_read),
+        request_overhead,
+    )
+
+
+def prefill_steps(prompt_len: int, cached: int, chunk_budget: int) -> tuple[int, StepFeatures]:
+    """Steps and summed features of prefilling prompt_len − cached tokens alone."""
+    steps = pairs = 0
+    done = cached
+    while done < prompt_len:
+        chunk = min(chunk_budget, prompt_len - done)
+        done += chunk
+        pairs += chunk * done
+        steps += 1
+    return max(steps, 1), StepFeatures(prefill_tokens=prompt_len - cached, attention_pairs=pairs)
+
+
+def closed_form_observations(records: list[CellRecord], chunk_budget: int) -> list[Observation]:
+    """First-guess rows from concurrency-1 cells: one request alone, no replay needed."""
+    out: list[Observation] = []
+    for rec in records:
+        reqs = rec.requests()
+        if rec.cell.concurrency != 1 or not reqs:
+            continue
+        cell = rec.cell
+        cached = round(statistics.median(r.cached_tokens for r in reqs))
+        steps, feats = prefill_steps(cell.prompt_len, cached, chunk_budget)
+        ttft = statistics.median(r.ttft_s for r in reqs)
+        out.append(Observation(TTFT, cell.key, step_row(steps, feats, 1.0), 0.0, ttft))
+        itls = [v for r in reqs if (v := r.mean_itl_s) is not None]
+        if itls:
+            context = cell.prompt_len + cell.output_len // 2
+            decode = StepFeatures(decode_seqs=1, kv_tokens_read=context)
+            out.append(
+                Observation(ITL, cell.key, step_row(1, decode), 0.0, statistics.median(itls))
+            )
+    return out
+
+
+def by_first_token(requests: tuple[RequestRecord, ...]) -> list[RequestRecord]:
+    """Requests in the order their first token came (to 0.1 ms), then in the order sent."""
+    return sorted(requests, key=lambda r: (round((r.sent_s + r.ttft_s) * 1e4), r.sent_s))
+
+
+def replay_observations(
+    records: list[CellRecord], config: EngineConfig, coef: Coefficients, vocab_size: int
+) -> list[Observation]:
+    """Rows for every repetition of `records`, from a replay with `coef` (see module doc)."""
+    out: list[Observation] = []
+    for rec in records:
+        key = rec.cell.key
+        for rep in rec.repetitions:
+            arrivals = [r.sent_s for r in rep.requests]
+            replay = replay_burst(
+                rec.cell,
+                arrivals,
+                config,
+                coef.timing,
+                vocab_size=vocab_size,
+                frontend_s=coef.frontend_s,
+            )
+            spans = [_spans(replay, r) for r in replay.requests]
+            share = 1 / len(spans)
+            for measured, sp in zip(by_first_token(rep.requests), spans, strict=True):
+                row, offset = sp.ttft
+                out.append(
+                    Observation(TTFT, key, _with_overhead(row), offset, measured.ttft_s, share)
+                )
+                if rep.server is None and sp.itl is not None and measured.mean_itl_s:
+                    itl = Observation(ITL, key, sp.itl[0], sp.itl[1], measured.mean_itl_s, share)
+                    out.append(itl)
+            server = rep.server
+            if server is None:
+                continue
+            if server.mean_engine_ttft_s:
+                row, offset = _mean([sp.engine_ttft for sp in spans])
+                out.append(Observation(ENGINE_TTFT, key, row, offset, server.mean_engine_ttft_s))
+            itls = [sp.itl for sp in spans if sp.itl is not None]
+            if server.mean_itl_s and itls:
+                row, offset = _mean(itls)
+                out.append(Observation(ENGINE_ITL, key, row, offset, server.mean_itl_s))
+    return out
+
+
+Span = tuple[tuple[float, ...], float]  # (row, offset_s)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpans:
+    """A replayed request's measurable intervals as (row, offset) pairs."""
+
+    ttft: Span  # from arrival (no request_overhead_s yet)
+    engine_ttft: Span  # from the step boundary where vLLM queues it
+    itl: Span | None  # mean over its output tokens; None for one output token
+
+
+def _spans(replay: BurstReplay, req: ReplayedRequest) -> RequestSpans:
+    steps = replay.steps
+    queued = replay.queued_step(req)
+    ttft = (
+        _sum_rows(replay, 0, req.first_step),
+        steps[0].start_s + _idle(replay, 0, req.first_step) - req.sent_s,
+    )
+    engine_ttft = (
+        _sum_rows(replay, queued, req.first_step),
+        _idle(replay, queued, req.first_step),
+    )
+    if req.output_len < 2:
+        return RequestSpans(ttft, engine_ttft, None)
+    gaps = req.output_len - 1
+    row = tuple(v / gaps for v in _sum_rows(replay, req.first_step + 1, req.last_step))
+    itl = (row, _idle(replay, req.first_step + 1, req.last_step) / gaps)
+    return RequestSpans(ttft, engine_ttft, itl)
+
+
+def _idle(replay: BurstReplay, lo: int, hi: int) -> float:
+    """Time the engine sat idle between the start of step lo and the start of step hi."""
+    steps = replay.steps
+    busy = sum(s.duration_s for s in steps[lo:hi])
+    return steps[hi].start_s - steps[lo].start_s - busy
+
+
+def _sum_rows(replay: BurstReplay, lo: int, hi: int) -> tuple[float, ...]:
+    total = [0.0] * NUM_UNKNOWNS
+    for step in replay.steps[lo : hi + 1]:
+        for j, v in enumerate(step_row(1, step.features)):
+            total[j] += v
+    return tuple(total)
+
+
+def _with_overhead(row: tuple[float, ...]) -> tuple[float, ...]:
+    return (*row[:5], 1.0)
+
+
+def _mean(spans: list[Span]) -> Span:
+    n = len(spans)
+    row = tuple(sum(col) / n for col in zip(*(r for r, _ in spans), strict=True))
+    return row, sum(o for _, o in spans) / n
+
+
+def solve(obs: list[Observation], frontend_s: float = 0.0, trim: float = 3.0) -> Coefficients:
+    """Relative least squares, robustly.
+
+    Dividing each row by its measured value biases the fit low when measurements are noisy
+    (a value measured too high is forgiven more than one measured too low), so after a first
+    solve each row is divided by the geometric mean of its measured and predicted values, a
+    few times over (iteratively reweighted; close to least squares on log(pred/measured)).
+    Then the rows whose relative residual exceeds `trim` × the median one (at least 15 %)
+    are dropped and the whole is solved again: a stalled stream or a burst of other work on
+    the machine should not bend the fit.
+    """
+    coef = _reweighted(obs, frontend_s)
+    residuals = [abs(o.predict(coef) - o.measured_s) / o.measured_s for o in obs]
+    limit = max(trim * statistics.median(residuals), 0.15) if residuals else 0.0
+    kept = [o for o, r in zip(obs, residuals, strict=True) if r <= limit]
+    if len(kept) < len(obs) and len(kept) >= NUM_UNKNOWNS:
+        log.debug("dropped %d of %d rows as outliers", len(obs) - len(kept), len(obs))
+        coef = _reweighted(kept, frontend_s)
+    return coef
+
+
+def _reweighted(obs: list[Observation], frontend_s: float, rounds: int = 4) -> Coefficients:
+    scale = [o.measured_s for o in obs]
+    coef = _nnls(obs, scale, frontend_s)
+    for _ in range(rounds):
+        scale = [
+            math.sqrt(p * o.measured_s) if (p := o.predict(coef)) > 0 else o.measured_s for o in obs
+        ]
+        coef = _nnls(obs, scale, frontend_s)
+    return coef
+
+
+def _nnls(obs: list[Observation], scale_s: list[float], frontend_s: float) -> Coefficients:
+    """min Σ weight · ((row·x + offset − measured) / scale)², x ≥ 0."""
+    k = [math.sqrt(o.weight) / sc for o, sc in zip(obs, scale_s, strict=True)]
+    rows = [[v * ki for v in o.row] for o, ki in zip(obs, k, strict=True)]
+    target = [(o.measured_s - o.offset_s) * ki for o, ki in zip(obs, k, strict=True)]
+    return Coefficients.of(nnls(rows, target), frontend_s)
+
+
+# Candidates for the API server's per-request work; it shapes the schedule, so it is chosen
+# by trying each (two replay-and-solve rounds apiece) rather than by least squares.
+FRONTEND_CANDIDATES_S = (0.0, 0.002, 0.004, 0.006, 0.008, 0.010, 0.013, 0.016)
+
+
+def fit(
+    records: list[CellRecord],
+    config: EngineConfig,
+    vocab_size: int,
+    *,
+    frontend_candidates: tuple[float, ...] = FRONTEND_CANDIDATES_S,
+    max_rounds: int = 6,
+    tolerance: float = 0.01,
+) -> tuple[Coefficients, list[Observation]]:
+    """Pick frontend_s by a robust score, then alternate replay and solve until no prediction
+    moves by more than `tolerance`."""
+    first = solve(closed_form_observations(records, config.max_num_batched_tokens))
+    log.info("first guess: %s", first)
+    best: tuple[float, Coefficients] | None = None
+    for frontend_s in frontend_candidates:
+        start = dataclasses.replace(first, frontend_s=frontend_s)
+        coef, obs = _rounds(records, config, vocab_size, start, max_rounds=2, tolerance=tolerance)
+        score = robust_score(obs, coef)
+        log.info("frontend_s %.3f: score %.5f", frontend_s, score)
+        if best is None or score < best[0]:
+            best = (score, coef)
+    assert best is not None
+    return _rounds(records, config, vocab_size, best[1], max_rounds=max_rounds, tolerance=tolerance)
+
+
+def robust_score(obs: list[Observation], coef: Coefficients) -> float:
+    """Mean squared relative residual, each capped at 50 % so stalls do not decide."""
+    total = sum(
+        o.weight * min(((o.predict(coef) - o.measured_s) / o.measured_s) ** 2, 0.25) for o in obs
+    )
+    return total / (sum(o.weight for o in obs) or 1.0)
+
+
+def _rounds(
+    records: list[CellRecord],
+    config: EngineConfig,
+    vocab_size: int,
+    coef: Coefficients,
+    *,
+    max_rounds: int,
+    tolerance: float,
+) -> tuple[Coefficients, list[Observation]]:
+    obs: list[Observation] = []
+    for n in range(max_rounds):
+        obs = replay_observations(records, config, coef, vocab_size)
+        new = solve(obs, coef.frontend_s)
+        moved = max(abs(o.predict(new) - o.predict(coef)) / o.measured_s for o in obs)
+        log.debug("fit round %d: %s (predictions moved ≤ %.1f%%)", n + 1, new, moved * 100)
+        coef = new
+        if moved <= tolerance:
+            break
+    return coef, obs

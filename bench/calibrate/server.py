@@ -1,0 +1,81 @@
+"""One vLLM OpenAI server as a child process: start, wait for /health, always stop by pid.
+
+A `sim.live.processes.ChildProcess`: the server runs in its own process group, so stopping
+it also stops the engine-core process it spawns: SIGTERM to the group, then SIGKILL if it
+has not exited within 20 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.live.processes import ChildProcess, free_port
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    block_size: int = 32
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 4096
+    max_model_len: int = 4096
+    kv_cache_gib: int = 1
+
+    def args(self, model_dir: Path, port: int) -> list[str]:
+        return [
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--load-format",
+            "dummy",
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--block-size",
+            str(self.block_size),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(self.max_num_batched_tokens),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--disable-uvicorn-access-log",
+        ]
+
+
+@contextmanager
+def vllm_server(
+    python: Path,
+    model_dir: Path,
+    settings: ServerSettings,
+    log_path: Path,
+    niceness: int = 0,
+    *,
+    ready_timeout_s: float = 300.0,
+) -> Iterator[str]:
+    """`with vllm_server(...) as url:` — started and healthy inside, stopped after."""
+    port = free_port()
+    cmd = [str(python), *settings.args(model_dir, port)]
+    if niceness:
+        # Children (the engine core) inherit it: other work on the machine yields to vLLM.
+        cmd = ["nice", "-n", str(niceness), *cmd]
+    # VIRTUAL_ENV of this venv would mislead the vLLM venv's tools.
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib), "VIRTUAL_ENV": None}
+    url = f"http://127.0.0.1:{port}"
+    log.info("starting vLLM on port %d (log: %s)", port, log_path)
+    server = ChildProcess(cmd, log_path, env=env, stop_signal=signal.SIGTERM, stop_timeout_s=20)
+    with server.start():
+        server.wait_for_http(url + "/health", timeout_s=ready_timeout_s, interval_s=0.5)
+        log.info("vLLM healthy")
+        yield url
+        log.info("stopping vLLM (pid %d)", server.pid)

@@ -1,0 +1,389 @@
+"""Microbenchmark of one routing decision, as the gateway makes it for one request.
+
+`python -m bench decision [--out out/bench/decision]` times, per request: the pool's
+endpoint snapshots and the healthy candidates serving the model (`health.pool`, as the
+gateway takes them for every request), hashing the prompt's canonical bytes into chained
+prefix blocks (seed included), the default `prefix-aware` profile (filters, the prefix
+lookup inside its scorers, the other scorers and the picker) and the dispatch bookkeeping
+(the chosen replica's match for pending prefill, and recording the blocks in the index) —
+for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The simulator cannot
+import the gateway, so the gateway's steps are repeated here with the same functions
+(`gateway.router.RequestRouter.route`, `gateway.prefix.PrefixTracker.hashes` and `dispatch`).
+
+Between decisions the chosen replica gains a request in flight and a random busy one loses
+one, and every 25 decisions all replicas report new engine metrics (a scrape round), so the
+snapshots change as they do under live load. The TTFT model has learned every replica's
+line from a dozen observations, as in a gateway that has served traffic.
+
+Each cell gets a fresh, warm index: every replica already holds several prompts (16 tenants'
+shared system prompts followed by private conversation text), and most queries continue one
+of those conversations (a partial match on the replica that served it, the tenant's system
+prompt on many others) while the rest open a new one. Every query has a fresh tail, so what
+the timed decision records is new to the index, as in live traffic. Timings are
+`perf_counter_ns` per decision, with the garbage collector enabled (its pauses are part of a
+live decision) after a collect and freeze of the warm state. Prints a table (the whole, then
+the median of each stage: snapshot, hash, schedule, record, and `decision` = hash +
+schedule, what issue 6 times as a decision: hashing, index lookup and scoring), writes
+`decision.json` and `decision.png` to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import platform
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from health.pool import BackendPool, BackendSpec
+from health.state import HealthPolicy
+from routing import EndpointSnapshot, EngineMetrics, PluginRegistry, RoutingRequest, Scheduler
+from routing.types import Health
+from scoring.builtin import register_builtins
+from scoring.prefix_hash import hash_blocks, prefix_seed
+from scoring.prefix_index import PrefixIndex
+from scoring.profiles import RoutingSection, build_scheduler
+from scoring.stateful_plugins import register_stateful_plugins
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from sim.percentile import percentile
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
+
+MODEL = "bench-model"
+CHARS_PER_TOKEN = 4  # the gateway's default `routing.prefix.chars_per_token`
+BLOCK_CHARS = 16 * CHARS_PER_TOKEN  # 16-token engine blocks, the gateway's default
+KV_BLOCKS = 16_384  # engine KV blocks of 16 tokens per replica (as in `make bench-routing`)
+TENANTS = 16
+WARM_ENTRIES = 400_000  # (block, replica) entries recorded before timing, at most
+TOKENS = (1_024, 8_192, 131_072)
+REPLICAS = (8, 64, 512)
+TARGET_US = 100.0  # issue 6: 8k tokens over 64 replicas, median
+SCRAPE_EVERY = 25  # decisions between two rounds of new engine metrics (50 ms at 500/s)
+
+
+@dataclass(slots=True)
+class Cell:
+    """One (prompt length, replica count) setting with its warm state."""
+
+    tokens: int
+    replicas: int
+    scheduler: Scheduler
+    index: PrefixIndex
+    pool: BackendPool
+    scrapes: list[list[EngineMetrics]]  # a few engine-metric situations, used in turn
+    systems: list[bytes]  # per tenant
+    histories: list[tuple[int, int]]  # recorded conversations: (tenant, text seed)
+    noise: bytes  # fresh tail text is cut from here
+
+
+_PRINTABLE = bytes(32 + b % 95 for b in range(256))
+
+
+def _text(seed: int, n: int) -> bytes:
+    # Printable bytes stand in for rendered chat text; only length and identity matter.
+    return random.Random(seed).randbytes(n).translate(_PRINTABLE)
+
+
+def _metrics(rng: random.Random, replicas: int) -> list[EngineMetrics]:
+    return [
+        EngineMetrics(
+            scraped_at=0.0,
+            waiting=rng.choice((0, 0, 0, 1, 2, 4, 7)),
+            running=rng.randint(0, 24),
+            kv_usage=rng.uniform(0.05, 0.9),
+            block_size=16,
+            num_blocks=KV_BLOCKS,
+        )
+        for _ in range(replicas)
+    ]
+
+
+def _pool(rng: random.Random, replicas: int, metrics: list[EngineMetrics]) -> BackendPool:
+    specs = [
+        BackendSpec(
+            url=f"http://10.0.{i // 250}.{i % 250}:8000",
+            id=f"replica-{i:03d}",
+            engine="vllm",
+            models=(MODEL,),
+        )
+        for i in range(replicas)
+    ]
+    pool = BackendPool(specs, HealthPolicy(), clock=lambda: 0.0)
+    for backend, m in zip(pool, metrics, strict=True):
+        backend.state.record_probe(True, 0.0)
+        backend.metrics = m
+        backend.in_flight = rng.randint(0, 12)
+    return pool
+
+
+def candidates(pool: BackendPool) -> list[EndpointSnapshot]:
+    """The snapshots the gateway schedules over: healthy endpoints serving the model."""
+    healthy = Health.HEALTHY
+    return [e for e in pool.snapshots() if MODEL in e.models and e.health is healthy]
+
+
+def build_cell(tokens: int, replicas: int, seed: int = 7) -> Cell:
+    """The default profile over `replicas` endpoints and an index warmed with their history."""
+    rng = random.Random(seed)
+    index = PrefixIndex()
+    ttft = OnlineTtftModel(TtftCoefficients(0.02, 2e-4))
+    registry = PluginRegistry()
+    register_builtins(registry)
+    register_stateful_plugins(registry, index, ttft)
+    clock = time.monotonic
+    scheduler = build_scheduler(RoutingSection(), registry, clock, random.Random(seed))
+    scrapes = [_metrics(rng, replicas) for _ in range(4)]
+    pool = _pool(rng, replicas, scrapes[0])
+    n = tokens * CHARS_PER_TOKEN
+    systems = [_text(1000 + t, n // 4) for t in range(TENANTS)]
+    per_replica = max(2, min(24, WARM_ENTRIES // (replicas * len(_seed_hashes(n)))))
+    histories = []
+    for r, e in enumerate(pool.snapshots()):
+        index.set_capacity(e.id, KV_BLOCKS * 16 * CHARS_PER_TOKEN // BLOCK_CHARS)
+        for _ in range(12):  # a live gateway has learned each replica's TTFT line
+            work = rng.uniform(200, 8000)
+            ttft.observe(e.id, work, (0.02 + 2e-4 * work) * rng.uniform(0.8, 1.25))
+        for j in range(per_replica):
+            tenant, text_seed = rng.randrange(TENANTS), r * 1000 + j
+            data = systems[tenant] + _text(text_seed, n - len(systems[tenant]))
+            index.record(e.id, hash_blocks(data, prefix_seed(MODEL), BLOCK_CHARS))
+            histories.append((tenant, text_seed))
+    noise = _text(9, 2 * n)
+    return Cell(tokens, replicas, scheduler, index, pool, scrapes, systems, histories, noise)
+
+
+def _seed_hashes(n: int) -> tuple[int, ...]:
+    return hash_blocks(bytes(n), 0, BLOCK_CHARS)
+
+
+def queries(cell: Cell, count: int, seed: int = 11) -> list[bytes]:
+    """Prompt bytes: 3 in 4 continue a recorded conversation past 3/4 of its length (then
+    fresh text), the rest open a conversation under a tenant's system prompt."""
+    rng = random.Random(seed)
+    n = cell.tokens * CHARS_PER_TOKEN
+    out = []
+    for i in range(count):
+        if rng.random() < 0.75:
+            tenant, text_seed = rng.choice(cell.histories)
+            system = cell.systems[tenant]
+            head = system + _text(text_seed, n - len(system))[: (3 * n) // 4 - len(system)]
+        else:
+            head = cell.systems[rng.randrange(TENANTS)]
+        marker = b"#%d#" % i  # makes every tail, hence every tail block hash, new
+        start = rng.randrange(len(cell.noise) // 2)  # leaves at least n bytes
+        out.append((head + marker + cell.noise[start:])[:n])
+    return out
+
+
+Stages = tuple[int, int, int, int, int]
+# snapshot, hash, schedule, dispatch (wall ns), whole decision (CPU ns)
+
+
+def decide(cell: Cell, data: bytes) -> Stages:
+    """One decision as the gateway makes it: the wall time of each stage and the thread's CPU
+    time for the whole, in ns (on a shared machine the CPU time leaves out preemption)."""
+    cpu = time.thread_time_ns()
+    t0 = time.perf_counter_ns()
+    endpoints = candidates(cell.pool)
+    t1 = time.perf_counter_ns()
+    hashes = hash_blocks(data, prefix_seed(MODEL, None), BLOCK_CHARS)
+    t2 = time.perf_counter_ns()
+    request = RoutingRequest(
+        model=MODEL,
+        prefix_hashes=hashes,
+        prefix_block_chars=BLOCK_CHARS,
+        token_estimate=int(len(data) / CHARS_PER_TOKEN),
+    )
+    target = cell.scheduler.schedule(request, endpoints).ranked[0]
+    t3 = time.perf_counter_ns()
+    cell.index.match(hashes, (target,))  # pending-prefill accounting at dispatch
+    cell.index.record(target, hashes)
+    t4 = time.perf_counter_ns()
+    cell.pool.get(target).in_flight += 1
+    return t1 - t0, t2 - t1, t3 - t2, t4 - t3, time.thread_time_ns() - cpu
+
+
+def _live_load(cell: Cell, i: int, rng: random.Random) -> None:
+    """Between decisions: a request finishes somewhere, and every SCRAPE_EVERY decisions
+    every replica reports new metrics."""
+    busy = [b for b in cell.pool if b.in_flight > 0]
+    if busy:
+        rng.choice(busy).in_flight -= 1
+    if i % SCRAPE_EVERY == 0:
+        scrape = cell.scrapes[(i // SCRAPE_EVERY) % len(cell.scrapes)]
+        for backend, m in zip(cell.pool, scrape, strict=True):
+            backend.metrics = m
+
+
+def time_match(cell: Cell, data: bytes) -> int:
+    """The prefix lookup over every candidate alone, as the prefix scorer does it (ns)."""
+    hashes = hash_blocks(data, prefix_seed(MODEL, None), BLOCK_CHARS)
+    ids = [e.id for e in candidates(cell.pool)]
+    t0 = time.perf_counter_ns()
+    cell.index.match(hashes, ids)
+    return time.perf_counter_ns() - t0
+
+
+def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> list[Stages]:
+    prompts = queries(cell, iterations + warmup)
+    gc.collect()
+    gc.freeze()  # the warm index is old state, as in a long-running gateway
+    if not collect:
+        gc.disable()
+    rng = random.Random(13)
+    try:
+        out = []
+        for i, data in enumerate(prompts):
+            _live_load(cell, i, rng)
+            stages = decide(cell, data)
+            if i >= warmup:
+                out.append(stages)
+        return out
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def percentiles_us(ns: list[int], prefix: str = "") -> dict[str, float]:
+    """Median, p90 and p99 of nanosecond timings, in µs (nearest rank, `sim.percentile`)."""
+    return {
+        f"{prefix}median_us": percentile(ns, 50) / 1000,
+        f"{prefix}p90_us": percentile(ns, 90) / 1000,
+        f"{prefix}p99_us": percentile(ns, 99) / 1000,
+    }
+
+
+def breakdown(cell: Cell, iterations: int) -> dict[str, float]:
+    """Median of each stage; `match` is timed in separate calls on the same prompts."""
+    runs = run_cell(cell, iterations, warmup=20)
+    matches = [time_match(cell, data) for data in queries(cell, iterations, seed=12)]
+    med = [percentile((s[k] for s in runs), 50) / 1000 for k in range(4)]
+    match = percentile(matches, 50) / 1000
+    return {
+        "snapshot_us": med[0],
+        "hash_us": med[1],
+        "match_us": match,
+        "score_us": med[2] - match,  # filters, scorers and picker, the lookup taken out
+        "schedule_us": med[2],
+        "record_us": med[3],
+    }
+
+
+def calibrate() -> float:
+    """A fixed pure-Python workload (ms, best of 5): how fast this machine is right now, to
+    compare runs made on different machines or under different load."""
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        sum(i * i for i in range(200_000))
+        best = min(best, (time.perf_counter_ns() - t0) / 1e6)
+    return best
+
+
+def iterations_for(tokens: int, replicas: int, scale: float) -> int:
+    base = 3000 if tokens <= 8_192 else 300
+    return max(50, int(base * scale * (64 / max(64, replicas)) ** 0.5))
+
+
+def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    rows = []
+    say(
+        f"{'tokens':>8} {'replicas':>8} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'p99 µs':>9}"
+        f" {'CPU median':>10} {'CPU p99':>9} {'snapshot':>8} {'hash':>7} {'schedule':>8}"
+        f" {'record':>7}"
+        f" {'decision':>8}"
+    )
+    for tokens in args.tokens:
+        for replicas in args.replicas:
+            cell = build_cell(tokens, replicas)
+            n = iterations_for(tokens, replicas, args.scale)
+            runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
+            row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
+            row.update(percentiles_us([sum(s[:4]) for s in runs]))
+            row.update(percentiles_us([s[4] for s in runs], "cpu_"))
+            for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
+                row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
+            row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
+            rows.append(row)
+            say(
+                f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
+                f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
+                f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
+                f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
+                f"{row['schedule_median_us']:>8.1f} "
+                f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
+            )
+            del cell
+    say(f"calibration: {calibrate():.1f} ms for a fixed pure-Python loop (lower is faster)")
+    parts = breakdown(build_cell(8_192, 64), iterations_for(8_192, 64, args.scale))
+    say("8k tokens x 64 replicas, medians: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+    return {
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "block_chars": BLOCK_CHARS,
+        "gc": "enabled" if args.gc else "disabled while timing",
+        "calibration_ms": calibrate(),
+        "target_us": TARGET_US,
+        "cells": rows,
+        "breakdown_8k_64": parts,
+    }
+
+
+def write_plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    from matplotlib.ticker import ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    tokens = sorted({r["tokens"] for r in result["cells"]})
+    for k, t in enumerate(tokens):
+        rows = [r for r in result["cells"] if r["tokens"] == t]
+        xs = [r["replicas"] for r in rows]
+        label = f"{t // 1024}k tokens"
+        ax.plot(xs, [r["median_us"] for r in rows], "o-", color=f"C{k}", label=f"{label}, median")
+        ax.plot(xs, [r["p99_us"] for r in rows], "x--", color=f"C{k}", label=f"{label}, p99")
+    ax.axhline(result["target_us"], color="grey", lw=0.8, ls=":", label="100 µs target (8k×64)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["replicas"] for r in result["cells"]}))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.set_yscale("log")
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("one routing decision (µs, log)")
+    ax.set_title("prefix-aware decision: snapshot + hash + schedule + record")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench decision", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("out/bench/decision"))
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    parser.add_argument("--replicas", type=int, nargs="+", default=list(REPLICAS))
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the iterations")
+    parser.add_argument(
+        "--no-gc", dest="gc", action="store_false", help="disable the collector while timing"
+    )
+    args = parser.parse_args(argv)
+    result = run(args, lambda line: print(line, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decision.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(f"wrote {args.out}/decision.json")
+    try:
+        write_plot(result, args.out / "decision.png")
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED)
+    else:
+        print(f"wrote {args.out}/decision.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""One policy's fidelity check: the live run, the simulation of the trace, and the simulation
+of what the gateway recorded during the live run.
+
+- **sim: trace** replays the very trace the load generator sent, at its scheduled times:
+  the simulator's prediction before anything ran.
+- **sim: recording** replays the file `kvgate serve --record` wrote during the live run: the
+  arrivals as the gateway saw them, token counts and block hashes as recorded, never the
+  prompt. This is the record → simulate round trip an operator would use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.fidelity.compare import (
+    ArrivalJitter,
+    Errors,
+    RunMetrics,
+    arrival_jitter,
+    compare,
+    relative_error,
+)
+from bench.fidelity.live import LiveRun
+from sim.engine.types import EngineProfile
+from sim.replay import Replay, SimSettings
+from sim.traces import TraceRequest, load_trace
+
+
+@dataclass(frozen=True, slots=True)
+class SimRun:
+    """One simulated replay, reduced to what the check compares."""
+
+    ttfts_s: tuple[float, ...]
+    metrics: RunMetrics
+    requests_per_replica: tuple[int, ...]
+    rejected: int
+    itl_mean_s: float  # pooled over every gap between tokens, as the engines' histogram
+
+
+def simulate(
+    trace: Sequence[TraceRequest], policy: str, profile: EngineProfile, settings: SimSettings
+) -> SimRun:
+    result = Replay(trace, policy, profile, settings).run()
+    ttfts = tuple(sorted(result.log.ttft_s))
+    return SimRun(
+        ttfts_s=ttfts,
+        metrics=RunMetrics.of(ttfts, result.prefix_hits, result.prefix_queries),
+        requests_per_replica=result.dispatched,
+        rejected=result.rejected,
+        itl_mean_s=result.itl.total_s / result.itl.count if result.itl.count else math.nan,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCheck:
+    """Live against both simulations, for one policy."""
+
+    policy: str
+    live: LiveRun
+    live_metrics: RunMetrics
+    sim: SimRun  # the trace as scheduled
+    recorded: SimRun  # the gateway's recording of the live run
+    recorded_requests: int
+    recorded_tokens_match: bool  # (input, output) token counts equal the trace's
+    jitter: ArrivalJitter  # of the recorded arrivals around the schedule (NaN: counts differ)
+
+    @property
+    def sim_errors(self) -> Errors:
+        return compare(self.live_metrics, self.sim.metrics)
+
+    @property
+    def recorded_errors(self) -> Errors:
+        return compare(self.live_metrics, self.recorded.metrics)
+
+    @property
+    def client_overhead_s(self) -> float:
+        """Mean client TTFT minus the engines' own mean TTFT: what HTTP, the gateway and the
+        client add, which the simulator does not model."""
+        return self.live_metrics.ttft_mean_s - self.live.engine_ttft_mean_s
+
+    @property
+    def step_stretch(self) -> float:
+        """The engines' mean ITL over the simulated one: how much longer the emulator's steps
+        took in real time than modelled (late wake-ups of a busy process)."""
+        modelled = self.sim.itl_mean_s
+        return self.live.engine_itl_mean_s / modelled if modelled > 0 else math.nan
+
+    @property
+    def engine_ttft_error(self) -> float:
+        """Relative error of the simulated mean TTFT against the engines' own mean."""
+        return relative_error(self.sim.metrics.ttft_mean_s, self.live.engine_ttft_mean_s)
+
+
+def check_policy(
+    live: LiveRun,
+    trace: Sequence[TraceRequest],
+    profile: EngineProfile,
+    settings: SimSettings,
+) -> PolicyCheck:
+    """Simulate `trace` and the live run's recording with the live run's policy."""
+    recording = load_trace(live.record_path)
+    c = live.counters
+    return PolicyCheck(
+        policy=live.policy,
+        live=live,
+        live_metrics=RunMetrics.of(live.ttfts_s, c.prefix_hits, c.prefix_queries),
+        sim=simulate(trace, live.policy, profile, settings),
+        recorded=simulate(recording, live.policy, profile, settings),
+        recorded_requests=len(recording),
+        recorded_tokens_match=_token_counts(recording) == _token_counts(trace),
+        jitter=_jitter(trace, recording),
+    )
+
+
+def _jitter(trace: Sequence[TraceRequest], recording: Sequence[TraceRequest]) -> ArrivalJitter:
+    if len(trace) != len(recording):  # failed requests are not recorded: no pairing
+        return ArrivalJitter(math.nan, math.nan, math.nan)
+    return arrival_jitter([r.arrival_s for r in trace], [r.arrival_s for r in recording])
+
+
+def _token_counts(trace: Sequence[TraceRequest]) -> Counter[tuple[int, int]]:
+    return Counter((r.input_tokens, r.output_tokens) for r in trace)

@@ -1,0 +1,299 @@
+"""Gateway overhead: the latency and CPU each router adds, under fixed-rate open-loop load.
+
+`python -m bench.overhead` (or `python -m bench overhead`) starts near-zero-cost stub
+replicas (`engine.py`; `kvgate emulate` costs as much CPU per request as a proxy,
+so it would be the bottleneck), then for each target in turn — direct to one replica (the
+baseline), kvgate with each policy, and the peer routers of `peers.py` — offers a fixed
+rate of small chat completions (half of them streaming, 3 output tokens) with wrk
+(`wrk.py` explains the open-loop method and its coordinated-omission limits), rate
+after rate until the target stops keeping up. Per target and rate it records achieved
+throughput, latency percentiles, latency added over direct at the same rate (difference of
+percentiles), CPU seconds per 1,000 requests of the router's process tree (/proc
+utime+stime, reaped children included) and the tree's peak RSS (VmHWM).
+
+Everything shares this machine's cores (with wrk and the stubs, whose CPU is recorded too):
+compare targets measured in the same run, not across runs. Writes `overhead.json`,
+`added_p99.png` and `throughput.png` to `--out` (default out/bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import REPO_ROOT
+from bench.overhead.report import print_row, summarise, write_outputs
+from bench.overhead.usage import usage
+from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
+from sim.live.processes import ChildProcess, free_port
+
+if TYPE_CHECKING:
+    from bench.peers import PeerInstall
+
+DEFAULT_TARGETS = (
+    "direct",
+    "kvgate:round-robin",
+    "kvgate:least-in-flight",
+    "kvgate:prefix-aware",
+    "kvgate:estimated-ttft",
+    "sglang-router",
+    "vllm-router",
+    "litellm",
+)
+# From LiteLLM's range (tens per second) to past every router's saturation on 2 cores (a
+# target stops at its first rate not sustained, so the high rates cost only the fastest).
+DEFAULT_RATES = (25, 100, 250, 375, 500, 750, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000)
+MODEL = "bench"
+
+
+@dataclass(slots=True)
+class Settings:
+    """What one benchmark run does (all from the command line)."""
+
+    targets: tuple[str, ...]
+    rates: tuple[float, ...]
+    duration_s: float
+    warmup_s: float
+    idle_s: float
+    connections: int
+    stream_fraction: float
+    replicas: int
+    out: Path
+
+
+@dataclass(slots=True)
+class Target:
+    """A running router (or the bare replica): where to send, which pid to account."""
+
+    name: str
+    url: str
+    pid: int
+    version: str = ""
+    command: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # what every request must carry
+
+
+@dataclass(frozen=True, slots=True)
+class StubFleet:
+    """The stub replicas, all in one child process."""
+
+    process: ChildProcess
+    urls: tuple[str, ...]
+
+
+def start_stub_fleet(replicas: int, log_path: Path) -> StubFleet:
+    """`python -m bench.overhead.engine` (bench/ on its path, as it is not installed)."""
+    cmd = [sys.executable, "-m", "bench.overhead.engine", "--replicas", str(replicas)]
+    cmd += ["--model", MODEL]
+    process = ChildProcess(cmd, log_path, env={"PYTHONPATH": str(REPO_ROOT)}).start()
+    try:
+        found = process.wait_for_line(r"^replica \d+: (http://\S+)", replicas, timeout_s=30.0)
+    except BaseException:
+        process.stop()
+        raise
+    return StubFleet(process, tuple(m.group(1) for m in found))
+
+
+@contextlib.contextmanager
+def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
+    """Start the router named by `spec` (`direct`, `kvgate:POLICY`, `PEER[:POLICY]`)."""
+    if spec == "direct":
+        stubs = fleet.process
+        yield Target("direct", fleet.urls[0], stubs.pid, command=stubs.command)
+        return
+    from bench.peers import PEER_HEADERS, ensure_peer, start_peer
+
+    name, _, policy = spec.partition(":")
+    name, _, source = name.partition("@")
+    install = ensure_peer(name)
+    if source:  # `kvgate@DIR:POLICY`: kvgate from another source tree, for before/after runs
+        proc, url = _start_kvgate_from(source, install, fleet, policy, logs)
+        with proc:
+            yield Target(spec, url, proc.pid, f"{install.version} ({source})", proc.command)
+        return
+    proc, url = start_peer(
+        install, worker_urls=fleet.urls, model=MODEL, policy=policy or "default", out_dir=logs
+    )
+    with proc:
+        headers = PEER_HEADERS.get(name, {})
+        yield Target(spec, url, proc.pid, install.version, proc.command, headers)
+
+
+def _start_kvgate_from(
+    source: str, install: PeerInstall, fleet: StubFleet, policy: str, logs: Path
+) -> tuple[ChildProcess, str]:
+    """kvgate with `source` first on PYTHONPATH, otherwise launched as `start_peer` does."""
+    from bench.peers import peer_command
+
+    port = free_port()
+    command = peer_command(
+        install, port=port, worker_urls=fleet.urls, model=MODEL, policy=policy or "default"
+    )
+    log_path = logs / f"kvgate-{Path(source).name}-{policy}.log"
+    env = {"PYTHONPATH": str(Path(source).resolve())}
+    url = f"http://127.0.0.1:{port}"
+    proc = ChildProcess(command, log_path, env=env).start()
+    try:
+        proc.wait_for_http(url + "/v1/models")
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, url
+
+
+def measure_target(spec: str, fleet: StubFleet, settings: Settings, wrk: str) -> dict[str, Any]:
+    """Sweep the rates against one target; stop after the first rate it cannot sustain."""
+    runs: list[dict[str, Any]] = []
+    with launch(spec, fleet, settings.out / "logs") as target:
+        own_pid = target.pid if spec != "direct" else None
+        shoot = functools.partial(
+            run_wrk,
+            wrk,
+            target.url,
+            connections=settings.connections,
+            model=MODEL,
+            stream_fraction=settings.stream_fraction,
+            headers=target.headers,
+        )
+        shoot(rate=settings.rates[0], duration_s=settings.warmup_s)
+        idle = _idle_cpu(own_pid, settings.idle_s) if own_pid else None
+        for rate in settings.rates:
+            row = _measure_rate(
+                shoot,
+                rate,
+                duration_s=settings.duration_s,
+                pid=own_pid,
+                fleet_pid=fleet.process.pid,
+                idle_cpu_per_s=idle,
+            )
+            runs.append(row)
+            print_row(spec, row)
+            if not row["sustained"]:
+                break
+        return {
+            "target": spec,
+            "version": target.version,
+            "command": target.command,
+            "idle_cpu_per_s": idle,
+            "runs": runs,
+        }
+
+
+def _idle_cpu(pid: int, seconds: float) -> float:
+    """CPU seconds per second the router burns with no traffic (health probes, scrapes)."""
+    before = usage(pid).cpu_s
+    time.sleep(seconds)
+    return (usage(pid).cpu_s - before) / seconds
+
+
+def _measure_rate(
+    shoot: Callable[..., WrkResult],
+    rate: float,
+    *,
+    duration_s: float,
+    pid: int | None,
+    fleet_pid: int,
+    idle_cpu_per_s: float | None,
+) -> dict[str, Any]:
+    """One wrk run at `rate`, with the router's and the stubs' CPU over it."""
+    before = usage(pid) if pid else None
+    fleet_before = usage(fleet_pid).cpu_s
+    t0 = time.perf_counter()
+    result = shoot(rate=rate, duration_s=duration_s)
+    wall = time.perf_counter() - t0
+    after = usage(pid) if pid else None
+    row: dict[str, Any] = {"rate": rate, **asdict(result), "sustained": result.sustained}
+    row["wall_s"] = wall
+    row["stub_cpu_s"] = usage(fleet_pid).cpu_s - fleet_before
+    if before is not None and after is not None:
+        n = max(1, result.requests)
+        row["cpu_s"] = after.cpu_s - before.cpu_s
+        row["cpu_s_per_1k"] = 1000 * row["cpu_s"] / n
+        if idle_cpu_per_s is not None:
+            # What the requests cost beyond the router's idle background work.
+            row["cpu_s_per_1k_net"] = 1000 * (row["cpu_s"] - idle_cpu_per_s * wall) / n
+        row["peak_rss_bytes"] = after.peak_rss_bytes
+    return row
+
+
+def _parse(argv: Sequence[str] | None) -> Settings:
+    p = argparse.ArgumentParser(
+        prog="python -m bench overhead", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated: direct, kvgate:POLICY, sglang-router, vllm-router, "
+        "litellm (PEER:POLICY picks a peer's policy)",
+    )
+    p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
+    p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")
+    p.add_argument("--warmup", type=float, default=2.0, help="unrecorded seconds first")
+    p.add_argument("--idle", type=float, default=3.0, help="seconds of idle CPU measured")
+    p.add_argument("--connections", type=int, default=64, help="wrk connections (default 64)")
+    p.add_argument("--stream-fraction", type=float, default=0.5, help="share streaming (0.5)")
+    p.add_argument("--replicas", type=int, default=2, help="stub replicas (default 2)")
+    p.add_argument(
+        "--quick", action="store_true", help="3 s per rate, rates 25,100,250,500,1000,2000"
+    )
+    p.add_argument("--out", default="out/bench", help="output directory (default out/bench)")
+    a = p.parse_args(argv)
+    rates = tuple(float(r) for r in a.rates.split(",") if r)
+    duration = a.duration
+    if a.quick:
+        rates, duration = (25.0, 100.0, 250.0, 500.0, 1000.0, 2000.0), 3.0
+    targets = tuple(t for t in a.targets.split(",") if t)
+    if "direct" in targets:  # the baseline goes first so every later row can be compared
+        targets = ("direct", *(t for t in targets if t != "direct"))
+    return Settings(
+        targets,
+        rates,
+        duration,
+        a.warmup,
+        a.idle,
+        a.connections,
+        a.stream_fraction,
+        a.replicas,
+        Path(a.out),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = _parse(argv)
+    wrk = ensure_wrk()
+    settings.out.mkdir(parents=True, exist_ok=True)
+    total = len(settings.targets)
+    print(
+        f"overhead: {total} targets x up to {len(settings.rates)} rates x "
+        f"{settings.duration_s:g} s, {os.cpu_count()} cores shared",
+        file=sys.stderr,
+    )
+    fleet = start_stub_fleet(settings.replicas, settings.out / "logs" / "stub-engine.log")
+    measured: list[dict[str, Any]] = []
+    failed: dict[str, str] = {}
+    try:
+        for i, spec in enumerate(settings.targets, 1):
+            print(f"[{i}/{total}] {spec}", file=sys.stderr, flush=True)
+            try:
+                measured.append(measure_target(spec, fleet, settings, wrk))
+            except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
+                print(f"  {spec} failed: {exc}", file=sys.stderr)
+                failed[spec] = str(exc)[-2000:]
+    finally:
+        fleet.process.stop()
+    report = summarise(measured, failed, settings, fleet.process.command)
+    write_outputs(report, settings.out)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Benchmarks: routing against peer routers, gateway overhead, one routing decision."""

@@ -1,0 +1,244 @@
+"""One live experiment: a fresh fleet, a router, a workload, the replicas' counters around it.
+
+`run_experiment` starts `fleet` (`kvgate emulate`: cold caches every time), starts a router in
+front of it through a `RouterFactory` (kvgate with a policy, `kvgate_router`, or any other
+router a caller can start), scrapes the replicas' counters, sends the workload through the
+router while printing progress, scrapes again, and stops the router, then the fleet. The
+result is typed: every request as the client saw it, each replica's counters over the run
+(deltas of the two scrapes), and the figures every report shows: the prefix-cache hit rate
+as the replicas count it (hit tokens / looked-up tokens, summed over replicas) and client
+TTFT percentiles of the requests that succeeded (nearest rank, `sim.percentile`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from sim.live.client import (
+    RequestResult,
+    RunStats,
+    report_progress,
+    run_closed_loop,
+    run_open_loop,
+)
+from sim.live.processes import start_emulator, start_gateway
+from sim.live.scrape import ReplicaReport, scrape_replicas
+from sim.percentile import percentile
+from sim.workloads import Conversation, TimedRequest
+
+# (router URL, headers every request must carry, where results go)
+Send = Callable[[str, Mapping[str, str], RunStats], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What to send through the router, and how many requests that makes."""
+
+    name: str
+    requests: int
+    send: Send
+
+
+def closed_loop(name: str, model: str, conversations: list[Conversation]) -> Workload:
+    """Chats sent closed loop, each request carrying its conversation's `x-session-id`."""
+
+    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+        await run_closed_loop(
+            url, model, conversations, stats, lambda c: {**headers, "x-session-id": c.id}
+        )
+
+    return Workload(name, sum(len(c.user_turns) for c in conversations), send)
+
+
+def open_loop(name: str, requests: list[TimedRequest]) -> Workload:
+    """Requests sent open loop, at their times."""
+
+    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+        await run_open_loop(url, requests, stats, headers)
+
+    return Workload(name, len(requests), send)
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """Emulated replicas (`kvgate emulate`), started fresh for every experiment."""
+
+    replicas: int
+    profile: str
+    model: str
+    speedup: float = 1.0
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSite:
+    """Where a router is started: in front of these replicas, logging into `log_dir` under
+    names that begin with `tag` (unique per experiment)."""
+
+    replica_urls: tuple[str, ...]
+    model: str
+    log_dir: Path
+    tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Router:
+    """A running router: its URL, the headers every request must carry, its command line."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+
+
+# Starts a router when entered, stops it on exit; blocking (run in a worker thread).
+RouterFactory = Callable[[RouterSite], AbstractContextManager[Router]]
+
+
+def kvgate_router(
+    policy: str, extra_args: Sequence[str] = (), settle_s: float = 0.0
+) -> RouterFactory:
+    """`kvgate serve --policy POLICY EXTRA_ARGS` on a free port, once ready plus `settle_s`
+    (e.g. a few scrape periods, so its first decisions see engine metrics)."""
+
+    @contextlib.contextmanager
+    def start(site: RouterSite) -> Iterator[Router]:
+        log = site.log_dir / f"{site.tag}-gateway.log"
+        process, url = start_gateway(site.replica_urls, policy, log, extra_args)
+        with process:
+            time.sleep(settle_s)
+            yield Router(url, {}, tuple(process.command))
+
+    return start
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentResult:
+    """What one experiment measured; the figures are over the requests that succeeded."""
+
+    label: str
+    results: tuple[RequestResult, ...]
+    replicas: tuple[ReplicaReport, ...]  # counters' growth over the run, per replica
+    wall_s: float
+    router: Router
+    hit_rate: float
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    ttft_mean_s: float
+
+    @classmethod
+    def of(
+        cls,
+        label: str,
+        results: Sequence[RequestResult],
+        replicas: Sequence[ReplicaReport],
+        wall_s: float,
+        router: Router,
+    ) -> ExperimentResult:
+        ttfts = sorted(r.ttft_s for r in results if r.error is None and r.ttft_s is not None)
+        queries = sum(r.prefix_queries for r in replicas)
+        return cls(
+            label=label,
+            results=tuple(results),
+            replicas=tuple(replicas),
+            wall_s=wall_s,
+            router=router,
+            hit_rate=sum(r.prefix_hits for r in replicas) / queries if queries else 0.0,
+            ttft_p50_s=percentile(ttfts, 50),
+            ttft_p90_s=percentile(ttfts, 90),
+            ttft_p99_s=percentile(ttfts, 99),
+            ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else math.nan,
+        )
+
+    @property
+    def errors(self) -> list[str]:
+        return [r.error for r in self.results if r.error]
+
+    @property
+    def ttfts_s(self) -> list[float]:
+        """TTFTs of the requests that succeeded, ascending."""
+        return sorted(r.ttft_s for r in self.results if r.error is None and r.ttft_s is not None)
+
+    @property
+    def itls_s(self) -> list[float]:
+        """Gaps between streamed chunks of the requests that succeeded, ascending."""
+        return sorted(g for r in self.results if r.error is None for g in r.itls_s)
+
+    @property
+    def requests_per_replica(self) -> list[int]:
+        return [r.requests for r in self.replicas]
+
+    @property
+    def max_mean_share(self) -> float:
+        """The busiest replica's requests over the mean (1.0: perfectly even)."""
+        shares = self.requests_per_replica
+        mean = sum(shares) / len(shares) if shares else 0.0
+        return max(shares) / mean if mean else math.nan
+
+    @property
+    def throughput_rps(self) -> float:
+        return len(self.results) / self.wall_s if self.wall_s else 0.0
+
+
+async def run_experiment(
+    fleet: Fleet,
+    router: RouterFactory,
+    workload: Workload,
+    *,
+    label: str,
+    log_dir: Path,
+    progress_every_s: float = 5.0,
+) -> ExperimentResult:
+    """Run `workload` through a router started by `router` in front of a fresh `fleet`;
+    child processes log to `log_dir/<label>-*.log` (label: unique per experiment)."""
+    tag = label.replace("/", "-").replace(" ", "-")
+    emulator, urls = await asyncio.to_thread(
+        start_emulator,
+        fleet.replicas,
+        fleet.profile,
+        fleet.model,
+        log_dir / f"{tag}-emulator.log",
+        speedup=fleet.speedup,
+        extra=fleet.extra_args,
+    )
+    try:
+        site = RouterSite(tuple(urls), fleet.model, log_dir, tag)
+        started = router(site)
+        running = await asyncio.to_thread(started.__enter__)
+        try:
+            stats, reports, wall = await _measure(running, urls, workload, label, progress_every_s)
+        finally:
+            await asyncio.to_thread(started.__exit__, None, None, None)
+    finally:
+        await asyncio.to_thread(emulator.stop)
+    return ExperimentResult.of(label, stats.results, reports, wall, running)
+
+
+async def _measure(
+    router: Router, urls: list[str], workload: Workload, label: str, every_s: float
+) -> tuple[RunStats, list[ReplicaReport], float]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        before = await scrape_replicas(client, urls)
+        stats, done = RunStats(), asyncio.Event()
+        ticker = asyncio.create_task(
+            report_progress(label, stats, workload.requests, done, every_s)
+        )
+        t0 = time.monotonic()
+        try:
+            await workload.send(router.url, router.headers, stats)
+        finally:
+            done.set()
+            await ticker
+        wall = time.monotonic() - t0
+        after = await scrape_replicas(client, urls)
+    reports = [a.since(b) for b, a in zip(before, after, strict=True)]
+    return stats, reports, wall

@@ -1,0 +1,182 @@
+"""The fidelity check's arithmetic, reports and offline half (no sockets, no processes)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.fidelity.check import PolicyCheck, SimRun, check_policy
+from bench.fidelity.compare import (
+    Errors,
+    RunMetrics,
+    arrival_jitter,
+    compare,
+    relative_error,
+)
+from bench.fidelity.live import LiveRun
+from bench.fidelity.report import format_report, write_json, write_plot
+from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed
+from sim.engine.profiles import get_profile
+from sim.live.scrape import ReplicaReport
+from sim.replay import SimSettings
+from sim.traces import TraceRequest, prompt_token_ids
+from sim.traces.recorded import encode_header, encode_request
+from sim.workloads import timed_requests
+
+
+def test_relative_error_is_the_distance_over_the_live_value() -> None:
+    assert relative_error(1.1, 1.0) == pytest.approx(0.1)
+    assert relative_error(0.8, 1.0) == pytest.approx(0.2)
+    assert relative_error(-2.0, -1.0) == pytest.approx(1.0)
+    for sim, live in ((1.0, 0.0), (math.nan, 1.0), (1.0, math.nan)):
+        assert math.isnan(relative_error(sim, live))
+
+
+def test_run_metrics_mean_p90_and_hit_rate() -> None:
+    m = RunMetrics.of([float(x) for x in range(10, 0, -1)], hits=30, queries=120)
+    assert (m.requests, m.ttft_mean_s, m.ttft_p90_s, m.hit_rate) == (10, 5.5, 9.0, 0.25)
+    empty = RunMetrics.of([], hits=0, queries=0)
+    assert empty.requests == 0
+    assert math.isnan(empty.ttft_mean_s) and math.isnan(empty.ttft_p90_s)
+    assert math.isnan(empty.hit_rate)
+
+
+def test_compare_gives_relative_errors_and_hit_rate_points() -> None:
+    live = RunMetrics(100, ttft_mean_s=0.200, ttft_p90_s=0.500, hit_rate=0.40)
+    sim = RunMetrics(100, ttft_mean_s=0.150, ttft_p90_s=0.600, hit_rate=0.44)
+    e = compare(live, sim)
+    assert e.ttft_mean == pytest.approx(0.25)
+    assert e.ttft_p90 == pytest.approx(0.20)
+    assert e.hit_rate == pytest.approx(0.10)
+    assert e.hit_rate_points == pytest.approx(4.0)
+    assert e.worst == pytest.approx(0.25)
+    assert compare(live, live) == Errors(0.0, 0.0, 0.0, 0.0)
+    assert math.isnan(compare(replace(live, hit_rate=0.0), sim).worst)
+
+
+def test_arrival_jitter_ignores_a_constant_shift() -> None:
+    scheduled = [0.0, 1.0, 2.0, 3.0]
+    shifted = [5.0, 6.0, 7.0, 8.0]
+    j = arrival_jitter(scheduled, shifted)
+    assert (j.mean_s, j.p99_s, j.max_s) == (0.0, 0.0, 0.0)
+    late = arrival_jitter(scheduled, [5.0, 6.5, 7.0, 8.1])
+    assert late.max_s == pytest.approx(0.5) and late.p99_s == pytest.approx(0.5)
+    assert late.mean_s == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="3 observed arrivals for 4"):
+        arrival_jitter(scheduled, shifted[:3])
+
+
+def _trace() -> list[TraceRequest]:
+    s = FidelitySettings(sessions=6, tenants=2, rate_per_s=4.0, think_s=1.0, output_tokens=8)
+    return build_trace(s, block_tokens=16)
+
+
+def test_the_live_requests_are_the_trace_as_token_id_completions() -> None:
+    trace = _trace()
+    requests = timed_requests(trace, MODEL, include_usage=True)
+    assert [r.at_s for r in requests] == [r.arrival_s for r in trace]
+    for req, tr in zip(requests, trace, strict=True):
+        body = orjson.loads(req.body)
+        assert req.path == "/v1/completions" and body["stream"] is True
+        assert body["prompt"] == prompt_token_ids(tr) and len(body["prompt"]) == tr.input_tokens
+        assert body["max_tokens"] == tr.output_tokens
+        assert body["stream_options"] == {"include_usage": True}
+        assert req.headers == {"x-session-id": tr.session}
+
+
+def _recording(trace: list[TraceRequest], path: Path, delay_s: float) -> Path:
+    """What the gateway would record for `trace`: its own ids, arrivals a little late."""
+    with path.open("wb") as f:
+        f.write(encode_header(datetime.now(UTC), 16, 4.0))
+        for r in reversed(trace):  # completion order is not arrival order
+            ids = tuple(h * 7919 + 3 for h in r.hash_ids[: r.input_tokens // 16])
+            f.write(encode_request(replace(r, arrival_s=r.arrival_s + delay_s, hash_ids=ids)))
+    return path
+
+
+def _live(path: Path, ttfts: tuple[float, ...], hits: int, queries: int) -> LiveRun:
+    counters = ReplicaReport(
+        "all",
+        requests=len(ttfts),
+        prefix_queries=queries,
+        prefix_hits=hits,
+        ttft_sum_s=sum(ttfts) * 0.8,
+        ttft_count=len(ttfts),
+        itl_sum_s=0.6,
+        itl_count=40,
+    )
+    return LiveRun("prefix-aware", ttfts, 0, counters, (len(ttfts),), 12.0, path, 1.5)
+
+
+def _check(tmp_path: Path) -> PolicyCheck:
+    trace = _trace()
+    path = _recording(trace, tmp_path / "recorded.jsonl", delay_s=2.5)
+    live = _live(path, tuple(0.1 + 0.01 * i for i in range(len(trace))), 500, 1000)
+    return check_policy(live, trace, get_profile("demo"), SimSettings(replicas=2))
+
+
+def test_the_recording_replays_like_the_trace_it_recorded(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    n = len(_trace())
+    assert check.recorded_requests == n and check.recorded_tokens_match
+    assert check.jitter.max_s == pytest.approx(0.0, abs=1e-5)
+    # Same arrivals (shifted), same sharing of full blocks, same policy: same replay.
+    assert check.sim.metrics.requests == check.recorded.metrics.requests == n
+    assert check.recorded.metrics.hit_rate == pytest.approx(check.sim.metrics.hit_rate)
+    # (recorded arrivals are rounded to the microsecond)
+    assert check.recorded.ttfts_s == pytest.approx(check.sim.ttfts_s, abs=1e-5)
+    assert 0 < check.sim.metrics.hit_rate < 1
+    assert check.live_metrics.hit_rate == 0.5
+    assert check.client_overhead_s == pytest.approx(0.2 * check.live_metrics.ttft_mean_s)
+    assert check.sim_errors == compare(check.live_metrics, check.sim.metrics)
+    assert check.step_stretch == pytest.approx(0.6 / 40 / check.sim.itl_mean_s)
+
+
+def test_report_table_json_and_plot(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    text = format_report([check])
+    rows = [line.split() for line in text.splitlines()[2:5]]
+    assert [r[0] for r in rows] == ["prefix-aware"] * 3
+    assert [r[1:3] for r in rows] == [["live", str(check.live_metrics.requests)],
+                                      ["sim:", "trace"], ["sim:", "recording"]]  # fmt: skip
+    assert f"{check.sim_errors.ttft_mean:.1%}" in rows[1]
+    assert "token counts equal the trace's" in text
+    path = write_json({"replicas": 2}, [check], tmp_path / "out")
+    doc = orjson.loads(path.read_bytes())
+    entry = doc["policies"][0]
+    assert doc["replicas"] == 2 and entry["policy"] == "prefix-aware"
+    assert entry["sim_trace"]["errors_vs_live"]["ttft_mean_rel"] == pytest.approx(
+        check.sim_errors.ttft_mean
+    )
+    assert entry["live"]["hit_rate"] == 0.5
+    assert len(entry["ttfts_s"]["sim_recording"]) == check.recorded_requests
+    png = write_plot([check], tmp_path / "out")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_writes_nan_as_null(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    empty = SimRun((), RunMetrics.of([], 0, 0), (0, 0), 0, math.nan)
+    path = write_json({}, [replace(check, recorded=empty)], tmp_path)
+    entry = orjson.loads(path.read_bytes())["policies"][0]
+    assert entry["sim_recording"]["ttft_mean_s"] is None
+    assert entry["sim_recording"]["errors_vs_live"]["ttft_mean_rel"] is None
+
+
+def test_slowdown_stretches_arrivals_and_steps_alike() -> None:
+    base = FidelitySettings(sessions=4, tenants=2, slowdown=1.0)
+    trace, slow = build_trace(base, 16), build_trace(replace(base, slowdown=3.0), 16)
+    assert [r.arrival_s * 3 for r in trace] == pytest.approx([r.arrival_s for r in slow])
+    assert [r.hash_ids for r in trace] == [r.hash_ids for r in slow]
+    demo = get_profile("demo")
+    assert slowed(demo, 1.0) is demo
+    three = slowed(demo, 3.0)
+    assert three.config == demo.config
+    assert three.timing.overhead_s == pytest.approx(3 * demo.timing.overhead_s)
+    assert three.timing.prefill_token_s == pytest.approx(3 * demo.timing.prefill_token_s)
+    assert three.timing.kv_read_token_s == pytest.approx(3 * demo.timing.kv_read_token_s)

@@ -1,0 +1,44 @@
+"""What `pip install kvgate` installs: the library, not the lab, and no plotting stack."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from setuptools import find_packages
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = ("gateway", "routing", "scoring", "health", "adapters", "sim")
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def installed_packages() -> set[str]:
+    """The packages setuptools puts in the wheel, with the project's own `find` settings."""
+    find = _pyproject()["tool"]["setuptools"]["packages"]["find"]
+    return set(find_packages(str(REPO), include=find["include"], exclude=find.get("exclude", ())))
+
+
+def test_the_wheel_holds_the_library_packages() -> None:
+    packages = installed_packages()
+    assert set(LIBRARY) <= packages
+    assert {"sim.engine", "sim.replay", "sim.live", "sim.workloads", "sim.emulator"} <= packages
+
+
+def test_the_lab_and_the_tests_are_not_installed() -> None:
+    packages = installed_packages()
+    assert (REPO / "bench" / "__init__.py").is_file()  # else the check proves nothing
+    assert sorted(p for p in packages if p.split(".")[0] in ("bench", "tests")) == []
+
+
+def test_matplotlib_comes_only_with_the_plots_extra() -> None:
+    project = _pyproject()["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("matplotlib")]
+    assert [d.split(">")[0] for d in project["optional-dependencies"]["plots"]] == ["matplotlib"]
+
+
+def test_the_lab_is_type_checked_with_the_library() -> None:
+    assert set(_pyproject()["tool"]["mypy"]["packages"]) == {*LIBRARY, "bench"}
