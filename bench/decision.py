@@ -6,9 +6,10 @@ gateway takes them for every request), hashing the prompt's canonical bytes into
 prefix blocks (seed included), the default `prefix-aware` profile (filters, the prefix
 lookup inside its scorers, the other scorers and the picker) and the dispatch bookkeeping
 (the chosen replica's match for pending prefill, and recording the blocks in the index) —
-for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The simulator cannot
-import the gateway, so the gateway's steps are repeated here with the same functions
-(`gateway.router.RequestRouter.route`, `gateway.prefix.PrefixTracker.hashes` and `dispatch`).
+for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The stack is the one
+both the gateway and the simulator build (`scoring.stack.build_routing_stack`); the steps are
+those of `gateway.router.RequestRouter.route` and `scoring.prefix_feed.PrefixFeed.dispatch`,
+timed one by one (without the pending-prefill bookkeeping, which would need first tokens).
 
 Between decisions the chosen replica gains a request in flight and a random busy one loses
 one, and every 25 decisions all replicas report new engine metrics (a scrape round), so the
@@ -45,14 +46,12 @@ import orjson
 
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
-from routing import EndpointSnapshot, EngineMetrics, PluginRegistry, RoutingRequest, Scheduler
+from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, Scheduler
 from routing.types import Health
-from scoring.builtin import register_builtins
 from scoring.prefix_hash import hash_blocks, prefix_seed
 from scoring.prefix_index import PrefixIndex
-from scoring.profiles import RoutingSection, build_scheduler
-from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from scoring.profiles import RoutingSection
+from scoring.stack import build_routing_stack
 from sim.percentile import percentile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
@@ -132,13 +131,8 @@ def candidates(pool: BackendPool) -> list[EndpointSnapshot]:
 def build_cell(tokens: int, replicas: int, seed: int = 7) -> Cell:
     """The default profile over `replicas` endpoints and an index warmed with their history."""
     rng = random.Random(seed)
-    index = PrefixIndex()
-    ttft = OnlineTtftModel(TtftCoefficients(0.02, 2e-4))
-    registry = PluginRegistry()
-    register_builtins(registry)
-    register_stateful_plugins(registry, index, ttft)
-    clock = time.monotonic
-    scheduler = build_scheduler(RoutingSection(), registry, clock, random.Random(seed))
+    stack = build_routing_stack(RoutingSection(), time.monotonic, random.Random(seed))
+    scheduler, index, ttft = stack.scheduler, stack.index, stack.ttft_model
     scrapes = [_metrics(rng, replicas) for _ in range(4)]
     pool = _pool(rng, replicas, scrapes[0])
     n = tokens * CHARS_PER_TOKEN

@@ -171,7 +171,7 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         # than recomputing the prompt elsewhere. Counting queued work in tokens, not requests,
         # is what matters when prompt lengths vary 30× (the Mooncake trace): with prefix 3 /
         # queue 2 / KV 2 / in-flight 2 / headroom 1 (GIE's weights) this profile's mean TTFT
-        # there was round-robin's and 1.23× the estimated-TTFT profile's (sim.bench quality).
+        # there was round-robin's and 1.23× the estimated-TTFT profile's (bench quality).
         # prefix-match 2 keeps cache affinity while the TTFT model has learned nothing yet,
         # and holds a prefix's replica when predicted TTFTs are close (in the simulator, on
         # the `make bench` workloads, weight 2 against 1: Mooncake hit rate 13.9 -> 16.0 %
