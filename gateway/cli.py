@@ -260,8 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = build_app(cfg)
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
-    # The start-up objects (modules, config, plugins) live as long as the process: keep them
-    # out of the collector's full passes, which otherwise scan them all (a ~30 ms pause).
+    # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
     gc.collect()
     gc.freeze()
     uvicorn.run(
