@@ -93,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Runs the built-in multi-tenant, multi-turn chat workload through the "
         "gateway in front of a fresh set of emulated replicas (engine profile demo), once per "
         "policy, and reports prefix-cache hit rates (from the replicas' metrics), requests per "
-        "replica and TTFT; writes summary.json and ttft_cdf.png to --out. Exits 1 if any "
-        "request failed.",
+        "replica and TTFT; writes summary.json and, with kvgate[plots], ttft_cdf.png to "
+        "--out. Exits 1 if any request failed.",
     )
     d.add_argument("--replicas", type=int, default=4, help="emulated replicas (default 4)")
     d.add_argument(
@@ -362,8 +362,8 @@ the SLO. Runs meeting every --constraint rank first, by the objective; values eq
 significant digits are ties, broken by --tie-break, then fewer replicas, then a higher rate
 scale. oracle runs are ranked as ceilings but never chosen. Prints progress, the ranked
 table and the best configuration as a routing: YAML snippet; writes sweep.json,
-best_routing.yaml and sweep.png to --out. Exit status: 0 with a best configuration, 1 if
-no run meets the constraints, 2 for bad arguments.
+best_routing.yaml and, with kvgate[plots], sweep.png to --out. Exit status: 0 with a best
+configuration, 1 if no run meets the constraints, 2 for bad arguments.
 """
 
 
@@ -431,8 +431,9 @@ def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         usage=SIM_USAGE,
         description="Discrete-event replay of a request trace, once per policy, with the "
         "gateway's own routing code and the config file's `routing:` section; prints TTFT, "
-        "ITL, hit rate, goodput and load share per policy and writes summary.json and plots. "
-        "`kvgate sim sweep` runs a grid of configurations and names the best one.",
+        "ITL, hit rate, goodput and load share per policy and writes summary.json (and, with "
+        "kvgate[plots], its plots). `kvgate sim sweep` runs a grid of configurations and names "
+        "the best one.",
     )
     # `--trace` is checked in _sim: argparse would demand it of `kvgate sim sweep` too.
     _add_trace_options(m, required=False)
