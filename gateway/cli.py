@@ -28,6 +28,7 @@ from gateway.config import (
     parse_config,
 )
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from sim.replay.arguments import add_sim_parser
 
 DESCRIPTION = """\
 kvgate: a KV-cache- and prefix-aware gateway for pools of OpenAI-compatible LLM engines
@@ -113,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         "it is invalid.",
     )
     c.add_argument("config", metavar="FILE", help="the YAML config file")
-    _add_sim_parser(sub)
+    add_sim_parser(sub)
     return p
 
 
@@ -254,8 +255,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(RequestIdFilter())
-    # httpx logs every request at INFO: the probes and 50 ms metric scrapes would flood the log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     cfg = _effective_config(args)
     app = build_app(cfg)
     if cfg.server.port:  # port 0 is always free
@@ -341,162 +340,6 @@ def _demo(args: argparse.Namespace) -> int:
     )
     summaries = asyncio.run(run_demo(settings))
     return 1 if any(s["errors"] for s in summaries) else 0
-
-
-SIM_USAGE = """\
-kvgate sim --trace FILE [options]
-       kvgate sim sweep --trace FILE [sweep options]   (see kvgate sim sweep --help)"""
-
-SWEEP_EPILOG = """\
-example:
-  kvgate sim sweep --trace trace.jsonl --limit 2000 --policies least-load,prefix-aware \\
-    --weights 'prefix-match-scorer=1,3;queue-depth-scorer=1,2' --replicas 4,8 \\
-    --rate-scale 1,2 --objective min:ttft_p90_s --constraint 'goodput>=0.9'
-
-Runs: every policy × every combination of the weights of the scorers its profile has
-(policies without a listed scorer are not multiplied by its weights) × replica counts ×
-rate scales. METRIC is a numeric field of summary.json (ttft_p50_s, ttft_p90_s, ttft_mean_s,
-hit_rate, goodput, max_mean_share, ...) or a grid parameter, replicas or rate_scale:
-`--objective min:replicas --constraint 'goodput>=0.95'` finds the smallest fleet that meets
-the SLO. Runs meeting every --constraint rank first, by the objective; values equal to 3
-significant digits are ties, broken by --tie-break, then fewer replicas, then a higher rate
-scale. oracle runs are ranked as ceilings but never chosen. Prints progress, the ranked
-table and the best configuration as a routing: YAML snippet; writes sweep.json,
-best_routing.yaml and, with kvgate[plots], sweep.png to --out. Exit status: 0 with a best
-configuration, 1 if no run meets the constraints, 2 for bad arguments.
-"""
-
-
-def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
-    """The options `kvgate sim` and `kvgate sim sweep` share: trace, engines, config, SLO."""
-    from sim.engine.profiles import PROFILES
-    from sim.traces.load import FORMATS
-
-    p.add_argument(
-        "--trace",
-        required=required,
-        metavar="FILE",
-        help="trace file: Mooncake JSONL, Azure CSV, or a `kvgate serve --record` file",
-    )
-    p.add_argument(
-        "--format",
-        default="auto",
-        help=f"trace format: {', '.join(FORMATS)} (default auto: detected from the file)",
-    )
-    p.add_argument(
-        "--limit", "--trace-requests", type=int, metavar="N", help="only the first N requests"
-    )
-    p.add_argument(
-        "--profile",
-        default="h100-llama3-8b",
-        help=f"engine profile: {', '.join(PROFILES)} (default %(default)s)",
-    )
-    p.add_argument(
-        "--block-size",
-        type=int,
-        metavar="TOKENS",
-        help="KV block size in tokens (default: the profile's)",
-    )
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="gateway config file: its routing: section and health: scrape settings",
-    )
-    p.add_argument(
-        "--slo-ttft",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help="TTFT bound for goodput, seconds (default %(default)s)",
-    )
-    p.add_argument(
-        "--slo-itl",
-        type=float,
-        default=0.1,
-        metavar="S",
-        help="mean ITL bound for goodput, seconds (default %(default)s)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed for scrape phases and pickers (default %(default)s)",
-    )
-
-
-def _add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    m = sub.add_parser(
-        "sim",
-        help="replay a trace through the routing policies onto simulated engines (offline)",
-        usage=SIM_USAGE,
-        description="Discrete-event replay of a request trace, once per policy, with the "
-        "gateway's own routing code and the config file's `routing:` section; prints TTFT, "
-        "ITL, hit rate, goodput and load share per policy and writes summary.json (and, with "
-        "kvgate[plots], its plots). `kvgate sim sweep` runs a grid of configurations and names "
-        "the best one.",
-    )
-    # `--trace` is checked in _sim: argparse would demand it of `kvgate sim sweep` too.
-    _add_trace_options(m, required=False)
-    m.add_argument(
-        "--policies",
-        default="",
-        help="comma-separated profiles, `oracle` (prefix-aware with perfect signals) or "
-        "`oracle:PROFILE` (default: round-robin,least-load,prefix-aware,oracle)",
-    )
-    m.add_argument("--replicas", type=int, default=8, help="simulated replicas (default 8)")
-    m.add_argument(
-        "--rate-scale",
-        type=float,
-        default=1.0,
-        metavar="X",
-        help="replay X times faster: arrival gaps / X (default 1)",
-    )
-    m.add_argument("--out", default="out/sim", help="output directory (default out/sim)")
-    modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
-    w = modes.add_parser(
-        "sweep",
-        prog="kvgate sim sweep",
-        help="replay a grid of policies × weights × replicas × rate scales; name the best",
-        description="Replay one trace over a grid of policies × scorer weights × replica\n"
-        "counts × rate scales and report the best configuration for an objective.",
-        epilog=SWEEP_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_trace_options(w, required=True)
-    w.add_argument(
-        "--policies",
-        default="round-robin,least-load,prefix-aware",
-        help="comma-separated policies, as for kvgate sim (default %(default)s)",
-    )
-    w.add_argument(
-        "--weights",
-        default="",
-        metavar="SPEC",
-        help="scorer weights to try: 'SCORER=W1,W2;SCORER=W3,...' (default: the profiles' own)",
-    )
-    w.add_argument("--replicas", default="8", metavar="N,...", help="replica counts (default 8)")
-    w.add_argument(
-        "--rate-scale", default="1", metavar="X,...", help="rate multipliers (default 1)"
-    )
-    w.add_argument(
-        "--objective",
-        default="max:goodput",
-        metavar="min|max:METRIC",
-        help="what the best run optimises (default %(default)s)",
-    )
-    w.add_argument(
-        "--constraint",
-        action="append",
-        metavar="METRIC>=X",
-        help="a bound the best run must meet (>=, <=, >, <); repeatable",
-    )
-    w.add_argument(
-        "--tie-break",
-        metavar="min|max:METRIC",
-        help="breaks objective ties (default max:goodput, or min:ttft_p90_s for goodput)",
-    )
-    w.add_argument("--jobs", type=int, default=1, help="runs at a time, in processes (default 1)")
-    w.add_argument("--out", default="out/sim-sweep", help="output directory (default %(default)s)")
 
 
 def _sim(args: argparse.Namespace) -> int:

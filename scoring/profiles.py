@@ -165,24 +165,11 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
             ],
             picker=_plugin("max-score-picker"),
         ),
-        # The default. Its main term is the predicted TTFT (weight 4; see estimated-ttft
-        # below): uncached prompt tokens plus the prefill already queued on each replica, in
-        # seconds, so a replica holding the prefix wins exactly while its queue costs less
-        # than recomputing the prompt elsewhere. Counting queued work in tokens, not requests,
-        # is what matters when prompt lengths vary 30× (the Mooncake trace): with prefix 3 /
-        # queue 2 / KV 2 / in-flight 2 / headroom 1 (GIE's weights) this profile's mean TTFT
-        # there was round-robin's and 1.23× the estimated-TTFT profile's (bench quality).
-        # prefix-match 2 keeps cache affinity while the TTFT model has learned nothing yet,
-        # and holds a prefix's replica when predicted TTFTs are close (in the simulator, on
-        # the `make bench` workloads, weight 2 against 1: Mooncake hit rate 13.9 -> 16.0 %
-        # and mean TTFT -5 %, synthetic hit rate +3.5 to +4.5 points, mean TTFT -9 to +3 %);
-        # in-flight 1 reacts at once to the gateway's own dispatches, so a burst of identical
-        # prompts between two metric scrapes spreads out; KV 1 breaks ties towards free cache;
-        # cache-headroom 1 sends a prefix nobody holds (every TTFT equal) where the index sees
-        # room, so distinct tenants spread out instead of landing by a random tie-break.
-        # The filters drop saturated replicas (queue > 5 or KV > 80 %, GIE's thresholds) and
-        # hot spots (SGLang's imbalance gate, tightened to 16 requests for replicas of modest
-        # batch size).
+        # The default: predicted TTFT leads (uncached prompt tokens plus the prefill queued
+        # on each replica, in seconds); prefix-match keeps affinity until the TTFT model has
+        # learned; in-flight, KV and cache-headroom break ties and spread new prefixes; the
+        # filters drop saturated replicas and hot spots. Weights and their measured history:
+        # docs/decisions/0002-default-profile-tuning.md.
         "prefix-aware": ProfileSpec(
             filters=[
                 _plugin("saturation-filter"),

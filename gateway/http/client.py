@@ -1,12 +1,10 @@
 """The proxy's upstream HTTP/1.1 client: keep-alive connections pooled per backend origin.
 
-Why not httpx: profiled under the overhead benchmark (sim/bench/overhead.py), httpx, httpcore
-and anyio took most of the gateway's CPU — every request scanned every pooled connection
-with a `poll()` and several attribute lookups, so the cost grew with concurrency and the
-gateway collapsed near 100 requests/s on a loaded 2-core machine. This client does only what
-the proxy needs: write one request (head and body in one write), parse the response with
-httptools (uvicorn's parser), hand body chunks over as they arrive with read-side
-backpressure, and pool the connection again once its response is complete.
+Why not httpx: docs/decisions/0001-own-http1-upstream-client.md (it took most of the gateway's
+CPU under the overhead benchmark). This client does only what the proxy needs: write one
+request (head and body in one write), parse the response with httptools (uvicorn's parser),
+hand body chunks over as they arrive with read-side backpressure, and pool the connection again
+once its response is complete.
 
 Limits: `max_connections` bounds requests in flight upstream (waiting longer than
 `pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are

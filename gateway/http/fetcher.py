@@ -1,10 +1,9 @@
 """The health checks' `Fetcher` (`health.fetch`) over the gateway's own HTTP/1.1 client.
 
-`health` probes every backend every few seconds and scrapes its metrics every 50 ms. Sent
-through httpx, those scrapes cost a tenth of a core with no traffic at all under the
-overhead benchmark, mostly in httpcore's connection pool and anyio; `UpstreamClient` sends
-the same GET for a fraction of that. The fetcher gets its own client (pool and limits) so
-probes never queue behind traffic.
+`health` probes every backend every few seconds and scrapes its metrics every 50 ms;
+`UpstreamClient` sends those GETs for a fraction of httpx's cost
+(docs/decisions/0001-own-http1-upstream-client.md). The fetcher gets its own client (pool and
+limits) so probes never queue behind traffic.
 
 A GET carries `accept` and `user-agent` besides what the client writes (Host,
 Content-Length: 0); it asks for no content coding, so bodies arrive as sent. They are read

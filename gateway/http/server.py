@@ -1,9 +1,9 @@
 """The HTTP/1.1 server side: uvicorn's httptools protocol, made cheaper per request for a
 proxy (used by `kvgate serve`), and the choice of protocol at start-up.
 
-Profiled under the overhead benchmark (sim/bench/overhead.py), most of the gateway's CPU went
-to system calls and event-loop steps, not to Python code. Two changes, both invisible to
-HTTP clients:
+Why: docs/decisions/0004-serving-loop.md (under the overhead benchmark, `python -m bench
+overhead`, most of the gateway's CPU went to system calls and event-loop steps). Two changes,
+both invisible to HTTP clients:
 
 - Writes made in one event-loop step leave in one `write()` system call. uvicorn writes the
   response head as soon as `http.response.start` is sent and the body with the next message;
