@@ -118,6 +118,7 @@ def dry_run(
             "model": r.model,
             "stream": r.stream,
             "session_key": r.session_key,
+            "lora_adapter": r.lora_adapter,
             "token_estimate": r.token_estimate,
             "prefix_blocks": len(hashes),
             "prefix_block_chars": r.prefix_block_chars,

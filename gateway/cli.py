@@ -28,6 +28,7 @@ from gateway.config import (
     parse_config,
 )
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from sim.emulator.lora import LoraSettings
 from sim.replay.arguments import add_sim_parser
 
 DESCRIPTION = """\
@@ -198,6 +199,21 @@ def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="N",
         help="override the profile's context length limit (like vLLM's flag)",
     )
+    e.add_argument(
+        "--lora",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="LoRA adapters to serve on top of --model: listed in /v1/models with the model as "
+        "parent, reported in vllm:lora_requests_info",
+    )
+    e.add_argument(
+        "--max-loras",
+        type=int,
+        default=LoraSettings().max_loras,
+        metavar="N",
+        help="distinct adapters batched at once, as vLLM's flag (default %(default)s)",
+    )
 
 
 class ListenError(Exception):
@@ -309,6 +325,12 @@ def _emulate(args: argparse.Namespace) -> int:
         get_profile(args.profile)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
+    try:
+        lora = LoraSettings(tuple(args.lora), max_loras=args.max_loras)
+    except ValueError as exc:
+        raise ConfigError(f"--lora/--max-loras: {exc}") from None
+    if args.model in lora.adapters:
+        raise ConfigError(f"--lora: {args.model!r} is the served model's own name")
     settings = EmulatorSettings(
         replicas=args.replicas,
         host=args.host,
@@ -319,6 +341,7 @@ def _emulate(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         num_gpu_blocks=args.num_gpu_blocks,
         max_model_len=args.max_model_len,
+        lora=lora,
     )
     if args.port:  # port 0: every replica picks a free one
         check_can_listen(args.host, range(args.port, args.port + args.replicas))

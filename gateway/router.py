@@ -1,6 +1,8 @@
 """Turns a parsed inference request into a routing decision over the pool's snapshots.
 
 Shared by the proxy and the dry-run admin endpoint, so both see exactly the same decision.
+A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
+vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class RequestRouter:
             prefix_block_chars=block_chars,
             token_estimate=prompt_tokens,
             session_key=session_key(req, headers, self._section.session_header),
+            lora_adapter=req.model if req.model in self._pool.lora_adapters() else None,
             stream=req.stream,
             headers=MappingProxyType({h: headers[h] for h in _ROUTING_HEADERS if h in headers}),
         )

@@ -1,4 +1,9 @@
-"""The backend pool: runtime state of every configured backend, and snapshots of it."""
+"""The backend pool: runtime state of every configured backend, and snapshots of it.
+
+Model cards are the backends' own `GET /v1/models` entries. vLLM lists a LoRA adapter there
+as a model of its own whose `parent` is the base model's id (`{"id": "sql-lora", "root":
+"/path/to/adapter", "parent": "llama", ...}`); a base model's `parent` is null.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,15 @@ _SNAPSHOT_FIELDS = frozenset(
 )
 
 
+def adapter_parent(card: Mapping[str, Any]) -> str | None:
+    """The base model a model card names as its parent if the card is a LoRA adapter's
+    (vLLM's listing), else None."""
+    parent = card.get("parent")
+    if isinstance(parent, str) and parent and parent != card.get("id"):
+        return parent
+    return None
+
+
 @dataclass(slots=True)
 class Backend:
     """Mutable runtime record of one backend, owned by the event loop.
@@ -50,6 +64,8 @@ class Backend:
     dispatched: int = 0
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
     discovered_at: float | None = None
+    # Told when `model_cards` is assigned (the pool's cache of LoRA adapters depends on them).
+    on_cards_changed: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # The cached snapshot, the time it was taken at and the staleness bound it was taken with.
     _snap: EndpointSnapshot | None = field(default=None, repr=False, compare=False)
     _snap_at: float = field(default=0.0, repr=False, compare=False)
@@ -59,6 +75,8 @@ class Backend:
         object.__setattr__(self, name, value)
         if name in _SNAPSHOT_FIELDS:
             object.__setattr__(self, "_snap", None)
+            if name == "model_cards" and (told := getattr(self, "on_cards_changed", None)):
+                told()
 
     @property
     def id(self) -> str:
@@ -117,10 +135,13 @@ class BackendPool:
         self._clock = clock
         self._stale_after_s = stale_after_s
         self._backends: dict[str, Backend] = {}
+        self._adapters: frozenset[str] | None = None  # None: to compute from the cards
         for spec in specs:
             if spec.id in self._backends:
                 raise ValueError(f"duplicate backend id {spec.id!r}")
-            self._backends[spec.id] = Backend(spec=spec, state=HealthState(policy))
+            self._backends[spec.id] = Backend(
+                spec=spec, state=HealthState(policy), on_cards_changed=self._forget_adapters
+            )
 
     def __iter__(self) -> Any:
         return iter(self._backends.values())
@@ -150,6 +171,21 @@ class BackendPool:
                 if model not in cards:
                     cards[model] = b.model_cards.get(model) or {"id": model, "object": "model"}
         return cards
+
+    def lora_adapters(self) -> frozenset[str]:
+        """The models some backend lists as a LoRA adapter of another model (from discovered
+        cards; configured `models` carry no parent). Kept until a backend's cards change."""
+        if self._adapters is None:
+            self._adapters = frozenset(
+                model
+                for b in self._backends.values()
+                for model, card in b.model_cards.items()
+                if adapter_parent(card) is not None
+            )
+        return self._adapters
+
+    def _forget_adapters(self) -> None:
+        self._adapters = None
 
     def known_models(self) -> set[str]:
         """Every model any backend serves, healthy or not."""

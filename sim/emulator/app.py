@@ -5,7 +5,8 @@ Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not), `/tok
 `probes`): `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
 `/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). A
 client that disconnects aborts its request in the engine model, which frees its KV blocks,
-as vLLM does.
+as vLLM does. The replica's LoRA adapters are models of their own, listed with the base
+model as their `parent` and served by the same engine model (see `sim.emulator.lora`).
 """
 
 from __future__ import annotations
@@ -96,22 +97,29 @@ class EmulatorApp:
 
     def _models(self) -> dict[str, Any]:
         r = self.replica
-        card = {
-            "id": r.model_name,
+        base = self._card(r.model_name, r.model_name, None, r.max_model_len)
+        # As vLLM lists `--lora-modules NAME=PATH`: root is the adapter's path (here its name).
+        adapters = [self._card(a, a, r.model_name, None) for a in r.adapters]
+        return {"object": "list", "data": [base, *adapters]}
+
+    def _card(self, id_: str, root: str, parent: str | None, max_len: int | None) -> dict[str, Any]:
+        return {
+            "id": id_,
             "object": "model",
             "created": self._created,
             "owned_by": "vllm",
-            "root": r.model_name,
-            "parent": None,
-            "max_model_len": r.max_model_len,
+            "root": root,
+            "parent": parent,
+            "max_model_len": max_len,
         }
-        return {"object": "list", "data": [card]}
 
-    def _check_model(self, model: str | None) -> None:
-        if model is not None and model != self.replica.model_name:
-            raise api.ApiError(
-                404, f"The model `{model}` does not exist.", "NotFoundError", "model"
-            )
+    def _check_model(self, model: str | None) -> str | None:
+        """The LoRA adapter `model` names, None for the base model; 404 for any other."""
+        if model is None or model == self.replica.model_name:
+            return None
+        if self.replica.loras.serves(model):
+            return model
+        raise api.ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
     async def _tokenize(self, receive: Receive, send: Send) -> None:
         data = api.parse_json(await _read_body(receive))
@@ -133,13 +141,13 @@ class EmulatorApp:
     async def _inference(self, path: str, receive: Receive, send: Send) -> None:
         kind = "chat" if path == "/v1/chat/completions" else "completion"
         req = api.parse_inference(kind, api.parse_json(await _read_body(receive)))
-        self._check_model(req.model)
+        adapter = self._check_model(req.model)
         prompt = list(req.prompt_ids or self.tokenizer.encode(req.prompt_text or ""))
         n_out = self._output_len(req, len(prompt))
         output = self._output_ids(prompt, n_out, req.seed)
         request_id = self.replica.new_request_id("chatcmpl" if kind == "chat" else "cmpl")
         try:
-            gen = self.replica.submit(request_id, prompt, output)
+            gen = await self.replica.admit(request_id, prompt, output, adapter)
         except ValueError as exc:
             raise api.ApiError(400, str(exc)) from None
         watcher = asyncio.ensure_future(_abort_on_disconnect(receive, self.replica, gen))

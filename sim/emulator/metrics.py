@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sim.engine.types import EngineConfig, EngineStats
 
@@ -154,11 +154,59 @@ class LatencyHistogram:
         out.append(f"{self._created_text}{_num(self._created)}\n")
 
 
-class ReplicaMetrics:
-    """What one replica's `/metrics` renders: engine gauges and counters, latency histograms."""
+class LoraInfoGauge:
+    """vLLM's `vllm:lora_requests_info`: the running and waiting adapters and `max_lora` as
+    labels, the time as the value. vLLM stamps the current label set with the time at every
+    update and never drops an old set, so readers take the series with the newest time; this
+    keeps the `HISTORY` most recent sets and stamps the current one at each render."""
 
-    def __init__(self, model_name: str, config: EngineConfig, stats: Callable[[], EngineStats]):
+    HISTORY = 16
+
+    def __init__(
+        self,
+        max_loras: int,
+        running: Callable[[], Sequence[str]],
+        waiting: Callable[[], Sequence[str]],
+    ) -> None:
+        self._max = max_loras
+        self._running = running
+        self._waiting = waiting
+        self._seen: dict[tuple[str, str], float] = {}  # label values → time, oldest first
+        self._last = 0.0
+
+    def render(self, out: list[str]) -> None:
+        key = (",".join(self._running()), ",".join(self._waiting()))
+        # Strictly increasing, so the current set is the newest even within a clock tick.
+        self._last = max(time.time(), self._last + 1e-6)
+        self._seen.pop(key, None)
+        self._seen[key] = self._last
+        while len(self._seen) > self.HISTORY:
+            del self._seen[next(iter(self._seen))]
+        out.append(
+            "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+            "# TYPE vllm:lora_requests_info gauge\n"
+        )
+        for (running, waiting), at in self._seen.items():
+            out.append(
+                f'vllm:lora_requests_info{{max_lora="{self._max}",'
+                f'running_lora_adapters="{_escape(running)}",'
+                f'waiting_lora_adapters="{_escape(waiting)}"}} {_num(at)}\n'
+            )
+
+
+class ReplicaMetrics:
+    """What one replica's `/metrics` renders: engine gauges and counters, latency histograms,
+    and with LoRA adapters `vllm:lora_requests_info`."""
+
+    def __init__(
+        self,
+        model_name: str,
+        config: EngineConfig,
+        stats: Callable[[], EngineStats],
+        lora_info: LoraInfoGauge | None = None,
+    ):
         self._stats = stats
+        self._lora_info = lora_info
         labels = f'engine="0",model_name="{_escape(model_name)}"'
         self._gauges = [
             (f"# HELP {n} {d}\n# TYPE {n} gauge\n{n}{{{labels}}} ", f) for n, d, f in _GAUGES
@@ -198,6 +246,8 @@ class ReplicaMetrics:
         out = [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._gauges]
         out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._counters]
         out.append(self._cache_info)
+        if self._lora_info is not None:
+            self._lora_info.render(out)
         for h in (self.ttft, self.itl, self.e2e):
             h.render(out)
         return "".join(out).encode()

@@ -3,7 +3,8 @@
 The driver loop asks the model for a step, sleeps for the step's modelled duration divided
 by `speedup` (against a deadline, so Python overhead does not accumulate as drift), then
 delivers the step's tokens to the waiting requests. Requests added during a step join the
-next one, as in vLLM's engine loop.
+next one, as in vLLM's engine loop. Requests for a LoRA adapter first wait for one of the
+adapter slots (`sim.emulator.lora`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import itertools
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sim.emulator.metrics import ReplicaMetrics
+from sim.emulator.lora import LoraSettings, LoraSlots
+from sim.emulator.metrics import LoraInfoGauge, ReplicaMetrics
 from sim.engine.model import EngineModel
-from sim.engine.types import EngineProfile, TokenEvent
+from sim.engine.types import EngineProfile, EngineStats, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +36,33 @@ class Generation:
     cached_tokens: int = 0
     first_token_at: float | None = None
     last_token_at: float | None = None
+    adapter: str | None = None  # the LoRA adapter it runs with, if any
 
 
 class Replica:
-    """An engine model plus its real-time driver and vLLM-named metrics."""
+    """An engine model plus its real-time driver, LoRA adapter slots and vLLM-named metrics."""
 
-    def __init__(self, profile: EngineProfile, model_name: str, speedup: float = 1.0):
+    def __init__(
+        self,
+        profile: EngineProfile,
+        model_name: str,
+        speedup: float = 1.0,
+        lora: LoraSettings | None = None,
+    ):
         if speedup <= 0:
             raise ValueError("speedup must be > 0")
         self.profile = profile
         self.model_name = model_name
         self.speedup = speedup
         self.engine = EngineModel(profile.config, profile.timing)
-        self.metrics = ReplicaMetrics(model_name, profile.config, self.engine.stats)
+        self.loras = LoraSlots(lora or LoraSettings(), speedup)
+        lora_info = None
+        stats = self.engine.stats
+        if self.loras.settings.adapters:  # vLLM exports the gauge with LoRA enabled only
+            loras = self.loras
+            lora_info = LoraInfoGauge(loras.settings.max_loras, loras.running, loras.waiting)
+            stats = self._stats_with_held
+        self.metrics = ReplicaMetrics(model_name, profile.config, stats, lora_info)
         self._live: dict[str, Generation] = {}
         self._wakeup = asyncio.Event()
         self._ids = itertools.count()
@@ -54,7 +70,11 @@ class Replica:
 
     @property
     def in_flight(self) -> int:
-        return len(self._live)
+        return len(self._live) + self.loras.held
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        return self.loras.settings.adapters
 
     @property
     def max_model_len(self) -> int:
@@ -72,9 +92,33 @@ class Replica:
         self._wakeup.set()
         return gen
 
+    async def admit(
+        self, request_id: str, prompt: Sequence[int], output: Sequence[int], adapter: str | None
+    ) -> Generation:
+        """`submit`, for the base model (`adapter` None) or after waiting for the adapter's
+        slot and load."""
+        if adapter is None:
+            return self.submit(request_id, prompt, output)
+        await self.loras.acquire(adapter)
+        try:
+            gen = self.submit(request_id, self.loras.salted(adapter, prompt), output)
+        except BaseException:
+            self.loras.release(adapter)
+            raise
+        gen.adapter = adapter
+        return gen
+
     def abort(self, request_id: str) -> None:
-        if self._live.pop(request_id, None) is not None:
+        gen = self._live.pop(request_id, None)
+        if gen is not None:
             self.engine.abort(request_id)
+            if gen.adapter is not None:
+                self.loras.release(gen.adapter)
+
+    def _stats_with_held(self) -> EngineStats:
+        # Requests waiting for an adapter slot wait in vLLM's queue too.
+        stats = self.engine.stats()
+        return replace(stats, waiting=stats.waiting + self.loras.held)
 
     async def run(self) -> None:
         """The engine loop; runs until cancelled."""
@@ -109,3 +153,5 @@ class Replica:
             self.metrics.e2e.observe(now - gen.arrival)
             gen.events.put_nowait(None)
             del self._live[ev.request_id]
+            if gen.adapter is not None:
+                self.loras.release(gen.adapter)

@@ -9,11 +9,12 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 
 from sim.emulator.app import EmulatorApp
+from sim.emulator.lora import LoraSettings
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer, HFTokenizer, Tokenizer
@@ -33,6 +34,7 @@ class EmulatorSettings:
     tokenizer: str | None = None  # path of a tokenizer.json; default: the built-in tokenizer
     num_gpu_blocks: int | None = None  # override the profile's KV capacity (like vLLM's flag)
     max_model_len: int | None = None  # override the profile's context limit
+    lora: LoraSettings = field(default_factory=LoraSettings)  # adapters on top of `model`
 
 
 def resolve_profile(settings: EmulatorSettings) -> EngineProfile:
@@ -61,7 +63,7 @@ def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
     profile = resolve_profile(settings)
     tokenizer = make_tokenizer(settings.tokenizer)
     return [
-        EmulatorApp(Replica(profile, settings.model, settings.speedup), tokenizer)
+        EmulatorApp(Replica(profile, settings.model, settings.speedup, settings.lora), tokenizer)
         for _ in range(settings.replicas)
     ]
 
@@ -104,8 +106,14 @@ async def serve(settings: EmulatorSettings) -> None:
     print(
         f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "
         f"{profile.name!r} ({profile.config.num_blocks} KV blocks of "
-        f"{profile.config.block_size}), speedup {settings.speedup}",
+        f"{profile.config.block_size}), speedup {settings.speedup}" + _lora_note(settings.lora),
         file=sys.stderr,
         flush=True,
     )
     await asyncio.gather(*tasks)
+
+
+def _lora_note(lora: LoraSettings) -> str:
+    if not lora.adapters:
+        return ""
+    return f"; LoRA adapters {', '.join(lora.adapters)} (max_loras {lora.max_loras})"

@@ -10,6 +10,7 @@ from gateway.cli import _effective_config, _parser, main
 from gateway.config import ConfigError, GatewayConfig, load_config
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
 from sim.demo import DEMO_POLICIES
+from sim.emulator.lora import LoraSettings
 from sim.engine.profiles import PROFILES
 from sim.replay import cli as replay_cli
 from sim.replay import sweep
@@ -216,6 +217,7 @@ def test_emulate_help_lists_every_engine_profile_below(capsys: pytest.CaptureFix
 
 
 def test_help_defaults_are_the_commands_own(capsys: pytest.CaptureFixture[str]) -> None:
+    assert f"as vLLM's flag (default {LoraSettings().max_loras})" in _help(capsys, "emulate")
     assert f"(default: {','.join(DEMO_POLICIES)})" in _help(capsys, "demo")
     sim_help = _help(capsys, "sim")
     assert f"(default {replay_cli.DEFAULT_PROFILE})" in sim_help
@@ -234,6 +236,9 @@ def test_help_defaults_are_the_commands_own(capsys: pytest.CaptureFixture[str]) 
         (["--tokenizer", "/nonexistent/tokenizer.json"], "no such file"),
         (["--profile", "nope"], "unknown engine profile 'nope'; known: "),
         (["--replicas", "0"], "--replicas must be >= 1"),
+        (["--lora", "a", "a"], "duplicate LoRA adapter names"),
+        (["--lora", "a", "--max-loras", "0"], "max_loras must be >= 1"),
+        (["--model", "m", "--lora", "m"], "'m' is the served model's own name"),
     ],
 )
 def test_emulate_bad_arguments_exit_2_before_listening(

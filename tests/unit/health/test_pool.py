@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from health.pool import BackendPool, BackendSpec
+from health.pool import BackendPool, BackendSpec, adapter_parent
 from health.state import HealthPolicy
 from routing.types import EndpointSnapshot, EngineMetrics, Health
 
@@ -215,3 +215,35 @@ def test_cached_snapshots_drop_metrics_once_stale_and_honour_a_clock_set_back() 
     # The same backend asked with another staleness bound answers by that bound.
     assert pool.get("a:1").snapshot(0.5, stale_after_s=0.1).metrics is None
     assert pool.get("a:1").snapshot(0.5, stale_after_s=None).metrics is metrics
+
+
+# vLLM's /v1/models cards: the base model has parent null, an adapter names its base model.
+BASE_CARD = {"id": "llama", "object": "model", "root": "/models/llama", "parent": None}
+SQL_CARD = {"id": "sql-lora", "object": "model", "root": "/adapters/sql", "parent": "llama"}
+
+
+@pytest.mark.parametrize(
+    ("card", "parent"),
+    [
+        (SQL_CARD, "llama"),
+        (BASE_CARD, None),
+        ({"id": "m"}, None),  # a generic OpenAI server's card: no parent at all
+        ({"id": "m", "parent": "m"}, None),  # its own parent: not an adapter
+        ({"id": "m", "parent": ""}, None),
+        ({"id": "m", "parent": 3}, None),
+    ],
+)
+def test_adapter_parent_reads_vllm_cards(card: dict[str, object], parent: str | None) -> None:
+    assert adapter_parent(card) == parent
+
+
+def test_lora_adapters_follow_the_discovered_cards() -> None:
+    pool = _pool(BackendSpec(url="http://a:1"), BackendSpec(url="http://b:1"))
+    assert pool.lora_adapters() == frozenset()
+    pool.get("a:1").model_cards = {"llama": BASE_CARD, "sql-lora": SQL_CARD}
+    assert pool.lora_adapters() == frozenset({"sql-lora"})
+    chat = {"id": "chat-lora", "parent": "llama"}
+    pool.get("b:1").model_cards = {"llama": BASE_CARD, "chat-lora": chat}
+    assert pool.lora_adapters() == frozenset({"sql-lora", "chat-lora"})
+    pool.get("a:1").model_cards = {"llama": BASE_CARD}  # sql-lora unloaded
+    assert pool.lora_adapters() == frozenset({"chat-lora"})

@@ -116,6 +116,27 @@ async def test_initial_round_discovers_vllm_models(fetcher: FakeFetcher, clock: 
     assert fetcher.calls == [(HEALTH, 1.5), (MODELS, 1.5)]
 
 
+# vLLM lists each adapter of `--lora-modules NAME=PATH` after the base model, with the base
+# model as its parent and the adapter's path as its root (no max_model_len).
+VLLM_MODELS_WITH_LORA = (
+    b'{"object":"list","data":[{"id":"tiny","object":"model","created":1795966205,'
+    b'"owned_by":"vllm","root":"/tmp/testbed/tiny","parent":null,"max_model_len":4096},'
+    b'{"id":"sql-lora","object":"model","created":1795966205,"owned_by":"vllm",'
+    b'"root":"/tmp/testbed/sql-lora","parent":"tiny","max_model_len":null}]}'
+)
+
+
+async def test_discovered_adapters_are_the_pools_lora_adapters(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(VLLM_MODELS_WITH_LORA))
+    prober, pool = _prober(fetcher, clock)
+    await prober.initial_round()
+    assert _backend(pool).models == frozenset({"tiny", "sql-lora"})
+    assert pool.lora_adapters() == frozenset({"sql-lora"})
+
+
 async def test_initial_round_covers_every_backend(fetcher: FakeFetcher, clock: FakeClock) -> None:
     fetcher.script(HEALTH, page())
     fetcher.script(MODELS, page(_models_body("m")))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.emulator.metrics import TTFT_BUCKETS, ReplicaMetrics
+from adapters.vllm import VLLM
+from sim.emulator.metrics import TTFT_BUCKETS, LoraInfoGauge, ReplicaMetrics
 from sim.engine.types import EngineConfig, EngineStats
 
 STATS = EngineStats(
@@ -71,3 +72,44 @@ def test_histogram_buckets_are_cumulative_with_le_inclusive_bounds() -> None:
     assert abs(got[("vllm:time_to_first_token_seconds_sum", labels)] - 5000.5) < 1e-9
     assert got[("vllm:e2e_request_latency_seconds_count", labels)] == 0
     assert got[("vllm:inter_token_latency_seconds_created", labels)] > 1.7e9
+
+
+def test_no_lora_gauge_without_adapters() -> None:
+    m = ReplicaMetrics("m", EngineConfig(), lambda: STATS)
+    assert "lora" not in m.render().decode()
+
+
+def test_lora_gauge_reads_as_vllm_s_and_its_newest_series_is_current() -> None:
+    state = {"running": ["sql", "chat"], "waiting": []}
+    gauge = LoraInfoGauge(2, lambda: state["running"], lambda: state["waiting"])
+    m = ReplicaMetrics("m", EngineConfig(), lambda: STATS, gauge)
+    first = m.render().decode()
+    assert (
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql,chat",'
+        'waiting_lora_adapters=""} '
+    ) in first
+    state.update(running=["sql"], waiting=["chat"])
+    text = m.render().decode()
+    series = {
+        (s.labels["running_lora_adapters"], s.labels["waiting_lora_adapters"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "vllm:lora_requests_info"
+    }
+    # The old label set stays, as in vLLM, with an older time than the current one.
+    assert series[("sql", "chat")] > series[("sql,chat", "")] > 1.7e9
+    parsed = VLLM.parse_metrics(text, 0.0)
+    assert parsed.running_loras == frozenset({"sql"})
+    assert parsed.waiting_loras == frozenset({"chat"})
+    assert parsed.max_loras == 2
+
+
+def test_lora_gauge_keeps_a_bounded_history() -> None:
+    names = iter(range(100))
+    gauge = LoraInfoGauge(1, lambda: [f"a{next(names)}"], list)
+    out: list[str] = []
+    for _ in range(40):
+        out.clear()
+        gauge.render(out)
+    assert len(out) == 1 + LoraInfoGauge.HISTORY  # the HELP/TYPE header, then the series
+    assert 'running_lora_adapters="a39"' in out[-1]

@@ -1,0 +1,74 @@
+"""The request router names a LoRA adapter when the request's model is one."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.app import GatewayApp
+from gateway.config import parse_config
+from gateway.inference_request import parse_inference_body
+from routing.types import EngineMetrics
+
+BASE = {"id": "llama", "object": "model", "root": "/models/llama", "parent": None}
+SQL = {"id": "sql-lora", "object": "model", "root": "/adapters/sql", "parent": "llama"}
+CHAT = {"id": "chat-lora", "object": "model", "root": "/adapters/chat", "parent": "llama"}
+
+
+def _app(cards: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> GatewayApp:
+    raw = {
+        "backends": [{"url": f"http://{name}:8000", "id": name} for name in cards],
+        "routing": {
+            "policy": "lora",
+            "profiles": {
+                "lora": {
+                    "scorers": [{"type": "lora-affinity-scorer"}],
+                    "picker": {"type": "max-score-picker"},
+                }
+            },
+        },
+    }
+    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1))
+    for backend in app.pool:
+        backend.state.record_probe(True, 0.0)
+        backend.model_cards = dict(cards[backend.id])
+    return app
+
+
+def _route(app: GatewayApp, model: str) -> Any:
+    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    return app.router.route(parse_inference_body("chat", body), {}, request_id="r")
+
+
+def test_a_model_listed_with_a_parent_is_a_lora_adapter() -> None:
+    app = _app({"a": {"llama": BASE, "sql-lora": SQL}, "b": {"llama": BASE, "chat-lora": CHAT}})
+    assert _route(app, "sql-lora").request.lora_adapter == "sql-lora"
+    assert _route(app, "chat-lora").request.lora_adapter == "chat-lora"
+
+
+def test_a_base_model_request_names_no_adapter() -> None:
+    app = _app({"a": {"llama": BASE, "sql-lora": SQL}})
+    assert _route(app, "llama").request.lora_adapter is None
+
+
+def test_cards_without_a_parent_name_no_adapter() -> None:
+    app = _app({"a": {"m": {"id": "m", "object": "model"}}})
+    assert _route(app, "m").request.lora_adapter is None
+
+
+def test_the_adapter_reaches_the_lora_affinity_scorer() -> None:
+    app = _app({"a": {"llama": BASE, "sql-lora": SQL}, "b": {"llama": BASE, "sql-lora": SQL}})
+    app.pool.get("a").metrics = EngineMetrics(scraped_at=0.0, max_loras=1)
+    app.pool.get("b").metrics = EngineMetrics(
+        scraped_at=0.0, running_loras=frozenset({"sql-lora"}), max_loras=1
+    )
+    route = _route(app, "sql-lora")
+    assert route.decision.target == "b"
+    scores = {s.endpoint_id: s.scores["lora-affinity-scorer"] for s in route.decision.scores}
+    assert scores == {"a": 0.8, "b": 1.0}
+    # The base model is no adapter: the scorer is neutral.
+    route = _route(app, "llama")
+    assert {s.scores["lora-affinity-scorer"] for s in route.decision.scores} == {1.0}
