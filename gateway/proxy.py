@@ -4,7 +4,8 @@ Failover: a connect error, or a 502/503 answer, before any byte reached the clie
 to the next-ranked backend, up to `max_attempts` tries. Once the response has started nothing
 is retried; a stream that breaks midway ends with an SSE error event.
 
-Every answer's usage is read on the way through (`gateway.usage`). A streaming chat or
+Every answer's usage is read on the way through (`gateway.usage`) and its cached prompt
+tokens checked against the prefix index's prediction. A streaming chat or
 completions request whose client did not ask for usage is forwarded with
 `stream_options.include_usage`, and the usage event that this adds is left out of what the
 client receives.
@@ -175,6 +176,10 @@ class Proxy:
         usage = reader.usage()
         if counter is not None:
             rec.output_tokens = counter.output_tokens(usage)
+        if ok and usage is not None and usage.prompt_tokens is not None:
+            check = self._prefix.observe(dispatch, usage)
+            if check is not None:
+                self._metrics.count_cache_check(backend.id, usage.prompt_tokens, check)
         if resp.status_code in _FAILURE_STATUSES:
             self._failed_status(backend, resp.status_code)
         else:
