@@ -3,9 +3,9 @@
 The gateway hashes each request's prompt bytes (`gateway.prompt_bytes`) into routing blocks of
 the feed's size, and tells the feed each dispatch with the backend's KV size as last scraped.
 Everything else (index, pending prefill, TTFT learning) is the feed's, which the simulator
-drives the same way. Only the gateway learns from the engines' answers: each answer's cached
-prompt tokens are checked against the index's prediction (`observe`), with per-backend
-totals for the admin API.
+drives the same way. Only the gateway learns from the engines' answers: a failed attempt is
+withdrawn from the index, and each answer's cached prompt tokens are checked against the
+index's prediction (`observe`), with per-backend totals for the admin API.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class PrefixTracker:
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
         self.feed.first_token(d, ttft_s)
+
+    def withdraw(self, d: Dispatch[Backend]) -> None:
+        """`d` failed (or was refused): the backend did not take the prompt."""
+        self.feed.withdraw(d)
 
     def observe(self, d: Dispatch[Backend], usage: Usage | None) -> CacheCheck | None:
         """The backend answered `d` with `usage`: check the index's prediction, correcting it

@@ -2,13 +2,14 @@
 
 Failover: a connect error, or a 502/503 answer, before any byte reached the client moves on
 to the next-ranked backend, up to `max_attempts` tries. Once the response has started nothing
-is retried; a stream that breaks midway ends with an SSE error event.
+is retried; a stream that breaks midway ends with an SSE error event. An attempt that fails,
+or is answered with an error status, is withdrawn from the prefix index: only the backend
+that served the prompt keeps its blocks.
 
 Every answer's usage is read on the way through (`gateway.usage`) and its cached prompt
-tokens checked against the prefix index's prediction. A streaming chat or
-completions request whose client did not ask for usage is forwarded with
-`stream_options.include_usage`, and the usage event that this adds is left out of what the
-client receives.
+tokens checked against the index's prediction. A streaming chat or completions request whose
+client did not ask for usage is forwarded with `stream_options.include_usage`, and the usage
+event that this adds is left out of what the client receives.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class Proxy:
                 try:
                     resp = await self._client.send(backend.spec.url, target, "POST", headers, body)
                 except HttpClientError as exc:
+                    self._prefix.withdraw(dispatch)
                     last_error = map_client_error(exc, backend_id)
                     self._failed(backend, last_error)
                     if last_error.retryable and more:
@@ -120,6 +122,8 @@ class Proxy:
                         continue
                     raise last_error from None
                 try:
+                    if resp.status_code >= 400:  # the engine did not take the prompt
+                        self._prefix.withdraw(dispatch)
                     if resp.status_code in _RETRY_STATUSES and more:
                         self._failed_status(backend, resp.status_code)
                         self._metrics.retries.labels(rec.model).inc()

@@ -12,12 +12,15 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
   `work_tokens` counts the request's own uncached tokens plus the prefill queued before it;
 - `forget` — an endpoint went away: the index drops what it held;
+- `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
+  the blocks its dispatch added are taken back, so a failover teaches only the replica that
+  served;
 - `observe_cached` — the engine reported the request's cached prompt tokens: compared with
   the index's prediction at dispatch (`scoring.cache_check`); when the engine evidently
   evicted blocks the index counted as held, it had to recompute them, and storing them
   evicted as much again from the front of its LRU: the index evicts the same weight of its
   oldest entries for that endpoint (not the request's own blocks, which the engine holds
-  again). The gateway calls it; the simulator does not;
+  again). The gateway calls these two; the simulator, whose requests never fail, does not;
 - `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
   where `block_tokens` is configured or follows the engines' KV block size (the smallest
   reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
@@ -139,6 +142,15 @@ class PrefixFeed:
 
     def forget(self, endpoint_id: str) -> None:
         self.index.remove_replica(endpoint_id)
+
+    def withdraw(self, d: Dispatch[Any]) -> int:
+        """The endpoint did not serve `d`'s request: settle its prefill and drop the blocks
+        the dispatch added (those past the match). Returns the blocks dropped."""
+        self.first_token(d, None)
+        r = d.request
+        if r is None or not r.prefix_hashes or d.epoch != self._epoch:
+            return 0
+        return self.index.drop(d.endpoint.id, r.prefix_hashes, d.matched)
 
     def observe_cached(
         self,

@@ -235,3 +235,13 @@ def test_observe_reads_the_engines_block_size() -> None:
     # 25 blocks of 16 tokens predicted (400 tokens); whole 128-token blocks: 384 cached.
     check = tracker.observe(again, Usage(req.token_estimate, 384, 1))
     assert check is not None and check.evicted_weight == 0
+
+
+def test_withdraw_leaves_no_blocks_on_the_backend() -> None:
+    tracker = _tracker()
+    req = _routing(tracker)
+    backend = _backend("a")
+    d = tracker.dispatch(backend, req, NOW)
+    tracker.withdraw(d)
+    assert tracker.index.blocks("a") == 0
+    assert backend.pending_prefill_tokens == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from routing.types import RoutingRequest, metrics_fresh
+from routing.types import EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
 from scoring.cache_check import CacheCheck
 from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS, PrefixFeed, kv_tokens
 from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
@@ -81,6 +81,35 @@ def _chain(tag: int, blocks: int) -> RoutingRequest:
     )
 
 
+def test_withdraw_takes_back_only_what_the_dispatch_added() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    head = _chain(1, 4)
+    feed.dispatch(e, head, 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    assert (d.matched, feed.index.blocks("a")) == (4, 10)
+    assert e.pending_prefill_tokens == 64 + 96
+    assert feed.withdraw(d) == 6
+    assert feed.index.match(_chain(1, 10).prefix_hashes, ["a"]) == {"a": 4}
+    assert e.pending_prefill_tokens == 64  # its own prefill settled, the other's pending
+    assert feed.withdraw(d) == 0
+
+
+def test_withdraw_after_the_block_size_changed_leaves_the_index() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    d = feed.dispatch(Endpoint("a"), _chain(1, 10), 0.0, kv_tokens=None)
+    feed.block_chars([_snapshot_with_block(32)])  # a new size: the index starts over
+    feed.index.record("a", _chain(1, 10).prefix_hashes)
+    assert feed.withdraw(d) == 0
+    assert feed.index.blocks("a") == 10
+
+
+def _snapshot_with_block(size: int) -> EndpointSnapshot:
+    return EndpointSnapshot(
+        id="a", url="http://a", metrics=EngineMetrics(scraped_at=0.0, block_size=size)
+    )
+
+
 def test_observed_hits_within_the_slack_change_nothing() -> None:
     feed = PrefixFeed(PrefixSection(), PrefixIndex())
     e = Endpoint("a")
@@ -128,3 +157,15 @@ def test_an_observation_without_a_prompt_is_no_check() -> None:
     feed = PrefixFeed(PrefixSection(), PrefixIndex())
     d = feed.dispatch(Endpoint("a"), RoutingRequest(model="m"), 0.0, kv_tokens=None)
     assert feed.observe_cached(d, 0, 0) is None
+
+
+def test_no_correction_after_the_block_size_changed() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    feed.block_chars([_snapshot_with_block(32)])
+    feed.index.record("a", _chain(2, 10).prefix_hashes)
+    check = feed.observe_cached(d, 160, 0)
+    assert check is not None and check.evicted_weight > 0 and check.dropped_entries == 0
+    assert feed.index.blocks("a") == 10
