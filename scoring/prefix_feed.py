@@ -20,7 +20,8 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   evicted blocks the index counted as held, it had to recompute them, and storing them
   evicted as much again from the front of its LRU: the index evicts the same weight of its
   oldest entries for that endpoint (not the request's own blocks, which the engine holds
-  again). The gateway calls these two; the simulator, whose requests never fail, does not;
+  again; why: docs/decisions/0006). The gateway calls these two; the simulator, whose
+  requests never fail, does not;
 - `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
   where `block_tokens` is configured or follows the engines' KV block size (the smallest
   reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
