@@ -9,6 +9,7 @@ import orjson
 
 from gateway.errors import BadRequestError
 from gateway.inference_request import parse_inference_body
+from gateway.prefix import CacheHits
 from gateway.router import RequestRouter
 from health.pool import BackendPool
 from routing.types import EngineMetrics
@@ -17,7 +18,10 @@ from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 def backends_state(
-    pool: BackendPool, index: PrefixIndex, ttft_model: OnlineTtftModel
+    pool: BackendPool,
+    index: PrefixIndex,
+    ttft_model: OnlineTtftModel,
+    cache_hits: Mapping[str, CacheHits] | None = None,
 ) -> dict[str, Any]:
     now = pool.now()
     out = []
@@ -39,9 +43,23 @@ def backends_state(
                 "prefix_index_blocks": index.blocks(b.id),
                 "pending_prefill_tokens": b.pending_prefill_tokens,
                 "ttft_line": _line(ttft_model.coefficients(b.id)),
+                "cache_hits": _hits((cache_hits or {}).get(b.id)),
             }
         )
     return {"backends": out}
+
+
+def _hits(h: CacheHits | None) -> dict[str, int]:
+    """Predicted vs observed cached prompt tokens, over the answers that reported them."""
+    h = h or CacheHits()
+    return {
+        "requests": h.requests,
+        "prompt_tokens": h.prompt_tokens,
+        "predicted_tokens": h.predicted_tokens,
+        "observed_tokens": h.observed_tokens,
+        "index_corrections": h.corrections,
+        "index_entries_dropped": h.dropped_entries,
+    }
 
 
 def _line(c: TtftCoefficients) -> dict[str, float]:

@@ -321,7 +321,11 @@ class GatewayApp:
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_json(
-            send, 200, admin.backends_state(self.pool, self.prefix_index, self.ttft_model)
+            send,
+            200,
+            admin.backends_state(
+                self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
+            ),
         )
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:

@@ -6,6 +6,8 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from scoring.cache_check import CacheCheck
+
 M = TypeVar("M", Counter, Gauge, Histogram)
 
 _LATENCY_BUCKETS = (
@@ -124,12 +126,49 @@ class GatewayMetrics:
         self.backend_up = Gauge(
             "kvgate_backend_healthy", "1 if the backend is routable", ["backend"], registry=r
         )
+        # Cache feedback, over the answers that reported their cached prompt tokens.
+        self.observed_prompt_tokens = Counter(
+            "kvgate_observed_prompt_tokens_total",
+            "Prompt tokens of the answers that reported their cached tokens, by backend",
+            ["backend"],
+            registry=r,
+        )
+        self.predicted_hits = Counter(
+            "kvgate_predicted_cache_hit_tokens_total",
+            "Prompt tokens the prefix index predicted cached at dispatch (in engine tokens)",
+            ["backend"],
+            registry=r,
+        )
+        self.observed_hits = Counter(
+            "kvgate_observed_cache_hit_tokens_total",
+            "Prompt tokens the engine reported cached (usage.prompt_tokens_details)",
+            ["backend"],
+            registry=r,
+        )
+        self.index_corrections = Counter(
+            "kvgate_prefix_index_corrections_total",
+            "Answers showing the engine had evicted blocks the prefix index counted as held",
+            ["backend"],
+            registry=r,
+        )
 
         self.requests_by = Children(self.requests)
         self.duration_by = Children(self.duration)
         self.ttft_by = Children(self.ttft)
         self.itl_by = Children(self.itl)
         self.decisions_by = Children(self.decisions)
+        self._prompt_by = Children(self.observed_prompt_tokens)
+        self._predicted_by = Children(self.predicted_hits)
+        self._observed_by = Children(self.observed_hits)
+        self._corrections_by = Children(self.index_corrections)
+
+    def count_cache_check(self, backend: str, prompt_tokens: int, check: CacheCheck) -> None:
+        """One answer's predicted and observed cache hit, and whether it corrected the index."""
+        self._prompt_by(backend).inc(prompt_tokens)
+        self._predicted_by(backend).inc(check.predicted_tokens)
+        self._observed_by(backend).inc(check.observed_tokens)
+        if check.evicted_weight:
+            self._corrections_by(backend).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,19 +3,36 @@
 The gateway hashes each request's prompt bytes (`gateway.prompt_bytes`) into routing blocks of
 the feed's size, and tells the feed each dispatch with the backend's KV size as last scraped.
 Everything else (index, pending prefill, TTFT learning) is the feed's, which the simulator
-drives the same way.
+drives the same way. Only the gateway learns from the engines' answers: a failed attempt is
+withdrawn from the index, and each answer's cached prompt tokens are checked against the
+index's prediction (`observe`), with per-backend totals for the admin API.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gateway.inference_request import InferenceRequest
 from gateway.prompt_bytes import prompt_bytes
+from gateway.usage import Usage
 from health.pool import Backend
 from routing.types import EndpointSnapshot, RoutingRequest
+from scoring.cache_check import CacheCheck
 from scoring.prefix_feed import Dispatch, PrefixFeed, kv_tokens
 from scoring.prefix_hash import hash_blocks, prefix_seed
+
+
+@dataclass(slots=True)
+class CacheHits:
+    """One backend's requests whose cached prompt tokens were observed, summed."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    predicted_tokens: int = 0
+    observed_tokens: int = 0
+    corrections: int = 0  # evident evictions, each correcting the index
+    dropped_entries: int = 0  # index entries those corrections evicted
 
 
 class PrefixTracker:
@@ -24,6 +41,13 @@ class PrefixTracker:
     def __init__(self, feed: PrefixFeed) -> None:
         self.feed = feed
         self.index = feed.index
+        self._hits: dict[str, CacheHits] = {}
+        # Backends seen reporting cached tokens: vLLM then leaves the details null for none.
+        self._reporting: set[str] = set()
+
+    @property
+    def cache_hits(self) -> Mapping[str, CacheHits]:
+        return self._hits
 
     def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
         return self.feed.block_chars(endpoints)
@@ -42,6 +66,40 @@ class PrefixTracker:
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
         self.feed.first_token(d, ttft_s)
+
+    def withdraw(self, d: Dispatch[Backend]) -> None:
+        """`d` failed (or was refused): the backend did not take the prompt."""
+        self.feed.withdraw(d)
+
+    def observe(self, d: Dispatch[Backend], usage: Usage | None) -> CacheCheck | None:
+        """The backend answered `d` with `usage`: check the index's prediction, correcting it
+        on an evident eviction. None when the answer did not tell the cached tokens."""
+        if usage is None or usage.prompt_tokens is None:
+            return None
+        backend = d.endpoint
+        cached = usage.cached_tokens
+        if cached is not None:
+            self._reporting.add(backend.id)
+        elif backend.id in self._reporting:
+            cached = 0
+        else:
+            return None
+        m = backend.metrics
+        block = m.block_size if m is not None else None
+        check = self.feed.observe_cached(d, usage.prompt_tokens, cached, block)
+        if check is None:
+            return None
+        hits = self._hits.get(backend.id)
+        if hits is None:
+            hits = self._hits[backend.id] = CacheHits()
+        hits.requests += 1
+        hits.prompt_tokens += usage.prompt_tokens
+        hits.predicted_tokens += check.predicted_tokens
+        hits.observed_tokens += check.observed_tokens
+        if check.evicted_weight:
+            hits.corrections += 1
+            hits.dropped_entries += check.dropped_entries
+        return check
 
     def forget(self, backend_id: str) -> None:
         self.feed.forget(backend_id)

@@ -2,7 +2,14 @@
 
 Failover: a connect error, or a 502/503 answer, before any byte reached the client moves on
 to the next-ranked backend, up to `max_attempts` tries. Once the response has started nothing
-is retried; a stream that breaks midway ends with an SSE error event.
+is retried; a stream that breaks midway ends with an SSE error event. An attempt that fails,
+or is answered with an error status, is withdrawn from the prefix index: only the backend
+that served the prompt keeps its blocks.
+
+Every answer's usage is read on the way through (`gateway.usage`) and its cached prompt
+tokens checked against the index's prediction. A streaming chat or completions request whose
+client did not ask for usage is forwarded with `stream_options.include_usage`, and the usage
+event that this adds is left out of what the client receives.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
+from gateway.usage import UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 from health.pool import Backend, BackendPool
 from scoring.prefix_feed import Dispatch
 
@@ -29,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({502, 503})
 _FAILURE_STATUSES = frozenset({502, 503, 504})
+_STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 
 
 @dataclass(slots=True)
@@ -90,6 +99,11 @@ class Proxy:
         attempts = route.decision.ranked[: self._max_attempts]
         headers = request_headers(raw_headers, rec.request_id)
         target = path + ("?" + query.decode("latin-1") if query else "")
+        strip_usage = False
+        if route.request.stream and route.request.api in _STREAM_USAGE_APIS:
+            asked = ask_for_usage(body)
+            if asked is not None:
+                body, strip_usage = asked, True
         last_error: GatewayError | None = None
         for i, backend_id in enumerate(attempts):
             backend = self._pool.get(backend_id)
@@ -100,6 +114,7 @@ class Proxy:
                 try:
                     resp = await self._client.send(backend.spec.url, target, "POST", headers, body)
                 except HttpClientError as exc:
+                    self._prefix.withdraw(dispatch)
                     last_error = map_client_error(exc, backend_id)
                     self._failed(backend, last_error)
                     if last_error.retryable and more:
@@ -107,11 +122,13 @@ class Proxy:
                         continue
                     raise last_error from None
                 try:
+                    if resp.status_code >= 400:  # the engine did not take the prompt
+                        self._prefix.withdraw(dispatch)
                     if resp.status_code in _RETRY_STATUSES and more:
                         self._failed_status(backend, resp.status_code)
                         self._metrics.retries.labels(rec.model).inc()
                         continue
-                    await self._relay(dispatch, resp, send, rec)
+                    await self._relay(dispatch, resp, send, rec, strip_usage)
                     return
                 finally:
                     await resp.aclose()
@@ -121,10 +138,16 @@ class Proxy:
         raise last_error
 
     async def _relay(
-        self, dispatch: Dispatch[Backend], resp: UpstreamResponse, send: Send, rec: RequestRecord
+        self,
+        dispatch: Dispatch[Backend],
+        resp: UpstreamResponse,
+        send: Send,
+        rec: RequestRecord,
+        strip_usage: bool,
     ) -> None:
         backend = dispatch.endpoint
         is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
+        ok = resp.status_code < 400
         extra = [
             (b"x-request-id", rec.request_id.encode()),
             (b"x-kvgate-backend", backend.id.encode()),
@@ -139,26 +162,12 @@ class Proxy:
         )
         if not is_sse:
             self._prefix.first_token(dispatch, None)  # the answer is complete: prefill is done
-        labels = (rec.model or "", backend.id)
-        last_event: float | None = None
         counter = OutputTokenCounter(is_sse) if self._count_output else None
-        ended = False
+        reader: UsageReader = UsageEventFilter() if strip_usage and is_sse and ok else UsageTap()
         try:
-            async for chunk in resp.aiter_raw():
-                if counter is not None:
-                    counter.feed(chunk)
-                if is_sse and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
-                    now = self._clock()
-                    if last_event is None:
-                        rec.ttft_s = now - rec.started
-                        self._metrics.ttft_by(*labels).observe(rec.ttft_s)
-                        self._prefix.first_token(dispatch, now - dispatch.at)
-                    else:
-                        self._metrics.itl_by(*labels).observe(now - last_event)
-                    last_event = now
-                # The last chunk carries the end of the response: one write fewer.
-                ended = resp.at_end
-                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+            await self._relay_body(
+                dispatch, resp, send, rec, is_sse=is_sse, reader=reader, counter=counter
+            )
         except HttpClientError as exc:
             err = map_client_error(exc, backend.id)
             self._failed(backend, err)
@@ -168,14 +177,56 @@ class Proxy:
             event = b"data: " + orjson.dumps({"error": _error_obj(err)}) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
-        if not ended:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        usage = reader.usage()
         if counter is not None:
-            rec.output_tokens = counter.output_tokens()
+            rec.output_tokens = counter.output_tokens(usage)
+        if ok and usage is not None and usage.prompt_tokens is not None:
+            check = self._prefix.observe(dispatch, usage)
+            if check is not None:
+                self._metrics.count_cache_check(backend.id, usage.prompt_tokens, check)
         if resp.status_code in _FAILURE_STATUSES:
             self._failed_status(backend, resp.status_code)
         else:
             backend.state.record_upstream_success()
+
+    async def _relay_body(
+        self,
+        dispatch: Dispatch[Backend],
+        resp: UpstreamResponse,
+        send: Send,
+        rec: RequestRecord,
+        *,
+        is_sse: bool,
+        reader: UsageReader,
+        counter: OutputTokenCounter | None,
+    ) -> None:
+        """Relay the body as it arrives (what `reader` lets through), timing SSE data events
+        for TTFT and inter-token latency."""
+        labels = (rec.model or "", dispatch.endpoint.id)
+        last_event: float | None = None
+        ended = False
+        async for data in resp.aiter_raw():
+            if counter is not None:
+                counter.feed(data)
+            chunk = reader.feed(data)
+            ended = resp.at_end
+            if ended:
+                chunk += reader.finish()
+            elif not chunk:
+                continue  # held back, or the usage event taken out
+            if is_sse and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
+                now = self._clock()
+                if last_event is None:
+                    rec.ttft_s = now - rec.started
+                    self._metrics.ttft_by(*labels).observe(rec.ttft_s)
+                    self._prefix.first_token(dispatch, now - dispatch.at)
+                else:
+                    self._metrics.itl_by(*labels).observe(now - last_event)
+                last_event = now
+            # The last chunk carries the end of the response: one write fewer.
+            await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": reader.finish(), "more_body": False})
 
     def _begin(self, backend: Backend, route: Route) -> Dispatch[Backend]:
         dispatch = self._prefix.dispatch(backend, route.request, self._clock())

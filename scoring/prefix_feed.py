@@ -12,6 +12,16 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
   `work_tokens` counts the request's own uncached tokens plus the prefill queued before it;
 - `forget` — an endpoint went away: the index drops what it held;
+- `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
+  the blocks its dispatch added are taken back, so a failover teaches only the replica that
+  served;
+- `observe_cached` — the engine reported the request's cached prompt tokens: compared with
+  the index's prediction at dispatch (`scoring.cache_check`); when the engine evidently
+  evicted blocks the index counted as held, it had to recompute them, and storing them
+  evicted as much again from the front of its LRU: the index evicts the same weight of its
+  oldest entries for that endpoint (not the request's own blocks, which the engine holds
+  again; why: docs/decisions/0006). The gateway calls these two; the simulator, whose
+  requests never fail, does not;
 - `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
   where `block_tokens` is configured or follows the engines' KV block size (the smallest
   reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
@@ -25,10 +35,11 @@ the time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from routing.types import EndpointSnapshot, RoutingRequest
+from scoring.cache_check import CacheCheck, check_cached
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
 from scoring.profiles import PrefixSection
@@ -58,6 +69,9 @@ class Dispatch(Generic[E]):
     uncached_tokens: int  # predicted at dispatch
     work_tokens: int  # its own plus the endpoint's earlier pending prefill
     settled: bool = False
+    request: RoutingRequest | None = None
+    matched: int = 0  # leading blocks the index said the endpoint held
+    epoch: int = 0  # the feed's block size generation: after a change the hashes mean nothing
 
 
 def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:
@@ -78,6 +92,7 @@ class PrefixFeed:
         self.index = index
         self._ttft_model = ttft_model  # None: do not learn
         self._block_chars = self._chars(section.block_tokens or DEFAULT_BLOCK_TOKENS)
+        self._epoch = 0
 
     def _chars(self, tokens: int) -> int:
         return max(1, round(tokens * self._section.chars_per_token))
@@ -97,6 +112,7 @@ class PrefixFeed:
                 if chars != self._block_chars:
                     self.index.clear()
                     self._block_chars = chars
+                    self._epoch += 1
         return self._block_chars
 
     def dispatch(
@@ -113,7 +129,7 @@ class PrefixFeed:
         endpoint.pending_prefill_tokens += uncached
         if hashes:
             self._record(endpoint.id, hashes, block_chars, kv_tokens)
-        return Dispatch(endpoint, now, uncached, work)
+        return Dispatch(endpoint, now, uncached, work, False, request, matched, self._epoch)
 
     def first_token(self, d: Dispatch[Any], ttft_s: float | None) -> None:
         """The endpoint answered (`ttft_s` measured from dispatch when known): its prefill
@@ -127,6 +143,44 @@ class PrefixFeed:
 
     def forget(self, endpoint_id: str) -> None:
         self.index.remove_replica(endpoint_id)
+
+    def withdraw(self, d: Dispatch[Any]) -> int:
+        """The endpoint did not serve `d`'s request: settle its prefill and drop the blocks
+        the dispatch added (those past the match). Returns the blocks dropped."""
+        self.first_token(d, None)
+        r = d.request
+        if r is None or not r.prefix_hashes or d.epoch != self._epoch:
+            return 0
+        return self.index.drop(d.endpoint.id, r.prefix_hashes, d.matched)
+
+    def observe_cached(
+        self,
+        d: Dispatch[Any],
+        prompt_tokens: int,
+        cached_tokens: int,
+        engine_block_tokens: int | None = None,
+    ) -> CacheCheck | None:
+        """The engine served `d`'s request with `cached_tokens` of its `prompt_tokens` from
+        its prefix cache (`engine_block_tokens`: its KV block size, if known). Compare with the
+        prediction at dispatch and correct the index on an evident eviction (see the module
+        docstring). None when the request had no prompt to compare."""
+        r = d.request
+        if r is None:
+            return None
+        check = check_cached(
+            matched=d.matched,
+            block_chars=r.prefix_block_chars,
+            token_estimate=r.token_estimate,
+            chars_per_token=self._section.chars_per_token,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached_tokens,
+            engine_block_tokens=engine_block_tokens
+            or round(self._block_chars / self.chars_per_token),
+        )
+        if check is None or not check.evicted_weight or d.epoch != self._epoch:
+            return check
+        dropped = self.index.evict_oldest(d.endpoint.id, check.evicted_weight, r.prefix_hashes)
+        return replace(check, dropped_entries=dropped)
 
     def _record(
         self, endpoint_id: str, hashes: Sequence[int], block_chars: int, kv_tokens: int | None

@@ -249,6 +249,46 @@ class PrefixIndex:
         self._capacity.pop(replica, None)
         self._solo.pop(replica, None)
 
+    def drop(self, replica: str, hashes: Sequence[int], start: int = 0) -> int:
+        """The replica does not hold `hashes[start:]` after all (e.g. the request recorded for
+        it failed there): it stops holding those it holds. Returns how many it dropped.
+        Costs O(len(hashes) − start); the rest of the index is untouched."""
+        lru = self._lru.get(replica)
+        if not lru:
+            return 0
+        gone = [h for h in hashes[start:] if h in lru]
+        if not gone:
+            return 0
+        self._weight[replica] -= sum(map(lru.pop, gone))
+        gone.reverse()  # tails before heads, as evictions pass them
+        self._drop_holder(replica, gone)
+        self._refill(replica)
+        return len(gone)
+
+    def evict_oldest(self, replica: str, weight: int, spare: Iterable[int] = ()) -> int:
+        """Evict the replica's least recently recorded entries, at least `weight` base blocks
+        of them (or all), passing over the hashes in `spare`: what the engine evicted to make
+        room for blocks the index had wrongly counted as held. Returns the entries evicted.
+        Costs O(entries evicted + spared ones met)."""
+        lru = self._lru.get(replica)
+        if not lru or weight <= 0:
+            return 0
+        keep = set(spare)
+        gone: list[int] = []
+        total = 0
+        for h, w in lru.items():
+            if total >= weight:
+                break
+            if h not in keep:
+                gone.append(h)
+                total += w
+        if not gone:
+            return 0
+        self._weight[replica] -= sum(map(lru.pop, gone))
+        self._drop_holder(replica, gone)  # oldest first
+        self._refill(replica)
+        return len(gone)
+
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)
         if lru is None:

@@ -298,3 +298,31 @@ def test_dry_run_explains_prefix_matches_learned_from_traffic(
     assert target["scores"]["prefix-match-scorer"] == 1.0
     state = {b["id"]: b for b in c.get("/admin/backends").json()["backends"]}
     assert state[served]["prefix_index_blocks"] == out["request"]["prefix_blocks"]
+
+
+def test_stream_usage_is_asked_for_and_hidden_from_clients_that_did_not(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    """The gateway needs every stream's usage: a client that did not ask for it gets the
+    stream it would have had without the gateway; one that asked gets it untouched."""
+    [(engine, s1)] = fake_engines(1, tokens=4)
+    _, gw = start_gateway([s1.url])
+    c = client(gw)
+
+    def events(body: dict) -> list[str]:
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            return [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    plain = events({**CHAT, "stream": True})
+    assert engine.inference_requests()[-1].body["stream_options"] == {"include_usage": True}
+    assert len(plain) == 1 + 4 + 1 and plain[-1] == "data: [DONE]"  # role, tokens, done
+    assert not any('"usage"' in e for e in plain)
+    asked = events({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    assert engine.inference_requests()[-1].body["stream_options"] == {"include_usage": True}
+    assert len(asked) == len(plain) + 1 and '"usage"' in asked[-2]
+    unasked = events({**CHAT, "stream": True, "stream_options": {"include_usage": False}})
+    assert engine.inference_requests()[-1].body["stream_options"] == {"include_usage": True}
+    assert len(unasked) == len(plain) and not any('"usage"' in e for e in unasked)
+    # Not streaming: the body goes as the client sent it.
+    assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+    assert "stream_options" not in engine.inference_requests()[-1].body

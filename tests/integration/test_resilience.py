@@ -274,3 +274,23 @@ def test_concurrent_streams_all_complete(
     assert sum(e.completed for e, _ in engines) == 16
     assert min(e.completed for e, _ in engines) >= 4  # least-in-flight spreads the burst
     wait_until(lambda: all(b.in_flight == 0 for b in app.pool))
+
+
+def test_failed_attempts_teach_the_prefix_index_nothing(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    """Only the backend that served a prompt is recorded as holding its blocks."""
+    (bad, s1), (good, s2) = fake_engines(2)
+    dead = dead_url()
+    _, gw = start_gateway([dead, s1.url, s2.url], health={"passive_fail_threshold": 100})
+    bad.fail_status = 503
+    c = client(gw)
+    long_chat = {"model": "m1", "messages": [{"role": "user", "content": "hello there " * 50}]}
+    for _ in range(6):
+        r = c.post("/v1/chat/completions", json=long_chat)
+        assert r.status_code == 200 and r.headers["x-fake-engine"] == good.name
+    assert len(bad.inference_requests()) > 0
+    blocks = {
+        b["url"]: b["prefix_index_blocks"] for b in c.get("/admin/backends").json()["backends"]
+    }
+    assert blocks == {dead: 0, s1.url: 0, s2.url: blocks[s2.url]} and blocks[s2.url] > 0

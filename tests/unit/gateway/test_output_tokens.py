@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 import orjson
-import pytest
 
-from gateway.output_tokens import TAIL_BYTES, OutputTokenCounter, last_usage_count
+from gateway.output_tokens import OutputTokenCounter
+from gateway.usage import TAIL_BYTES, UsageTap
 
 
 def _count(chunks: list[bytes], sse: bool) -> int | None:
     counter = OutputTokenCounter(sse)
+    tap = UsageTap()
     for chunk in chunks:
         counter.feed(chunk)
-    return counter.output_tokens()
+        tap.feed(chunk)
+    return counter.output_tokens(tap.usage())
 
 
 def _split(data: bytes, size: int) -> list[bytes]:
@@ -88,18 +90,3 @@ def test_stream_without_usage_counts_text_events() -> None:
     assert _count([b"".join(events)], sse=True) == 5  # several events in one chunk too
     completion = [_event({"choices": [{"text": f"t{i}"}]}) for i in range(4)]
     assert _count(completion, sse=True) == 4
-
-
-@pytest.mark.parametrize(
-    ("tail", "expected"),
-    [
-        (b'"usage": {"completion_tokens": 3}', 3),
-        (b'"usage":{"completion_tokens": 3}, "usage": null', 3),
-        (b'"usage": {"completion_tokens": 3} ... "usage": {"completion_tok', 3),
-        (b'ens": 3}', None),
-        (b'"usage": {"completion_tokens": -1}', None),
-        (b'"usage": {"completion_tokens": true}', None),
-    ],
-)
-def test_last_usage_count(tail: bytes, expected: int | None) -> None:
-    assert last_usage_count(tail) == expected

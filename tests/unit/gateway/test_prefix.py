@@ -7,6 +7,7 @@ import pytest
 from gateway.inference_request import InferenceRequest
 from gateway.prefix import PrefixTracker
 from gateway.prompt_bytes import prompt_bytes
+from gateway.usage import Usage
 from health.pool import Backend, BackendSpec
 from health.state import HealthPolicy, HealthState
 from routing.types import EndpointSnapshot, EngineMetrics, RoutingRequest
@@ -200,3 +201,47 @@ def test_forget_drops_the_backend() -> None:
 def test_responses_and_chat_hash_the_same_messages_alike(api: str) -> None:
     hashes, _ = _tracker().hashes(_inference(api=api), 64)
     assert hashes == hash_blocks(prompt_bytes("chat", MESSAGES), prefix_seed("m"), 64)
+
+
+def test_observe_learns_which_backends_report_cached_tokens() -> None:
+    """vLLM leaves `prompt_tokens_details` null both when it does not report cached tokens
+    and when none were cached: a null counts as 0 once the backend was seen reporting."""
+    tracker = _tracker()
+    backend = _backend("a")
+    req = _routing(tracker)
+    prompt = req.token_estimate
+    first = tracker.dispatch(backend, req, NOW)
+    assert tracker.observe(first, Usage(prompt, None, 1)) is None
+    assert tracker.observe(first, None) is None
+    assert tracker.observe(first, Usage(None, 0, 1)) is None
+    check = tracker.observe(first, Usage(prompt, 0, 1))
+    assert check is not None and (check.predicted_tokens, check.observed_tokens) == (0, 0)
+    again = tracker.dispatch(backend, req, NOW)
+    check = tracker.observe(again, Usage(prompt, None, 1))  # reporting backend: none cached
+    assert check is not None and check.observed_tokens == 0 and check.evicted_weight > 0
+    hits = tracker.cache_hits["a"]
+    assert (hits.requests, hits.prompt_tokens, hits.observed_tokens) == (2, 2 * prompt, 0)
+    assert hits.predicted_tokens == check.predicted_tokens > 0
+    assert hits.corrections == 1
+    assert "b" not in tracker.cache_hits
+
+
+def test_observe_reads_the_engines_block_size() -> None:
+    tracker = _tracker()
+    backend = _backend("a", block_size=128)
+    req = _routing(tracker)
+    tracker.dispatch(backend, req, NOW)
+    again = tracker.dispatch(backend, req, NOW)
+    # 25 blocks of 16 tokens predicted (400 tokens); whole 128-token blocks: 384 cached.
+    check = tracker.observe(again, Usage(req.token_estimate, 384, 1))
+    assert check is not None and check.evicted_weight == 0
+
+
+def test_withdraw_leaves_no_blocks_on_the_backend() -> None:
+    tracker = _tracker()
+    req = _routing(tracker)
+    backend = _backend("a")
+    d = tracker.dispatch(backend, req, NOW)
+    tracker.withdraw(d)
+    assert tracker.index.blocks("a") == 0
+    assert backend.pending_prefill_tokens == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from routing.types import RoutingRequest, metrics_fresh
+from routing.types import EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
+from scoring.cache_check import CacheCheck
 from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS, PrefixFeed, kv_tokens
 from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 from scoring.profiles import PrefixSection
@@ -68,3 +69,103 @@ def test_metrics_fresh_is_inclusive_at_the_bound() -> None:
     assert metrics_fresh(1.0, 1.2, 0.2)
     assert not metrics_fresh(1.0, 1.2000001, 0.2)
     assert metrics_fresh(1.0, 1e9, None)
+
+
+def _chain(tag: int, blocks: int) -> RoutingRequest:
+    """A prompt of `blocks` 64-byte blocks (16 tokens each), its hashes named by `tag`."""
+    return RoutingRequest(
+        model="m",
+        prefix_hashes=tuple(range(tag * 1000, tag * 1000 + blocks)),
+        prefix_block_chars=64,
+        token_estimate=blocks * 16,
+    )
+
+
+def test_withdraw_takes_back_only_what_the_dispatch_added() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    head = _chain(1, 4)
+    feed.dispatch(e, head, 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    assert (d.matched, feed.index.blocks("a")) == (4, 10)
+    assert e.pending_prefill_tokens == 64 + 96
+    assert feed.withdraw(d) == 6
+    assert feed.index.match(_chain(1, 10).prefix_hashes, ["a"]) == {"a": 4}
+    assert e.pending_prefill_tokens == 64  # its own prefill settled, the other's pending
+    assert feed.withdraw(d) == 0
+
+
+def test_withdraw_after_the_block_size_changed_leaves_the_index() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    d = feed.dispatch(Endpoint("a"), _chain(1, 10), 0.0, kv_tokens=None)
+    feed.block_chars([_snapshot_with_block(32)])  # a new size: the index starts over
+    feed.index.record("a", _chain(1, 10).prefix_hashes)
+    assert feed.withdraw(d) == 0
+    assert feed.index.blocks("a") == 10
+
+
+def _snapshot_with_block(size: int) -> EndpointSnapshot:
+    return EndpointSnapshot(
+        id="a", url="http://a", metrics=EngineMetrics(scraped_at=0.0, block_size=size)
+    )
+
+
+def test_observed_hits_within_the_slack_change_nothing() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    feed.dispatch(e, _chain(1, 40), 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 40), 1.0, kv_tokens=None)
+    check = feed.observe_cached(d, prompt_tokens=640, cached_tokens=624)
+    assert check == CacheCheck(640, 624, 40, 0)
+    assert feed.index.blocks("a") == 40
+
+
+def test_an_eviction_evicts_as_much_of_the_oldest_entries() -> None:
+    """The engine lost the prompt's tail: recomputing it pushed out its LRU's oldest blocks,
+    and the index does the same (the prompt itself, held again, is spared)."""
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    old, prompt, recent = _chain(1, 30), _chain(2, 40), _chain(3, 20)
+    for r in (old, prompt, recent):
+        feed.dispatch(e, r, 0.0, kv_tokens=None)
+    d = feed.dispatch(e, prompt, 1.0, kv_tokens=None)
+    assert d.matched == 40
+    check = feed.observe_cached(d, prompt_tokens=640, cached_tokens=160)
+    assert check is not None
+    # Slack 16 + 16 + 64 tokens: 256 tokens = 16 blocks kept, 24 evicted.
+    assert (check.predicted_tokens, check.kept_blocks, check.evicted_weight) == (640, 16, 24)
+    assert check.dropped_entries == 24
+    match = feed.index.match
+    assert match(old.prefix_hashes, ["a"]) == {"a": 6}  # the 24 oldest: old's tail
+    assert match(prompt.prefix_hashes, ["a"]) == {"a": 40}
+    assert match(recent.prefix_hashes, ["a"]) == {"a": 20}
+
+
+def test_the_engines_block_size_widens_the_slack() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    feed.dispatch(e, _chain(1, 40), 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 40), 1.0, kv_tokens=None)
+    # 128-token blocks: a 640-token prompt's hit is at most 512 tokens.
+    check = feed.observe_cached(d, 640, 512, engine_block_tokens=128)
+    assert check is not None and check.evicted_weight == 0
+    check = feed.observe_cached(d, 640, 512)
+    assert check is not None and check.evicted_weight > 0
+
+
+def test_an_observation_without_a_prompt_is_no_check() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    d = feed.dispatch(Endpoint("a"), RoutingRequest(model="m"), 0.0, kv_tokens=None)
+    assert feed.observe_cached(d, 0, 0) is None
+
+
+def test_no_correction_after_the_block_size_changed() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    d = feed.dispatch(e, _chain(1, 10), 0.0, kv_tokens=None)
+    feed.block_chars([_snapshot_with_block(32)])
+    feed.index.record("a", _chain(2, 10).prefix_hashes)
+    check = feed.observe_cached(d, 160, 0)
+    assert check is not None and check.evicted_weight > 0 and check.dropped_entries == 0
+    assert feed.index.blocks("a") == 10

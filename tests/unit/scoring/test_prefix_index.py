@@ -213,6 +213,22 @@ class _ReferenceIndex:
         while weight > self.capacity:
             weight -= lru.popitem(last=False)[1]
 
+    def drop(self, replica: str, hashes: tuple[int, ...], start: int) -> int:
+        lru = self.lru.get(replica, OrderedDict())
+        gone = [h for h in hashes[start:] if lru.pop(h, None) is not None]
+        return len(gone)
+
+    def evict_oldest(self, replica: str, weight: int, spare: tuple[int, ...]) -> int:
+        lru = self.lru.get(replica, OrderedDict())
+        gone = [h for h in lru if h not in spare]
+        count = total = 0
+        for h in gone:
+            if total >= weight:
+                break
+            total += lru.pop(h)
+            count += 1
+        return count
+
     def match(self, hashes: tuple[int, ...], replicas: list[str]) -> dict[str, int]:
         out = {}
         for r in replicas:
@@ -287,3 +303,72 @@ def test_runs_of_blocks_stay_exact_under_any_record_order(seed: int) -> None:
             ref.lru.pop(gone, None)
     for r in replicas:
         assert list(index._lru.get(r, {}).items()) == list(ref.lru.get(r, {}).items())
+
+
+def test_drop_takes_back_a_records_new_blocks() -> None:
+    index = PrefixIndex(100)
+    index.record("r", A[:4])
+    index.record("s", A)
+    index.record("r", A)  # a request whose first 4 blocks r held already
+    assert index.drop("r", A, 4) == 6
+    assert index.match(A, ["r", "s"]) == {"r": 4, "s": 10}  # s keeps what it holds
+    assert (index.blocks("r"), index.fill("r")) == (4, 0.04)
+    assert index.drop("r", A, 4) == 0  # nothing left to drop
+    assert index.drop("nobody", A) == 0
+    index.record("r", B)
+    assert index.match(B, ["r"]) == {"r": 10}
+
+
+def test_evict_oldest_passes_over_the_spared_blocks() -> None:
+    index = PrefixIndex(100)
+    for chain in (A, B, C):
+        index.record("r", chain)
+    index.record("s", B)
+    # Oldest first: A's tail to its head, then B's; A is spared.
+    assert index.evict_oldest("r", 3, spare=A) == 3
+    assert index.match(A, ["r"]) == {"r": 10}
+    assert index.match(B, ["r", "s"]) == {"r": 7, "s": 10}
+    assert index.match(C, ["r"]) == {"r": 10}
+    assert index.blocks("r") == 27
+    assert index.evict_oldest("r", 0) == 0
+    assert index.evict_oldest("r", 1000) == 27
+    assert index.fill("r") == 0.0
+
+
+def test_far_blocks_count_their_weight_when_evicted() -> None:
+    hashes = _chain("far", 140)  # 128 blocks of weight 1, 12 of weight 2: 152 base blocks
+    index = PrefixIndex(1000)
+    index.record("r", hashes)
+    assert index.evict_oldest("r", 5) == 3  # the far tail: 2 + 2 + 2 ≥ 5
+    assert index.match(hashes, ["r"]) == {"r": 137}
+    assert index.fill("r") == (152 - 6) / 1000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_drops_and_evictions_keep_matches_exact(seed: int) -> None:
+    """Records mixed with `drop` and `evict_oldest`: matches, fills and LRU order agree with
+    the plain rules."""
+    gen = random.Random(seed)
+    stems = [_chain(f"d{seed}-{k}", 200) for k in range(3)]
+    replicas = ["r0", "r1", "r2"]
+    index, ref = PrefixIndex(300), _ReferenceIndex(300)
+    for step in range(300):
+        hashes = gen.choice(stems)[: gen.randint(1, 200)] + _chain(f"x{step % 13}", 4)
+        target = gen.choice(replicas)
+        held = ref.match(hashes, [target])[target]
+        assert index.match(hashes, replicas) == ref.match(hashes, replicas)
+        index.record(target, hashes)
+        ref.record(target, hashes)
+        roll = gen.random()
+        if roll < 0.2:
+            assert index.drop(target, hashes, held) == ref.drop(target, hashes, held)
+        elif roll < 0.4:
+            weight = gen.randint(1, 80)
+            assert index.evict_oldest(target, weight, hashes) == ref.evict_oldest(
+                target, weight, hashes
+            )
+        assert index.fill(target) == min(1.0, sum(ref.lru.get(target, {}).values()) / 300)
+    for r in replicas:
+        assert list(index._lru.get(r, {}).items()) == list(ref.lru.get(r, {}).items())
+        for stem in stems:
+            assert index.match(stem, [r]) == ref.match(stem, [r])

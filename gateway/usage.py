@@ -1,0 +1,198 @@
+"""What the engine says a request used, read off the relayed answer without buffering it.
+
+Two readers, fed every upstream chunk as it is relayed (`feed` returns what to relay, `finish`
+what is left at the end, `usage` the answer's usage once it is done):
+
+- `UsageTap` relays everything and keeps references to the last chunks (`TAIL_BYTES`);
+  `usage()` reads the last `"usage": {...}` object there (`parse_last_usage`): a JSON body
+  carries it near its end, a stream in its last data event (chat and completions with
+  `stream_options.include_usage`, Responses in `response.completed`).
+- `UsageEventFilter`, for a stream whose client did not ask for usage: `ask_for_usage` made
+  the forwarded body ask for it (`stream_options.include_usage: true`), and the filter takes
+  the event this adds (the data event with `"usage": {` and `"choices": []`) out of what is
+  relayed, so the client gets the stream it asked for, and reads the usage from it. It
+  relays whole events: a chunk's trailing partial event waits for the rest (an SSE client
+  acts on nothing before the blank line that ends an event). Per chunk: an `endswith` and a
+  substring search, in C; no JSON parsing until the usage event.
+
+Engines fill `prompt_tokens_details.cached_tokens` only when asked to (vLLM:
+`--enable-prompt-tokens-details`), and vLLM leaves it null when no token was cached:
+`Usage.cached_tokens` is None when the answer did not say.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+TAIL_BYTES = 8192
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a key: inside a JSON string the quotes are escaped
+# A usage object holds numbers and objects of numbers: two levels of braces, no strings.
+_OBJECT = re.compile(rb"\{(?:[^{}]|\{[^{}]*\})*\}")
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_KEY = b'"usage"'
+_STREAM_OPTIONS = b'"stream_options"'
+_INCLUDE_USAGE = b'"stream_options":{"include_usage":true}}'
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts from an answer's `usage` (None: not reported)."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+
+
+class UsageReader(Protocol):
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+    def usage(self) -> Usage | None: ...
+
+
+class UsageTap:
+    """Relays every chunk; keeps references to the last ones (at least `TAIL_BYTES`),
+    copying nothing until `usage()`."""
+
+    __slots__ = ("_chunks", "_size")
+
+    def __init__(self) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        chunks = self._chunks
+        chunks.append(chunk)
+        self._size += len(chunk)
+        if self._size - len(chunks[0]) >= TAIL_BYTES:
+            self._size -= len(chunks.popleft())
+        return chunk
+
+    def finish(self) -> bytes:
+        return b""
+
+    def usage(self) -> Usage | None:
+        return parse_last_usage(b"".join(self._chunks)[-TAIL_BYTES:])
+
+
+def parse_last_usage(tail: bytes) -> Usage | None:
+    """The last complete `"usage": {...}` object in `tail` that holds a token count."""
+    end = len(tail)
+    while (at := tail.rfind(_KEY, 0, end)) >= 0:
+        end = at
+        key = _USAGE.match(tail, at)
+        obj = _OBJECT.match(tail, key.end() - 1) if key else None
+        if obj is None:
+            continue
+        try:
+            usage = _usage(orjson.loads(obj.group()))
+        except orjson.JSONDecodeError:
+            continue
+        if usage is not None:
+            return usage
+    return None
+
+
+def _usage(obj: dict[str, Any]) -> Usage | None:
+    prompt = _count(obj, "prompt_tokens", "input_tokens")
+    completion = _count(obj, "completion_tokens", "output_tokens")
+    if prompt is None and completion is None:
+        return None
+    details = obj.get("prompt_tokens_details") or obj.get("input_tokens_details")
+    cached = _count(details, "cached_tokens") if isinstance(details, dict) else None
+    return Usage(prompt, cached, completion)
+
+
+def _count(obj: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def ask_for_usage(body: bytes) -> bytes | None:
+    """`body` (a streaming request's JSON object) with `stream_options.include_usage` set;
+    None when the client asked for usage itself. The usual body, without `stream_options`,
+    is spliced without parsing."""
+    if _STREAM_OPTIONS not in body:
+        head = body.rstrip()
+        if head.endswith(b"}"):
+            return head[:-1] + b"," + _INCLUDE_USAGE
+    data = orjson.loads(body)
+    options = data.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return None
+    data["stream_options"] = {
+        **(options if isinstance(options, dict) else {}),
+        "include_usage": True,
+    }
+    return orjson.dumps(data)
+
+
+class UsageEventFilter:
+    """Relays an SSE stream minus its usage-only event, and reads the usage from that event
+    (see the module docstring)."""
+
+    __slots__ = ("_event", "_held")
+
+    def __init__(self) -> None:
+        self._held = b""
+        self._event: bytes | None = None  # the usage event, once taken out
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What to relay of `chunk` now (possibly nothing)."""
+        data = self._held + chunk if self._held else chunk
+        if self._event is not None:
+            self._held = b""
+            return data
+        if data.endswith(b"\n\n"):  # whole events: the usual chunk
+            self._held = b""
+        else:
+            cut = _last_event_end(data)
+            self._held = data[cut:]
+            data = data[:cut]
+        return self._drop_usage_event(data) if _KEY in data else data
+
+    def finish(self) -> bytes:
+        """The rest, at the end of the stream (an unfinished event, relayed as it is)."""
+        rest, self._held = self._held, b""
+        return rest
+
+    def usage(self) -> Usage | None:
+        return parse_last_usage(self._event) if self._event is not None else None
+
+    def _drop_usage_event(self, events: bytes) -> bytes:
+        for match in _USAGE.finditer(events):
+            start = _event_start(events, match.start())
+            end = _event_end(events, match.end())
+            if _EMPTY_CHOICES.search(events, start, end):
+                self._event = events[start:end]
+                return events[:start] + events[end:]
+        return events
+
+
+# Events end with a blank line: "\n\n" (what vLLM and most servers send) or "\r\n\r\n".
+def _last_event_end(data: bytes) -> int:
+    """Where the last complete event in `data` ends; 0 if none does."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+def _event_start(data: bytes, pos: int) -> int:
+    """Where the event holding `pos` starts."""
+    lf, crlf = data.rfind(b"\n\n", 0, pos), data.rfind(b"\r\n\r\n", 0, pos)
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+def _event_end(data: bytes, pos: int) -> int:
+    """Where the event holding `pos` ends (the end of `data` if it does not)."""
+    lf, crlf = data.find(b"\n\n", pos), data.find(b"\r\n\r\n", pos)
+    ends = [i + n for i, n in ((lf, 2), (crlf, 4)) if i >= 0]
+    return min(ends) if ends else len(data)
