@@ -168,13 +168,11 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         # The default: predicted TTFT leads (uncached prompt tokens plus the prefill queued
         # on each replica, in seconds); prefix-match keeps affinity until the TTFT model has
         # learned; in-flight, KV and cache-headroom break ties and spread new prefixes; the
-        # filters drop saturated replicas and hot spots. Weights and their measured history:
+        # imbalance filter drops hot spots. No saturation filter: under KV pressure it cut
+        # the replica holding a hot prefix off. Weights and their measured history:
         # docs/decisions/0002-default-profile-tuning.md.
         "prefix-aware": ProfileSpec(
-            filters=[
-                _plugin("saturation-filter"),
-                PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16}),
-            ],
+            filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
             scorers=[
                 _plugin("estimated-ttft-scorer", 4.0),
                 _plugin("prefix-match-scorer", 2.0),
