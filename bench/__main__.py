@@ -9,6 +9,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   decision   one routing decision, timed (`bench.decision`)
   calibrate  measure real vLLM (CPU) and fit the engine model (`bench.calibrate`)
   fidelity   live against simulated, same trace and policies (`bench.fidelity`)
+  regime     kvgate's default against sglang-router, vllm-router and kvgate's other
+             policies over a grid of cache pressure × popularity × load, live and
+             simulated; ratio heat maps (`bench.regime`; `make bench-regime`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -28,6 +31,7 @@ SUBCOMMANDS = {
     "decision": "bench.decision",
     "calibrate": "bench.calibrate.__main__",
     "fidelity": "bench.fidelity.__main__",
+    "regime": "bench.regime.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -1,8 +1,9 @@
 """Send a workload through an OpenAI-compatible endpoint and time every answer.
 
-Closed loop (`run_closed_loop`): each conversation starts at its offset and sends its turns
-one after another, each carrying the whole history (system prompt, earlier turns and
-answers), so how fast turns follow each other depends on the system under test. Open loop
+Closed loop (`run_closed_loop`): each conversation starts at its offset (or, given a number
+of clients, when a client is free) and sends its turns one after another, each carrying the
+whole history (system prompt, earlier turns and answers), so how fast turns follow each
+other depends on the system under test. Open loop
 (`run_open_loop`): each request is sent at its scheduled time whatever happened before.
 Every request streams, so the time to first token is measured as a client sees it; the gaps
 between streamed chunks are kept too.
@@ -15,7 +16,7 @@ import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -56,17 +57,37 @@ async def run_closed_loop(
     conversations: list[Conversation],
     stats: RunStats,
     headers_for: Callable[[Conversation], Mapping[str, str]] = lambda c: {},
+    *,
+    clients: int | None = None,
 ) -> None:
-    """Every conversation as streamed chat completions, a turn after the previous answer."""
+    """Every conversation as streamed chat completions, a turn after the previous answer.
+    With `clients`, that many clients take the conversations in order, each the next one
+    once its last one ended (start offsets are then ignored)."""
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=base_url, timeout=120.0, limits=limits) as client:
         t0 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
+            if clients is not None:
+                queue = iter(conversations)  # shared: each conversation is taken once
+                for _ in range(clients):
+                    tg.create_task(_client(client, model, queue, stats, headers_for))
+                return
             for conv in conversations:
                 headers = dict(headers_for(conv))
                 tg.create_task(
                     _conversation(client, model, conv, t0=t0, stats=stats, headers=headers)
                 )
+
+
+async def _client(
+    client: httpx.AsyncClient,
+    model: str,
+    queue: Iterator[Conversation],
+    stats: RunStats,
+    headers_for: Callable[[Conversation], Mapping[str, str]],
+) -> None:
+    for conv in queue:
+        await _chat(client, model, conv, stats=stats, headers=dict(headers_for(conv)))
 
 
 async def _conversation(
@@ -79,6 +100,17 @@ async def _conversation(
     headers: dict[str, str],
 ) -> None:
     await asyncio.sleep(max(0.0, t0 + conv.start_s - time.monotonic()))
+    await _chat(client, model, conv, stats=stats, headers=headers)
+
+
+async def _chat(
+    client: httpx.AsyncClient,
+    model: str,
+    conv: Conversation,
+    *,
+    stats: RunStats,
+    headers: dict[str, str],
+) -> None:
     messages: list[dict[str, str]] = [{"role": "system", "content": conv.system_prompt}]
     for user in conv.user_turns:
         messages.append({"role": "user", "content": user})

@@ -48,12 +48,20 @@ class Workload:
     send: Send
 
 
-def closed_loop(name: str, model: str, conversations: list[Conversation]) -> Workload:
-    """Chats sent closed loop, each request carrying its conversation's `x-session-id`."""
+def closed_loop(
+    name: str, model: str, conversations: list[Conversation], clients: int | None = None
+) -> Workload:
+    """Chats sent closed loop, each request carrying its conversation's `x-session-id`; with
+    `clients`, by that many clients in turn (`run_closed_loop`)."""
 
     async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
         await run_closed_loop(
-            url, model, conversations, stats, lambda c: {**headers, "x-session-id": c.id}
+            url,
+            model,
+            conversations,
+            stats,
+            lambda c: {**headers, "x-session-id": c.id},
+            clients=clients,
         )
 
     return Workload(name, sum(len(c.user_turns) for c in conversations), send)

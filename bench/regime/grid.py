@@ -1,0 +1,143 @@
+"""The regime map's cells: which workloads of the family, on which fleet, with what traffic.
+
+A cell is a point of `sim.workloads.family` (cache pressure, popularity, prefix length,
+2–4-turn chats) plus traffic: a closed loop of `clients` users, or an open loop at `load`
+× round-robin's saturation throughput (measured per cell in the simulator, see
+`bench.regime.simulate.saturation_rps`). Tenants follow from the pressure:
+`tenants = pressure × fleet KV tokens / prefix tokens`.
+
+The full grid is two slices that share their pressure axis (default 0.25, 1.5, 4):
+
+- every popularity (uniform, Zipf, one hot tenant with 30 % of the chats) in a closed loop
+  of 16 clients, the issue's measured traffic (in the simulator that is 75–100 % of
+  round-robin's saturation, more where pressure is high);
+- the hot tenant in an open loop at 50 % and 90 % of round-robin's saturation.
+
+That is 15 cells, which fit 40 minutes live with 7 routers on 2 cores; the axes are
+arguments (`--pressures`, `--loads`, ...), so the simulator, at seconds a cell, can map
+a denser grid. The issue's measured cell is `p1.5-hot-closed16` (4 replicas, 30 tenants
+of 2,048-token prompts: 1.5× the fleet's KV capacity); `p0.25-uniform-closed16` is the
+high-reuse cell (5 tenants, every prefix fits on every replica). `--quick` runs those
+two only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.engine.profiles import get_profile
+from sim.workloads.family import FamilyCell, tenants_for_pressure
+
+PRESSURES = (0.25, 1.5, 4.0)
+POPULARITIES = ("uniform", "zipf", "hot")
+CLIENTS = 16
+OPEN_LOADS = (0.5, 0.9)
+OPEN_POPULARITIES = ("hot",)
+PREFIX_TOKENS = 2048
+CONVERSATIONS = 48  # ~144 requests (2–4 turns) per cell and router
+THINK_S = 2.0  # open loop: mean gap between a chat's turns, at the model's own speed
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """The emulated (or simulated) fleet every cell runs on."""
+
+    replicas: int = 4
+    profile: str = "demo"
+
+    @property
+    def kv_tokens_per_replica(self) -> int:
+        config = get_profile(self.profile).config
+        return config.num_blocks * config.block_size
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.replicas * self.kv_tokens_per_replica
+
+    @property
+    def block_tokens(self) -> int:
+        return get_profile(self.profile).config.block_size
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One workload of the map: content (pressure, popularity, prefix) and traffic."""
+
+    pressure: float
+    popularity: str
+    loop: str  # "closed" | "open"
+    clients: int = 0  # closed loop: concurrent users
+    load: float = 0.0  # open loop: fraction of round-robin's saturation throughput
+    prefix_tokens: int = PREFIX_TOKENS
+    conversations: int = CONVERSATIONS
+
+    def __post_init__(self) -> None:
+        if self.loop == "closed" and self.clients < 1:
+            raise ValueError("a closed-loop cell needs clients >= 1")
+        if self.loop == "open" and not self.load > 0:
+            raise ValueError("an open-loop cell needs load > 0")
+        if self.loop not in ("closed", "open"):
+            raise ValueError(f"loop must be closed or open, got {self.loop!r}")
+
+    @property
+    def traffic(self) -> str:
+        """The traffic as a label: `closed16`, `open60`."""
+        if self.loop == "closed":
+            return f"closed{self.clients}"
+        return f"open{round(self.load * 100)}"
+
+    @property
+    def name(self) -> str:
+        return f"p{self.pressure:g}-{self.popularity}-{self.traffic}"
+
+    @property
+    def row(self) -> str:
+        """The heat maps' row: everything but the pressure."""
+        prefix = "" if self.prefix_tokens == PREFIX_TOKENS else f" · {self.prefix_tokens} tok"
+        return f"{self.popularity} · {self.traffic}{prefix}"
+
+    def family(self, fleet: FleetSpec, seed: int) -> FamilyCell:
+        tenants = tenants_for_pressure(self.pressure, self.prefix_tokens, fleet.kv_tokens)
+        return FamilyCell(
+            tenants=tenants,
+            prefix_tokens=self.prefix_tokens,
+            popularity=self.popularity,
+            conversations=self.conversations,
+            seed=seed,
+        )
+
+
+def quick_grid(prefix_tokens: int = PREFIX_TOKENS) -> list[Cell]:
+    """The issue's measured cell and the high-reuse cell."""
+    return [
+        Cell(1.5, "hot", "closed", clients=CLIENTS, prefix_tokens=prefix_tokens),
+        Cell(0.25, "uniform", "closed", clients=CLIENTS, prefix_tokens=prefix_tokens),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class GridAxes:
+    """The full grid's axes (see the module docstring); an empty axis drops its slice."""
+
+    pressures: tuple[float, ...] = PRESSURES
+    popularities: tuple[str, ...] = POPULARITIES  # closed-loop slice
+    clients: int = CLIENTS
+    open_popularities: tuple[str, ...] = OPEN_POPULARITIES
+    loads: tuple[float, ...] = OPEN_LOADS
+    prefix_tokens: int = PREFIX_TOKENS
+
+
+def full_grid(axes: GridAxes = GridAxes()) -> list[Cell]:
+    """Both slices, row by row."""
+    closed = [
+        Cell(p, pop, "closed", clients=axes.clients, prefix_tokens=axes.prefix_tokens)
+        for pop in axes.popularities
+        for p in axes.pressures
+    ]
+    opened = [
+        Cell(p, pop, "open", load=load, prefix_tokens=axes.prefix_tokens)
+        for pop in axes.open_popularities
+        for load in axes.loads
+        for p in axes.pressures
+    ]
+    return closed + opened

@@ -1,0 +1,82 @@
+"""The live half of the regime map: each cell through each router in front of a fresh fleet.
+
+One `sim.live` experiment per (cell, router): a fresh `kvgate emulate` fleet (cold caches),
+the router (kvgate with a policy, or a peer from `bench.peers`), the cell's chats as
+streamed chat completions — closed loop by `clients` clients in turn, or open loop at the
+same arrival times the simulator replays — and the replicas' own counters for the hit
+rate. With `slowdown` the engines run that many times slower than the profile and an open
+loop's arrivals are stretched to match, so the load is unchanged and less of the TTFT is
+the 2-core machine's own CPU contention (see `bench.fidelity`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.peers import PeerInstall, peer_router
+from bench.regime.grid import THINK_S, Cell, FleetSpec
+from bench.regime.simulate import OPEN_ARRIVALS_SEED
+from sim.live.experiment import (
+    ExperimentResult,
+    Fleet,
+    Workload,
+    closed_loop,
+    open_loop,
+    run_experiment,
+)
+from sim.workloads import family
+
+MODEL = "kvgate-regime"
+PROGRESS_EVERY_S = 10.0
+
+
+def workload(
+    cell: Cell, fleet: FleetSpec, seed: int, saturation_rps: float, slowdown: float
+) -> Workload:
+    """The cell's chats as live traffic; an open loop's rate is `load` × saturation."""
+    chats = family.chats(cell.family(fleet, seed))
+    if cell.loop == "closed":
+        return closed_loop(cell.name, MODEL, family.conversations(chats), clients=cell.clients)
+    rate = cell.load * saturation_rps / slowdown
+    arrivals = family.open_arrivals(chats, rate, THINK_S * slowdown, seed + OPEN_ARRIVALS_SEED)
+    return open_loop(cell.name, family.chat_requests(chats, arrivals, MODEL))
+
+
+async def run_router(
+    cell: Cell,
+    fleet: FleetSpec,
+    traffic: Workload,
+    install: PeerInstall,
+    policy: str,
+    *,
+    slowdown: float,
+    log_dir: Path,
+) -> ExperimentResult:
+    return await run_experiment(
+        Fleet(fleet.replicas, fleet.profile, MODEL, speedup=1 / slowdown),
+        peer_router(install, policy),
+        traffic,
+        label=f"{cell.name}/{install.name}-{policy}",
+        log_dir=log_dir,
+        progress_every_s=PROGRESS_EVERY_S,
+    )
+
+
+def figures(result: ExperimentResult, saturation_rps: float, slowdown: float) -> dict[str, Any]:
+    """The map's figures from one live run (TTFT as the client measured it)."""
+    return {
+        "requests": len(result.results),
+        "errors": len(result.errors),
+        "error_samples": result.errors[:3],
+        "ttft_mean_s": result.ttft_mean_s,
+        "ttft_p50_s": result.ttft_p50_s,
+        "ttft_p90_s": result.ttft_p90_s,
+        "hit_rate": result.hit_rate,
+        "max_mean_share": result.max_mean_share,
+        "requests_per_replica": result.requests_per_replica,
+        "throughput_rps": result.throughput_rps,
+        "load": result.throughput_rps * slowdown / saturation_rps,
+        "wall_s": result.wall_s,
+        "command": list(result.router.command),
+    }

@@ -1,0 +1,149 @@
+"""The regime map's outputs: tables, `regime.json` and the ratio heat maps.
+
+A row is one (cell, mode, router) with the figures of `bench.regime.simulate.figures` or
+`bench.regime.live.figures`. Ratios compare kvgate's default (`prefix-aware`) with a
+baseline in the same cell and mode — sglang-router `cache_aware` (live only: the peers are
+not in the simulator) and kvgate `round-robin` — as mean and p90 TTFT ratios (below 1:
+kvgate faster), the hit rate difference in points and both max/mean load shares. Each
+(mode, baseline) gets a heat map PNG: one panel for the mean ratio and one for p90, a
+column per pressure and a row per rest-of-the-cell, each square annotated with its ratio
+and coloured on a log scale centred at 1.0 (blue: kvgate faster, red: slower).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim.plots import pyplot
+
+DEFAULT = ("kvgate", "prefix-aware")
+BASELINES = (("sglang-router", "cache_aware"), ("kvgate", "round-robin"))
+# The colour scale spans ratios 1/2..2 (log2 −1..1); ratios beyond take the end colours.
+COLOUR_SPAN_LOG2 = 1.0
+
+Row = dict[str, Any]
+
+
+def label(row: Row) -> str:
+    return f"{row['router']} {row['policy']}"
+
+
+def ratios(rows: Sequence[Row]) -> list[Row]:
+    """kvgate's default against each baseline, per (mode, cell) where both ran."""
+    by = {(r["mode"], r["cell"], r["router"], r["policy"]): r for r in rows}
+    out = []
+    for mode, cell in dict.fromkeys((r["mode"], r["cell"]) for r in rows):
+        ours = by.get((mode, cell, *DEFAULT))
+        if ours is None:
+            continue
+        for baseline in BASELINES:
+            theirs = by.get((mode, cell, *baseline))
+            if theirs is None:
+                continue
+            out.append(
+                {
+                    "mode": mode,
+                    "cell": cell,
+                    "baseline": " ".join(baseline),
+                    "ttft_mean_ratio": _ratio(ours["ttft_mean_s"], theirs["ttft_mean_s"]),
+                    "ttft_p90_ratio": _ratio(ours["ttft_p90_s"], theirs["ttft_p90_s"]),
+                    "hit_rate_diff_points": (ours["hit_rate"] - theirs["hit_rate"]) * 100,
+                    "max_mean_share": ours["max_mean_share"],
+                    "baseline_max_mean_share": theirs["max_mean_share"],
+                }
+            )
+    return out
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 and not math.isnan(a) else math.nan
+
+
+def format_rows(rows: Sequence[Row]) -> str:
+    lines = [
+        f"{'mode':<5}{'cell':<24}{'router':<28}{'req':>5}{'err':>4}{'mean':>8}{'p50':>8}"
+        f"{'p90':>8}{'hit':>7}{'max/mean':>9}{'load':>6}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['mode']:<5}{r['cell']:<24}{label(r):<28}{r['requests']:>5}{r['errors']:>4}"
+            f"{r['ttft_mean_s']:>8.3f}{r['ttft_p50_s']:>8.3f}{r['ttft_p90_s']:>8.3f}"
+            f"{r['hit_rate']:>7.1%}{r['max_mean_share']:>9.2f}{r['load']:>6.2f}"
+        )
+    return "\n".join(lines)
+
+
+def format_ratios(table: Sequence[Row]) -> str:
+    lines = [
+        "kvgate prefix-aware / baseline (TTFT ratios < 1: kvgate faster; hit: points)",
+        f"{'mode':<5}{'cell':<24}{'baseline':<27}{'mean':>6}{'p90':>6}{'hit':>7}"
+        f"{'share':>7}{'theirs':>7}",
+    ]
+    for t in table:
+        lines.append(
+            f"{t['mode']:<5}{t['cell']:<24}{t['baseline']:<27}{t['ttft_mean_ratio']:>6.2f}"
+            f"{t['ttft_p90_ratio']:>6.2f}{t['hit_rate_diff_points']:>+7.1f}"
+            f"{t['max_mean_share']:>7.2f}{t['baseline_max_mean_share']:>7.2f}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(doc: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "regime.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def heatmap_name(mode: str, baseline: str) -> str:
+    """`heatmap_live_vs_sglang-router.png`, `heatmap_sim_vs_round-robin.png`."""
+    router, policy = baseline.split(" ", 1)
+    return f"heatmap_{mode}_vs_{policy if router == DEFAULT[0] else router}.png"
+
+
+def write_heatmaps(cells: Sequence[Row], table: Sequence[Row], out: Path) -> list[Path]:
+    """One PNG per (mode, baseline) in `table`; `PlotsUnavailable` without matplotlib."""
+    paths = []
+    for mode, baseline in dict.fromkeys((t["mode"], t["baseline"]) for t in table):
+        mine = {t["cell"]: t for t in table if (t["mode"], t["baseline"]) == (mode, baseline)}
+        path = out / heatmap_name(mode, baseline)
+        _plot(cells, mine, f"{mode}: kvgate prefix-aware ÷ {baseline}", path)
+        paths.append(path)
+    return paths
+
+
+def _plot(cells: Sequence[Row], by_cell: dict[str, Row], title: str, path: Path) -> None:
+    plt = pyplot()
+    from matplotlib.colors import TwoSlopeNorm
+
+    shown = [c for c in cells if c["name"] in by_cell]
+    pressures = sorted({c["pressure"] for c in shown})
+    rows = list(dict.fromkeys(c["row"] for c in shown))
+    at = {(c["row"], c["pressure"]): by_cell[c["name"]] for c in shown}
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#c8c8c8")  # grey: not run
+    norm = TwoSlopeNorm(vmin=-COLOUR_SPAN_LOG2, vcenter=0.0, vmax=COLOUR_SPAN_LOG2)
+    width = 3.0 + 1.1 * len(pressures)
+    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 1.2 + 0.55 * len(rows)), squeeze=False)
+    for ax, (stat, name) in zip(
+        axes[0], (("ttft_mean_ratio", "mean TTFT"), ("ttft_p90_ratio", "p90 TTFT")), strict=True
+    ):
+        grid = [[at[(r, p)][stat] if (r, p) in at else math.nan for p in pressures] for r in rows]
+        shade = [[math.log2(v) if v > 0 else math.nan for v in line] for line in grid]
+        ax.imshow(shade, cmap=cmap, norm=norm, aspect="auto")
+        for i, line in enumerate(grid):
+            for j, v in enumerate(line):
+                text = "–" if math.isnan(v) else f"{v:.2f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=9)
+        ax.set_xticks(range(len(pressures)), [f"{p:g}" for p in pressures])
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_xlabel("pressure: prefix tokens ÷ fleet KV")
+        ax.set_title(name)
+    fig.suptitle(f"{title} (< 1: kvgate faster)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
