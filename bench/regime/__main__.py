@@ -31,6 +31,7 @@ from bench.regime import live, report, simulate
 from bench.regime.grid import Cell, FleetSpec, GridAxes, full_grid, quick_grid
 from sim.live.experiment import Workload
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
+from sim.workloads import family
 
 ROUTERS = (
     "kvgate:prefix-aware",
@@ -73,7 +74,15 @@ class Run:
         return self._saturation[key]
 
     def cell_doc(self, cell: Cell, saturation: float) -> dict[str, Any]:
-        content = cell.family(self.fleet, self.args.seed)
+        content = cell.family(self.fleet, self.args.seed, saturation)
+        chats = family.chats(content)
+        used = len({c.tenant for c in chats})
+        offered = None
+        if cell.loop == "open":  # over the span of the arrivals, ramp-up and tail included
+            times = [
+                t for turns in cell.open_arrivals(chats, saturation, self.args.seed) for t in turns
+            ]
+            offered = len(times) / (max(times) - min(times)) / saturation
         return {
             "name": cell.name,
             "row": cell.row,
@@ -82,10 +91,14 @@ class Run:
             "tenants": content.tenants,
             "popularity": cell.popularity,
             "prefix_tokens": cell.prefix_tokens,
-            "conversations": cell.conversations,
+            "conversations": content.conversations,
+            # The chats reach only some tenants: the pressure of the prefixes they touch.
+            "tenants_touched": used,
+            "pressure_touched": used * cell.prefix_tokens / self.fleet.kv_tokens,
             "loop": cell.loop,
             "clients": cell.clients,
             "load": cell.load,
+            "offered_load": offered,
             "round_robin_saturation_rps": saturation,
         }
 
@@ -94,8 +107,9 @@ class Run:
         doc = self.cell_doc(cell, saturation)
         self.cell_docs.append(doc)
         _log(
-            f"{cell.name}: {doc['tenants']} tenants × {cell.prefix_tokens} tokens "
-            f"(pressure {doc['pressure_exact']:.2f}), round-robin saturates at "
+            f"{cell.name}: {doc['conversations']} chats of {doc['tenants']} tenants × "
+            f"{cell.prefix_tokens} tokens (pressure {doc['pressure_exact']:.2f}, "
+            f"{doc['pressure_touched']:.2f} touched), round-robin saturates at "
             f"{saturation:.2f} requests/s"
         )
         if "sim" in self.modes:
@@ -151,6 +165,7 @@ class Run:
             "settings": {**vars(self.args), "fleet": vars_of(self.fleet)},
             "peers": {n: i.version for n, i in self.installs.items()},
             "wall_s": time.monotonic() - self.started,
+            "definitions": report.DEFINITIONS,
             "cells": self.cell_docs,
             "rows": self.rows,
             "ratios": report.ratios(self.rows),

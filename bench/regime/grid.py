@@ -11,8 +11,13 @@ The full grid is two slices that share their pressure axis (default 0.25, 1.5, 4
 - every popularity (uniform, Zipf, one hot tenant with 30 % of the chats) in a closed loop
   of 16 clients, the issue's measured traffic (in the simulator that is 75–100 % of
   round-robin's saturation, more where pressure is high);
-- the hot tenant in an open loop at 50 % and 90 % of round-robin's saturation.
+- the hot tenant in an open loop at 50 % and 90 % of round-robin's saturation: the rate
+  of the arrivals once chats overlap (turns `THINK_S` apart); averaged over the whole
+  run, ramp-up and tail included, it is lower (`offered_load` in `regime.json`: 0.3–0.5
+  and 0.7–0.8). Open loops get enough chats to keep starting them for `OPEN_MIN_SPAN_S`.
 
+Each cell has 48 chats by default (~144 requests). At high pressure they touch only part
+of the tenants (`pressure_touched` in `regime.json`: 1.1–1.75 where 4 are defined).
 That is 15 cells, which fit 40 minutes live with 7 routers on 2 cores; the axes are
 arguments (`--pressures`, `--loads`, ...), so the simulator, at seconds a cell, can map
 a denser grid. The issue's measured cell is `p1.5-hot-closed16` (4 replicas, 30 tenants
@@ -23,10 +28,12 @@ two only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sim.engine.profiles import get_profile
-from sim.workloads.family import FamilyCell, tenants_for_pressure
+from sim.workloads.family import Arrivals, Chat, FamilyCell, open_arrivals, tenants_for_pressure
 
 PRESSURES = (0.25, 1.5, 4.0)
 POPULARITIES = ("uniform", "zipf", "hot")
@@ -35,7 +42,9 @@ OPEN_LOADS = (0.5, 0.9)
 OPEN_POPULARITIES = ("hot",)
 PREFIX_TOKENS = 2048
 CONVERSATIONS = 48  # ~144 requests (2–4 turns) per cell and router
-THINK_S = 2.0  # open loop: mean gap between a chat's turns, at the model's own speed
+THINK_S = 1.0  # open loop: mean gap between a chat's turns, at the model's own speed
+OPEN_MIN_SPAN_S = 15.0  # open loop: chats keep starting for at least this long
+OPEN_ARRIVALS_SEED = 1  # added to the content seed: arrivals are their own stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +105,33 @@ class Cell:
         prefix = "" if self.prefix_tokens == PREFIX_TOKENS else f" · {self.prefix_tokens} tok"
         return f"{self.popularity} · {self.traffic}{prefix}"
 
-    def family(self, fleet: FleetSpec, seed: int) -> FamilyCell:
+    def family(self, fleet: FleetSpec, seed: int, saturation_rps: float = 0.0) -> FamilyCell:
+        """The cell's chats; an open loop gets enough of them to keep starting chats for
+        `OPEN_MIN_SPAN_S` at its rate (`load` × `saturation_rps`), so that its ramp-up and
+        tail do not make up most of the run."""
         tenants = tenants_for_pressure(self.pressure, self.prefix_tokens, fleet.kv_tokens)
-        return FamilyCell(
+        content = FamilyCell(
             tenants=tenants,
             prefix_tokens=self.prefix_tokens,
             popularity=self.popularity,
             conversations=self.conversations,
             seed=seed,
         )
+        if self.loop == "open":
+            starts_per_s = (
+                self.load * saturation_rps / ((content.min_turns + content.max_turns) / 2)
+            )
+            needed = math.ceil(OPEN_MIN_SPAN_S * starts_per_s)
+            content = replace(content, conversations=max(self.conversations, needed))
+        return content
+
+    def open_arrivals(
+        self, chats: Sequence[Chat], saturation_rps: float, seed: int, slowdown: float = 1.0
+    ) -> Arrivals:
+        """An open loop's arrival times, live and simulated: `load` × `saturation_rps`
+        requests a second, turns `THINK_S` apart on average; `slowdown` stretches them."""
+        rate = self.load * saturation_rps / slowdown
+        return open_arrivals(chats, rate, THINK_S * slowdown, seed + OPEN_ARRIVALS_SEED)
 
 
 def quick_grid(prefix_tokens: int = PREFIX_TOKENS) -> list[Cell]:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import PeerInstall, peer_router
-from bench.regime.grid import THINK_S, Cell, FleetSpec
-from bench.regime.simulate import OPEN_ARRIVALS_SEED
+from bench.regime.grid import Cell, FleetSpec
 from sim.live.experiment import (
     ExperimentResult,
     Fleet,
@@ -35,11 +34,10 @@ def workload(
     cell: Cell, fleet: FleetSpec, seed: int, saturation_rps: float, slowdown: float
 ) -> Workload:
     """The cell's chats as live traffic; an open loop's rate is `load` × saturation."""
-    chats = family.chats(cell.family(fleet, seed))
+    chats = family.chats(cell.family(fleet, seed, saturation_rps))
     if cell.loop == "closed":
         return closed_loop(cell.name, MODEL, family.conversations(chats), clients=cell.clients)
-    rate = cell.load * saturation_rps / slowdown
-    arrivals = family.open_arrivals(chats, rate, THINK_S * slowdown, seed + OPEN_ARRIVALS_SEED)
+    arrivals = cell.open_arrivals(chats, saturation_rps, seed, slowdown)
     return open_loop(cell.name, family.chat_requests(chats, arrivals, MODEL))
 
 

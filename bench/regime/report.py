@@ -28,6 +28,18 @@ COLOUR_SPAN_LOG2 = 1.0
 
 Row = dict[str, Any]
 
+# What `regime.json`'s figures mean, written into it.
+DEFINITIONS = {
+    "pressure": "tenants x system-prompt tokens / fleet KV tokens (cell)",
+    "cell load": "open loop: arrival rate / round-robin's saturation throughput, both simulated",
+    "offered_load": "open loop: requests / span of their arrivals / that saturation",
+    "row load": "requests / run time / that saturation (ramp-up and tail included)",
+    "ttft": "seconds from sending to the first token; live: as the client saw it",
+    "hit_rate": "prefix-cache hit tokens / looked-up tokens over the replicas (their counters)",
+    "max_mean_share": "the busiest replica's requests / the mean per replica",
+    "ratios": "kvgate prefix-aware / baseline, same cell and mode; hit_rate in points",
+}
+
 
 def label(row: Row) -> str:
     return f"{row['router']} {row['policy']}"
@@ -138,7 +150,9 @@ def _plot(cells: Sequence[Row], by_cell: dict[str, Row], title: str, path: Path)
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 text = "–" if math.isnan(v) else f"{v:.2f}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=9)
+                dark = abs(shade[i][j]) > 0.6 * COLOUR_SPAN_LOG2  # False for NaN
+                colour = "white" if dark else "black"
+                ax.text(j, i, text, ha="center", va="center", fontsize=9, color=colour)
         ax.set_xticks(range(len(pressures)), [f"{p:g}" for p in pressures])
         ax.set_yticks(range(len(rows)), rows)
         ax.set_xlabel("pressure: prefix tokens ÷ fleet KV")

@@ -14,7 +14,7 @@
   L = mean end-to-end latency of the replay (Little's law with no think time: C clients
   then send C / L requests per second). The answers a live engine writes are stand-ins of
   the same length here, so a turn hits its previous prompt but not its previous answer.
-- **Open loop**: the same arrivals live and simulated (`family.open_arrivals`).
+- **Open loop**: the same arrivals live and simulated (`Cell.open_arrivals`).
 
 Each replay is the gateway's own routing code on the engine model (`sim.replay.Replay`),
 with default settings (metrics scraped every 50 ms).
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench.regime.grid import THINK_S, Cell, FleetSpec
+from bench.regime.grid import Cell, FleetSpec
 from sim.engine.profiles import get_profile
 from sim.percentile import percentile
 from sim.replay import Replay, ReplayResult, SimSettings
@@ -37,8 +37,7 @@ from sim.workloads import family
 SATURATION_CHATS = 192
 SATURATION_CLIENTS_PER_REPLICA = 8
 # Bisection bounds and steps for the closed loop's per-request latency (seconds).
-LATENCY_LO_S, LATENCY_HI_S, BISECTIONS = 0.02, 60.0, 10
-OPEN_ARRIVALS_SEED = 1  # added to the content seed: arrivals are their own stream
+LATENCY_LO_S, LATENCY_HI_S, BISECTIONS = 0.02, 60.0, 8
 
 
 def replay(trace: Sequence[TraceRequest], policy: str, fleet: FleetSpec) -> ReplayResult:
@@ -52,13 +51,6 @@ def saturation_rps(cell: Cell, fleet: FleetSpec, seed: int, chats: int = SATURAT
     clients = SATURATION_CLIENTS_PER_REPLICA * fleet.replicas
     result = closed_loop(family.chats(content), clients, "round-robin", fleet).result
     return result.requests / result.makespan_s
-
-
-def open_trace(
-    chats: Sequence[family.Chat], rate_rps: float, seed: int, block_tokens: int
-) -> list[TraceRequest]:
-    arrivals = family.open_arrivals(chats, rate_rps, THINK_S, seed + OPEN_ARRIVALS_SEED)
-    return family.chat_trace(chats, arrivals, block_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +112,7 @@ def simulate_cell(
     cell: Cell, fleet: FleetSpec, policies: Sequence[str], seed: int, saturation: float
 ) -> list[dict[str, Any]]:
     """One row per policy: the figures, and for a closed loop its fitted latency."""
-    chats = family.chats(cell.family(fleet, seed))
+    chats = family.chats(cell.family(fleet, seed, saturation))
     rows = []
     for policy in policies:
         extra: dict[str, Any] = {}
@@ -128,8 +120,8 @@ def simulate_cell(
             fit = closed_loop(chats, cell.clients, policy, fleet)
             result, extra["closed_loop_latency_s"] = fit.result, fit.latency_s
         else:
-            trace = open_trace(chats, cell.load * saturation, seed, fleet.block_tokens)
-            result = replay(trace, policy, fleet)
+            arrivals = cell.open_arrivals(chats, saturation, seed)
+            result = replay(family.chat_trace(chats, arrivals, fleet.block_tokens), policy, fleet)
         row = {"mode": "sim", "router": "kvgate", "policy": policy, **figures(result), **extra}
         row["load"] = row["throughput_rps"] / saturation
         rows.append(row)

@@ -43,3 +43,13 @@ def test_cells_need_their_traffic() -> None:
     with pytest.raises(ValueError, match="loop"):
         Cell(1.0, "hot", "bursty", clients=1)
     assert Cell(1.0, "zipf", "open", load=0.5, prefix_tokens=4096).row == "zipf · open50 · 4096 tok"
+
+
+def test_open_loop_cells_start_chats_for_long_enough() -> None:
+    fleet = FleetSpec()
+    cell = Cell(0.25, "hot", "open", load=0.9)
+    assert cell.family(fleet, seed=1, saturation_rps=1.0).conversations == cell.conversations
+    # 18 requests/s of 3-turn chats: 6 chats/s for 15 s.
+    assert cell.family(fleet, seed=1, saturation_rps=20.0).conversations == 90
+    closed = quick_grid()[0]
+    assert closed.family(fleet, seed=1, saturation_rps=20.0).conversations == 48
