@@ -49,8 +49,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all $(BENCH_ARGS)
 
 # kvgate's default vs sglang-router, vllm-router and its own policies over 15 regimes (cache
-# pressure x popularity x load), live and simulated: ~40 min (REGIME_ARGS=--quick: ~5,
-# --mode sim: ~4); writes out/bench/regime/{regime.json,heatmap_*.png}.
+# pressure x popularity x load), live and simulated: ~37 min (REGIME_ARGS=--quick: ~3,
+# '--mode sim': ~2); writes out/bench/regime/{regime.json,heatmap_*.png}.
 .PHONY: bench-regime
 bench-regime: $(STAMP)
 	$(BIN)/python -m bench regime $(REGIME_ARGS)

@@ -9,16 +9,18 @@ A cell is a point of `sim.workloads.family` (cache pressure, popularity, prefix 
 The full grid is two slices that share their pressure axis (default 0.25, 1.5, 4):
 
 - every popularity (uniform, Zipf, one hot tenant with 30 % of the chats) in a closed loop
-  of 16 clients, the issue's measured traffic (in the simulator that is 75–100 % of
-  round-robin's saturation, more where pressure is high);
+  of 16 clients, the issue's measured traffic (round-robin runs at 67–99 % of its
+  saturation there in the simulator, more where pressure is high);
 - the hot tenant in an open loop at 50 % and 90 % of round-robin's saturation: the rate
   of the arrivals once chats overlap (turns `THINK_S` apart); averaged over the whole
   run, ramp-up and tail included, it is lower (`offered_load` in `regime.json`: 0.3–0.5
   and 0.7–0.8). Open loops get enough chats to keep starting them for `OPEN_MIN_SPAN_S`.
 
 Each cell has 48 chats by default (~144 requests). At high pressure they touch only part
-of the tenants (`pressure_touched` in `regime.json`: 1.1–1.75 where 4 are defined).
-That is 15 cells, which fit 40 minutes live with 7 routers on 2 cores; the axes are
+of the tenants (`pressure_touched` in `regime.json`: 0.75–1.25 where 1.5 is defined,
+1.4–1.75 where 4 is).
+
+That is 15 cells: 36 minutes live and simulated with 7 routers on 2 cores; the axes are
 arguments (`--pressures`, `--loads`, ...), so the simulator, at seconds a cell, can map
 a denser grid. The issue's measured cell is `p1.5-hot-closed16` (4 replicas, 30 tenants
 of 2,048-token prompts: 1.5× the fleet's KV capacity); `p0.25-uniform-closed16` is the
