@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scoring.prefix_hash import GROUP, block_weight, covered_chars
+from scoring.prefix_hash import block_weight, blocks_covered_by, covered_chars
 
 SLACK_SHARE = 0.1  # of the predicted hit: the byte/token ratio of a prompt's head varies
 
@@ -79,10 +79,4 @@ def check_cached(
 
 def blocks_within(chars: float, block_chars: int) -> int:
     """How many leading routing blocks fit in `chars` bytes (the inverse of covered_chars)."""
-    blocks = 0
-    size = block_chars
-    while chars >= GROUP * size:
-        chars -= GROUP * size
-        blocks += GROUP
-        size *= 2
-    return blocks + int(chars // size)
+    return blocks_covered_by(int(chars // block_chars))

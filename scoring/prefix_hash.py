@@ -99,6 +99,19 @@ def block_weight(index: int) -> int:
     return 1 << (index // GROUP)
 
 
+def blocks_covered_by(base_blocks: int) -> int:
+    """How many leading blocks lie entirely within the first `base_blocks` base-size blocks:
+    the inverse of `covered_chars` (in units of the base block)."""
+    count, size = 0, 1
+    while True:
+        take = min(GROUP, base_blocks // size)
+        count += take
+        base_blocks -= take * size
+        if take < GROUP:
+            return count
+        size *= 2
+
+
 def covered_chars(blocks: int, block_chars: int) -> int:
     """Bytes covered by the first `blocks` blocks."""
     full_groups, rest = divmod(blocks, GROUP)

@@ -71,15 +71,3 @@ def routing_prefix_hashes(request: TraceRequest) -> tuple[int, ...]:
                 return tuple(out)
             out.append(ids[end - 1])
         size *= 2
-
-
-def routing_blocks_within(base_blocks: int) -> int:
-    """How many routing blocks lie entirely within the first `base_blocks` base blocks."""
-    count, size = 0, 1
-    while True:
-        take = min(GROUP, base_blocks // size)
-        count += take
-        base_blocks -= take * size
-        if take < GROUP:
-            return count
-        size *= 2

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from scoring.prefix_hash import blocks_covered_by
 from scoring.prefix_index import PrefixIndex
 from sim.engine.model import EngineModel
-from sim.replay.blocks import routing_blocks_within
 
 
 class EngineCacheIndex(PrefixIndex):
@@ -59,7 +59,7 @@ class EngineCacheIndex(PrefixIndex):
             if blocks is None:
                 blocks = found[replica] = engine.kv_cache.find_cached_prefix(self._engine_hashes)
             tokens = blocks * engine.config.block_size
-            out[replica] = min(len(hashes), routing_blocks_within(tokens // self._block_tokens))
+            out[replica] = min(len(hashes), blocks_covered_by(tokens // self._block_tokens))
         return out
 
     def fill(self, replica: str) -> float:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+from scoring.prefix_hash import blocks_covered_by as routing_blocks_within
 from scoring.prefix_hash import covered_chars
-from sim.replay.blocks import engine_block_hashes, routing_blocks_within, routing_prefix_hashes
+from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.traces import TraceRequest
 
 
