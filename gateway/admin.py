@@ -13,6 +13,7 @@ from gateway.prefix import CacheHits
 from gateway.router import RequestRouter
 from health.pool import BackendPool
 from routing.types import EngineMetrics
+from scoring.estimated_ttft import displaced_tokens
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
@@ -110,7 +111,24 @@ def dry_run(
     req = parse_inference_body(_infer_api(data, api), body)
     route = router.route(req, headers, request_id="dry-run")
     hashes = route.request.prefix_hashes
-    matched = router.prefix.index.match(hashes, (e.id for e in route.endpoints))
+    ids = [e.id for e in route.endpoints]
+    matched = router.prefix.index.match(hashes, ids)
+    displaced = dict(
+        zip(
+            ids,
+            displaced_tokens(
+                router.prefix.index,
+                hashes,
+                depths=[matched[i] for i in ids],
+                replicas=ids,
+                block_chars=route.request.prefix_block_chars,
+                chars_per_token=router.prefix.feed.chars_per_token,
+            )
+            if hashes
+            else [0.0] * len(ids),
+            strict=True,
+        )
+    )
     scores = {s.endpoint_id: s for s in route.decision.scores}
     rank = {eid: i for i, eid in enumerate(route.decision.ranked)}
     endpoints = []
@@ -122,6 +140,8 @@ def dry_run(
                 "health": e.health.value,
                 "in_flight": e.in_flight,
                 "matched_blocks": matched[e.id],
+                # reuse-valued tokens its cache would evict to store this prompt
+                "displaced_tokens": round(displaced[e.id], 1),
                 "eligible": s is not None,
                 "excluded_by": route.excluded.get(e.id) or route.decision.filtered_out.get(e.id),
                 "scores": dict(s.scores) if s else {},

@@ -5,14 +5,24 @@ For endpoint e, with m_e prompt blocks it probably holds (from the `PrefixIndex`
     uncached_e = max(0, token_estimate − covered_chars(m_e) / chars_per_token)
     work_e     = uncached_e + pending_prefill_tokens_e      (its queued prefill, in tokens)
     ttft_e     = overhead_s(e) + prefill_token_s(e) × work_e
-    score(e)   = min_e' ttft_e' / ttft_e                      (1 for the fastest)
+    cost_e     = ttft_e + eviction_weight × prefill_token_s(e) × displaced_e
+    score(e)   = min_e' cost_e' / cost_e                      (1 for the fastest)
+
+`displaced_e` is what storing the request's uncached blocks would evict on e, in tokens of
+the entries its LRU would lose, each valued by how often requests reused it
+(`PrefixIndex.displaced`: r ÷ (r + 1) for an entry found held r times): the recomputation
+that placement is likely to cost later requests. It is 0 where the replica has room, so
+it only decides where every candidate is full, and it steers a new prefix away from the
+replica whose least recently used entries are still popular (a hot tenant's prompt) to
+one whose oldest entries were used once. `eviction_weight` 0 leaves it out.
 
 The coefficients come from an `OnlineTtftModel` (the configured prior until the gateway has
 learned each endpoint's line from observed TTFTs). So a replica holding the prefix wins
 exactly while its queue costs less than recomputing the prompt elsewhere, with no ad-hoc
 weights. Queued work the gateway did not send itself (other gateway replicas) is not seen.
 
-Parameters: `chars_per_token` (> 0, default 4.0). The prior coefficients are the model's.
+Parameters: `chars_per_token` (> 0, default 4.0), `eviction_weight` (≥ 0, default 0: off;
+the default profile sets it). The prior coefficients are the model's.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ class EstimatedTtftScorer:
         """An `estimated-ttft-scorer`'s config `params` (stated in the module docstring)."""
 
         chars_per_token: Annotated[float, Bounds(gt=0.0)] = 4.0
+        eviction_weight: Annotated[float, Bounds(ge=0.0)] = 0.0
 
     def __init__(self, name: str, index: PrefixIndex, model: OnlineTtftModel,
                  params: Params = Params()) -> None:  # fmt: skip
@@ -48,6 +59,7 @@ class EstimatedTtftScorer:
         self._index = index
         self._model = model
         self._cpt = params.chars_per_token
+        self._eviction_weight = params.eviction_weight
 
     def estimate(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot]
                  ) -> dict[str, float]:  # fmt: skip
@@ -65,13 +77,25 @@ class EstimatedTtftScorer:
             depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
             for depth in set(depths)
         }
+        lines = self._model.lines(ids)
         # predict(work), inlined: this runs per endpoint per request.
-        return [
+        est = [
             c.overhead_s + c.prefill_token_s * (u + e.pending_prefill_tokens)
-            for c, u, e in zip(
-                self._model.lines(ids), map(uncached.__getitem__, depths), endpoints, strict=True
-            )
+            for c, u, e in zip(lines, map(uncached.__getitem__, depths), endpoints, strict=True)
         ]
+        if self._eviction_weight and hashes:
+            displaced = displaced_tokens(
+                self._index,
+                hashes,
+                depths=depths,
+                replicas=ids,
+                block_chars=block_chars,
+                chars_per_token=cpt,
+            )
+            k = self._eviction_weight
+            triples = zip(est, lines, displaced, strict=True)
+            est = [t + k * c.prefill_token_s * d for t, c, d in triples]
+        return est
 
     def score(
         self,
@@ -85,3 +109,23 @@ class EstimatedTtftScorer:
         if best > 0.0 and not math.isnan(sum(est)):  # 0 < best <= every estimate
             return ScoreColumn(ids, list(map(truediv, repeat(best), est)), unit=True)
         return ScoreColumn(ids, [(best / t if t > 0 else 1.0) for t in est])
+
+
+def displaced_tokens(
+    index: PrefixIndex,
+    hashes: Sequence[int],
+    *,
+    depths: Sequence[int],
+    replicas: Sequence[str],
+    block_chars: int,
+    chars_per_token: float,
+) -> list[float]:
+    """Per replica (matching `depths[i]` leading blocks of `hashes`), the reuse-valued tokens
+    that storing the rest of the prompt there would evict (`PrefixIndex.displaced`)."""
+    whole = covered_chars(len(hashes), block_chars)
+    base_tokens = block_chars / chars_per_token  # tokens per base block
+    return [
+        base_tokens
+        * index.displaced(r, (whole - covered_chars(d, block_chars)) // block_chars, hashes[:d])
+        for r, d in zip(replicas, depths, strict=True)
+    ]

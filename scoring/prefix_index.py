@@ -28,8 +28,8 @@ about 115 bytes per (block, replica) pair when two replicas share the blocks;
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, groupby, islice, repeat
 
 from scoring.prefix_hash import GROUP
@@ -100,6 +100,8 @@ class PrefixIndex:
         self._weight: dict[str, int] = {}
         self._capacity: dict[str, int] = {}
         self._fill: dict[str, float] = {}  # replica → fill(replica), for the replicas with weight
+        # replica → hash → times a request found that entry held (entries never reused: absent)
+        self._reuses: dict[str, Counter[int]] = {}
         self._holders: dict[int, _Run] = {}
         self._solo: dict[str, frozenset[str]] = {}  # replica → {replica}, the one instance
         self._version = 0  # bumped whenever a block gains or loses a holder
@@ -154,17 +156,25 @@ class PrefixIndex:
         move_to_end = lru.move_to_end
         held = self._held_head(replica, hashes)
         fresh = []
+        reused = []
         added = 0
         for i in range(len(hashes) - 1, held - 1, -1):  # tail first: the head ends most recent
             h = hashes[i]
             if h in lru:
                 move_to_end(h)
+                reused.append(h)
             else:
                 lru[h] = w = 1 << (i // GROUP)  # block_weight(i), inlined: a hot loop
                 added += w
                 fresh.append(h)
-        if held:
-            deque(map(move_to_end, hashes[held - 1 :: -1]), maxlen=0)
+        if held or reused:
+            reuses = self._reuses.get(replica)
+            if reuses is None:
+                reuses = self._reuses[replica] = Counter()
+            if held:
+                deque(map(move_to_end, hashes[held - 1 :: -1]), maxlen=0)
+                reuses.update(hashes[:held])  # counted in C
+            reuses.update(reused)
         if added:
             self._weight[replica] += added
             self._add_holder(replica, fresh)
@@ -240,9 +250,11 @@ class PrefixIndex:
         self._weight.clear()
         self._fill.clear()
         self._holders.clear()
+        self._reuses.clear()
 
     def remove_replica(self, replica: str) -> None:
         """Forget a replica (it left the pool, or restarted with an empty cache)."""
+        self._reuses.pop(replica, None)
         self._drop_holder(replica, list(self._lru.pop(replica, ())))
         self._weight.pop(replica, None)
         self._fill.pop(replica, None)
@@ -289,6 +301,39 @@ class PrefixIndex:
         self._refill(replica)
         return len(gone)
 
+    def reuses(self, replica: str, block: int) -> int:
+        """How many requests found `block` held on the replica since it was stored there."""
+        counts = self._reuses.get(replica)
+        return counts.get(block, 0) if counts else 0
+
+    def displaced(self, replica: str, new_weight: int, spare: Sequence[int] = ()) -> float:
+        """What storing `new_weight` more base blocks on the replica would evict, valued:
+        its least recently used entries, as many as exceed the capacity (passing over the
+        hashes in `spare`, which the same request touches), each weighing its base blocks
+        × r ÷ (r + 1) for an entry requests have found held r times (0 for an entry never
+        reused, ½ for one reused once, → 1 for a popular prefix). Costs O(entries
+        displaced); 0.0 at once when the replica has room."""
+        lru = self._lru.get(replica)
+        if not lru:
+            return 0.0
+        excess = self._weight[replica] + new_weight - self.capacity(replica)
+        if excess <= 0:
+            return 0.0
+        counts: Mapping[int, int] = self._reuses.get(replica) or {}
+        keep = set(spare) if spare else ()
+        total = 0
+        value = 0.0
+        for h, w in lru.items():
+            if total >= excess:
+                break
+            if h in keep:
+                continue
+            total += w
+            r = counts.get(h)
+            if r:
+                value += w * r / (r + 1)
+        return value
+
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)
         if lru is None:
@@ -329,6 +374,9 @@ class PrefixIndex:
     def _drop_holder(self, replica: str, hashes: list[int]) -> None:
         """`hashes` (oldest first: tails before heads) lose `replica` as a holder."""
         self._version += 1
+        reuses = self._reuses.get(replica)
+        if reuses:
+            deque(map(reuses.pop, hashes, repeat(None)), maxlen=0)
         gone = frozenset((replica,))
         holders_of = self._holders
         start = 0

@@ -169,12 +169,15 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         # on each replica, in seconds); prefix-match keeps affinity until the TTFT model has
         # learned; in-flight, KV and cache-headroom break ties and spread new prefixes; the
         # imbalance filter drops hot spots. No saturation filter: under KV pressure it cut
-        # the replica holding a hot prefix off. Weights and their measured history:
-        # docs/decisions/0002-default-profile-tuning.md.
+        # the replica holding a hot prefix off. Where every replica is full, the TTFT adds
+        # half the recomputation the placement's evictions cost later requests. Weights and
+        # their measured history: docs/decisions/0002-default-profile-tuning.md.
         "prefix-aware": ProfileSpec(
             filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
             scorers=[
-                _plugin("estimated-ttft-scorer", 4.0),
+                PluginSpec(
+                    type="estimated-ttft-scorer", weight=4.0, params={"eviction_weight": 0.5}
+                ),
                 _plugin("prefix-match-scorer", 2.0),
                 _plugin("in-flight-scorer", 1.0),
                 _plugin("kv-utilization-scorer", 1.0),

@@ -300,6 +300,41 @@ def test_dry_run_explains_prefix_matches_learned_from_traffic(
     assert state[served]["prefix_index_blocks"] == out["request"]["prefix_blocks"]
 
 
+def test_dry_run_shows_what_a_placement_would_evict(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    """With a small tracked cache, a second prompt evicts the first where it was served; the
+    dry run prices that (reuse-valued tokens) on that replica only, and the default routes
+    the new prompt elsewhere."""
+    servers = [s for _, s in fake_engines(2)]
+    _, gw = start_gateway(
+        [s.url for s in servers],
+        policy="prefix-aware",
+        routing={"prefix": {"block_tokens": 16, "capacity_blocks": 40}},
+    )
+    c = client(gw)
+
+    def chat(system: str) -> dict[str, object]:
+        return {
+            "model": "m1",
+            "messages": [
+                {"role": "system", "content": system * 200},
+                {"role": "user", "content": "hi"},
+            ],
+        }
+
+    first = chat("Answer tersely. ")  # ~3,200 bytes: ~50 blocks of 64 bytes, over capacity
+    served = {c.post("/v1/chat/completions", json=first).headers["x-kvgate-backend"]}
+    served.add(c.post("/v1/chat/completions", json=first).headers["x-kvgate-backend"])
+    assert len(served) == 1  # the second found it held: its blocks now count one reuse
+    out = c.post("/admin/route", json=chat("Answer at length. ")).json()
+    displaced = {e["id"]: e["displaced_tokens"] for e in out["endpoints"]}
+    [home] = served
+    assert displaced[home] > 0
+    assert [v for k, v in displaced.items() if k != home] == [0.0]
+    assert out["decision"]["target"] != home
+
+
 def test_stream_usage_is_asked_for_and_hidden_from_clients_that_did_not(
     fake_engines: StartEngines, start_gateway: StartGateway, client
 ) -> None:

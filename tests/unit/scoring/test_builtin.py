@@ -62,7 +62,12 @@ DECLARED = {
             "kv_threshold: float, >= 0 and <= 1, default 0.8",
         ],
     },
-    "scorers": {"estimated-ttft-scorer": ["chars_per_token: float, > 0, default 4.0"]},
+    "scorers": {
+        "estimated-ttft-scorer": [
+            "chars_per_token: float, > 0, default 4.0",
+            "eviction_weight: float, >= 0, default 0.0",
+        ]
+    },
     "pickers": {"softmax-picker": ["temperature: float, > 0, default 0.1"]},
 }
 

@@ -146,3 +146,40 @@ def test_registry_checks_params() -> None:
         EstimatedTtftScorer(
             "t", PrefixIndex(), OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(0)
         )
+
+
+def _full_pair() -> PrefixIndex:
+    """Two full replicas of 100 base blocks: `popular` holds a prompt requests reused three
+    times, `oneoff` one used once; neither holds the request's prompt."""
+    index = PrefixIndex(100)
+    popular = hash_blocks(bytes(100 * BLOCK), prefix_seed("popular"), BLOCK)
+    oneoff = hash_blocks(bytes(100 * BLOCK), prefix_seed("oneoff"), BLOCK)
+    for _ in range(4):
+        index.record("popular", popular)
+    index.record("oneoff", oneoff)
+    return index
+
+
+def test_eviction_cost_steers_a_new_prefix_away_from_a_popular_one() -> None:
+    index = _full_pair()
+    eps = [endpoint("popular"), endpoint("oneoff")]
+    plain = _scorer(index).estimate(REQUEST, eps)
+    assert plain["popular"] == pytest.approx(plain["oneoff"])  # TTFT alone: a tie
+    aware = EstimatedTtftScorer(
+        "ttft", index, OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(eviction_weight=0.5)
+    )
+    est = aware.estimate(REQUEST, eps)
+    # Storing 100 blocks evicts all of `popular`'s, each worth 3 ÷ 4 of its 16 tokens.
+    assert est["popular"] == pytest.approx(plain["popular"] + 0.5 * 1e-3 * 100 * 16 * 3 / 4)
+    assert est["oneoff"] == pytest.approx(plain["oneoff"])
+    assert aware.score(REQUEST, eps, context())["oneoff"] == 1.0
+
+
+def test_eviction_cost_is_nothing_where_the_prompt_is_held() -> None:
+    index = _full_pair()
+    index.record("popular", HASHES)  # now held there (evicting what was there)
+    aware = EstimatedTtftScorer(
+        "ttft", index, OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(eviction_weight=4)
+    )
+    est = aware.estimate(REQUEST, [endpoint("popular")])
+    assert est["popular"] == pytest.approx(0.02)

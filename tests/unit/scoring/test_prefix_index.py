@@ -372,3 +372,54 @@ def test_drops_and_evictions_keep_matches_exact(seed: int) -> None:
         assert list(index._lru.get(r, {}).items()) == list(ref.lru.get(r, {}).items())
         for stem in stems:
             assert index.match(stem, [r]) == ref.match(stem, [r])
+
+
+def test_reuses_count_the_requests_that_found_a_block_held() -> None:
+    index = PrefixIndex(100)
+    index.record("r", A[:4])
+    assert [index.reuses("r", h) for h in A[:4]] == [0, 0, 0, 0]
+    index.record("r", A)  # the first 4 are found held, the other 6 are new
+    index.match(A, ("r", "s"))  # a match leaves the count alone; the next record's head moves
+    index.record("r", A[:2])
+    assert [index.reuses("r", h) for h in A[:5]] == [2, 2, 1, 1, 0]
+    assert index.reuses("s", A[0]) == 0
+
+
+def test_displaced_is_zero_while_the_replica_has_room() -> None:
+    index = PrefixIndex(30)
+    index.record("r", A)
+    index.record("r", A)
+    assert index.displaced("r", 20) == 0.0  # 10 + 20 fits in 30
+    assert index.displaced("unknown", 100) == 0.0
+
+
+def test_displaced_values_the_oldest_entries_by_their_reuse() -> None:
+    index = PrefixIndex(20)
+    index.record("r", A)  # oldest: A, found held 3 times
+    for _ in range(3):
+        index.record("r", A)
+    index.record("r", B)  # newest: B, never reused
+    # 5 more base blocks evict A's 5 least recently used blocks (its tail), each 3 ÷ 4.
+    assert index.displaced("r", 5) == pytest.approx(5 * 3 / 4)
+    # A placement that touches A's blocks itself spares them and evicts B's tail instead.
+    assert index.displaced("r", 5, spare=A) == 0.0
+    index.record("r", C[:5])  # really evicts A's tail: its counts go with it
+    assert [index.reuses("r", h) for h in A] == [3] * 5 + [0] * 5
+    assert index.blocks("r") == 20
+
+
+def test_reuse_counts_go_with_the_replica() -> None:
+    index = PrefixIndex(50)
+    index.record("r", A)
+    index.record("r", A)
+    index.drop("r", A, 8)
+    assert [index.reuses("r", h) for h in A[7:]] == [1, 0, 0]
+    index.evict_oldest("r", 2)
+    assert index.reuses("r", A[7]) == 0 and index.reuses("r", A[0]) == 1
+    index.remove_replica("r")
+    index.record("r", A)
+    assert index.reuses("r", A[0]) == 0
+    index.record("r", A)
+    index.clear()
+    index.record("r", A)
+    assert index.reuses("r", A[0]) == 0

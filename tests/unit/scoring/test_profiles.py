@@ -87,6 +87,12 @@ def test_builtin_profiles_wiring() -> None:
     }
 
 
+def test_the_default_prices_evictions() -> None:
+    [ttft] = [s for s in BUILTIN_PROFILES["prefix-aware"].scorers if s.type.startswith("est")]
+    assert ttft.params == {"eviction_weight": 0.5}
+    assert BUILTIN_PROFILES["estimated-ttft"].scorers[0].params == {}
+
+
 def test_plugin_name_defaults_to_type() -> None:
     assert PluginSpec(type="in-flight-scorer").name == "in-flight-scorer"
     assert PluginSpec.model_validate({"type": "t", "name": "n"}).name == "n"
