@@ -102,35 +102,51 @@ class Run:
             "round_robin_saturation_rps": saturation,
         }
 
+    @property
+    def seeds(self) -> list[int]:
+        return [self.args.seed + k for k in range(self.args.repeats)]
+
     async def run_cell(self, cell: Cell) -> None:
         saturation = self.saturation(cell)
         doc = self.cell_doc(cell, saturation)
+        ceilings = [
+            simulate.cell_hit_ceiling(cell, self.fleet, seed, saturation) for seed in self.seeds
+        ]
+        doc["seeds"] = self.seeds
+        doc["hit_ceiling"] = sum(ceilings) / len(ceilings)
         self.cell_docs.append(doc)
         _log(
             f"{cell.name}: {doc['conversations']} chats of {doc['tenants']} tenants × "
             f"{cell.prefix_tokens} tokens (pressure {doc['pressure_exact']:.2f}, "
             f"{doc['pressure_touched']:.2f} touched), round-robin saturates at "
-            f"{saturation:.2f} requests/s"
+            f"{saturation:.2f} requests/s; hit ceiling {doc['hit_ceiling']:.1%}"
         )
+        for seed in self.seeds:
+            await self.run_seed(cell, seed, saturation)
+
+    async def run_seed(self, cell: Cell, seed: int, saturation: float) -> None:
         if "sim" in self.modes:
             policies = [p for name, p in self.routers if name == "kvgate"]
             started = time.monotonic()
-            for row in simulate.simulate_cell(
-                cell, self.fleet, policies, self.args.seed, saturation
-            ):
-                self.rows.append({"cell": cell.name, **row})
+            for row in simulate.simulate_cell(cell, self.fleet, policies, seed, saturation):
+                self.rows.append({"cell": cell.name, "seed": seed, **row})
             _log(f"  simulated {len(policies)} policies in {time.monotonic() - started:.1f} s")
         if "live" in self.modes:
-            traffic = live.workload(
-                cell, self.fleet, self.args.seed, saturation, self.args.slowdown
-            )
+            traffic = live.workload(cell, self.fleet, seed, saturation, self.args.slowdown)
             for name, policy in self.routers:
-                await self.run_live(cell, traffic, name, policy, saturation)
+                await self.run_live(cell, traffic, name, policy, saturation=saturation, seed=seed)
 
     async def run_live(
-        self, cell: Cell, traffic: Workload, name: str, policy: str, saturation: float
+        self,
+        cell: Cell,
+        traffic: Workload,
+        name: str,
+        policy: str,
+        *,
+        saturation: float,
+        seed: int,
     ) -> None:
-        _log(f"  live × {name} {policy}: {traffic.requests} requests")
+        _log(f"  live × {name} {policy} (seed {seed}): {traffic.requests} requests")
         if name not in self.installs:
             self.installs[name] = ensure_peer(name)
         try:
@@ -142,6 +158,7 @@ class Run:
                 policy,
                 slowdown=self.args.slowdown,
                 log_dir=self.out / "logs",
+                seed=seed if self.args.repeats > 1 else None,
             )
         except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
             # One router that will not start must not cost the others' results.
@@ -152,6 +169,7 @@ class Run:
         self.rows.append(
             {
                 "cell": cell.name,
+                "seed": seed,
                 "mode": "live",
                 "router": name,
                 "policy": policy,
@@ -159,6 +177,10 @@ class Run:
                 **figures,
             }
         )
+
+    @property
+    def ceilings(self) -> dict[str, float]:
+        return {c["name"]: c["hit_ceiling"] for c in self.cell_docs}
 
     def write(self) -> None:
         doc = {
@@ -168,7 +190,7 @@ class Run:
             "definitions": report.DEFINITIONS,
             "cells": self.cell_docs,
             "rows": self.rows,
-            "ratios": report.ratios(self.rows),
+            "ratios": report.ratios(self.rows, self.ceilings),
             "failed": self.failed,
         }
         report.write_json(doc, self.out)
@@ -201,6 +223,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--routers", default=",".join(ROUTERS), help="NAME:POLICY,...; kvgate's also simulated")
     add("--replicas", type=int, default=4, help="replicas of the demo profile (default: 4)")
     add("--seed", type=int, default=1, help="seed of the workloads (default: 1)")
+    add(
+        "--repeats",
+        type=_positive,
+        default=1,
+        help="runs of every cell, with seeds SEED, SEED+1, ...; ratios of their means (default 1)",
+    )
     add("--conversations", type=int, help="chats per cell (default: the grid's, 48)")
     d = GridAxes()
     add("--prefix-tokens", type=int, default=d.prefix_tokens, help="system prompt tokens")
@@ -217,6 +245,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--out", default="out/bench/regime", help="output directory (default %(default)s)")
     return p.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -247,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations:
         cells = [replace(c, conversations=args.conversations) for c in cells]
     state = asyncio.run(run(args, cells))
-    table = report.ratios(state.rows)
+    table = report.ratios(state.rows, state.ceilings)
     print(report.format_rows(state.rows))
     print()
     print(report.format_ratios(table))

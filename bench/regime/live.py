@@ -50,12 +50,13 @@ async def run_router(
     *,
     slowdown: float,
     log_dir: Path,
+    seed: int | None = None,
 ) -> ExperimentResult:
     return await run_experiment(
         Fleet(fleet.replicas, fleet.profile, MODEL, speedup=1 / slowdown),
         peer_router(install, policy),
         traffic,
-        label=f"{cell.name}/{install.name}-{policy}",
+        label=f"{cell.name}{'' if seed is None else f'-s{seed}'}/{install.name}-{policy}",
         log_dir=log_dir,
         progress_every_s=PROGRESS_EVERY_S,
     )

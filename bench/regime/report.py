@@ -37,7 +37,9 @@ DEFINITIONS = {
     "ttft": "seconds from sending to the first token; live: as the client saw it",
     "hit_rate": "prefix-cache hit tokens / looked-up tokens over the replicas (their counters)",
     "max_mean_share": "the busiest replica's requests / the mean per replica",
-    "ratios": "kvgate prefix-aware / baseline, same cell and mode; hit_rate in points",
+    "ratios": "kvgate prefix-aware / baseline, same cell and mode, of the figures' means over "
+    "the runs (seeds); hit_rate in points; ttft_mean_ratio_range: the per-run ratios' range",
+    "hit_ceiling": "hit rate of one unbounded cache fed every request: no router can beat it",
 }
 
 
@@ -45,9 +47,31 @@ def label(row: Row) -> str:
     return f"{row['router']} {row['policy']}"
 
 
-def ratios(rows: Sequence[Row]) -> list[Row]:
-    """kvgate's default against each baseline, per (mode, cell) where both ran."""
-    by = {(r["mode"], r["cell"], r["router"], r["policy"]): r for r in rows}
+MEANS = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "hit_rate", "max_mean_share")
+
+
+def means(rows: Sequence[Row]) -> dict[tuple[str, str, str, str], Row]:
+    """Per (mode, cell, router, policy): the figures averaged over its runs (seeds)."""
+    groups: dict[tuple[str, str, str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["cell"], r["router"], r["policy"]), []).append(r)
+    return {
+        key: {
+            **runs[0],
+            **{k: sum(r[k] for r in runs) / len(runs) for k in MEANS},
+            "runs": len(runs),
+            "seeds": [r.get("seed") for r in runs],
+        }
+        for key, runs in groups.items()
+    }
+
+
+def ratios(rows: Sequence[Row], ceilings: dict[str, float] | None = None) -> list[Row]:
+    """kvgate's default against each baseline, per (mode, cell) where both ran: ratios of
+    the figures' means over the runs (seeds), and the range of the per-run mean ratios;
+    `ceilings`: each cell's hit ceiling, carried into its rows."""
+    by = means(rows)
+    runs = {(r["mode"], r["cell"], r["router"], r["policy"], r.get("seed")): r for r in rows}
     out = []
     for mode, cell in dict.fromkeys((r["mode"], r["cell"]) for r in rows):
         ours = by.get((mode, cell, *DEFAULT))
@@ -57,14 +81,24 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
             theirs = by.get((mode, cell, *baseline))
             if theirs is None:
                 continue
+            each = [
+                _ratio(a["ttft_mean_s"], b["ttft_mean_s"])
+                for seed in ours["seeds"]
+                if (a := runs.get((mode, cell, *DEFAULT, seed)))
+                and (b := runs.get((mode, cell, *baseline, seed)))
+            ]
             out.append(
                 {
                     "mode": mode,
                     "cell": cell,
                     "baseline": " ".join(baseline),
+                    "runs": min(ours["runs"], theirs["runs"]),
                     "ttft_mean_ratio": _ratio(ours["ttft_mean_s"], theirs["ttft_mean_s"]),
+                    "ttft_mean_ratio_range": [min(each), max(each)] if each else None,
                     "ttft_p90_ratio": _ratio(ours["ttft_p90_s"], theirs["ttft_p90_s"]),
                     "hit_rate_diff_points": (ours["hit_rate"] - theirs["hit_rate"]) * 100,
+                    "hit_rate": ours["hit_rate"],
+                    "hit_ceiling": (ceilings or {}).get(cell),
                     "max_mean_share": ours["max_mean_share"],
                     "baseline_max_mean_share": theirs["max_mean_share"],
                 }
@@ -78,12 +112,14 @@ def _ratio(a: float, b: float) -> float:
 
 def format_rows(rows: Sequence[Row]) -> str:
     lines = [
-        f"{'mode':<5}{'cell':<24}{'router':<28}{'req':>5}{'err':>4}{'mean':>8}{'p50':>8}"
-        f"{'p90':>8}{'hit':>7}{'max/mean':>9}{'load':>6}"
+        f"{'mode':<5}{'cell':<24}{'seed':>5} {'router':<28}{'req':>5}{'err':>4}{'mean':>8}"
+        f"{'p50':>8}{'p90':>8}{'hit':>7}{'max/mean':>9}{'load':>6}"
     ]
     for r in rows:
+        seed = r.get("seed")
         lines.append(
-            f"{r['mode']:<5}{r['cell']:<24}{label(r):<28}{r['requests']:>5}{r['errors']:>4}"
+            f"{r['mode']:<5}{r['cell']:<24}{'' if seed is None else seed:>5} {label(r):<28}"
+            f"{r['requests']:>5}{r['errors']:>4}"
             f"{r['ttft_mean_s']:>8.3f}{r['ttft_p50_s']:>8.3f}{r['ttft_p90_s']:>8.3f}"
             f"{r['hit_rate']:>7.1%}{r['max_mean_share']:>9.2f}{r['load']:>6.2f}"
         )
@@ -92,14 +128,21 @@ def format_rows(rows: Sequence[Row]) -> str:
 
 def format_ratios(table: Sequence[Row]) -> str:
     lines = [
-        "kvgate prefix-aware / baseline (TTFT ratios < 1: kvgate faster; hit: points)",
-        f"{'mode':<5}{'cell':<24}{'baseline':<27}{'mean':>6}{'p90':>6}{'hit':>7}"
-        f"{'share':>7}{'theirs':>7}",
+        "kvgate prefix-aware / baseline, means over the runs (TTFT ratios < 1: kvgate faster;"
+        " hit: points; runs: the per-run mean ratios' range; ceiling: no router's hit rate"
+        " can exceed it)",
+        f"{'mode':<5}{'cell':<24}{'baseline':<27}{'mean':>6}{'runs':>12}{'p90':>6}{'hit':>7}"
+        f"{'ours':>7}{'ceiling':>8}{'share':>7}{'theirs':>7}",
     ]
     for t in table:
+        spread = t.get("ttft_mean_ratio_range")
+        spread_text = f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else "–"
+        ceiling = t.get("hit_ceiling")
+        ceiling_text = "–" if ceiling is None else f"{ceiling:.1%}"
         lines.append(
             f"{t['mode']:<5}{t['cell']:<24}{t['baseline']:<27}{t['ttft_mean_ratio']:>6.2f}"
-            f"{t['ttft_p90_ratio']:>6.2f}{t['hit_rate_diff_points']:>+7.1f}"
+            f"{spread_text:>12}{t['ttft_p90_ratio']:>6.2f}{t['hit_rate_diff_points']:>+7.1f}"
+            f"{t.get('hit_rate', math.nan):>7.1%}{ceiling_text:>8}"
             f"{t['max_mean_share']:>7.2f}{t['baseline_max_mean_share']:>7.2f}"
         )
     return "\n".join(lines)

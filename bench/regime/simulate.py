@@ -16,6 +16,11 @@
   the same length here, so a turn hits its previous prompt but not its previous answer.
 - **Open loop**: the same arrivals live and simulated (`Cell.open_arrivals`).
 
+- **Hit ceiling** (`hit_ceiling`): the hit rate of one unbounded cache that saw every
+  request of the cell in order, which no router over any fleet can beat: each tenant's
+  first prompt and each turn's new tokens are misses whatever the routing. (The stand-in
+  answers never hit, so a live ceiling is higher by about one answer, 24 tokens, a turn.)
+
 Each replay is the gateway's own routing code on the engine model (`sim.replay.Replay`),
 with default settings (metrics scraped every 50 ms).
 """
@@ -126,3 +131,30 @@ def simulate_cell(
         row["load"] = row["throughput_rps"] / saturation
         rows.append(row)
     return rows
+
+
+def hit_ceiling(trace: Sequence[TraceRequest]) -> float:
+    """Hit tokens ÷ prompt tokens of one unbounded cache fed `trace` in arrival order."""
+    seen: set[int] = set()
+    hit = total = 0
+    for r in sorted(trace, key=lambda r: r.arrival_s):
+        matched = 0
+        for block in r.hash_ids:
+            if block not in seen:
+                break
+            matched += 1
+        hit += min(matched * r.block_tokens, r.input_tokens)
+        total += r.input_tokens
+        seen.update(r.hash_ids)
+    return hit / total if total else 0.0
+
+
+def cell_hit_ceiling(cell: Cell, fleet: FleetSpec, seed: int, saturation: float) -> float:
+    """`hit_ceiling` of the cell's chats (a closed loop's turn order: any latency will do,
+    the ceiling hardly depends on it)."""
+    chats = family.chats(cell.family(fleet, seed, saturation))
+    if cell.loop == "closed":
+        arrivals = family.closed_arrivals(chats, cell.clients, 1.0)
+    else:
+        arrivals = cell.open_arrivals(chats, saturation, seed)
+    return hit_ceiling(family.chat_trace(chats, arrivals, fleet.block_tokens))

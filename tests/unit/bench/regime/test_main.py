@@ -35,3 +35,9 @@ def test_axes_from_the_command_line() -> None:
         "p2-hot-open30",
     ]
     assert parse([]).mode == "both" and parse([]).out == "out/bench/regime"
+
+
+def test_repeats_are_positive() -> None:
+    assert parse([]).repeats == 1 and parse(["--repeats", "3"]).repeats == 3
+    with pytest.raises(SystemExit):
+        parse(["--repeats", "0"])

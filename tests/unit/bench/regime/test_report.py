@@ -85,3 +85,20 @@ def test_heatmaps_per_mode_and_baseline(tmp_path: Path) -> None:
         "heatmap_sim_vs_round-robin.png",
     ]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_repeated_runs_are_averaged_and_their_ratios_ranged() -> None:
+    rows = [
+        {**_row("live", "a", "kvgate", "prefix-aware", 1.0, 2.0), "seed": 1},
+        {**_row("live", "a", "sglang-router", "cache_aware", 2.0, 2.0), "seed": 1},
+        {**_row("live", "a", "kvgate", "prefix-aware", 3.0, 2.0), "seed": 2},
+        {**_row("live", "a", "sglang-router", "cache_aware", 2.0, 4.0), "seed": 2},
+    ]
+    [t] = report.ratios(rows, {"a": 0.7})
+    assert t["runs"] == 2
+    assert t["ttft_mean_ratio"] == pytest.approx(1.0)  # means 2.0 ÷ 2.0
+    assert t["ttft_mean_ratio_range"] == [0.5, 1.5]
+    assert t["ttft_p90_ratio"] == pytest.approx(2.0 / 3.0)
+    assert t["hit_rate"] == 0.5 and t["hit_ceiling"] == 0.7
+    text = report.format_ratios([t])
+    assert "0.50–1.50" in text and "70.0%" in text

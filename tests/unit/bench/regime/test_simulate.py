@@ -7,7 +7,15 @@ import math
 import pytest
 
 from bench.regime.grid import Cell, FleetSpec
-from bench.regime.simulate import closed_loop, mean_e2e, saturation_rps, simulate_cell
+from bench.regime.simulate import (
+    cell_hit_ceiling,
+    closed_loop,
+    hit_ceiling,
+    mean_e2e,
+    saturation_rps,
+    simulate_cell,
+)
+from sim.traces import TraceRequest
 from sim.workloads import family
 
 FLEET = FleetSpec(replicas=2)
@@ -39,3 +47,25 @@ def test_rows_per_policy_with_the_maps_figures() -> None:
         assert rows == simulate_cell(
             _cell(loop), FLEET, ["prefix-aware", "round-robin"], 2, saturation
         )
+
+
+def _request(at: float, ids: tuple[int, ...], tokens: int) -> TraceRequest:
+    return TraceRequest(arrival_s=at, input_tokens=tokens, output_tokens=1, hash_ids=ids,
+                        block_tokens=16)  # fmt: skip
+
+
+def test_hit_ceiling_is_one_unbounded_cache_in_arrival_order() -> None:
+    trace = [
+        _request(2.0, (1, 2, 3), 40),  # 1, 2 seen: 32 of 40 tokens
+        _request(1.0, (1, 2), 32),  # first: all misses
+        _request(3.0, (9, 2), 32),  # another prefix: a miss though block 2 is known
+    ]
+    assert hit_ceiling(trace) == pytest.approx(32 / 104)
+    assert hit_ceiling([]) == 0.0
+
+
+def test_a_cells_ceiling_bounds_what_the_simulated_policies_hit() -> None:
+    cell = _cell("closed")
+    ceiling = cell_hit_ceiling(cell, FLEET, 2, 1.0)
+    rows = simulate_cell(cell, FLEET, ["prefix-aware", "round-robin"], 2, 1.0)
+    assert 0.0 < max(r["hit_rate"] for r in rows) <= ceiling < 1.0
