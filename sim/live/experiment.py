@@ -1,9 +1,11 @@
 """One live experiment: a fresh fleet, a router, a workload, the replicas' counters around it.
 
-`run_experiment` starts `fleet` (`kvgate emulate`: cold caches every time), starts a router in
-front of it through a `RouterFactory` (kvgate with a policy, `kvgate_router`, or any other
-router a caller can start), scrapes the replicas' counters, sends the workload through the
-router while printing progress, scrapes again, and stops the router, then the fleet. The
+`run_experiment` launches `fleet` (a `FleetLauncher`: `Fleet` starts `kvgate emulate`, cold
+caches every time; a caller may bring replicas of its own, e.g. real engines whose caches
+it resets), starts a router in front of it through a `RouterFactory` (kvgate with a policy,
+`kvgate_router`, or any other router a caller can start), scrapes the replicas' counters,
+sends the workload through the router while printing progress, scrapes again, and stops
+the router, then releases the fleet. The
 result is typed: every request as the client saw it, each replica's counters over the run
 (deltas of the two scrapes), and the figures every report shows: the prefix-cache hit rate
 as the replicas count it (hit tokens / looked-up tokens, summed over replicas) and client
@@ -20,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -76,6 +79,17 @@ def open_loop(name: str, requests: list[TimedRequest]) -> Workload:
     return Workload(name, len(requests), send)
 
 
+class FleetLauncher(Protocol):
+    """Replicas serving `model`: `launch` gives their URLs on entry, cold, and stops or
+    releases them on exit; blocking (run in a worker thread). Child processes log to
+    `log_dir` under names that begin with `tag`."""
+
+    @property
+    def model(self) -> str: ...
+
+    def launch(self, log_dir: Path, tag: str) -> AbstractContextManager[Sequence[str]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Fleet:
     """Emulated replicas (`kvgate emulate`), started fresh for every experiment."""
@@ -85,6 +99,19 @@ class Fleet:
     model: str
     speedup: float = 1.0
     extra_args: tuple[str, ...] = ()
+
+    @contextlib.contextmanager
+    def launch(self, log_dir: Path, tag: str) -> Iterator[Sequence[str]]:
+        emulator, urls = start_emulator(
+            self.replicas,
+            self.profile,
+            self.model,
+            log_dir / f"{tag}-emulator.log",
+            speedup=self.speedup,
+            extra=self.extra_args,
+        )
+        with emulator:
+            yield urls
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +225,7 @@ class ExperimentResult:
 
 
 async def run_experiment(
-    fleet: Fleet,
+    fleet: FleetLauncher,
     router: RouterFactory,
     workload: Workload,
     *,
@@ -206,18 +233,12 @@ async def run_experiment(
     log_dir: Path,
     progress_every_s: float = 5.0,
 ) -> ExperimentResult:
-    """Run `workload` through a router started by `router` in front of a fresh `fleet`;
-    child processes log to `log_dir/<label>-*.log` (label: unique per experiment)."""
+    """Run `workload` through a router started by `router` in front of `fleet`, launched
+    for this experiment; child processes log to `log_dir/<label>-*.log` (label: unique per
+    experiment)."""
     tag = label.replace("/", "-").replace(" ", "-")
-    emulator, urls = await asyncio.to_thread(
-        start_emulator,
-        fleet.replicas,
-        fleet.profile,
-        fleet.model,
-        log_dir / f"{tag}-emulator.log",
-        speedup=fleet.speedup,
-        extra=fleet.extra_args,
-    )
+    launched = fleet.launch(log_dir, tag)
+    urls = list(await asyncio.to_thread(launched.__enter__))
     try:
         site = RouterSite(tuple(urls), fleet.model, log_dir, tag)
         started = router(site)
@@ -227,7 +248,7 @@ async def run_experiment(
         finally:
             await asyncio.to_thread(started.__exit__, None, None, None)
     finally:
-        await asyncio.to_thread(emulator.stop)
+        await asyncio.to_thread(launched.__exit__, None, None, None)
     return ExperimentResult.of(label, stats.results, reports, wall, running)
 
 
