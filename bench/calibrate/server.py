@@ -26,8 +26,34 @@ class ServerSettings:
     max_num_batched_tokens: int = 4096
     max_model_len: int = 4096
     kv_cache_gib: int = 1
+    # KV blocks instead of what `kv_cache_gib` holds (vLLM's `--num-gpu-blocks-override`).
+    num_blocks: int | None = None
+    served_model_name: str | None = None
+    # VLLM_SERVER_DEV_MODE=1: enables development endpoints such as `/reset_prefix_cache`.
+    dev_mode: bool = False
+    # VLLM_CPU_OMP_THREADS_BIND, e.g. "1": the engine's compute threads on these cores
+    # (vLLM's "auto" puts every server on the same cores).
+    cpu_bind: str | None = None
+
+    def env(self) -> dict[str, str | None]:
+        """The server's environment changes (VIRTUAL_ENV of this venv would mislead the
+        vLLM venv's tools)."""
+        env: dict[str, str | None] = {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "VIRTUAL_ENV": None,
+        }
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        if self.cpu_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
+        return env
 
     def args(self, model_dir: Path, port: int) -> list[str]:
+        optional = []
+        if self.num_blocks is not None:
+            optional += ["--num-gpu-blocks-override", str(self.num_blocks)]
+        if self.served_model_name is not None:
+            optional += ["--served-model-name", self.served_model_name]
         return [
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -50,6 +76,7 @@ class ServerSettings:
             "--port",
             str(port),
             "--disable-uvicorn-access-log",
+            *optional,
         ]
 
 
@@ -69,11 +96,11 @@ def vllm_server(
     if niceness:
         # Children (the engine core) inherit it: other work on the machine yields to vLLM.
         cmd = ["nice", "-n", str(niceness), *cmd]
-    # VIRTUAL_ENV of this venv would mislead the vLLM venv's tools.
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib), "VIRTUAL_ENV": None}
     url = f"http://127.0.0.1:{port}"
     log.info("starting vLLM on port %d (log: %s)", port, log_path)
-    server = ChildProcess(cmd, log_path, env=env, stop_signal=signal.SIGTERM, stop_timeout_s=20)
+    server = ChildProcess(
+        cmd, log_path, env=settings.env(), stop_signal=signal.SIGTERM, stop_timeout_s=20
+    )
     with server.start():
         server.wait_for_http(url + "/health", timeout_s=ready_timeout_s, interval_s=0.5)
         log.info("vLLM healthy")
