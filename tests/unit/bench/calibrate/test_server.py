@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from bench.calibrate.server import ServerSettings
 
 
 def _flags(args: list[str]) -> dict[str, str]:
-    return {a: b for a, b in zip(args, args[1:], strict=False) if a.startswith("--")}
+    return {a: b for a, b in itertools.pairwise(args) if a.startswith("--")}
 
 
 def test_defaults_leave_the_kv_size_to_the_memory_and_the_name_to_the_path() -> None:
