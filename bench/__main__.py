@@ -12,6 +12,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   regime     kvgate's default against sglang-router, vllm-router and kvgate's other
              policies over a grid of cache pressure × popularity × load, live and
              simulated; ratio heat maps (`bench.regime`; `make bench-regime`)
+  vllm-pressure  routers in front of two real vLLM CPU servers with a small KV cache,
+             multi-tenant chats under cache pressure (`bench.vllm_pressure`;
+             `make bench-vllm`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -32,6 +35,7 @@ SUBCOMMANDS = {
     "calibrate": "bench.calibrate.__main__",
     "fidelity": "bench.fidelity.__main__",
     "regime": "bench.regime.__main__",
+    "vllm-pressure": "bench.vllm_pressure.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

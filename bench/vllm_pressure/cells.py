@@ -1,0 +1,74 @@
+"""The cells of the real-vLLM pressure bench: multi-tenant chats sized in the engine's tokens.
+
+A cell is a workload of `sim.workloads.family` — `tenants` system prompts of
+`prefix_tokens` tokens, 2–4-turn chats picked by `popularity` — sent closed loop by
+`clients` clients. Pressure is the tenants' prefix tokens over the fleet's KV tokens, as in
+the regime map. The family writes one word per emulator token; the tiny model's tokenizer
+splits those words differently, so the bench measures tokens per word on a running server
+(`words_for` turns a token target into words) and reports the measured prefix length.
+
+Cells, on 2 servers of 96 blocks × 32 tokens (6,144 KV tokens in the fleet):
+
+- `p1.5-hot-closed6`: the issue's measured regime — 10 tenants × ~900 tokens (1.46×), one
+  hot tenant with 30 % of the chats, 6 clients (`--quick` runs this one);
+- `p2.9-uniform-closed6`: 20 tenants alike (2.93×): tighter, and no tenant to favour;
+- `p0.29-uniform-closed6`: 2 tenants (0.29×): every prefix fits on every replica, high reuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.workloads.family import FamilyCell, pressure
+
+PREFIX_TOKENS = 900
+USER_TOKENS = 60
+OUTPUT_TOKENS = 24
+CLIENTS = 6
+CONVERSATIONS = 160  # ~480 requests (2–4 turns), ~20 s per cell and router on 2 cores
+
+
+@dataclass(frozen=True, slots=True)
+class PressureCell:
+    """One workload: `tenants` prompts of `prefix_tokens` engine tokens, closed loop."""
+
+    tenants: int
+    popularity: str
+    clients: int = CLIENTS
+    prefix_tokens: int = PREFIX_TOKENS
+    conversations: int = CONVERSATIONS
+
+    def pressure(self, fleet_kv_tokens: int) -> float:
+        return pressure(self.tenants, self.prefix_tokens, fleet_kv_tokens)
+
+    def name(self, fleet_kv_tokens: int) -> str:
+        """`p1.5-hot-closed6`: nominal pressure (2 significant digits), popularity, traffic."""
+        return f"p{self.pressure(fleet_kv_tokens):.2g}-{self.popularity}-closed{self.clients}"
+
+    @property
+    def row(self) -> str:
+        """The heat map's row: everything but the pressure."""
+        return f"{self.popularity} · closed{self.clients}"
+
+    def family(self, tokens_per_word: float, seed: int) -> FamilyCell:
+        """The cell's chats, their text sized so that the engine sees the target tokens."""
+        return FamilyCell(
+            tenants=self.tenants,
+            prefix_tokens=words_for(self.prefix_tokens, tokens_per_word),
+            popularity=self.popularity,
+            conversations=self.conversations,
+            user_tokens=words_for(USER_TOKENS, tokens_per_word),
+            output_tokens=OUTPUT_TOKENS,
+            seed=seed,
+        )
+
+
+def words_for(tokens: int, tokens_per_word: float) -> int:
+    """How many family words make about `tokens` engine tokens (at least 1)."""
+    if tokens_per_word <= 0:
+        raise ValueError(f"tokens_per_word must be > 0, got {tokens_per_word}")
+    return max(1, round(tokens / tokens_per_word))
+
+
+QUICK = (PressureCell(10, "hot"),)
+FULL = (*QUICK, PressureCell(20, "uniform"), PressureCell(2, "uniform"))
