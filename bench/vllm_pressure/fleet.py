@@ -65,11 +65,16 @@ class VllmFleet:
         self._niceness = niceness
         self._servers = contextlib.ExitStack()
         self._starts = 0
+        self._used = False  # a launch has handed the servers out since they started
         self._rng = random.Random(0)  # probe prompts
         self.urls: list[str] = []
 
     def __enter__(self) -> VllmFleet:
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self._servers.close()  # the servers that did start; no __exit__ will run
+            raise
         return self
 
     def __exit__(
@@ -88,12 +93,13 @@ class VllmFleet:
             server = vllm_server(self._python, self._model_dir, settings, log_path, self._niceness)
             urls.append(self._servers.enter_context(server))
         self.urls = urls
+        self._used = False
         with httpx.Client(timeout=120.0) as client:
             for url in urls:
                 self._warm_up(client, url)
 
     def _warm_up(self, client: httpx.Client, url: str) -> None:
-        rng = random.Random(len(url))
+        rng = random.Random(1)
         for tokens in WARM_UP_PROMPTS:
             prompt = [rng.randrange(10, 1000) for _ in range(tokens)]
             complete(client, url, self.model, prompt, max_tokens=24)
@@ -101,8 +107,9 @@ class VllmFleet:
     @contextlib.contextmanager
     def launch(self, log_dir: Path, tag: str) -> Iterator[Sequence[str]]:
         """The servers' URLs, their prefix caches cold (see the module docstring)."""
-        if self.restart:
+        if self.restart and self._used:
             self._start()
+        self._used = True
         started = time.monotonic()
         with httpx.Client(timeout=120.0) as client:
             for url in self.urls:
