@@ -129,8 +129,8 @@ def write_bars(rows: Sequence[Row], path: Path, title: str) -> Path:
         mine = {label(r): r for r in rows if r["cell"] == cell}
         xs = [i for i, name in enumerate(routers) if name in mine]
         shown = [mine[routers[i]] for i in xs]
-        ax.bar(xs, [r["ttft_mean_s"] for r in shown], color="#4c72b0", label="mean")
-        ax.scatter(xs, [r["ttft_p90_s"] for r in shown], marker="_", s=400, c="k", label="p90")
+        ax.bar(xs, [r["ttft_mean_s"] for r in shown], color="#4c72b0")
+        ax.scatter(xs, [r["ttft_p90_s"] for r in shown], marker="_", s=400, c="k")
         for x, r in zip(xs, shown, strict=True):
             ax.annotate(
                 f"{r['hit_rate']:.0%}",
@@ -144,8 +144,7 @@ def write_bars(rows: Sequence[Row], path: Path, title: str) -> Path:
         ax.set_xticks(range(len(routers)), [n.replace(" ", "\n") for n in routers], fontsize=8)
         ax.set_title(cell, fontsize=10)
         ax.set_ylabel("TTFT (s)")
-    axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"{title} (hit rate above each p90)")
+    fig.suptitle(f"{title}: bars mean TTFT, ticks p90, above them the hit rate")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
