@@ -184,7 +184,15 @@ class Bench:
             return
         row = report.figures(result)
         self.runs.append(
-            {"cell": cell, "repeat": repeat, "router": router, "policy": policy, **row}
+            {
+                "mode": report.MODE,
+                "cell": cell,
+                "repeat": repeat,
+                "seed": self.args.seed + repeat,
+                "router": router,
+                "policy": policy,
+                **row,
+            }
         )
         _log(
             f"  mean TTFT {row['ttft_mean_s']:.3f} s, p90 {row['ttft_p90_s']:.3f} s, "
@@ -204,7 +212,7 @@ class Bench:
             "cells": list(self.cell_docs.values()),
             "runs": self.runs,
             "rows": rows,
-            "ratios": regime_report.ratios(rows),
+            "ratios": regime_report.ratios(self.runs),
             "failed": self.failed,
         }
         return report.write_json(doc, self.args.out)
@@ -290,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(bench: Bench, path: Path) -> int:
     rows = report.summarise(bench.runs)
-    table = regime_report.ratios(rows)
+    table = regime_report.ratios(bench.runs)
     print(report.format_rows(rows))
     print()
     print(regime_report.format_ratios(table))

@@ -1,12 +1,13 @@
 """The real-vLLM pressure bench's figures, tables, `vllm-pressure.json` and plots.
 
-A run is one (cell, router, repeat): the figures of `figures`. A row is one (cell, router)
-over its repeats: every figure the mean of its runs', plus the spread of the mean TTFT
-(`ttft_mean_min_s`, `ttft_mean_max_s`). Rows carry `mode: "vllm"`, so the regime map's
-ratios (`bench.regime.report.ratios`: kvgate `prefix-aware` ÷ sglang-router `cache_aware`
-and ÷ kvgate `round-robin`, mean and p90 TTFT, hit rate difference in points) and heat
-maps apply as they are; `write_bars` adds a bar chart of every router's mean and p90 TTFT
-per cell, annotated with its hit rate.
+A run is one (cell, router, repeat): the figures of `figures`, with `mode: "vllm"` and the
+repeat's workload `seed`, so the regime map's ratios apply to the runs as they are
+(`bench.regime.report.ratios`: kvgate `prefix-aware` ÷ sglang-router `cache_aware` and ÷
+kvgate `round-robin` of the figures' means over the repeats, the per-repeat mean ratios'
+range, the hit rate difference in points), and so do its heat maps. A row is one (cell,
+router) over its repeats: every figure the mean of its runs', plus the spread of the mean
+TTFT (`ttft_mean_min_s`, `ttft_mean_max_s`). `write_bars` draws every row's mean and p90
+TTFT per cell, annotated with its hit rate.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ DEFINITIONS = {
     "hit_rate": "vLLM's prefix_cache_hits / prefix_cache_queries (tokens), over the servers",
     "max_mean_share": "the busiest server's finished requests / the mean per server",
     "rows": "each figure the mean over the repeats of the (cell, router)",
-    "ratios": "kvgate prefix-aware / baseline, same cell; hit_rate in points",
+    "ratios": "kvgate prefix-aware / baseline, same cell, of the figures' means over the "
+    "repeats; hit_rate in points; ttft_mean_ratio_range: the per-repeat ratios' range",
 }
 
 

@@ -18,8 +18,10 @@ from sim.live.scrape import ReplicaReport
 
 def _run(router: str, policy: str, mean: float, repeat: int = 0, hit: float = 0.5) -> Any:
     return {
+        "mode": "vllm",
         "cell": "c",
         "repeat": repeat,
+        "seed": 1 + repeat,
         "router": router,
         "policy": policy,
         "requests": 10,
@@ -55,9 +57,10 @@ def test_rows_average_the_repeats_and_keep_the_spread() -> None:
 
 
 def test_ratios_to_sglang_router_come_from_the_regime_map() -> None:
-    [ratio] = regime_report.ratios(report.summarise(RUNS))
-    assert ratio["baseline"] == "sglang-router cache_aware"
+    [ratio] = regime_report.ratios(RUNS)
+    assert ratio["baseline"] == "sglang-router cache_aware" and ratio["runs"] == 2
     assert ratio["ttft_mean_ratio"] == 2.0 and ratio["ttft_p90_ratio"] == 2.0
+    assert ratio["ttft_mean_ratio_range"] == [2.0, 2.0]
     assert ratio["hit_rate_diff_points"] == pytest.approx(-30.0)
 
 
