@@ -63,19 +63,5 @@ async def run_router(
 
 
 def figures(result: ExperimentResult, saturation_rps: float, slowdown: float) -> dict[str, Any]:
-    """The map's figures from one live run (TTFT as the client measured it)."""
-    return {
-        "requests": len(result.results),
-        "errors": len(result.errors),
-        "error_samples": result.errors[:3],
-        "ttft_mean_s": result.ttft_mean_s,
-        "ttft_p50_s": result.ttft_p50_s,
-        "ttft_p90_s": result.ttft_p90_s,
-        "hit_rate": result.hit_rate,
-        "max_mean_share": result.max_mean_share,
-        "requests_per_replica": result.requests_per_replica,
-        "throughput_rps": result.throughput_rps,
-        "load": result.throughput_rps * slowdown / saturation_rps,
-        "wall_s": result.wall_s,
-        "command": list(result.router.command),
-    }
+    """The map's figures from one live run, with the load it carried."""
+    return {**result.figures(), "load": result.throughput_rps * slowdown / saturation_rps}

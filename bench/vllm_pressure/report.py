@@ -53,22 +53,7 @@ DEFINITIONS = {
 
 def figures(result: ExperimentResult) -> Row:
     """One run's figures (TTFT as the client measured it, counters as vLLM kept them)."""
-    return {
-        "requests": len(result.results),
-        "errors": len(result.errors),
-        "error_samples": result.errors[:3],
-        "ttft_mean_s": result.ttft_mean_s,
-        "ttft_p50_s": result.ttft_p50_s,
-        "ttft_p90_s": result.ttft_p90_s,
-        "ttft_p99_s": result.ttft_p99_s,
-        "hit_rate": result.hit_rate,
-        "max_mean_share": result.max_mean_share,
-        "requests_per_replica": result.requests_per_replica,
-        "preemptions": sum(r.preemptions for r in result.replicas),
-        "throughput_rps": result.throughput_rps,
-        "wall_s": result.wall_s,
-        "command": list(result.router.command),
-    }
+    return {**result.figures(), "preemptions": sum(r.preemptions for r in result.replicas)}
 
 
 def label(row: Row) -> str:

@@ -194,6 +194,25 @@ class ExperimentResult:
             ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else math.nan,
         )
 
+    def figures(self) -> dict[str, object]:
+        """The figures every live report keeps of a run (TTFT as the client measured it,
+        hit rate and load share from the replicas' counters)."""
+        return {
+            "requests": len(self.results),
+            "errors": len(self.errors),
+            "error_samples": self.errors[:3],
+            "ttft_mean_s": self.ttft_mean_s,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p90_s": self.ttft_p90_s,
+            "ttft_p99_s": self.ttft_p99_s,
+            "hit_rate": self.hit_rate,
+            "max_mean_share": self.max_mean_share,
+            "requests_per_replica": self.requests_per_replica,
+            "throughput_rps": self.throughput_rps,
+            "wall_s": self.wall_s,
+            "command": list(self.router.command),
+        }
+
     @property
     def errors(self) -> list[str]:
         return [r.error for r in self.results if r.error]
