@@ -191,9 +191,7 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument("--policy", metavar="NAME", help=_policy_help())
     s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
     s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
-    s.add_argument(
-        "--health-port", type=int, default=9003, help="gRPC health port (default 9003)"
-    )
+    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
     s.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )

@@ -58,7 +58,8 @@ def served_endpoint(req: pb.ProcessingRequest, headers: Mapping[str, str]) -> st
     """The endpoint that served, from the metadata context, else from a response header."""
     ns = req.metadata_context.filter_metadata.get(LB_NAMESPACE)
     if ns is not None and SERVED in ns.fields and ns.fields[SERVED].string_value:
-        return ns.fields[SERVED].string_value
+        served: str = ns.fields[SERVED].string_value
+        return served
     return headers.get(SERVED) or None
 
 
@@ -135,7 +136,7 @@ def immediate_error(exc: GatewayError) -> pb.ProcessingResponse:
     headers = [(b"content-type", b"application/json"), *exc.headers()]
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=exc.status),  # type: ignore[arg-type]
+            status=http_status_pb2.HttpStatus(code=exc.status),
             headers=pb.HeaderMutation(
                 set_headers=[
                     base_pb2.HeaderValueOption(

@@ -52,7 +52,8 @@ class EndpointPicker:
     def __init__(self, app: GatewayApp, max_fallbacks: int = 2) -> None:
         self._app = app
         self._max_endpoints = 1 + max_fallbacks
-        self._address = {b.id: urlsplit(b.spec.url).netloc for b in app.pool}
+        backends: list[Backend] = list(app.pool)
+        self._address: dict[str, str] = {b.id: urlsplit(b.spec.url).netloc for b in backends}
         self._by_address = {a: i for i, a in self._address.items()}
 
     def address(self, backend_id: str) -> str:
@@ -96,6 +97,9 @@ class EndpointPicker:
             return
         self._app.prefix.withdraw(d)
         self._end(d)
+        # The proxy moved on from the one picked (it refused or failed): a passive failure.
+        skipped = d.endpoint
+        skipped.state.record_upstream_failure(self._app.pool.now(), "skipped by the proxy")
         ex.dispatch = self._begin(self._app.pool.get(backend_id), ex.request)
 
     def response_status(self, ex: Exchange, status: int) -> None:
@@ -150,13 +154,10 @@ class EndpointPicker:
         d.endpoint.in_flight -= 1
 
     def _least_busy(self, allowed: set[str] | None) -> tuple[str, ...]:
-        ready = [
-            b for b in self._app.pool.healthy() if allowed is None or b.id in allowed
-        ]
+        ready = [b for b in self._app.pool.healthy() if allowed is None or b.id in allowed]
         if not ready:
             raise NoHealthyBackendError("no healthy backend")
         return tuple(b.id for b in sorted(ready, key=lambda b: b.in_flight))
 
     def _destination(self, ranked: tuple[str, ...] | list[str]) -> str:
         return ",".join(self._address[i] for i in ranked[: self._max_endpoints])
-

@@ -98,7 +98,10 @@ class RequestStream:
         request_id = request_id_from(self._headers.get("x-request-id"))
         try:
             ex = self._picker.pick(
-                self._headers.get(":path", ""), self._headers, body, request_id,
+                self._headers.get(":path", ""),
+                self._headers,
+                body,
+                request_id,
                 msg.subset_hint(req),
             )
         except GatewayError as exc:
@@ -134,7 +137,7 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
         self._picker = picker
         self._limit = max_body_bytes
 
-    async def Process(  # noqa: N802 (the gRPC method's name)
+    async def Process(
         self, request_iterator: AsyncIterator[msg.ProcessingRequest], context: object
     ) -> AsyncIterator[msg.ProcessingResponse]:
         stream = RequestStream(self._picker, self._limit)
