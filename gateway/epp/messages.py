@@ -31,6 +31,7 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 
 ProcessingRequest = pb.ProcessingRequest
 ProcessingResponse = pb.ProcessingResponse
+HttpBody = pb.HttpBody
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 
 
@@ -63,17 +64,19 @@ def served_endpoint(req: pb.ProcessingRequest, headers: Mapping[str, str]) -> st
     return headers.get(SERVED) or None
 
 
-def _destination_mutation(endpoints: str) -> pb.CommonResponse:
+def _set(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def _destination_mutation(endpoints: str, new_length: int | None) -> pb.CommonResponse:
+    headers = [_set(DESTINATION, endpoints)]
+    if new_length is not None:  # the body is forwarded changed
+        headers.append(_set("content-length", str(new_length)))
     return pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(
-            set_headers=[
-                base_pb2.HeaderValueOption(
-                    header=base_pb2.HeaderValue(key=DESTINATION, raw_value=endpoints.encode()),
-                    append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-                )
-            ]
-        ),
-        clear_route_cache=True,
+        header_mutation=pb.HeaderMutation(set_headers=headers), clear_route_cache=True
     )
 
 
@@ -83,21 +86,31 @@ def _lb_metadata(endpoints: str) -> struct_pb2.Struct:
     return meta
 
 
-def destination_on_headers(endpoints: str) -> pb.ProcessingResponse:
+def destination_on_headers(endpoints: str, new_length: int | None) -> pb.ProcessingResponse:
     """The request-headers answer naming `endpoints` (full-duplex mode: sent once the body
-    is in)."""
+    is in, which follows in `streamed_body`s of `new_length` bytes if that is given)."""
     return pb.ProcessingResponse(
-        request_headers=pb.HeadersResponse(response=_destination_mutation(endpoints)),
+        request_headers=pb.HeadersResponse(response=_destination_mutation(endpoints, new_length)),
         dynamic_metadata=_lb_metadata(endpoints),
     )
 
 
-def destination_on_body(endpoints: str) -> pb.ProcessingResponse:
+def destination_on_body(endpoints: str, new_body: bytes | None) -> pb.ProcessingResponse:
     """The request-body answer naming `endpoints` (buffered mode: headers already answered,
-    still held by the proxy until the body is answered)."""
+    still held by the proxy until the body is answered), replacing the body if given."""
+    common = _destination_mutation(endpoints, None if new_body is None else len(new_body))
+    if new_body is not None:
+        common.body_mutation.body = new_body
     return pb.ProcessingResponse(
-        request_body=pb.BodyResponse(response=_destination_mutation(endpoints)),
-        dynamic_metadata=_lb_metadata(endpoints),
+        request_body=pb.BodyResponse(response=common), dynamic_metadata=_lb_metadata(endpoints)
+    )
+
+
+def replaced_response_body(body: bytes) -> pb.ProcessingResponse:
+    """A response body chunk relayed as `body` instead (streamed mode)."""
+    mutation = pb.BodyMutation(body=body) if body else pb.BodyMutation(clear_body=True)
+    return pb.ProcessingResponse(
+        response_body=pb.BodyResponse(response=pb.CommonResponse(body_mutation=mutation))
     )
 
 

@@ -21,12 +21,13 @@ from urllib.parse import urlsplit
 from gateway.app import GatewayApp
 from gateway.errors import NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, parse_inference_body
-from gateway.usage import UsageTap
+from gateway.usage import UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 from health.pool import Backend
 from routing.types import RoutingRequest
 from scoring.prefix_feed import Dispatch
 
 _FAILURE_STATUSES = frozenset({502, 503, 504})
+_STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 
 
 @dataclass(slots=True)
@@ -42,7 +43,8 @@ class Exchange:
     dispatch: Dispatch[Backend] | None = None
     status: int = 0
     first_chunk_seen: bool = False
-    tap: UsageTap = field(default_factory=UsageTap)
+    body: bytes | None = None  # the body to forward instead, when it was changed
+    reader: UsageReader = field(default_factory=UsageTap)
     done: bool = False
 
 
@@ -86,6 +88,8 @@ class EndpointPicker:
             policy=decision.profile,
             request=route.request,
         )
+        if req.stream and api in _STREAM_USAGE_APIS:
+            ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         ex.dispatch = self._begin(app.pool.get(decision.ranked[0]), route.request)
         return ex
 
@@ -102,8 +106,10 @@ class EndpointPicker:
         skipped.state.record_upstream_failure(self._app.pool.now(), "skipped by the proxy")
         ex.dispatch = self._begin(self._app.pool.get(backend_id), ex.request)
 
-    def response_status(self, ex: Exchange, status: int) -> None:
+    def response_status(self, ex: Exchange, status: int, content_type: str = "") -> None:
         ex.status = status
+        if ex.body is not None and status < 400 and content_type.startswith("text/event-stream"):
+            ex.reader = UsageEventFilter()  # the usage event we asked for is not relayed
         d = ex.dispatch
         if d is None or status < 400:
             return
@@ -112,12 +118,18 @@ class EndpointPicker:
             backend = d.endpoint
             backend.state.record_upstream_failure(self._app.pool.now(), f"answered {status}")
 
-    def response_chunk(self, ex: Exchange, data: bytes) -> None:
-        ex.tap.feed(data)
+    def response_chunk(self, ex: Exchange, data: bytes, end: bool) -> bytes:
+        """What to relay of this response body chunk (the usage event we added is not)."""
+        out = ex.reader.feed(data)
+        if end:
+            out += ex.reader.finish()
         d = ex.dispatch
-        if ex.first_chunk_seen or d is None or not data.strip():
-            return
-        ex.first_chunk_seen = True
+        if not ex.first_chunk_seen and d is not None and data.strip():
+            ex.first_chunk_seen = True
+            self._first_chunk(ex, d)
+        return out
+
+    def _first_chunk(self, ex: Exchange, d: Dispatch[Backend]) -> None:
         now = self._app.clock()
         self._app.metrics.ttft_by(ex.model, d.endpoint.id).observe(now - ex.started)
         self._app.prefix.first_token(d, now - d.at)
@@ -133,7 +145,7 @@ class EndpointPicker:
         app.metrics.requests_by(ex.model, backend, status).inc()
         if d is None:
             return
-        usage = ex.tap.usage() if completed and 0 < ex.status < 400 else None
+        usage = ex.reader.usage() if completed and 0 < ex.status < 400 else None
         if usage is not None and usage.prompt_tokens is not None:
             check = app.prefix.observe(d, usage)
             if check is not None:

@@ -8,7 +8,9 @@ Request side, by the body mode the proxy announces (`protocol_config`):
   body answer carries the destination header (the proxy holds the headers until then).
 Response side: the status and the served endpoint from the headers, TTFT from the first body
 chunk, the usage from the last ones (body mode `STREAMED`, or `FULL_DUPLEX_STREAMED` where
-chunks are handed back). Errors the picker raises become immediate responses.
+chunks are handed back). As at the front door, a stream whose client did not ask for usage is
+forwarded asking for it (body and content-length replaced), and the usage event this adds is
+taken out of the relayed chunks. Errors the picker raises become immediate responses.
 """
 
 from __future__ import annotations
@@ -61,14 +63,7 @@ class RequestStream:
         if kind == "response_headers":
             return self._response_headers(req)
         if kind == "response_body":
-            body = req.response_body
-            if self.exchange is not None:
-                self._picker.response_chunk(self.exchange, body.body)
-            if body.end_of_stream:
-                self.close(completed=True)
-            if self._response_duplex:
-                return [msg.streamed_body(False, body.body, body.end_of_stream)]
-            return [msg.continue_body(False)]
+            return self._response_body(req.response_body)
         if kind == "response_trailers":
             self.close(completed=True)
             return [msg.continue_trailers(False)]
@@ -110,11 +105,27 @@ class RequestStream:
             return [msg.immediate_error(exc)]
         self.exchange = ex
         if on_body:
-            return [msg.destination_on_body(ex.destination)]
-        out = [msg.destination_on_headers(ex.destination)]
+            return [msg.destination_on_body(ex.destination, ex.body)]
+        new_length = None
+        if self._request_duplex and ex.body is not None:
+            body, new_length = ex.body, len(ex.body)
+        out = [msg.destination_on_headers(ex.destination, new_length)]
         if self._request_duplex and body:
             out.append(msg.streamed_body(True, body, end))
         return out
+
+    def _response_body(self, chunk: msg.HttpBody) -> Responses:
+        data, end = chunk.body, chunk.end_of_stream
+        relay = data
+        if self.exchange is not None:
+            relay = self._picker.response_chunk(self.exchange, data, end)
+        if end:
+            self.close(completed=True)
+        if self._response_duplex:
+            return [msg.streamed_body(False, relay, end)]
+        if relay == data:
+            return [msg.continue_body(False)]
+        return [msg.replaced_response_body(relay)]
 
     def _response_headers(self, req: msg.ProcessingRequest) -> Responses:
         headers = msg.header_map(req.response_headers)
@@ -124,7 +135,8 @@ class RequestStream:
             if served:
                 self._picker.served(ex, served)
             status = headers.get(":status", "0")
-            self._picker.response_status(ex, int(status) if status.isdigit() else 0)
+            code = int(status) if status.isdigit() else 0
+            self._picker.response_status(ex, code, headers.get("content-type", ""))
         if req.response_headers.end_of_stream:
             self.close(completed=True)
         return [msg.continue_headers(False)]

@@ -158,13 +158,14 @@ def test_streaming_is_relayed_and_credited_to_the_served_endpoint(
     urls, epp, base = stack
     served_before = epp.metric("kvgate_requests_total", status="200")
     observed_before = epp.metric("kvgate_observed_prompt_tokens_total")
-    options = {"include_usage": True}  # the usage the engine reports, cached tokens too
-    body = chat("stream me " * 40, stream=True, max_tokens=8, stream_options=options)
+    # No stream_options: the EPP asks the engine for usage and takes that event out.
+    body = chat("stream me " * 40, stream=True, max_tokens=8)
     with httpx.stream("POST", base + CHAT, json=body, timeout=20.0) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [line for line in resp.iter_lines() if line.startswith("data: ")]
     assert len(events) >= 8 and events[-1] == "data: [DONE]"
+    assert not [e for e in events if '"usage"' in e]
     assert epp.metric("kvgate_requests_total", status="200") == served_before + 1
     # The served endpoint's TTFT and the engine's cached tokens reached the accounting.
     assert epp.metric("kvgate_time_to_first_token_seconds_count") >= 1
@@ -192,12 +193,14 @@ def test_buffered_mode(stack: tuple[list[str], Epp, str], tmp_path: Path) -> Non
     urls, epp, _ = stack
     envoy, base = start_envoy(urls, epp.grpc_port, tmp_path / "envoy.log", body_mode="BUFFERED")
     with envoy:
+        observed = epp.metric("kvgate_observed_prompt_tokens_total")
         resp = httpx.post(base + CHAT, json=chat("buffered", max_tokens=4), timeout=20.0)
         assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 4
         body = chat("buffered stream", stream=True, max_tokens=4)
         with httpx.stream("POST", base + CHAT, json=body, timeout=20.0) as s:
             lines = [line for line in s.iter_lines() if line.startswith("data: ")]
-        assert lines[-1] == "data: [DONE]"
+        assert lines[-1] == "data: [DONE]" and not [e for e in lines if '"usage"' in e]
+        assert epp.metric("kvgate_observed_prompt_tokens_total") > observed
 
 
 def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
