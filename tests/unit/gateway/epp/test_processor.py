@@ -153,3 +153,43 @@ def test_a_request_without_a_body_is_routed_on_its_headers() -> None:
     stream = _stream(_app())
     [answer] = stream.handle(_headers(end=True, **{":path": "/v1/models", ":method": "GET"}))
     assert _destination(answer, "request_headers")
+
+
+def test_a_stream_is_asked_for_usage_and_the_usage_event_is_not_relayed() -> None:
+    app = _app()
+    stream = _stream(app)
+    body = orjson.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+    )
+    stream.handle(_duplex(_headers()))
+    headers, forwarded = stream.handle(_body(body))
+    new_body = forwarded.request_body.response.body_mutation.streamed_response.body
+    assert orjson.loads(new_body)["stream_options"] == {"include_usage": True}
+    lengths = [
+        h.header.raw_value
+        for h in headers.request_headers.response.header_mutation.set_headers
+        if h.header.key == "content-length"
+    ]
+    assert lengths == [str(len(new_body)).encode()]
+    hm = base_pb2.HeaderMap(
+        headers=[
+            base_pb2.HeaderValue(key=":status", raw_value=b"200"),
+            base_pb2.HeaderValue(key="content-type", raw_value=b"text/event-stream"),
+        ]
+    )
+    stream.handle(pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=hm)))
+    usage = (
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,'
+        b'"prompt_tokens_details":{"cached_tokens":0}}}\n\n'
+    )
+    chunk = b'data: {"choices":[{"delta":{}}]}\n\n'
+    [first] = stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk)))
+    assert not first.response_body.HasField("response")  # relayed as it is
+    [last] = stream.handle(
+        pb.ProcessingRequest(
+            response_body=pb.HttpBody(body=usage + b"data: [DONE]\n\n", end_of_stream=True)
+        )
+    )
+    assert last.response_body.response.body_mutation.body == b"data: [DONE]\n\n"
+    [hits] = app.prefix.cache_hits.values()  # the engine's answer reached the accounting
+    assert hits.prompt_tokens == 5
