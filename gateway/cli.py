@@ -348,7 +348,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _epp(args: argparse.Namespace) -> int:
     if args.pool or args.namespace:
         raise ConfigError(
-            "--pool/--namespace need pod discovery (not built yet); give --backend URL ..."
+            "--pool/--namespace needs pod discovery (not built yet); give --backend URL ..."
         )
     if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
@@ -356,7 +356,8 @@ def _epp(args: argparse.Namespace) -> int:
 
     from gateway.access_log import RequestIdFilter
     from gateway.app import build_app
-    from gateway.epp.server import EppSettings, serve_epp
+    from gateway.epp.server import serve_epp
+    from gateway.epp.settings import EppSettings
 
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import dataclass
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -25,20 +24,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.app import GatewayApp
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
+from gateway.epp.settings import EppSettings
 
 log = logging.getLogger(__name__)
 _READINESS_EVERY_S = 0.5
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-@dataclass(frozen=True, slots=True)
-class EppSettings:
-    host: str = "127.0.0.1"
-    grpc_port: int = 9002
-    health_port: int = 9003
-    metrics_port: int = 9090
-    grace_s: float = 5.0
 
 
 async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
