@@ -103,6 +103,10 @@ class RequestStream:
             self.ended = True
             log.info("request %s answered %d: %s", request_id, exc.status, exc.message)
             return [msg.immediate_error(exc)]
+        except Exception:  # a bug must not cost the proxy its stream: answer a plain 500
+            self.ended = True
+            log.exception("request %s: picking failed", request_id)
+            return [msg.immediate_error(GatewayError("internal endpoint picker error"))]
         self.exchange = ex
         if on_body:
             return [msg.destination_on_body(ex.destination, ex.body)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import orjson
+import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
@@ -193,3 +194,18 @@ def test_a_stream_is_asked_for_usage_and_the_usage_event_is_not_relayed() -> Non
     assert last.response_body.response.body_mutation.body == b"data: [DONE]\n\n"
     [hits] = app.prefix.cache_hits.values()  # the engine's answer reached the accounting
     assert hits.prompt_tokens == 5
+
+
+def test_a_failure_while_picking_is_an_immediate_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app()
+    stream = _stream(app)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(app.router, "route", broken)
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    assert answer.immediate_response.status.code == 500
+    assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "internal_error"
+    assert sum(b.in_flight for b in app.pool) == 0
