@@ -78,6 +78,7 @@ def start_envoy(
     *,
     body_mode: str = "FULL_DUPLEX_STREAMED",
     fail_open: bool = True,
+    template: str = "envoy.yaml",
 ) -> tuple[ChildProcess, str, str]:
     """Envoy from the shipped template; the process, its listener's and its admin's URL
     once ready."""
@@ -87,7 +88,7 @@ def start_envoy(
         f"port_value: {port}}}}}}}"
         for host, port in (u.split("://", 1)[1].rsplit(":", 1) for u in backends)
     )
-    config = string.Template((ROOT / "deploy/envoy/envoy.yaml").read_text()).substitute(
+    config = string.Template((ROOT / "deploy/envoy" / template).read_text()).substitute(
         ADMIN_PORT=admin,
         LISTEN_PORT=listen,
         EPP_PORT=epp_port,
@@ -281,3 +282,36 @@ def test_epp_killed_fail_open_flows_fail_close_refuses(tmp_path: Path) -> None:
                         r = httpx.post(open_base + CHAT, json=body)
                         assert r.status_code == 200, (r.text, r.headers)
                         assert httpx.post(close_base + CHAT, json=body).status_code >= 500
+
+
+def test_original_dst_cluster_one_endpoint_per_answer(tmp_path: Path) -> None:
+    config = tmp_path / "kvgate.yaml"
+    config.write_text("upstream: {max_attempts: 1}\n")  # the header holds one address
+    emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)
+    with emulator:
+        epp = start_epp(urls, tmp_path / "epp.log", config)
+        with epp.proc:
+            envoy, base, admin = start_envoy(
+                urls,
+                epp.grpc_port,
+                tmp_path / "envoy.log",
+                body_mode="BUFFERED",
+                template="envoy-original-dst.yaml",
+            )
+            with envoy:
+                for i in range(4):
+                    resp = httpx.post(base + CHAT, json=chat(f"q{i}", max_tokens=2))
+                    assert resp.status_code == 200, resp.text
+                ids = [u.split("://", 1)[1] for u in urls]
+                assert sum(epp.metric("kvgate_requests_total", backend=b) for b in ids) == 4
+                assert _rq_total(admin) == {"picked": 4, "fallback": 0}
+                epp.proc.stop()  # FailOpen: the route without the header, to the pool
+                assert httpx.post(base + CHAT, json=chat("open", max_tokens=2)).status_code == 200
+                assert _rq_total(admin) == {"picked": 4, "fallback": 1}
+
+
+def _rq_total(admin: str) -> dict[str, int]:
+    """Requests per upstream cluster of Envoy's `picked` and `fallback` clusters."""
+    stats = httpx.get(admin + "/stats?filter=upstream_rq_total$").text
+    counts = dict(line.split(": ") for line in stats.splitlines())
+    return {c: int(counts.get(f"cluster.{c}.upstream_rq_total", 0)) for c in ("picked", "fallback")}
