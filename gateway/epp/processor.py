@@ -41,6 +41,7 @@ class RequestStream:
         self._body: list[bytes] = []
         self._size = 0
         self._decided = False
+        self._subset: list[str] | None = None
         self.exchange: Exchange | None = None
         self.ended = False  # the response is over (or answered immediately)
 
@@ -49,16 +50,18 @@ class RequestStream:
             cfg = req.protocol_config
             self._request_duplex = cfg.request_body_mode == msg.FULL_DUPLEX
             self._response_duplex = cfg.response_body_mode == msg.FULL_DUPLEX
+        if req.HasField("metadata_context"):  # a subset hint may come with any request message
+            self._subset = msg.subset_hint(req) or self._subset
         kind = req.WhichOneof("request")
         if kind == "request_headers":
             self._headers = msg.header_map(req.request_headers)
             if req.request_headers.end_of_stream:
-                return self._decide(req, on_body=False)
+                return self._decide(on_body=False)
             return [] if self._request_duplex else [msg.continue_headers(True)]
         if kind == "request_body":
             return self._request_body(req)
         if kind == "request_trailers":
-            out = [] if self._decided else self._decide(req, on_body=False, end=False)
+            out = [] if self._decided else self._decide(on_body=False, end=False)
             return [*out, msg.continue_trailers(True)]
         if kind == "response_headers":
             return self._response_headers(req)
@@ -84,10 +87,10 @@ class RequestStream:
             exc = PayloadTooLargeError(f"request body exceeds the limit of {self._limit} bytes")
             return [msg.immediate_error(exc)]
         if chunk.end_of_stream:
-            return self._decide(req, on_body=not self._request_duplex)
+            return self._decide(on_body=not self._request_duplex)
         return [] if self._request_duplex else [msg.continue_body(True)]
 
-    def _decide(self, req: msg.ProcessingRequest, *, on_body: bool, end: bool = True) -> Responses:
+    def _decide(self, *, on_body: bool, end: bool = True) -> Responses:
         self._decided = True
         body = b"".join(self._body)
         request_id = request_id_from(self._headers.get("x-request-id"))
@@ -97,7 +100,7 @@ class RequestStream:
                 self._headers,
                 body,
                 request_id,
-                msg.subset_hint(req),
+                self._subset,
             )
         except GatewayError as exc:
             self.ended = True
