@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import string
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,24 @@ def test_streaming_is_relayed_and_credited_to_the_served_endpoint(
         if s.name == "kvgate_requests_total" and s.labels.get("status") == "200"
     }
     assert credited and credited <= ids
+
+
+def test_a_client_that_leaves_mid_stream_releases_the_in_flight_count(
+    stack: tuple[list[str], Epp, str],
+) -> None:
+    _, epp, base = stack
+    cut_before = epp.metric("kvgate_requests_total", status="499")
+    body = chat("a long story", stream=True, max_tokens=2000)  # fits 160 blocks of 16
+    with httpx.stream("POST", base + CHAT, json=body, timeout=20.0) as resp:
+        lines = resp.iter_lines()  # kept: a dropped iterator closes the connection
+        first = next(lines)
+        assert resp.status_code == 200, first
+        assert epp.metric("kvgate_in_flight_requests") == 1
+    deadline = time.monotonic() + 10.0
+    while epp.metric("kvgate_in_flight_requests") != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert epp.metric("kvgate_in_flight_requests") == 0
+    assert epp.metric("kvgate_requests_total", status="499") == cut_before + 1
 
 
 def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:
