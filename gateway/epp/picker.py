@@ -21,13 +21,18 @@ from urllib.parse import urlsplit
 from gateway.app import GatewayApp
 from gateway.errors import NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, parse_inference_body
-from gateway.usage import UsageEventFilter, UsageReader, UsageTap, ask_for_usage
+from gateway.usage import (
+    STREAM_USAGE_APIS,
+    UsageEventFilter,
+    UsageReader,
+    UsageTap,
+    ask_for_usage,
+)
 from health.pool import Backend
 from routing.types import RoutingRequest
 from scoring.prefix_feed import Dispatch
 
 _FAILURE_STATUSES = frozenset({502, 503, 504})
-_STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 
 
 @dataclass(slots=True)
@@ -58,9 +63,6 @@ class EndpointPicker:
         self._address: dict[str, str] = {b.id: urlsplit(b.spec.url).netloc for b in backends}
         self._by_address = {a: i for i, a in self._address.items()}
 
-    def address(self, backend_id: str) -> str:
-        return self._address[backend_id]
-
     def pick(
         self,
         path: str,
@@ -88,7 +90,7 @@ class EndpointPicker:
             policy=decision.profile,
             request=route.request,
         )
-        if req.stream and api in _STREAM_USAGE_APIS:
+        if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         ex.dispatch = self._begin(app.pool.get(decision.ranked[0]), route.request)
         return ex
