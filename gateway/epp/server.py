@@ -40,7 +40,14 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     health = await app.start_health()
     picker = EndpointPicker(app, max_fallbacks=max(0, app.config.upstream.max_attempts - 1))
-    server = grpc.aio.server()
+    # A BUFFERED body comes in one message: room for the largest body the config allows.
+    limit = app.config.server.max_body_bytes + 64 * 1024
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+        ]
+    )
     pb_grpc.add_ExternalProcessorServicer_to_server(
         ExternalProcessor(picker, app.config.server.max_body_bytes), server
     )
