@@ -62,12 +62,19 @@ Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
 
 
 @dataclass(slots=True)
-class _Runtime:
-    client: UpstreamClient
+class HealthRuntime:
+    """The background health work: active probes and metric scrapes, run by their owner."""
+
     probe_client: UpstreamFetcher
-    proxy: Proxy
     prober: Prober
     scraper: Scraper
+
+
+@dataclass(slots=True)
+class _Runtime:
+    client: UpstreamClient
+    proxy: Proxy
+    health: HealthRuntime
 
 
 class GatewayApp:
@@ -133,8 +140,8 @@ class GatewayApp:
             await send({"type": "lifespan.startup.failed", "message": str(exc)})
             return
         async with asyncio.TaskGroup() as tg:
-            probes = tg.create_task(runtime.prober.run(), name="health-probes")
-            scrapes = tg.create_task(runtime.scraper.run(), name="metrics-scrapes")
+            probes = tg.create_task(runtime.health.prober.run(), name="health-probes")
+            scrapes = tg.create_task(runtime.health.scraper.run(), name="metrics-scrapes")
             recording = (
                 tg.create_task(self.recorder.run(), name="trace-recorder")
                 if self.recorder
@@ -149,15 +156,38 @@ class GatewayApp:
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
-        await runtime.probe_client.aclose()
+        await runtime.health.probe_client.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _start(self) -> _Runtime:
         if self.recorder is not None:
             self.recorder.open()  # an unwritable path fails the start-up
-        h = self.config.health
         client = make_client(self.config.upstream)
+        health = await self.start_health()
+        proxy = Proxy(
+            self.pool,
+            client,
+            self.metrics,
+            self.clock,
+            max_attempts=self.config.upstream.max_attempts,
+            prefix=self.prefix,
+            count_output=self.recorder is not None,
+        )
+        self._runtime = _Runtime(client, proxy, health)
+        healthy = len(self.pool.healthy())
+        log.info(
+            "kvgate ready: %d/%d backends healthy, policy %s",
+            healthy,
+            len(self.pool),
+            self.scheduler.default_profile,
+        )
+        return self._runtime
+
+    async def start_health(self) -> HealthRuntime:
+        """A first probe round and metric scrape; the caller runs `prober.run()` and
+        `scraper.run()` and closes `probe_client` (the front door here, `kvgate epp` too)."""
+        h = self.config.health
         probe_limits = ClientLimits(
             connect_timeout=h.probe_timeout_s,
             read_timeout=h.probe_timeout_s,
@@ -183,24 +213,15 @@ class GatewayApp:
         async with asyncio.TaskGroup() as tg:  # first metrics before the first request
             for backend in scraper.polled():
                 tg.create_task(scraper.scrape_once(backend))
-        proxy = Proxy(
-            self.pool,
-            client,
-            self.metrics,
-            self.clock,
-            max_attempts=self.config.upstream.max_attempts,
-            prefix=self.prefix,
-            count_output=self.recorder is not None,
-        )
-        self._runtime = _Runtime(client, probe_client, proxy, prober, scraper)
-        healthy = len(self.pool.healthy())
-        log.info(
-            "kvgate ready: %d/%d backends healthy, policy %s",
-            healthy,
-            len(self.pool),
-            self.scheduler.default_profile,
-        )
-        return self._runtime
+        return HealthRuntime(probe_client, prober, scraper)
+
+    def metrics_page(self) -> bytes:
+        """The Prometheus exposition, with the per-backend gauges brought up to date."""
+        now = self.clock()
+        for b in self.pool:
+            self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
+            self.metrics.in_flight.labels(b.id).set(b.in_flight)
+        return self.metrics.render()
 
     # -- dispatch -------------------------------------------------------------------------
     async def _http(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
@@ -309,11 +330,7 @@ class GatewayApp:
         )
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        now = self.clock()
-        for b in self.pool:
-            self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
-            self.metrics.in_flight.labels(b.id).set(b.in_flight)
-        await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
+        await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
 
     async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         cards = self.pool.served_models()

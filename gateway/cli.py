@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve_parser(sub)
+    _add_epp_parser(sub)
     _add_emulate_parser(sub)
 
     d = sub.add_parser(
@@ -148,6 +149,54 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="append a replayable trace of the traffic to FILE (config server.record_path): "
         "arrivals, token counts, prefix block hashes, never prompt text",
     )
+    s.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+
+
+EPP_EPILOG = """\
+examples:
+  kvgate epp --backend http://10.0.0.5:8000 --backend http://10.0.0.6:8000
+  kvgate epp --config kvgate.yaml --host 0.0.0.0
+
+Envoy (or a Gateway built on it) calls it over ext_proc for each request; it answers with
+header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
+metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
+Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
+deploy/envoy/ in kvgate's source tree has an Envoy config that uses it.
+"""
+
+
+def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "epp",
+        help="run as a Gateway API Inference Extension endpoint picker (Envoy ext_proc)",
+        description="Run the gateway's routing as an endpoint picker: an Envoy ext_proc gRPC "
+        "server that picks the backend for each request, with a gRPC health service "
+        "(liveness, readiness) and Prometheus metrics. Needs kvgate[epp].",
+        epilog=EPP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    s.add_argument(
+        "--backend",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="an engine replica (static endpoints); repeat for each",
+    )
+    s.add_argument("--policy", metavar="NAME", help=_policy_help())
+    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
+    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
+    s.add_argument(
+        "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
+    )
+    s.add_argument("--pool", metavar="NAME", help="InferencePool to watch (not built yet)")
+    s.add_argument("--namespace", metavar="NS", help="the InferencePool's namespace")
     s.add_argument(
         "--log-level",
         default="info",
@@ -249,11 +298,11 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
     raw.setdefault("backends", []).extend(parse_backend_arg(b).model_dump() for b in args.backend)
     if args.host is not None:
         raw.setdefault("server", {})["host"] = args.host
-    if args.port is not None:
+    if getattr(args, "port", None) is not None:
         raw.setdefault("server", {})["port"] = args.port
     if args.policy:
         raw.setdefault("routing", {})["policy"] = args.policy
-    if args.record:
+    if getattr(args, "record", None):
         raw.setdefault("server", {})["record_path"] = args.record
     return parse_config(raw, source="command line")
 
@@ -293,6 +342,35 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_config=None,
     )
+    return 0
+
+
+def _epp(args: argparse.Namespace) -> int:
+    if args.pool or args.namespace:
+        raise ConfigError(
+            "--pool/--namespace needs pod discovery (not built yet); give --backend URL ..."
+        )
+    if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
+        raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
+    import asyncio
+
+    from gateway.access_log import RequestIdFilter
+    from gateway.app import build_app
+    from gateway.epp.server import serve_epp
+    from gateway.epp.settings import EppSettings
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
+    cfg = _effective_config(args)
+    app = build_app(cfg)
+    ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
+    check_can_listen(cfg.server.host, ports)
+    settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
+    asyncio.run(serve_epp(app, settings))
     return 0
 
 
@@ -383,6 +461,7 @@ def _sim(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"serve": _serve, "emulate": _emulate, "demo": _demo, "check-config": _check_config}
+    commands["epp"] = _epp
     commands["sim"] = _sim
     try:
         return commands[args.command](args)

@@ -29,7 +29,13 @@ from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import PrefixTracker
 from gateway.router import Route
 from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
-from gateway.usage import UsageEventFilter, UsageReader, UsageTap, ask_for_usage
+from gateway.usage import (
+    STREAM_USAGE_APIS,
+    UsageEventFilter,
+    UsageReader,
+    UsageTap,
+    ask_for_usage,
+)
 from health.pool import Backend, BackendPool
 from scoring.prefix_feed import Dispatch
 
@@ -37,7 +43,6 @@ log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({502, 503})
 _FAILURE_STATUSES = frozenset({502, 503, 504})
-_STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 
 
 @dataclass(slots=True)
@@ -100,7 +105,7 @@ class Proxy:
         headers = request_headers(raw_headers, rec.request_id)
         target = path + ("?" + query.decode("latin-1") if query else "")
         strip_usage = False
-        if route.request.stream and route.request.api in _STREAM_USAGE_APIS:
+        if route.request.stream and route.request.api in STREAM_USAGE_APIS:
             asked = ask_for_usage(body)
             if asked is not None:
                 body, strip_usage = asked, True

@@ -7,7 +7,7 @@ vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -44,10 +44,19 @@ class RequestRouter:
         self._section = section
         self.prefix = prefix
 
-    def route(self, req: InferenceRequest, headers: Mapping[str, str], request_id: str) -> Route:
-        """Hash `req`'s prompt and decide where it goes."""
+    def route(
+        self,
+        req: InferenceRequest,
+        headers: Mapping[str, str],
+        request_id: str,
+        subset: Collection[str] | None = None,
+    ) -> Route:
+        """Hash `req`'s prompt and decide where it goes; only among the backend ids in
+        `subset` when given (an Envoy subset hint to the endpoint picker)."""
         policy = self._policy(headers)
         endpoints = self._pool.snapshots()
+        if subset is not None:
+            endpoints = tuple(e for e in endpoints if e.id in subset)
         candidates, excluded = self._candidates(req.model, endpoints)
         block_chars = self.prefix.block_chars(endpoints)
         hashes, prompt_tokens = self.prefix.hashes(req, block_chars)

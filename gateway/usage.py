@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 TAIL_BYTES = 8192
+STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a key: inside a JSON string the quotes are escaped
 # A usage object holds numbers and objects of numbers: two levels of braces, no strings.
 _OBJECT = re.compile(rb"\{(?:[^{}]|\{[^{}]*\})*\}")

@@ -248,3 +248,15 @@ def test_emulate_bad_arguments_exit_2_before_listening(
     err = capsys.readouterr().err
     assert err.startswith("kvgate: ") and message in err
     assert err.count("\n") == 1
+
+
+def test_epp_help_shows_the_reference_ports(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _help(capsys, "epp")
+    for flag, port in (("--grpc-port", 9002), ("--health-port", 9003), ("--metrics-port", 9090)):
+        assert flag in out and f"(default {port})" in out
+    assert "x-gateway-destination-endpoint" in out
+
+
+def test_epp_pool_waits_for_pod_discovery(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["epp", "--pool", "llama", "--namespace", "ml"]) == 2
+    assert "needs pod discovery (not built yet)" in capsys.readouterr().err

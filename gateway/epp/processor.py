@@ -1,0 +1,170 @@
+"""The ext_proc stream of one request: Envoy's messages in, the picker's answers out.
+
+Request side, by the body mode the proxy announces (`protocol_config`):
+- `FULL_DUPLEX_STREAMED`: the headers are answered once the whole body is in (the answer
+  carries the destination), then the body is handed back in one streamed chunk, as the
+  protocol requires in this mode;
+- `BUFFERED` (and anything else): the headers are answered at once with no change, and the
+  body answer carries the destination header (the proxy holds the headers until then).
+Response side: the status and the served endpoint from the headers, TTFT from the first body
+chunk, the usage from the last ones (body mode `STREAMED`, or `FULL_DUPLEX_STREAMED` where
+chunks are handed back). As at the front door, a stream whose client did not ask for usage is
+forwarded asking for it (body and content-length replaced), and the usage event this adds is
+taken out of the relayed chunks. Errors the picker raises become immediate responses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from gateway.access_log import request_id_from
+from gateway.epp import messages as msg
+from gateway.epp.picker import EndpointPicker, Exchange
+from gateway.errors import GatewayError, PayloadTooLargeError
+
+log = logging.getLogger(__name__)
+Responses = list[msg.ProcessingResponse]
+
+
+class RequestStream:
+    """State of one ext_proc stream; `handle` maps each message to the answers it needs."""
+
+    def __init__(self, picker: EndpointPicker, max_body_bytes: int) -> None:
+        self._picker = picker
+        self._limit = max_body_bytes
+        self._request_duplex = False
+        self._response_duplex = False
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._size = 0
+        self._decided = False
+        self._subset: list[str] | None = None
+        self.exchange: Exchange | None = None
+        self.ended = False  # the response is over (or answered immediately)
+
+    def handle(self, req: msg.ProcessingRequest) -> Responses:
+        if req.HasField("protocol_config"):
+            cfg = req.protocol_config
+            self._request_duplex = cfg.request_body_mode == msg.FULL_DUPLEX
+            self._response_duplex = cfg.response_body_mode == msg.FULL_DUPLEX
+        if req.HasField("metadata_context"):  # a subset hint may come with any request message
+            self._subset = msg.subset_hint(req) or self._subset
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            self._headers = msg.header_map(req.request_headers)
+            if req.request_headers.end_of_stream:
+                return self._decide(on_body=False)
+            return [] if self._request_duplex else [msg.continue_headers(True)]
+        if kind == "request_body":
+            return self._request_body(req)
+        if kind == "request_trailers":
+            out = [] if self._decided else self._decide(on_body=False, end=False)
+            return [*out, msg.continue_trailers(True)]
+        if kind == "response_headers":
+            return self._response_headers(req)
+        if kind == "response_body":
+            return self._response_body(req.response_body)
+        if kind == "response_trailers":
+            self.close(completed=True)
+            return [msg.continue_trailers(False)]
+        return []
+
+    def close(self, completed: bool) -> None:
+        """Settle the exchange's accounting (once); `completed` is False when cut short."""
+        self.ended = self.ended or completed
+        if self.exchange is not None:
+            self._picker.finish(self.exchange, completed)
+
+    def _request_body(self, req: msg.ProcessingRequest) -> Responses:
+        chunk = req.request_body
+        self._body.append(chunk.body)
+        self._size += len(chunk.body)
+        if self._size > self._limit:
+            self.ended = True
+            exc = PayloadTooLargeError(f"request body exceeds the limit of {self._limit} bytes")
+            return [msg.immediate_error(exc)]
+        if chunk.end_of_stream:
+            return self._decide(on_body=not self._request_duplex)
+        return [] if self._request_duplex else [msg.continue_body(True)]
+
+    def _decide(self, *, on_body: bool, end: bool = True) -> Responses:
+        self._decided = True
+        body = b"".join(self._body)
+        request_id = request_id_from(self._headers.get("x-request-id"))
+        try:
+            ex = self._picker.pick(
+                self._headers.get(":path", ""),
+                self._headers,
+                body,
+                request_id,
+                self._subset,
+            )
+        except GatewayError as exc:
+            self.ended = True
+            log.info("request %s answered %d: %s", request_id, exc.status, exc.message)
+            return [msg.immediate_error(exc)]
+        except Exception:  # a bug must not cost the proxy its stream: answer a plain 500
+            self.ended = True
+            log.exception("request %s: picking failed", request_id)
+            return [msg.immediate_error(GatewayError("internal endpoint picker error"))]
+        self.exchange = ex
+        if on_body:
+            return [msg.destination_on_body(ex.destination, ex.body)]
+        new_length = None
+        if self._request_duplex and ex.body is not None:
+            body, new_length = ex.body, len(ex.body)
+        out = [msg.destination_on_headers(ex.destination, new_length)]
+        if self._request_duplex and body:
+            out.append(msg.streamed_body(True, body, end))
+        return out
+
+    def _response_body(self, chunk: msg.HttpBody) -> Responses:
+        data, end = chunk.body, chunk.end_of_stream
+        relay = data
+        if self.exchange is not None:
+            relay = self._picker.response_chunk(self.exchange, data, end)
+        if end:
+            self.close(completed=True)
+        if self._response_duplex:
+            return [msg.streamed_body(False, relay, end)]
+        if relay == data:
+            return [msg.continue_body(False)]
+        return [msg.replaced_response_body(relay)]
+
+    def _response_headers(self, req: msg.ProcessingRequest) -> Responses:
+        headers = msg.header_map(req.response_headers)
+        ex = self.exchange
+        if ex is not None:
+            served = msg.served_endpoint(req, headers)
+            if served:
+                self._picker.served(ex, served)
+            status = headers.get(":status", "0")
+            code = int(status) if status.isdigit() else 0
+            self._picker.response_status(ex, code, headers.get("content-type", ""))
+        if req.response_headers.end_of_stream:
+            self.close(completed=True)
+        return [msg.continue_headers(False)]
+
+
+class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """`envoy.service.ext_proc.v3.ExternalProcessor`: one `RequestStream` per call."""
+
+    def __init__(self, picker: EndpointPicker, max_body_bytes: int) -> None:
+        self._picker = picker
+        self._limit = max_body_bytes
+
+    async def Process(
+        self, request_iterator: AsyncIterator[msg.ProcessingRequest], context: object
+    ) -> AsyncIterator[msg.ProcessingResponse]:
+        stream = RequestStream(self._picker, self._limit)
+        try:
+            async for req in request_iterator:
+                for out in stream.handle(req):
+                    yield out
+                if stream.ended:
+                    break
+        finally:
+            stream.close(completed=stream.ended)

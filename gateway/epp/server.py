@@ -1,0 +1,121 @@
+"""Run the endpoint picker: ext_proc gRPC, gRPC health and Prometheus metrics, one event loop.
+
+Ports (the reference EPP's defaults): ext_proc 9002, health 9003 (`grpc.health.v1` with
+services `liveness`, always serving, and `readiness`, serving while some backend is healthy;
+the empty service name follows readiness), metrics 9090 (`GET /metrics`). Port 0 picks a free
+one; the start-up line names the ports bound. The gateway's health probes and metric scrapes
+run here as under `kvgate serve`. SIGINT or SIGTERM stops it, letting streams finish for up to
+`grace_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway.app import GatewayApp
+from gateway.epp.picker import EndpointPicker
+from gateway.epp.processor import ExternalProcessor
+from gateway.epp.settings import EppSettings
+
+log = logging.getLogger(__name__)
+_READINESS_EVERY_S = 0.5
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    health = await app.start_health()
+    picker = EndpointPicker(app, max_fallbacks=max(0, app.config.upstream.max_attempts - 1))
+    # A BUFFERED body comes in one message: room for the largest body the config allows.
+    limit = app.config.server.max_body_bytes + 64 * 1024
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+        ]
+    )
+    pb_grpc.add_ExternalProcessorServicer_to_server(
+        ExternalProcessor(picker, app.config.server.max_body_bytes), server
+    )
+    grpc_port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    health_server = grpc.aio.server()
+    checks = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, health_server)
+    health_port = health_server.add_insecure_port(f"{settings.host}:{settings.health_port}")
+    metrics = await asyncio.start_server(
+        lambda r, w: _metrics_client(app, r, w), settings.host, settings.metrics_port
+    )
+    metrics_port = metrics.sockets[0].getsockname()[1]
+    await checks.set("liveness", _SERVING)
+    await server.start()
+    await health_server.start()
+    log.info(
+        "kvgate epp: ext_proc on %s:%d, health on %s:%d, metrics on http://%s:%d/metrics; "
+        "%d/%d backends healthy, policy %s",
+        settings.host, grpc_port, settings.host, health_port, settings.host, metrics_port,
+        len(app.pool.healthy()), len(app.pool), app.scheduler.default_profile,
+    )  # fmt: skip
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [
+                tg.create_task(health.prober.run(), name="health-probes"),
+                tg.create_task(health.scraper.run(), name="metrics-scrapes"),
+                tg.create_task(_report_readiness(app, checks), name="readiness"),
+            ]
+            await stop.wait()
+            log.info("kvgate epp: stopping")
+            await checks.enter_graceful_shutdown()
+            for task in tasks:
+                task.cancel()
+    finally:
+        metrics.close()
+        await server.stop(settings.grace_s)
+        await health_server.stop(0)
+        await health.probe_client.aclose()
+
+
+async def _report_readiness(app: GatewayApp, checks: health_aio.HealthServicer) -> None:
+    while True:
+        status = _SERVING if app.pool.healthy() else _NOT_SERVING
+        await checks.set("readiness", status)
+        await checks.set("", status)
+        await asyncio.sleep(_READINESS_EVERY_S)
+
+
+async def _metrics_client(
+    app: GatewayApp, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """A one-request HTTP/1.0 answer: the metrics page on GET /metrics, else 404."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
+        parts = head.split(b" ", 2)
+        if len(parts) > 1 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
+            status, body, kind = b"200 OK", app.metrics_page(), CONTENT_TYPE_LATEST.encode()
+        else:
+            status, body, kind = b"404 Not Found", b"not found\n", b"text/plain"
+        writer.write(
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: " + kind
+            + b"\r\ncontent-length: " + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n" + body
+        )  # fmt: skip
+        await writer.drain()
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+        pass  # a client that sent no request, or went away: nothing to answer
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()

@@ -1,0 +1,18 @@
+"""Where `kvgate epp` listens: the process settings (no gRPC import, so the CLI can show
+the defaults without loading it). The ports are the reference endpoint picker's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EppSettings:
+    host: str = "127.0.0.1"
+    grpc_port: int = 9002  # ext_proc
+    health_port: int = 9003  # grpc.health.v1
+    metrics_port: int = 9090  # Prometheus
+    grace_s: float = 5.0  # streams may finish for this long after SIGINT/SIGTERM
+
+
+DEFAULT_EPP = EppSettings()

@@ -1,0 +1,211 @@
+"""The ext_proc stream state machine, fed Envoy's messages in memory (no sockets)."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from gateway.app import GatewayApp
+from gateway.config import parse_config
+from gateway.epp import messages as msg
+from gateway.epp.picker import EndpointPicker
+from gateway.epp.processor import RequestStream
+
+MODEL = "m"
+BODY = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi " * 40}]})
+
+
+def _app(backends: int = 2, healthy: bool = True) -> GatewayApp:
+    raw = {
+        "backends": [
+            {"url": f"http://10.0.0.{i}:8000", "models": [MODEL]} for i in range(1, backends + 1)
+        ],
+        "routing": {"policy": "round-robin"},
+    }
+    app = GatewayApp(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1))
+    for backend in app.pool:
+        backend.state.record_probe(healthy, 0.0)
+    return app
+
+
+def _stream(app: GatewayApp) -> RequestStream:
+    return RequestStream(EndpointPicker(app, max_fallbacks=1), max_body_bytes=1 << 20)
+
+
+def _headers(end: bool = False, **extra: str) -> pb.ProcessingRequest:
+    values = {":method": "POST", ":path": "/v1/chat/completions", **extra}
+    hm = base_pb2.HeaderMap(
+        headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in values.items()]
+    )
+    return pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=hm, end_of_stream=end))
+
+
+def _duplex(req: pb.ProcessingRequest) -> pb.ProcessingRequest:
+    req.protocol_config.request_body_mode = msg.FULL_DUPLEX
+    return req
+
+
+def _body(data: bytes, end: bool = True) -> pb.ProcessingRequest:
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=data, end_of_stream=end))
+
+
+def _response_headers(status: str, served: str | None = None) -> pb.ProcessingRequest:
+    hm = base_pb2.HeaderMap(
+        headers=[base_pb2.HeaderValue(key=":status", raw_value=status.encode())]
+    )
+    req = pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=hm))
+    if served is not None:
+        req.metadata_context.filter_metadata[msg.LB_NAMESPACE].update({msg.SERVED: served})
+    return req
+
+
+def _destination(resp: pb.ProcessingResponse, kind: str) -> str:
+    common = getattr(resp, kind).response
+    [option] = common.header_mutation.set_headers
+    assert option.header.key == msg.DESTINATION
+    value = option.header.raw_value.decode()
+    lb = resp.dynamic_metadata.fields[msg.LB_NAMESPACE].struct_value
+    assert lb.fields[msg.DESTINATION].string_value == value  # header and metadata agree
+    return value
+
+
+def test_full_duplex_answers_headers_after_the_body_and_hands_the_body_back() -> None:
+    stream = _stream(_app())
+    assert stream.handle(_duplex(_headers())) == []
+    assert stream.handle(_body(BODY[:10], end=False)) == []
+    headers, body = stream.handle(_body(BODY[10:]))
+    assert _destination(headers, "request_headers") in (
+        "10.0.0.1:8000,10.0.0.2:8000",
+        "10.0.0.2:8000,10.0.0.1:8000",
+    )
+    streamed = body.request_body.response.body_mutation.streamed_response
+    assert streamed.body == BODY and streamed.end_of_stream
+
+
+def test_buffered_continues_the_headers_and_names_the_endpoint_on_the_body() -> None:
+    stream = _stream(_app())
+    [cont] = stream.handle(_headers())
+    assert cont.HasField("request_headers") and not cont.request_headers.HasField("response")
+    [answer] = stream.handle(_body(BODY))
+    assert _destination(answer, "request_body").count(",") == 1
+
+
+def test_the_subset_hint_limits_the_choice() -> None:
+    stream = _stream(_app(backends=3))
+    req = _body(BODY)
+    hint = req.metadata_context.filter_metadata[msg.SUBSET_NAMESPACE]
+    hint.update({msg.SUBSET: ["10.0.0.3:8000"]})
+    stream.handle(_headers())
+    [answer] = stream.handle(req)
+    assert _destination(answer, "request_body") == "10.0.0.3:8000"
+
+
+def test_the_served_endpoint_gets_the_credit_and_the_count_is_released() -> None:
+    app = _app()
+    stream = _stream(app)
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    picked, other = _destination(answer, "request_body").split(",")
+    by_address = {b.spec.url.split("://")[1]: b for b in app.pool}
+    assert by_address[picked].in_flight == 1
+    stream.handle(_response_headers("200", served=other))
+    assert by_address[picked].in_flight == 0 and by_address[other].in_flight == 1
+    stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: x\n\n")))
+    ttft = f'kvgate_time_to_first_token_seconds_count{{backend="{by_address[other].id}"'
+    assert ttft.encode() in app.metrics.render()
+    stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(end_of_stream=True)))
+    assert by_address[other].in_flight == 0 and stream.ended
+
+
+def test_a_cut_stream_releases_the_in_flight_count() -> None:
+    app = _app()
+    stream = _stream(app)
+    stream.handle(_headers())
+    stream.handle(_body(BODY))
+    assert sum(b.in_flight for b in app.pool) == 1
+    stream.close(completed=False)
+    stream.close(completed=False)  # once only
+    assert sum(b.in_flight for b in app.pool) == 0
+
+
+def test_no_healthy_backend_is_an_immediate_503_in_openai_shape() -> None:
+    stream = _stream(_app(healthy=False))
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    immediate = answer.immediate_response
+    assert immediate.status.code == 503
+    assert orjson.loads(immediate.body)["error"]["code"] == "no_healthy_backend"
+    assert stream.ended
+
+
+def test_a_bad_body_is_an_immediate_400() -> None:
+    stream = _stream(_app())
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(b"{nope"))
+    assert answer.immediate_response.status.code == 400
+    assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "invalid_json"
+
+
+def test_a_request_without_a_body_is_routed_on_its_headers() -> None:
+    stream = _stream(_app())
+    [answer] = stream.handle(_headers(end=True, **{":path": "/v1/models", ":method": "GET"}))
+    assert _destination(answer, "request_headers")
+
+
+def test_a_stream_is_asked_for_usage_and_the_usage_event_is_not_relayed() -> None:
+    app = _app()
+    stream = _stream(app)
+    body = orjson.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+    )
+    stream.handle(_duplex(_headers()))
+    headers, forwarded = stream.handle(_body(body))
+    new_body = forwarded.request_body.response.body_mutation.streamed_response.body
+    assert orjson.loads(new_body)["stream_options"] == {"include_usage": True}
+    lengths = [
+        h.header.raw_value
+        for h in headers.request_headers.response.header_mutation.set_headers
+        if h.header.key == "content-length"
+    ]
+    assert lengths == [str(len(new_body)).encode()]
+    hm = base_pb2.HeaderMap(
+        headers=[
+            base_pb2.HeaderValue(key=":status", raw_value=b"200"),
+            base_pb2.HeaderValue(key="content-type", raw_value=b"text/event-stream"),
+        ]
+    )
+    stream.handle(pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=hm)))
+    usage = (
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,'
+        b'"prompt_tokens_details":{"cached_tokens":0}}}\n\n'
+    )
+    chunk = b'data: {"choices":[{"delta":{}}]}\n\n'
+    [first] = stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk)))
+    assert not first.response_body.HasField("response")  # relayed as it is
+    [last] = stream.handle(
+        pb.ProcessingRequest(
+            response_body=pb.HttpBody(body=usage + b"data: [DONE]\n\n", end_of_stream=True)
+        )
+    )
+    assert last.response_body.response.body_mutation.body == b"data: [DONE]\n\n"
+    [hits] = app.prefix.cache_hits.values()  # the engine's answer reached the accounting
+    assert hits.prompt_tokens == 5
+
+
+def test_a_failure_while_picking_is_an_immediate_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app()
+    stream = _stream(app)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(app.router, "route", broken)
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    assert answer.immediate_response.status.code == 500
+    assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "internal_error"
+    assert sum(b.in_flight for b in app.pool) == 0
