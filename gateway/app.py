@@ -44,11 +44,13 @@ from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import UpstreamFetcher
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
+from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
+from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
@@ -104,6 +106,8 @@ class GatewayApp:
         self.prefix = PrefixTracker(stack.feed)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
+        self.pod_backends = PodBackends(self.pool, self.prefix)
+        self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
@@ -140,12 +144,20 @@ class GatewayApp:
                 if self.recorder
                 else None
             )
+            discovery = (
+                tg.create_task(
+                    self.pod_backends.run(self._kube, self.config.discovery), name="pod-discovery"
+                )
+                if self._kube is not None
+                else None
+            )
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             probes.cancel()
             scrapes.cancel()
-            if recording is not None:
-                recording.cancel()
+            for task in (recording, discovery):
+                if task is not None:
+                    task.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
@@ -156,6 +168,8 @@ class GatewayApp:
     async def _start(self) -> _Runtime:
         if self.recorder is not None:
             self.recorder.open()  # an unwritable path fails the start-up
+        if self.config.discovery.pool:  # nowhere to find the Kubernetes API fails it too
+            self._kube = resolve_connection(self.config.discovery.kube_api)
         h = self.config.health
         client = make_client(self.config.upstream)
         probe_limits = ClientLimits(
@@ -370,8 +384,10 @@ def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorde
 
 def build_app(config: GatewayConfig) -> GatewayApp:
     """Build the app from a validated config; plugin errors become `ConfigError`s."""
-    if not config.backends:
-        raise ConfigError("no backends configured: give --backend URL or a config file")
+    if not config.backends and not config.discovery.pool:
+        raise ConfigError(
+            "no backends configured: give --backend URL, --pool NAME or a config file"
+        )
     try:
         return GatewayApp(config)
     except (PluginError, ValueError) as exc:

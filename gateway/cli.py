@@ -41,10 +41,16 @@ examples:
   kvgate serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
   kvgate serve --config kvgate.yaml --policy session --port 8080
   kvgate serve --backend 'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'
+  kvgate serve --pool llama --namespace llm --host 0.0.0.0   # in a Kubernetes pod
 
 --backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
 models= the backend's models are discovered from its GET /v1/models. Flags are added to the
 backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
+
+--pool adds, as backends, the ready pods of that Kubernetes InferencePool
+(inference.networking.k8s.io/v1), one per target port, engine from the pod label
+kvgate.dev/engine (default vllm), kept current by watching the API: in a pod with its
+service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONFIG.
 """
 
 
@@ -141,6 +147,23 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--port",
         type=int,
         help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
+    )
+    s.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
+        "(config discovery.pool; see below)",
+    )
+    s.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
+    )
+    s.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="Kubernetes API server URL, used without credentials, e.g. `kubectl proxy`'s "
+        "(default: in-cluster service account, else KUBECONFIG)",
     )
     s.add_argument(
         "--record",
@@ -255,6 +278,9 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("routing", {})["policy"] = args.policy
     if args.record:
         raw.setdefault("server", {})["record_path"] = args.record
+    for flag, key in (("pool", "pool"), ("namespace", "namespace"), ("kube_api", "kube_api")):
+        if getattr(args, flag, None):
+            raw.setdefault("discovery", {})[key] = getattr(args, flag)
     return parse_config(raw, source="command line")
 
 
