@@ -4,7 +4,8 @@ A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its
 (an empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and
 no `deletionTimestamp` (terminating pods stop taking new work at once). It yields one
 endpoint per `spec.targetPorts[].number`, `http://IP:PORT`, with the engine type read
-from the pod label `kvgate.dev/engine` (`vllm` when absent or unknown).
+from the pod label `kvgate.dev/engine`, else the label Kubernetes peers read,
+`inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ENGINE_LABEL = "kvgate.dev/engine"
+PEER_ENGINE_LABEL = "inference.networking.k8s.io/engine-type"
 ENGINES = frozenset({"vllm", "sglang", "trtllm", "openai"})
 DEFAULT_ENGINE = "vllm"
 
@@ -92,7 +94,7 @@ def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec) -> list[Endpoint]:
         return []
     ip = str(pod["status"]["podIP"])
     host = f"[{ip}]" if ":" in ip else ip
-    engine = labels.get(ENGINE_LABEL, DEFAULT_ENGINE)
+    engine = labels.get(ENGINE_LABEL) or labels.get(PEER_ENGINE_LABEL) or DEFAULT_ENGINE
     engine = engine if engine in ENGINES else DEFAULT_ENGINE
     name = str(meta.get("name", ""))
     return [Endpoint(f"http://{host}:{port}", engine, name) for port in pool.target_ports]

@@ -52,6 +52,15 @@ def test_ipv6_pod_ips_are_bracketed() -> None:
         ({"app": "llm"}, "vllm"),
         ({"app": "llm", "kvgate.dev/engine": "sglang"}, "sglang"),
         ({"app": "llm", "kvgate.dev/engine": "made-up"}, "vllm"),
+        ({"app": "llm", "inference.networking.k8s.io/engine-type": "sglang"}, "sglang"),
+        (
+            {
+                "app": "llm",
+                "kvgate.dev/engine": "trtllm",
+                "inference.networking.k8s.io/engine-type": "sglang",
+            },
+            "trtllm",
+        ),
     ],
 )
 def test_engine_comes_from_the_pod_label(labels: dict[str, str], engine: str) -> None:
