@@ -57,13 +57,18 @@ class Informer:
 
     async def run(self) -> None:
         """Run forever; cancel to stop."""
+        loop = asyncio.get_running_loop()
         failures = 0
         while True:
             try:
                 version = await self._list()
                 failures = 0
                 while True:  # watch again from where the last watch ended
+                    started = loop.time()
                     version = await self._watch(version)
+                    if loop.time() - started < self._settings.backoff_s:
+                        # Ended at once (a proxy closing it?): not a tight loop of watches.
+                        await asyncio.sleep(self._settings.backoff_s)
             except GoneError:
                 log.info("watch %s: resource version gone, listing again", self._path)
             except KubeAPIError as exc:

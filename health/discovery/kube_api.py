@@ -173,8 +173,11 @@ class KubeClient:
         except httpx.HTTPError as exc:
             raise KubeAPIError(f"GET {path}: {exc!r}") from exc
         _raise_for_status(resp, path)
-        body = orjson.loads(resp.content)
-        return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+        try:
+            body = orjson.loads(resp.content)
+            return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise KubeAPIError(f"GET {path}: not a list: {exc!r}") from exc
 
     async def watch(
         self, path: str, params: Mapping[str, str], resource_version: str, timeout_s: int
@@ -203,8 +206,11 @@ class KubeClient:
 
 
 def _parse_event(line: str, path: str) -> WatchEvent:
-    event = orjson.loads(line)
-    kind, obj = event.get("type"), event.get("object") or {}
+    try:
+        event = orjson.loads(line)
+        kind, obj = event.get("type"), event.get("object") or {}
+    except (ValueError, AttributeError) as exc:
+        raise KubeAPIError(f"watch {path}: not an event: {line[:200]!r}") from exc
     if kind == "ERROR":
         code = int(obj.get("code") or 0)
         error = GoneError if code == 410 else KubeAPIError

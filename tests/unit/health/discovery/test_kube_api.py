@@ -70,3 +70,8 @@ def test_watch_events_and_errors() -> None:
     with pytest.raises(KubeAPIError) as info:
         _parse_event('{"type": "ERROR", "object": {"code": 500, "message": "boom"}}', "/p")
     assert info.value.status == 500 and not isinstance(info.value, GoneError)
+
+
+def test_a_line_that_is_not_an_event_is_an_api_error() -> None:
+    with pytest.raises(KubeAPIError, match="not an event"):
+        _parse_event("<html>", "/p")
