@@ -65,3 +65,28 @@ def test_serve_routes_to_a_pod_once_ready_and_stops_once_deleted(
         log = (tmp_path / "gateway.log").read_text()
         assert f"backend {address.netloc} added" in log
         assert f"backend {address.netloc} removed" in log
+
+
+def test_a_stream_in_flight_finishes_after_its_pod_is_removed(tmp_path: Path) -> None:
+    child, [url] = start_emulator(1, "demo", MODEL, tmp_path / "emulator.log", speedup=1.0)
+    address = urlsplit(url)
+    with child, FakeKubeAPI() as api:
+        api.put(POOLS, inference_pool("llm", ports=(address.port or 0,)))
+        api.put(PODS, pod("vllm-0", address.hostname))
+        extra = ["--pool", "llm", "--kube-api", api.url]
+        command = gateway_command([], "prefix-aware", extra=extra)
+        with ChildProcess(command, tmp_path / "gateway.log").start() as gateway:
+            [m] = gateway.wait_for_line(r"Uvicorn running on (http://[0-9.:]+)")
+            with httpx.Client(base_url=m.group(1), timeout=30.0) as client:
+                _until(lambda: client.get("/ready").status_code == 200, "the pod's backend")
+                body = {**CHAT, "stream": True, "max_tokens": 64, "ignore_eos": True}
+                with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+                    lines = stream.iter_lines()
+                    assert next(lines).startswith("data: ")  # the stream has begun
+                    api.delete(PODS, "vllm-0")
+                    _until(lambda: client.get("/ready").status_code == 503, "the removal")
+                    rest = list(lines)
+                assert "data: [DONE]" in rest
+                # Most of the answer came after the removal: it really was in flight.
+                assert sum(line.startswith("data: {") for line in rest) >= 20
+                assert not any("error" in line for line in rest)
