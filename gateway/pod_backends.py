@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from gateway.config import DiscoverySection
 from gateway.prefix import PrefixTracker
 from health.discovery.endpoints import Endpoint
 from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
 from health.pool import BackendPool, BackendSpec
-from scoring.config import DiscoverySection
 
 log = logging.getLogger(__name__)
 
