@@ -127,6 +127,20 @@ async def test_gone_watches_list_again_and_bookmarks_move_the_version(
     assert api.lists(PODS) >= 2
 
 
+async def test_a_reset_connection_backs_off_and_lists_again(
+    api: FakeKubeAPI, discovery: tuple[PoolDiscovery, Seen]
+) -> None:
+    _, seen = discovery
+    api.put(POOLS, inference_pool("llm"))
+    api.put(PODS, pod("a", "10.0.0.1"))
+    await seen.until(lambda: seen.urls == {"http://10.0.0.1:8000"})
+    await asyncio.to_thread(api.wait_watching, PODS)
+    api.reset_watches()
+    api.put(PODS, pod("b", "10.0.0.2"))
+    await seen.until(lambda: seen.urls == {"http://10.0.0.1:8000", "http://10.0.0.2:8000"})
+    assert api.lists(PODS) == 2  # after the reset: list again, then watch
+
+
 async def test_a_watch_from_a_compacted_version_gets_410_and_lists_again(
     api: FakeKubeAPI,
 ) -> None:

@@ -57,6 +57,7 @@ class _Watch:
     matches: Callable[[Obj], bool]
     queue: asyncio.Queue[tuple[str, Obj] | None] = field(default_factory=asyncio.Queue)
     bookmarks: bool = False
+    writer: asyncio.StreamWriter | None = None
 
 
 def pod(
@@ -186,6 +187,10 @@ class FakeKubeAPI:
     def end_watches(self, gone: bool = False) -> None:
         self._call(self._end_all, "gone" if gone else None)
 
+    def reset_watches(self) -> None:
+        """Reset every watch's connection mid-stream, as a crashed API server would."""
+        self._call(self._reset_all)
+
     def lists(self, kind: str) -> int:
         return sum(1 for path, q in self.requests if path.endswith(kind) and "watch" not in q)
 
@@ -228,6 +233,11 @@ class FakeKubeAPI:
     def _compact(self) -> None:
         self._compacted = self._version
         self._log.clear()
+
+    def _reset_all(self) -> None:
+        for watch in self._watches:
+            if watch.writer is not None:
+                watch.writer.transport.abort()
 
     def _end_all(self, how: str | None) -> None:
         for watch in self._watches:
@@ -292,7 +302,8 @@ class FakeKubeAPI:
         if since < self._compacted:
             await _respond(writer, 410, _status(410, "Expired", "too old resource version"))
             return
-        watch = _Watch(kind, ns, _matcher(q), bookmarks=q.get("allowWatchBookmarks") == "true")
+        bookmarks = q.get("allowWatchBookmarks") == "true"
+        watch = _Watch(kind, ns, _matcher(q), bookmarks=bookmarks, writer=writer)
         for event in self._log:
             if event.version > since and event.kind == kind and event.namespace == ns:
                 seen = _as_seen(event, watch.matches)
@@ -312,8 +323,9 @@ class FakeKubeAPI:
             pass
         finally:
             self._watches.remove(watch)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        if not writer.is_closing():
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
 
 
 def _as_seen(event: _Event, matches: Callable[[Obj], bool]) -> tuple[str, Obj] | None:
