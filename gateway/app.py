@@ -106,7 +106,7 @@ class GatewayApp:
         self.prefix = PrefixTracker(stack.feed)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
-        self.pod_backends = PodBackends(self.pool, self.prefix)
+        self.pod_backends = PodBackends(self.pool, self._backend_removed)
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
@@ -215,6 +215,10 @@ class GatewayApp:
             self.scheduler.default_profile,
         )
         return self._runtime
+
+    def _backend_removed(self, backend_id: str) -> None:
+        self.prefix.forget(backend_id)
+        self.metrics.forget_backend(backend_id)
 
     # -- dispatch -------------------------------------------------------------------------
     async def _http(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:

@@ -2,7 +2,8 @@
 
 `PodBackends.apply(specs)` makes the discovered backends exactly `specs`: new ones join the
 pool (probed and scraped like configured ones); gone ones leave it (requests in flight finish
-on the object they hold, new ones never see it) and the prefix index forgets them; a
+on the object they hold, new ones never see it) and `on_removed` is told (the prefix index
+and the metrics forget them); a
 backend whose spec changed (engine relabelled) leaves and joins again. Configured backends
 are never touched, and an endpoint that is also configured stays as configured. `run`
 watches the InferencePool and applies what it reports.
@@ -11,10 +12,9 @@ watches the InferencePool and applies what it reports.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gateway.config import DiscoverySection
-from gateway.prefix import PrefixTracker
 from health.discovery.endpoints import Endpoint
 from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 class PodBackends:
     """The backends that pod discovery added to `pool`."""
 
-    def __init__(self, pool: BackendPool, prefix: PrefixTracker) -> None:
+    def __init__(self, pool: BackendPool, on_removed: Callable[[str], None]) -> None:
         self._pool = pool
-        self._prefix = prefix
+        self._on_removed = on_removed
         self._ids: set[str] = set()
 
     async def run(self, conn: KubeConnection, section: DiscoverySection) -> None:
@@ -55,7 +55,7 @@ class PodBackends:
         for backend_id in sorted((self._ids - wanted.keys()) | changed):
             self._ids.discard(backend_id)
             self._pool.remove(backend_id)
-            self._prefix.forget(backend_id)
+            self._on_removed(backend_id)
             log.info("backend %s removed (pod gone or not ready)", backend_id)
         for backend_id, spec in sorted(wanted.items()):
             if backend_id in self._ids:

@@ -30,6 +30,16 @@ def test_discovered_backends_are_added_and_removed_configured_ones_kept() -> Non
     assert [b.id for b in app.pool] == ["static:1"]
 
 
+def test_a_removed_backend_leaves_no_gauge_behind() -> None:
+    app = build_app(parse_config({"discovery": {"pool": "llm"}}))
+    app.pod_backends.apply([BackendSpec("http://10.0.0.1:8000")])
+    app.metrics.backend_up.labels("10.0.0.1:8000").set(1)
+    app.metrics.in_flight.labels("10.0.0.1:8000").set(0)
+    assert b"10.0.0.1:8000" in app.metrics.render()
+    app.pod_backends.apply([])
+    assert b"10.0.0.1:8000" not in app.metrics.render()
+
+
 def test_a_pool_alone_is_enough_backends() -> None:
     assert len(build_app(parse_config({"discovery": {"pool": "llm"}})).pool) == 0
     with pytest.raises(ConfigError, match="--pool"):
