@@ -217,7 +217,10 @@ class GatewayApp:
         return self._runtime
 
     def _backend_removed(self, backend_id: str) -> None:
+        """A discovered backend left: what was learnt about it goes (a pod that comes back
+        at the same address is a new engine, with an empty cache)."""
         self.prefix.forget(backend_id)
+        self.ttft_model.forget(backend_id)
         self.metrics.forget_backend(backend_id)
 
     # -- dispatch -------------------------------------------------------------------------
