@@ -68,7 +68,9 @@ class KubeConnection:
 
 
 def resolve_connection(
-    explicit_url: str | None, env: Mapping[str, str] = os.environ
+    explicit_url: str | None,
+    env: Mapping[str, str] = os.environ,
+    sa_dir: Path = SERVICE_ACCOUNT_DIR,
 ) -> KubeConnection:
     """The API to talk to, by the rules in this module's docstring."""
     if explicit_url:
@@ -76,10 +78,15 @@ def resolve_connection(
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if host and port:
         host = f"[{host}]" if ":" in host else host
+        if not (sa_dir / "token").is_file():
+            raise KubeAPIError(
+                f"in a pod but no service account token at {sa_dir / 'token'} "
+                "(automountServiceAccountToken: false?)"
+            )
         return KubeConnection(
             server=f"https://{host}:{port}",
-            token_file=SERVICE_ACCOUNT_DIR / "token",
-            ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+            token_file=sa_dir / "token",
+            ca_file=str(sa_dir / "ca.crt"),
         )
     home = env.get("HOME") or str(Path.home())
     path = env.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path(home) / ".kube/config")
@@ -137,7 +144,10 @@ class _BearerAuth(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         token = self._conn.token
         if self._conn.token_file is not None:
-            token = self._conn.token_file.read_text().strip()
+            try:
+                token = self._conn.token_file.read_text().strip()
+            except OSError as exc:
+                raise KubeAPIError(f"cannot read the service account token: {exc}") from exc
         if token:
             request.headers["Authorization"] = f"Bearer {token}"
         yield request

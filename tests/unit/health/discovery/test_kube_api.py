@@ -22,12 +22,32 @@ def test_an_explicit_url_wins_and_carries_no_credentials() -> None:
     assert conn.token is None and conn.token_file is None
 
 
-def test_in_cluster_uses_the_service_account() -> None:
+def test_in_cluster_uses_the_service_account(tmp_path: Path) -> None:
     env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
-    conn = resolve_connection(None, env)
+    with pytest.raises(KubeAPIError, match="no service account token"):
+        resolve_connection(None, env, tmp_path)
+    (tmp_path / "token").write_text("t0\n")
+    conn = resolve_connection(None, env, tmp_path)
     assert conn.server == "https://[fd00::1]:443"
-    assert conn.token_file == SERVICE_ACCOUNT_DIR / "token"
-    assert conn.ca_file == str(SERVICE_ACCOUNT_DIR / "ca.crt")
+    assert conn.token_file == tmp_path / "token"
+    assert conn.ca_file == str(tmp_path / "ca.crt")
+    assert Path("/var/run/secrets/kubernetes.io/serviceaccount") == SERVICE_ACCOUNT_DIR
+
+
+def test_the_token_is_read_per_request_as_the_kubelet_rotates_it(tmp_path: Path) -> None:
+    import httpx
+
+    from health.discovery.kube_api import KubeConnection, _BearerAuth
+
+    token = tmp_path / "token"
+    auth = _BearerAuth(KubeConnection(server="https://k", token_file=token))
+    for value in ("first", "second"):
+        token.write_text(value + "\n")
+        request = next(auth.auth_flow(httpx.Request("GET", "https://k/api")))
+        assert request.headers["Authorization"] == f"Bearer {value}"
+    token.unlink()
+    with pytest.raises(KubeAPIError, match="token"):
+        next(auth.auth_flow(httpx.Request("GET", "https://k/api")))
 
 
 def test_kubeconfig_current_context(tmp_path: Path) -> None:
