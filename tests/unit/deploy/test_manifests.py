@@ -35,7 +35,7 @@ CRD_FILES = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-v1.json",
 }
 SHAPES = ("epp", "frontdoor")
-# Subcommands built on other branches; their flags cannot be parsed here yet.
+# Subcommands built on another branch (`kvgate epp`): their flags are parsed once they exist.
 PENDING_SUBCOMMANDS = {"epp"}
 
 Doc = dict[str, Any]
@@ -261,5 +261,5 @@ def test_kvgate_subcommands_in_manifests_exist() -> None:
             continue
         args = _container(doc)["args"]
         assert args[0] in commands | PENDING_SUBCOMMANDS, name
-        if args[0] not in PENDING_SUBCOMMANDS:
+        if args[0] in commands:  # a pending one is checked here as soon as it exists
             parser.parse_args(args)
