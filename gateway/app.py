@@ -11,8 +11,9 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -44,11 +45,13 @@ from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import UpstreamFetcher
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
+from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.upstream import make_client
+from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
@@ -111,6 +114,8 @@ class GatewayApp:
         self.prefix = PrefixTracker(stack.feed)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
+        self.pod_backends = PodBackends(self.pool, self._backend_removed)
+        self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
@@ -147,12 +152,15 @@ class GatewayApp:
                 if self.recorder
                 else None
             )
+            watch = self.discovery()
+            discovery = tg.create_task(watch, name="pod-discovery") if watch else None
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             probes.cancel()
             scrapes.cancel()
-            if recording is not None:
-                recording.cancel()
+            for task in (recording, discovery):
+                if task is not None:
+                    task.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
@@ -186,7 +194,10 @@ class GatewayApp:
 
     async def start_health(self) -> HealthRuntime:
         """A first probe round and metric scrape; the caller runs `prober.run()` and
-        `scraper.run()` and closes `probe_client` (the front door here, `kvgate epp` too)."""
+        `scraper.run()` and closes `probe_client` (the front door here, `kvgate epp` too),
+        and runs `discovery()` if there is one."""
+        if self.config.discovery.pool:  # nowhere to find the Kubernetes API fails it too
+            self._kube = resolve_connection(self.config.discovery.kube_api)
         h = self.config.health
         probe_limits = ClientLimits(
             connect_timeout=h.probe_timeout_s,
@@ -215,6 +226,13 @@ class GatewayApp:
                 tg.create_task(scraper.scrape_once(backend))
         return HealthRuntime(probe_client, prober, scraper)
 
+    def discovery(self) -> Coroutine[Any, Any, None] | None:
+        """The InferencePool watch that adds and removes backends (after `start_health`);
+        None without `discovery.pool`."""
+        if self._kube is None:
+            return None
+        return self.pod_backends.run(self._kube, self.config.discovery)
+
     def metrics_page(self) -> bytes:
         """The Prometheus exposition, with the per-backend gauges brought up to date."""
         now = self.clock()
@@ -222,6 +240,13 @@ class GatewayApp:
             self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
             self.metrics.in_flight.labels(b.id).set(b.in_flight)
         return self.metrics.render()
+
+    def _backend_removed(self, backend_id: str) -> None:
+        """A discovered backend left: what was learnt about it goes (a pod that comes back
+        at the same address is a new engine, with an empty cache)."""
+        self.prefix.forget(backend_id)
+        self.ttft_model.forget(backend_id)
+        self.metrics.forget_backend(backend_id)
 
     # -- dispatch -------------------------------------------------------------------------
     async def _http(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
@@ -387,8 +412,10 @@ def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorde
 
 def build_app(config: GatewayConfig) -> GatewayApp:
     """Build the app from a validated config; plugin errors become `ConfigError`s."""
-    if not config.backends:
-        raise ConfigError("no backends configured: give --backend URL or a config file")
+    if not config.backends and not config.discovery.pool:
+        raise ConfigError(
+            "no backends configured: give --backend URL, --pool NAME or a config file"
+        )
     try:
         return GatewayApp(config)
     except (PluginError, ValueError) as exc:

@@ -41,10 +41,16 @@ examples:
   kvgate serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
   kvgate serve --config kvgate.yaml --policy session --port 8080
   kvgate serve --backend 'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'
+  kvgate serve --pool llama --namespace llm --host 0.0.0.0   # in a Kubernetes pod
 
 --backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
 models= the backend's models are discovered from its GET /v1/models. Flags are added to the
 backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
+
+--pool adds, as backends, the ready pods of that Kubernetes InferencePool
+(inference.networking.k8s.io/v1), one per target port, engine from the pod label
+kvgate.dev/engine (default vllm), kept current by watching the API: in a pod with its
+service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONFIG.
 """
 
 
@@ -144,6 +150,23 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
     )
     s.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
+        "(config discovery.pool; see below)",
+    )
+    s.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
+    )
+    s.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="Kubernetes API server URL, used without credentials, e.g. `kubectl proxy`'s "
+        "(default: in-cluster service account, else KUBECONFIG)",
+    )
+    s.add_argument(
         "--record",
         metavar="FILE",
         help="append a replayable trace of the traffic to FILE (config server.record_path): "
@@ -195,8 +218,23 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
-    s.add_argument("--pool", metavar="NAME", help="InferencePool to watch (not built yet)")
-    s.add_argument("--namespace", metavar="NS", help="the InferencePool's namespace")
+    s.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="add the ready pods of this Kubernetes InferencePool as endpoints, as they come "
+        "and go (config discovery.pool)",
+    )
+    s.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
+    )
+    s.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="Kubernetes API server URL, used without credentials (default: in-cluster or "
+        "KUBECONFIG)",
+    )
     s.add_argument(
         "--log-level",
         default="info",
@@ -304,6 +342,9 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("routing", {})["policy"] = args.policy
     if getattr(args, "record", None):
         raw.setdefault("server", {})["record_path"] = args.record
+    for flag, key in (("pool", "pool"), ("namespace", "namespace"), ("kube_api", "kube_api")):
+        if getattr(args, flag, None):
+            raw.setdefault("discovery", {})[key] = getattr(args, flag)
     return parse_config(raw, source="command line")
 
 
@@ -346,10 +387,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _epp(args: argparse.Namespace) -> int:
-    if args.pool or args.namespace:
-        raise ConfigError(
-            "--pool/--namespace needs pod discovery (not built yet); give --backend URL ..."
-        )
     if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
     import asyncio

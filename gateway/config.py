@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from scoring.config import (
     BackendEntry,
     ConfigError,
+    DiscoverySection,
     EngineType,
     GatewayConfig,
     HealthSection,
@@ -23,6 +24,7 @@ from scoring.config import (
 __all__ = [
     "BackendEntry",
     "ConfigError",
+    "DiscoverySection",
     "EngineType",
     "GatewayConfig",
     "HealthSection",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -169,6 +170,12 @@ class GatewayMetrics:
         self._observed_by(backend).inc(check.observed_tokens)
         if check.evicted_weight:
             self._corrections_by(backend).inc()
+
+    def forget_backend(self, backend: str) -> None:
+        """A backend left the pool: drop its gauges (its counters keep their totals)."""
+        for gauge in (self.in_flight, self.backend_up):
+            with contextlib.suppress(KeyError):  # never rendered
+                gauge.remove(backend)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

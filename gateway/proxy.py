@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.asgi import Send
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
 from gateway.http.client import UpstreamClient, UpstreamResponse
 from gateway.http.http1 import HttpClientError
 from gateway.metrics import GatewayMetrics
@@ -111,7 +111,9 @@ class Proxy:
                 body, strip_usage = asked, True
         last_error: GatewayError | None = None
         for i, backend_id in enumerate(attempts):
-            backend = self._pool.get(backend_id)
+            backend = self._pool.find(backend_id)
+            if backend is None:  # left the pool (pod discovery) since the decision
+                continue
             rec.backend, rec.attempts = backend_id, i + 1
             more = i + 1 < len(attempts)
             dispatch = self._begin(backend, route)
@@ -139,7 +141,8 @@ class Proxy:
                     await resp.aclose()
             finally:
                 self._end(dispatch)
-        assert last_error is not None  # the loop only falls through after a failure
+        if last_error is None:  # every ranked backend left the pool before it was tried
+            raise NoHealthyBackendError("the chosen backends left the pool")
         raise last_error
 
     async def _relay(

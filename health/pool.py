@@ -7,6 +7,7 @@ as a model of its own whose `parent` is the base model's id (`{"id": "sql-lora",
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,11 @@ class BackendPool:
 
     Snapshots drop engine metrics scraped more than `stale_after_s` ago (None: never), so
     scorers treat them as unknown rather than trusting an old queue length.
+
+    Membership may change at runtime (pod discovery): `add` and `remove` a backend, and
+    `wait_changed` wakes the per-backend pollers so they start or stop loops. A removed
+    backend receives no new requests; requests already on it finish on the `Backend`
+    object they hold.
     """
 
     def __init__(
@@ -135,16 +141,46 @@ class BackendPool:
         self._clock = clock
         self._stale_after_s = stale_after_s
         self._backends: dict[str, Backend] = {}
+        self._policy = policy
         self._adapters: frozenset[str] | None = None  # None: to compute from the cards
+        self._changed = asyncio.Event()
         for spec in specs:
-            if spec.id in self._backends:
-                raise ValueError(f"duplicate backend id {spec.id!r}")
-            self._backends[spec.id] = Backend(
-                spec=spec, state=HealthState(policy), on_cards_changed=self._forget_adapters
-            )
+            self.add(spec)
+
+    def add(self, spec: BackendSpec) -> Backend:
+        """Add a backend (health UNKNOWN until probed); ValueError if the id is taken."""
+        if spec.id in self._backends:
+            raise ValueError(f"duplicate backend id {spec.id!r}")
+        backend = Backend(
+            spec=spec, state=HealthState(self._policy), on_cards_changed=self._forget_adapters
+        )
+        self._backends[spec.id] = backend
+        self._membership_changed()
+        return backend
+
+    def remove(self, backend_id: str) -> Backend | None:
+        """Take a backend out of the pool; returns it (None if it was not there)."""
+        backend = self._backends.pop(backend_id, None)
+        if backend is not None:
+            self._membership_changed()
+        return backend
+
+    def find(self, backend_id: str) -> Backend | None:
+        return self._backends.get(backend_id)
+
+    async def wait_changed(self) -> None:
+        """Return at the next `add` or `remove`."""
+        await self._changed.wait()
+
+    def _membership_changed(self) -> None:
+        self._adapters = None
+        # Wake the current waiters, then arm a fresh event for the next ones.
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def __iter__(self) -> Any:
-        return iter(self._backends.values())
+        # A copy: pollers iterate across awaits while discovery adds and removes backends.
+        return iter(tuple(self._backends.values()))
 
     def __len__(self) -> int:
         return len(self._backends)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from health.fetch import Fetcher, FetchError
+from health.per_backend import run_per_backend
 from health.pool import Backend, BackendPool
 from routing.types import Health
 
@@ -51,12 +52,12 @@ class Prober:
                 tg.create_task(self._probe_and_discover(backend))
 
     async def run(self) -> None:
-        """Poll forever; cancel to stop."""
-        async with asyncio.TaskGroup() as tg:
-            for backend in self._pool:
-                tg.create_task(self._loop(backend))
+        """Poll forever, following the pool's membership; cancel to stop."""
+        await run_per_backend(self._pool, self._loop)
 
     async def _loop(self, backend: Backend) -> None:
+        if backend.state.health(self._pool.now()) is Health.UNKNOWN:
+            await self._probe_and_discover(backend)  # added at runtime: probe at once
         while True:
             await asyncio.sleep(self._settings.interval_s)
             await self._probe_and_discover(backend)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from adapters.base import EngineAdapter
 from adapters.registry import ADAPTERS, detect_engine
 from health.fetch import Fetcher, FetchError, FetchResult
+from health.per_backend import run_per_backend
 from health.pool import Backend, BackendPool
 from routing.types import EngineMetrics
 
@@ -57,12 +58,11 @@ class Scraper:
         self._fetcher = fetcher
         self._settings = settings
         self._clock = clock or pool.now
-        self._adapters: dict[str, EngineAdapter] = {}
+        self._adapters = adapters
         for backend in pool:
             engine = backend.spec.engine
             if engine not in adapters:
                 raise ValueError(f"backend {backend.id}: no adapter for engine {engine!r}")
-            self._adapters[backend.id] = adapters[engine]
         self._failing: set[str] = set()  # ids whose last scrape failed, to log changes only
         self._warned_empty: set[str] = set()
         # id -> (page bytes, the metrics parsed from it), for skipping unchanged pages
@@ -70,26 +70,33 @@ class Scraper:
 
     def polled(self) -> list[Backend]:
         """The backends that export metrics, in pool order."""
-        return [b for b in self._pool if self._adapters[b.id].metrics_path is not None]
+        return [b for b in self._pool if self._exports_metrics(b)]
+
+    def _exports_metrics(self, backend: Backend) -> bool:
+        adapter = self._adapters.get(backend.spec.engine)
+        return adapter is not None and adapter.metrics_path is not None
 
     async def run(self) -> None:
-        """Poll forever; cancel to stop. Returns at once if no backend exports metrics."""
-        async with asyncio.TaskGroup() as tg:
-            for backend in self.polled():
-                tg.create_task(self._loop(backend))
+        """Poll forever, following the pool's membership; cancel to stop. Backends whose
+        engine exports no metrics are not polled."""
+        await run_per_backend(self._pool, self._loop, self._exports_metrics)
 
     async def _loop(self, backend: Backend) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await self.scrape_once(backend)
-            # Keep the period near interval_s however long the scrape took.
-            await asyncio.sleep(max(0.0, self._settings.interval_s - (loop.time() - started)))
+        try:
+            while True:
+                started = loop.time()
+                await self.scrape_once(backend)
+                # Keep the period near interval_s however long the scrape took.
+                await asyncio.sleep(max(0.0, self._settings.interval_s - (loop.time() - started)))
+        finally:  # the backend left the pool (or shutdown): drop what was kept for it
+            self._last_page.pop(backend.id, None)
+            self._failing.discard(backend.id)
 
     async def scrape_once(self, backend: Backend) -> bool:
         """Scrape `backend` once; True if fresh metrics were stored."""
-        adapter = self._adapters[backend.id]
-        if adapter.metrics_path is None:
+        adapter = self._adapters.get(backend.spec.engine)
+        if adapter is None or adapter.metrics_path is None:
             return False
         # Stamped before the request: the engine rendered its page at some point after
         # this, so the metrics are never taken as fresher than they are.

@@ -76,11 +76,25 @@ class BackendEntry(_Section):
         return v
 
 
+class DiscoverySection(_Section):
+    """Backends from the ready pods of a Kubernetes InferencePool (in addition to `backends`);
+    off while `pool` is unset."""
+
+    pool: str | None = Field(None, min_length=1, description="InferencePool name")
+    namespace: str = Field("default", min_length=1)
+    kube_api: str | None = Field(
+        None, description="API server URL, no credentials (default: in-cluster or kubeconfig)"
+    )
+    watch_timeout_s: int = Field(300, gt=0, description="asked of the server per watch")
+    backoff_max_s: float = Field(30.0, gt=0, description="longest wait between failed lists")
+
+
 class GatewayConfig(_Section):
     server: ServerSection = ServerSection()
     upstream: UpstreamSection = UpstreamSection()
     health: HealthSection = HealthSection()
     backends: list[BackendEntry] = Field(default_factory=list)
+    discovery: DiscoverySection = DiscoverySection()
     routing: RoutingSection = RoutingSection()
 
 

@@ -76,6 +76,8 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
                 tg.create_task(health.scraper.run(), name="metrics-scrapes"),
                 tg.create_task(_report_readiness(app, checks), name="readiness"),
             ]
+            if (watch := app.discovery()) is not None:
+                tasks.append(tg.create_task(watch, name="pod-discovery"))
             await stop.wait()
             log.info("kvgate epp: stopping")
             await checks.enter_graceful_shutdown()

@@ -115,3 +115,12 @@ def test_the_installed_packages_import_neither_the_lab_nor_matplotlib() -> None:
     loaded = _top_level(result["loaded"])
     assert "bench" not in loaded
     assert "matplotlib" not in loaded  # plotting functions import it when they draw
+
+
+def test_pod_discovery_loads_no_web_library_but_its_http_client() -> None:
+    result = _run(WALK, "health.discovery")
+    assert isinstance(result, dict)
+    assert "health.discovery.pool_watch" in result["walked"]
+    client = {"httpx", "httpcore", "h11", "anyio"}  # httpx and what it brings
+    assert _top_level(result["loaded"]) & (FORBIDDEN - client) == set()
+    assert not any(name.startswith("gateway") for name in result["loaded"])

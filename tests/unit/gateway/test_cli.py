@@ -257,6 +257,7 @@ def test_epp_help_shows_the_reference_ports(capsys: pytest.CaptureFixture[str]) 
     assert "x-gateway-destination-endpoint" in out
 
 
-def test_epp_pool_waits_for_pod_discovery(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["epp", "--pool", "llama", "--namespace", "ml"]) == 2
-    assert "needs pod discovery (not built yet)" in capsys.readouterr().err
+def test_epp_takes_the_pool_to_watch() -> None:
+    argv = ["epp", "--pool", "llama", "--namespace", "ml", "--kube-api", "http://127.0.0.1:1"]
+    d = _effective_config(_parser().parse_args(argv)).discovery
+    assert (d.pool, d.namespace, d.kube_api) == ("llama", "ml", "http://127.0.0.1:1")

@@ -247,3 +247,39 @@ def test_lora_adapters_follow_the_discovered_cards() -> None:
     assert pool.lora_adapters() == frozenset({"sql-lora", "chat-lora"})
     pool.get("a:1").model_cards = {"llama": BASE_CARD}  # sql-lora unloaded
     assert pool.lora_adapters() == frozenset({"chat-lora"})
+
+
+# -- membership at runtime (pod discovery) -------------------------------------------------
+
+
+async def test_add_and_remove_change_membership_and_wake_waiters() -> None:
+    import asyncio
+
+    pool = _pool(BackendSpec(url="http://a:1"))
+    woken = asyncio.create_task(pool.wait_changed())
+    await asyncio.sleep(0)
+    added = pool.add(BackendSpec(url="http://b:2", engine="sglang"))
+    await asyncio.wait_for(woken, 1)
+    assert [b.id for b in pool] == ["a:1", "b:2"]
+    assert pool.find("b:2") is added
+    assert added.state.health(0.0) is Health.UNKNOWN
+    with pytest.raises(ValueError, match="duplicate"):
+        pool.add(BackendSpec(url="http://b:2"))
+    woken = asyncio.create_task(pool.wait_changed())
+    await asyncio.sleep(0)
+    assert pool.remove("b:2") is added
+    await asyncio.wait_for(woken, 1)
+    assert pool.find("b:2") is None
+    assert pool.remove("b:2") is None
+    assert [s.id for s in pool.snapshots()] == ["a:1"]
+
+
+def test_iterating_survives_membership_changes() -> None:
+    pool = _pool(BackendSpec(url="http://a:1"), BackendSpec(url="http://b:2"))
+    seen = []
+    for backend in pool:
+        seen.append(backend.id)
+        pool.remove(backend.id)
+        pool.add(BackendSpec(url=f"http://new-{backend.id.split(':')[0]}:3"))
+    assert seen == ["a:1", "b:2"]
+    assert len(pool) == 2

@@ -259,6 +259,26 @@ async def test_run_polls_until_cancelled(fetcher: FakeFetcher, clock: FakeClock)
     assert _backend(pool).models == frozenset({"m"})
 
 
+async def test_a_backend_added_at_runtime_is_probed_at_once(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    pool = BackendPool((), HealthPolicy(), clock)
+    prober = Prober(pool, fetcher, ProbeSettings(interval_s=3600.0, timeout_s=1.0))
+    task = asyncio.create_task(prober.run())
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("m")))
+    backend = pool.add(BackendSpec(url=URL))
+    for _ in range(100):  # not after the hour-long interval: at once
+        await asyncio.sleep(0.001)
+        if backend.models:
+            break
+    assert backend.state.health(clock.now) is Health.HEALTHY
+    assert backend.models == frozenset({"m"})
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 # -- parse_model_list ---------------------------------------------------------------------
 
 

@@ -204,11 +204,29 @@ async def test_run_polls_until_cancelled(fetcher: FakeFetcher, clock: FakeClock)
     assert _backend(pool).metrics == VLLM_METRICS
 
 
-async def test_run_returns_when_nothing_exports_metrics(
+async def test_run_polls_only_backends_that_export_metrics_added_or_not(
     fetcher: FakeFetcher, clock: FakeClock
 ) -> None:
-    scraper, _ = _scraper(fetcher, clock, BackendSpec(url=URL, engine="openai"))
-    await asyncio.wait_for(scraper.run(), 1)
+    scraper, pool = _scraper(fetcher, clock, BackendSpec(url=URL, engine="openai"))
+    task = asyncio.create_task(scraper.run())
+    await asyncio.sleep(0.01)
+    assert fetcher.calls == []  # the openai backend is never polled
+    other = "http://other:9000"
+    fetcher.script(other + "/metrics", page(""))
+    pool.add(BackendSpec(url=other, engine="vllm"))  # discovered at runtime
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+        if fetcher.count(other + "/metrics"):
+            break
+    assert fetcher.count(other + "/metrics") >= 1
+    pool.remove("other:9000")
+    await asyncio.sleep(0.01)
+    calls = fetcher.count(other + "/metrics")
+    await asyncio.sleep(0.1)  # longer than the 50 ms interval: no scrape once removed
+    assert fetcher.count(other + "/metrics") == calls
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def test_without_a_threshold_metrics_never_go_stale(clock: FakeClock) -> None:

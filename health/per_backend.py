@@ -1,0 +1,39 @@
+"""One polling task per backend of a pool, following the pool's membership.
+
+`run_per_backend(pool, loop, wanted)` starts `loop(backend)` for every backend `wanted`
+accepts, starts one for each backend added later and cancels the task of each backend
+removed. Probes and metric scrapes both run this way, so a discovered pod is polled like a
+configured one and a deleted pod stops being polled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from health.pool import Backend, BackendPool
+
+
+async def run_per_backend(
+    pool: BackendPool,
+    loop: Callable[[Backend], Awaitable[None]],
+    wanted: Callable[[Backend], bool] = lambda _: True,
+) -> None:
+    """Run forever; cancel to stop (the loops are cancelled with it)."""
+    running: dict[str, tuple[Backend, asyncio.Task[None]]] = {}
+    async with asyncio.TaskGroup() as tg:
+        while True:
+            current = {b.id: b for b in pool if wanted(b)}
+            for backend_id, (backend, task) in list(running.items()):
+                if current.get(backend_id) is not backend:  # removed, or replaced
+                    task.cancel()
+                    del running[backend_id]
+            for backend_id, backend in current.items():
+                if backend_id not in running:
+                    task = tg.create_task(_call(loop, backend), name=f"poll-{backend_id}")
+                    running[backend_id] = (backend, task)
+            await pool.wait_changed()
+
+
+async def _call(loop: Callable[[Backend], Awaitable[None]], backend: Backend) -> None:
+    await loop(backend)
