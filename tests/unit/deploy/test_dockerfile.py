@@ -10,7 +10,7 @@ import shlex
 import tomllib
 from pathlib import Path
 
-from gateway.cli import _parser
+from gateway.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -81,7 +81,7 @@ def test_entrypoint_is_the_kvgate_script_and_cmd_a_real_command_line() -> None:
     assert entrypoint == ["kvgate"]
     assert "kvgate" in project["project"]["scripts"]
     cmd = _exec_form(steps["CMD"])
-    args = _parser().parse_args(cmd)  # an unknown command or flag fails the test here
+    args = build_parser().parse_args(cmd)  # an unknown command or flag fails the test here
     assert args.command == "serve"
     assert args.host == "0.0.0.0"  # reachable from outside the container
     exposed = {int(p) for p in steps["EXPOSE"].split()}

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gateway.app import build_app
-from gateway.cli import _effective_config, _parser
+from gateway.cli import _effective_config, build_parser
 from gateway.config import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -238,7 +238,7 @@ async def test_the_front_doors_probes_and_args_are_real(tmp_path: Path) -> None:
     config_map = _one(docs, "ConfigMap", "kvgate")
     (tmp_path / "kvgate.yaml").write_text(config_map["data"]["kvgate.yaml"])
     args = [a.replace("/etc/kvgate", str(tmp_path)) for a in container["args"]]
-    cfg = _effective_config(_parser().parse_args(args))
+    cfg = _effective_config(build_parser().parse_args(args))
     assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 8000)
     assert cfg.discovery.pool == _one(docs, "InferencePool")["metadata"]["name"]
     assert container["ports"] == [{"name": "http", "containerPort": cfg.server.port}]
@@ -252,7 +252,7 @@ async def test_the_front_doors_probes_and_args_are_real(tmp_path: Path) -> None:
 
 
 def test_kvgate_subcommands_in_manifests_exist() -> None:
-    parser = _parser()
+    parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     for name, doc in _all_docs():
         if doc["kind"] != "Deployment" or _container(doc)["image"] != "kvgate":

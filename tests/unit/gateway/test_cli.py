@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import _effective_config, _parser, main
+from gateway.cli import _effective_config, build_parser, main
 from gateway.config import ConfigError, GatewayConfig, load_config
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
 from sim.demo import DEMO_POLICIES
@@ -32,7 +32,7 @@ routing:
 
 
 def _serve(*argv: str) -> GatewayConfig:
-    return _effective_config(_parser().parse_args(["serve", *argv]))
+    return _effective_config(build_parser().parse_args(["serve", *argv]))
 
 
 @pytest.fixture
@@ -259,5 +259,5 @@ def test_epp_help_shows_the_reference_ports(capsys: pytest.CaptureFixture[str]) 
 
 def test_epp_takes_the_pool_to_watch() -> None:
     argv = ["epp", "--pool", "llama", "--namespace", "ml", "--kube-api", "http://127.0.0.1:1"]
-    d = _effective_config(_parser().parse_args(argv)).discovery
+    d = _effective_config(build_parser().parse_args(argv)).discovery
     assert (d.pool, d.namespace, d.kube_api) == ("llama", "ml", "http://127.0.0.1:1")

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.cli import _effective_config, _parser
+from gateway.cli import _effective_config, build_parser
 from gateway.inference_request import InferenceRequest, parse_inference_body
 from gateway.recorder import TraceRecorder
 from sim.traces import TraceRequest, load_recorded
@@ -163,7 +163,7 @@ async def test_a_full_buffer_drops_lines(tmp_path: Path, caplog: pytest.LogCaptu
 
 
 def test_serve_record_flag_sets_the_config_field() -> None:
-    args = _parser().parse_args(["serve", "--backend", "http://a:1", "--record", "t.jsonl"])
+    args = build_parser().parse_args(["serve", "--backend", "http://a:1", "--record", "t.jsonl"])
     assert _effective_config(args).server.record_path == "t.jsonl"
-    args = _parser().parse_args(["serve", "--backend", "http://a:1"])
+    args = build_parser().parse_args(["serve", "--backend", "http://a:1"])
     assert _effective_config(args).server.record_path is None

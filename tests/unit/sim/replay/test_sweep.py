@@ -12,7 +12,7 @@ import orjson
 import pytest
 import yaml
 
-from gateway.cli import _parser, main
+from gateway.cli import build_parser, main
 from routing import PluginRegistry
 from scoring.builtin import register_builtins
 from scoring.prefix_index import PrefixIndex
@@ -200,7 +200,7 @@ def _sweep_args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_a_sweep_finds_the_prefix_aware_run_best_for_hit_rate(tmp_path: Path) -> None:
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         _sweep_args(tmp_path, "--objective", "max:hit_rate", "--weights", "prefix-match-scorer=1,4")
     )
     out = io.StringIO()
@@ -231,7 +231,7 @@ def test_jobs_give_the_same_results(tmp_path: Path) -> None:
     results = []
     for jobs in ("1", "2"):
         (tmp_path / jobs).mkdir()
-        args = _parser().parse_args(_sweep_args(tmp_path / jobs, "--jobs", jobs))
+        args = build_parser().parse_args(_sweep_args(tmp_path / jobs, "--jobs", jobs))
         assert run_sweep(args, io.StringIO()) == 0
         runs = orjson.loads((tmp_path / jobs / "out" / "sweep.json").read_bytes())["runs"]
         results.append([{k: v for k, v in r.items() if not k.startswith("sim_")} for r in runs])
@@ -239,7 +239,7 @@ def test_jobs_give_the_same_results(tmp_path: Path) -> None:
 
 
 def test_no_qualifying_run_exits_1_with_best_null(tmp_path: Path) -> None:
-    args = _parser().parse_args(_sweep_args(tmp_path, "--constraint", "ttft_p90_s<0.0001"))
+    args = build_parser().parse_args(_sweep_args(tmp_path, "--constraint", "ttft_p90_s<0.0001"))
     out = io.StringIO()
     assert run_sweep(args, out) == 1
     assert "no run meets the constraints" in out.getvalue()
@@ -272,7 +272,9 @@ def test_cli_errors_exit_2_without_a_traceback(
 def test_plain_kvgate_sim_still_parses_and_needs_a_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = _parser().parse_args(["sim", "--trace", "t.jsonl", "--replicas", "3", "--limit", "5"])
+    args = build_parser().parse_args(
+        ["sim", "--trace", "t.jsonl", "--replicas", "3", "--limit", "5"]
+    )
     assert (args.sim_mode, args.trace, args.replicas, args.limit) == (None, "t.jsonl", 3, 5)
     assert (args.out, args.policies, args.rate_scale) == ("out/sim", "", 1.0)
     assert main(["sim", "--replicas", "3"]) == 2

@@ -1,0 +1,283 @@
+"""The `kvgate` command line's parsers: subcommands, flags, help and epilogs (`gateway.cli`
+runs them)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import textwrap
+
+from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from sim.emulator.lora import LoraSettings
+from sim.replay.arguments import add_sim_parser
+
+DESCRIPTION = """\
+kvgate: a KV-cache- and prefix-aware gateway for pools of OpenAI-compatible LLM engines
+(vLLM, SGLang, ...). It relays OpenAI API requests to the replica that should serve them.
+"""
+
+SERVE_EPILOG = """\
+examples:
+  kvgate serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
+  kvgate serve --config kvgate.yaml --policy session --port 8080
+  kvgate serve --backend 'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'
+  kvgate serve --pool llama --namespace llm --host 0.0.0.0   # in a Kubernetes pod
+
+--backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
+models= the backend's models are discovered from its GET /v1/models. Flags are added to the
+backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
+
+--pool adds, as backends, the ready pods of that Kubernetes InferencePool
+(inference.networking.k8s.io/v1), one per target port, engine from the pod label
+kvgate.dev/engine (default vllm), kept current by watching the API: in a pod with its
+service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONFIG.
+"""
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kvgate")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def _policy_help() -> str:
+    default = RoutingSection.model_fields["policy"].default
+    return (
+        f"default routing policy: a built-in profile ({', '.join(BUILTIN_PROFILES)}) or one "
+        f"from the config file (default: the config's routing.policy, else {default})"
+    )
+
+
+def _engine_profiles_epilog() -> str:
+    # Imported here, not at the top: only the emulator and the simulator use engine profiles.
+    from sim.engine.profiles import PROFILES
+
+    width = max(map(len, PROFILES))
+    lines = [
+        textwrap.fill(
+            p.description,
+            width=88,
+            initial_indent=f"  {name:<{width}}  ",
+            subsequent_indent=" " * (width + 4),
+        )
+        for name, p in PROFILES.items()
+    ]
+    return "engine profiles (--profile):\n" + "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kvgate", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve_parser(sub)
+    _add_epp_parser(sub)
+    _add_emulate_parser(sub)
+
+    d = sub.add_parser(
+        "demo",
+        help="start emulated replicas and the gateway, replay a chat workload per policy",
+        description="Runs the built-in multi-tenant, multi-turn chat workload through the "
+        "gateway in front of a fresh set of emulated replicas (engine profile demo), once per "
+        "policy, and reports prefix-cache hit rates (from the replicas' metrics), requests per "
+        "replica and TTFT; writes summary.json and, with kvgate[plots], ttft_cdf.png to "
+        "--out. Exits 1 if any request failed.",
+    )
+    d.add_argument("--replicas", type=int, default=4, help="emulated replicas (default 4)")
+    d.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated policies to compare (default: round-robin,session,prefix-aware)",
+    )
+    d.add_argument("--conversations", type=int, default=40, help="chats to replay (default 40)")
+    d.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
+
+    c = sub.add_parser(
+        "check-config",
+        help="validate a config file and print the effective configuration",
+        description="Validate a config file and build its routing profiles; print the "
+        "configuration with every default filled in (JSON). Exit 2 naming each bad field if "
+        "it is invalid.",
+    )
+    c.add_argument("config", metavar="FILE", help="the YAML config file")
+    add_sim_parser(sub)
+    return p
+
+
+def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "serve",
+        help="run the gateway (OpenAI API on /v1/*, /metrics, /health, /ready, /admin/*)",
+        description="Run the gateway in front of a pool of engines.",
+        epilog=SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    s.add_argument(
+        "--backend",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="an engine replica; repeat for each (see below)",
+    )
+    s.add_argument("--policy", metavar="NAME", help=_policy_help())
+    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    s.add_argument(
+        "--port",
+        type=int,
+        help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
+    )
+    s.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
+        "(config discovery.pool; see below)",
+    )
+    s.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
+    )
+    s.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="Kubernetes API server URL, used without credentials, e.g. `kubectl proxy`'s "
+        "(default: in-cluster service account, else KUBECONFIG)",
+    )
+    s.add_argument(
+        "--record",
+        metavar="FILE",
+        help="append a replayable trace of the traffic to FILE (config server.record_path): "
+        "arrivals, token counts, prefix block hashes, never prompt text",
+    )
+    s.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+
+
+EPP_EPILOG = """\
+examples:
+  kvgate epp --backend http://10.0.0.5:8000 --backend http://10.0.0.6:8000
+  kvgate epp --config kvgate.yaml --host 0.0.0.0
+
+Envoy (or a Gateway built on it) calls it over ext_proc for each request; it answers with
+header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
+metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
+Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
+deploy/envoy/ in kvgate's source tree has an Envoy config that uses it.
+"""
+
+
+def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "epp",
+        help="run as a Gateway API Inference Extension endpoint picker (Envoy ext_proc)",
+        description="Run the gateway's routing as an endpoint picker: an Envoy ext_proc gRPC "
+        "server that picks the backend for each request, with a gRPC health service "
+        "(liveness, readiness) and Prometheus metrics. Needs kvgate[epp].",
+        epilog=EPP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    s.add_argument(
+        "--backend",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="an engine replica (static endpoints); repeat for each",
+    )
+    s.add_argument("--policy", metavar="NAME", help=_policy_help())
+    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
+    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
+    s.add_argument(
+        "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
+    )
+    s.add_argument(
+        "--pool",
+        metavar="NAME",
+        help="add the ready pods of this Kubernetes InferencePool as endpoints, as they come "
+        "and go (config discovery.pool)",
+    )
+    s.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
+    )
+    s.add_argument(
+        "--kube-api",
+        metavar="URL",
+        help="Kubernetes API server URL, used without credentials (default: in-cluster or "
+        "KUBECONFIG)",
+    )
+    s.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+
+
+def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = sub.add_parser(
+        "emulate",
+        help="run N emulated vLLM replicas (engine model in real time, vLLM's HTTP surface)",
+        description="Emulated vLLM replicas whose timing, prefix cache and metrics come from "
+        "kvgate's engine model. Prints one `replica N: URL` line per replica (N from 0).",
+        epilog=_engine_profiles_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument("--replicas", type=int, default=4, help="number of replicas (default 4)")
+    e.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    e.add_argument(
+        "--port",
+        type=int,
+        default=8001,
+        help="first replica's port, the others follow; 0 picks free ports (default 8001)",
+    )
+    e.add_argument("--profile", default="demo", help="engine profile (default demo; see below)")
+    e.add_argument("--model", default="kvgate-demo", help="served model name (default %(default)s)")
+    e.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        help="run X times faster than real time: modelled durations / X (default 1)",
+    )
+    e.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="a Hugging Face tokenizer.json to use instead of the built-in tokenizer (needs "
+        "the optional `tokenizers` package)",
+    )
+    e.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        metavar="N",
+        help="override the profile's number of KV blocks (like vLLM's --num-gpu-blocks-override)",
+    )
+    e.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="N",
+        help="override the profile's context length limit (like vLLM's flag)",
+    )
+    e.add_argument(
+        "--lora",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="LoRA adapters to serve on top of --model: listed in /v1/models with the model as "
+        "parent, reported in vllm:lora_requests_info",
+    )
+    e.add_argument(
+        "--max-loras",
+        type=int,
+        default=LoraSettings().max_loras,
+        metavar="N",
+        help="distinct adapters batched at once, as vLLM's flag (default %(default)s)",
+    )
