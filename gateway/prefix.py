@@ -76,6 +76,7 @@ class PrefixTracker:
         on an evident eviction. None when the answer did not tell the cached tokens."""
         if usage is None or usage.prompt_tokens is None:
             return None
+        self.feed.observe_prompt(d, usage.prompt_tokens)
         backend = d.endpoint
         cached = usage.cached_tokens
         if cached is not None:

@@ -22,6 +22,12 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   oldest entries for that endpoint (not the request's own blocks, which the engine holds
   again; why: docs/decisions/0006). The gateway calls these two; the simulator, whose
   requests never fail, does not;
+- `observe_prompt` — the engine counted the request's prompt tokens: the prompt bytes per
+  engine token are learned (a token-weighted running mean), and it is with them, not the
+  configured `chars_per_token`, that an engine's KV capacity in tokens becomes the index's
+  capacity in bytes: a tokenizer that makes 3.3 bytes a token holds a fifth fewer prompt
+  bytes than 4 would say, and an index that thought otherwise would route to prefixes the
+  engine has already evicted;
 - `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
   where `block_tokens` is configured or follows the engines' KV block size (the smallest
   reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
@@ -46,6 +52,8 @@ from scoring.profiles import PrefixSection
 from scoring.ttft_model import OnlineTtftModel
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default KV block size, until an engine reports its own
+LEARN_MIN_TOKENS = 4096  # engine prompt tokens seen before the learned bytes/token apply
+LEARN_DECAY = 0.99  # per answer: the mean follows the last few hundred prompts
 
 
 class FeedTarget(Protocol):
@@ -93,6 +101,8 @@ class PrefixFeed:
         self._ttft_model = ttft_model  # None: do not learn
         self._block_chars = self._chars(section.block_tokens or DEFAULT_BLOCK_TOKENS)
         self._epoch = 0
+        self._prompt_bytes = 0.0  # decayed sums of prompt bytes and engine tokens
+        self._prompt_tokens = 0.0
 
     def _chars(self, tokens: int) -> int:
         return max(1, round(tokens * self._section.chars_per_token))
@@ -100,6 +110,24 @@ class PrefixFeed:
     @property
     def chars_per_token(self) -> float:
         return self._section.chars_per_token
+
+    @property
+    def capacity_chars_per_token(self) -> float:
+        """Prompt bytes per engine token, as learned (`observe_prompt`), else configured."""
+        if self._prompt_tokens < LEARN_MIN_TOKENS:
+            return self._section.chars_per_token
+        return self._prompt_bytes / self._prompt_tokens
+
+    def observe_prompt(self, d: Dispatch[Any], prompt_tokens: int) -> None:
+        """The engine counted `prompt_tokens` for `d`'s prompt (see the module docstring)."""
+        r = d.request
+        if r is None or prompt_tokens <= 0 or r.token_estimate <= 0:
+            return
+        prompt_bytes = r.token_estimate * self._section.chars_per_token
+        if not 0.5 <= prompt_bytes / prompt_tokens <= 32.0:  # not a tokenizer: ignore
+            return
+        self._prompt_bytes = self._prompt_bytes * LEARN_DECAY + prompt_bytes
+        self._prompt_tokens = self._prompt_tokens * LEARN_DECAY + prompt_tokens
 
     def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
         """The routing block size in bytes, following the engines' block size if unset."""
@@ -190,7 +218,7 @@ class PrefixFeed:
             # Configured in blocks of the feed's own size; the hashes may be cut finer.
             capacity: int | None = int(section.capacity_blocks * self._block_chars // block_chars)
         elif kv_tokens is not None:
-            capacity = int(kv_tokens * section.chars_per_token // block_chars)
+            capacity = int(kv_tokens * self.capacity_chars_per_token // block_chars)
         else:
             capacity = None
         if capacity is not None and capacity != self.index.capacity(endpoint_id):

@@ -4,7 +4,10 @@
 tokens of requests sent to the same endpoint earlier and still waiting for their first token.
 Each endpoint's line is fitted by exponentially weighted least squares (decay per sample),
 so it follows an engine whose speed drifts; until an endpoint has `min_samples` samples
-with enough spread in `work`, the configured prior is used. A learned coefficient stays
+with enough spread in `work`, it borrows the mean of the lines fitted for the other
+endpoints (replicas of a pool are alike; a generic prior against a fitted neighbour would
+make whichever looks faster attract every request), and the configured prior while no
+endpoint has one. A learned coefficient stays
 within `bound`× of the prior's (default 10× either way): a confounded fit — TTFTs dominated
 by queueing the model does not see — must not make a replica look free and attract every
 request. Pure: the gateway (or the simulator) feeds observations in.
@@ -56,6 +59,7 @@ class OnlineTtftModel:
         self._min_samples = min_samples
         self._sums: dict[str, _Sums] = {}
         self._fit: dict[str, TtftCoefficients] = {}
+        self._fallback = prior  # for endpoints without a fit of their own
 
     def observe(self, endpoint: str, work_tokens: float, ttft_s: float) -> None:
         if ttft_s < 0 or work_tokens < 0:
@@ -71,6 +75,18 @@ class OnlineTtftModel:
         fit = self._solve(s)
         if fit is not None:
             self._fit[endpoint] = fit
+            self._refresh_fallback()
+
+    def _refresh_fallback(self) -> None:
+        fits = self._fit.values()
+        n = len(fits)
+        self._fallback = (
+            TtftCoefficients(
+                sum(f.overhead_s for f in fits) / n, sum(f.prefill_token_s for f in fits) / n
+            )
+            if n
+            else self.prior
+        )
 
     def _solve(self, s: _Sums) -> TtftCoefficients | None:
         if s.n < self._min_samples:
@@ -87,14 +103,15 @@ class OnlineTtftModel:
         return min(max(value, prior / self._bound), prior * self._bound)
 
     def coefficients(self, endpoint: str) -> TtftCoefficients:
-        return self._fit.get(endpoint, self.prior)
+        return self._fit.get(endpoint, self._fallback)
 
     def lines(self, endpoints: Iterable[str]) -> list[TtftCoefficients]:
         """`coefficients` of each endpoint, in order."""
         if type(self).coefficients is not OnlineTtftModel.coefficients:  # a subclass answers
             return [self.coefficients(e) for e in endpoints]
-        return list(map(self._fit.get, endpoints, repeat(self.prior)))
+        return list(map(self._fit.get, endpoints, repeat(self._fallback)))
 
     def forget(self, endpoint: str) -> None:
         self._sums.pop(endpoint, None)
-        self._fit.pop(endpoint, None)
+        if self._fit.pop(endpoint, None) is not None:
+            self._refresh_fallback()

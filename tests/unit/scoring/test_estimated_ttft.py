@@ -90,11 +90,11 @@ def test_learned_coefficients_per_endpoint_are_used() -> None:
     eps = [endpoint("warm"), endpoint("fast"), endpoint("slow-start")]
     est = scorer.estimate(REQUEST, eps)
     assert est == {
-        "warm": pytest.approx(0.02),  # prior line, nothing to prefill
+        "warm": pytest.approx(0.08),  # no line of its own: the others' mean, nothing to prefill
         "fast": pytest.approx(0.01 + 1_600 * 2e-4),
         "slow-start": pytest.approx(0.15 + 1_600 * 2e-4),
     }
-    queued = scorer.score(REQUEST, [_pending("warm", 400), endpoint("fast")], context())
+    queued = scorer.score(REQUEST, [_pending("warm", 2_000), endpoint("fast")], context())
     assert queued["fast"] == 1.0 and queued["warm"] < 1.0
 
 

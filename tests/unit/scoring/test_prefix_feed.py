@@ -42,6 +42,22 @@ def test_capacity_follows_the_engine_kv_size_in_routing_blocks() -> None:
     assert feed.index.capacity("b") == DEFAULT_CAPACITY_BLOCKS
 
 
+def test_capacity_follows_the_bytes_per_token_the_engines_report() -> None:
+    feed = PrefixFeed(PrefixSection(), PrefixIndex())
+    e = Endpoint("a")
+    d = feed.dispatch(e, _request(4, 256, 300), 0.0, kv_tokens=1024)  # 1,200 bytes
+    feed.observe_prompt(d, 400)  # 3 bytes a token, but too few tokens seen to trust yet
+    assert feed.capacity_chars_per_token == 4.0
+    for _ in range(12):
+        feed.observe_prompt(d, 400)
+    assert feed.capacity_chars_per_token == 3.0
+    feed.observe_prompt(d, 1)  # 1,200 bytes in one token: not a tokenizer, ignored
+    feed.observe_prompt(d, 0)
+    assert feed.capacity_chars_per_token == 3.0
+    feed.dispatch(e, _request(4, 256, 300), 1.0, kv_tokens=1024)
+    assert feed.index.capacity("a") == 1024 * 3 // 256
+
+
 def test_configured_capacity_is_in_the_feeds_own_blocks() -> None:
     feed = PrefixFeed(PrefixSection(capacity_blocks=100), PrefixIndex())
     own = DEFAULT_BLOCK_TOKENS * 4

@@ -33,7 +33,21 @@ def test_prior_until_min_samples() -> None:
     assert model.coefficients("a") == PRIOR
     _feed(model, "a", truth, WORKS[7:8])
     assert model.coefficients("a").prefill_token_s == pytest.approx(1e-3)
-    assert model.coefficients("never-seen") == PRIOR
+    assert model.coefficients("never-seen") == model.coefficients("a")  # borrows the fits'
+
+
+def test_an_endpoint_without_a_fit_borrows_the_mean_of_the_fitted_lines() -> None:
+    model = OnlineTtftModel(PRIOR, bound=100.0)
+    assert model.lines(["x"]) == [PRIOR]  # nothing fitted yet
+    _feed(model, "a", TtftCoefficients(0.1, 1e-3), WORKS)
+    _feed(model, "b", TtftCoefficients(0.3, 3e-3), WORKS)
+    mean = model.coefficients("x")
+    assert mean.overhead_s == pytest.approx(0.2) and mean.prefill_token_s == pytest.approx(2e-3)
+    assert model.lines(["a", "x"]) == [model.coefficients("a"), mean]
+    model.forget("b")
+    assert model.coefficients("x") == model.coefficients("a")
+    model.forget("a")
+    assert model.coefficients("x") == PRIOR
 
 
 def test_prior_when_work_has_no_spread() -> None:
@@ -86,11 +100,11 @@ def test_endpoints_are_fitted_separately_and_forget_resets_one() -> None:
     assert model.coefficients("a").prefill_token_s == pytest.approx(1e-3)
     assert model.coefficients("b").prefill_token_s == pytest.approx(5e-5)
     model.forget("a")
-    assert model.coefficients("a") == PRIOR
+    assert model.coefficients("a") == model.coefficients("b")  # the only fitted line
     assert model.coefficients("b").prefill_token_s == pytest.approx(5e-5)
-    # Forgotten means from scratch: the prior holds again until min_samples new samples.
+    # Forgotten means from scratch: borrowed again until min_samples new samples.
     _feed(model, "a", TtftCoefficients(0.3, 2e-3), WORKS[:7])
-    assert model.coefficients("a") == PRIOR
+    assert model.coefficients("a") == model.coefficients("b")
     model.forget("never-seen")
 
 
