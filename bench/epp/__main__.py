@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.epp.hop import run_hop
+from bench.epp.hop import ENVOY_EPP, ENVOY_RR, run_hop
 from bench.epp.quality import run_quality
-from bench.epp.report import summarise_hop, write_outputs
+from bench.epp.report import epp_hop, summarise_hop, write_outputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cores": os.cpu_count(),
         "settings": {**asdict(settings), "out": str(settings.out)},
         "quality": [{"router": r.label.removeprefix("epp-"), **r.figures()} for r in quality],
-        "hop": {"rate": settings.hop_rate, "rounds": rounds, "summary": summarise_hop(rounds)},
+        "hop": {
+            "rate": settings.hop_rate,
+            "rounds": rounds,
+            "summary": summarise_hop(rounds),
+            "epp_hop": epp_hop(rounds, ENVOY_EPP, ENVOY_RR),
+        },
     }
     ttfts = {r.label.removeprefix("epp-"): r.ttfts_s for r in quality}
     write_outputs(report, ttfts, settings.out)

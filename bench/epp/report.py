@@ -38,6 +38,14 @@ def summarise_hop(rounds: Sequence[Round], baseline: str = "direct") -> dict[str
     return summary
 
 
+def epp_hop(rounds: Sequence[Round], with_epp: str, without: str) -> dict[str, float]:
+    """What the picker alone adds: Envoy with it minus Envoy without, same round, median."""
+    if not rounds:
+        return {"added_p50_s": math.nan, "added_p99_s": math.nan}
+    entry = summarise_hop(rounds, baseline=without)[with_epp]
+    return {"added_p50_s": entry["added_p50_s"], "added_p99_s": entry["added_p99_s"]}
+
+
 def _median(values: Any) -> float:
     return percentile(list(values), 50)
 
@@ -88,6 +96,11 @@ def write_outputs(
     print(quality_table(report["quality"]))
     print()
     print(hop_table(report["hop"]["summary"], report["hop"]["rate"]))
+    hop = report["hop"]["epp_hop"]
+    print(
+        f"\nthe EPP hop (Envoy + kvgate epp minus Envoy round-robin, same round, median): "
+        f"p50 {_ms(hop['added_p50_s'], signed=True)}, p99 {_ms(hop['added_p99_s'], signed=True)}"
+    )
     try:
         _plot(report, ttfts, out / "epp.png")
     except PlotsUnavailable as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.epp.report import hop_table, quality_table, summarise_hop
+from bench.epp.report import epp_hop, hop_table, quality_table, summarise_hop
 
 
 def _run(p50_ms: float, p99_ms: float, ok: bool = True) -> dict[str, object]:
@@ -63,3 +63,14 @@ def test_quality_table_row() -> None:
     assert quality_table([row]).splitlines()[2] == (
         "| kvgate serve | 82.6% | 0.042 s | 0.433 s | 0.100 s | 0 | 1.25 |"
     )
+
+
+def test_the_epp_hop_is_measured_against_envoy_without_the_picker() -> None:
+    rounds = [
+        {"direct": _run(0.1, 0.5), "rr": _run(0.3, 1.5), "epp": _run(1.3, 5.5)},
+        {"direct": _run(0.1, 0.5), "rr": _run(0.5, 2.5), "epp": _run(1.7, 7.0)},
+    ]
+    hop = epp_hop(rounds, "epp", "rr")
+    assert math.isclose(hop["added_p50_s"], 1.0e-3)  # of 1.0, 1.2: nearest rank
+    assert math.isclose(hop["added_p99_s"], 4.0e-3)  # of 4.0, 4.5
+    assert math.isnan(epp_hop([], "epp", "rr")["added_p50_s"])
