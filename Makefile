@@ -51,6 +51,13 @@ bench: $(STAMP)
 # kvgate's default vs sglang-router, vllm-router and its own policies over 15 regimes (cache
 # pressure x popularity x load), live and simulated: ~37 min (REGIME_ARGS=--quick: ~3,
 # '--mode sim': ~2); writes out/bench/regime/{regime.json,heatmap_*.png}.
+# Envoy + kvgate epp vs Envoy round-robin vs kvgate serve, in one run: hit rate and TTFT on
+# multi-tenant chats, and the latency each adds at 200 req/s over stub replicas; ~2 min
+# (EPP_ARGS=--quick: ~1); writes out/bench/epp/{epp.json,epp.png}.
+.PHONY: bench-epp
+bench-epp: $(STAMP)
+	$(BIN)/python -m bench epp $(EPP_ARGS)
+
 .PHONY: bench-regime
 bench-regime: $(STAMP)
 	$(BIN)/python -m bench regime $(REGIME_ARGS)

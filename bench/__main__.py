@@ -15,6 +15,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   vllm-pressure  routers in front of two real vLLM CPU servers with a small KV cache,
              multi-tenant chats under cache pressure (`bench.vllm_pressure`;
              `make bench-vllm`)
+  epp        Envoy + kvgate epp against Envoy round-robin and kvgate as the front door:
+             hit rate, TTFT, and the latency the picker's hop adds at 200 req/s
+             (`bench.epp`; `make bench-epp`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -36,6 +39,7 @@ SUBCOMMANDS = {
     "fidelity": "bench.fidelity.__main__",
     "regime": "bench.regime.__main__",
     "vllm-pressure": "bench.vllm_pressure.__main__",
+    "epp": "bench.epp.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

