@@ -129,11 +129,22 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=int,
         help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
     )
+    _add_discovery_args(s)
+    s.add_argument(
+        "--record",
+        metavar="FILE",
+        help="append a replayable trace of the traffic to FILE (config server.record_path): "
+        "arrivals, token counts, prefix block hashes, never prompt text",
+    )
+    _add_log_level(s)
+
+
+def _add_discovery_args(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--pool",
         metavar="NAME",
         help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
-        "(config discovery.pool; see below)",
+        "(config discovery.pool)",
     )
     s.add_argument(
         "--namespace",
@@ -146,12 +157,9 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="Kubernetes API server URL, used without credentials, e.g. `kubectl proxy`'s "
         "(default: in-cluster service account, else KUBECONFIG)",
     )
-    s.add_argument(
-        "--record",
-        metavar="FILE",
-        help="append a replayable trace of the traffic to FILE (config server.record_path): "
-        "arrivals, token counts, prefix block hashes, never prompt text",
-    )
+
+
+def _add_log_level(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--log-level",
         default="info",
@@ -198,29 +206,8 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
-    s.add_argument(
-        "--pool",
-        metavar="NAME",
-        help="add the ready pods of this Kubernetes InferencePool as endpoints, as they come "
-        "and go (config discovery.pool)",
-    )
-    s.add_argument(
-        "--namespace",
-        metavar="NS",
-        help="the InferencePool's namespace (config discovery.namespace, default 'default')",
-    )
-    s.add_argument(
-        "--kube-api",
-        metavar="URL",
-        help="Kubernetes API server URL, used without credentials (default: in-cluster or "
-        "KUBECONFIG)",
-    )
-    s.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="log level (default info)",
-    )
+    _add_discovery_args(s)
+    _add_log_level(s)
 
 
 def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
