@@ -114,16 +114,7 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
-    s.add_argument(
-        "--backend",
-        metavar="URL",
-        action="append",
-        default=[],
-        help="an engine replica; repeat for each (see below)",
-    )
-    s.add_argument("--policy", metavar="NAME", help=_policy_help())
-    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    _add_routing_args(s, backend_help="an engine replica; repeat for each (see below)")
     s.add_argument(
         "--port",
         type=int,
@@ -137,6 +128,14 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "arrivals, token counts, prefix block hashes, never prompt text",
     )
     _add_log_level(s)
+
+
+def _add_routing_args(s: argparse.ArgumentParser, *, backend_help: str) -> None:
+    """What `serve` and `epp` both take: config, static backends, policy, listen address."""
+    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    s.add_argument("--backend", metavar="URL", action="append", default=[], help=backend_help)
+    s.add_argument("--policy", metavar="NAME", help=_policy_help())
+    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
 
 
 def _add_discovery_args(s: argparse.ArgumentParser) -> None:
@@ -191,16 +190,7 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
-    s.add_argument(
-        "--backend",
-        metavar="URL",
-        action="append",
-        default=[],
-        help="an engine replica (static endpoints); repeat for each",
-    )
-    s.add_argument("--policy", metavar="NAME", help=_policy_help())
-    s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    _add_routing_args(s, backend_help="an engine replica (static endpoints); repeat for each")
     s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
     s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
     s.add_argument(
