@@ -101,8 +101,13 @@ def test_stream_cut_mid_event_ends_with_a_parseable_error_event(
     backend = raw_backend(lambda conn, n: Reply(chunked_head() + body, close=True))
     _, gw = start_gateway([backend.url])
     oai = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+    # Asking for usage: the gateway then relays the stream as it comes, with no usage event
+    # to take out (a stream it takes one out of was already relayed in whole events).
     stream = oai.chat.completions.create(
-        model="m1", messages=[{"role": "user", "content": "hi"}], stream=True
+        model="m1",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
     )
     received = []
     with pytest.raises(openai.APIError) as info:
