@@ -197,7 +197,7 @@ def test_hung_backend_fails_over_after_the_first_byte_timeout(
 def test_hung_backend_with_no_attempt_left_is_504(
     fake_engines: StartEngines, start_gateway: StartGateway, client
 ) -> None:
-    [(hung, s1)] = fake_engines(1, ttft_delay=60.0)
+    [(_, s1)] = fake_engines(1, ttft_delay=60.0)
     _, gw = start_gateway([s1.url], upstream={"first_byte_timeout_non_stream_s": 0.3})
     r = client(gw, timeout=5.0).post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 504

@@ -34,7 +34,9 @@ class Reply:
     later: bytes = b""  # written `pause_s` after `data` (an answer nobody asked for)
 
 
-def response(body: bytes, status: str = "200 OK", content_type: bytes = b"application/json") -> bytes:
+def response(
+    body: bytes, status: str = "200 OK", content_type: bytes = b"application/json"
+) -> bytes:
     """A complete keep-alive response with a Content-Length."""
     head = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
     return head % (status.encode(), content_type, len(body)) + body
