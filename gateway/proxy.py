@@ -77,6 +77,16 @@ class RequestRecord:
     output_tokens: int | None = None  # counted only when recording a trace
 
 
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """The request as every attempt sends it."""
+
+    target: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    first_byte_timeout: float | None
+
+
 class BrokenBodyError(Exception):
     """A non-streaming upstream body broke after the response started; the connection must be
     dropped so the client sees the truncation."""
@@ -128,7 +138,7 @@ class Proxy:
             if asked is not None:
                 body, strip_usage = asked, True
         fb = self._first_byte
-        first_byte = fb.stream if route.request.stream else fb.non_stream
+        out = _Outgoing(target, headers, body, fb.stream if route.request.stream else fb.non_stream)
         if self._budget is not None:
             self._budget.record_request()
         last_error: GatewayError | None = None
@@ -140,40 +150,53 @@ class Proxy:
             more = i + 1 < len(attempts)
             dispatch = self._begin(backend, route)
             try:
+                opened = await self._open(dispatch, out, rec, more=more)
+                if isinstance(opened, UpstreamError):
+                    last_error = opened
+                    continue
                 try:
-                    resp = await self._client.send(
-                        backend.spec.url,
-                        target,
-                        "POST",
-                        headers,
-                        body,
-                        first_byte_timeout=first_byte,
-                    )
-                except PoolTimeout as exc:
-                    self._prefix.withdraw(dispatch)
-                    raise overloaded_error(exc) from None
-                except HttpClientError as exc:
-                    self._prefix.withdraw(dispatch)
-                    last_error = map_client_error(exc)
-                    self._failed(backend, last_error, failure_detail(exc, backend_id))
-                    if last_error.retryable and more and self._may_retry(rec):
-                        continue
-                    raise last_error from None
-                try:
-                    if resp.status_code >= 400:  # the engine did not take the prompt
+                    if opened.status_code >= 400:  # the engine did not take the prompt
                         self._prefix.withdraw(dispatch)
-                    if resp.status_code in _RETRY_STATUSES and more and self._may_retry(rec):
-                        self._failed_status(backend, resp.status_code)
+                    if opened.status_code in _RETRY_STATUSES and more and self._may_retry(rec):
+                        self._failed_status(backend, opened.status_code)
                         continue
-                    await self._relay(dispatch, resp, send, rec, strip_usage)
+                    await self._relay(dispatch, opened, send, rec, strip_usage)
                     return
                 finally:
-                    await resp.aclose()
+                    await opened.aclose()
             finally:
                 self._end(dispatch)
         if last_error is None:  # every ranked backend left the pool before it was tried
             raise NoHealthyBackendError("the chosen backends left the pool")
         raise last_error
+
+    async def _open(
+        self, dispatch: Dispatch[Backend], out: _Outgoing, rec: RequestRecord, *, more: bool
+    ) -> UpstreamResponse | UpstreamError:
+        """Send the request to the dispatch's backend: its response head, or the error to
+        fail over from (raised instead when there is no failover)."""
+        backend = dispatch.endpoint
+        try:
+            return await self._client.send(
+                backend.spec.url,
+                out.target,
+                "POST",
+                out.headers,
+                out.body,
+                first_byte_timeout=out.first_byte_timeout,
+            )
+        except PoolTimeout as exc:
+            self._prefix.withdraw(dispatch)
+            if rec.attempts == 1:
+                rec.backend = None  # no backend saw it: keep the 503 off their metrics
+            raise overloaded_error(exc) from None
+        except HttpClientError as exc:
+            self._prefix.withdraw(dispatch)
+            err = map_client_error(exc)
+            self._failed(backend, err, failure_detail(exc, backend.id))
+            if err.retryable and more and self._may_retry(rec):
+                return err
+            raise err from None
 
     def _may_retry(self, rec: RequestRecord) -> bool:
         """Take a retry from the budget (counted either way)."""
