@@ -11,7 +11,7 @@ Limits: `max_connections` bounds requests in flight upstream (waiting longer tha
 kept, each for at most `keepalive_expiry` seconds, most recently used first. A pooled
 connection the backend has already closed is never reused; one that fails before any byte
 of the response arrived (the backend closed it as the request went out) is replaced by a
-fresh connection once, inside `send`: the backend read nothing, so nothing runs twice.
+fresh connection once, inside `send` (usually the backend read nothing: see there).
 Timeouts are per phase: connect, write, read (the longest wait for the next byte) and,
 per request, first byte (request written to response head: `FirstByteTimeout`). Health
 probes and metric scrapes use a client of their own, through `gateway.http.fetcher`.
@@ -166,8 +166,9 @@ class UpstreamClient:
                 except (RemoteProtocolError, ReadError):
                     if conn.received:
                         raise
-                    # The backend closed a pooled connection as the request went out (its
-                    # idle timeout racing ours): it read nothing, so a fresh one is safe.
+                    # Mostly the backend closing a pooled connection as the request went
+                    # out (its idle timeout racing ours), unread. A backend that read it and
+                    # died without a byte runs it twice: for inference, only compute lost.
                     conn.close()
             conn = await self._connect(origin)
             await self._exchange(conn, head, body, first_byte_timeout)
