@@ -50,7 +50,7 @@ from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
-from gateway.upstream import make_client
+from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
@@ -112,7 +112,8 @@ class GatewayApp:
             stale_after_s=h.metrics_stale_after_s,
         )
         self.prefix = PrefixTracker(stack.feed)
-        self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
+        readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
+        self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
         self._kube: KubeConnection | None = None
@@ -181,6 +182,8 @@ class GatewayApp:
             max_attempts=self.config.upstream.max_attempts,
             prefix=self.prefix,
             count_output=self.recorder is not None,
+            first_byte=first_byte_timeouts(self.config.upstream),
+            budget=make_retry_budget(self.config.upstream, self.clock),
         )
         self._runtime = _Runtime(client, proxy, health)
         healthy = len(self.pool.healthy())

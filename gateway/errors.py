@@ -8,11 +8,16 @@ GatewayError                     (status, type, code, retryable)
 ├── MethodNotAllowedError        405
 ├── PayloadTooLargeError         413
 ├── UnsupportedMediaTypeError    415
-├── NoHealthyBackendError        503 + Retry-After
+├── NoHealthyBackendError        503 + Retry-After (until the first ejected backend is back)
+├── GatewayOverloadedError       503 + Retry-After / gateway_overloaded: no upstream connection
+│                                slot free in time; the gateway's own limit, never the backend's
 └── UpstreamError                upstream failures (HTTP client errors mapped in upstream.py)
     ├── UpstreamConnectError     502, retryable on another backend
     ├── UpstreamTimeoutError     504
+    │   └── UpstreamFirstByteTimeoutError  504, retryable: no response head in time
     └── UpstreamProtocolError    502 (connection broke before or during the response)
+
+Messages are for clients: they never name a backend's address (the log line does).
 """
 
 from __future__ import annotations
@@ -90,6 +95,22 @@ class NoHealthyBackendError(GatewayError):
         return [(b"retry-after", str(self.retry_after_s).encode())]
 
 
+class GatewayOverloadedError(GatewayError):
+    """Every upstream connection slot stayed busy for `pool_timeout_s`: the gateway is at its
+    own limit. Not a backend failure, so it neither ejects a backend nor fails over."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "gateway_overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", str(self.retry_after_s).encode())]
+
+
 class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"
@@ -104,6 +125,14 @@ class UpstreamConnectError(UpstreamError):
 class UpstreamTimeoutError(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class UpstreamFirstByteTimeoutError(UpstreamTimeoutError):
+    """No response head within `first_byte_timeout_s`: the backend looks hung, and the
+    request has had no byte of answer, so another backend may take it."""
+
+    code = "upstream_first_byte_timeout"
+    retryable = True
 
 
 class UpstreamProtocolError(UpstreamError):

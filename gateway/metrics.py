@@ -114,6 +114,11 @@ class GatewayMetrics:
         self.retries = Counter(
             "kvgate_retries_total", "Requests retried on another backend", ["model"], registry=r
         )
+        self.retries_denied = Counter(
+            "kvgate_retries_denied_total",
+            "Failover retries not made because the retry budget was spent",
+            registry=r,
+        )
         # Set from the pool when /metrics is rendered, not on every request.
         self.in_flight = Gauge(
             "kvgate_in_flight_requests", "Requests in flight per backend", ["backend"], registry=r

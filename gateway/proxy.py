@@ -1,10 +1,14 @@
 """Forward one inference request upstream, with failover, and relay the answer unbuffered.
 
-Failover: a connect error, or a 502/503 answer, before any byte reached the client moves on
-to the next-ranked backend, up to `max_attempts` tries. Once the response has started nothing
-is retried; a stream that breaks midway ends with an SSE error event. An attempt that fails,
-or is answered with an error status, is withdrawn from the prefix index: only the backend
-that served the prompt keeps its blocks.
+Failover: a connect error, no response head within the first-byte timeout (a hung backend),
+or a 502/503 answer, before any byte reached the client moves on to the next-ranked backend,
+up to `max_attempts` tries, while the retry budget (`gateway.retry_budget`) allows; a retry
+it denies returns the attempt's own error. Once the response has started nothing is
+retried; a stream that breaks midway ends, on an event boundary, with an SSE error event
+(`gateway.sse_events`). An attempt that fails, or is answered with an error status, is
+withdrawn from the prefix index: only the backend that served the prompt keeps its blocks.
+No free upstream connection slot is the gateway's own overload (503 `gateway_overloaded`):
+not a failover, and never counted against a backend.
 
 Every answer's usage is read on the way through (`gateway.usage`) and its cached prompt
 tokens checked against the index's prediction. A streaming chat or completions request whose
@@ -18,17 +22,25 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import orjson
-
 from gateway.asgi import Send
 from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
 from gateway.http.client import UpstreamClient, UpstreamResponse
-from gateway.http.http1 import HttpClientError
+from gateway.http.http1 import HttpClientError, PoolTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.output_tokens import OutputTokenCounter
 from gateway.prefix import PrefixTracker
+from gateway.retry_budget import RetryBudget
 from gateway.router import Route
-from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
+from gateway.sse_events import EventAligner
+from gateway.upstream import (
+    FirstByteTimeouts,
+    error_kind,
+    failure_detail,
+    map_client_error,
+    overloaded_error,
+    request_headers,
+    response_headers,
+)
 from gateway.usage import (
     STREAM_USAGE_APIS,
     UsageEventFilter,
@@ -65,12 +77,24 @@ class RequestRecord:
     output_tokens: int | None = None  # counted only when recording a trace
 
 
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """The request as every attempt sends it."""
+
+    target: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    first_byte_timeout: float | None
+
+
 class BrokenBodyError(Exception):
     """A non-streaming upstream body broke after the response started; the connection must be
     dropped so the client sees the truncation."""
 
 
 class Proxy:
+    """Sends a routed request to its ranked backends in turn and relays the first answer."""
+
     def __init__(
         self,
         pool: BackendPool,
@@ -81,6 +105,8 @@ class Proxy:
         max_attempts: int,
         prefix: PrefixTracker,
         count_output: bool = False,
+        first_byte: FirstByteTimeouts | None = None,
+        budget: RetryBudget | None = None,
     ) -> None:
         self._prefix = prefix
         self._count_output = count_output
@@ -89,6 +115,8 @@ class Proxy:
         self._metrics = metrics
         self._clock = clock
         self._max_attempts = max_attempts
+        self._first_byte = first_byte or FirstByteTimeouts()
+        self._budget = budget
 
     async def forward(
         self,
@@ -109,6 +137,10 @@ class Proxy:
             asked = ask_for_usage(body)
             if asked is not None:
                 body, strip_usage = asked, True
+        fb = self._first_byte
+        out = _Outgoing(target, headers, body, fb.stream if route.request.stream else fb.non_stream)
+        if self._budget is not None:
+            self._budget.record_request()
         last_error: GatewayError | None = None
         for i, backend_id in enumerate(attempts):
             backend = self._pool.find(backend_id)
@@ -118,32 +150,61 @@ class Proxy:
             more = i + 1 < len(attempts)
             dispatch = self._begin(backend, route)
             try:
+                opened = await self._open(dispatch, out, rec, more=more)
+                if isinstance(opened, UpstreamError):
+                    last_error = opened
+                    continue
                 try:
-                    resp = await self._client.send(backend.spec.url, target, "POST", headers, body)
-                except HttpClientError as exc:
-                    self._prefix.withdraw(dispatch)
-                    last_error = map_client_error(exc, backend_id)
-                    self._failed(backend, last_error)
-                    if last_error.retryable and more:
-                        self._metrics.retries.labels(rec.model).inc()
-                        continue
-                    raise last_error from None
-                try:
-                    if resp.status_code >= 400:  # the engine did not take the prompt
+                    if opened.status_code >= 400:  # the engine did not take the prompt
                         self._prefix.withdraw(dispatch)
-                    if resp.status_code in _RETRY_STATUSES and more:
-                        self._failed_status(backend, resp.status_code)
-                        self._metrics.retries.labels(rec.model).inc()
+                    if opened.status_code in _RETRY_STATUSES and more and self._may_retry(rec):
+                        self._failed_status(backend, opened.status_code)
                         continue
-                    await self._relay(dispatch, resp, send, rec, strip_usage)
+                    await self._relay(dispatch, opened, send, rec, strip_usage)
                     return
                 finally:
-                    await resp.aclose()
+                    await opened.aclose()
             finally:
                 self._end(dispatch)
         if last_error is None:  # every ranked backend left the pool before it was tried
             raise NoHealthyBackendError("the chosen backends left the pool")
         raise last_error
+
+    async def _open(
+        self, dispatch: Dispatch[Backend], out: _Outgoing, rec: RequestRecord, *, more: bool
+    ) -> UpstreamResponse | UpstreamError:
+        """Send the request to the dispatch's backend: its response head, or the error to
+        fail over from (raised instead when there is no failover)."""
+        backend = dispatch.endpoint
+        try:
+            return await self._client.send(
+                backend.spec.url,
+                out.target,
+                "POST",
+                out.headers,
+                out.body,
+                first_byte_timeout=out.first_byte_timeout,
+            )
+        except PoolTimeout as exc:
+            self._prefix.withdraw(dispatch)
+            if rec.attempts == 1:
+                rec.backend = None  # no backend saw it: keep the 503 off their metrics
+            raise overloaded_error(exc) from None
+        except HttpClientError as exc:
+            self._prefix.withdraw(dispatch)
+            err = map_client_error(exc)
+            self._failed(backend, err, failure_detail(exc, backend.id))
+            if err.retryable and more and self._may_retry(rec):
+                return err
+            raise err from None
+
+    def _may_retry(self, rec: RequestRecord) -> bool:
+        """Take a retry from the budget (counted either way)."""
+        if self._budget is not None and not self._budget.try_retry():
+            self._metrics.retries_denied.inc()
+            return False
+        self._metrics.retries.labels(rec.model).inc()
+        return True
 
     async def _relay(
         self,
@@ -172,17 +233,18 @@ class Proxy:
             self._prefix.first_token(dispatch, None)  # the answer is complete: prefill is done
         counter = OutputTokenCounter(is_sse) if self._count_output else None
         reader: UsageReader = UsageEventFilter() if strip_usage and is_sse and ok else UsageTap()
+        aligner = EventAligner() if is_sse else None
         try:
             await self._relay_body(
-                dispatch, resp, send, rec, is_sse=is_sse, reader=reader, counter=counter
+                dispatch, resp, send, rec, aligner=aligner, reader=reader, counter=counter
             )
         except HttpClientError as exc:
-            err = map_client_error(exc, backend.id)
-            self._failed(backend, err)
+            err = map_client_error(exc)
+            self._failed(backend, err, failure_detail(exc, backend.id))
             rec.error = err.message
-            if not is_sse:
+            if aligner is None:
                 raise BrokenBodyError(err.message) from None
-            event = b"data: " + orjson.dumps({"error": _error_obj(err)}) + b"\n\n"
+            event = aligner.error_event(_error_obj(err))
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
         usage = reader.usage()
@@ -204,12 +266,12 @@ class Proxy:
         send: Send,
         rec: RequestRecord,
         *,
-        is_sse: bool,
+        aligner: EventAligner | None,
         reader: UsageReader,
         counter: OutputTokenCounter | None,
     ) -> None:
-        """Relay the body as it arrives (what `reader` lets through), timing SSE data events
-        for TTFT and inter-token latency."""
+        """Relay the body as it arrives (what `reader` lets through; an event stream in whole
+        events), timing SSE data events for TTFT and inter-token latency."""
         labels = (rec.model or "", dispatch.endpoint.id)
         last_event: float | None = None
         ended = False
@@ -220,9 +282,13 @@ class Proxy:
             ended = resp.at_end
             if ended:
                 chunk += reader.finish()
-            elif not chunk:
+            if aligner is not None:
+                chunk = aligner.feed(chunk)
+                if ended:
+                    chunk += aligner.finish()
+            if not ended and not chunk:
                 continue  # held back, or the usage event taken out
-            if is_sse and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
+            if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
                 now = self._clock()
                 if last_event is None:
                     rec.ttft_s = now - rec.started
@@ -234,7 +300,10 @@ class Proxy:
             # The last chunk carries the end of the response: one write fewer.
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         if not ended:
-            await send({"type": "http.response.body", "body": reader.finish(), "more_body": False})
+            rest = reader.finish()
+            if aligner is not None:
+                rest = aligner.feed(rest) + aligner.finish()
+            await send({"type": "http.response.body", "body": rest, "more_body": False})
 
     def _begin(self, backend: Backend, route: Route) -> Dispatch[Backend]:
         dispatch = self._prefix.dispatch(backend, route.request, self._clock())
@@ -247,9 +316,10 @@ class Proxy:
         backend = dispatch.endpoint
         backend.in_flight -= 1
 
-    def _failed(self, backend: Backend, err: UpstreamError) -> None:
+    def _failed(self, backend: Backend, err: UpstreamError, detail: str) -> None:
         self._metrics.upstream_errors.labels(backend.id, error_kind(err)).inc()
-        self._record_failure(backend, err.message)
+        log.warning("upstream failure (%s): %s", err.code, detail)
+        self._record_failure(backend, detail)
 
     def _failed_status(self, backend: Backend, status: int) -> None:
         self._metrics.upstream_errors.labels(backend.id, "status_5xx").inc()

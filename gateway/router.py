@@ -3,10 +3,15 @@
 Shared by the proxy and the dry-run admin endpoint, so both see exactly the same decision.
 A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
 vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
+
+No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (the
+earliest end of an ejection, or for a backend down by probes the fastest readmission
+`probe_readmit_s`), at least 1 and at most `RETRY_AFTER_MAX_S`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -20,6 +25,7 @@ from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.profiles import RoutingSection
 
 POLICY_HEADER = "x-kvgate-policy"
+RETRY_AFTER_MAX_S = 60
 _ROUTING_HEADERS = (POLICY_HEADER,)
 
 
@@ -38,7 +44,9 @@ class RequestRouter:
         scheduler: Scheduler,
         section: RoutingSection,
         prefix: PrefixTracker,
+        probe_readmit_s: float = 1.0,
     ) -> None:
+        self._probe_readmit_s = probe_readmit_s
         self._pool = pool
         self._scheduler = scheduler
         self._section = section
@@ -112,12 +120,21 @@ class RequestRouter:
             raise UnknownPolicyError(
                 f"unknown routing policy {policy!r} in header {POLICY_HEADER} (known: {known})"
             ) from None
-        if not decision.ranked:
-            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(decision.filtered_out.items()))
-            raise NoHealthyBackendError(
-                f"no backend for model {rreq.model!r} passed the filters ({reasons})"
-            )
+        if not decision.ranked:  # why per backend: /admin/route (ids are addresses)
+            raise NoHealthyBackendError(f"no backend for model {rreq.model!r} passed the filters")
         return Route(rreq, decision, endpoints, MappingProxyType(excluded))
+
+    def _retry_after(self, endpoints: Collection[EndpointSnapshot]) -> int:
+        """Whole seconds until one of `endpoints` may be healthy again (see the docstring)."""
+        now = self._pool.now()
+        waits = [
+            b.state.ejected_until() - now
+            for e in endpoints
+            if e.health is Health.EJECTED and (b := self._pool.find(e.id)) is not None
+        ]
+        if len(waits) < len(endpoints):  # some are down by probes, not ejected
+            waits.append(self._probe_readmit_s)
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil(min(waits, default=1.0))))
 
     def _policy(self, headers: Mapping[str, str]) -> str | None:
         if not self._section.allow_policy_header:
@@ -126,9 +143,13 @@ class RequestRouter:
 
     def _raise_unroutable(self, model: str, endpoints: tuple[EndpointSnapshot, ...]) -> None:
         if not any(e.healthy for e in endpoints):
-            raise NoHealthyBackendError("no healthy backend")
-        if any(model in e.models for e in endpoints):
-            raise NoHealthyBackendError(f"no healthy backend serves model {model!r}")
+            wait = self._retry_after(endpoints)
+            raise NoHealthyBackendError("no healthy backend", retry_after_s=wait)
+        serving = tuple(e for e in endpoints if model in e.models)
+        if serving:
+            wait = self._retry_after(serving)
+            message = f"no healthy backend serves model {model!r}"
+            raise NoHealthyBackendError(message, retry_after_s=wait)
         available = sorted(self._pool.known_models())
         listing = ", ".join(available) if available else "none"
         raise ModelNotFoundError(f"The model `{model}` does not exist. Available models: {listing}")

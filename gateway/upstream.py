@@ -1,17 +1,27 @@
-"""The shared upstream client, header hygiene, and the one place its errors are mapped."""
+"""The shared upstream client, header hygiene, and the one place its errors are mapped.
+
+Client-facing error messages never carry a backend's address; the detail goes to the log
+line and to `/admin/backends` (`failure_detail`).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from gateway.asgi import Headers
 from gateway.config import UpstreamSection
 from gateway.errors import (
+    GatewayOverloadedError,
     UpstreamConnectError,
     UpstreamError,
+    UpstreamFirstByteTimeoutError,
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
 from gateway.http import http1
 from gateway.http.client import ClientLimits, UpstreamClient
+from gateway.retry_budget import RetryBudget
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the client library sets itself.
 HOP_BY_HOP = frozenset(
@@ -33,6 +43,22 @@ _REQUEST_DROP = frozenset(
 )
 # Date and Server: our server sets its own. x-request-id: the gateway's is added.
 _RESPONSE_DROP = frozenset(n.encode() for n in HOP_BY_HOP | {"date", "server", "x-request-id"})
+
+
+@dataclass(frozen=True, slots=True)
+class FirstByteTimeouts:
+    """Longest wait from request sent to response head (None: only the read timeout)."""
+
+    stream: float | None = None
+    non_stream: float | None = None
+
+
+def first_byte_timeouts(cfg: UpstreamSection) -> FirstByteTimeouts:
+    return FirstByteTimeouts(cfg.first_byte_timeout_s, cfg.first_byte_timeout_non_stream_s)
+
+
+def make_retry_budget(cfg: UpstreamSection, clock: Callable[[], float]) -> RetryBudget:
+    return RetryBudget(cfg.retry_budget_ratio, cfg.retry_budget_min_per_s, clock)
 
 
 def make_client(cfg: UpstreamSection) -> UpstreamClient:
@@ -92,14 +118,27 @@ def response_headers(raw: Headers, extra: Headers) -> Headers:
     return out
 
 
-def map_client_error(exc: http1.HttpClientError, backend: str) -> UpstreamError:
-    """Map an upstream client exception to the most specific gateway error."""
-    name = type(exc).__name__
+def map_client_error(exc: http1.HttpClientError) -> UpstreamError:
+    """Map an upstream client exception to the most specific gateway error. The message is
+    the client's: it names no backend (`failure_detail` is for the operator)."""
     if isinstance(exc, http1.ConnectError):
-        return UpstreamConnectError(f"cannot connect to backend {backend}: {name}")
+        return UpstreamConnectError("cannot connect to the upstream backend")
+    if isinstance(exc, http1.FirstByteTimeout):
+        return UpstreamFirstByteTimeoutError("the upstream backend did not answer in time")
     if isinstance(exc, http1.Timeout):
-        return UpstreamTimeoutError(f"backend {backend} timed out ({name})")
-    return UpstreamProtocolError(f"backend {backend} connection failed: {name}")
+        return UpstreamTimeoutError("the upstream backend timed out")
+    return UpstreamProtocolError("the upstream backend's connection failed")
+
+
+def overloaded_error(exc: http1.PoolTimeout) -> GatewayOverloadedError:
+    """Waiting for an upstream connection slot timed out: the gateway's own overload."""
+    del exc  # its text names the pool timeout, which clients need not know
+    return GatewayOverloadedError("the gateway is overloaded; retry later")
+
+
+def failure_detail(exc: http1.HttpClientError, backend: str) -> str:
+    """What went wrong, for the log and `/admin/backends` (names the backend)."""
+    return f"backend {backend}: {type(exc).__name__}: {exc}"
 
 
 def error_kind(err: UpstreamError) -> str:

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.sse_events import last_event_end
+
 TAIL_BYTES = 8192
 STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a key: inside a JSON string the quotes are escaped
@@ -156,7 +158,7 @@ class UsageEventFilter:
         if data.endswith(b"\n\n"):  # whole events: the usual chunk
             self._held = b""
         else:
-            cut = _last_event_end(data)
+            cut = last_event_end(data)
             self._held = data[cut:]
             data = data[:cut]
         return self._drop_usage_event(data) if _KEY in data else data
@@ -177,13 +179,6 @@ class UsageEventFilter:
                 self._event = events[start:end]
                 return events[:start] + events[end:]
         return events
-
-
-# Events end with a blank line: "\n\n" (what vLLM and most servers send) or "\r\n\r\n".
-def _last_event_end(data: bytes) -> int:
-    """Where the last complete event in `data` ends; 0 if none does."""
-    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
-    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
 def _event_start(data: bytes, pos: int) -> int:

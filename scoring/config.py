@@ -45,6 +45,26 @@ class UpstreamSection(_Section):
         4.0, gt=0, description="below the engines' keep-alive timeout (uvicorn's is 5 s)"
     )
     max_attempts: int = Field(2, ge=1, le=10, description="tries per request, failover included")
+    # vLLM (and SGLang) send a stream's response head once the request is accepted, before
+    # the first token; a non-streaming answer's head only when generation is done.
+    first_byte_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="streaming requests: longest wait from request sent to response head; "
+        "then fail over to the next backend (504 if none is left)",
+    )
+    first_byte_timeout_non_stream_s: float | None = Field(
+        None,
+        gt=0,
+        description="the same for non-streaming requests, whose head comes only after the "
+        "whole generation (null: no limit but read_timeout_s)",
+    )
+    retry_budget_ratio: float = Field(
+        0.2, ge=0, description="failover retries allowed per request (over the last 10 s)"
+    )
+    retry_budget_min_per_s: float = Field(
+        5.0, ge=0, description="failover retries per second allowed whatever the traffic"
+    )
 
 
 class HealthSection(_Section):

@@ -9,9 +9,12 @@ once its response is complete.
 Limits: `max_connections` bounds requests in flight upstream (waiting longer than
 `pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are
 kept, each for at most `keepalive_expiry` seconds, most recently used first. A pooled
-connection the backend has already closed is never reused. Timeouts are per phase: connect,
-write, and read (the longest wait for the next byte). Health probes and metric scrapes
-use a client of their own, through `gateway.http.fetcher`.
+connection the backend has already closed is never reused; one that fails before any byte
+of the response arrived (the backend closed it as the request went out) is replaced by a
+fresh connection once, inside `send` (usually the backend read nothing: see there).
+Timeouts are per phase: connect, write, read (the longest wait for the next byte) and,
+per request, first byte (request written to response head: `FirstByteTimeout`). Health
+probes and metric scrapes use a client of their own, through `gateway.http.fetcher`.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ from urllib.parse import urlsplit
 from gateway.http.http1 import (
     ConnectError,
     ConnectTimeout,
+    FirstByteTimeout,
     Http1Connection,
     PoolTimeout,
+    ReadError,
+    ReadTimeout,
     RemoteProtocolError,
 )
 
@@ -133,9 +139,17 @@ class UpstreamClient:
         self._closed = False
 
     async def send(
-        self, base_url: str, target: str, method: str, headers: Headers, body: bytes
+        self,
+        base_url: str,
+        target: str,
+        method: str,
+        headers: Headers,
+        body: bytes,
+        *,
+        first_byte_timeout: float | None = None,
     ) -> UpstreamResponse:
-        """Write `method target` to the backend at `base_url`; wait for the response head."""
+        """Write `method target` to the backend at `base_url`; wait for the response head
+        (at most `first_byte_timeout` seconds after the request is written, if given)."""
         origin = self._origins.get(base_url)
         if origin is None:
             origin = self._origins[base_url] = Origin.parse(base_url)
@@ -144,20 +158,56 @@ class UpstreamClient:
         await self._acquire()
         conn: Http1Connection | None = None
         try:
-            conn = self._take_idle(origin) or await self._connect(origin)
-            await conn.write(head + body if len(body) < 65536 else head, self.limits.write_timeout)
-            if len(body) >= 65536:
-                await conn.write(body, self.limits.write_timeout)
-            while not conn.headers_done:
-                if conn.error is not None:
-                    raise conn.error
-                await conn.wait_for_data(self.limits.read_timeout)
+            conn = self._take_idle(origin)
+            if conn is not None:
+                try:
+                    await self._exchange(conn, head, body, first_byte_timeout)
+                    return UpstreamResponse(self, origin, conn)
+                except (RemoteProtocolError, ReadError):
+                    if conn.received:
+                        raise
+                    # Mostly the backend closing a pooled connection as the request went
+                    # out (its idle timeout racing ours), unread. A backend that read it and
+                    # died without a byte runs it twice: for inference, only compute lost.
+                    conn.close()
+            conn = await self._connect(origin)
+            await self._exchange(conn, head, body, first_byte_timeout)
         except BaseException:
             if conn is not None:
                 conn.close()
             self._release_slot()
             raise
         return UpstreamResponse(self, origin, conn)
+
+    async def _exchange(
+        self, conn: Http1Connection, head: bytes, body: bytes, first_byte: float | None
+    ) -> None:
+        """Write the request on `conn` and wait for the head of its response."""
+        limits = self.limits
+        conn.begin()
+        await conn.write(head + body if len(body) < 65536 else head, limits.write_timeout)
+        if len(body) >= 65536:
+            await conn.write(body, limits.write_timeout)
+        if first_byte is None or first_byte >= limits.read_timeout:
+            while not conn.headers_done:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait_for_data(limits.read_timeout)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + first_byte
+        while not conn.headers_done:
+            if conn.error is not None:
+                raise conn.error
+            left = deadline - loop.time()
+            if left <= 0:
+                raise FirstByteTimeout(f"no response head in {first_byte:g} s")
+            try:
+                await conn.wait_for_data(min(left, limits.read_timeout))
+            except ReadTimeout:
+                if deadline - loop.time() > 0:
+                    raise
+                raise FirstByteTimeout(f"no response head in {first_byte:g} s") from None
 
     async def aclose(self) -> None:
         self._closed = True

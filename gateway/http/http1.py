@@ -7,8 +7,10 @@ The exceptions it raises, named like httpx's so log lines keep their meaning:
     │   └── ConnectTimeout
     ├── Timeout
     │   ├── ReadTimeout         no byte from the backend for `read_timeout` seconds
-    │   ├── WriteTimeout        the request could not be written in time
-    │   └── PoolTimeout         no connection slot free in time
+    │   │   └── FirstByteTimeout  no response head within `first_byte_timeout` seconds
+    │   └── WriteTimeout        the request could not be written in time
+    ├── PoolTimeout             no connection slot free in time: the gateway's own overload,
+    │                           not the backend's (so not a `Timeout`)
     └── ProtocolError
         ├── RemoteProtocolError  closed before the response finished, or unparsable
         └── ReadError            the socket failed mid-response
@@ -50,7 +52,11 @@ class WriteTimeout(Timeout):
     pass
 
 
-class PoolTimeout(Timeout):
+class FirstByteTimeout(ReadTimeout):
+    pass
+
+
+class PoolTimeout(HttpClientError):
     pass
 
 
@@ -67,12 +73,18 @@ class ReadError(ProtocolError):
 
 
 class Http1Connection(asyncio.Protocol):
-    """Parses one response at a time; body chunks queue up until the reader takes them."""
+    """Parses one response at a time; body chunks queue up until the reader takes them.
+
+    Bytes after a complete response, or on an idle connection, are an unsolicited answer
+    (nothing asked for them): they are never parsed into the current response nor taken as
+    the next request's, and the connection is closed (`unsolicited`).
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        self.unsolicited = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._write_waiter: asyncio.Future[None] | None = None
@@ -92,6 +104,7 @@ class Http1Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.error: HttpClientError | None = None
+        self.received = False  # any byte of this response arrived
         self._to_eof = False  # no length, not chunked: the body ends when the socket closes
         self._reading_paused = False
 
@@ -101,10 +114,20 @@ class Http1Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.complete:  # also while idle: `recycle` leaves `complete` set
+            self._unsolicited()
+            return
+        self.received = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            if self.complete:  # garbage after the end: the response itself is whole
+                self._unsolicited()
+                return
             self._fail(RemoteProtocolError(f"malformed response: {exc}"))
+            return
+        if self.unsolicited:
+            self.close()
             return
         if len(self.chunks) > _HIGH_WATER and self.transport and not self._reading_paused:
             self._reading_paused = True
@@ -134,10 +157,17 @@ class Http1Connection(asyncio.Protocol):
         self._write_waiter = None
 
     # -- httptools callbacks --------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same read: stop taking its parts
+            self.unsolicited = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.unsolicited:
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.unsolicited:
+            return
         self.status = self._parser.get_status_code()
         if 100 <= self.status < 200:
             return  # an interim response (100 Continue, 103 Early Hints): the real one follows
@@ -146,10 +176,13 @@ class Http1Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self._wake()
+        if not self.unsolicited:
+            self.chunks.append(body)
+            self._wake()
 
     def on_message_complete(self) -> None:
+        if self.unsolicited:
+            return
         if not self.headers_done:  # the end of an interim response
             self.headers.clear()
             return
@@ -161,6 +194,10 @@ class Http1Connection(asyncio.Protocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _unsolicited(self) -> None:
+        self.unsolicited = True
+        self.close()
 
     def _fail(self, error: HttpClientError) -> None:
         self.error = error
@@ -222,12 +259,22 @@ class Http1Connection(asyncio.Protocol):
         return data
 
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.lost and self.error is None
+        return (
+            self.complete
+            and self.keep_alive
+            and not self.lost
+            and not self.unsolicited
+            and self.error is None
+        )
 
     def recycle(self, now: float) -> None:
-        """Ready for the next request on this connection."""
-        self._reset()
+        """Idle until `begin`: any byte that arrives meanwhile closes the connection."""
         self.idle_since = now
+
+    def begin(self) -> None:
+        """Ready to read the answer to the request about to be written."""
+        if self.complete:
+            self._reset()
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -22,9 +22,16 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
         False,
     ),
     errors.NoHealthyBackendError: (503, "service_unavailable", "no_healthy_backend", False),
+    errors.GatewayOverloadedError: (503, "service_unavailable", "gateway_overloaded", False),
     errors.UpstreamError: (502, "upstream_error", "upstream_error", False),
     errors.UpstreamConnectError: (502, "upstream_error", "upstream_connect_error", True),
     errors.UpstreamTimeoutError: (504, "upstream_error", "upstream_timeout", False),
+    errors.UpstreamFirstByteTimeoutError: (
+        504,
+        "upstream_error",
+        "upstream_first_byte_timeout",
+        True,
+    ),
     errors.UpstreamProtocolError: (502, "upstream_error", "upstream_protocol_error", False),
 }
 
@@ -51,7 +58,10 @@ def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
     }
 
 
-@pytest.mark.parametrize("cls", [c for c in EXPECTED if c is not NoHealthyBackendError])
+_RETRY_AFTER = {NoHealthyBackendError, errors.GatewayOverloadedError}
+
+
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in _RETRY_AFTER])
 def test_no_extra_headers(cls: type[GatewayError]) -> None:
     assert cls("x").headers() == []
 
@@ -63,14 +73,20 @@ def test_code_override_is_per_instance() -> None:
     assert errors.BadRequestError("bad").code == "invalid_request"  # class default untouched
 
 
-def test_no_healthy_backend_has_retry_after() -> None:
-    assert NoHealthyBackendError("none").headers() == [(b"retry-after", b"1")]
-    assert NoHealthyBackendError("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
+@pytest.mark.parametrize("cls", sorted(_RETRY_AFTER, key=lambda c: c.__name__))
+def test_unavailable_errors_have_retry_after(cls: type[NoHealthyBackendError]) -> None:
+    assert cls("none").headers() == [(b"retry-after", b"1")]
+    assert cls("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
 
 
-def test_only_connect_errors_are_retryable() -> None:
+def test_only_errors_before_any_answer_are_retryable() -> None:
     retryable = {cls for cls in EXPECTED if cls("x").retryable}
-    assert retryable == {errors.UpstreamConnectError}
+    assert retryable == {errors.UpstreamConnectError, errors.UpstreamFirstByteTimeoutError}
+
+
+def test_overload_is_not_an_upstream_error() -> None:
+    """The gateway's own limit must never be counted against a backend."""
+    assert not issubclass(errors.GatewayOverloadedError, errors.UpstreamError)
 
 
 def test_upstream_errors_share_a_base() -> None:

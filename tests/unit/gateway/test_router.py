@@ -1,4 +1,4 @@
-"""The request router names a LoRA adapter when the request's model is one."""
+"""The request router: LoRA adapters, and Retry-After when no backend is healthy."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.app import GatewayApp
 from gateway.config import parse_config
+from gateway.errors import NoHealthyBackendError
 from gateway.inference_request import parse_inference_body
 from routing.types import EngineMetrics
 
@@ -72,3 +74,57 @@ def test_the_adapter_reaches_the_lora_affinity_scorer() -> None:
     # The base model is no adapter: the scorer is neutral.
     route = _route(app, "llama")
     assert {s.scores["lora-affinity-scorer"] for s in route.decision.scores} == {1.0}
+
+
+# -- Retry-After when no backend is healthy ----------------------------------------------
+
+
+class _Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ejectable(clock: _Clock, **health: float) -> GatewayApp:
+    raw = {
+        "backends": [{"url": f"http://{n}:8000", "id": n, "models": ["m"]} for n in "ab"],
+        "health": {"passive_fail_threshold": 1, "probe_interval_s": 5.0, **health},
+    }
+    app = GatewayApp(parse_config(raw), clock=clock, rng=random.Random(1))
+    for backend in app.pool:
+        backend.state.record_probe(True, clock.now)
+    return app
+
+
+def _retry_after(app: GatewayApp) -> str:
+    with pytest.raises(NoHealthyBackendError) as info:
+        _route(app, "m")
+    return dict(info.value.headers())[b"retry-after"].decode()
+
+
+def test_retry_after_counts_down_to_the_earliest_readmission() -> None:
+    clock = _Clock()
+    app = _ejectable(clock, ejection_base_s=20.0)
+    app.pool.get("a").state.record_upstream_failure(clock.now, "x")  # back at 120
+    clock.now += 8
+    app.pool.get("b").state.record_upstream_failure(clock.now, "x")  # back at 128
+    assert _retry_after(app) == "12"
+    clock.now += 11.5
+    assert _retry_after(app) == "1"  # half a second left: at least 1
+
+
+def test_retry_after_is_capped() -> None:
+    clock = _Clock()
+    app = _ejectable(clock, ejection_base_s=250.0)
+    for backend in app.pool:
+        backend.state.record_upstream_failure(clock.now, "x")
+    assert _retry_after(app) == "60"
+
+
+def test_retry_after_for_backends_down_by_probes_is_the_fastest_readmission() -> None:
+    clock = _Clock()
+    app = _ejectable(clock, ejection_base_s=250.0, fail_threshold=1, success_threshold=2)
+    app.pool.get("a").state.record_upstream_failure(clock.now, "x")
+    app.pool.get("b").state.record_probe(False, clock.now)
+    assert _retry_after(app) == "10"  # two good probes 5 s apart

@@ -3,14 +3,21 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import UpstreamSection
-from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeoutError
+from gateway.errors import (
+    UpstreamConnectError,
+    UpstreamFirstByteTimeoutError,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+)
 from gateway.http import http1
 from gateway.http.client import ClientLimits
 from gateway.upstream import (
     HOP_BY_HOP,
     error_kind,
+    failure_detail,
     make_client,
     map_client_error,
+    overloaded_error,
     request_headers,
     response_headers,
 )
@@ -108,9 +115,9 @@ def test_response_headers_relay_bytes_unchanged() -> None:
     [
         (http1.ConnectError, UpstreamConnectError, 502, True, "connect"),
         (http1.ConnectTimeout, UpstreamConnectError, 502, True, "connect"),
+        (http1.FirstByteTimeout, UpstreamFirstByteTimeoutError, 504, True, "timeout"),
         (http1.ReadTimeout, UpstreamTimeoutError, 504, False, "timeout"),
         (http1.WriteTimeout, UpstreamTimeoutError, 504, False, "timeout"),
-        (http1.PoolTimeout, UpstreamTimeoutError, 504, False, "timeout"),
         (http1.RemoteProtocolError, UpstreamProtocolError, 502, False, "protocol"),
         (http1.ReadError, UpstreamProtocolError, 502, False, "protocol"),
     ],
@@ -122,12 +129,28 @@ def test_map_client_error(
     retryable: bool,
     kind: str,
 ) -> None:
-    err = map_client_error(exc_type("boom"), "b1")
+    err = map_client_error(exc_type("connect to 10.0.0.7:8000 failed"))
     assert type(err) is err_type
     assert (err.status, err.retryable) == (status, retryable)
-    assert "b1" in err.message
-    assert exc_type.__name__ in err.message
     assert error_kind(err) == kind
+
+
+@pytest.mark.parametrize("exc_type", [http1.ConnectError, http1.ReadTimeout, http1.ReadError])
+def test_client_messages_name_no_backend_address(exc_type: type[http1.HttpClientError]) -> None:
+    exc = exc_type("[Errno 111] Connect call failed ('10.0.0.7', 8000)")
+    err = map_client_error(exc)
+    assert "10.0.0.7" not in err.message and "8000" not in err.message
+    assert "upstream backend" in err.message
+    # ...while the operator's detail keeps both.
+    detail = failure_detail(exc, "10.0.0.7:8000")
+    assert "10.0.0.7:8000" in detail and exc_type.__name__ in detail
+
+
+def test_pool_timeout_is_the_gateways_overload_not_a_timeout() -> None:
+    assert not issubclass(http1.PoolTimeout, http1.Timeout)
+    err = overloaded_error(http1.PoolTimeout("no free connection in 5 s"))
+    assert (err.status, err.code, err.retryable) == (503, "gateway_overloaded", False)
+    assert err.headers() == [(b"retry-after", b"1")]
 
 
 # -- the client ---------------------------------------------------------------------------

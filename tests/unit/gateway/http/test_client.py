@@ -238,3 +238,116 @@ async def test_interim_responses_are_skipped() -> None:
     assert resp.status_code == 200
     assert resp.header(b"content-type") == b"application/json"
     assert await _body(resp) == b"{}"
+
+
+async def _pooled(client: FakeClient) -> None:
+    """One exchange, read to the end: its connection goes back to the pool."""
+    resp = await _send(client, OK)
+    await _body(resp)
+    await resp.aclose()
+
+
+async def test_a_second_response_in_the_same_read_is_not_merged() -> None:
+    client = FakeClient()
+    stray = b"HTTP/1.1 200 OK\r\nx-stray: 1\r\ncontent-length: 5\r\n\r\nstray"
+    resp = await _send(client, OK + stray)
+    assert await _body(resp) == b"{}"
+    assert resp.header(b"x-stray") is None
+    await resp.aclose()
+    assert client.connections[0][1].closing  # never reused
+    await _pooled(client)
+    assert len(client.connections) == 2
+
+
+async def test_bytes_on_an_idle_connection_close_it() -> None:
+    client = FakeClient()
+    await _pooled(client)
+    conn, transport = client.connections[0]
+    conn.data_received(OK)  # an answer nobody asked for
+    assert transport.closing
+    resp = await _send(client, b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n")
+    assert resp.status_code == 201  # the answer to this request, not the stray one
+    assert len(client.connections) == 2
+
+
+async def test_garbage_after_a_complete_response_leaves_it_whole() -> None:
+    client = FakeClient()
+    resp = await _send(client, OK + b"\x00garbage")
+    assert await _body(resp) == b"{}"
+    assert client.connections[0][1].closing
+
+
+class _ClosesOnNextRequest(FakeTransport):
+    """A pooled connection the backend closes just as the next request arrives."""
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if len(self.written) > 1:
+            asyncio.get_running_loop().call_soon(self.close)
+
+
+class _StaleClient(FakeClient):
+    async def _connect(self, origin: Origin) -> Http1Connection:
+        conn = Http1Connection(asyncio.get_running_loop())
+        transport = _ClosesOnNextRequest(conn)
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        self.connections.append((conn, transport))
+        return conn
+
+
+async def test_reused_connection_lost_before_any_byte_is_replaced_once() -> None:
+    client = _StaleClient()
+    await _pooled(client)
+    task = asyncio.ensure_future(client.send("http://b:9", "/v1/x", "POST", [], b"{}"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(client.connections) == 2  # the request went again, on a fresh connection
+    client.connections[1][0].data_received(OK)
+    resp = await task
+    assert resp.status_code == 200 and await _body(resp) == b"{}"
+
+
+async def test_reused_connection_lost_after_a_byte_is_not_retried() -> None:
+    client = FakeClient()
+    await _pooled(client)
+    task = asyncio.ensure_future(client.send("http://b:9", "/v1/x", "POST", [], b"{}"))
+    await asyncio.sleep(0)
+    conn, transport = client.connections[0]
+    conn.data_received(b"HTTP/1.1 200")
+    transport.close()
+    with pytest.raises(http1.RemoteProtocolError):
+        await task
+    assert len(client.connections) == 1
+
+
+async def test_a_fresh_connection_lost_before_any_byte_fails() -> None:
+    client = FakeClient()
+    task = asyncio.ensure_future(client.send("http://b:9", "/v1/x", "POST", [], b"{}"))
+    await asyncio.sleep(0)
+    client.connections[0][1].close()
+    with pytest.raises(http1.RemoteProtocolError):
+        await task
+    assert len(client.connections) == 1
+
+
+async def test_first_byte_timeout_is_a_deadline_for_the_head() -> None:
+    client = FakeClient()
+    task = asyncio.ensure_future(
+        client.send("http://b:9", "/v1/x", "POST", [], b"{}", first_byte_timeout=0.2)
+    )
+    await asyncio.sleep(0)
+    conn = client.connections[0][0]
+    for part in (b"HTTP/1.1 200 OK\r\n", b"x-a: 1\r\n", b"x-b: 2\r\n"):
+        await asyncio.sleep(0.08)  # progress, but no whole head in time
+        conn.data_received(part)
+    with pytest.raises(http1.FirstByteTimeout):
+        await task
+    assert client.connections[0][1].closing
+
+
+async def test_first_byte_timeout_does_not_limit_the_body() -> None:
+    client = FakeClient(ClientLimits(read_timeout=1.0))
+    resp = await _send(client, CHUNKED[: CHUNKED.index(b"6\r\n")], first_byte_timeout=0.05)
+    conn = client.connections[0][0]
+    asyncio.get_running_loop().call_later(0.1, conn.data_received, b"2\r\nhi\r\n0\r\n\r\n")
+    assert await _body(resp) == b"hi"
