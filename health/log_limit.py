@@ -50,7 +50,9 @@ class LogLimit:
         return self._streaks.pop(key, None) is not None
 
 
-def describe(exc: BaseException, expected: tuple[type[BaseException], ...], limit: int = 300) -> str:
+def describe(
+    exc: BaseException, expected: tuple[type[BaseException], ...], limit: int = 300
+) -> str:
     """The message of an `expected` error, else `Type: message` (an unexpected one, whose
     message alone may say little); cut to `limit` characters (it may quote a whole page)."""
     text = str(exc) if isinstance(exc, expected) else f"{type(exc).__name__}: {exc}"

@@ -120,7 +120,8 @@ class Scraper:
         except Exception as exc:  # this backend's failure only (CancelledError passes)
             backend.scrape_errors += 1
             self._errors.warn(
-                backend.id, "backend %s: metrics scrape failed: %s",
+                backend.id,
+                "backend %s: metrics scrape failed: %s",
                 backend.id,
                 describe(exc, (FetchError, ValueError)),
             )

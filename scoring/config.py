@@ -59,6 +59,11 @@ class HealthSection(_Section):
     scrape_interval_s: float = Field(0.05, gt=0, description="engine /metrics polling period")
     scrape_timeout_s: float = Field(0.5, gt=0)
     metrics_stale_after_s: float = Field(0.2, gt=0, description="older metrics count as unknown")
+    max_scrape_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        description="longest /metrics, /health or /v1/models answer read; longer ones fail",
+    )
 
 
 class BackendEntry(_Section):

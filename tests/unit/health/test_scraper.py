@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from adapters.vllm import VLLM
 from health.fetch import FetchError, FetchResult
 from health.pool import Backend, BackendPool, BackendSpec
 from health.scraper import Scraper, ScrapeSettings
-from adapters.vllm import VLLM
 from health.state import HealthPolicy
 from routing.types import EngineMetrics
 from tests.unit.health.conftest import URL, FakeClock, FakeFetcher, page
@@ -293,7 +293,9 @@ async def test_the_page_is_decoded_by_its_declared_charset(
 
 # Issue 15, defect 1: two series of 1e308 (their sum overflows) made the vLLM adapter raise
 # OverflowError, which the scraper did not catch: every loop of the pool stopped with it.
-OVERFLOWING_PAGE = 'vllm:num_requests_waiting{e="0"} 1e308\nvllm:num_requests_waiting{e="1"} 1e308\n'
+OVERFLOWING_PAGE = (
+    'vllm:num_requests_waiting{e="0"} 1e308\nvllm:num_requests_waiting{e="1"} 1e308\n'
+)
 
 
 class _BrokenAdapter:
