@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin
-from gateway.access_log import log_request, request_id_from, request_id_var
+from gateway.access_log import clip, log_request, request_id_from, request_id_var
 from gateway.asgi import (
     Receive,
     Scope,
@@ -92,7 +92,6 @@ class GatewayApp:
     ):
         self.config = config
         self.clock = clock
-        self.metrics = GatewayMetrics()
         stack = build_routing_stack(config.routing, clock, rng or random.Random())
         self.prefix_index, self.ttft_model = stack.index, stack.ttft_model
         self.scheduler = stack.scheduler
@@ -112,6 +111,7 @@ class GatewayApp:
             clock,
             stale_after_s=h.metrics_stale_after_s,
         )
+        self.metrics = GatewayMetrics(models=self.pool.known_models)
         self.prefix = PrefixTracker(stack.feed)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
@@ -265,7 +265,7 @@ class GatewayApp:
         except BrokenBodyError:
             pass  # returning with the response unfinished makes the server drop the connection
         except Exception:
-            log.exception("unhandled error on %s %s", method, path)
+            log.exception("unhandled error on %s %s", method, clip(path))
             await _send_error(send, GatewayError("internal gateway error"))
 
     async def _inference(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
@@ -390,7 +390,7 @@ async def _send_error(
     send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     if send.started:
-        log.warning("error after the response started, dropping: %s", exc.message)
+        log.warning("error after the response started, dropping: %s", clip(exc.message))
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
 

@@ -91,3 +91,23 @@ def test_a_crashing_probe_loop_is_not_ready_and_leaves_the_scrapes_running(
     assert c.get("/ready").json()["loops"][PROBE_LOOP] in ("restarting", "running")
     engine.waiting = 7  # the scrape loop still runs beside the crashing one
     wait_until(lambda: (m := app.pool.get(s1.url[7:]).metrics) is not None and m.waiting == 7)
+
+
+def test_client_chosen_model_names_do_not_grow_metrics(
+    start_gateway: StartGateway, client: Callable[..., httpx.Client], fake_engines: Any
+) -> None:
+    # Issue 15, defect 3: 100 names of 100 KB grew /metrics to 20 MB, never freed.
+    [(_, s1)] = fake_engines(1)
+    _, gw = start_gateway([s1.url])
+    c = client(gw)
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    c.post("/v1/chat/completions", json={**chat, "model": "m1"}).raise_for_status()
+    c.post("/v1/chat/completions", json={**chat, "model": "unknown"})
+    before = len(c.get("/metrics").content)
+    for i in range(100):
+        r = c.post("/v1/chat/completions", json={**chat, "model": f"{i}-{'x' * 10_000}"})
+        assert r.status_code == 404
+    page = c.get("/metrics").text
+    assert len(page) - before < 200  # counts went up; no series was added
+    assert "xxxx" not in page
+    assert 'model="other",status="404"} 101.0' in page
