@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scoring.backend_checks import check_backend_url, duplicate_id_errors
 from scoring.profiles import RoutingSection
+from scoring.yaml_loader import load_yaml
 
 EngineType = Literal["vllm", "sglang", "trtllm", "openai"]
 
@@ -75,10 +77,7 @@ class BackendEntry(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        v = v.rstrip("/")  # before the check, so "http:///" (no host) fails it too
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return check_backend_url(v)
 
 
 class DiscoverySection(_Section):
@@ -102,6 +101,12 @@ class GatewayConfig(_Section):
     discovery: DiscoverySection = DiscoverySection()
     routing: RoutingSection = RoutingSection()
 
+    @model_validator(mode="after")
+    def _unique_backend_ids(self) -> GatewayConfig:
+        if errors := duplicate_id_errors(self.backends):
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
 
 class ConfigError(ValueError):
     """The config file is unreadable or invalid; the message names each bad field's path."""
@@ -112,7 +117,7 @@ def load_config(path: str | Path | None) -> GatewayConfig:
         return GatewayConfig()
     try:
         # Bytes: PyYAML detects the encoding and reports undecodable input as a YAMLError.
-        raw = yaml.safe_load(Path(path).read_bytes())
+        raw = load_yaml(Path(path).read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
