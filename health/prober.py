@@ -61,11 +61,14 @@ class Prober:
         await run_per_backend(self._pool, self._loop)
 
     async def _loop(self, backend: Backend) -> None:
-        if backend.state.health(self._pool.now()) is Health.UNKNOWN:
-            await self._probe_and_discover(backend)  # added at runtime: probe at once
-        while True:
-            await asyncio.sleep(self._settings.interval_s)
-            await self._probe_and_discover(backend)
+        try:
+            if backend.state.health(self._pool.now()) is Health.UNKNOWN:
+                await self._probe_and_discover(backend)  # added at runtime: probe at once
+            while True:
+                await asyncio.sleep(self._settings.interval_s)
+                await self._probe_and_discover(backend)
+        finally:  # the backend left the pool (or shutdown)
+            self._discovery_errors.clear(backend.id)
 
     async def _probe_and_discover(self, backend: Backend) -> None:
         ok = await self.probe(backend)
