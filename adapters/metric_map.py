@@ -8,6 +8,12 @@ Several series of one metric (data-parallel engines labelled `engine="0"`, `"1"`
 combined: waiting, running and blocks are summed, KV usage is averaged, block size is the
 first. NaN and ±Inf samples, and labels that are not integers (`"None"`), count as absent.
 
+A page is a backend's word, not ours: parsing never raises on what it holds. A count (or a
+sum of counts) beyond 2^53, the largest integer a float holds exactly, an integer label of
+any length beyond it, and a KV usage whose mean overflows count as unknown. A block size
+outside 1–4096 tokens, or not an integer, is ignored and logged once per value (engines use
+1–256; hybrid models a few hundred).
+
 LoRA (vLLM's convention): a gauge whose labels `running_lora_adapters` and
 `waiting_lora_adapters` hold comma-separated adapter names and `max_lora` the slot count.
 The engine sets it to the current time under new labels each step and never removes old
@@ -16,11 +22,17 @@ series, so the series with the largest value is the current one.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 from dataclasses import dataclass
 
 from adapters.parser import Sample, samples_of
 from routing.types import EngineMetrics
+
+log = logging.getLogger(__name__)
+_MAX_COUNT = 2**53  # beyond it a float no longer holds every integer: not a real count
+_MAX_BLOCK_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,7 @@ class MetricMapAdapter:
             waiting=_int_sum(_values(samples, names.waiting)),
             running=_int_sum(_values(samples, names.running)),
             kv_usage=None if kv_usage is None else min(max(kv_usage, 0.0), 1.0),
-            block_size=_first_int(_values(samples, names.block_size)),
+            block_size=_block_size(_values(samples, names.block_size)),
             num_blocks=_int_sum(_values(samples, names.num_blocks)),
             running_loras=_adapter_set(lora, "running_lora_adapters"),
             waiting_loras=_adapter_set(lora, "waiting_lora_adapters"),
@@ -96,24 +108,60 @@ def _values(samples: _Lookup, sources: tuple[Source, ...]) -> list[float]:
             return [s.value for s in found if math.isfinite(s.value)]
         values = []
         for s in found:
-            try:
-                values.append(float(int(s.labels[source.label])))
-            except (KeyError, ValueError):
-                continue
+            number = _int_or_none(s.labels.get(source.label))
+            if number is not None:
+                values.append(float(number))
         return values
     return []
 
 
+def _int_or_none(text: str | None) -> int | None:
+    """An integer label's value; None if absent, not an integer or beyond a sane count.
+
+    The length check comes first: int() of a long digit string is quadratic, and Python
+    refuses those beyond 4300 digits (ValueError) anyway.
+    """
+    if text is None or len(text) > 20:
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        return None
+    return number if abs(number) <= _MAX_COUNT else None
+
+
 def _int_sum(values: list[float]) -> int | None:
-    return max(0, round(sum(values))) if values else None
+    if not values:
+        return None
+    total = sum(values)  # not math.fsum, which raises OverflowError on 1e308 + 1e308
+    if not math.isfinite(total) or abs(total) > _MAX_COUNT:
+        return None
+    return max(0, round(total))
 
 
 def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    return mean if math.isfinite(mean) else None
 
 
-def _first_int(values: list[float]) -> int | None:
-    return round(values[0]) if values else None
+def _block_size(values: list[float]) -> int | None:
+    if not values:
+        return None
+    first = values[0]
+    if first.is_integer() and 1 <= first <= _MAX_BLOCK_SIZE:
+        return int(first)
+    _warn_block_size(first)
+    return None
+
+
+# Memoised so that a bad value is logged once, not on every scrape (20 a second).
+@functools.lru_cache(maxsize=64)
+def _warn_block_size(value: float) -> None:
+    log.warning(
+        "engine reports block size %r: not an integer in 1-%d, ignored", value, _MAX_BLOCK_SIZE
+    )
 
 
 def _newest(samples: _Lookup, names: tuple[str, ...]) -> Sample | None:
@@ -134,7 +182,4 @@ def _adapter_set(sample: Sample | None, label: str) -> frozenset[str]:
 def _int_label(sample: Sample | None, label: str) -> int | None:
     if sample is None:
         return None
-    try:
-        return int(sample.labels[label])
-    except (KeyError, ValueError):
-        return None
+    return _int_or_none(sample.labels.get(label))

@@ -89,7 +89,8 @@ def _parse_sample(line: str, pos: int) -> Sample:
         # Only the label block can hold "}" (values and timestamps cannot), so the last
         # one closes it.
         end = rest.rfind("}") + 1
-        labels = _parse_labels(rest[:end])
+        block = rest[:end]
+        labels = _cached_labels(block) if len(block) <= _MAX_CACHED_BLOCK else _parse_labels(block)
         rest = rest[end:]
     fields = rest.split()
     if not fields:
@@ -102,9 +103,12 @@ def _parse_sample(line: str, pos: int) -> Sample:
 
 
 # Label blocks repeat verbatim from scrape to scrape while values change, and info metrics
-# carry dozens of labels (vllm:cache_config_info has ~35): memoising the pure block parse
-# saves most of the work.
-@functools.lru_cache(maxsize=1024)
+# carry dozens of labels (vllm:cache_config_info has ~35, ~1.5 KB): memoising the pure block
+# parse saves most of the work. Only blocks of a sane size are kept: a page whose label
+# blocks are megabytes and change every scrape would otherwise pin 1024 of them.
+_MAX_CACHED_BLOCK = 8192
+
+
 def _parse_labels(block: str) -> Mapping[str, str]:
     """Parse a whole label block `{k="v",...}` into read-only labels."""
     labels: dict[str, str] = {}
@@ -126,6 +130,9 @@ def _parse_labels(block: str) -> Mapping[str, str]:
         raw = block[start:end]
         labels[block[pos:eq].strip()] = _unescape(raw) if "\\" in raw else raw
         pos = end + 1
+
+
+_cached_labels = functools.lru_cache(maxsize=1024)(_parse_labels)
 
 
 def _closing_quote(text: str, start: int) -> int:

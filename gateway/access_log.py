@@ -1,4 +1,8 @@
-"""Request ids (a contextvar, so every log line can carry one) and the access log line."""
+"""Request ids (a contextvar, so every log line can carry one) and the access log line.
+
+Strings a client chose (model names, paths, error texts that quote them) are cut to
+`MAX_LOGGED_CHARS` in log lines: a 100 KB model name must not make a 100 KB line.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id
 access_log = logging.getLogger("gateway.access")
 
 _MAX_ID = 128
+MAX_LOGGED_CHARS = 200
 # Ids need to be unique, not secret: a seeded generator, not uuid4's urandom() syscall.
 _ids = random.Random()
 os.register_at_fork(after_in_child=_ids.seed)  # forked workers must not repeat each other
@@ -26,6 +31,13 @@ def request_id_from(header: str | None) -> str:
     if header and len(header) <= _MAX_ID and header.isascii() and header.isprintable():
         return header
     return f"{_ids.getrandbits(128):032x}"
+
+
+def clip(text: str | None, limit: int = MAX_LOGGED_CHARS) -> str | None:
+    """`text` cut to `limit` characters, marked with how much was left out."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit} chars)"
 
 
 class RequestIdFilter(logging.Filter):
@@ -43,8 +55,8 @@ def log_request(rec: RequestRecord, now: float) -> None:
     line = {
         "request_id": rec.request_id,
         "method": rec.method,
-        "path": rec.path,
-        "model": rec.model,
+        "path": clip(rec.path),
+        "model": clip(rec.model),
         "policy": rec.policy,
         "backend": rec.backend,
         "status": rec.status,
@@ -54,5 +66,5 @@ def log_request(rec: RequestRecord, now: float) -> None:
         "duration_s": round(now - rec.started, 6),
     }
     if rec.error:
-        line["error"] = rec.error
+        line["error"] = clip(rec.error)
     access_log.info("%s", orjson.dumps(line).decode())

@@ -2,7 +2,7 @@
 
 `build_app(config)` wires pool, scheduler, proxy and metrics from a validated config. The app
 is plain ASGI: a dict of routes, one error renderer, and a lifespan that owns the upstream
-clients and the background health probes (cancelled on shutdown).
+clients and the background loops (supervised: `gateway.supervisor`; cancelled on shutdown).
 """
 
 from __future__ import annotations
@@ -11,15 +11,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin
-from gateway.access_log import log_request, request_id_from, request_id_var
+from gateway.access_log import clip, log_request, request_id_from, request_id_var
 from gateway.asgi import (
     Receive,
     Scope,
@@ -42,7 +41,7 @@ from gateway.errors import (
     UnsupportedMediaTypeError,
 )
 from gateway.http.client import ClientLimits, UpstreamClient
-from gateway.http.fetcher import UpstreamFetcher
+from gateway.http.fetcher import CappedFetcher
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
@@ -50,6 +49,7 @@ from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
+from gateway.supervisor import Supervisor
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool, BackendSpec
@@ -61,6 +61,7 @@ from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
 from scoring.stack import build_routing_stack
 
 log = logging.getLogger(__name__)
+PROBE_LOOP = "health-probes"  # while it is not running, the gateway is not ready
 Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
 
 
@@ -68,7 +69,7 @@ Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
 class HealthRuntime:
     """The background health work: active probes and metric scrapes, run by their owner."""
 
-    probe_client: UpstreamFetcher
+    probe_client: CappedFetcher
     prober: Prober
     scraper: Scraper
 
@@ -91,7 +92,6 @@ class GatewayApp:
     ):
         self.config = config
         self.clock = clock
-        self.metrics = GatewayMetrics()
         stack = build_routing_stack(config.routing, clock, rng or random.Random())
         self.prefix_index, self.ttft_model = stack.index, stack.ttft_model
         self.scheduler = stack.scheduler
@@ -111,6 +111,7 @@ class GatewayApp:
             clock,
             stale_after_s=h.metrics_stale_after_s,
         )
+        self.metrics = GatewayMetrics(models=self.pool.known_models)
         self.prefix = PrefixTracker(stack.feed)
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
@@ -118,6 +119,7 @@ class GatewayApp:
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
+        self.loops: Supervisor | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
             ("GET", "/ready"): self._ready,
@@ -146,22 +148,10 @@ class GatewayApp:
             await send({"type": "lifespan.startup.failed", "message": str(exc)})
             return
         async with asyncio.TaskGroup() as tg:
-            probes = tg.create_task(runtime.health.prober.run(), name="health-probes")
-            scrapes = tg.create_task(runtime.health.scraper.run(), name="metrics-scrapes")
-            recording = (
-                tg.create_task(self.recorder.run(), name="trace-recorder")
-                if self.recorder
-                else None
-            )
-            watch = self.discovery()
-            discovery = tg.create_task(watch, name="pod-discovery") if watch else None
+            loops = tg.create_task(self.background_loops(runtime.health).run(), name="loops")
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
-            probes.cancel()
-            scrapes.cancel()
-            for task in (recording, discovery):
-                if task is not None:
-                    task.cancel()
+            loops.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
@@ -196,9 +186,8 @@ class GatewayApp:
         return self._runtime
 
     async def start_health(self) -> HealthRuntime:
-        """A first probe round and metric scrape; the caller runs `prober.run()` and
-        `scraper.run()` and closes `probe_client` (the front door here, `kvgate epp` too),
-        and runs `discovery()` if there is one."""
+        """A first probe round and metric scrape; the caller runs `background_loops()` and
+        closes `probe_client` (the front door here, `kvgate epp` too)."""
         if self.config.discovery.pool:  # nowhere to find the Kubernetes API fails it too
             self._kube = resolve_connection(self.config.discovery.kube_api)
         h = self.config.health
@@ -211,30 +200,43 @@ class GatewayApp:
             max_keepalive=64,
             keepalive_expiry=self.config.upstream.keepalive_expiry_s,
         )
-        probe_client = UpstreamFetcher(UpstreamClient(probe_limits))
+        probe_client = CappedFetcher(UpstreamClient(probe_limits))
         prober = Prober(
             self.pool,
             probe_client,
-            ProbeSettings(h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s),
+            ProbeSettings(
+                h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s, h.max_scrape_bytes
+            ),
             on_down=self.prefix.forget,
         )
         await prober.initial_round()
         scraper = Scraper(
             self.pool,
             probe_client,
-            ScrapeSettings(h.scrape_interval_s, h.scrape_timeout_s, h.metrics_stale_after_s),
+            ScrapeSettings(
+                h.scrape_interval_s, h.scrape_timeout_s, h.metrics_stale_after_s, h.max_scrape_bytes
+            ),
         )
         async with asyncio.TaskGroup() as tg:  # first metrics before the first request
             for backend in scraper.polled():
                 tg.create_task(scraper.scrape_once(backend))
         return HealthRuntime(probe_client, prober, scraper)
 
-    def discovery(self) -> Coroutine[Any, Any, None] | None:
-        """The InferencePool watch that adds and removes backends (after `start_health`);
-        None without `discovery.pool`."""
-        if self._kube is None:
-            return None
-        return self.pod_backends.run(self._kube, self.config.discovery)
+    def background_loops(self, health: HealthRuntime) -> Supervisor:
+        """Probes, scrapes, the recorder and the InferencePool watch (those configured),
+        supervised; the caller runs it (after `start_health`)."""
+        loops = self.loops = Supervisor()
+        loops.add(PROBE_LOOP, health.prober.run)
+        loops.add("metrics-scrapes", health.scraper.run)
+        if self.recorder is not None:
+            loops.add("trace-recorder", self.recorder.run)
+        if (kube := self._kube) is not None:
+            loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
+        return loops
+
+    def loops_ok(self) -> bool:
+        """Whether the loops the gateway's readiness depends on (the probes) are running."""
+        return self.loops is not None and self.loops.running(PROBE_LOOP)
 
     def metrics_page(self) -> bytes:
         """The Prometheus exposition, with the per-backend gauges brought up to date."""
@@ -266,7 +268,7 @@ class GatewayApp:
         except BrokenBodyError:
             pass  # returning with the response unfinished makes the server drop the connection
         except Exception:
-            log.exception("unhandled error on %s %s", method, path)
+            log.exception("unhandled error on %s %s", method, clip(path))
             await _send_error(send, GatewayError("internal gateway error"))
 
     async def _inference(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
@@ -350,12 +352,10 @@ class GatewayApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         healthy = len(self.pool.healthy())
-        status = 200 if healthy and self._runtime is not None else 503
-        await send_json(
-            send,
-            status,
-            {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)},
-        )
+        status = 200 if healthy and self._runtime is not None and self.loops_ok() else 503
+        loops = self.loops.states() if self.loops else {}
+        body = {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)}
+        await send_json(send, status, {**body, "loops": loops})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
@@ -365,13 +365,10 @@ class GatewayApp:
         await send_json(send, 200, {"object": "list", "data": list(cards.values())})
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await send_json(
-            send,
-            200,
-            admin.backends_state(
-                self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
-            ),
+        state = admin.backends_state(
+            self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
         )
+        await send_json(send, 200, {**state, "loops": self.loops.states() if self.loops else {}})
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         headers = header_map(scope)
@@ -396,7 +393,7 @@ async def _send_error(
     send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     if send.started:
-        log.warning("error after the response started, dropping: %s", exc.message)
+        log.warning("error after the response started, dropping: %s", clip(exc.message))
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
 

@@ -1,8 +1,15 @@
-"""The gateway's own Prometheus metrics, in a registry per app (so tests can run several)."""
+"""The gateway's own Prometheus metrics, in a registry per app (so tests can run several).
+
+Every label value stays from a bounded set: a series lives as long as the process, so a label
+a client chooses would let it grow `/metrics` (and the memory behind it) without end. The
+`model` label takes only the models the pool serves (`models`); any other name a client
+sends counts as `"other"` (an empty name, when the body had none, stays empty).
+"""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Collection
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -10,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from scoring.cache_check import CacheCheck
 
 M = TypeVar("M", Counter, Gauge, Histogram)
+OTHER_MODEL = "other"
 
 _LATENCY_BUCKETS = (
     0.005,
@@ -59,13 +67,16 @@ class Children(Generic[M]):
     lock on every `labels()` call, several times per request on the hot path. The label
     sets are the ones the registry already keeps, so the cache grows no faster than it."""
 
-    __slots__ = ("_cache", "_metric")
+    __slots__ = ("_cache", "_metric", "_model")
 
-    def __init__(self, metric: M) -> None:
+    def __init__(self, metric: M, model: Callable[[str], str] | None = None) -> None:
         self._metric: M = metric
+        self._model = model  # bounds the first label, a model name, when given
         self._cache: dict[tuple[str | None, ...], M] = {}
 
     def __call__(self, *labels: str | None) -> M:
+        if self._model is not None:
+            labels = (self._model(labels[0] or ""), *labels[1:])
         child = self._cache.get(labels)
         if child is None:
             child = self._cache[labels] = self._metric.labels(*labels)
@@ -73,9 +84,12 @@ class Children(Generic[M]):
 
 
 class GatewayMetrics:
-    """Counters, gauges and histograms the proxy updates; rendered at `/metrics`."""
+    """Counters, gauges and histograms the proxy updates; rendered at `/metrics`.
 
-    def __init__(self) -> None:
+    `models` gives the model names the `model` label may take (None: any, for tests)."""
+
+    def __init__(self, models: Callable[[], Collection[str]] | None = None) -> None:
+        self._models = models
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -158,15 +172,22 @@ class GatewayMetrics:
             registry=r,
         )
 
-        self.requests_by = Children(self.requests)
-        self.duration_by = Children(self.duration)
-        self.ttft_by = Children(self.ttft)
-        self.itl_by = Children(self.itl)
+        bound = self.model_label if models is not None else None
+        self.requests_by = Children(self.requests, bound)
+        self.duration_by = Children(self.duration, bound)
+        self.ttft_by = Children(self.ttft, bound)
+        self.itl_by = Children(self.itl, bound)
         self.decisions_by = Children(self.decisions)
         self._prompt_by = Children(self.observed_prompt_tokens)
         self._predicted_by = Children(self.predicted_hits)
         self._observed_by = Children(self.observed_hits)
         self._corrections_by = Children(self.index_corrections)
+
+    def model_label(self, model: str) -> str:
+        """`model` if the pool serves it (or is empty), else "other"."""
+        if not model or self._models is None or model in self._models():
+            return model
+        return OTHER_MODEL
 
     def count_cache_check(self, backend: str, prompt_tokens: int, check: CacheCheck) -> None:
         """One answer's predicted and observed cache hit, and whether it corrected the index."""

@@ -4,7 +4,8 @@ The prober and the scraper depend on this `Fetcher` protocol only; the gateway s
 over its own upstream client (`gateway.http.fetcher`), and tests supply an in-memory fake.
 A fetcher returns any answer the backend sends, whatever its status, and raises
 `FetchError` when there is none: no connection, a broken or unparsable response, or no
-complete answer within `timeout_s` seconds.
+complete answer within `timeout_s` seconds, or a body longer than `max_bytes` (it stops
+reading there: a backend cannot make the gateway hold an arbitrarily large page).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class FetchError(Exception):
 
 
 class Fetcher(Protocol):
-    """Sends `GET url` and reads the whole answer, in at most `timeout_s` seconds."""
+    """Sends `GET url` and reads the whole answer, in at most `timeout_s` seconds and at
+    most `max_bytes` of body (None: no limit)."""
 
-    async def get(self, url: str, timeout_s: float) -> FetchResult: ...
+    async def get(
+        self, url: str, timeout_s: float, max_bytes: int | None = None
+    ) -> FetchResult: ...

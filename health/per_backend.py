@@ -4,14 +4,23 @@
 accepts, starts one for each backend added later and cancels the task of each backend
 removed. Probes and metric scrapes both run this way, so a discovered pod is polled like a
 configured one and a deleted pod stops being polled.
+
+A backend's loop that raises (it should not: probes and scrapes keep their errors) is
+restarted after a backoff (1 s doubling to 60 s), its traceback logged the first time, and
+no other backend's loop is disturbed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from health.pool import Backend, BackendPool
+
+log = logging.getLogger(__name__)
+_FIRST_RESTART_S = 1.0
+_MAX_RESTART_S = 60.0
 
 
 async def run_per_backend(
@@ -36,4 +45,19 @@ async def run_per_backend(
 
 
 async def _call(loop: Callable[[Backend], Awaitable[None]], backend: Backend) -> None:
-    await loop(backend)
+    delay, crashes = _FIRST_RESTART_S, 0
+    while True:
+        try:
+            await loop(backend)
+            return
+        except Exception:  # CancelledError (removal, shutdown) passes
+            crashes += 1
+            log.error(
+                "backend %s: polling loop crashed (%d times), restarting in %.0f s",
+                backend.id,
+                crashes,
+                delay,
+                exc_info=crashes == 1,
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _MAX_RESTART_S)

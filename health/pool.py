@@ -143,6 +143,7 @@ class BackendPool:
         self._backends: dict[str, Backend] = {}
         self._policy = policy
         self._adapters: frozenset[str] | None = None  # None: to compute from the cards
+        self._models: frozenset[str] | None = None  # likewise
         self._changed = asyncio.Event()
         for spec in specs:
             self.add(spec)
@@ -173,7 +174,7 @@ class BackendPool:
         await self._changed.wait()
 
     def _membership_changed(self) -> None:
-        self._adapters = None
+        self._forget_adapters()
         # Wake the current waiters, then arm a fresh event for the next ones.
         self._changed.set()
         self._changed = asyncio.Event()
@@ -221,8 +222,11 @@ class BackendPool:
         return self._adapters
 
     def _forget_adapters(self) -> None:
-        self._adapters = None
+        self._adapters = self._models = None
 
-    def known_models(self) -> set[str]:
-        """Every model any backend serves, healthy or not."""
-        return {m for b in self._backends.values() for m in b.models}
+    def known_models(self) -> frozenset[str]:
+        """Every model any backend serves, healthy or not. Kept until the membership or a
+        backend's cards change (asked on every request, to bound metric labels)."""
+        if self._models is None:
+            self._models = frozenset(m for b in self._backends.values() for m in b.models)
+        return self._models

@@ -2,7 +2,9 @@
 
 Each loop sends `GET /health` every `interval_s` (timeout `timeout_s`) and refreshes the
 backend's served models from `GET /v1/models` every `model_refresh_s`. Results go into the
-backend's `HealthState`; nothing here decides routing.
+backend's `HealthState`; nothing here decides routing. Any error of one backend's probe
+(an unreachable or odd backend, or a bug its answer triggers) is a failed probe of that
+backend, and one of its model listing a failed refresh: logged, never raised into the loop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import orjson
 
 from health.fetch import Fetcher, FetchError
+from health.log_limit import LogLimit, describe
 from health.per_backend import run_per_backend
 from health.pool import Backend, BackendPool
 from routing.types import Health
@@ -28,6 +31,7 @@ class ProbeSettings:
     interval_s: float = 5.0
     timeout_s: float = 2.0
     model_refresh_s: float = 30.0
+    max_bytes: int | None = 4 * 1024 * 1024  # longest answer read (a longer one fails)
 
 
 class Prober:
@@ -44,6 +48,7 @@ class Prober:
         self._fetcher = fetcher
         self._settings = settings
         self._on_down = on_down  # told when a backend turns unhealthy (its cache may be gone)
+        self._discovery_errors = LogLimit(log, pool.now)
 
     async def initial_round(self) -> None:
         """Probe and discover every backend once, concurrently (used at start-up)."""
@@ -56,11 +61,14 @@ class Prober:
         await run_per_backend(self._pool, self._loop)
 
     async def _loop(self, backend: Backend) -> None:
-        if backend.state.health(self._pool.now()) is Health.UNKNOWN:
-            await self._probe_and_discover(backend)  # added at runtime: probe at once
-        while True:
-            await asyncio.sleep(self._settings.interval_s)
-            await self._probe_and_discover(backend)
+        try:
+            if backend.state.health(self._pool.now()) is Health.UNKNOWN:
+                await self._probe_and_discover(backend)  # added at runtime: probe at once
+            while True:
+                await asyncio.sleep(self._settings.interval_s)
+                await self._probe_and_discover(backend)
+        finally:  # the backend left the pool (or shutdown)
+            self._discovery_errors.clear(backend.id)
 
     async def _probe_and_discover(self, backend: Backend) -> None:
         ok = await self.probe(backend)
@@ -71,13 +79,15 @@ class Prober:
 
     async def probe(self, backend: Backend) -> bool:
         error: str | None = None
+        settings = self._settings
         try:
-            answer = await self._fetcher.get(backend.spec.url + "/health", self._settings.timeout_s)
+            url = backend.spec.url + "/health"
+            answer = await self._fetcher.get(url, settings.timeout_s, settings.max_bytes)
             ok = answer.status == 200
             if not ok:
                 error = f"health probe returned {answer.status}"
-        except FetchError as exc:
-            ok, error = False, f"health probe failed: {exc}"
+        except Exception as exc:  # this backend's failure only (CancelledError passes)
+            ok, error = False, f"health probe failed: {describe(exc, (FetchError,))}"
         before = backend.state.health(self._pool.now())
         backend.state.record_probe(ok, self._pool.now(), error)
         after = backend.state.health(self._pool.now())
@@ -89,14 +99,19 @@ class Prober:
 
     async def discover_models(self, backend: Backend) -> None:
         url = backend.spec.url + "/v1/models"
+        settings = self._settings
         try:
-            answer = await self._fetcher.get(url, self._settings.timeout_s)
+            answer = await self._fetcher.get(url, settings.timeout_s, settings.max_bytes)
             if not answer.ok:
                 raise ValueError(f"{url} returned {answer.status}")
             cards = parse_model_list(answer.body)
-        except (FetchError, ValueError) as exc:
-            log.warning("backend %s: model discovery failed: %s", backend.id, exc)
+        except Exception as exc:  # this backend's failure only (CancelledError passes)
+            reason = describe(exc, (FetchError, ValueError))
+            self._discovery_errors.warn(
+                backend.id, "backend %s: model discovery failed: %s", backend.id, reason
+            )
             return
+        self._discovery_errors.clear(backend.id)
         if set(cards) != set(backend.model_cards):
             log.info("backend %s serves %s", backend.id, sorted(cards))
         backend.model_cards = cards

@@ -8,6 +8,11 @@ metrics once they are older than `stale_after_s` (GIE's 200 ms), so a backend wh
 scrapes keep failing looks "unknown" to the scorers rather than idle. Backends whose
 engine exports no metrics (`openai`) are not polled.
 
+Any failure of one backend's scrape (no answer, a page over `max_bytes`, a page the adapter
+cannot read, or a bug the page triggers) is that backend's scrape error: counted, logged
+once and then at most once a minute while it lasts, and never raised into the loop, so one
+odd page cannot stop the scraping of the others.
+
 A page byte-identical to the backend's previous one is not parsed again: its metrics are the
 previous ones, stamped with the new `scraped_at` (adapters parse a page as a pure function of
 its text). An idle engine serves the same page scrape after scrape, 20 times a second.
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from adapters.base import EngineAdapter
 from adapters.registry import ADAPTERS, detect_engine
 from health.fetch import Fetcher, FetchError, FetchResult
+from health.log_limit import LogLimit, describe
 from health.per_backend import run_per_backend
 from health.pool import Backend, BackendPool
 from routing.types import EngineMetrics
@@ -37,6 +43,7 @@ class ScrapeSettings:
     interval_s: float = 0.05
     timeout_s: float = 0.5
     stale_after_s: float = 0.2  # for BackendPool(stale_after_s=...), which applies it
+    max_bytes: int | None = 4 * 1024 * 1024  # larger pages are scrape errors
 
 
 class Scraper:
@@ -63,7 +70,7 @@ class Scraper:
             engine = backend.spec.engine
             if engine not in adapters:
                 raise ValueError(f"backend {backend.id}: no adapter for engine {engine!r}")
-        self._failing: set[str] = set()  # ids whose last scrape failed, to log changes only
+        self._errors = LogLimit(log, self._clock)  # ids whose last scrape failed
         self._warned_empty: set[str] = set()
         # id -> (page bytes, the metrics parsed from it), for skipping unchanged pages
         self._last_page: dict[str, tuple[bytes, EngineMetrics]] = {}
@@ -91,7 +98,7 @@ class Scraper:
                 await asyncio.sleep(max(0.0, self._settings.interval_s - (loop.time() - started)))
         finally:  # the backend left the pool (or shutdown): drop what was kept for it
             self._last_page.pop(backend.id, None)
-            self._failing.discard(backend.id)
+            self._errors.clear(backend.id)
 
     async def scrape_once(self, backend: Backend) -> bool:
         """Scrape `backend` once; True if fresh metrics were stored."""
@@ -102,19 +109,24 @@ class Scraper:
         # this, so the metrics are never taken as fresher than they are.
         scraped_at = self._clock()
         path = adapter.metrics_path
+        settings = self._settings
         try:
-            answer = await self._fetcher.get(backend.spec.url + path, self._settings.timeout_s)
+            answer = await self._fetcher.get(
+                backend.spec.url + path, settings.timeout_s, settings.max_bytes
+            )
             if not answer.ok:
                 raise ValueError(f"GET {path} returned {answer.status}")
             metrics = self._parse(backend, adapter, answer, scraped_at)
-        except (FetchError, ValueError) as exc:
+        except Exception as exc:  # this backend's failure only (CancelledError passes)
             backend.scrape_errors += 1
-            if backend.id not in self._failing:
-                self._failing.add(backend.id)
-                log.warning("backend %s: metrics scrape failed: %s", backend.id, exc)
+            self._errors.warn(
+                backend.id,
+                "backend %s: metrics scrape failed: %s",
+                backend.id,
+                describe(exc, (FetchError, ValueError)),
+            )
             return False
-        if backend.id in self._failing:
-            self._failing.discard(backend.id)
+        if self._errors.clear(backend.id):
             log.info("backend %s: metrics scrape recovered", backend.id)
         backend.metrics = metrics
         return True

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scoring.backend_checks import check_backend_url, duplicate_id_errors
 from scoring.profiles import RoutingSection
+from scoring.yaml_loader import load_yaml
 
 EngineType = Literal["vllm", "sglang", "trtllm", "openai"]
 
@@ -79,6 +81,11 @@ class HealthSection(_Section):
     scrape_interval_s: float = Field(0.05, gt=0, description="engine /metrics polling period")
     scrape_timeout_s: float = Field(0.5, gt=0)
     metrics_stale_after_s: float = Field(0.2, gt=0, description="older metrics count as unknown")
+    max_scrape_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        description="longest /metrics, /health or /v1/models answer read; longer ones fail",
+    )
 
 
 class BackendEntry(_Section):
@@ -90,10 +97,7 @@ class BackendEntry(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        v = v.rstrip("/")  # before the check, so "http:///" (no host) fails it too
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return check_backend_url(v)
 
 
 class DiscoverySection(_Section):
@@ -117,6 +121,12 @@ class GatewayConfig(_Section):
     discovery: DiscoverySection = DiscoverySection()
     routing: RoutingSection = RoutingSection()
 
+    @model_validator(mode="after")
+    def _unique_backend_ids(self) -> GatewayConfig:
+        if errors := duplicate_id_errors(self.backends):
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
 
 class ConfigError(ValueError):
     """The config file is unreadable or invalid; the message names each bad field's path."""
@@ -127,7 +137,7 @@ def load_config(path: str | Path | None) -> GatewayConfig:
         return GatewayConfig()
     try:
         # Bytes: PyYAML detects the encoding and reports undecodable input as a YAMLError.
-        raw = yaml.safe_load(Path(path).read_bytes())
+        raw = load_yaml(Path(path).read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from gateway.access_log import request_id_from
+from gateway.access_log import clip, request_id_from
 from gateway.epp import messages as msg
 from gateway.epp.picker import EndpointPicker, Exchange
 from gateway.errors import GatewayError, PayloadTooLargeError
@@ -104,7 +104,7 @@ class RequestStream:
             )
         except GatewayError as exc:
             self.ended = True
-            log.info("request %s answered %d: %s", request_id, exc.status, exc.message)
+            log.info("request %s answered %d: %s", request_id, exc.status, clip(exc.message))
             return [msg.immediate_error(exc)]
         except Exception:  # a bug must not cost the proxy its stream: answer a plain 500
             self.ended = True

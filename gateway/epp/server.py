@@ -4,7 +4,8 @@ Ports (the reference EPP's defaults): ext_proc 9002, health 9003 (`grpc.health.v
 services `liveness`, always serving, and `readiness`, serving while some backend is healthy;
 the empty service name follows readiness), metrics 9090 (`GET /metrics`). Port 0 picks a free
 one; the start-up line names the ports bound. The gateway's health probes and metric scrapes
-run here as under `kvgate serve`. SIGINT or SIGTERM stops it, letting streams finish for up to
+run here as under `kvgate serve`, supervised (`gateway.supervisor`); readiness is NOT_SERVING
+while the probe loop is down. SIGINT or SIGTERM stops it, letting streams finish for up to
 `grace_s`.
 """
 
@@ -70,19 +71,14 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
         len(app.pool.healthy()), len(app.pool), app.scheduler.default_profile,
     )  # fmt: skip
     try:
+        loops = app.background_loops(health)
+        loops.add("readiness", lambda: _report_readiness(app, checks))
         async with asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(health.prober.run(), name="health-probes"),
-                tg.create_task(health.scraper.run(), name="metrics-scrapes"),
-                tg.create_task(_report_readiness(app, checks), name="readiness"),
-            ]
-            if (watch := app.discovery()) is not None:
-                tasks.append(tg.create_task(watch, name="pod-discovery"))
+            supervised = tg.create_task(loops.run(), name="loops")
             await stop.wait()
             log.info("kvgate epp: stopping")
             await checks.enter_graceful_shutdown()
-            for task in tasks:
-                task.cancel()
+            supervised.cancel()
     finally:
         metrics.close()
         await server.stop(settings.grace_s)
@@ -92,7 +88,8 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
 
 async def _report_readiness(app: GatewayApp, checks: health_aio.HealthServicer) -> None:
     while True:
-        status = _SERVING if app.pool.healthy() else _NOT_SERVING
+        # Not ready while the probes are down: health would be frozen at its last value.
+        status = _SERVING if app.pool.healthy() and app.loops_ok() else _NOT_SERVING
         await checks.set("readiness", status)
         await checks.set("", status)
         await asyncio.sleep(_READINESS_EVERY_S)

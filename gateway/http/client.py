@@ -14,7 +14,7 @@ of the response arrived (the backend closed it as the request went out) is repla
 fresh connection once, inside `send` (usually the backend read nothing: see there).
 Timeouts are per phase: connect, write, read (the longest wait for the next byte) and,
 per request, first byte (request written to response head: `FirstByteTimeout`). Health
-probes and metric scrapes use a client of their own, through `gateway.http.fetcher`.
+probes and metric scrapes use a client of their own, through `gateway.http.fetcher` (capped reads).
 """
 
 from __future__ import annotations

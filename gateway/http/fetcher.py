@@ -1,14 +1,14 @@
-"""The health checks' `Fetcher` (`health.fetch`) over the gateway's own HTTP/1.1 client.
+"""The health checks' `Fetcher` (`health.fetch`) over the gateway's own HTTP/1.1 client,
+reading at most `max_bytes` of any answer.
 
-`health` probes every backend every few seconds and scrapes its metrics every 50 ms;
-`UpstreamClient` sends those GETs for a fraction of httpx's cost
-(docs/decisions/0001-own-http1-upstream-client.md). The fetcher gets its own client (pool and
-limits) so probes never queue behind traffic.
+Probes and scrapes ask for at most `health.max_scrape_bytes` (4 MiB), so an answer is read
+as it streams in and the read stops once it passes the cap: a backend cannot make the
+gateway hold an arbitrarily large page. That answer is a `FetchError` and its connection is
+closed, not pooled.
 
-A GET carries `accept` and `user-agent` besides what the client writes (Host,
-Content-Length: 0); it asks for no content coding, so bodies arrive as sent. They are read
-whole. `timeout_s` bounds the whole exchange; client failures become `FetchError`s that
-name them ("ConnectError: ...").
+Besides the cap: a GET with
+`accept` and `user-agent` and no content coding, `timeout_s` bounding the whole exchange,
+client failures as `FetchError`s that name them ("ConnectError: ...").
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from health.fetch import FetchError, FetchResult
 _HEADERS: Headers = [(b"accept", b"*/*"), (b"user-agent", b"kvgate")]
 
 
-class UpstreamFetcher:
+class CappedFetcher:
     """A `health.fetch.Fetcher` over `client`; `aclose()` closes the client."""
 
     def __init__(self, client: UpstreamClient) -> None:
         self._client = client
         self._split: dict[str, tuple[str, str]] = {}  # url -> (origin, target), split once
 
-    async def get(self, url: str, timeout_s: float) -> FetchResult:
+    async def get(self, url: str, timeout_s: float, max_bytes: int | None = None) -> FetchResult:
+        """GET `url`; a body longer than `max_bytes` (None: no cap) is a `FetchError`."""
         split = self._split.get(url)
         if split is None:
             split = self._split[url] = _split(url)
@@ -39,9 +40,14 @@ class UpstreamFetcher:
             async with asyncio.timeout(timeout_s):
                 resp = await self._client.send(base, target, "GET", _HEADERS, b"")
                 try:
-                    chunks = [chunk async for chunk in resp.aiter_raw()]
+                    chunks, size = [], 0
+                    async for chunk in resp.aiter_raw():
+                        size += len(chunk)
+                        if max_bytes is not None and size > max_bytes:
+                            raise FetchError(f"TooLarge: answer longer than {max_bytes} bytes")
+                        chunks.append(chunk)
                 finally:
-                    await resp.aclose()
+                    await resp.aclose()  # pools the connection only if read to the end
         except TimeoutError:
             raise FetchError(f"Timeout: no complete answer in {timeout_s:g} s") from None
         except HttpClientError as exc:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from adapters.metric_map import MetricMap, MetricMapAdapter, Source
 from routing.types import EngineMetrics
 
@@ -85,3 +87,34 @@ def test_lora_series_without_usable_labels() -> None:
         frozenset(),
         None,
     )
+
+
+def test_overflowing_sums_and_huge_integer_labels_are_unknown_not_an_error() -> None:
+    # Issue 15, defect 1: these raised OverflowError, which stopped every health loop.
+    huge = "9" * 400
+    text = (
+        'new_waiting{e="0"} 1e308\nnew_waiting{e="1"} 1e308\n'
+        'running{e="0"} 1e300\n'
+        'kv{e="0"} 1e308\nkv{e="1"} 1e308\n'
+        f'info{{block_size="{huge}",blocks="{huge}"}} 1\n'
+        f'lora{{running_lora_adapters="a",waiting_lora_adapters="",max_lora="{huge}"}} 5\n'
+    )
+    metrics = _parse(text)
+    assert (metrics.waiting, metrics.running, metrics.kv_usage) == (None, None, None)
+    assert (metrics.block_size, metrics.num_blocks, metrics.max_loras) == (None, None, None)
+    assert metrics.running_loras == frozenset({"a"})
+
+
+def test_block_size_outside_the_sane_range_is_ignored_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for _ in range(3):
+        assert _parse('info{block_size="65536",blocks="10"} 1\n').block_size is None
+    assert _parse('info{block_size="0"} 1\n').block_size is None
+    gauge = MetricMapAdapter(engine="t", names=MetricMap(block_size=(Source("bs"),)))
+    assert gauge.parse_metrics("bs 16.5\n", 0.0).block_size is None
+    assert gauge.parse_metrics("bs 32\n", 0.0).block_size == 32
+    assert _parse('info{block_size="4096"} 1\n').block_size == 4096
+    assert _parse('info{block_size="1"} 1\n').block_size == 1
+    warned = [r for r in caplog.records if "65536" in r.getMessage()]
+    assert len(warned) == 1

@@ -133,3 +133,16 @@ def test_missing_metrics_give_none_fields() -> None:
     )
     partial = adapter.parse_metrics('w 2\ninfo{bs="16"} 1\n', 3.0)
     assert partial == EngineMetrics(scraped_at=3.0, waiting=2, block_size=16)
+
+
+def test_huge_label_blocks_are_parsed_but_not_memoised() -> None:
+    # A page whose label blocks are megabytes and change every scrape must not pin them.
+    from adapters import parser
+
+    before = parser._cached_labels.cache_info().currsize
+    big = "x" * 100_000
+    samples = samples_of(f'm{{a="{big}"}} 1\n', "m")
+    assert samples[0].labels["a"] == big
+    assert parser._cached_labels.cache_info().currsize == before
+    samples_of('m{a="small"} 1\n', "m")
+    assert parser._cached_labels.cache_info().currsize == before + 1

@@ -5,7 +5,13 @@ import logging
 import orjson
 import pytest
 
-from gateway.access_log import RequestIdFilter, log_request, request_id_from, request_id_var
+from gateway.access_log import (
+    RequestIdFilter,
+    clip,
+    log_request,
+    request_id_from,
+    request_id_var,
+)
 from gateway.proxy import RequestRecord
 
 
@@ -124,3 +130,21 @@ def test_request_id_filter_adds_the_contextvar() -> None:
     finally:
         request_id_var.reset(token)
     assert record.__dict__["request_id"] == "rid-9"
+
+
+def test_client_strings_are_cut_in_the_access_log(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 15, defect 3: a 200 KB model name wrote a 200 KB log line.
+    long = "m" * 100_000
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    log_request(_record(model=long, error=f"The model `{long}` does not exist"), now=11.0)
+    (record,) = caplog.records
+    line = orjson.loads(record.getMessage())
+    assert line["model"] == "m" * 200 + "…(+99800 chars)"
+    assert len(line["error"]) < 250
+    assert len(record.getMessage()) < 1000
+
+
+def test_clip_keeps_short_strings() -> None:
+    assert clip(None) is None
+    assert clip("x" * 200) == "x" * 200
+    assert clip("abcdef", limit=3) == "abc…(+3 chars)"

@@ -261,3 +261,21 @@ def test_epp_takes_the_pool_to_watch() -> None:
     argv = ["epp", "--pool", "llama", "--namespace", "ml", "--kube-api", "http://127.0.0.1:1"]
     d = _effective_config(build_parser().parse_args(argv)).discovery
     assert (d.pool, d.namespace, d.kube_api) == ("llama", "ml", "http://127.0.0.1:1")
+
+
+def test_check_config_rejects_an_unreachable_port_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 15, defect 8: port 99999 passed check-config and crashed serve.
+    path = tmp_path / "bad.yaml"
+    path.write_text("backends:\n  - url: http://127.0.0.1:99999\n")
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "backends.0.url" in err and "1-65535" in err
+
+
+def test_serve_rejects_a_bad_backend_flag_before_starting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "--backend", "http://127.0.0.1:99999"]) == 2
+    assert "url: Value error, port in '127.0.0.1:99999'" in capsys.readouterr().err

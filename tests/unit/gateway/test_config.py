@@ -21,6 +21,7 @@ from gateway.config import (
     parse_config,
 )
 from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
+from scoring.yaml_loader import load_yaml
 
 REFERENCE = Path(__file__).resolve().parents[3] / "deploy" / "kvgate.yaml"
 
@@ -271,3 +272,91 @@ def test_policy_may_name_a_user_profile() -> None:
     )
     assert cfg.routing.policy == "mine"
     assert cfg.routing.profiles["mine"].picker.instance_name == "p"
+
+
+# -- issue 15, defect 8: backends and the YAML loader ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:99999", "port in '127.0.0.1:99999' must be a number in 1-65535"),
+        ("http://h:0", "port must be in 1-65535"),
+        ("http://h:http", "must be a number in 1-65535"),
+        ("http://exa mple:80", "whitespace"),
+        ("http://h..x:1", "not a valid DNS name"),
+        ("http://-h:1", "not a valid DNS name"),
+        (f"http://{'a' * 64}:1", "not a valid DNS name"),
+        ("http://[::zz]:1", "IPv6 address"),
+        ("http://[1.2.3.4]:1", "cannot be in brackets"),
+        ("http://user:pw@h:1", "credentials"),
+        ("http://h:1/v1?x=1", "query or fragment"),
+        ("http://h:1#top", "query or fragment"),
+    ],
+)
+def test_backend_url_is_checked_whole(url: str, why: str) -> None:
+    message = _config_error({"backends": [{"url": url}]})
+    assert re.search(rf"(?m)^  backends\.0\.url: .*{re.escape(why)}", message), message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5:8000",
+        "https://engine.example.com",
+        "http://[fd00::5]:8000",
+        "http://vllm_0:8000/engine/",
+        "http://bücher.example:8000",
+        "http://h:65535",
+    ],
+)
+def test_reachable_backend_urls_pass(url: str) -> None:
+    assert parse_config({"backends": [{"url": url}]}).backends[0].url == url.rstrip("/")
+
+
+def test_duplicate_backend_ids_name_the_entry_and_the_first() -> None:
+    message = _config_error(
+        {
+            "backends": [
+                {"url": "http://a:1", "id": "gpu"},
+                {"url": "http://b:1"},
+                {"url": "http://c:1", "id": "gpu"},
+                {"url": "http://b:1/"},
+            ]
+        }
+    )
+    assert message.splitlines() == [
+        "config: 2 invalid field(s)",
+        "  backends.2.id: duplicate backend id 'gpu': backends.0 has it too",
+        "  backends.3.id: duplicate backend id 'b:1' (from its url): backends.1 has it too",
+    ]
+
+
+def test_a_bad_backend_flag_url_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"(?m)^  url: .*must be a number in 1-65535"):
+        parse_backend_arg("http://127.0.0.1:99999")
+
+
+def test_duplicate_yaml_keys_are_rejected_with_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("server:\n  port: 8000\n  host: 0.0.0.0\n  port: 9000\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: invalid YAML")
+    assert "found duplicate key 'port' (first on line 2)" in message
+    assert "line 4, column 3" in message
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text(
+        "server: &s\n  port: 8000\n  host: 0.0.0.0\n"
+        "upstream: {max_attempts: 3}\n"
+        "health:\n  probe_interval_s: 1.0\n"
+    )
+    assert load_config(path).server.port == 8000
+    assert load_yaml("a: &x {p: 1, q: 2}\nb:\n  <<: *x\n  p: 3\n") == {
+        "a": {"p": 1, "q": 2},
+        "b": {"p": 3, "q": 2},
+    }

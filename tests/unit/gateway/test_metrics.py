@@ -21,3 +21,22 @@ def test_histogram_children_observe() -> None:
     m.ttft_by("m", "b1").observe(0.2)
     text = m.render().decode()
     assert 'kvgate_time_to_first_token_seconds_count{backend="b1",model="m"} 2.0' in text
+
+
+def test_model_labels_are_bounded_to_the_served_models() -> None:
+    # Issue 15, defect 3: every client-chosen model name became a permanent series.
+    m = GatewayMetrics(models=lambda: frozenset({"llama"}))
+    m.requests_by("llama", "b1", "200").inc()
+    for i in range(100):
+        m.requests_by(f"{'x' * 1000}{i}", "none", "404").inc()
+        m.duration_by(f"made-up-{i}", "b1").observe(0.1)
+        m.ttft_by(f"made-up-{i}", "b1").observe(0.1)
+        m.itl_by(f"made-up-{i}", "b1").observe(0.1)
+    m.requests_by("", "none", "400").inc()  # no model in the body: kept empty
+    text = m.render().decode()
+    assert 'kvgate_requests_total{backend="b1",model="llama",status="200"} 1.0' in text
+    assert 'kvgate_requests_total{backend="none",model="other",status="404"} 100.0' in text
+    assert 'kvgate_requests_total{backend="none",model="",status="400"} 1.0' in text
+    assert "xxx" not in text and "made-up" not in text
+    assert 'kvgate_time_to_first_token_seconds_count{backend="b1",model="other"} 100.0' in text
+    assert len(m.requests_by._cache) == 3  # the memo is bounded too

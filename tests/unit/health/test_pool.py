@@ -283,3 +283,14 @@ def test_iterating_survives_membership_changes() -> None:
         pool.add(BackendSpec(url=f"http://new-{backend.id.split(':')[0]}:3"))
     assert seen == ["a:1", "b:2"]
     assert len(pool) == 2
+
+
+def test_known_models_follow_cards_and_membership() -> None:
+    pool = _pool(BackendSpec(url="http://a:1", models=("m",)))
+    assert pool.known_models() is pool.known_models()  # kept between changes
+    pool.add(BackendSpec(url="http://b:1")).model_cards = {"n": {"id": "n"}}
+    assert pool.known_models() == {"m", "n"}
+    pool.get("b:1").model_cards = {"o": {"id": "o"}}
+    assert pool.known_models() == {"m", "o"}
+    pool.remove("a:1")
+    assert pool.known_models() == {"o"}

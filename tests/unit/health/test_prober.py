@@ -309,3 +309,59 @@ async def test_on_down_is_told_when_a_backend_turns_unhealthy(
     await prober.probe(_backend(pool))
     await prober.probe(_backend(pool))  # still down: told once, on the transition
     assert downs == ["engine:8000"]
+
+
+async def test_any_error_of_a_probe_is_a_failed_probe_of_that_backend(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    # Issue 15, defect 1: only FetchError was caught; anything else ended every probe loop.
+    fetcher.script(HEALTH, OverflowError("odd answer"))
+    prober, pool = _prober(fetcher, clock)
+    assert await prober.probe(_backend(pool)) is False
+    assert _backend(pool).state.health(clock.now) is Health.UNHEALTHY
+    assert _backend(pool).state.last_error == "health probe failed: OverflowError: odd answer"
+
+
+async def test_any_error_of_a_model_listing_keeps_the_old_models(
+    fetcher: FakeFetcher, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("m")), RuntimeError("odd"))
+    prober, pool = _prober(fetcher, clock, refresh_s=0.0)
+    for _ in range(10):
+        await prober._probe_and_discover(_backend(pool))
+    assert _backend(pool).models == frozenset({"m"})
+    failed = [r for r in caplog.records if "model discovery failed" in r.getMessage()]
+    assert len(failed) == 1  # once per failing streak, not once per refresh
+
+
+async def test_one_backends_crashing_probe_does_not_stop_the_others(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    bad = "http://bad:8000"
+    fetcher.script(HEALTH, page())
+    fetcher.script(MODELS, page(_models_body("m")))
+    fetcher.script(bad + "/health", RuntimeError("odd"))
+    pool = BackendPool((BackendSpec(url=bad), BackendSpec(url=URL)), HealthPolicy(), clock)
+    prober = Prober(pool, fetcher, ProbeSettings(interval_s=0.0, timeout_s=1.0))
+    task = asyncio.create_task(prober.run())
+    for _ in range(1000):
+        await asyncio.sleep(0)
+        if fetcher.count(HEALTH) >= 10:
+            break
+    assert not task.done()
+    assert fetcher.count(HEALTH) >= 10
+    assert pool.get("bad:8000").state.health(clock.now) is Health.UNHEALTHY
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_probes_ask_the_fetcher_for_at_most_max_bytes(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    fetcher.script(HEALTH, page())
+    pool = BackendPool((BackendSpec(url=URL),), HealthPolicy(), clock)
+    prober = Prober(pool, fetcher, ProbeSettings(max_bytes=99))
+    await prober.probe(_backend(pool))
+    assert fetcher.max_bytes == 99

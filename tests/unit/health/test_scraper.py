@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.vllm import VLLM
 from health.fetch import FetchError, FetchResult
 from health.pool import Backend, BackendPool, BackendSpec
 from health.scraper import Scraper, ScrapeSettings
@@ -288,3 +289,83 @@ async def test_the_page_is_decoded_by_its_declared_charset(
     scraper, pool = _scraper(fetcher, clock)
     assert await scraper.scrape_once(_backend(pool)) is True
     assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0, waiting=2)
+
+
+# Issue 15, defect 1: two series of 1e308 (their sum overflows) made the vLLM adapter raise
+# OverflowError, which the scraper did not catch: every loop of the pool stopped with it.
+OVERFLOWING_PAGE = (
+    'vllm:num_requests_waiting{e="0"} 1e308\nvllm:num_requests_waiting{e="1"} 1e308\n'
+)
+
+
+class _BrokenAdapter:
+    """An adapter with a bug some page triggers: parsing raises something unexpected."""
+
+    engine = "broken"
+    metrics_path = "/metrics"
+
+    def parse_metrics(self, text: str, scraped_at: float) -> EngineMetrics:
+        raise ZeroDivisionError("a bug in the adapter")
+
+
+async def test_an_overflowing_page_is_read_not_raised(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    fetcher.script(METRICS, page(OVERFLOWING_PAGE))
+    scraper, pool = _scraper(fetcher, clock)
+    assert await scraper.scrape_once(_backend(pool)) is True
+    assert _backend(pool).metrics == EngineMetrics(scraped_at=0.0)
+
+
+async def test_any_error_of_a_scrape_is_that_backends_scrape_error(
+    fetcher: FakeFetcher, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fetcher.script(METRICS, page(VLLM_PAGE), RuntimeError("odd"))
+    scraper, pool = _scraper(fetcher, clock)
+    assert await scraper.scrape_once(_backend(pool)) is True
+    for _ in range(50):  # a failing backend is logged once, not once per scrape
+        assert await scraper.scrape_once(_backend(pool)) is False
+    assert _backend(pool).scrape_errors == 50
+    assert _backend(pool).metrics == VLLM_METRICS  # the old metrics stay (and go stale)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "backend engine:8000: metrics scrape failed: RuntimeError: odd"
+    ]
+    assert not warnings[0].exc_info  # no traceback per scrape
+    clock.now = 61.0  # a minute later, one reminder with the count held back
+    await scraper.scrape_once(_backend(pool))
+    assert "(49 more since the last report)" in caplog.records[-1].getMessage()
+
+
+async def test_one_backends_broken_page_does_not_stop_the_others(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    good, bad = "http://good:8000", "http://bad:8000"
+    fetcher.script(good + "/metrics", page(VLLM_PAGE))
+    fetcher.script(bad + "/metrics", page(OVERFLOWING_PAGE))
+    specs = (BackendSpec(url=good, engine="vllm"), BackendSpec(url=bad, engine="broken"))
+    pool = BackendPool(specs, HealthPolicy(), clock)
+    adapters = {"vllm": VLLM, "broken": _BrokenAdapter()}
+    scraper = Scraper(pool, fetcher, ScrapeSettings(interval_s=0.0), adapters=adapters)
+    task = asyncio.create_task(scraper.run())
+    for _ in range(1000):
+        await asyncio.sleep(0)
+        if fetcher.count(good + "/metrics") >= 20 and fetcher.count(bad + "/metrics") >= 20:
+            break
+    assert not task.done()  # the scraper still runs ...
+    assert fetcher.count(good + "/metrics") >= 20  # ... and polls the good backend
+    assert pool.get("bad:8000").scrape_errors >= 19
+    assert pool.get("good:8000").metrics is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_scrapes_ask_the_fetcher_for_at_most_max_bytes(
+    fetcher: FakeFetcher, clock: FakeClock
+) -> None:
+    fetcher.script(METRICS, page(VLLM_PAGE))
+    pool = BackendPool((BackendSpec(url=URL, engine="vllm"),), HealthPolicy(), clock)
+    scraper = Scraper(pool, fetcher, ScrapeSettings(max_bytes=1234))
+    await scraper.scrape_once(_backend(pool))
+    assert fetcher.max_bytes == 1234
