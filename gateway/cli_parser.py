@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         "it is invalid.",
     )
     c.add_argument("config", metavar="FILE", help="the YAML config file")
+    sub.add_parser(
+        "hash-key",
+        help="print the SHA-256 of an API key read from stdin (for security.api_keys)",
+        description="Read one API key from standard input (a trailing newline is ignored) and "
+        "print its hex SHA-256: the `sha256` of a security.api_keys entry, or "
+        "security.admin_key_sha256. The config then holds no key. Example: "
+        'printf %s "$KEY" | kvgate hash-key',
+    )
     add_sim_parser(sub)
     return p
 
@@ -119,6 +127,12 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--port",
         type=int,
         help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
+    )
+    s.add_argument(
+        "--admin-port",
+        type=int,
+        help="serve /admin/*, /metrics and /docs on this port only, not on --port (config "
+        "server.admin_port; default: on --port, behind security.admin_key_sha256 if set)",
     )
     _add_discovery_args(s)
     s.add_argument(
