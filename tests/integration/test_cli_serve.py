@@ -86,7 +86,10 @@ def test_kvgate_serve_end_to_end(
             )
             assert r.status_code == 200
             served.add(r.headers["x-kvgate-backend"])
-        assert served == {s1.url[7:], "second"}
+        # Opaque by default; /admin/backends maps each tag back to its backend.
+        backends = c.get("/admin/backends").json()["backends"]
+        ids = {b["backend_header"]: b["id"] for b in backends}
+        assert {ids[tag] for tag in served} == {s1.url[7:], "second"}
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
