@@ -42,7 +42,7 @@ from gateway.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from gateway.front_door import FrontDoor, open_front_door
+from gateway.front_door import FrontDoor
 from gateway.header_policy import client_address
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import UpstreamFetcher
@@ -144,7 +144,7 @@ class GatewayApp:
         await receive()  # lifespan.startup
         try:
             runtime = await self._start()
-            admin = await open_front_door(self, self.front_door)  # the admin port, SIGHUP
+            await self.front_door.open(self)  # the admin port, SIGHUP
         except Exception as exc:  # report start-up failure to the server, which exits
             log.exception("start-up failed")
             await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -161,7 +161,7 @@ class GatewayApp:
             discovery = tg.create_task(watch, name="pod-discovery") if watch else None
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
-            await admin.stop()
+            await self.front_door.close()
             probes.cancel()
             scrapes.cancel()
             for task in (recording, discovery):

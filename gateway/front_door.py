@@ -100,6 +100,32 @@ class FrontDoor:
         self._admin_here = self.admin_port is None and (
             self.admin.digest is not None or not self.keys.enabled
         )
+        self.listener: AdminListener | None = None  # while open, with admin_port
+        self._sighup = False
+
+    async def open(self, source: AdminSource) -> None:
+        """At start-up: warn about what is open, start the admin listener if configured
+        (OSError if it cannot bind), and re-read the keys file on SIGHUP (main thread)."""
+        self.log_start_up()
+        if self.keys.reloadable:
+            # Signals reach only the main thread's loop; elsewhere (tests) the mtime check does.
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.add_signal_handler(signal.SIGHUP, self.keys.request_reload)
+                self._sighup = True
+        if self.admin_port is not None:
+            from gateway.admin_app import admin_listener  # FastAPI is imported only if used
+
+            self.listener = admin_listener(source, self.admin, self.admin_port)
+            await self.listener.start()
+
+    async def close(self) -> None:
+        if self._sighup:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            self._sighup = False
+        if self.listener is not None:
+            await self.listener.stop()
+            self.listener = None
 
     def admit(self, scope: Scope) -> Principal:
         path = scope["path"]
@@ -129,36 +155,3 @@ class FrontDoor:
                 "or an admin key (security.admin_key_sha256, %s)",
                 ADMIN_KEY_ENV,
             )
-
-
-@dataclass(slots=True)
-class OpenFrontDoor:
-    """What `open_front_door` started: the admin listener and the SIGHUP handler."""
-
-    listener: AdminListener | None
-    sighup: bool
-
-    async def stop(self) -> None:
-        if self.sighup:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        if self.listener is not None:
-            await self.listener.stop()
-
-
-async def open_front_door(source: AdminSource, door: FrontDoor) -> OpenFrontDoor:
-    """At start-up: warn about what is open, start the admin listener if there is one (OSError
-    if it cannot bind), and re-read the keys file on SIGHUP (main thread only)."""
-    door.log_start_up()
-    sighup = False
-    if door.keys.reloadable:
-        # Signals reach only the main thread's loop; elsewhere (tests) the mtime check does.
-        with contextlib.suppress(ValueError, RuntimeError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, door.keys.request_reload)
-            sighup = True
-    listener = None
-    if door.admin_port is not None:
-        from gateway.admin_app import admin_listener  # FastAPI is imported only when used
-
-        listener = admin_listener(source, door.admin, door.admin_port)
-        await listener.start()
-    return OpenFrontDoor(listener, sighup)
