@@ -133,5 +133,5 @@ def test_start_up_says_what_is_open(
 def test_bad_security_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KVGATE_UPSTREAM_API_KEY", raising=False)
     cfg = parse_config({"security": {"upstream_authorization": "replace"}})
-    with pytest.raises(ConfigError, match="security: .*KVGATE_UPSTREAM_API_KEY"):
+    with pytest.raises(ConfigError, match=r"security: .*KVGATE_UPSTREAM_API_KEY"):
         FrontDoor(cfg, {})

@@ -17,7 +17,8 @@ RAW = [
 
 def _policy(**security: object) -> HeaderPolicy:
     section = SecuritySection.model_validate(security)
-    return build_header_policy(section, keys_required=False, environ={"KVGATE_UPSTREAM_API_KEY": "up"})
+    environ = {"KVGATE_UPSTREAM_API_KEY": "up"}
+    return build_header_policy(section, keys_required=False, environ=environ)
 
 
 def test_opaque_backend_ids_are_stable_short_and_hide_the_address() -> None:
