@@ -104,8 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=cfg.server.port,
         loop="uvloop",
         http=server_protocol(),
-        # No X-Forwarded-* rewriting: the app never reads the client address, and the
-        # middleware would add a coroutine frame to every request.
+        # No X-Forwarded-* rewriting: the client address is the peer's (the app appends it
+        # to X-Forwarded-For), and the middleware would add a coroutine frame per request.
         proxy_headers=False,
         lifespan="on",
         access_log=False,
