@@ -135,9 +135,12 @@ class KeyStore:
 
     def principal(self, token: str | None) -> Principal | None:
         self._maybe_reload()
+        if token is None:
+            return None
+        presented = hashlib.sha256(token.encode()).digest()
         found = None
         for digest, principal in self._keys:  # every digest: no early exit
-            if matches(token, digest) and found is None:
+            if hmac.compare_digest(presented, digest) and found is None:
                 found = principal
         return found
 
@@ -152,7 +155,11 @@ class KeyStore:
         try:
             mtime = os.stat(self._path).st_mtime
         except OSError as exc:
-            log.error("api keys file %s: %s; keeping the previous keys", self._path, exc.strerror)
+            if self._mtime is not None:  # once, not once a second
+                log.error(
+                    "api keys file %s: %s; keeping the previous keys", self._path, exc.strerror
+                )
+            self._mtime = None
             return
         if mtime == self._mtime and not forced:
             return
