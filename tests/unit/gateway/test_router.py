@@ -1,4 +1,4 @@
-"""The request router names a LoRA adapter when the request's model is one."""
+"""The request router: LoRA adapters by model name, and the policy header only if allowed."""
 
 from __future__ import annotations
 
@@ -72,3 +72,25 @@ def test_the_adapter_reaches_the_lora_affinity_scorer() -> None:
     # The base model is no adapter: the scorer is neutral.
     route = _route(app, "llama")
     assert {s.scores["lora-affinity-scorer"] for s in route.decision.scores} == {1.0}
+
+
+def _routed_with_header(allow: bool) -> Any:
+    raw = {"backends": [{"url": "http://a:8000", "id": "a"}], "routing": {"policy": "session"}}
+    if allow:
+        raw["routing"] = {"policy": "session", "allow_policy_header": True}
+    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1))
+    backend = app.pool.get("a")
+    backend.state.record_probe(True, 0.0)
+    backend.model_cards = {"llama": BASE}
+    body = orjson.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"x-kvgate-policy": "round-robin"}
+    return app.router.route(parse_inference_body("chat", body), headers, request_id="r")
+
+
+def test_the_policy_header_is_not_read_unless_allowed() -> None:
+    ignored = _routed_with_header(allow=False)
+    assert ignored.decision.profile == "session"
+    assert dict(ignored.request.headers) == {}  # plugins do not see it either
+    honoured = _routed_with_header(allow=True)
+    assert honoured.decision.profile == "round-robin"
+    assert dict(honoured.request.headers) == {"x-kvgate-policy": "round-robin"}
