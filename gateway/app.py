@@ -118,7 +118,7 @@ class GatewayApp:
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
-        self.front_door = FrontDoor(config, os.environ, clock)
+        self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {

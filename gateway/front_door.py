@@ -86,7 +86,9 @@ class FrontDoor:
         config: GatewayConfig,
         environ: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
+        self._on_refused = on_refused  # counts each 401 by reason
         try:
             self.keys: KeyStore = build_key_store(config.security, environ, clock)
             self.headers: HeaderPolicy = build_header_policy(
@@ -132,12 +134,20 @@ class FrontDoor:
         if path in PROBE_PATHS:
             return ANONYMOUS
         token = bearer_from_scope(scope)
-        if is_admin_path(path):
-            if not self._admin_here:
-                raise NotFoundError(f"no route for {scope['method']} {path}")
+        if not is_admin_path(path):
+            try:
+                return authenticate(self.keys, token)
+            except AuthenticationError:
+                self._on_refused("missing_key" if token is None else "invalid_key")
+                raise
+        if not self._admin_here:
+            raise NotFoundError(f"no route for {scope['method']} {path}")
+        try:
             self.admin.check(token)
-            return ADMIN
-        return authenticate(self.keys, token)
+        except AuthenticationError:
+            self._on_refused("admin_key")
+            raise
+        return ADMIN
 
     def log_start_up(self) -> None:
         """One line on what is open: operators should not learn it from a scan."""

@@ -135,3 +135,15 @@ def test_bad_security_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch
     cfg = parse_config({"security": {"upstream_authorization": "replace"}})
     with pytest.raises(ConfigError, match=r"security: .*KVGATE_UPSTREAM_API_KEY"):
         FrontDoor(cfg, {})
+
+
+async def test_refusals_are_counted_by_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch, security={**KEYS, "admin_key_sha256": ADMIN_SHA})
+    await _call(app, "GET", "/v1/models")
+    await _call(app, "GET", "/v1/models", "wrong")
+    await _call(app, "GET", "/v1/models", "wrong")
+    await _call(app, "GET", "/metrics", "ka")
+    page = app.metrics_page().decode()
+    assert 'kvgate_auth_refused_total{reason="missing_key"} 1.0' in page
+    assert 'kvgate_auth_refused_total{reason="invalid_key"} 2.0' in page
+    assert 'kvgate_auth_refused_total{reason="admin_key"} 1.0' in page
