@@ -97,5 +97,5 @@ def build_header_policy(
         upstream_authorization=value,
         forwarded_for=section.forwarded_for,
         backend_header=section.backend_header,
-        backend_salt=salt.encode() if salt else secrets.token_bytes(32),
+        backend_salt=salt.get_secret_value().encode() if salt else secrets.token_bytes(32),
     )

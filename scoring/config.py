@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -147,8 +148,8 @@ class SecuritySection(_Section):
     backend_header: Literal["opaque", "id", "off"] = Field(
         "opaque", description="x-kvgate-backend: keyed hash of the backend id, the id, or none"
     )
-    backend_header_salt: str | None = Field(
-        None, description="key of the opaque ids (default: random per process)"
+    backend_header_salt: SecretStr | None = Field(
+        None, description="key of the opaque ids (default: random per process); never printed"
     )
     upstream_authorization: Literal["pass", "strip", "replace"] | None = Field(
         None,
