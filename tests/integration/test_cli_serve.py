@@ -124,13 +124,18 @@ def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def _port_flag(argv: list[str]) -> list[str]:
+    return [] if argv[-1] == "--admin-port" else ["--port"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ["emulate", "--replicas", "1"],
         ["serve", "--backend", "http://127.0.0.1:9"],
+        ["serve", "--backend", "http://127.0.0.1:9", "--port", "0", "--admin-port"],
     ],
-    ids=["emulate", "serve"],
+    ids=["emulate", "serve", "serve-admin-port"],
 )
 def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
     with socket.socket() as taken:
@@ -138,7 +143,8 @@ def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", *argv, "--port", str(port)],
+            # The busy port last: --port, or --admin-port with the API port free.
+            [sys.executable, "-m", "gateway.cli", *argv, *_port_flag(argv), str(port)],
             check=False,
             capture_output=True,
             text=True,
