@@ -21,10 +21,11 @@ from typing import Annotated, Any, Literal, Protocol
 import orjson
 import uvicorn
 from fastapi import Depends, FastAPI, Query, Request, Response, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway.config import GatewayConfig
-from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
 from gateway.front_door import AdminAccess
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     return Response(exc.body(), exc.status, headers, media_type="application/json")
 
 
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return await _gateway_error(request, BadRequestError(f"{where}: {first['msg']}"))
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     body = bytearray()
     async for chunk in request.stream():
@@ -84,6 +92,7 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
         dependencies=[Depends(require_admin)] if access.digest is not None else [],
     )
     app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # not FastAPI's 422
 
     @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
     async def backends() -> Response:

@@ -88,6 +88,8 @@ def test_admin_port_split(fake_engines: StartEngines, start_gateway: StartGatewa
         assert route["decision"]["policy"] == "round-robin"
         bad = admin.post("/admin/route", json=[1])
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        bad = admin.post("/admin/route?api=bogus", json=CHAT)
+        assert bad.status_code == 400 and "query.api" in bad.json()["error"]["message"]
         assert admin.get("/docs").status_code == 200
         paths = admin.get("/openapi.json").json()["paths"]
         assert {"/admin/backends", "/admin/route", "/metrics"} <= set(paths)
@@ -185,3 +187,16 @@ def test_policy_header_is_ignored_by_default(
         assert r.status_code == 200  # not 400 unknown_policy: the header is not read
         served.add(r.headers["x-fake-engine"])
     assert served == {"e1", "e2"}
+
+
+def test_admin_port_caps_the_dry_run_body(
+    fake_engines: StartEngines, start_gateway: StartGateway
+) -> None:
+    [(_engine, s1)] = fake_engines(1)
+    app, _gw = start_gateway([s1.url], server={"admin_port": 0, "max_body_bytes": 1000})
+    assert app.front_door.listener is not None
+    big = {"model": "m1", "messages": [{"role": "user", "content": "x" * 2000}]}
+    with httpx.Client(base_url=f"http://127.0.0.1:{app.front_door.listener.port}") as admin:
+        r = admin.post("/admin/route", json=big)
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == "payload_too_large"
