@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -23,14 +23,19 @@ def backends_state(
     index: PrefixIndex,
     ttft_model: OnlineTtftModel,
     cache_hits: Mapping[str, CacheHits] | None = None,
+    tag: Callable[[str], bytes | None] | None = None,
 ) -> dict[str, Any]:
+    """Every backend's state; `backend_header`: what `x-kvgate-backend` says for it (`tag`),
+    so operators can map an opaque id back to the backend."""
     now = pool.now()
     out = []
     for b in pool:
         ejected_for = b.state.ejected_until() - now
+        shown = tag(b.id) if tag is not None else None
         out.append(
             {
                 "id": b.id,
+                "backend_header": shown.decode() if shown is not None else None,
                 "url": b.spec.url,
                 "engine": b.spec.engine,
                 "health": b.state.health(now).value,
@@ -98,9 +103,14 @@ def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
 
 
 def dry_run(
-    router: RequestRouter, body: bytes, headers: Mapping[str, str], api: str | None
+    router: RequestRouter,
+    body: bytes,
+    headers: Mapping[str, str],
+    api: str | None,
+    policy: str | None = None,
 ) -> dict[str, Any]:
-    """Route a request body without forwarding it; explain every backend's scores."""
+    """Route a request body without forwarding it (with `policy` if given: an operator may
+    try any profile); explain every backend's scores."""
     try:
         data = orjson.loads(body) if body else None
     except orjson.JSONDecodeError as exc:
@@ -110,7 +120,7 @@ def dry_run(
     if not isinstance(data, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
     req = parse_inference_body(_infer_api(data, api), body)
-    route = router.route(req, headers, request_id="dry-run")
+    route = router.route(req, headers, request_id="dry-run", policy=policy)
     hashes = route.request.prefix_hashes
     ids = [e.id for e in route.endpoints]
     matched = router.prefix.index.match(hashes, ids)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -40,6 +42,8 @@ from gateway.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from gateway.front_door import FrontDoor
+from gateway.header_policy import client_address
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.inference_request import API_BY_PATH, parse_inference_body
@@ -117,6 +121,7 @@ class GatewayApp:
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
+        self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self.loops: Supervisor | None = None
@@ -143,6 +148,7 @@ class GatewayApp:
         await receive()  # lifespan.startup
         try:
             runtime = await self._start()
+            await self.front_door.open(self)  # the admin port, SIGHUP
         except Exception as exc:  # report start-up failure to the server, which exits
             log.exception("start-up failed")
             await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -151,6 +157,7 @@ class GatewayApp:
             loops = tg.create_task(self.background_loops(runtime.health).run(), name="loops")
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
+            await self.front_door.close()
             loops.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
@@ -174,6 +181,7 @@ class GatewayApp:
             count_output=self.recorder is not None,
             first_byte=first_byte_timeouts(self.config.upstream),
             budget=make_retry_budget(self.config.upstream, self.clock),
+            headers=self.front_door.headers,
         )
         self._runtime = _Runtime(client, proxy, health)
         healthy = len(self.pool.healthy())
@@ -258,6 +266,7 @@ class GatewayApp:
         path, method = scope["path"], scope["method"]
         handler = self._routes.get((method, path))
         try:
+            scope["kvgate.principal"] = self.front_door.admit(scope)  # 401/404 before routing
             if handler is None:
                 if path in self._paths:
                     raise MethodNotAllowedError(f"method {method} not allowed on {path}")
@@ -278,6 +287,8 @@ class GatewayApp:
             method=scope["method"],
             path=scope["path"],
             started=self.clock(),
+            client=client_address(scope),
+            scheme=scope.get("scheme", "http"),
         )
         token = request_id_var.set(rec.request_id)
         try:
@@ -364,19 +375,30 @@ class GatewayApp:
         cards = self.pool.served_models()
         await send_json(send, 200, {"object": "list", "data": list(cards.values())})
 
-    async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    def backends_state(self) -> dict[str, Any]:
+        """`/admin/backends` (both listeners), each backend with its `x-kvgate-backend` tag."""
         state = admin.backends_state(
-            self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
+            self.pool,
+            self.prefix_index,
+            self.ttft_model,
+            self.prefix.cache_hits,
+            tag=self.front_door.headers.backend_tag,
         )
-        await send_json(send, 200, {**state, "loops": self.loops.states() if self.loops else {}})
+        return {**state, "loops": self.loops.states() if self.loops else {}}
+
+    def dry_run(self, body: bytes, headers: Mapping[str, str], query: bytes) -> dict[str, Any]:
+        """`/admin/route` (both listeners); `?api=` names the API, `?policy=` a profile."""
+        _check_content_type(headers.get("content-type"))
+        params = parse_qs(query.decode("latin-1"))
+        api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
+        return admin.dry_run(self.router, body, headers, api, policy)
+
+    async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        await send_json(send, 200, self.backends_state())
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        headers = header_map(scope)
-        _check_content_type(headers.get("content-type"))
         body = await read_body(receive, self.config.server.max_body_bytes)
-        query = parse_qs(scope["query_string"].decode("latin-1"))
-        api = query.get("api", [None])[0]
-        await send_json(send, 200, admin.dry_run(self.router, body, headers, api))
+        await send_json(send, 200, self.dry_run(body, header_map(scope), scope["query_string"]))
 
 
 def _check_content_type(value: str | None) -> None:
@@ -418,5 +440,7 @@ def build_app(config: GatewayConfig) -> GatewayApp:
         )
     try:
         return GatewayApp(config)
+    except ConfigError:
+        raise
     except (PluginError, ValueError) as exc:
         raise ConfigError(f"routing: {exc}") from exc

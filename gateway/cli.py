@@ -65,6 +65,8 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("server", {})["host"] = args.host
     if getattr(args, "port", None) is not None:
         raw.setdefault("server", {})["port"] = args.port
+    if getattr(args, "admin_port", None) is not None:
+        raw.setdefault("server", {})["admin_port"] = args.admin_port
     if args.policy:
         raw.setdefault("routing", {})["policy"] = args.policy
     if getattr(args, "record", None):
@@ -92,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = build_app(cfg)
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
+    check_admin_port(cfg)
     # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
     gc.collect()
     gc.freeze()
@@ -101,8 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=cfg.server.port,
         loop="uvloop",
         http=server_protocol(),
-        # No X-Forwarded-* rewriting: the app never reads the client address, and the
-        # middleware would add a coroutine frame to every request.
+        # No X-Forwarded-* rewriting: the client address is the peer's (the app appends it
+        # to X-Forwarded-For), and the middleware would add a coroutine frame per request.
         proxy_headers=False,
         lifespan="on",
         access_log=False,
@@ -110,6 +113,25 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_config=None,
     )
+    return 0
+
+
+def check_admin_port(cfg: GatewayConfig) -> None:
+    """ListenError if the admin listener's port is taken (it binds in the app's start-up)."""
+    server = cfg.server
+    if server.admin_port:
+        if server.admin_port == server.port and (server.admin_host or server.host) == server.host:
+            raise ListenError(f"server.admin_port {server.admin_port} is server.port")
+        check_can_listen(server.admin_host or server.host, [server.admin_port])
+
+
+def _hash_key(args: argparse.Namespace) -> int:
+    from gateway.auth import hash_key
+
+    key = sys.stdin.readline().rstrip("\r\n")
+    if not key:
+        raise ConfigError("hash-key: no key on standard input")
+    print(hash_key(key))
     return 0
 
 
@@ -227,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"serve": _serve, "emulate": _emulate, "demo": _demo, "check-config": _check_config}
     commands["epp"] = _epp
     commands["sim"] = _sim
+    commands["hash-key"] = _hash_key
     try:
         return commands[args.command](args)
     except ConfigError as exc:

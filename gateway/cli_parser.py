@@ -22,6 +22,7 @@ examples:
   kvgate serve --config kvgate.yaml --policy session --port 8080
   kvgate serve --backend 'http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5'
   kvgate serve --pool llama --namespace llm --host 0.0.0.0   # in a Kubernetes pod
+  KVGATE_API_KEYS="$KEY" kvgate serve --config kvgate.yaml --admin-port 9090
 
 --backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
 models= the backend's models are discovered from its GET /v1/models. Flags are added to the
@@ -31,6 +32,12 @@ backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every
 (inference.networking.k8s.io/v1), one per target port, engine from the pod label
 kvgate.dev/engine (default vllm), kept current by watching the API: in a pod with its
 service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONFIG.
+
+With API keys (config security.api_keys, security.api_keys_file, env KVGATE_API_KEYS) every
+request but /health and /ready needs `Authorization: Bearer KEY`, else 401; `kvgate hash-key`
+prints a key's SHA-256 for the config. --admin-port moves /admin/*, /metrics and /docs to
+their own listener (404 on --port); without it they need the admin key (KVGATE_ADMIN_KEY)
+if one is set, and are closed when API keys are set without one.
 """
 
 
@@ -102,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         "it is invalid.",
     )
     c.add_argument("config", metavar="FILE", help="the YAML config file")
+    sub.add_parser(
+        "hash-key",
+        help="print the SHA-256 of an API key read from stdin (for security.api_keys)",
+        description="Read one API key from standard input (a trailing newline is ignored) and "
+        "print its hex SHA-256: the `sha256` of a security.api_keys entry, or "
+        "security.admin_key_sha256. The config then holds no key. Example: "
+        'printf %s "$KEY" | kvgate hash-key',
+    )
     add_sim_parser(sub)
     return p
 
@@ -119,6 +134,12 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--port",
         type=int,
         help="port to listen on; 0 picks a free one (default: config server.port, 8000)",
+    )
+    s.add_argument(
+        "--admin-port",
+        type=int,
+        help="serve /admin/*, /metrics and /docs on this port only, not on --port (config "
+        "server.admin_port; default: on --port, behind security.admin_key_sha256 if set)",
     )
     _add_discovery_args(s)
     s.add_argument(

@@ -3,6 +3,7 @@
 GatewayError                     (status, type, code, retryable)
 ├── BadRequestError              400 invalid_request_error
 │   └── UnknownPolicyError       400 invalid_request_error / unknown_policy
+├── AuthenticationError          401 invalid_api_key + WWW-Authenticate (missing or bad key)
 ├── NotFoundError                404 (unknown route)
 │   └── ModelNotFoundError       404 model_not_found
 ├── MethodNotAllowedError        405
@@ -52,6 +53,17 @@ class BadRequestError(GatewayError):
 
 class UnknownPolicyError(BadRequestError):
     code = "unknown_policy"
+
+
+class AuthenticationError(GatewayError):
+    """No valid credential; the body is OpenAI's (its clients show `code` to the user)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"www-authenticate", b"Bearer")]
 
 
 class NotFoundError(GatewayError):

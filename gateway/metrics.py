@@ -171,6 +171,13 @@ class GatewayMetrics:
             ["backend"],
             registry=r,
         )
+        # The front door (gateway/front_door.py): 401s never reach kvgate_requests_total.
+        self.auth_refused = Counter(
+            "kvgate_auth_refused_total",
+            "Requests refused with 401, by reason (missing_key, invalid_key, admin_key)",
+            ["reason"],
+            registry=r,
+        )
 
         bound = self.model_label if models is not None else None
         self.requests_by = Children(self.requests, bound)
@@ -182,6 +189,7 @@ class GatewayMetrics:
         self._predicted_by = Children(self.predicted_hits)
         self._observed_by = Children(self.observed_hits)
         self._corrections_by = Children(self.index_corrections)
+        self._refused_by = Children(self.auth_refused)
 
     def model_label(self, model: str) -> str:
         """`model` if the pool serves it (or is empty), else "other"."""
@@ -196,6 +204,9 @@ class GatewayMetrics:
         self._observed_by(backend).inc(check.observed_tokens)
         if check.evicted_weight:
             self._corrections_by(backend).inc()
+
+    def count_auth_refused(self, reason: str) -> None:
+        self._refused_by(reason).inc()
 
     def forget_backend(self, backend: str) -> None:
         """A backend left the pool: drop its gauges (its counters keep their totals)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from gateway.asgi import Send
 from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
+from gateway.header_policy import HeaderPolicy
 from gateway.http.client import UpstreamClient, UpstreamResponse
 from gateway.http.http1 import HttpClientError, PoolTimeout
 from gateway.metrics import GatewayMetrics
@@ -75,6 +76,8 @@ class RequestRecord:
     client_gone: bool = False
     error: str | None = None
     output_tokens: int | None = None  # counted only when recording a trace
+    client: str | None = None  # the peer's host, for X-Forwarded-For
+    scheme: str = "http"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,9 @@ class Proxy:
         count_output: bool = False,
         first_byte: FirstByteTimeouts | None = None,
         budget: RetryBudget | None = None,
+        headers: HeaderPolicy | None = None,
     ) -> None:
+        self._headers = headers or HeaderPolicy()
         self._prefix = prefix
         self._count_output = count_output
         self._pool = pool
@@ -130,7 +135,9 @@ class Proxy:
         rec: RequestRecord,
     ) -> None:
         attempts = route.decision.ranked[: self._max_attempts]
-        headers = request_headers(raw_headers, rec.request_id)
+        headers = request_headers(
+            raw_headers, rec.request_id, self._headers, rec.client, rec.scheme
+        )
         target = path + ("?" + query.decode("latin-1") if query else "")
         strip_usage = False
         if route.request.stream and route.request.api in STREAM_USAGE_APIS:
@@ -217,10 +224,9 @@ class Proxy:
         backend = dispatch.endpoint
         is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
         ok = resp.status_code < 400
-        extra = [
-            (b"x-request-id", rec.request_id.encode()),
-            (b"x-kvgate-backend", backend.id.encode()),
-        ]
+        extra = [(b"x-request-id", rec.request_id.encode())]
+        if (tag := self._headers.backend_tag(backend.id)) is not None:
+            extra.append((b"x-kvgate-backend", tag))
         rec.status = resp.status_code
         await send(
             {

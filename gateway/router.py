@@ -58,10 +58,12 @@ class RequestRouter:
         headers: Mapping[str, str],
         request_id: str,
         subset: Collection[str] | None = None,
+        policy: str | None = None,
     ) -> Route:
         """Hash `req`'s prompt and decide where it goes; only among the backend ids in
-        `subset` when given (an Envoy subset hint to the endpoint picker)."""
-        policy = self._policy(headers)
+        `subset` when given (an Envoy subset hint to the endpoint picker). `policy` (the
+        admin dry run's) wins over the request's policy header."""
+        policy = policy or self._policy(headers)
         endpoints = self._pool.snapshots()
         if subset is not None:
             endpoints = tuple(e for e in endpoints if e.id in subset)
@@ -78,7 +80,7 @@ class RequestRouter:
             session_key=session_key(req, headers, self._section.session_header),
             lora_adapter=req.model if req.model in self._pool.lora_adapters() else None,
             stream=req.stream,
-            headers=MappingProxyType({h: headers[h] for h in _ROUTING_HEADERS if h in headers}),
+            headers=MappingProxyType(self._routing_headers(headers)),
         )
         return self._decide(rreq, policy, endpoints, candidates, excluded)
 
@@ -137,9 +139,17 @@ class RequestRouter:
         return max(1, min(RETRY_AFTER_MAX_S, math.ceil(min(waits, default=1.0))))
 
     def _policy(self, headers: Mapping[str, str]) -> str | None:
+        # Off by default: a client that picks the profile can pin its requests to one
+        # backend past the load filters (issue 15).
         if not self._section.allow_policy_header:
             return None
         return headers.get(POLICY_HEADER) or None
+
+    def _routing_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """The headers plugins may read: none of a policy header that is not honoured."""
+        if not self._section.allow_policy_header:
+            return {}
+        return {h: headers[h] for h in _ROUTING_HEADERS if h in headers}
 
     def _raise_unroutable(self, model: str, endpoints: tuple[EndpointSnapshot, ...]) -> None:
         if not any(e.healthy for e in endpoints):

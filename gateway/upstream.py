@@ -19,6 +19,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
+from gateway.header_policy import HeaderPolicy
 from gateway.http import http1
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.retry_budget import RetryBudget
@@ -104,9 +105,18 @@ def _without(raw: Headers, drop: frozenset[bytes]) -> Headers:
     return out
 
 
-def request_headers(raw: Headers, request_id: str) -> Headers:
-    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set."""
+def request_headers(
+    raw: Headers,
+    request_id: str,
+    policy: HeaderPolicy | None = None,
+    client: str | None = None,
+    scheme: str = "http",
+) -> Headers:
+    """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set, and
+    `policy`'s Authorization and X-Forwarded-For rules applied (`client`: the peer's host)."""
     out = _without(raw, _REQUEST_DROP)
+    if policy is not None:
+        policy.upstream(out, client, scheme)
     out.append((b"x-request-id", request_id.encode()))
     return out
 

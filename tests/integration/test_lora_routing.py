@@ -31,6 +31,7 @@ from tests.support.waiting import wait_until
 MODEL = "emu"
 CONFIG = """\
 server: {access_log: false}
+security: {backend_header: id}
 health:
   probe_interval_s: 0.05
   # The replicas share this process's GIL with the test: a late scrape must not make the

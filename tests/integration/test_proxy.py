@@ -18,7 +18,7 @@ def test_chat_and_completions_non_streaming(
     fake_engines: StartEngines, start_gateway: StartGateway, client
 ) -> None:
     (_e1, s1), (_e2, s2) = fake_engines(2, tokens=3)
-    _, gw = start_gateway([s1.url, s2.url])
+    _, gw = start_gateway([s1.url, s2.url], security={"backend_header": "id"})
     c = client(gw)
     served = Counter()
     for _ in range(4):
@@ -196,7 +196,9 @@ def test_policy_header_selects_profile_and_rejects_unknown(
     fake_engines: StartEngines, start_gateway: StartGateway, client
 ) -> None:
     servers = [s for _, s in fake_engines(3)]
-    _app, gw = start_gateway([s.url for s in servers], policy="round-robin")
+    _app, gw = start_gateway(
+        [s.url for s in servers], policy="round-robin", routing={"allow_policy_header": True}
+    )
     c = client(gw)
     r = c.post("/v1/chat/completions", json=CHAT, headers={"x-kvgate-policy": "session"})
     assert r.status_code == 200
@@ -278,7 +280,9 @@ def test_dry_run_explains_prefix_matches_learned_from_traffic(
     fake_engines: StartEngines, start_gateway: StartGateway, client
 ) -> None:
     servers = [s for _, s in fake_engines(3)]
-    _, gw = start_gateway([s.url for s in servers], policy="prefix-aware")
+    _, gw = start_gateway(
+        [s.url for s in servers], policy="prefix-aware", security={"backend_header": "id"}
+    )
     c = client(gw)
     long_chat = {
         "model": "m1",
@@ -311,6 +315,7 @@ def test_dry_run_shows_what_a_placement_would_evict(
         [s.url for s in servers],
         policy="prefix-aware",
         routing={"prefix": {"block_tokens": 16, "capacity_blocks": 40}},
+        security={"backend_header": "id"},
     )
     c = client(gw)
 

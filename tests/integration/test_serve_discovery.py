@@ -54,7 +54,9 @@ def test_serve_routes_to_a_pod_once_ready_and_stops_once_deleted(
                 _until(lambda: client.get("/ready").status_code == 200, "the pod's backend")
                 answer = client.post("/v1/chat/completions", json=CHAT)
                 assert answer.status_code == 200
-                assert answer.headers["x-kvgate-backend"] == address.netloc
+                [state] = client.get("/admin/backends").json()["backends"]
+                assert state["id"] == address.netloc
+                assert answer.headers["x-kvgate-backend"] == state["backend_header"]
                 backends = client.get("/admin/backends").json()
                 assert address.netloc in str(backends)
 

@@ -118,6 +118,7 @@ class ServerThread:
             ws="none",
             lifespan=self.lifespan,
             interface="asgi3",
+            proxy_headers=False,  # as `kvgate serve`: the scope's client is the peer
             log_config=None,  # leave the test process's logging alone
             access_log=False,
             # Annotated int, but only ever passed to asyncio.wait_for: seconds as float work.

@@ -241,7 +241,10 @@ async def test_the_front_doors_probes_and_args_are_real(tmp_path: Path) -> None:
     cfg = _effective_config(build_parser().parse_args(args))
     assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 8000)
     assert cfg.discovery.pool == _one(docs, "InferencePool")["metadata"]["name"]
-    assert container["ports"] == [{"name": "http", "containerPort": cfg.server.port}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": cfg.server.port},
+        {"name": "admin", "containerPort": cfg.server.admin_port},
+    ]
     app = build_app(cfg)
     live = container["livenessProbe"]["httpGet"]["path"]
     ready = container["readinessProbe"]["httpGet"]["path"]
@@ -249,6 +252,7 @@ async def test_the_front_doors_probes_and_args_are_real(tmp_path: Path) -> None:
     assert await _status(app, live) == 200  # liveness: the process answers
     assert await _status(app, ready) == 503  # readiness: no healthy backend yet
     assert await _status(app, "/no-such-path") == 404
+    assert await _status(app, "/metrics") == 404  # on the admin port only
 
 
 def test_kvgate_subcommands_in_manifests_exist() -> None:

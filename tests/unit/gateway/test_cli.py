@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 from pathlib import Path
 
 import pytest
 
-from gateway.cli import _effective_config, build_parser, main
+from gateway.cli import ListenError, _effective_config, build_parser, check_admin_port, main
 from gateway.config import ConfigError, GatewayConfig, load_config
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
 from sim.demo import DEMO_POLICIES
@@ -279,3 +280,41 @@ def test_serve_rejects_a_bad_backend_flag_before_starting(
 ) -> None:
     assert main(["serve", "--backend", "http://127.0.0.1:99999"]) == 2
     assert "url: Value error, port in '127.0.0.1:99999'" in capsys.readouterr().err
+
+
+# -- security: hash-key and --admin-port ----------------------------------------------------
+
+
+def test_hash_key_prints_the_sha256_of_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("secret\n"))
+    assert main(["hash-key"]) == 0
+    digest = capsys.readouterr().out.strip()
+    assert digest == "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+    # ...which the config takes as a key's sha256
+    load = {"security": {"api_keys": [{"name": "a", "sha256": digest}]}}
+    assert GatewayConfig.model_validate(load).security.api_keys[0].sha256 == digest
+
+
+def test_hash_key_without_a_key_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert main(["hash-key"]) == 2
+    assert "no key" in capsys.readouterr().err
+
+
+def test_admin_port_flag_sets_the_config() -> None:
+    assert _serve().server.admin_port is None
+    assert _serve("--admin-port", "9100").server.admin_port == 9100
+
+
+def test_admin_port_equal_to_the_api_port_is_refused() -> None:
+    with pytest.raises(ListenError, match=r"admin_port 8123 is server\.port"):
+        check_admin_port(_serve("--port", "8123", "--admin-port", "8123"))
+
+
+def test_help_lists_hash_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "hash-key" in _help(capsys)
+    assert "--admin-port" in _help(capsys, "serve")

@@ -148,6 +148,15 @@ def test_reference_file_names_every_config_field() -> None:
         ({"server": {"port": 70000}}, "server.port", "less than or equal"),
         ({"health": {"fail_threshold": "many"}}, "health.fail_threshold", "valid integer"),
         ({"bogus": 1}, "bogus", "Extra inputs are not permitted"),
+        (
+            {"security": {"api_keys": [{"name": "a", "sha256": "plaintext-key"}]}},
+            "security.api_keys.0.sha256",
+            "should match pattern",
+        ),
+        ({"security": {"admin_key_sha256": "x"}}, "security.admin_key_sha256", "pattern"),
+        ({"security": {"backend_header": "host"}}, "security.backend_header", "opaque"),
+        ({"security": {"upstream_authorization": "x"}}, "security.upstream_authorization", "strip"),
+        ({"server": {"admin_port": 70000}}, "server.admin_port", "less than or equal"),
         ([1, 2], "(root)", "valid dictionary"),
     ],
 )
@@ -360,3 +369,16 @@ def test_yaml_merge_keys_may_still_be_overridden(tmp_path: Path) -> None:
         "a": {"p": 1, "q": 2},
         "b": {"p": 3, "q": 2},
     }
+
+
+def test_security_defaults_and_duplicate_keys() -> None:
+    security = GatewayConfig().security
+    assert security.api_keys == [] and security.admin_key_sha256 is None
+    assert (security.backend_header, security.forwarded_for) == ("opaque", True)
+    assert security.upstream_authorization is None  # strip with API keys, else pass
+    assert GatewayConfig().server.admin_port is None
+    digest = "A" * 64
+    one = {"name": "a", "sha256": digest}
+    assert parse_config({"security": {"api_keys": [one]}}).security.api_keys[0].sha256 == "a" * 64
+    twice = [one, {"name": "a", "sha256": "b" * 64}]
+    assert "same name" in _config_error({"security": {"api_keys": twice}})

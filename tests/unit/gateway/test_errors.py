@@ -11,6 +11,7 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.GatewayError: (500, "internal_error", "internal_error", False),
     errors.BadRequestError: (400, "invalid_request_error", "invalid_request", False),
     errors.UnknownPolicyError: (400, "invalid_request_error", "unknown_policy", False),
+    errors.AuthenticationError: (401, "invalid_request_error", "invalid_api_key", False),
     errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
@@ -59,9 +60,10 @@ def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
 
 
 _RETRY_AFTER = {NoHealthyBackendError, errors.GatewayOverloadedError}
+WITH_HEADERS = {*_RETRY_AFTER, errors.AuthenticationError}
 
 
-@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in _RETRY_AFTER])
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in WITH_HEADERS])
 def test_no_extra_headers(cls: type[GatewayError]) -> None:
     assert cls("x").headers() == []
 
@@ -100,3 +102,7 @@ def test_upstream_errors_share_a_base() -> None:
 def test_error_body_escapes_the_message() -> None:
     body = error_body('quote " and \n newline', "t", "c")
     assert orjson.loads(body)["error"]["message"] == 'quote " and \n newline'
+
+
+def test_authentication_error_asks_for_a_bearer_token() -> None:
+    assert errors.AuthenticationError("no key").headers() == [(b"www-authenticate", b"Bearer")]

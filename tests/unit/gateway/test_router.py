@@ -1,4 +1,5 @@
-"""The request router: LoRA adapters, and Retry-After when no backend is healthy."""
+"""The request router: LoRA adapters, Retry-After when no backend is healthy, and the policy
+header only if allowed."""
 
 from __future__ import annotations
 
@@ -128,3 +129,25 @@ def test_retry_after_for_backends_down_by_probes_is_the_fastest_readmission() ->
     app.pool.get("a").state.record_upstream_failure(clock.now, "x")
     app.pool.get("b").state.record_probe(False, clock.now)
     assert _retry_after(app) == "10"  # two good probes 5 s apart
+
+
+def _routed_with_header(allow: bool) -> Any:
+    raw = {"backends": [{"url": "http://a:8000", "id": "a"}], "routing": {"policy": "session"}}
+    if allow:
+        raw["routing"] = {"policy": "session", "allow_policy_header": True}
+    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1))
+    backend = app.pool.get("a")
+    backend.state.record_probe(True, 0.0)
+    backend.model_cards = {"llama": BASE}
+    body = orjson.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"x-kvgate-policy": "round-robin"}
+    return app.router.route(parse_inference_body("chat", body), headers, request_id="r")
+
+
+def test_the_policy_header_is_not_read_unless_allowed() -> None:
+    ignored = _routed_with_header(allow=False)
+    assert ignored.decision.profile == "session"
+    assert dict(ignored.request.headers) == {}  # plugins do not see it either
+    honoured = _routed_with_header(allow=True)
+    assert honoured.decision.profile == "round-robin"
+    assert dict(honoured.request.headers) == {"x-kvgate-policy": "round-robin"}

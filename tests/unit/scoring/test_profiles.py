@@ -47,7 +47,7 @@ def _error_locs(exc: ValidationError) -> list[str]:
 def test_defaults() -> None:
     section = RoutingSection()
     assert section.policy == "prefix-aware"
-    assert section.allow_policy_header is True
+    assert section.allow_policy_header is False  # a client must not pick the profile
     assert section.session_header == "x-session-id"
     assert section.profiles == {}
 

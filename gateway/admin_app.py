@@ -1,0 +1,176 @@
+"""The admin listener (`server.admin_port`): `/admin/backends`, `/admin/route`, `/metrics`,
+and FastAPI's `/docs` and `/openapi.json`, on a port of their own.
+
+The handlers are thin: state and dry runs come from the gateway (`AdminSource`, which the
+API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones. The admin
+key, when configured, is asked for here as well (declared as an HTTP bearer scheme, so the
+docs page's Authorize button works); the docs pages themselves describe the API only.
+
+`AdminListener` is a second uvicorn server in the gateway's event loop, started and stopped
+by the gateway's lifespan: it binds its own socket (so a busy port fails the start with a
+clear error) and never installs signal handlers (the main server owns SIGINT and SIGTERM).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Protocol
+
+import orjson
+import uvicorn
+from fastapi import Depends, FastAPI, Query, Request, Response, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gateway.config import GatewayConfig
+from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
+from gateway.front_door import AdminAccess
+
+log = logging.getLogger(__name__)
+
+_BEARER = HTTPBearer(auto_error=False, description="the admin key (security.admin_key_sha256)")
+_DRY_RUN_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+        "description": "an OpenAI request body (chat, completions, embeddings or responses)",
+    }
+}
+
+
+class AdminSource(Protocol):
+    """What the admin endpoints read: the gateway (`gateway.app.GatewayApp`)."""
+
+    config: GatewayConfig
+
+    def backends_state(self) -> dict[str, Any]: ...
+
+    def metrics_page(self) -> bytes: ...
+
+    def dry_run(self, body: bytes, headers: Mapping[str, str], query: bytes) -> dict[str, Any]: ...
+
+
+def _json(payload: Any) -> Response:
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    headers = {k.decode(): v.decode() for k, v in exc.headers()}
+    return Response(exc.body(), exc.status, headers, media_type="application/json")
+
+
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return await _gateway_error(request, BadRequestError(f"{where}: {first['msg']}"))
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
+    """The admin API as a FastAPI app over `source`, behind `access`'s key if it has one."""
+
+    async def require_admin(
+        cred: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+    ) -> None:
+        access.check(cred.credentials if cred else None)
+
+    app = FastAPI(
+        title="kvgate admin",
+        description="Backend state, dry-run routing and Prometheus metrics of a kvgate gateway.",
+        dependencies=[Depends(require_admin)] if access.digest is not None else [],
+    )
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # not FastAPI's 422
+
+    @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
+    async def backends() -> Response:
+        return _json(source.backends_state())
+
+    @app.post(
+        "/admin/route",
+        summary="Route a request body without forwarding it; every backend's scores",
+        openapi_extra=_DRY_RUN_BODY,
+    )
+    async def route(
+        request: Request,
+        api: Annotated[
+            Literal["chat", "completions", "embeddings", "responses"] | None,
+            Query(description="the API of the body (default: guessed from its fields)"),
+        ] = None,
+        policy: Annotated[str | None, Query(description="a routing profile to use")] = None,
+    ) -> Response:
+        body = await _read_body(request, source.config.server.max_body_bytes)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        return _json(source.dry_run(body, headers, request.url.query.encode("latin-1")))
+
+    @app.get("/metrics", summary="Prometheus exposition of the gateway's metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(source.metrics_page(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class AdminListener:
+    """The admin app under its own uvicorn server, in the caller's event loop."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self._config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            lifespan="off",
+            access_log=False,
+            server_header=False,
+            log_config=None,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(self._config)
+        self._socket: socket.socket | None = None
+
+    @property
+    def port(self) -> int:
+        """The port bound (the real one when the config said 0)."""
+        if self._socket is None:
+            raise RuntimeError("admin listener not started")
+        return int(self._socket.getsockname()[1])
+
+    async def start(self) -> None:
+        """Bind and serve; OSError if the address cannot be bound."""
+        self._socket = _bind(self._config.host, self._config.port)
+        self._config.load()
+        self._server.lifespan = self._config.lifespan_class(self._config)
+        await self._server.startup(sockets=[self._socket])
+        host = self._config.host
+        log.info("admin listener on http://%s:%d (/admin/*, /metrics, /docs)", host, self.port)
+
+    async def stop(self) -> None:
+        if self._socket is None:
+            return
+        await self._server.shutdown(sockets=[self._socket])
+        self._socket = None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, *_ = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.create_server((host, port), family=family)
+    return sock
+
+
+def admin_listener(source: AdminSource, access: AdminAccess, port: int) -> AdminListener:
+    """The listener to run alongside the API port (`server.admin_port`, `admin_host`)."""
+    server = source.config.server
+    return AdminListener(build_admin_app(source, access), server.admin_host or server.host, port)

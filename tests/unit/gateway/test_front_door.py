@@ -1,0 +1,149 @@
+"""Who may call what on the API port, through the app's ASGI entry (no sockets)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.app import GatewayApp, build_app
+from gateway.auth import ANONYMOUS, Principal, hash_key
+from gateway.config import ConfigError, parse_config
+from gateway.front_door import FrontDoor
+from tests.support.asgi_types import Message
+
+ADMIN_SHA = hash_key("admin-key")
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, **sections: Any) -> GatewayApp:
+    for name in ("KVGATE_API_KEYS", "KVGATE_ADMIN_KEY", "KVGATE_UPSTREAM_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    raw = {"backends": [{"url": "http://127.0.0.1:9", "models": ["m1"]}], **sections}
+    return build_app(parse_config(raw))
+
+
+async def _call(
+    app: GatewayApp, method: str, path: str, key: str | None = None
+) -> tuple[int, Any, dict[str, Any]]:
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "query_string": b"",
+        "headers": headers,
+        "client": ("198.51.100.2", 5555),
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    return sent[0]["status"], orjson.loads(body) if body.startswith(b"{") else body, scope
+
+
+KEYS = {"api_keys": [{"name": "team-a", "sha256": hash_key("ka"), "tier": "gold"}]}
+
+
+async def test_with_keys_a_request_without_one_is_401_openai_shaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = _app(monkeypatch, security=KEYS)
+    for key in (None, "wrong"):
+        status, body, _ = await _call(app, "GET", "/v1/models", key)
+        assert status == 401
+        assert body["error"]["code"] == "invalid_api_key"
+        assert body["error"]["type"] == "invalid_request_error"
+    status, _, scope = await _call(app, "GET", "/v1/models", "ka")
+    assert status == 200
+    assert scope["kvgate.principal"] == Principal("team-a", "gold")
+
+
+async def test_unknown_routes_need_the_key_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch, security=KEYS)
+    assert (await _call(app, "GET", "/v1/nothing"))[0] == 401
+    assert (await _call(app, "GET", "/v1/nothing", "ka"))[0] == 404
+
+
+async def test_probes_stay_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch, security=KEYS)
+    assert (await _call(app, "GET", "/health"))[0] == 200
+    assert (await _call(app, "GET", "/ready"))[0] == 503  # not started: no healthy backend
+
+
+async def test_without_keys_every_request_is_anonymous(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch)
+    status, _, scope = await _call(app, "GET", "/v1/models")
+    assert status == 200
+    assert scope["kvgate.principal"] is ANONYMOUS
+
+
+async def test_env_keys_are_plaintext(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch)
+    monkeypatch.setenv("KVGATE_API_KEYS", "from-env")
+    app = build_app(app.config)
+    assert (await _call(app, "GET", "/v1/models"))[0] == 401
+    assert (await _call(app, "GET", "/v1/models", "from-env"))[0] == 200
+
+
+@pytest.mark.parametrize("path", ["/admin/backends", "/metrics"])
+async def test_admin_on_the_api_port(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    # Nothing configured: open, as before (with a warning at start-up).
+    assert (await _call(_app(monkeypatch), "GET", path))[0] == 200
+    # An admin key: needed, and an API key is not one.
+    app = _app(monkeypatch, security={**KEYS, "admin_key_sha256": ADMIN_SHA})
+    assert (await _call(app, "GET", path))[0] == 401
+    assert (await _call(app, "GET", path, "ka"))[0] == 401
+    assert (await _call(app, "GET", path, "admin-key"))[0] == 200
+    # API keys but no admin credential: closed.
+    assert (await _call(_app(monkeypatch, security=KEYS), "GET", path, "ka"))[0] == 404
+    # An admin port: not served here at all, whatever the credential.
+    split = _app(monkeypatch, server={"admin_port": 0}, security={"admin_key_sha256": ADMIN_SHA})
+    assert (await _call(split, "GET", path, "admin-key"))[0] == 404
+
+
+async def test_dry_run_on_the_api_port_needs_the_admin_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVGATE_ADMIN_KEY", "plain-admin")
+    app = build_app(parse_config({"backends": [{"url": "http://127.0.0.1:9"}]}))
+    assert (await _call(app, "POST", "/admin/route"))[0] == 401
+    assert (await _call(app, "POST", "/admin/route", "plain-admin"))[0] == 400  # empty body
+
+
+def test_start_up_says_what_is_open(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gateway.front_door"):
+        _app(monkeypatch).front_door.log_start_up()
+        assert "open on the API port" in caplog.text
+        caplog.clear()
+        _app(monkeypatch, security=KEYS).front_door.log_start_up()
+        assert "are disabled" in caplog.text
+        caplog.clear()
+        _app(monkeypatch, server={"admin_port": 0}).front_door.log_start_up()
+        assert caplog.text == ""
+
+
+def test_bad_security_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KVGATE_UPSTREAM_API_KEY", raising=False)
+    cfg = parse_config({"security": {"upstream_authorization": "replace"}})
+    with pytest.raises(ConfigError, match=r"security: .*KVGATE_UPSTREAM_API_KEY"):
+        FrontDoor(cfg, {})
+
+
+async def test_refusals_are_counted_by_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(monkeypatch, security={**KEYS, "admin_key_sha256": ADMIN_SHA})
+    await _call(app, "GET", "/v1/models")
+    await _call(app, "GET", "/v1/models", "wrong")
+    await _call(app, "GET", "/v1/models", "wrong")
+    await _call(app, "GET", "/metrics", "ka")
+    page = app.metrics_page().decode()
+    assert 'kvgate_auth_refused_total{reason="missing_key"} 1.0' in page
+    assert 'kvgate_auth_refused_total{reason="invalid_key"} 2.0' in page
+    assert 'kvgate_auth_refused_total{reason="admin_key"} 1.0' in page
