@@ -34,6 +34,7 @@ from gateway.asgi import (
 )
 from gateway.config import ConfigError, GatewayConfig
 from gateway.errors import (
+    ClientDisconnectedError,
     GatewayError,
     MethodNotAllowedError,
     NoHealthyBackendError,
@@ -43,7 +44,9 @@ from gateway.errors import (
 )
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import UpstreamFetcher
+from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
 from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.lifecycle import Drain
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
@@ -127,13 +130,16 @@ class GatewayApp:
         }
         for path in API_BY_PATH:
             self._routes[("POST", path)] = self._inference
-        self._paths = {path for _, path in self._routes}
+        self._allow = allowed_methods(self._routes)
+        self.drain = Drain()  # started by the server on SIGTERM (gateway.lifecycle)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, TrackedSend(send))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+        elif scope["type"] == "websocket":
+            await refuse_websocket(receive, send)
 
     # -- lifespan -------------------------------------------------------------------------
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -253,9 +259,13 @@ class GatewayApp:
         path, method = scope["path"], scope["method"]
         handler = self._routes.get((method, path))
         try:
+            check_host(scope)
             if handler is None:
-                if path in self._paths:
-                    raise MethodNotAllowedError(f"method {method} not allowed on {path}")
+                if path in self._allow:
+                    allow = self._allow[path]
+                    raise MethodNotAllowedError(
+                        f"method {method} not allowed on {path}", allow=allow
+                    )
                 raise NotFoundError(f"no route for {method} {path}")
             await handler(scope, receive, send)
         except GatewayError as exc:
@@ -279,6 +289,7 @@ class GatewayApp:
             await self._proxy_request(scope, receive, send, headers, rec)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
+            rec.client_gone = isinstance(exc, ClientDisconnectedError)
             await _send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
         finally:
             self._finish(rec, send)
@@ -313,9 +324,11 @@ class GatewayApp:
             send=send,
             rec=rec,
         )
-        rec.client_gone = await run_until_disconnect(
+        watched = run_until_disconnect(
             work, receive, lambda: send.finished, disconnect_signal(scope)
         )
+        left = await self.drain.run(watched, send)
+        rec.client_gone, rec.error = left is True, rec.error or _ended_by_shutdown(left)
         completed = send.status < 400 and not (rec.client_gone or rec.error)
         if self.recorder is not None and completed:
             session = route.request.session_key
@@ -347,12 +360,10 @@ class GatewayApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         healthy = len(self.pool.healthy())
-        status = 200 if healthy and self._runtime is not None else 503
-        await send_json(
-            send,
-            status,
-            {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)},
-        )
+        draining = self.drain.draining
+        status = 200 if healthy and self._runtime is not None and not draining else 503
+        body = {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)}
+        await send_json(send, status, {**body, "draining": draining})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
@@ -392,10 +403,16 @@ def _check_content_type(value: str | None) -> None:
 async def _send_error(
     send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    if isinstance(exc, ClientDisconnectedError):
+        return  # nobody to answer
     if send.started:
         log.warning("error after the response started, dropping: %s", exc.message)
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
+
+
+def _ended_by_shutdown(left: bool | None) -> str | None:
+    return "ended by the shutdown grace" if left is None else None
 
 
 def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:

@@ -127,6 +127,13 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="append a replayable trace of the traffic to FILE (config server.record_path): "
         "arrivals, token counts, prefix block hashes, never prompt text",
     )
+    s.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain, reloaded when it changes "
+        "(config server.tls_cert_file; needs --tls-key)",
+    )
+    s.add_argument("--tls-key", metavar="FILE", help="its PEM key (config server.tls_key_file)")
     _add_log_level(s)
 
 

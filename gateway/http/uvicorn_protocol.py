@@ -1,5 +1,6 @@
-"""`GatewayHttpProtocol`: uvicorn's httptools protocol with coalesced writes and the
-disconnect signal (`gateway.http.server` explains both and picks it at start-up).
+"""`GatewayHttpProtocol`: uvicorn's httptools protocol with coalesced writes, the
+disconnect signal (`gateway.http.server` explains both and picks it at start-up) and the
+server limits of `gateway.http.limits` (timeouts, head size, connection cap).
 
 It extends uvicorn internals that are not public API: the `HttpToolsProtocol` methods it
 overrides, the `cycle` and `scope` attributes uvicorn sets on the protocol, and the
@@ -11,22 +12,53 @@ on the first request. Importing this module fails if uvicorn has no httptools pr
 from __future__ import annotations
 
 import asyncio
+import logging
+from asyncio import TimerHandle
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.asgi import DISCONNECT_EXTENSION
+from gateway.errors import GatewayError
+from gateway.http.limits import (
+    HeadTooLarge,
+    ServerLimits,
+    WarnEvery,
+    head_too_large,
+    raw_error_response,
+    request_timeout,
+)
 from gateway.http.server import CoalescingTransport, DisconnectSignal
 
-_EXTENDED = ("connection_made", "connection_lost", "on_message_begin")
+log = logging.getLogger(__name__)
+_EXTENDED = (
+    "connection_made",
+    "connection_lost",
+    "data_received",
+    "on_message_begin",
+    "on_url",
+    "on_header",
+    "on_headers_complete",
+    "on_message_complete",
+    "_unset_keepalive_if_required",
+    "_should_upgrade",
+    "handle_websocket_upgrade",
+    "_unsupported_upgrade_warning",
+    "send_400_response",
+)
 # (class, method, attribute): the method assigns the attribute. Instances only exist once
 # connections arrive, so the start-up check reads the names the method's code stores.
 _ASSIGNED = (
     (HttpToolsProtocol, "__init__", "cycle"),
+    (HttpToolsProtocol, "__init__", "connections"),
     (HttpToolsProtocol, "on_message_begin", "scope"),
     (RequestResponseCycle, "__init__", "disconnected"),
     (RequestResponseCycle, "__init__", "scope"),
+    (RequestResponseCycle, "__init__", "message_event"),
 )
+_HEAD, _BODY = "head", "body"  # what the connection's one timer is waiting for
+_refusals = WarnEvery()
 
 
 def missing_internals() -> list[str]:
@@ -46,18 +78,43 @@ def missing_internals() -> list[str]:
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with coalesced writes and the disconnect extension."""
+    """uvicorn's HTTP/1.1 protocol with coalesced writes, the disconnect extension and the
+    server limits. `with_limits` makes the subclass a server uses."""
+
+    limits = ServerLimits()
+
+    @classmethod
+    def with_limits(cls, limits: ServerLimits) -> type[GatewayHttpProtocol]:
+        return type(cls.__name__, (cls,), {"limits": limits})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._refused = False
+        self._reading_head = True  # between a message's end and the next one's headers
+        self._head_bytes = 0  # raw bytes read while the head was incomplete
+        self._header_bytes = 0  # request line and headers as parsed
+        self._header_count = 0
+        self._timer: TimerHandle | None = None
+        self._phase: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused = True
+            transport.abort()  # see gateway.http.limits: why not a 503
+            if _refusals.ready():
+                log.warning(
+                    "connection refused: %d connections open (server.max_connections)",
+                    len(self.connections),
+                )
+            return
         wrapped: Any = CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(wrapped)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
-        self.scope["extensions"] = extensions
+        self._arm(_HEAD)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self._arm(None)
         cycle = self.cycle
         super().connection_lost(exc)
         # uvicorn marks the request disconnected only if its response was unfinished.
@@ -65,3 +122,99 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             signal = cycle.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
             if isinstance(signal, DisconnectSignal):
                 signal.fire()
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        if self._reading_head:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._arm(None)  # as uvicorn: a WebSocket handshake, if a library is installed
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, HeadTooLarge):
+                self._reject(head_too_large(self.limits))
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if self._reading_head and self._head_bytes > self.limits.max_header_bytes:
+            self._reject(head_too_large(self.limits))  # one header line still incomplete
+            return
+        self._arm(_HEAD if self._reading_head and self._head_bytes else None)
+        if not self._reading_head:
+            self._arm(_BODY)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = self._header_count = 0
+        extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
+        self.scope["extensions"] = extensions
+
+    def on_url(self, url: bytes) -> None:
+        self._header_bytes += len(url)
+        if self._header_bytes > self.limits.max_header_bytes:
+            raise HeadTooLarge
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._header_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if (
+            self._header_count > self.limits.max_headers
+            or self._header_bytes > self.limits.max_header_bytes
+        ):
+            raise HeadTooLarge
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        self._head_bytes = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading_head = True
+        super().on_message_complete()
+
+    def _arm(self, phase: str | None) -> None:
+        """Keep the one timer waiting for `phase` (None: none); a timer already waiting for
+        it keeps its deadline, so trickling bytes does not extend it."""
+        if phase == self._phase:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = phase
+        if phase is not None:
+            delay = self.limits.header_timeout_s if phase == _HEAD else self.limits.body_timeout_s
+            self._timer = self.loop.call_later(delay, self._timed_out, phase)
+
+    def _timed_out(self, phase: str) -> None:
+        self._timer = self._phase = None
+        if self.transport.is_closing():
+            return
+        if phase == _HEAD:
+            if self._head_bytes:  # a partial head: tell the client why
+                self._reject(request_timeout("headers", self.limits.header_timeout_s))
+            else:
+                self.transport.close()
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            self.transport.write(
+                raw_error_response(request_timeout("body", self.limits.body_timeout_s))
+            )
+        if cycle is not None:  # the app's receive() now returns http.disconnect
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
+
+    def _reject(self, error: GatewayError) -> None:
+        self._arm(None)
+        self.transport.write(raw_error_response(error))
+        self.transport.close()

@@ -14,6 +14,20 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
+    errors.RequestTimeoutError: (408, "invalid_request_error", "request_timeout", False),
+    errors.HeaderFieldsTooLargeError: (
+        431,
+        "invalid_request_error",
+        "request_header_fields_too_large",
+        False,
+    ),
+    errors.ClientDisconnectedError: (
+        499,
+        "client_closed_request",
+        "client_closed_request",
+        False,
+    ),
+    errors.ShuttingDownError: (503, "service_unavailable", "gateway_shutting_down", False),
     errors.PayloadTooLargeError: (413, "invalid_request_error", "payload_too_large", False),
     errors.UnsupportedMediaTypeError: (
         415,
@@ -84,3 +98,8 @@ def test_upstream_errors_share_a_base() -> None:
 def test_error_body_escapes_the_message() -> None:
     body = error_body('quote " and \n newline', "t", "c")
     assert orjson.loads(body)["error"]["message"] == 'quote " and \n newline'
+
+
+def test_405_lists_the_allowed_methods() -> None:
+    exc = errors.MethodNotAllowedError("no", allow=("GET", "POST"))
+    assert exc.headers() == [(b"allow", b"GET, POST")]
