@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import orjson
@@ -17,7 +17,9 @@ import uvicorn
 from gateway.app import GatewayApp, build_app
 from gateway.config import parse_config
 from gateway.http.server import server_protocol
-from tests.support.servers import dead_url
+from tests.integration.conftest import StartGateway
+from tests.support.fixture_types import StartEngines
+from tests.support.servers import ServerThread, dead_url
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -63,10 +65,9 @@ async def _exchange(host: str, port: int, request: bytes) -> bytes:
 
 
 async def test_405_names_the_allowed_methods() -> None:
-    async with serve() as (_, host, port):
-        async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-            chat = await client.get("/v1/chat/completions")
-            ready = await client.delete("/ready")
+    async with serve() as (_, host, port), httpx.AsyncClient(base_url=f"http://{host}:{port}") as c:
+        chat = await c.get("/v1/chat/completions")
+        ready = await c.delete("/ready")
     assert chat.status_code == 405 and chat.headers["allow"] == "POST"
     assert chat.json()["error"]["code"] == "method_not_allowed"
     assert ready.status_code == 405 and ready.headers["allow"] == "GET"
@@ -117,3 +118,20 @@ async def test_a_client_leaving_mid_upload_is_recorded_as_499(
     assert entry["status"] == 499
     assert 'status="499"' in page
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_a_prompt_nested_300_deep_is_400_not_500(
+    fake_engines: StartEngines,
+    start_gateway: StartGateway,
+    client: Callable[[ServerThread], httpx.Client],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ((engine, server),) = fake_engines(1)
+    _, gateway = start_gateway([server.url])
+    content = b"[" * 300 + b'"x"' + b"]" * 300  # orjson reads 1023 levels, writes 254
+    body = b'{"model": "m1", "messages": [{"role": "user", "content": ' + content + b"}]}"
+    r = client(gateway).post("/v1/chat/completions", content=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_prompt"
+    assert engine.inference_requests() == []
+    assert not [rec for rec in caplog.records if rec.exc_info]
