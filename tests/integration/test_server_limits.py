@@ -73,10 +73,10 @@ async def serve(app: App, limits: ServerLimits = LIMITS) -> AsyncIterator[tuple[
         await asyncio.wait_for(task, 10)
 
 
-async def _read_all(reader: asyncio.StreamReader, timeout: float = 5.0) -> bytes:
+async def _read_all(reader: asyncio.StreamReader, within: float = 5.0) -> bytes:
     """Everything until the server closes the connection (a reset counts as closed)."""
     try:
-        return await asyncio.wait_for(reader.read(), timeout)
+        return await asyncio.wait_for(reader.read(), within)
     except ConnectionResetError:
         return b""
 
@@ -174,7 +174,7 @@ async def test_connections_over_the_cap_are_closed_at_once() -> None:
     async with serve(App()) as (host, port):
         held = [await asyncio.open_connection(host, port) for _ in range(LIMITS.max_connections)]
         reader, writer = await asyncio.open_connection(host, port)
-        assert await _read_all(reader, timeout=2) == b""  # refused, well before the timeout
+        assert await _read_all(reader, within=2) == b""  # refused, well before the timeout
         writer.close()
         _, first = held.pop()
         first.close()

@@ -271,3 +271,10 @@ def test_policy_may_name_a_user_profile() -> None:
     )
     assert cfg.routing.policy == "mine"
     assert cfg.routing.profiles["mine"].picker.instance_name == "p"
+
+
+def test_tls_cert_and_key_go_together() -> None:
+    with pytest.raises(ConfigError, match="tls_cert_file and tls_key_file go together"):
+        parse_config({"server": {"tls_cert_file": "c.pem"}})
+    both = parse_config({"server": {"tls_cert_file": "c.pem", "tls_key_file": "k.pem"}})
+    assert both.server.tls_key_file == "k.pem"
