@@ -56,6 +56,9 @@ _ASSIGNED = (
     (RequestResponseCycle, "__init__", "disconnected"),
     (RequestResponseCycle, "__init__", "scope"),
     (RequestResponseCycle, "__init__", "message_event"),
+    (RequestResponseCycle, "__init__", "keep_alive"),
+    (RequestResponseCycle, "__init__", "response_started"),
+    (RequestResponseCycle, "__init__", "response_complete"),
 )
 _HEAD, _BODY = "head", "body"  # what the connection's one timer is waiting for
 _refusals = WarnEvery()
@@ -92,6 +95,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._refused = False
         self._reading_head = True  # between a message's end and the next one's headers
         self._head_bytes = 0  # raw bytes read while the head was incomplete
+        self._head_begun = False  # the parser saw the first byte of the next request
         self._header_bytes = 0  # request line and headers as parsed
         self._header_count = 0
         self._timer: TimerHandle | None = None
@@ -146,12 +150,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self._reading_head and self._head_bytes > self.limits.max_header_bytes:
             self._reject(head_too_large(self.limits))  # one header line still incomplete
             return
-        self._arm(_HEAD if self._reading_head and self._head_bytes else None)
+        self._arm(_HEAD if self._reading_head and self._head_pending() else None)
         if not self._reading_head:
             self._arm(_BODY)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_begun = True
         self._header_bytes = self._header_count = 0
         extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
         self.scope["extensions"] = extensions
@@ -173,7 +178,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._reading_head = False
+        self._reading_head = self._head_begun = False
         self._head_bytes = 0
         super().on_headers_complete()
 
@@ -199,9 +204,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if phase == _HEAD:
-            if self._head_bytes:  # a partial head: tell the client why
+            if self._head_pending():  # a partial head: tell the client why
                 self._reject(request_timeout("headers", self.limits.header_timeout_s))
-            else:
+            elif not self._responding():
                 self.transport.close()
             return
         cycle = self.cycle
@@ -216,5 +221,18 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _reject(self, error: GatewayError) -> None:
         self._arm(None)
+        if self._responding():
+            # A pipelined request went wrong while an earlier response is still being
+            # written: nothing may be interleaved with it, so the connection closes after it.
+            self.cycle.keep_alive = False
+            self.transport.pause_reading()
+            return
         self.transport.write(raw_error_response(error))
         self.transport.close()
+
+    def _head_pending(self) -> bool:
+        """Some of the next request's head has arrived (in this read or an earlier one)."""
+        return self._head_begun or self._head_bytes > 0
+
+    def _responding(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete

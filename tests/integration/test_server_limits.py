@@ -46,6 +46,13 @@ class App:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] == "/slow":  # a stream longer than the header timeout
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(6):
+                await send({"type": "http.response.body", "body": b"tick\n", "more_body": True})
+                await asyncio.sleep(0.1)
+            await send({"type": "http.response.body", "body": b""})
+            return
         headers = [(b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -130,6 +137,17 @@ async def test_keep_alive_requests_each_get_their_own_head_deadline() -> None:
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
             await asyncio.sleep(0.2)
         writer.close()
+
+
+async def test_a_timed_out_pipelined_head_never_cuts_into_the_response_before_it() -> None:
+    async with serve(App()) as (host, port):
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost:")
+        response = await _read_all(reader)
+        writer.close()
+    assert response.startswith(b"HTTP/1.1 200 ")
+    assert response.count(b"tick") == 6 and response.endswith(b"0\r\n\r\n")
+    assert b"408" not in response  # closed after the stream, nothing written into it
 
 
 @pytest.mark.parametrize(

@@ -23,4 +23,7 @@ def test_missing_methods_and_attributes_are_named(monkeypatch: pytest.MonkeyPatc
         "RequestResponseCycle.disconnected",
         "RequestResponseCycle.scope",
         "RequestResponseCycle.message_event",
+        "RequestResponseCycle.keep_alive",
+        "RequestResponseCycle.response_started",
+        "RequestResponseCycle.response_complete",
     ]
