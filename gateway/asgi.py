@@ -43,16 +43,20 @@ class TrackedSend:
         if message["type"] == "http.response.start":
             self.started = True
             self.status = message["status"]
-            self.sse = any(
-                k.lower() == b"content-type" and v.startswith(b"text/event-stream")
-                for k, v in message.get("headers", ())
-            )
+            self.sse = _is_sse(message.get("headers", ()))
         else:
             if self.sse and (body := message.get("body")):
                 self.at_event_boundary = body.endswith(_EVENT_ENDS)
             if not message.get("more_body", False):
                 self.finished = True
         return self._send(message)
+
+
+def _is_sse(headers: Headers) -> bool:
+    for name, value in headers:  # lower-case names, as ASGI apps send them
+        if name == b"content-type":
+            return value.startswith(b"text/event-stream")
+    return False
 
 
 def header_map(scope: Scope) -> dict[str, str]:
