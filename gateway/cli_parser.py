@@ -31,6 +31,11 @@ backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every
 (inference.networking.k8s.io/v1), one per target port, engine from the pod label
 kvgate.dev/engine (default vllm), kept current by watching the API: in a pod with its
 service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONFIG.
+
+SIGTERM drains: /ready answers 503 while requests are served for server.drain_delay_s
+(5 s), then no new connections; responses in flight get server.shutdown_grace_s (30 s),
+and streams still open then end with an SSE error event; exit status 0. Ctrl+C skips the
+delay. Set terminationGracePeriodSeconds above the sum of the two.
 """
 
 
