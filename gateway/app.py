@@ -135,7 +135,7 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(scope, receive, TrackedSend(send))
+            await self._http(scope, receive, TrackedSend(self.drain.send_for(send)))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "websocket":
@@ -328,7 +328,9 @@ class GatewayApp:
             work, receive, lambda: send.finished, disconnect_signal(scope)
         )
         left = await self.drain.run(watched, send)
-        rec.client_gone, rec.error = left is True, rec.error or _ended_by_shutdown(left)
+        rec.client_gone = left is True
+        if left is None:
+            rec.error = rec.error or "ended by the shutdown grace"
         completed = send.status < 400 and not (rec.client_gone or rec.error)
         if self.recorder is not None and completed:
             session = route.request.session_key
@@ -409,10 +411,6 @@ async def _send_error(
         log.warning("error after the response started, dropping: %s", exc.message)
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
-
-
-def _ended_by_shutdown(left: bool | None) -> str | None:
-    return "ended by the shutdown grace" if left is None else None
 
 
 def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:

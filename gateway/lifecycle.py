@@ -4,7 +4,9 @@ The sequence (Kubernetes sends SIGTERM and keeps routing to the pod until its re
 probe fails and the endpoints update):
 
 1. SIGTERM: `Drain.draining` turns true, so `/ready` answers 503 `"draining": true`;
-   every request is still served as before, for `server.drain_delay_s`.
+   every request is still served for `server.drain_delay_s`, its response marked
+   `Connection: close` so keep-alive clients reconnect (to another replica) in time,
+   instead of racing the close of their idle connection at step 2.
 2. The listener closes (no new connections), idle keep-alive connections close, busy ones
    close after their response (uvicorn's own shutdown).
 3. In-flight responses get `server.shutdown_grace_s` to finish.
@@ -23,6 +25,7 @@ delay is checked on uvicorn's 0.1 s tick, so no timer is set from a signal handl
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import signal
 import time
@@ -33,7 +36,7 @@ from typing import TypeVar
 import orjson
 import uvicorn
 
-from gateway.asgi import TrackedSend, send_bytes
+from gateway.asgi import Message, Send, TrackedSend, send_bytes
 from gateway.errors import ShuttingDownError
 from gateway.proxy import BrokenBodyError
 
@@ -54,6 +57,19 @@ class Drain:
 
     def start(self) -> None:
         self.draining = True
+
+    def send_for(self, send: Send) -> Send:
+        """`send`, adding `Connection: close` to the response while draining."""
+        if not self.draining:
+            return send
+
+        def closing(message: Message) -> Awaitable[None]:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            return send(message)
+
+        return closing
 
     async def run(self, work: Awaitable[T], send: TrackedSend) -> T | None:
         """`work` (the relaying of one response) in the calling task; None if
@@ -116,7 +132,10 @@ class GatewayServer(uvicorn.Server):
         elif self._drain_since is None and not self.should_exit:
             self.drain.start()
             self._drain_since = time.monotonic()
-            log.info("SIGTERM: not ready, serving %g s more before closing", self.drain_delay_s)
+            # A fresh context: the signal may interrupt a request, whose id is not this line's.
+            contextvars.Context().run(
+                log.info, "SIGTERM: not ready, serving %g s more before closing", self.drain_delay_s
+            )
         else:
             # Not re-raised after the shutdown (uvicorn does that), so the exit status is 0.
             self.should_exit = True

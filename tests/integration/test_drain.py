@@ -81,6 +81,7 @@ def test_sigterm_drains_then_lets_the_stream_finish(
             rest = list(events)
     assert ready.status_code == 503 and ready.json()["draining"] is True
     assert served.status_code == 200  # still serving during the delay
+    assert served.headers["connection"] == "close"  # and moving keep-alive clients off
     assert rest[-1] == "[DONE]" and not any('"error"' in e for e in rest)
     assert proc.wait(timeout=20) == 0
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
