@@ -51,6 +51,7 @@ _EXTENDED = (
 _ASSIGNED = (
     (HttpToolsProtocol, "__init__", "cycle"),
     (HttpToolsProtocol, "__init__", "connections"),
+    (HttpToolsProtocol, "__init__", "pipeline"),
     (HttpToolsProtocol, "on_message_begin", "scope"),
     (HttpToolsProtocol, "on_message_begin", "headers"),  # on_header is inlined: these three
     (HttpToolsProtocol, "on_message_begin", "url"),
@@ -215,6 +216,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self._reject(request_timeout("headers", self.limits.header_timeout_s))
             elif not self._responding():
                 self.transport.close()
+            return
+        if self.pipeline:  # queued behind a response still running: reading is paused
+            self._arm(_BODY)
             return
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
