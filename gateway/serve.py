@@ -15,8 +15,9 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, ServerSection
-from gateway.http.limits import ServerLimits
+from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
+from gateway.http.server_metrics import ServerEventsCollector
 from gateway.http.tls import ReloadingTls
 from gateway.lifecycle import GatewayServer
 
@@ -24,7 +25,9 @@ from gateway.lifecycle import GatewayServer
 def run_gateway(app: GatewayApp, server: ServerSection, log_level: str) -> int:
     """Serve `app` until a signal ends it; the process exit status."""
     tls = _tls(server)
-    protocol = server_protocol(ServerLimits.from_config(server))
+    events = ServerEvents()
+    protocol = server_protocol(ServerLimits.from_config(server), events)
+    app.metrics.registry.register(ServerEventsCollector(events))
     config = uvicorn.Config(
         app,
         host=server.host,

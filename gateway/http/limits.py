@@ -58,6 +58,20 @@ class ServerLimits:
         )
 
 
+class ServerEvents:
+    """What the limits did, counted by the protocol (plain integers: it runs on the event
+    loop) and exported by `gateway.http.server_metrics`."""
+
+    __slots__ = ("body_timeouts", "connections", "head_timeouts", "heads_too_large", "refused")
+
+    def __init__(self) -> None:
+        self.connections = 0  # open now
+        self.refused = 0
+        self.head_timeouts = 0
+        self.body_timeouts = 0
+        self.heads_too_large = 0
+
+
 class HeadTooLarge(Exception):
     """Raised from a parser callback: the head is over a limit (httptools re-raises it as
     the context of its `HttpParserCallbackError`)."""

@@ -34,17 +34,17 @@ from typing import Any, Literal
 
 import uvicorn
 
-from gateway.http.limits import ServerLimits
+from gateway.http.limits import ServerEvents, ServerLimits
 
 log = logging.getLogger(__name__)
 
 
 def server_protocol(
-    limits: ServerLimits | None = None,
+    limits: ServerLimits | None = None, events: ServerEvents | None = None
 ) -> type[asyncio.Protocol] | Literal["auto"]:
     """uvicorn's `http=` for `kvgate serve`: `GatewayHttpProtocol` enforcing `limits`, or
     "auto" (uvicorn's stock httptools or h11 protocol) after one warning if the internals
-    it extends are missing."""
+    it extends are missing. `events` counts what the limits did."""
     try:
         from gateway.http import uvicorn_protocol
     except ImportError as exc:
@@ -52,7 +52,9 @@ def server_protocol(
     else:
         missing = uvicorn_protocol.missing_internals()
         if not missing:
-            return uvicorn_protocol.GatewayHttpProtocol.with_limits(limits or ServerLimits())
+            return uvicorn_protocol.GatewayHttpProtocol.with_limits(
+                limits or ServerLimits(), events
+            )
     log.warning(
         "uvicorn %s lacks what kvgate's HTTP protocol extends (%s); serving with uvicorn's "
         "stock protocol, without coalesced writes, the disconnect signal, header and body "

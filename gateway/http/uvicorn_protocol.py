@@ -23,6 +23,7 @@ from gateway.asgi import DISCONNECT_EXTENSION
 from gateway.errors import GatewayError
 from gateway.http.limits import (
     HeadTooLarge,
+    ServerEvents,
     ServerLimits,
     WarnEvery,
     head_too_large,
@@ -88,10 +89,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     server limits. `with_limits` makes the subclass a server uses."""
 
     limits = ServerLimits()
+    events = ServerEvents()
 
     @classmethod
-    def with_limits(cls, limits: ServerLimits) -> type[GatewayHttpProtocol]:
-        return type(cls.__name__, (cls,), {"limits": limits})
+    def with_limits(
+        cls, limits: ServerLimits, events: ServerEvents | None = None
+    ) -> type[GatewayHttpProtocol]:
+        return type(cls.__name__, (cls,), {"limits": limits, "events": events or ServerEvents()})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,6 +111,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.limits.max_connections:
             self._refused = True
+            self.events.refused += 1
             transport.abort()  # see gateway.http.limits: why not a 503
             if _refusals.ready():
                 log.warning(
@@ -116,11 +121,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         wrapped: Any = CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(wrapped)
+        self.events.connections += 1
         self._arm(_HEAD)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        self.events.connections -= 1
         self._arm(None)
         cycle = self.cycle
         super().connection_lost(exc)
@@ -145,12 +152,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         except httptools.HttpParserError as exc:
             if isinstance(exc.__context__, HeadTooLarge):
+                self.events.heads_too_large += 1
                 self._reject(head_too_large(self.limits))
             else:
                 self.logger.warning("Invalid HTTP request received.")
                 self.send_400_response("Invalid HTTP request received.")
             return
         if self._reading_head and self._head_bytes > self.limits.max_header_bytes:
+            self.events.heads_too_large += 1
             self._reject(head_too_large(self.limits))  # one header line still incomplete
             return
         if self._reading_head:
@@ -212,6 +221,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if phase == _HEAD:
+            self.events.head_timeouts += 1
             if self._head_pending():  # a partial head: tell the client why
                 self._reject(request_timeout("headers", self.limits.header_timeout_s))
             elif not self._responding():
@@ -220,6 +230,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self.pipeline:  # queued behind a response still running: reading is paused
             self._arm(_BODY)
             return
+        self.events.body_timeouts += 1
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
             self.transport.write(

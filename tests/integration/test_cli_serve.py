@@ -171,3 +171,7 @@ def test_kvgate_serve_applies_the_server_limits(
     with socket.create_connection(("127.0.0.1", port), timeout=5) as big:
         big.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + many + b"\r\n")
         assert big.recv(4096).startswith(b"HTTP/1.1 431 ")
+    page = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert "kvgate_server_head_timeouts_total 1.0" in page
+    assert "kvgate_server_heads_too_large_total 1.0" in page
+    assert "kvgate_server_connections 1.0" in page  # this scrape's

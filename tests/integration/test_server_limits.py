@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from gateway.asgi import Receive, Scope, Send
-from gateway.http.limits import ServerLimits
+from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.uvicorn_protocol import GatewayHttpProtocol
 from tests.support.waiting import async_wait_until
 
@@ -59,12 +59,12 @@ class App:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: App, limits: ServerLimits = LIMITS) -> AsyncIterator[tuple[str, int]]:
+async def serve(app: App, events: ServerEvents | None = None) -> AsyncIterator[tuple[str, int]]:
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
-        http=GatewayHttpProtocol.with_limits(limits),
+        http=GatewayHttpProtocol.with_limits(LIMITS, events),
         lifespan="off",
         log_config=None,
         access_log=False,
@@ -189,11 +189,13 @@ async def test_one_huge_header_line_is_refused_before_it_is_buffered_whole() -> 
 
 
 async def test_connections_over_the_cap_are_closed_at_once() -> None:
-    async with serve(App()) as (host, port):
+    events = ServerEvents()
+    async with serve(App(), events) as (host, port):
         held = [await asyncio.open_connection(host, port) for _ in range(LIMITS.max_connections)]
         reader, writer = await asyncio.open_connection(host, port)
         assert await _read_all(reader, within=2) == b""  # refused, well before the timeout
         writer.close()
+        assert (events.refused, events.connections) == (1, LIMITS.max_connections)
         _, first = held.pop()
         first.close()
         await asyncio.sleep(0.05)
