@@ -10,6 +10,8 @@ previous certificate serving, with one warning, and is tried again a second late
 
 The check costs two `stat` calls a second at most, made inside a handshake; the reload
 itself (reading two small PEM files) only when they changed. No task or thread is kept.
+A handshake happens before the HTTP protocol sees the connection, so the server limits
+start after it; asyncio bounds the handshake itself (60 s).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ReloadingTls:
     def _load(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["http/1.1"])  # the only protocol served: no h2 offers taken
         ctx.load_cert_chain(*self._files)
         return ctx
 
