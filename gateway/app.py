@@ -35,6 +35,7 @@ from gateway.asgi import (
 )
 from gateway.config import ConfigError, GatewayConfig
 from gateway.errors import (
+    ClientDisconnectedError,
     GatewayError,
     MethodNotAllowedError,
     NoHealthyBackendError,
@@ -46,7 +47,9 @@ from gateway.front_door import FrontDoor
 from gateway.header_policy import client_address
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
+from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
 from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.lifecycle import Drain
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
@@ -135,13 +138,16 @@ class GatewayApp:
         }
         for path in API_BY_PATH:
             self._routes[("POST", path)] = self._inference
-        self._paths = {path for _, path in self._routes}
+        self._allow = allowed_methods(self._routes)
+        self.drain = Drain()  # started by the server on SIGTERM (gateway.lifecycle)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(scope, receive, TrackedSend(send))
+            await self._http(scope, receive, TrackedSend(self.drain.send_for(send)))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+        elif scope["type"] == "websocket":
+            await refuse_websocket(receive, send)
 
     # -- lifespan -------------------------------------------------------------------------
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -266,10 +272,14 @@ class GatewayApp:
         path, method = scope["path"], scope["method"]
         handler = self._routes.get((method, path))
         try:
+            check_host(scope)
             scope["kvgate.principal"] = self.front_door.admit(scope)  # 401/404 before routing
             if handler is None:
-                if path in self._paths:
-                    raise MethodNotAllowedError(f"method {method} not allowed on {path}")
+                if path in self._allow:
+                    allow = self._allow[path]
+                    raise MethodNotAllowedError(
+                        f"method {method} not allowed on {path}", allow=allow
+                    )
                 raise NotFoundError(f"no route for {method} {path}")
             await handler(scope, receive, send)
         except GatewayError as exc:
@@ -295,6 +305,7 @@ class GatewayApp:
             await self._proxy_request(scope, receive, send, headers, rec)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
+            rec.client_gone = isinstance(exc, ClientDisconnectedError)
             await _send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
         finally:
             self._finish(rec, send)
@@ -329,9 +340,13 @@ class GatewayApp:
             send=send,
             rec=rec,
         )
-        rec.client_gone = await run_until_disconnect(
+        watched = run_until_disconnect(
             work, receive, lambda: send.finished, disconnect_signal(scope)
         )
+        left = await self.drain.run(watched, send)
+        rec.client_gone = left is True
+        if left is None:
+            rec.error = rec.error or "ended by the shutdown grace"
         completed = send.status < 400 and not (rec.client_gone or rec.error)
         if self.recorder is not None and completed:
             session = route.request.session_key
@@ -363,10 +378,12 @@ class GatewayApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         healthy = len(self.pool.healthy())
-        status = 200 if healthy and self._runtime is not None and self.loops_ok() else 503
+        draining = self.drain.draining
+        ok = healthy and self._runtime is not None and self.loops_ok() and not draining
+        status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
-        body = {"ready": status == 200, "healthy_backends": healthy, "backends": len(self.pool)}
-        await send_json(send, status, {**body, "loops": loops})
+        body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
+        await send_json(send, status, {**body, "loops": loops, "draining": draining})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
@@ -414,6 +431,8 @@ def _check_content_type(value: str | None) -> None:
 async def _send_error(
     send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    if isinstance(exc, ClientDisconnectedError):
+        return  # nobody to answer
     if send.started:
         log.warning("error after the response started, dropping: %s", clip(exc.message))
         return

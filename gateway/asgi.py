@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.errors import PayloadTooLargeError
+from gateway.errors import ClientDisconnectedError, PayloadTooLargeError
 
 DISCONNECT_EXTENSION = "kvgate.disconnect"
 
@@ -19,19 +19,23 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 JSON = b"application/json"
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
 class TrackedSend:
     """Wraps `send` to remember whether the response has started (then errors can't be sent)
-    and whether its last body message went out."""
+    and whether its last body message went out; for an SSE response also whether the bytes
+    sent so far end at an event boundary (where an error event can still be added)."""
 
-    __slots__ = ("_send", "finished", "started", "status")
+    __slots__ = ("_send", "at_event_boundary", "finished", "sse", "started", "status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
         self.finished = False
         self.status = 0
+        self.sse = False
+        self.at_event_boundary = True
 
     def __call__(self, message: Message) -> Awaitable[None]:
         # Not a coroutine itself: hands back the server's `send(message)` to be awaited, one
@@ -39,9 +43,20 @@ class TrackedSend:
         if message["type"] == "http.response.start":
             self.started = True
             self.status = message["status"]
-        elif not message.get("more_body", False):
-            self.finished = True
+            self.sse = _is_sse(message.get("headers", ()))
+        else:
+            if self.sse and (body := message.get("body")):
+                self.at_event_boundary = body.endswith(_EVENT_ENDS)
+            if not message.get("more_body", False):
+                self.finished = True
         return self._send(message)
+
+
+def _is_sse(headers: Headers) -> bool:
+    for name, value in headers:  # lower-case names, as ASGI apps send them
+        if name == b"content-type":
+            return value.startswith(b"text/event-stream")
+    return False
 
 
 def header_map(scope: Scope) -> dict[str, str]:
@@ -55,7 +70,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError("client disconnected while sending the body")
+            raise ClientDisconnectedError("client disconnected while sending the body")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -10,7 +10,6 @@ command line or config file.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.metadata
 import importlib.util
 import logging
@@ -69,8 +68,11 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("server", {})["admin_port"] = args.admin_port
     if args.policy:
         raw.setdefault("routing", {})["policy"] = args.policy
-    if getattr(args, "record", None):
-        raw.setdefault("server", {})["record_path"] = args.record
+    for flag, key in (("record", "record_path"), ("tls_cert", "tls_cert_file")):
+        if getattr(args, flag, None):
+            raw.setdefault("server", {})[key] = getattr(args, flag)
+    if getattr(args, "tls_key", None):
+        raw.setdefault("server", {})["tls_key_file"] = args.tls_key
     for flag, key in (("pool", "pool"), ("namespace", "namespace"), ("kube_api", "kube_api")):
         if getattr(args, flag, None):
             raw.setdefault("discovery", {})[key] = getattr(args, flag)
@@ -78,11 +80,9 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.access_log import RequestIdFilter
     from gateway.app import build_app
-    from gateway.http.server import server_protocol
+    from gateway.serve import run_gateway
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -95,25 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)
-    # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
-    gc.collect()
-    gc.freeze()
-    uvicorn.run(
-        app,
-        host=cfg.server.host,
-        port=cfg.server.port,
-        loop="uvloop",
-        http=server_protocol(),
-        # No X-Forwarded-* rewriting: the client address is the peer's (the app appends it
-        # to X-Forwarded-For), and the middleware would add a coroutine frame per request.
-        proxy_headers=False,
-        lifespan="on",
-        access_log=False,
-        server_header=False,
-        log_level=args.log_level,
-        log_config=None,
-    )
-    return 0
+    return run_gateway(app, cfg.server, args.log_level)
 
 
 def check_admin_port(cfg: GatewayConfig) -> None:

@@ -38,6 +38,11 @@ request but /health and /ready needs `Authorization: Bearer KEY`, else 401; `kvg
 prints a key's SHA-256 for the config. --admin-port moves /admin/*, /metrics and /docs to
 their own listener (404 on --port); without it they need the admin key (KVGATE_ADMIN_KEY)
 if one is set, and are closed when API keys are set without one.
+
+SIGTERM drains: /ready answers 503 while requests are served for server.drain_delay_s
+(5 s), then no new connections; responses in flight get server.shutdown_grace_s (30 s),
+and streams still open then end with an SSE error event; exit status 0. Ctrl+C skips the
+delay. Set terminationGracePeriodSeconds above the sum of the two.
 """
 
 
@@ -148,6 +153,13 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="append a replayable trace of the traffic to FILE (config server.record_path): "
         "arrivals, token counts, prefix block hashes, never prompt text",
     )
+    s.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain, reloaded when it changes "
+        "(config server.tls_cert_file; needs --tls-key)",
+    )
+    s.add_argument("--tls-key", metavar="FILE", help="its PEM key (config server.tls_key_file)")
     _add_log_level(s)
 
 

@@ -6,9 +6,13 @@ GatewayError                     (status, type, code, retryable)
 ├── AuthenticationError          401 invalid_api_key + WWW-Authenticate (missing or bad key)
 ├── NotFoundError                404 (unknown route)
 │   └── ModelNotFoundError       404 model_not_found
-├── MethodNotAllowedError        405
+├── MethodNotAllowedError        405 + Allow
+├── RequestTimeoutError          408 (the client was too slow sending its request)
 ├── PayloadTooLargeError         413
 ├── UnsupportedMediaTypeError    415
+├── HeaderFieldsTooLargeError    431 (request line and headers over the server's limits)
+├── ClientDisconnectedError      499 (the client left before its request was read; no reply)
+├── ShuttingDownError            503 (the server's shutdown grace ran out)
 ├── NoHealthyBackendError        503 + Retry-After (until the first ejected backend is back)
 ├── GatewayOverloadedError       503 + Retry-After / gateway_overloaded: no upstream connection
 │                                slot free in time; the gateway's own limit, never the backend's
@@ -81,6 +85,20 @@ class MethodNotAllowedError(GatewayError):
     type = "invalid_request_error"
     code = "method_not_allowed"
 
+    def __init__(self, message: str, *, allow: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # RFC 9110 15.5.6: a 405 MUST list the target's methods.
+        return [(b"allow", ", ".join(self.allow).encode())] if self.allow else []
+
+
+class RequestTimeoutError(GatewayError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
 
 class PayloadTooLargeError(GatewayError):
     status = 413
@@ -92,6 +110,26 @@ class UnsupportedMediaTypeError(GatewayError):
     status = 415
     type = "invalid_request_error"
     code = "unsupported_media_type"
+
+
+class HeaderFieldsTooLargeError(GatewayError):
+    status = 431
+    type = "invalid_request_error"
+    code = "request_header_fields_too_large"
+
+
+class ClientDisconnectedError(GatewayError):
+    """Raised while the request is read; nothing can be answered, the status is recorded."""
+
+    status = 499  # client closed request (nginx's convention)
+    type = "client_closed_request"
+    code = "client_closed_request"
+
+
+class ShuttingDownError(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "gateway_shutting_down"
 
 
 class NoHealthyBackendError(GatewayError):

@@ -49,6 +49,34 @@ class ServerSection(_Section):
         description="serve /admin/*, /metrics and /docs on this port only (404 on `port`)",
     )
     admin_host: str | None = Field(None, description="admin listener address (default: host)")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="request line and headers must arrive within this time"
+    )
+    body_timeout_s: float = Field(60.0, gt=0, description="the whole request body, once started")
+    idle_timeout_s: float = Field(30.0, gt=0, description="keep-alive connection with no request")
+    max_connections: int = Field(
+        4096, gt=0, description="open client connections; more are closed on accept"
+    )
+    max_header_bytes: int = Field(
+        65536, ge=1024, description="request line and headers; larger heads get 431"
+    )
+    max_headers: int = Field(100, ge=1, description="header lines per request; more get 431")
+    drain_delay_s: float = Field(
+        5.0, ge=0, description="SIGTERM: keep serving this long while /ready answers 503"
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="then in-flight responses get this long before being ended"
+    )
+    tls_cert_file: str | None = Field(
+        None, description="PEM certificate chain: serve HTTPS (reloaded when the file changes)"
+    )
+    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSection:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
 
 
 class UpstreamSection(_Section):

@@ -16,9 +16,13 @@ both invisible to HTTP clients:
   it the app can only learn of a disconnect by keeping a second task parked in `receive()`
   for every request (`gateway.asgi.run_until_disconnect` falls back to that elsewhere).
 
+The same protocol enforces the server limits (`gateway.http.limits`: header, body and
+idle timeouts, header size and count, the connection cap).
+
 The protocol class (`gateway.http.uvicorn_protocol`) extends uvicorn internals. If the
 installed uvicorn lacks them, `server_protocol()` logs one warning and the gateway serves
-with uvicorn's stock protocol: correct, only without the two changes above.
+with uvicorn's stock protocol: correct, only without the two changes above, and with only
+the idle timeout and connection cap of the limits (`gateway.http.limits` says how).
 """
 
 from __future__ import annotations
@@ -30,13 +34,17 @@ from typing import Any, Literal
 
 import uvicorn
 
+from gateway.http.limits import ServerEvents, ServerLimits
+
 log = logging.getLogger(__name__)
 
 
-def server_protocol() -> type[asyncio.Protocol] | Literal["auto"]:
-    """uvicorn's `http=` for `kvgate serve`: `GatewayHttpProtocol`, or "auto" (uvicorn's
-    stock httptools or h11 protocol) after one warning if the internals it extends are
-    missing."""
+def server_protocol(
+    limits: ServerLimits | None = None, events: ServerEvents | None = None
+) -> type[asyncio.Protocol] | Literal["auto"]:
+    """uvicorn's `http=` for `kvgate serve`: `GatewayHttpProtocol` enforcing `limits`, or
+    "auto" (uvicorn's stock httptools or h11 protocol) after one warning if the internals
+    it extends are missing. `events` counts what the limits did."""
     try:
         from gateway.http import uvicorn_protocol
     except ImportError as exc:
@@ -44,10 +52,13 @@ def server_protocol() -> type[asyncio.Protocol] | Literal["auto"]:
     else:
         missing = uvicorn_protocol.missing_internals()
         if not missing:
-            return uvicorn_protocol.GatewayHttpProtocol
+            return uvicorn_protocol.GatewayHttpProtocol.with_limits(
+                limits or ServerLimits(), events
+            )
     log.warning(
         "uvicorn %s lacks what kvgate's HTTP protocol extends (%s); serving with uvicorn's "
-        "stock protocol, without coalesced writes or the disconnect signal",
+        "stock protocol, without coalesced writes, the disconnect signal, header and body "
+        "timeouts or header limits",
         uvicorn.__version__,
         "; ".join(missing),
     )

@@ -1,5 +1,6 @@
-"""`GatewayHttpProtocol`: uvicorn's httptools protocol with coalesced writes and the
-disconnect signal (`gateway.http.server` explains both and picks it at start-up).
+"""`GatewayHttpProtocol`: uvicorn's httptools protocol with coalesced writes, the
+disconnect signal (`gateway.http.server` explains both and picks it at start-up) and the
+server limits of `gateway.http.limits` (timeouts, head size, connection cap).
 
 It extends uvicorn internals that are not public API: the `HttpToolsProtocol` methods it
 overrides, the `cycle` and `scope` attributes uvicorn sets on the protocol, and the
@@ -11,22 +12,60 @@ on the first request. Importing this module fails if uvicorn has no httptools pr
 from __future__ import annotations
 
 import asyncio
+import logging
+from asyncio import TimerHandle
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.asgi import DISCONNECT_EXTENSION
+from gateway.errors import GatewayError
+from gateway.http.limits import (
+    HeadTooLarge,
+    ServerEvents,
+    ServerLimits,
+    WarnEvery,
+    head_too_large,
+    raw_error_response,
+    request_timeout,
+)
 from gateway.http.server import CoalescingTransport, DisconnectSignal
 
-_EXTENDED = ("connection_made", "connection_lost", "on_message_begin")
+log = logging.getLogger(__name__)
+_EXTENDED = (
+    "connection_made",
+    "connection_lost",
+    "data_received",
+    "on_message_begin",
+    "on_header",
+    "on_headers_complete",
+    "on_message_complete",
+    "_unset_keepalive_if_required",
+    "_should_upgrade",
+    "handle_websocket_upgrade",
+    "_unsupported_upgrade_warning",
+    "send_400_response",
+)
 # (class, method, attribute): the method assigns the attribute. Instances only exist once
 # connections arrive, so the start-up check reads the names the method's code stores.
 _ASSIGNED = (
     (HttpToolsProtocol, "__init__", "cycle"),
+    (HttpToolsProtocol, "__init__", "connections"),
+    (HttpToolsProtocol, "__init__", "pipeline"),
     (HttpToolsProtocol, "on_message_begin", "scope"),
+    (HttpToolsProtocol, "on_message_begin", "headers"),  # on_header is inlined: these three
+    (HttpToolsProtocol, "on_message_begin", "url"),
+    (HttpToolsProtocol, "on_message_begin", "expect_100_continue"),
     (RequestResponseCycle, "__init__", "disconnected"),
     (RequestResponseCycle, "__init__", "scope"),
+    (RequestResponseCycle, "__init__", "message_event"),
+    (RequestResponseCycle, "__init__", "keep_alive"),
+    (RequestResponseCycle, "__init__", "response_started"),
+    (RequestResponseCycle, "__init__", "response_complete"),
 )
+_HEAD, _BODY = "head", "body"  # what the connection's one timer is waiting for
+_refusals = WarnEvery()
 
 
 def missing_internals() -> list[str]:
@@ -46,18 +85,50 @@ def missing_internals() -> list[str]:
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with coalesced writes and the disconnect extension."""
+    """uvicorn's HTTP/1.1 protocol with coalesced writes, the disconnect extension and the
+    server limits. `with_limits` makes the subclass a server uses."""
+
+    limits = ServerLimits()
+    events = ServerEvents()
+
+    @classmethod
+    def with_limits(
+        cls, limits: ServerLimits, events: ServerEvents | None = None
+    ) -> type[GatewayHttpProtocol]:
+        return type(cls.__name__, (cls,), {"limits": limits, "events": events or ServerEvents()})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._refused = False
+        self._reading_head = True  # between a message's end and the next one's headers
+        self._head_bytes = 0  # raw bytes read while the head was incomplete
+        self._head_begun = False  # the parser saw the first byte of the next request
+        self._header_bytes = 0  # request line and headers as parsed
+        self._max_header_bytes = self.limits.max_header_bytes
+        self._timer: TimerHandle | None = None
+        self._phase: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused = True
+            self.events.refused += 1
+            transport.abort()  # see gateway.http.limits: why not a 503
+            if _refusals.ready():
+                log.warning(
+                    "connection refused: %d connections open (server.max_connections)",
+                    len(self.connections),
+                )
+            return
         wrapped: Any = CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(wrapped)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
-        self.scope["extensions"] = extensions
+        self.events.connections += 1
+        self._arm(_HEAD)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self.events.connections -= 1
+        self._arm(None)
         cycle = self.cycle
         super().connection_lost(exc)
         # uvicorn marks the request disconnected only if its response was unfinished.
@@ -65,3 +136,125 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             signal = cycle.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
             if isinstance(signal, DisconnectSignal):
                 signal.fire()
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        if self._reading_head:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._arm(None)  # as uvicorn: a WebSocket handshake, if a library is installed
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, HeadTooLarge):
+                self.events.heads_too_large += 1
+                self._reject(head_too_large(self.limits))
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if self._reading_head and self._head_bytes > self.limits.max_header_bytes:
+            self.events.heads_too_large += 1
+            self._reject(head_too_large(self.limits))  # one header line still incomplete
+            return
+        if self._reading_head:
+            phase = _HEAD if self._head_begun or self._head_bytes else None
+        else:
+            phase = _BODY
+        if phase is not self._phase:
+            self._arm(phase)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_begun = True
+        self._header_bytes = 0
+        extensions: Any = {DISCONNECT_EXTENSION: DisconnectSignal()}
+        self.scope["extensions"] = extensions
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Bytes as each header is parsed; the count once the head is complete (a head of
+        # many small headers is over the byte limit long before it is buffered whole).
+        self._header_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if self._header_bytes > self._max_header_bytes:
+            raise HeadTooLarge
+        # uvicorn's on_header, inlined: one Python frame fewer for every header.
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = self._head_begun = False
+        self._head_bytes = 0
+        # The URL is counted here, once: over several reads the raw count caught it.
+        if (
+            len(self.url) + self._header_bytes > self._max_header_bytes
+            or len(self.headers) > self.limits.max_headers
+        ):
+            raise HeadTooLarge
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading_head = True
+        super().on_message_complete()
+
+    def _arm(self, phase: str | None) -> None:
+        """Keep the one timer waiting for `phase` (None: none); a timer already waiting for
+        it keeps its deadline, so trickling bytes does not extend it."""
+        if phase == self._phase:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = phase
+        if phase is not None:
+            delay = self.limits.header_timeout_s if phase == _HEAD else self.limits.body_timeout_s
+            self._timer = self.loop.call_later(delay, self._timed_out, phase)
+
+    def _timed_out(self, phase: str) -> None:
+        self._timer = self._phase = None
+        if self.transport.is_closing():
+            return
+        if phase == _HEAD:
+            self.events.head_timeouts += 1
+            if self._head_pending():  # a partial head: tell the client why
+                self._reject(request_timeout("headers", self.limits.header_timeout_s))
+            elif not self._responding():
+                self.transport.close()
+            return
+        if self.pipeline:  # queued behind a response still running: reading is paused
+            self._arm(_BODY)
+            return
+        self.events.body_timeouts += 1
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            self.transport.write(
+                raw_error_response(request_timeout("body", self.limits.body_timeout_s))
+            )
+        if cycle is not None:  # the app's receive() now returns http.disconnect
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
+
+    def _reject(self, error: GatewayError) -> None:
+        self._arm(None)
+        if self._responding():
+            # A pipelined request went wrong while an earlier response is still being
+            # written: nothing may be interleaved with it, so the connection closes after it.
+            self.cycle.keep_alive = False
+            self.transport.pause_reading()
+            return
+        self.transport.write(raw_error_response(error))
+        self.transport.close()
+
+    def _head_pending(self) -> bool:
+        """Some of the next request's head has arrived (in this read or an earlier one)."""
+        return self._head_begun or self._head_bytes > 0
+
+    def _responding(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete

@@ -198,3 +198,37 @@ def test_kvgate_serve_admin_port_and_keys_file_reloaded_on_sighup(
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_kvgate_serve_applies_the_server_limits(
+    fake_engines: StartEngines, kvgate_process: list[subprocess.Popen[str]], tmp_path
+) -> None:
+    ((_, engine),) = fake_engines(1)
+    config = tmp_path / "kvgate.yaml"
+    config.write_text(
+        f"backends:\n  - url: {engine.url}\n"
+        "server:\n  header_timeout_s: 0.3\n  idle_timeout_s: 0.3\n  max_headers: 10\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    kvgate_process.append(proc)
+    port = _wait_for_port(proc, [])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
+        assert silent.recv(1024) == b""  # closed by the header timeout
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:
+        idle.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert idle.recv(1024).startswith(b"HTTP/1.1 200 ")
+        assert idle.recv(1024) == b""  # then by the idle timeout
+    many = b"".join(b"x-%d: v\r\n" % i for i in range(11))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as big:
+        big.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + many + b"\r\n")
+        assert big.recv(4096).startswith(b"HTTP/1.1 431 ")
+    page = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert "kvgate_server_head_timeouts_total 1.0" in page
+    assert "kvgate_server_heads_too_large_total 1.0" in page
+    assert "kvgate_server_connections 1.0" in page  # this scrape's

@@ -18,7 +18,7 @@ from gateway.asgi import (
     send_bytes,
     send_json,
 )
-from gateway.errors import PayloadTooLargeError
+from gateway.errors import ClientDisconnectedError, PayloadTooLargeError
 
 DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -80,8 +80,9 @@ async def test_read_body_over_the_limit() -> None:
 
 async def test_read_body_disconnect() -> None:
     receive = FakeReceive(_chunk(b"ab", True), DISCONNECT)
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(ClientDisconnectedError) as caught:
         await read_body(receive, 100)
+    assert caught.value.status == 499  # recorded as such, never a cancelled task's traceback
 
 
 # -- run_until_disconnect -----------------------------------------------------------------

@@ -382,3 +382,10 @@ def test_security_defaults_and_duplicate_keys() -> None:
     assert parse_config({"security": {"api_keys": [one]}}).security.api_keys[0].sha256 == "a" * 64
     twice = [one, {"name": "a", "sha256": "b" * 64}]
     assert "same name" in _config_error({"security": {"api_keys": twice}})
+
+
+def test_tls_cert_and_key_go_together() -> None:
+    with pytest.raises(ConfigError, match="tls_cert_file and tls_key_file go together"):
+        parse_config({"server": {"tls_cert_file": "c.pem"}})
+    both = parse_config({"server": {"tls_cert_file": "c.pem", "tls_key_file": "k.pem"}})
+    assert both.server.tls_key_file == "k.pem"

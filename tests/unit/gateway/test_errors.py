@@ -15,6 +15,20 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
+    errors.RequestTimeoutError: (408, "invalid_request_error", "request_timeout", False),
+    errors.HeaderFieldsTooLargeError: (
+        431,
+        "invalid_request_error",
+        "request_header_fields_too_large",
+        False,
+    ),
+    errors.ClientDisconnectedError: (
+        499,
+        "client_closed_request",
+        "client_closed_request",
+        False,
+    ),
+    errors.ShuttingDownError: (503, "service_unavailable", "gateway_shutting_down", False),
     errors.PayloadTooLargeError: (413, "invalid_request_error", "payload_too_large", False),
     errors.UnsupportedMediaTypeError: (
         415,
@@ -106,3 +120,8 @@ def test_error_body_escapes_the_message() -> None:
 
 def test_authentication_error_asks_for_a_bearer_token() -> None:
     assert errors.AuthenticationError("no key").headers() == [(b"www-authenticate", b"Bearer")]
+
+
+def test_405_lists_the_allowed_methods() -> None:
+    exc = errors.MethodNotAllowedError("no", allow=("GET", "POST"))
+    assert exc.headers() == [(b"allow", b"GET, POST")]

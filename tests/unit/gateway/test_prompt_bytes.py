@@ -4,6 +4,10 @@ import base64
 from array import array
 from typing import Any
 
+import pytest
+
+from gateway import prompt_bytes as prompt_bytes_module
+from gateway.errors import BadRequestError
 from gateway.inference_request import parse_inference_body
 from gateway.prompt_bytes import prompt_bytes
 from scoring.prefix_hash import GROUP, hash_blocks, prefix_seed
@@ -172,3 +176,43 @@ def test_unexpected_shapes_do_not_fail() -> None:
     assert prompt_bytes("chat", "not a list") == b""
     assert prompt_bytes("chat", ["stray"]).startswith(b"<str:")
     assert prompt_bytes("chat", [{"role": "user", "content": {"odd": 1}}]).startswith(b"user\x1f<")
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("api", "prompt"),
+    [
+        ("chat", [{"role": "user", "content": [{"type": "image_url", "x": _nested(300)}]}]),
+        ("chat", [{"role": "user", "content": _nested(300)}]),
+        ("completions", [_nested(300)]),
+        ("responses", [{"type": "function_call", "arguments": _nested(300)}]),
+    ],
+    ids=["content-part", "content", "token-ids", "responses-item"],
+)
+def test_a_prompt_nested_too_deeply_is_a_bad_request(api: str, prompt: Any) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        prompt_bytes(api, prompt)
+    assert caught.value.status == 400 and caught.value.code == "invalid_prompt"
+
+
+def test_rendering_stops_after_max_items_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prompt_bytes_module, "MAX_ITEMS", 10)
+    many = [{"role": "u", "content": str(i)} for i in range(30)]
+    assert prompt_bytes("chat", many) == prompt_bytes("chat", many[:10])
+    parts = [{"type": "text", "text": str(i)} for i in range(30)]
+    assert prompt_bytes("chat", [{"role": "u", "content": parts}]) == b"u\x1f0123456789\x1e"
+
+
+def test_rendered_bytes_are_cut_at_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prompt_bytes_module, "MAX_PROMPT_BYTES", 100)
+    messages = [{"role": "user", "content": "x" * 150}, {"role": "user", "content": "more"}]
+    rendered = prompt_bytes("chat", messages)
+    assert len(rendered) == 100
+    assert rendered == prompt_bytes("chat", messages[:1])
+    assert len(prompt_bytes("completions", list(range(400)))) == 100  # 4 bytes a token

@@ -22,4 +22,8 @@ def test_missing_methods_and_attributes_are_named(monkeypatch: pytest.MonkeyPatc
         "HttpToolsProtocol.connection_lost",
         "RequestResponseCycle.disconnected",
         "RequestResponseCycle.scope",
+        "RequestResponseCycle.message_event",
+        "RequestResponseCycle.keep_alive",
+        "RequestResponseCycle.response_started",
+        "RequestResponseCycle.response_complete",
     ]

@@ -1,0 +1,122 @@
+"""Server limits a client cannot hold the gateway hostage with, as `GatewayHttpProtocol`
+enforces them (`gateway.http.uvicorn_protocol`).
+
+- `header_timeout_s`: a new connection must deliver its request line and headers within
+  this time, and a keep-alive connection within it of the next request's first byte. A
+  partial head then gets 408 and the connection is closed; a silent one is just closed.
+- `body_timeout_s`: the whole body, from the end of the headers. On expiry the client gets
+  408 (if no response started) and the connection is closed; the app sees a disconnect.
+- `idle_timeout_s`: a keep-alive connection with no request is closed (uvicorn's
+  `timeout_keep_alive`, set from it).
+- `max_header_bytes` / `max_headers`: the request line and headers, counted as they are
+  parsed (each header from httptools' `on_header`, and the raw bytes of a head still
+  incomplete after each read, so a single 48 MB header line is refused after one read past
+  the limit rather than buffered whole) → 431, connection closed.
+- `max_connections`: a connection accepted beyond it is closed at once, before any byte
+  is read. Why not a 503 (uvicorn's `limit_concurrency`): a 503 needs the request read
+  first (a slowloris client never finishes), and bytes written while the request is
+  unread are often lost to the reset the close causes. A closed connection is the one
+  answer every client and proxy in front (Envoy's `reset` / `connect-failure` retry-on)
+  knows was not processed and is safe to retry elsewhere.
+
+Timers are `loop.call_later` handles, at most one per connection, armed only while a head
+or body is incomplete: a request that arrives in one read arms none beyond the one a fresh
+connection starts with. With uvicorn's stock protocol (the fallback of
+`gateway.http.server.server_protocol`) only `idle_timeout_s` and `max_connections` (as
+uvicorn's `limit_concurrency`, 503) hold; httptools then parses headers without a limit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gateway.config import ServerSection
+from gateway.errors import GatewayError, HeaderFieldsTooLargeError, RequestTimeoutError
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one connection may take: time for its head and body, and head size."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_header_bytes: int = 65536
+    max_headers: int = 100
+    max_connections: int = 4096
+
+    @classmethod
+    def from_config(cls, server: ServerSection) -> ServerLimits:
+        return cls(
+            header_timeout_s=server.header_timeout_s,
+            body_timeout_s=server.body_timeout_s,
+            max_header_bytes=server.max_header_bytes,
+            max_headers=server.max_headers,
+            max_connections=server.max_connections,
+        )
+
+
+class ServerEvents:
+    """What the limits did, counted by the protocol (plain integers: it runs on the event
+    loop) and exported by `gateway.http.server_metrics`."""
+
+    __slots__ = ("body_timeouts", "connections", "head_timeouts", "heads_too_large", "refused")
+
+    def __init__(self) -> None:
+        self.connections = 0  # open now
+        self.refused = 0
+        self.head_timeouts = 0
+        self.body_timeouts = 0
+        self.heads_too_large = 0
+
+
+class HeadTooLarge(Exception):
+    """Raised from a parser callback: the head is over a limit (httptools re-raises it as
+    the context of its `HttpParserCallbackError`)."""
+
+
+def head_too_large(limits: ServerLimits) -> HeaderFieldsTooLargeError:
+    return HeaderFieldsTooLargeError(
+        f"request line and headers exceed the limit of {limits.max_header_bytes} bytes "
+        f"or {limits.max_headers} headers"
+    )
+
+
+def request_timeout(what: str, seconds: float) -> RequestTimeoutError:
+    return RequestTimeoutError(f"the request {what} did not arrive within {seconds:g} s")
+
+
+def raw_error_response(error: GatewayError) -> bytes:
+    """A complete HTTP/1.1 error response that closes the connection, written by the
+    protocol itself when no app is running for the request."""
+    body = error.body()
+    head = [
+        b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")),
+        b"content-type: application/json",
+        b"content-length: %d" % len(body),
+        b"connection: close",
+    ]
+    head.extend(name + b": " + value for name, value in error.headers())
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class WarnEvery:
+    """Lets a repeated warning through at most once per `interval_s` (a flood of refused
+    connections must not become a flood of log lines)."""
+
+    __slots__ = ("_interval", "_last", "suppressed")
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self._interval = interval_s
+        self._last = float("-inf")
+        self.suppressed = 0
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self._interval:
+            self.suppressed += 1
+            return False
+        self._last = now
+        return True

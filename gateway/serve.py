@@ -1,0 +1,72 @@
+"""`kvgate serve`'s server: uvicorn with the gateway's protocol, limits, TLS and drain.
+
+uvicorn's `Server` is run directly (not `uvicorn.run`) so that SIGTERM drains
+(`gateway.lifecycle`) and the TLS context can be one that reloads its certificate
+(`gateway.http.tls`); the HTTP protocol carries the limits (`gateway.http.limits`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import ssl
+
+import uvicorn
+
+from gateway.app import GatewayApp
+from gateway.config import ConfigError, ServerSection
+from gateway.http.limits import ServerEvents, ServerLimits
+from gateway.http.server import server_protocol
+from gateway.http.server_metrics import ServerEventsCollector
+from gateway.http.tls import ReloadingTls
+from gateway.lifecycle import GatewayServer
+
+
+def run_gateway(app: GatewayApp, server: ServerSection, log_level: str) -> int:
+    """Serve `app` until a signal ends it; the process exit status."""
+    tls = _tls(server)
+    events = ServerEvents()
+    protocol = server_protocol(ServerLimits.from_config(server), events)
+    app.metrics.registry.register(ServerEventsCollector(events))
+    config = uvicorn.Config(
+        app,
+        host=server.host,
+        port=server.port,
+        loop="uvloop",
+        http=protocol,
+        # No X-Forwarded-* rewriting: the app never reads the client address, and the
+        # middleware would add a coroutine frame to every request.
+        proxy_headers=False,
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_level=log_level,
+        log_config=None,
+        # Annotated int, used as float seconds (loop.call_later).
+        timeout_keep_alive=server.idle_timeout_s,  # type: ignore[arg-type]
+        # The gateway's protocol refuses connections over the cap itself; uvicorn's stock
+        # protocol (the fallback) can only answer 503 past it.
+        limit_concurrency=server.max_connections if protocol == "auto" else None,
+        ssl_certfile=server.tls_cert_file,
+        ssl_keyfile=server.tls_key_file,
+    )
+    config.load()
+    if tls is not None:
+        config.ssl = tls.listener  # uvicorn's own context cannot be reloaded
+    gateway_server = GatewayServer(config, app.drain, server.drain_delay_s, server.shutdown_grace_s)
+    # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
+    gc.collect()
+    gc.freeze()
+    # SIGINT is re-raised by uvicorn after its graceful shutdown; a failed start-up exits 3.
+    with contextlib.suppress(KeyboardInterrupt):
+        gateway_server.run()
+    return 0
+
+
+def _tls(server: ServerSection) -> ReloadingTls | None:
+    if server.tls_cert_file is None or server.tls_key_file is None:
+        return None
+    try:
+        return ReloadingTls(server.tls_cert_file, server.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"server.tls_cert_file / tls_key_file: {exc}") from None
