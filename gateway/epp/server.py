@@ -5,8 +5,10 @@ services `liveness`, always serving, and `readiness`, serving while some backend
 the empty service name follows readiness), metrics 9090 (`GET /metrics`). Port 0 picks a free
 one; the start-up line names the ports bound. The gateway's health probes and metric scrapes
 run here as under `kvgate serve`, supervised (`gateway.supervisor`); readiness is NOT_SERVING
-while the probe loop is down. SIGINT or SIGTERM stops it, letting streams finish for up to
-`grace_s`.
+while the probe loop is down. SIGTERM drains as `kvgate serve` does: health turns
+NOT_SERVING at once while ext_proc keeps answering for `server.drain_delay_s` (so Envoy's
+health checks move traffic away first), then the server stops, letting streams finish for up
+to `server.shutdown_grace_s`. SIGINT, or a second signal, skips the delay.
 """
 
 from __future__ import annotations
@@ -35,10 +37,16 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set() or sig == signal.SIGINT:
+            hurry.set()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     health = await app.start_health()
     picker = EndpointPicker(app, max_fallbacks=max(0, app.config.upstream.max_attempts - 1))
     # A BUFFERED body comes in one message: room for the largest body the config allows.
@@ -76,14 +84,24 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
         async with asyncio.TaskGroup() as tg:
             supervised = tg.create_task(loops.run(), name="loops")
             await stop.wait()
-            log.info("kvgate epp: stopping")
-            await checks.enter_graceful_shutdown()
+            await checks.enter_graceful_shutdown()  # NOT_SERVING; later sets are ignored
+            await _drain_delay(app.config.server.drain_delay_s, hurry)
             supervised.cancel()
     finally:
         metrics.close()
-        await server.stop(settings.grace_s)
+        await server.stop(app.config.server.shutdown_grace_s)
         await health_server.stop(0)
         await health.probe_client.aclose()
+
+
+async def _drain_delay(delay_s: float, hurry: asyncio.Event) -> None:
+    """Keep picking endpoints while health says NOT_SERVING, until `delay_s` or `hurry`."""
+    if hurry.is_set() or delay_s <= 0:
+        log.info("kvgate epp: stopping")
+        return
+    log.info("kvgate epp: draining for %.1f s (health NOT_SERVING), then stopping", delay_s)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(hurry.wait(), delay_s)
 
 
 async def _report_readiness(app: GatewayApp, checks: health_aio.HealthServicer) -> None:

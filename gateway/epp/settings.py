@@ -12,7 +12,6 @@ class EppSettings:
     grpc_port: int = 9002  # ext_proc
     health_port: int = 9003  # grpc.health.v1
     metrics_port: int = 9090  # Prometheus
-    grace_s: float = 5.0  # streams may finish for this long after SIGINT/SIGTERM
 
 
 DEFAULT_EPP = EppSettings()
