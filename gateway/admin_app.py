@@ -24,9 +24,11 @@ from fastapi import Depends, FastAPI, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, ServerSection
 from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
 from gateway.front_door import AdminAccess
+from gateway.http.limits import ServerEvents, ServerLimits
+from gateway.http.server import server_protocol
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +129,16 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
 class AdminListener:
     """The admin app under its own uvicorn server, in the caller's event loop."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(
+        self, app: FastAPI, host: str, port: int, server: ServerSection | None = None
+    ) -> None:
+        server = server or ServerSection()
         self._config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            # The API port's limits (head/body/idle timeouts, header caps, connection cap).
+            http=server_protocol(ServerLimits.from_config(server), ServerEvents()),
             lifespan="off",
             access_log=False,
             server_header=False,
@@ -173,4 +180,5 @@ def _bind(host: str, port: int) -> socket.socket:
 def admin_listener(source: AdminSource, access: AdminAccess, port: int) -> AdminListener:
     """The listener to run alongside the API port (`server.admin_port`, `admin_host`)."""
     server = source.config.server
-    return AdminListener(build_admin_app(source, access), server.admin_host or server.host, port)
+    host = server.admin_host or server.host
+    return AdminListener(build_admin_app(source, access), host, port, server)

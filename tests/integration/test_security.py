@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 
 import httpx
@@ -200,3 +201,21 @@ def test_admin_port_caps_the_dry_run_body(
         r = admin.post("/admin/route", json=big)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "payload_too_large"
+
+
+def test_admin_port_has_the_api_ports_server_limits(
+    fake_engines: StartEngines, start_gateway: StartGateway
+) -> None:
+    """A silent connection to the admin listener is closed by the head timeout, and a head
+    with too many headers gets 431: slow or bloated clients cannot hold it either."""
+    [(_engine, s1)] = fake_engines(1)
+    server = {"admin_port": 0, "header_timeout_s": 0.3, "max_headers": 10}
+    app, _gw = start_gateway([s1.url], server=server)
+    assert app.front_door.listener is not None
+    port = app.front_door.listener.port
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
+        assert silent.recv(1024) == b""
+    many = b"".join(b"x-%d: v\r\n" % i for i in range(11))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as big:
+        big.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n" + many + b"\r\n")
+        assert big.recv(4096).startswith(b"HTTP/1.1 431 ")
