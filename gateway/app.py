@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin
 from gateway.access_log import log_request, request_id_from, request_id_var
+from gateway.admission import build_admission
 from gateway.asgi import (
     Receive,
     Scope,
@@ -115,6 +116,9 @@ class GatewayApp:
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix)
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
+        self.admission = build_admission(
+            config, self.pool, self.scheduler, clock, self.metrics.registry
+        )
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self._routes: dict[tuple[str, str], Handler] = {
@@ -147,6 +151,7 @@ class GatewayApp:
         async with asyncio.TaskGroup() as tg:
             probes = tg.create_task(runtime.health.prober.run(), name="health-probes")
             scrapes = tg.create_task(runtime.health.scraper.run(), name="metrics-scrapes")
+            admission = tg.create_task(self.admission.run(), name="admission-pump")
             recording = (
                 tg.create_task(self.recorder.run(), name="trace-recorder")
                 if self.recorder
@@ -158,7 +163,7 @@ class GatewayApp:
             await receive()  # lifespan.shutdown
             probes.cancel()
             scrapes.cancel()
-            for task in (recording, discovery):
+            for task in (recording, discovery, admission):
                 if task is not None:
                     task.cancel()
         if self.recorder is not None:
@@ -281,6 +286,7 @@ class GatewayApp:
             rec.status, rec.error = exc.status, exc.message
             await _send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
         finally:
+            self.admission.release(scope, rec)
             self._finish(rec, send)
             request_id_var.reset(token)
 
@@ -300,6 +306,8 @@ class GatewayApp:
         body = await read_body(receive, limit)
         req = parse_inference_body(API_BY_PATH[scope["path"]], body)
         rec.model, rec.stream = req.model, req.stream
+        if not await self.admission.acquire(scope, receive, headers, len(body), rec):
+            return  # the client left while queued
         route = self.router.route(req, headers, rec.request_id)
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()

@@ -31,6 +31,7 @@ from gateway.router import Route
 from gateway.upstream import error_kind, map_client_error, request_headers, response_headers
 from gateway.usage import (
     STREAM_USAGE_APIS,
+    Usage,
     UsageEventFilter,
     UsageReader,
     UsageTap,
@@ -63,6 +64,7 @@ class RequestRecord:
     client_gone: bool = False
     error: str | None = None
     output_tokens: int | None = None  # counted only when recording a trace
+    usage: Usage | None = None  # what the answer reported (admission corrects rate limits)
 
 
 class BrokenBodyError(Exception):
@@ -185,7 +187,7 @@ class Proxy:
             event = b"data: " + orjson.dumps({"error": _error_obj(err)}) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
-        usage = reader.usage()
+        usage = rec.usage = reader.usage()
         if counter is not None:
             rec.output_tokens = counter.output_tokens(usage)
         if ok and usage is not None and usage.prompt_tokens is not None:

@@ -22,6 +22,10 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
         False,
     ),
     errors.NoHealthyBackendError: (503, "service_unavailable", "no_healthy_backend", False),
+    errors.TooManyRequestsError: (429, "rate_limit_exceeded", "rate_limit_exceeded", False),
+    errors.KeyRateLimitError: (429, "rate_limit_exceeded", "rate_limit_exceeded", False),
+    errors.ShedError: (429, "rate_limit_exceeded", "overloaded", False),
+    errors.QueueTimeoutError: (503, "service_unavailable", "queue_timeout", False),
     errors.UpstreamError: (502, "upstream_error", "upstream_error", False),
     errors.UpstreamConnectError: (502, "upstream_error", "upstream_connect_error", True),
     errors.UpstreamTimeoutError: (504, "upstream_error", "upstream_timeout", False),
@@ -51,7 +55,16 @@ def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
     }
 
 
-@pytest.mark.parametrize("cls", [c for c in EXPECTED if c is not NoHealthyBackendError])
+_RETRY_AFTER = (
+    NoHealthyBackendError,
+    errors.TooManyRequestsError,
+    errors.KeyRateLimitError,
+    errors.ShedError,
+    errors.QueueTimeoutError,
+)
+
+
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in _RETRY_AFTER])
 def test_no_extra_headers(cls: type[GatewayError]) -> None:
     assert cls("x").headers() == []
 
@@ -66,6 +79,27 @@ def test_code_override_is_per_instance() -> None:
 def test_no_healthy_backend_has_retry_after() -> None:
     assert NoHealthyBackendError("none").headers() == [(b"retry-after", b"1")]
     assert NoHealthyBackendError("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
+
+
+@pytest.mark.parametrize("cls", _RETRY_AFTER[1:])
+def test_admission_errors_have_retry_after_of_at_least_a_second(cls: type[GatewayError]) -> None:
+    assert cls("busy", retry_after_s=0).headers()[0] == (b"retry-after", b"1")  # type: ignore[call-arg]
+    assert cls("busy", retry_after_s=12).headers()[0] == (b"retry-after", b"12")  # type: ignore[call-arg]
+
+
+def test_key_rate_limit_carries_openai_type_and_headers() -> None:
+    err = errors.KeyRateLimitError(
+        "slow down",
+        retry_after_s=3,
+        extra_headers=[(b"x-ratelimit-limit-requests", b"5")],
+        type_="requests",
+    )
+    assert orjson.loads(err.body())["error"] == {
+        "message": "slow down",
+        "type": "requests",
+        "code": "rate_limit_exceeded",
+    }
+    assert err.headers() == [(b"retry-after", b"3"), (b"x-ratelimit-limit-requests", b"5")]
 
 
 def test_only_connect_errors_are_retryable() -> None:

@@ -1,0 +1,168 @@
+"""`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
+
+Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
+control), then, within a band, the backlogged tenant with the least virtual service, then
+that tenant's oldest request. Each pop adds the request's `cost` to its tenant's service;
+a tenant that becomes backlogged starts at the band's virtual time (the service of the last
+request popped), so an idle tenant banks no credit and a flood owes nothing once it stops.
+With unit costs this is round-robin over the tenants of a band (start-time fair queuing).
+
+Bound (`push` when `max_queue` requests wait): the victim is the newest request of the
+heaviest tenant (most requests waiting) in the lowest non-empty band. An arrival of a higher
+band evicts it; an arrival of that same band evicts it only if its own tenant would then
+hold fewer requests than the heaviest one, else the arrival itself is shed. An arrival below
+every waiting band is shed. So a flood fills the queue with its own requests and then pays
+for new ones with its own; a light tenant still gets in (fq_codel drops from the fattest
+flow for the same reason).
+
+Deadlines: each request carries one; `expire(now)` removes the requests past theirs (a
+heap of deadlines, stale entries skipped lazily).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """A request waiting in the queue (identity matters: each one is its own)."""
+
+    id: int
+    tenant: str
+    band: int  # 0 is the highest priority
+    cost: float
+    enqueued: float
+    deadline: float
+    queued: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """What `push` did: the queued ticket (None: the arrival was shed) and whom it evicted."""
+
+    ticket: Ticket | None
+    evicted: Ticket | None = None
+
+
+@dataclass(slots=True)
+class _Band:
+    waiting: dict[str, deque[Ticket]] = field(default_factory=dict)  # backlogged tenants
+    service: dict[str, float] = field(default_factory=dict)  # their virtual service
+    vtime: float = 0.0
+    size: int = 0
+
+
+class FairQueue:
+    """Requests waiting for capacity, `bands` priority levels, at most `max_queue` of them."""
+
+    def __init__(self, bands: int, max_queue: int) -> None:
+        if bands < 1:
+            raise ValueError("bands must be >= 1")
+        self.max_queue = max_queue
+        self._bands = [_Band() for _ in range(bands)]
+        self._deadlines: list[tuple[float, int, Ticket]] = []
+        self._ids = itertools.count()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def band_sizes(self) -> list[int]:
+        return [b.size for b in self._bands]
+
+    def push(self, tenant: str, band: int, now: float, timeout_s: float, cost: float = 1.0) -> Push:
+        """Queue a request, or shed it (`Push.ticket` None) when the queue is full and the
+        arrival is the one to go; `Push.evicted` is a waiting request it displaced."""
+        evicted = None
+        if self._size >= self.max_queue:
+            victim = self._victim(tenant, band)
+            if victim is None:
+                return Push(None)
+            self._take(victim)
+            evicted = victim
+        ticket = Ticket(next(self._ids), tenant, band, cost, now, now + timeout_s)
+        b = self._bands[band]
+        queue = b.waiting.get(tenant)
+        if queue is None:
+            queue = b.waiting[tenant] = deque()
+            b.service[tenant] = b.vtime  # joins at the band's virtual time
+        queue.append(ticket)
+        b.size += 1
+        self._size += 1
+        heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
+        return Push(ticket, evicted)
+
+    def pop(self) -> Ticket | None:
+        """The next request to admit, taken out of the queue; None if none waits."""
+        for b in self._bands:
+            if b.size:
+                tenant = min(b.waiting, key=b.service.__getitem__)  # ties: longest backlogged
+                ticket = b.waiting[tenant][0]
+                b.vtime = b.service[tenant]
+                b.service[tenant] += ticket.cost
+                self._take(ticket)
+                return ticket
+        return None
+
+    def remove(self, ticket: Ticket) -> bool:
+        """Take a waiting request out (its client left); False if it no longer waits."""
+        if not ticket.queued:
+            return False
+        self._take(ticket)
+        return True
+
+    def expire(self, now: float) -> list[Ticket]:
+        """Remove and return the requests whose deadline is before `now`."""
+        expired = []
+        heap = self._deadlines
+        while heap and heap[0][0] < now:
+            _, _, ticket = heapq.heappop(heap)
+            if ticket.queued:
+                self._take(ticket)
+                expired.append(ticket)
+        return expired
+
+    def ahead(self, tenant: str, band: int) -> int:
+        """How many waiting requests a new one from `tenant` in `band` would wait behind:
+        every one of a higher band, its tenant's own, and from each other tenant of its band
+        as many as the rounds it waits (fair share order)."""
+        higher = sum(b.size for b in self._bands[:band])
+        own_band = self._bands[band]
+        own = len(own_band.waiting.get(tenant, ()))
+        rounds = own + 1
+        others = sum(min(len(q), rounds) for t, q in own_band.waiting.items() if t != tenant)
+        return higher + own + others
+
+    def _victim(self, tenant: str, band: int) -> Ticket | None:
+        lowest = max((i for i, b in enumerate(self._bands) if b.size), default=None)
+        if lowest is None or lowest < band:
+            return None
+        b = self._bands[lowest]
+        heaviest = max(b.waiting, key=lambda t: len(b.waiting[t]))
+        if lowest == band and len(b.waiting.get(tenant, ())) + 1 >= len(b.waiting[heaviest]):
+            return None  # the arrival's tenant is (or would be) the heaviest: it pays
+        return b.waiting[heaviest][-1]
+
+    def _take(self, ticket: Ticket) -> None:
+        b = self._bands[ticket.band]
+        queue = b.waiting[ticket.tenant]
+        if queue[0] is ticket:
+            queue.popleft()
+        elif queue[-1] is ticket:
+            queue.pop()
+        else:
+            queue.remove(ticket)
+        if not queue:
+            del b.waiting[ticket.tenant]
+            del b.service[ticket.tenant]
+        ticket.queued = False
+        b.size -= 1
+        self._size -= 1
+        if len(self._deadlines) > 2 * self._size + 64:  # drop the stale entries now and then
+            live = [e for e in self._deadlines if e[2].queued]
+            heapq.heapify(live)
+            self._deadlines = live
