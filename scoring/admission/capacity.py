@@ -4,7 +4,8 @@ Two sources, as configured (`admission.max_in_flight_per_backend`):
 
 - `InFlightCap` (the cap set): room = healthy backends × cap − requests admitted and not yet
   finished. The gateway counts its own admissions, so a burst cannot overshoot between a
-  grant and the proxy's own per-backend count.
+  grant and the proxy's own per-backend count. With no healthy backend room is unbounded:
+  the router answers 503 at once, and waiting would only delay that answer.
 - `SaturationBudget` (no cap: the engines say): a healthy backend whose metrics show more
   than `queue_threshold` waiting requests or a KV usage above `kv_threshold` (the
   `saturation-filter`'s rule and thresholds) has no room; one below has room for
@@ -40,6 +41,8 @@ class InFlightCap:
 
     def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None:
         healthy = sum(1 for e in endpoints if e.healthy)
+        if not healthy:
+            return None  # the router answers 503 at once; a wait in the queue only delays it
         return max(0, healthy * self.max_per_backend - admitted)
 
     def took(self) -> None:
