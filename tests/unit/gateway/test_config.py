@@ -147,6 +147,15 @@ def test_reference_file_names_every_config_field() -> None:
         ({"server": {"port": 70000}}, "server.port", "less than or equal"),
         ({"health": {"fail_threshold": "many"}}, "health.fail_threshold", "valid integer"),
         ({"bogus": 1}, "bogus", "Extra inputs are not permitted"),
+        ({"admission": {"max_queue": -1}}, "admission.max_queue", "greater than or equal"),
+        ({"admission": {"tiers": {"gold": "vip"}}}, "admission", "unknown band(s) vip"),
+        ({"admission": {"bands": ["a", "a"]}}, "admission", "bands must be distinct"),
+        ({"admission": {"bands": []}}, "admission.bands", "at least 1 item"),
+        (
+            {"admission": {"max_in_flight_per_backend": 0}},
+            "admission.max_in_flight_per_backend",
+            "greater than",
+        ),
         ([1, 2], "(root)", "valid dictionary"),
     ],
 )
