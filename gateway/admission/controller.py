@@ -14,7 +14,6 @@ back when the engines' metrics change.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +103,7 @@ class AdmissionController:
         if grant is None:
             return
         now = self._clock()
-        self._finished(now - grant.admitted_at)
+        self._finished(grant.identity.tenant, now - grant.admitted_at)
         usage = rec.usage
         if grant.identity.key is not None and usage is not None:
             used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
@@ -147,24 +146,29 @@ class AdmissionController:
         }
 
     async def _turn(self, who: Identity, scope: Scope, receive: Receive) -> float | None:
+        """When the request was admitted, or None if its client left while it waited."""
         now = self._clock()
         if not len(self.queue):
             room = self._capacity.room(self._pool.snapshots(), self.admitted)
             if room is None or room > 0:
+                self.queue.started(who.tenant)
                 self._started()
                 return now
-        ahead = self.queue.ahead(who.tenant, who.band)
-        wait = self.rate.wait_s(ahead)
-        if wait is not None and wait > self.section.queue_timeout_s:
-            raise self._shed("wait_too_long", math.ceil(wait))
-        pushed = self.queue.push(who.tenant, who.band, now, self.section.queue_timeout_s)
+        # Queue no more than can reach service before their deadline (at least one, so the
+        # fair choice of who gets the next place has someone to choose from).
+        drained = self.rate.drained_within(self.section.queue_timeout_s)
+        limit = None if drained is None else max(1, drained)
+        timeout = self.section.queue_timeout_s
+        pushed = self.queue.push(who.tenant, who.band, now, timeout, limit=limit)
         if pushed.evicted is not None:
             self._metrics.shed_by("evicted").inc()
             retry = self.rate.retry_after_s(len(self.queue))
             self._fail(pushed.evicted, ShedError(_EVICTED, retry_after_s=retry))
         ticket = pushed.ticket
         if ticket is None:
-            raise self._shed("queue_full", self.rate.retry_after_s(len(self.queue)))
+            full = limit is None or limit >= self.section.max_queue
+            reason = "queue_full" if full else "wait_too_long"
+            raise self._shed(reason, self.rate.retry_after_s(len(self.queue)))
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._waiters[ticket.id] = future
         self.pump()
@@ -182,7 +186,7 @@ class AdmissionController:
             if self.queue.remove(ticket):
                 self._metrics.cancelled.inc()
             elif future.done() and not future.cancelled() and future.exception() is None:
-                self._finished(0.0)  # granted as the client left: the place goes back
+                self._finished(ticket.tenant, 0.0)  # granted as the client left: give it back
                 self.pump()
             raise
 
@@ -193,7 +197,7 @@ class AdmissionController:
         if future is not None and not future.done():
             future.set_result(now)
         else:  # nobody waits for it any more
-            self._finished(0.0)
+            self._finished(ticket.tenant, 0.0)
 
     def _fail(self, ticket: Ticket, error: GatewayError) -> None:
         future = self._waiters.pop(ticket.id, None)
@@ -206,7 +210,8 @@ class AdmissionController:
         self._capacity.took()
         self._metrics.admitted.set(self.admitted)
 
-    def _finished(self, duration_s: float) -> None:
+    def _finished(self, tenant: str, duration_s: float) -> None:
+        self.queue.finished(tenant)
         self.admitted -= 1
         self.rate.finished(duration_s)
         self._metrics.admitted.set(self.admitted)

@@ -1,19 +1,25 @@
 """`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
 
-Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
-control), then, within a band, the backlogged tenant with the least virtual service, then
-that tenant's oldest request. Each pop adds the request's `cost` to its tenant's service;
-a tenant that becomes backlogged starts at the band's virtual time (the service of the last
-request popped), so an idle tenant banks no credit and a flood owes nothing once it stops.
-With unit costs this is round-robin over the tenants of a band (start-time fair queuing).
+The queue also counts each tenant's requests in service (`pop` starts one; `started` counts
+one admitted without queueing; `finished` ends one): a tenant's load is its requests in
+service plus those waiting. Fairness is about shares of the fleet's places, so that load is
+what decides.
 
-Bound (`push` when `max_queue` requests wait): the victim is the newest request of the
-heaviest tenant (most requests waiting) in the lowest non-empty band. An arrival of a higher
-band evicts it; an arrival of that same band evicts it only if its own tenant would then
-hold fewer requests than the heaviest one, else the arrival itself is shed. An arrival below
-every waiting band is shed. So a flood fills the queue with its own requests and then pays
-for new ones with its own; a light tenant still gets in (fq_codel drops from the fattest
-flow for the same reason).
+Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
+control); within a band, the backlogged tenant with the fewest requests in service, ties
+broken by the least virtual service (each pop adds the request's `cost` to its tenant's; a
+tenant that becomes backlogged starts at the band's virtual time, the service of the last
+request popped, so an idle tenant banks no credit), then that tenant's oldest request. With
+equal loads and unit costs this is round-robin over the tenants of a band; a tenant whose
+requests hold many places (a flood, or long generations) waits for the others.
+
+Bound (`push` when `limit` requests wait: `max_queue`, or fewer when the caller knows how
+many can be served before their deadline): the victim is the newest request of the most
+loaded tenant waiting in the lowest non-empty band. An arrival of a higher band evicts it;
+an arrival of that same band evicts it only if its own tenant's load is smaller than the
+victim's tenant's, else the arrival itself is shed. An arrival below every waiting band is
+shed. So under a flood the flooding tenant pays for new requests with its own waiting ones
+and a light tenant still gets in (fq_codel drops from the fattest flow for the same reason).
 
 Deadlines: each request carries one; `expire(now)` removes the requests past theirs (a
 heap of deadlines, stale entries skipped lazily).
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 
@@ -63,7 +69,9 @@ class FairQueue:
         if bands < 1:
             raise ValueError("bands must be >= 1")
         self.max_queue = max_queue
+        self.in_service: Counter[str] = Counter()
         self._bands = [_Band() for _ in range(bands)]
+        self._waiting: Counter[str] = Counter()  # per tenant, over all bands
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._ids = itertools.count()
         self._size = 0
@@ -74,11 +82,26 @@ class FairQueue:
     def band_sizes(self) -> list[int]:
         return [b.size for b in self._bands]
 
-    def push(self, tenant: str, band: int, now: float, timeout_s: float, cost: float = 1.0) -> Push:
-        """Queue a request, or shed it (`Push.ticket` None) when the queue is full and the
-        arrival is the one to go; `Push.evicted` is a waiting request it displaced."""
+    def load(self, tenant: str) -> int:
+        """The tenant's requests in service plus those waiting."""
+        return self.in_service[tenant] + self._waiting[tenant]
+
+    def push(
+        self,
+        tenant: str,
+        band: int,
+        now: float,
+        timeout_s: float,
+        *,
+        cost: float = 1.0,
+        limit: int | None = None,
+    ) -> Push:
+        """Queue a request, or shed it (`Push.ticket` None) when `limit` (at most
+        `max_queue`) requests wait and the arrival is the one to go; `Push.evicted` is a
+        waiting request it displaced."""
+        bound = self.max_queue if limit is None else min(limit, self.max_queue)
         evicted = None
-        if self._size >= self.max_queue:
+        if self._size >= bound:
             victim = self._victim(tenant, band)
             if victim is None:
                 return Push(None)
@@ -93,20 +116,34 @@ class FairQueue:
         queue.append(ticket)
         b.size += 1
         self._size += 1
+        self._waiting[tenant] += 1
         heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
         return Push(ticket, evicted)
 
     def pop(self) -> Ticket | None:
-        """The next request to admit, taken out of the queue; None if none waits."""
+        """The next request to admit, taken out of the queue and counted in service."""
         for b in self._bands:
             if b.size:
-                tenant = min(b.waiting, key=b.service.__getitem__)  # ties: longest backlogged
+                tenant = min(b.waiting, key=lambda t: (self.in_service[t], b.service[t]))
                 ticket = b.waiting[tenant][0]
                 b.vtime = b.service[tenant]
                 b.service[tenant] += ticket.cost
                 self._take(ticket)
+                self.in_service[tenant] += 1
                 return ticket
         return None
+
+    def started(self, tenant: str) -> None:
+        """A request of `tenant` was admitted without waiting."""
+        self.in_service[tenant] += 1
+
+    def finished(self, tenant: str) -> None:
+        """A request of `tenant` left service."""
+        left = self.in_service[tenant] - 1
+        if left > 0:
+            self.in_service[tenant] = left
+        else:
+            del self.in_service[tenant]  # the counter holds active tenants only
 
     def remove(self, ticket: Ticket) -> bool:
         """Take a waiting request out (its client left); False if it no longer waits."""
@@ -126,25 +163,14 @@ class FairQueue:
                 expired.append(ticket)
         return expired
 
-    def ahead(self, tenant: str, band: int) -> int:
-        """How many waiting requests a new one from `tenant` in `band` would wait behind:
-        every one of a higher band, its tenant's own, and from each other tenant of its band
-        as many as the rounds it waits (fair share order)."""
-        higher = sum(b.size for b in self._bands[:band])
-        own_band = self._bands[band]
-        own = len(own_band.waiting.get(tenant, ()))
-        rounds = own + 1
-        others = sum(min(len(q), rounds) for t, q in own_band.waiting.items() if t != tenant)
-        return higher + own + others
-
     def _victim(self, tenant: str, band: int) -> Ticket | None:
         lowest = max((i for i, b in enumerate(self._bands) if b.size), default=None)
         if lowest is None or lowest < band:
             return None
         b = self._bands[lowest]
-        heaviest = max(b.waiting, key=lambda t: len(b.waiting[t]))
-        if lowest == band and len(b.waiting.get(tenant, ())) + 1 >= len(b.waiting[heaviest]):
-            return None  # the arrival's tenant is (or would be) the heaviest: it pays
+        heaviest = max(b.waiting, key=self.load)
+        if lowest == band and self.load(tenant) >= self.load(heaviest):
+            return None  # the arrival's tenant is (or ties) the most loaded: it pays
         return b.waiting[heaviest][-1]
 
     def _take(self, ticket: Ticket) -> None:
@@ -162,6 +188,9 @@ class FairQueue:
         ticket.queued = False
         b.size -= 1
         self._size -= 1
+        self._waiting[ticket.tenant] -= 1
+        if not self._waiting[ticket.tenant]:
+            del self._waiting[ticket.tenant]
         if len(self._deadlines) > 2 * self._size + 64:  # drop the stale entries now and then
             live = [e for e in self._deadlines if e[2].queued]
             heapq.heapify(live)

@@ -7,8 +7,9 @@ times, weight `alpha` for each new one), requests leave at `n / s` per second, s
 
     wait(k) = (k + 1) · s / max(n, 1)
 
-The queue is only non-empty while the fleet is full, and then `n` is the fleet's capacity, so
-the estimate holds when it is used. Unknown (None) until a first request has finished.
+and `drained_within(t)` = `floor(t · n / s)` requests reach service within `t` seconds. The
+queue is only non-empty while the fleet is full, and then `n` is the fleet's capacity, so the
+estimates hold when they are used. Unknown (None) until a first request has finished.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class ServiceRate:
         if self.mean_s is None:
             return None
         return (ahead + 1) * self.mean_s / max(self.in_service, 1)
+
+    def drained_within(self, seconds: float) -> int | None:
+        """How many queued requests reach service within `seconds`; None: unknown."""
+        if self.mean_s is None:
+            return None
+        return math.floor(seconds * max(self.in_service, 1) / self.mean_s)
 
     def retry_after_s(self, ahead: int, fallback_s: float = 1.0) -> int:
         """Whole seconds to tell a turned-away client (at least 1): the wait it would have."""

@@ -73,19 +73,27 @@ def test_two_floods_share_equally() -> None:
     assert served["a"] == pytest.approx(served["b"], rel=0.02)
 
 
+def _serve(q: FairQueue) -> Ticket:
+    """Pop a request that is served at once (its place comes back before the next pop)."""
+    ticket = q.pop()
+    assert ticket is not None
+    q.finished(ticket.tenant)
+    return ticket
+
+
 def test_an_idle_tenant_banks_no_credit() -> None:
     q = FairQueue(bands=3, max_queue=100)
     _push(q, "b")
-    q.pop()
+    _serve(q)
     for _ in range(4):
         _push(q, "a")
     for _ in range(3):
-        q.pop()  # a served alone for a while
+        _serve(q)  # a served alone for a while
     for _ in range(3):
         _push(q, "b")
     # b rejoins at the band's current virtual time: it goes next, then alternates with a;
     # it does not get three turns in a row for the time it was away.
-    assert [t.tenant for t in _drain(q)] == ["b", "a", "b", "b"]
+    assert [_serve(q).tenant for _ in range(4)] == ["b", "a", "b", "b"]
 
 
 def test_full_queue_sheds_the_flooding_arrival_not_the_light_tenant() -> None:
@@ -145,16 +153,35 @@ def test_remove_takes_a_request_out_once() -> None:
     assert q.expire(1e9) == []
 
 
-def test_ahead_counts_higher_bands_own_backlog_and_one_round_of_others() -> None:
+def test_the_tenant_holding_fewer_places_goes_first() -> None:
     q = FairQueue(bands=3, max_queue=100)
-    _push(q, "x", CRITICAL)
-    for _ in range(5):
-        _push(q, "a")
+    for _ in range(3):
+        q.started("a")  # a holds three places already
+    _push(q, "a")
     _push(q, "b")
-    assert q.ahead("c", STANDARD) == 1 + 1 + 1  # critical, then one of a and one of b
-    assert q.ahead("b", STANDARD) == 1 + 1 + 2  # its own one, then two rounds of a
-    assert q.ahead("a", CRITICAL) == 1
-    assert q.band_sizes() == [1, 6, 0]
+    _push(q, "b")
+    assert [t.tenant for t in _drain(q)] == ["b", "b", "a"]  # b reaches 2 < 3, then 3 ties
+    assert q.in_service == {"a": 4, "b": 2}
+    q.finished("b")
+    q.finished("b")
+    assert q.load("b") == 0 and "b" not in q.in_service
+
+
+def test_a_light_tenant_evicts_a_loaded_one_when_the_queue_is_full() -> None:
+    q = FairQueue(bands=3, max_queue=100)
+    for _ in range(5):
+        q.started("a")
+    queued = _push(q, "a")
+    pushed = q.push("b", STANDARD, 0.0, 10.0, limit=1)  # the deadline leaves one place
+    assert pushed.evicted is queued and pushed.ticket is not None
+    assert q.push("a", STANDARD, 0.0, 10.0, limit=1).ticket is None  # a is heavier: it pays
+    assert q.band_sizes() == [0, 1, 0]
+
+
+def test_limit_never_exceeds_max_queue() -> None:
+    q = FairQueue(bands=1, max_queue=1)
+    _push(q, "a", 0)
+    assert q.push("a", 0, 0.0, 1.0, limit=10).ticket is None
 
 
 def test_deadline_heap_stays_small_under_churn() -> None:

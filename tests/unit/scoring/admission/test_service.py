@@ -42,3 +42,13 @@ def test_mean_is_weighted_and_ignores_requests_that_never_ran() -> None:
 def test_alpha_is_checked() -> None:
     with pytest.raises(ValueError):
         ServiceRate(alpha=0.0)
+
+
+def test_drained_within_counts_the_requests_that_reach_service_in_time() -> None:
+    rate = ServiceRate(alpha=1.0)
+    assert rate.drained_within(1.0) is None
+    for _ in range(9):
+        rate.started()
+    rate.finished(2.0)  # 8 in service, 2 s each: 4 per second
+    assert rate.drained_within(1.0) == 4
+    assert rate.drained_within(0.2) == 0
