@@ -45,6 +45,7 @@ class Settings:
 
     replicas: int
     profile: str
+    speedup: float
     cap: int
     queue_timeout_s: float
     max_queue: int
@@ -70,11 +71,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     )
     p.add_argument("--replicas", type=int, default=2, help="emulated replicas (default 2)")
     p.add_argument("--profile", default="demo", help="engine profile (default demo)")
+    p.add_argument(
+        "--speedup", type=float, default=0.25, help="engine time scale (0.25: 4x slower)"
+    )
     p.add_argument("--cap", type=int, default=16, help="max_in_flight_per_backend (16)")
-    p.add_argument("--queue-timeout", type=float, default=0.05, help="queue_timeout_s (0.05)")
+    p.add_argument("--queue-timeout", type=float, default=0.08, help="queue_timeout_s (0.08)")
     p.add_argument("--max-queue", type=int, default=64, help="max_queue (64)")
     p.add_argument("--prompt-tokens", type=int, default=100, help="per request (100)")
-    p.add_argument("--output-tokens", type=int, default=64, help="per request (64)")
+    p.add_argument("--output-tokens", type=int, default=32, help="per request (32)")
     p.add_argument("--unloaded", type=int, default=40, help="sequential requests (40)")
     p.add_argument("--capacity-s", type=float, default=8.0, help="closed-loop phase (8 s)")
     p.add_argument("--factor", type=float, default=10.0, help="burst over capacity (10)")
@@ -92,6 +96,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     return Settings(
         replicas=a.replicas,
         profile=a.profile,
+        speedup=a.speedup,
         cap=a.cap,
         queue_timeout_s=a.queue_timeout,
         max_queue=a.max_queue,
@@ -126,7 +131,9 @@ def _say(text: str) -> None:
 def run(s: Settings, logs: Path) -> tuple[dict[str, Any], dict[str, list[float]]]:
     config = logs / "kvgate.yaml"
     config.write_text(yaml.safe_dump(gateway_config(s)))
-    emulator, urls = start_emulator(s.replicas, s.profile, MODEL, logs / "emulator.log")
+    emulator, urls = start_emulator(
+        s.replicas, s.profile, MODEL, logs / "emulator.log", speedup=s.speedup
+    )
     with emulator:
         gateway, url = start_gateway(
             urls, "prefix-aware", logs / "gateway.log", extra=("--config", str(config))

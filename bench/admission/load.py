@@ -3,7 +3,9 @@
 Three shapes: `sequential` (one request at a time: the unloaded figures), `closed_loop` (N
 clients back to back for a while: the fleet's throughput at its admission capacity) and
 `open_loop` (requests at fixed times whatever happens: the burst). Each prompt is fresh text,
-so no request is cheaper for a cached prefix.
+so no request is cheaper for a cached prefix, and each asks for a length drawn uniformly
+from half to one and a half times `output_tokens`: with one length for all, requests admitted
+together finish together, and the fleet frees its places in waves no real traffic makes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -43,10 +46,21 @@ class Workload:
     seed: int = 0
 
 
-async def _shot(
-    client: httpx.AsyncClient, w: Workload, tenant: str, prompt: str, t0: float
-) -> Shot:
-    body = {"model": w.model, "prompt": prompt, "max_tokens": w.output_tokens, "stream": True}
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    prompt: str
+    max_tokens: int
+
+
+def _asks(w: Workload) -> Iterator[_Ask]:
+    rng = random.Random(w.seed)
+    low, high = max(1, w.output_tokens // 2), max(1, w.output_tokens * 3 // 2)
+    while True:
+        yield _Ask(synth_text(rng, w.prompt_tokens), rng.randint(low, high))
+
+
+async def _shot(client: httpx.AsyncClient, w: Workload, tenant: str, ask: _Ask, t0: float) -> Shot:
+    body = {"model": w.model, "prompt": ask.prompt, "max_tokens": ask.max_tokens, "stream": True}
     start = time.monotonic()
     ttft = None
     try:
@@ -70,30 +84,23 @@ async def _shot(
     )
 
 
-def _prompts(w: Workload) -> random.Random:
-    return random.Random(w.seed)
-
-
 async def sequential(url: str, w: Workload, count: int, tenant: str = "probe") -> list[Shot]:
-    rng = _prompts(w)
+    asks = _asks(w)
     async with httpx.AsyncClient(base_url=url, timeout=120.0) as client:
         t0 = time.monotonic()
-        return [
-            await _shot(client, w, tenant, synth_text(rng, w.prompt_tokens), t0)
-            for _ in range(count)
-        ]
+        return [await _shot(client, w, tenant, next(asks), t0) for _ in range(count)]
 
 
 async def closed_loop(url: str, w: Workload, clients: int, duration_s: float) -> list[Shot]:
     """`clients` clients, each sending its next request when its last one ended."""
-    rng = _prompts(w)
+    asks = _asks(w)
     shots: list[Shot] = []
     async with httpx.AsyncClient(base_url=url, timeout=120.0, limits=_LIMITS) as client:
         t0 = time.monotonic()
 
         async def one() -> None:
             while time.monotonic() - t0 < duration_s:
-                shots.append(await _shot(client, w, "probe", synth_text(rng, w.prompt_tokens), t0))
+                shots.append(await _shot(client, w, "probe", next(asks), t0))
 
         await asyncio.gather(*(one() for _ in range(clients)))
     return shots
@@ -110,12 +117,11 @@ def burst_schedule(
 
 
 async def open_loop(url: str, w: Workload, schedule: list[tuple[float, str]]) -> list[Shot]:
-    rng = _prompts(w)
+    asks = _asks(w)
     async with httpx.AsyncClient(base_url=url, timeout=120.0, limits=_LIMITS) as client:
         t0 = time.monotonic()
         tasks = []
         for at, tenant in schedule:
             await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-            prompt = synth_text(rng, w.prompt_tokens)
-            tasks.append(asyncio.ensure_future(_shot(client, w, tenant, prompt, t0)))
+            tasks.append(asyncio.ensure_future(_shot(client, w, tenant, next(asks), t0)))
         return list(await asyncio.gather(*tasks))

@@ -77,6 +77,7 @@ def burst_figures(
             t: {
                 "sent": sent[t],
                 "admitted": got[t],
+                "statuses": dict(Counter(str(s.status) for s in shots if s.tenant == t)),
                 "share": got[t] / len(admitted) if admitted else math.nan,
                 "fair_share": fair[t] / len(admitted) if admitted else math.nan,
                 "share_vs_fair": got[t] / fair[t] if fair[t] else math.nan,

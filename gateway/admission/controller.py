@@ -103,7 +103,7 @@ class AdmissionController:
         if grant is None:
             return
         now = self._clock()
-        self._finished(grant.identity.tenant, now - grant.admitted_at)
+        self._finished(now - grant.admitted_at)
         usage = rec.usage
         if grant.identity.key is not None and usage is not None:
             used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
@@ -129,7 +129,7 @@ class AdmissionController:
         if len(self.queue):
             room = self._capacity.room(self._pool.snapshots(), self.admitted)
             while room is None or room > 0:
-                turn = self.queue.pop()
+                turn = self.queue.pop(now)
                 if turn is None:
                     break
                 self._grant(turn, now)
@@ -151,7 +151,7 @@ class AdmissionController:
         if not len(self.queue):
             room = self._capacity.room(self._pool.snapshots(), self.admitted)
             if room is None or room > 0:
-                self.queue.started(who.tenant)
+                self.queue.started(who.tenant, now)
                 self._started()
                 return now
         # Queue no more than can reach service before their deadline (at least one, so the
@@ -186,7 +186,7 @@ class AdmissionController:
             if self.queue.remove(ticket):
                 self._metrics.cancelled.inc()
             elif future.done() and not future.cancelled() and future.exception() is None:
-                self._finished(ticket.tenant, 0.0)  # granted as the client left: give it back
+                self._finished(0.0)  # granted as the client left: the place goes back
                 self.pump()
             raise
 
@@ -197,7 +197,7 @@ class AdmissionController:
         if future is not None and not future.done():
             future.set_result(now)
         else:  # nobody waits for it any more
-            self._finished(ticket.tenant, 0.0)
+            self._finished(0.0)
 
     def _fail(self, ticket: Ticket, error: GatewayError) -> None:
         future = self._waiters.pop(ticket.id, None)
@@ -210,8 +210,7 @@ class AdmissionController:
         self._capacity.took()
         self._metrics.admitted.set(self.admitted)
 
-    def _finished(self, tenant: str, duration_s: float) -> None:
-        self.queue.finished(tenant)
+    def _finished(self, duration_s: float) -> None:
         self.admitted -= 1
         self.rate.finished(duration_s)
         self._metrics.admitted.set(self.admitted)

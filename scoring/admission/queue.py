@@ -1,25 +1,26 @@
 """`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
 
-The queue also counts each tenant's requests in service (`pop` starts one; `started` counts
-one admitted without queueing; `finished` ends one): a tenant's load is its requests in
-service plus those waiting. Fairness is about shares of the fleet's places, so that load is
-what decides.
+Fairness is max-min over admission rates: the queue keeps each tenant's recent admissions
+(`usage`: a count that halves every `half_life_s`, fed by `pop` and by `started` for requests
+admitted without queueing), and a tenant's load is its usage plus its requests waiting. A
+tenant asking for less than an equal share keeps a lower usage than the others, so it is
+served first and never pays for their floods; tenants asking for more converge to equal
+rates. (Counting requests in service instead was tried: it moves with every generation's
+length, and a light tenant whose demand is near its share lost ties at random.)
 
 Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
-control); within a band, the backlogged tenant with the fewest requests in service, ties
-broken by the least virtual service (each pop adds the request's `cost` to its tenant's; a
-tenant that becomes backlogged starts at the band's virtual time, the service of the last
-request popped, so an idle tenant banks no credit), then that tenant's oldest request. With
-equal loads and unit costs this is round-robin over the tenants of a band; a tenant whose
-requests hold many places (a flood, or long generations) waits for the others.
+control); within a band, the backlogged tenant of least usage, ties broken by the least
+virtual service (each pop adds the request's `cost` to its tenant's; a tenant that becomes
+backlogged starts at the band's virtual time, the service of the last request popped), then
+that tenant's oldest request. Tenants of equal load take turns.
 
 Bound (`push` when `limit` requests wait: `max_queue`, or fewer when the caller knows how
 many can be served before their deadline): the victim is the newest request of the most
 loaded tenant waiting in the lowest non-empty band. An arrival of a higher band evicts it;
-an arrival of that same band evicts it only if its own tenant's load is smaller than the
-victim's tenant's, else the arrival itself is shed. An arrival below every waiting band is
-shed. So under a flood the flooding tenant pays for new requests with its own waiting ones
-and a light tenant still gets in (fq_codel drops from the fattest flow for the same reason).
+an arrival of that same band evicts it only if its own tenant's load is smaller, else the
+arrival itself is shed. An arrival below every waiting band is shed. So under a flood the
+flooding tenant pays for new requests with its own waiting ones and a light tenant still
+gets in (fq_codel drops from the fattest flow for the same reason).
 
 Deadlines: each request carries one; `expire(now)` removes the requests past theirs (a
 heap of deadlines, stale entries skipped lazily).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -62,14 +64,39 @@ class _Band:
     size: int = 0
 
 
+class _Usage:
+    """Per-tenant admission counts that halve every `half_life_s` (tiny ones are dropped, so
+    client-chosen tenant names cannot grow it without bound)."""
+
+    def __init__(self, half_life_s: float) -> None:
+        self._rate = math.log(2) / half_life_s
+        self._counts: dict[str, tuple[float, float]] = {}  # tenant -> (count, at)
+        self._prune_at = 64
+
+    def get(self, tenant: str, now: float) -> float:
+        count, at = self._counts.get(tenant, (0.0, now))
+        return count * math.exp(-self._rate * max(0.0, now - at))
+
+    def add(self, tenant: str, now: float) -> None:
+        self._counts[tenant] = (self.get(tenant, now) + 1.0, now)
+        if len(self._counts) > self._prune_at:
+            self._counts = {
+                t: (c, a) for t, (c, a) in self._counts.items() if self.get(t, now) > 0.01
+            }
+            self._prune_at = 2 * len(self._counts) + 64
+
+
 class FairQueue:
     """Requests waiting for capacity, `bands` priority levels, at most `max_queue` of them."""
 
-    def __init__(self, bands: int, max_queue: int) -> None:
+    def __init__(self, bands: int, max_queue: int, half_life_s: float = 5.0) -> None:
+        """`half_life_s`: how fast past admissions stop counting towards a tenant's load."""
         if bands < 1:
             raise ValueError("bands must be >= 1")
+        if half_life_s <= 0:
+            raise ValueError("half_life_s must be > 0")
         self.max_queue = max_queue
-        self.in_service: Counter[str] = Counter()
+        self.usage = _Usage(half_life_s)
         self._bands = [_Band() for _ in range(bands)]
         self._waiting: Counter[str] = Counter()  # per tenant, over all bands
         self._deadlines: list[tuple[float, int, Ticket]] = []
@@ -82,9 +109,9 @@ class FairQueue:
     def band_sizes(self) -> list[int]:
         return [b.size for b in self._bands]
 
-    def load(self, tenant: str) -> int:
-        """The tenant's requests in service plus those waiting."""
-        return self.in_service[tenant] + self._waiting[tenant]
+    def load(self, tenant: str, now: float) -> float:
+        """The tenant's recent admissions (decayed) plus its requests waiting."""
+        return self.usage.get(tenant, now) + self._waiting[tenant]
 
     def push(
         self,
@@ -102,7 +129,7 @@ class FairQueue:
         bound = self.max_queue if limit is None else min(limit, self.max_queue)
         evicted = None
         if self._size >= bound:
-            victim = self._victim(tenant, band)
+            victim = self._victim(tenant, band, now)
             if victim is None:
                 return Push(None)
             self._take(victim)
@@ -120,30 +147,22 @@ class FairQueue:
         heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
         return Push(ticket, evicted)
 
-    def pop(self) -> Ticket | None:
-        """The next request to admit, taken out of the queue and counted in service."""
+    def pop(self, now: float) -> Ticket | None:
+        """The next request to admit, taken out of the queue and counted in usage."""
         for b in self._bands:
             if b.size:
-                tenant = min(b.waiting, key=lambda t: (self.in_service[t], b.service[t]))
+                tenant = min(b.waiting, key=lambda t: (self.usage.get(t, now), b.service[t]))
                 ticket = b.waiting[tenant][0]
                 b.vtime = b.service[tenant]
                 b.service[tenant] += ticket.cost
                 self._take(ticket)
-                self.in_service[tenant] += 1
+                self.usage.add(tenant, now)
                 return ticket
         return None
 
-    def started(self, tenant: str) -> None:
+    def started(self, tenant: str, now: float) -> None:
         """A request of `tenant` was admitted without waiting."""
-        self.in_service[tenant] += 1
-
-    def finished(self, tenant: str) -> None:
-        """A request of `tenant` left service."""
-        left = self.in_service[tenant] - 1
-        if left > 0:
-            self.in_service[tenant] = left
-        else:
-            del self.in_service[tenant]  # the counter holds active tenants only
+        self.usage.add(tenant, now)
 
     def remove(self, ticket: Ticket) -> bool:
         """Take a waiting request out (its client left); False if it no longer waits."""
@@ -163,13 +182,13 @@ class FairQueue:
                 expired.append(ticket)
         return expired
 
-    def _victim(self, tenant: str, band: int) -> Ticket | None:
+    def _victim(self, tenant: str, band: int, now: float) -> Ticket | None:
         lowest = max((i for i, b in enumerate(self._bands) if b.size), default=None)
         if lowest is None or lowest < band:
             return None
         b = self._bands[lowest]
-        heaviest = max(b.waiting, key=self.load)
-        if lowest == band and self.load(tenant) >= self.load(heaviest):
+        heaviest = max(b.waiting, key=lambda t: self.load(t, now))
+        if lowest == band and self.load(tenant, now) >= self.load(heaviest, now):
             return None  # the arrival's tenant is (or ties) the most loaded: it pays
         return b.waiting[heaviest][-1]
 
