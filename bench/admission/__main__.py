@@ -69,30 +69,30 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     p = argparse.ArgumentParser(
         prog="python -m bench admission", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--replicas", type=int, default=2, help="emulated replicas (default 2)")
-    p.add_argument("--profile", default="demo", help="engine profile (default demo)")
+    p.add_argument("--replicas", type=int, default=8, help="emulated replicas (default 8)")
     p.add_argument(
-        "--speedup", type=float, default=0.25, help="engine time scale (0.25: 4x slower)"
+        "--profile", default="h100-llama3-8b", help="engine profile (default h100-llama3-8b)"
     )
-    p.add_argument("--cap", type=int, default=16, help="max_in_flight_per_backend (16)")
-    p.add_argument("--queue-timeout", type=float, default=0.08, help="queue_timeout_s (0.08)")
+    p.add_argument("--speedup", type=float, default=0.1, help="engine time scale (0.1: 10x slower)")
+    p.add_argument("--cap", type=int, default=4, help="max_in_flight_per_backend (4)")
+    p.add_argument("--queue-timeout", type=float, default=0.2, help="queue_timeout_s (0.2)")
     p.add_argument("--max-queue", type=int, default=64, help="max_queue (64)")
-    p.add_argument("--prompt-tokens", type=int, default=100, help="per request (100)")
-    p.add_argument("--output-tokens", type=int, default=32, help="per request (32)")
+    p.add_argument("--prompt-tokens", type=int, default=1000, help="per request (1000)")
+    p.add_argument("--output-tokens", type=int, default=16, help="mean per request (16)")
     p.add_argument("--unloaded", type=int, default=40, help="sequential requests (40)")
     p.add_argument("--capacity-s", type=float, default=8.0, help="closed-loop phase (8 s)")
     p.add_argument("--factor", type=float, default=10.0, help="burst over capacity (10)")
-    p.add_argument("--burst-s", type=float, default=10.0, help="burst duration (10 s)")
+    p.add_argument("--burst-s", type=float, default=20.0, help="burst duration (20 s)")
     p.add_argument(
         "--tenants", default="heavy:8,medium:1.7,light:0.3", help="name:weight,... of the burst"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="20 unloaded, 4 s at capacity, 5 s burst")
+    p.add_argument("--quick", action="store_true", help="20 unloaded, 4 s at capacity, 8 s burst")
     p.add_argument("--out", default="out/bench/admission", help="output directory")
     a = p.parse_args(argv)
     unloaded, capacity_s, burst_s = a.unloaded, a.capacity_s, a.burst_s
     if a.quick:
-        unloaded, capacity_s, burst_s = 20, 4.0, 5.0
+        unloaded, capacity_s, burst_s = 20, 4.0, 8.0
     return Settings(
         replicas=a.replicas,
         profile=a.profile,

@@ -30,6 +30,11 @@ from scoring.admission.capacity import Capacity
 from scoring.config import AdmissionSection
 
 GRANT_SCOPE_KEY = "kvgate.admission"
+# Places kept from tenants above their share while a lighter one is active: its next request
+# then finds a place at once instead of waiting for one to come back (costs at most this many
+# idle places, and only while tenants of unequal demand contend).
+_RESERVE = 1
+_RESERVE_FROM = 8  # places in the fleet: a smaller one keeps all of them in use
 
 
 @dataclass(slots=True)
@@ -128,10 +133,10 @@ class AdmissionController:
             )
         if len(self.queue):
             room = self._capacity.room(self._pool.snapshots(), self.admitted)
-            while room is None or room > 0:
-                turn = self.queue.pop(now)
-                if turn is None:
-                    break
+            while (turn := self.queue.peek(now)) is not None and self._may_take(
+                turn.tenant, room, now
+            ):
+                self.queue.pop(now)
                 self._grant(turn, now)
                 room = None if room is None else room - 1
         self._metrics.set_lengths(self.queue.band_sizes())
@@ -150,7 +155,7 @@ class AdmissionController:
         now = self._clock()
         if not len(self.queue):
             room = self._capacity.room(self._pool.snapshots(), self.admitted)
-            if room is None or room > 0:
+            if self._may_take(who.tenant, room, now):
                 self.queue.started(who.tenant, now)
                 self._started()
                 return now
@@ -189,6 +194,18 @@ class AdmissionController:
                 self._finished(0.0)  # granted as the client left: the place goes back
                 self.pump()
             raise
+
+    def _may_take(self, tenant: str, room: int | None, now: float) -> bool:
+        """Room for one of `tenant`'s; in a fleet of `_RESERVE_FROM` places or more, the last
+        `_RESERVE` only for a tenant that is not above its share while a lighter one is
+        active (`TenantUsage.reserve_against`)."""
+        if room is None:
+            return True
+        if room <= 0:
+            return False
+        if room > _RESERVE or room + self.admitted < _RESERVE_FROM:
+            return True
+        return not self.queue.usage.reserve_against(tenant, now)
 
     def _grant(self, ticket: Ticket, now: float) -> None:
         self._started()

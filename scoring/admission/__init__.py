@@ -6,6 +6,7 @@
   the wait a new arrival can expect and an honest `Retry-After`.
 - `capacity`: whether the fleet takes one more request now (a per-backend in-flight cap, or
   the engines' own saturation as the `saturation-filter` reads it).
+- `usage`: each tenant's recent admissions, the measure fairness works on.
 - `rate_limit`: requests and tokens per minute per key, as token buckets.
 
 No clock is read here (every call takes `now`) and nothing awaits, so the gateway drives it
@@ -16,6 +17,7 @@ from scoring.admission.capacity import InFlightCap, SaturationBudget
 from scoring.admission.queue import FairQueue, Push, Ticket
 from scoring.admission.rate_limit import KeyLimiter, LimitState, TokenBucket
 from scoring.admission.service import ServiceRate
+from scoring.admission.usage import TenantUsage
 
 __all__ = [
     "FairQueue",
@@ -25,6 +27,7 @@ __all__ = [
     "Push",
     "SaturationBudget",
     "ServiceRate",
+    "TenantUsage",
     "Ticket",
     "TokenBucket",
 ]

@@ -1,12 +1,11 @@
 """`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
 
 Fairness is max-min over admission rates: the queue keeps each tenant's recent admissions
-(`usage`: a count that halves every `half_life_s`, fed by `pop` and by `started` for requests
-admitted without queueing), and a tenant's load is its usage plus its requests waiting. A
-tenant asking for less than an equal share keeps a lower usage than the others, so it is
-served first and never pays for their floods; tenants asking for more converge to equal
-rates. (Counting requests in service instead was tried: it moves with every generation's
-length, and a light tenant whose demand is near its share lost ties at random.)
+(`usage`, a `TenantUsage`, fed by `pop` and by `started` for requests admitted without
+queueing), and a tenant's load is its usage plus its requests waiting. A tenant asking for
+less than an equal share keeps a lower usage than the others, so it is served first and
+never pays for their floods. (Counting requests in service instead was tried: it moves with
+every generation's length, and a light tenant whose demand is near its share lost ties.)
 
 Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
 control); within a band, the backlogged tenant of least usage, ties broken by the least
@@ -30,9 +29,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
+
+from scoring.admission.usage import TenantUsage
 
 
 @dataclass(slots=True, eq=False)
@@ -64,28 +64,6 @@ class _Band:
     size: int = 0
 
 
-class _Usage:
-    """Per-tenant admission counts that halve every `half_life_s` (tiny ones are dropped, so
-    client-chosen tenant names cannot grow it without bound)."""
-
-    def __init__(self, half_life_s: float) -> None:
-        self._rate = math.log(2) / half_life_s
-        self._counts: dict[str, tuple[float, float]] = {}  # tenant -> (count, at)
-        self._prune_at = 64
-
-    def get(self, tenant: str, now: float) -> float:
-        count, at = self._counts.get(tenant, (0.0, now))
-        return count * math.exp(-self._rate * max(0.0, now - at))
-
-    def add(self, tenant: str, now: float) -> None:
-        self._counts[tenant] = (self.get(tenant, now) + 1.0, now)
-        if len(self._counts) > self._prune_at:
-            self._counts = {
-                t: (c, a) for t, (c, a) in self._counts.items() if self.get(t, now) > 0.01
-            }
-            self._prune_at = 2 * len(self._counts) + 64
-
-
 class FairQueue:
     """Requests waiting for capacity, `bands` priority levels, at most `max_queue` of them."""
 
@@ -93,10 +71,8 @@ class FairQueue:
         """`half_life_s`: how fast past admissions stop counting towards a tenant's load."""
         if bands < 1:
             raise ValueError("bands must be >= 1")
-        if half_life_s <= 0:
-            raise ValueError("half_life_s must be > 0")
         self.max_queue = max_queue
-        self.usage = _Usage(half_life_s)
+        self.usage = TenantUsage(half_life_s)
         self._bands = [_Band() for _ in range(bands)]
         self._waiting: Counter[str] = Counter()  # per tenant, over all bands
         self._deadlines: list[tuple[float, int, Ticket]] = []
@@ -147,18 +123,25 @@ class FairQueue:
         heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
         return Push(ticket, evicted)
 
-    def pop(self, now: float) -> Ticket | None:
-        """The next request to admit, taken out of the queue and counted in usage."""
+    def peek(self, now: float) -> Ticket | None:
+        """The request `pop` would return, left in the queue."""
         for b in self._bands:
             if b.size:
                 tenant = min(b.waiting, key=lambda t: (self.usage.get(t, now), b.service[t]))
-                ticket = b.waiting[tenant][0]
-                b.vtime = b.service[tenant]
-                b.service[tenant] += ticket.cost
-                self._take(ticket)
-                self.usage.add(tenant, now)
-                return ticket
+                return b.waiting[tenant][0]
         return None
+
+    def pop(self, now: float) -> Ticket | None:
+        """The next request to admit, taken out of the queue and counted in usage."""
+        ticket = self.peek(now)
+        if ticket is None:
+            return None
+        b = self._bands[ticket.band]
+        b.vtime = b.service[ticket.tenant]
+        b.service[ticket.tenant] += ticket.cost
+        self._take(ticket)
+        self.usage.add(ticket.tenant, now)
+        return ticket
 
     def started(self, tenant: str, now: float) -> None:
         """A request of `tenant` was admitted without waiting."""

@@ -236,6 +236,32 @@ async def test_fair_turns_between_tenants_when_places_come_back() -> None:
     assert order == ["a", "b", "a", "b", "a", "a"]
 
 
+async def test_the_last_place_is_kept_for_a_lighter_tenant() -> None:
+    clock = Clock()
+    ctl = _controller(clock, cap=4, backends=2, tenant_header="x-tenant")
+    light = Request(ctl, {"x-tenant": "light"})
+    assert await light.acquire()
+    light.release()
+    held = []
+    for _ in range(7):  # the heavy tenant fills seven of eight places
+        r = Request(ctl, {"x-tenant": "heavy"})
+        assert await r.acquire()
+        held.append(r)
+    clock.now += 0.5
+    last = Request(ctl, {"x-tenant": "heavy"}).start()
+    await _settle()
+    assert not last.done()  # the eighth waits: a lighter tenant is active
+    assert await Request(ctl, {"x-tenant": "light"}).acquire()  # and finds it free
+    held[0].release()
+    await _settle()
+    assert not last.done()  # one place back: kept for light again
+    held[1].release()
+    assert await last  # two back: heavy may take all but the last
+    clock.now += 10.0
+    held[2].release()
+    assert await Request(ctl, {"x-tenant": "heavy"}).acquire()  # light went quiet: no reserve
+
+
 async def test_a_key_over_its_requests_per_minute_gets_openai_429() -> None:
     ctl = _controller(Clock(), cap=10)
     key = Principal("team-a", requests_per_minute=2)
