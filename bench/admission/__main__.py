@@ -7,7 +7,8 @@ the tenant from header `x-tenant`), then: (1) requests one at a time: the unload
 (3) an open-loop burst at `--factor` times that throughput from tenants of unequal demand:
 the shed fraction (429), the admitted requests' TTFT against the unloaded one (target
 within 2x) and each tenant's share of the admitted requests against its max-min fair
-share. Writes `admission.json` and `admission.png` to `--out` and prints the tables.
+share, over the whole burst and over the arrivals once the fleet is contended (after two
+mean service times: the first places go to whoever comes first). Writes `admission.json` and `admission.png` to `--out` and prints the tables.
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ async def _phases(s: Settings, url: str) -> tuple[dict[str, Any], dict[str, list
     _say(f"[3/3] burst: {rate:.0f} req/s ({s.factor:g}x) for {s.burst_s:g} s, tenants {s.tenants}")
     schedule = burst_schedule(rate, s.burst_s, s.tenants, s.seed)
     burst_shots = await open_loop(url, w, schedule)
-    burst = burst_figures(burst_shots, unloaded, s.burst_s)
+    # Contention starts once the first places are taken and their requests start to finish.
+    settle_s = 2 * sum(c.duration_s for c in served) / max(1, len(served))
+    burst = burst_figures(burst_shots, unloaded, s.burst_s, settle_s)
     report = {"unloaded": unloaded, "capacity": capacity, "burst": burst}
     ttfts = {
         "unloaded": [x.ttft_s for x in unloaded_shots if x.ttft_s is not None],
