@@ -5,8 +5,8 @@ admission rate times `half_life_s / ln 2`. Fairness is max-min over those rates:
 asking for less than an equal share keeps a lower usage than the others; tenants asking for
 more converge to equal ones.
 
-`reserve_against(t)`: t's usage is at least `margin` times the mean usage of the active
-tenants (usage of at least `active` admissions, the last one less than `recent_s` ago) while
+`reserve_against(t)`: t's usage is at least `margin` (1: the mean itself) times the mean
+usage of the active tenants (usage of at least `active` admissions, the last one less than `recent_s` ago) while
 some active tenant's is below that; the gateway then keeps the fleet's last place (the
 reserve) out of t's reach, so the light tenant's next request finds it free instead of
 waiting for a place to come back. A light tenant that stops stops counting after `recent_s`.
@@ -24,7 +24,7 @@ class TenantUsage:
     """Per-tenant admission counts with exponential decay (all calls take `now`)."""
 
     def __init__(
-        self, half_life_s: float, margin: float = 0.9, active: float = 0.5, recent_s: float = 2.0
+        self, half_life_s: float, margin: float = 1.0, active: float = 0.5, recent_s: float = 2.0
     ) -> None:
         if half_life_s <= 0:
             raise ValueError("half_life_s must be > 0")

@@ -31,7 +31,9 @@ def test_the_reserve_is_kept_from_tenants_above_a_lighter_active_one() -> None:
 
 
 def test_no_reserve_between_equals_or_for_a_single_tenant() -> None:
-    assert not _usage(a=20, b=19).reserve_against("a", 0.0)
+    assert not _usage(a=20, b=20).reserve_against("a", 0.0)
+    assert _usage(a=20, b=19).reserve_against("a", 0.0)  # the one above the mean waits
+    assert not _usage(a=20, b=19).reserve_against("b", 0.0)
     assert not _usage(a=20).reserve_against("a", 0.0)
 
 
