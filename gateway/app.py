@@ -370,13 +370,10 @@ class GatewayApp:
         await send_json(send, 200, {"object": "list", "data": list(cards.values())})
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await send_json(
-            send,
-            200,
-            admin.backends_state(
-                self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
-            ),
+        state = admin.backends_state(
+            self.pool, self.prefix_index, self.ttft_model, self.prefix.cache_hits
         )
+        await send_json(send, 200, {**state, "admission": self.admission.state()})
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         headers = header_map(scope)
