@@ -1,14 +1,15 @@
 """Admission control under a burst of 10x capacity, on an emulated fleet.
 
 `python -m bench admission [--quick] [--out out/bench/admission]` (`make bench-admission`).
-Starts `kvgate emulate` and `kvgate serve` with an `admission:` section (a per-backend cap,
-the tenant from header `x-tenant`), then: (1) requests one at a time: the unloaded TTFT;
-(2) as many clients as the cap admits, back to back: the fleet's throughput at capacity;
-(3) an open-loop burst at `--factor` times that throughput from tenants of unequal demand:
-the shed fraction (429), the admitted requests' TTFT against the unloaded one (target
-within 2x) and each tenant's share of the admitted requests against its max-min fair
-share, over the whole burst and over the arrivals once the fleet is contended (after two
-mean service times: the first places go to whoever comes first). Writes `admission.json` and `admission.png` to `--out` and prints the tables.
+Starts `kvgate emulate` and `kvgate serve` with an `admission:` section (a per-backend cap, the
+tenant from header `x-tenant`), then: (1) requests one at a time: the unloaded TTFT; (2) as
+many clients as the cap admits, back to back: the fleet's throughput at capacity; (3) an open-
+loop burst at `--factor` times that throughput from tenants of unequal demand: the shed
+fraction (429), the admitted requests' TTFT against the unloaded one (target within 2x) and
+each tenant's share of the admitted requests against its max-min fair share, over the whole
+burst and over the arrivals once the fleet is contended (after two mean service times: the
+first places go to whoever comes first). Writes `admission.json` and `admission.png` to `--out`
+and prints the tables.
 """
 
 from __future__ import annotations

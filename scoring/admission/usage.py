@@ -5,10 +5,10 @@ admission rate times `half_life_s / ln 2`. Fairness is max-min over those rates:
 asking for less than an equal share keeps a lower usage than the others; tenants asking for
 more converge to equal ones.
 
-`reserve_against(t)`: t's usage is at least `margin` (1: the mean itself) times the mean
-usage of the active tenants (usage of at least `active` admissions, the last one less than `recent_s` ago) while
-some active tenant's is below that; the gateway then keeps the fleet's last place (the
-reserve) out of t's reach, so the light tenant's next request finds it free instead of
+`reserve_against(t)`: t's usage is at least `margin` (1: the mean itself) times the mean usage
+of the active tenants (usage of at least `active` admissions, the last one less than `recent_s`
+ago) while some active tenant's is below that; the gateway then keeps the fleet's last place
+(the reserve) out of t's reach, so the light tenant's next request finds it free instead of
 waiting for a place to come back. A light tenant that stops stops counting after `recent_s`.
 
 Counts too small to matter are dropped now and then, so client-chosen tenant names cannot
