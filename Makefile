@@ -58,6 +58,14 @@ bench: $(STAMP)
 bench-epp: $(STAMP)
 	$(BIN)/python -m bench epp $(EPP_ARGS)
 
+# Admission control: unloaded TTFT, throughput at the cap, then a burst of 10x that from three
+# tenants of unequal demand on 8 emulated replicas (h100 profile, 10x slowed): shed fraction,
+# admitted TTFT vs unloaded, shares vs fair shares; ~2 min (ADMISSION_ARGS=--quick: ~1);
+# writes out/bench/admission/{admission.json,admission.png}.
+.PHONY: bench-admission
+bench-admission: $(STAMP)
+	$(BIN)/python -m bench admission $(ADMISSION_ARGS)
+
 .PHONY: bench-regime
 bench-regime: $(STAMP)
 	$(BIN)/python -m bench regime $(REGIME_ARGS)

@@ -18,6 +18,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   epp        Envoy + kvgate epp against Envoy round-robin and kvgate as the front door:
              hit rate, TTFT, and the latency the picker's hop adds at 200 req/s
              (`bench.epp`; `make bench-epp`)
+  admission  a burst of 10x capacity from tenants of unequal demand on an emulated fleet:
+             shed fraction, admitted TTFT against unloaded, shares against fair shares
+             (`bench.admission`; `make bench-admission`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -40,6 +43,7 @@ SUBCOMMANDS = {
     "regime": "bench.regime.__main__",
     "vllm-pressure": "bench.vllm_pressure.__main__",
     "epp": "bench.epp.__main__",
+    "admission": "bench.admission.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

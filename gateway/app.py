@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin
 from gateway.access_log import clip, log_request, request_id_from, request_id_var
+from gateway.admission import build_admission
 from gateway.asgi import (
     Receive,
     Scope,
@@ -125,6 +126,9 @@ class GatewayApp:
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed)
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
+        self.admission = build_admission(
+            config, self.pool, self.scheduler, clock, self.metrics.registry
+        )
         self._kube: KubeConnection | None = None
         self._runtime: _Runtime | None = None
         self.loops: Supervisor | None = None
@@ -244,6 +248,7 @@ class GatewayApp:
         loops.add("metrics-scrapes", health.scraper.run)
         if self.recorder is not None:
             loops.add("trace-recorder", self.recorder.run)
+        loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         return loops
@@ -308,6 +313,7 @@ class GatewayApp:
             rec.client_gone = isinstance(exc, ClientDisconnectedError)
             await _send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
         finally:
+            self.admission.release(scope, rec)
             self._finish(rec, send)
             request_id_var.reset(token)
 
@@ -327,6 +333,8 @@ class GatewayApp:
         body = await read_body(receive, limit)
         req = parse_inference_body(API_BY_PATH[scope["path"]], body)
         rec.model, rec.stream = req.model, req.stream
+        if not await self.admission.acquire(scope, receive, headers, len(body), rec):
+            return  # the client left while queued
         route = self.router.route(req, headers, rec.request_id)
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
@@ -401,7 +409,8 @@ class GatewayApp:
             self.prefix.cache_hits,
             tag=self.front_door.headers.backend_tag,
         )
-        return {**state, "loops": self.loops.states() if self.loops else {}}
+        loops = self.loops.states() if self.loops else {}
+        return {**state, "loops": loops, "admission": self.admission.state()}
 
     def dry_run(self, body: bytes, headers: Mapping[str, str], query: bytes) -> dict[str, Any]:
         """`/admin/route` (both listeners); `?api=` names the API, `?policy=` a profile."""

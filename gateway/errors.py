@@ -16,6 +16,10 @@ GatewayError                     (status, type, code, retryable)
 ├── NoHealthyBackendError        503 + Retry-After (until the first ejected backend is back)
 ├── GatewayOverloadedError       503 + Retry-After / gateway_overloaded: no upstream connection
 │                                slot free in time; the gateway's own limit, never the backend's
+├── TooManyRequestsError         429 + Retry-After (admission control)
+│   ├── KeyRateLimitError        429 requests|tokens / rate_limit_exceeded, x-ratelimit-*
+│   └── ShedError                429 rate_limit_exceeded / overloaded (queue full or too long)
+├── QueueTimeoutError            503 service_unavailable / queue_timeout + Retry-After
 └── UpstreamError                upstream failures (HTTP client errors mapped in upstream.py)
     ├── UpstreamConnectError     502, retryable on another backend
     ├── UpstreamTimeoutError     504
@@ -156,6 +160,56 @@ class GatewayOverloadedError(GatewayError):
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", str(self.retry_after_s).encode())]
+
+
+class TooManyRequestsError(GatewayError):
+    """429 with an honest `Retry-After` (whole seconds) and any extra headers."""
+
+    status = 429
+    type = "rate_limit_exceeded"
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: int = 1,
+        extra_headers: list[tuple[bytes, bytes]] | None = None,
+        type_: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = max(1, retry_after_s)
+        self.extra_headers = extra_headers or []
+        if type_ is not None:
+            self.type = type_
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", str(self.retry_after_s).encode()), *self.extra_headers]
+
+
+class KeyRateLimitError(TooManyRequestsError):
+    """A key's requests or tokens per minute are spent (OpenAI's type: requests | tokens)."""
+
+
+class ShedError(TooManyRequestsError):
+    """The fleet is saturated and the queue has no place for the request (GIE: 429)."""
+
+    code = "overloaded"
+
+
+class QueueTimeoutError(GatewayError):
+    """The request waited in the queue past its deadline (GIE answers a TTL expiry 503)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "queue_timeout"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = max(1, retry_after_s)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         return [(b"retry-after", str(self.retry_after_s).encode())]

@@ -44,6 +44,7 @@ from gateway.upstream import (
 )
 from gateway.usage import (
     STREAM_USAGE_APIS,
+    Usage,
     UsageEventFilter,
     UsageReader,
     UsageTap,
@@ -78,6 +79,7 @@ class RequestRecord:
     output_tokens: int | None = None  # counted only when recording a trace
     client: str | None = None  # the peer's host, for X-Forwarded-For
     scheme: str = "http"
+    usage: Usage | None = None  # what the answer reported (admission corrects rate limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +255,7 @@ class Proxy:
             event = aligner.error_event(_error_obj(err))
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
-        usage = reader.usage()
+        usage = rec.usage = reader.usage()
         if counter is not None:
             rec.output_tokens = counter.output_tokens(usage)
         if ok and usage is not None and usage.prompt_tokens is not None:

@@ -218,6 +218,51 @@ class SecuritySection(_Section):
         return self
 
 
+class AdmissionSection(_Section):
+    """Admission control in front of routing: a bounded queue with priority bands and fair
+    sharing between tenants, shedding with 429 when the fleet is full, and per-key limits."""
+
+    enabled: bool = Field(True, description="queue and shed when every backend is saturated")
+    max_queue: int = Field(1024, ge=0, description="requests waiting at most; 0: shed at once")
+    queue_timeout_s: float = Field(
+        30.0, gt=0, description="longest wait in the queue; then 503 (and no wait expected longer)"
+    )
+    max_in_flight_per_backend: int | None = Field(
+        None,
+        gt=0,
+        description="admitted requests per healthy backend; null: the engines' saturation "
+        "(the saturation-filter's thresholds) decides",
+    )
+    priority_header: str | None = Field(
+        None, min_length=1, description="request header naming a band (null: not honoured)"
+    )
+    tenant_header: str | None = Field(
+        None, min_length=1, description="request header naming the tenant when no API key does"
+    )
+    bands: list[str] = Field(
+        default_factory=lambda: ["critical", "standard", "sheddable"],
+        min_length=1,
+        description="priority bands, highest first; requests default to 'standard' (else the last)",
+    )
+    tiers: dict[str, str] = Field(
+        default_factory=dict, description="API key tier -> band (a key's tier beats the header)"
+    )
+
+    @field_validator("priority_header", "tenant_header")
+    @classmethod
+    def _lower(cls, v: str | None) -> str | None:
+        return v.lower() if v is not None else None
+
+    @model_validator(mode="after")
+    def _known_bands(self) -> AdmissionSection:
+        if len(set(self.bands)) != len(self.bands):
+            raise ValueError("bands must be distinct")
+        unknown = sorted({b for b in self.tiers.values() if b not in self.bands})
+        if unknown:
+            raise ValueError(f"tiers name unknown band(s) {', '.join(unknown)}")
+        return self
+
+
 class GatewayConfig(_Section):
     server: ServerSection = ServerSection()
     upstream: UpstreamSection = UpstreamSection()
@@ -226,6 +271,7 @@ class GatewayConfig(_Section):
     discovery: DiscoverySection = DiscoverySection()
     routing: RoutingSection = RoutingSection()
     security: SecuritySection = SecuritySection()
+    admission: AdmissionSection = AdmissionSection()
 
     @model_validator(mode="after")
     def _unique_backend_ids(self) -> GatewayConfig:

@@ -58,7 +58,11 @@ def test_an_overflowing_metrics_page_does_not_stop_health_checking(
         good.health_status = 503
         wait_until(lambda: _backend(c, "good")["health"] == "unhealthy")
         ready = c.get("/ready").json()
-        assert ready["loops"] == {PROBE_LOOP: "running", "metrics-scrapes": "running"}
+        assert ready["loops"] == {
+            PROBE_LOOP: "running",
+            "metrics-scrapes": "running",
+            "admission": "running",
+        }
         assert _backend(c, "odd")["scrape_errors"] == 0
 
 
@@ -70,7 +74,11 @@ def test_ready_and_admin_report_the_loops(
     c = client(gw)
     ready = c.get("/ready")
     assert ready.status_code == 200
-    assert ready.json()["loops"] == {PROBE_LOOP: "running", "metrics-scrapes": "running"}
+    assert ready.json()["loops"] == {
+        PROBE_LOOP: "running",
+        "metrics-scrapes": "running",
+        "admission": "running",
+    }
     assert c.get("/admin/backends").json()["loops"] == ready.json()["loops"]
 
 

@@ -157,6 +157,15 @@ def test_reference_file_names_every_config_field() -> None:
         ({"security": {"backend_header": "host"}}, "security.backend_header", "opaque"),
         ({"security": {"upstream_authorization": "x"}}, "security.upstream_authorization", "strip"),
         ({"server": {"admin_port": 70000}}, "server.admin_port", "less than or equal"),
+        ({"admission": {"max_queue": -1}}, "admission.max_queue", "greater than or equal"),
+        ({"admission": {"tiers": {"gold": "vip"}}}, "admission", "unknown band(s) vip"),
+        ({"admission": {"bands": ["a", "a"]}}, "admission", "bands must be distinct"),
+        ({"admission": {"bands": []}}, "admission.bands", "at least 1 item"),
+        (
+            {"admission": {"max_in_flight_per_backend": 0}},
+            "admission.max_in_flight_per_backend",
+            "greater than",
+        ),
         ([1, 2], "(root)", "valid dictionary"),
     ],
 )

@@ -38,6 +38,10 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     ),
     errors.NoHealthyBackendError: (503, "service_unavailable", "no_healthy_backend", False),
     errors.GatewayOverloadedError: (503, "service_unavailable", "gateway_overloaded", False),
+    errors.TooManyRequestsError: (429, "rate_limit_exceeded", "rate_limit_exceeded", False),
+    errors.KeyRateLimitError: (429, "rate_limit_exceeded", "rate_limit_exceeded", False),
+    errors.ShedError: (429, "rate_limit_exceeded", "overloaded", False),
+    errors.QueueTimeoutError: (503, "service_unavailable", "queue_timeout", False),
     errors.UpstreamError: (502, "upstream_error", "upstream_error", False),
     errors.UpstreamConnectError: (502, "upstream_error", "upstream_connect_error", True),
     errors.UpstreamTimeoutError: (504, "upstream_error", "upstream_timeout", False),
@@ -73,7 +77,13 @@ def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
     }
 
 
-_RETRY_AFTER = {NoHealthyBackendError, errors.GatewayOverloadedError}
+_ADMISSION = (
+    errors.TooManyRequestsError,
+    errors.KeyRateLimitError,
+    errors.ShedError,
+    errors.QueueTimeoutError,
+)
+_RETRY_AFTER = {NoHealthyBackendError, errors.GatewayOverloadedError, *_ADMISSION}
 WITH_HEADERS = {*_RETRY_AFTER, errors.AuthenticationError}
 
 
@@ -93,6 +103,27 @@ def test_code_override_is_per_instance() -> None:
 def test_unavailable_errors_have_retry_after(cls: type[NoHealthyBackendError]) -> None:
     assert cls("none").headers() == [(b"retry-after", b"1")]
     assert cls("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
+
+
+@pytest.mark.parametrize("cls", _ADMISSION)
+def test_admission_errors_have_retry_after_of_at_least_a_second(cls: type[GatewayError]) -> None:
+    assert cls("busy", retry_after_s=0).headers()[0] == (b"retry-after", b"1")  # type: ignore[call-arg]
+    assert cls("busy", retry_after_s=12).headers()[0] == (b"retry-after", b"12")  # type: ignore[call-arg]
+
+
+def test_key_rate_limit_carries_openai_type_and_headers() -> None:
+    err = errors.KeyRateLimitError(
+        "slow down",
+        retry_after_s=3,
+        extra_headers=[(b"x-ratelimit-limit-requests", b"5")],
+        type_="requests",
+    )
+    assert orjson.loads(err.body())["error"] == {
+        "message": "slow down",
+        "type": "requests",
+        "code": "rate_limit_exceeded",
+    }
+    assert err.headers() == [(b"retry-after", b"3"), (b"x-ratelimit-limit-requests", b"5")]
 
 
 def test_only_errors_before_any_answer_are_retryable() -> None:

@@ -1,0 +1,255 @@
+"""`AdmissionController`: the gateway's side of admission control, around the pure core.
+
+`acquire` runs after the request is parsed and before it is routed: the key's rate limits
+first (429 `requests`/`tokens`), then a place in the fleet. A request is admitted at once
+when nobody waits and the fleet has room (`scoring.admission.capacity`); else it joins the
+`FairQueue`, which holds no more requests than can reach service before their deadline
+(`ServiceRate.drained_within`), and waits until `pump` grants it, its deadline passes (503
+`queue_timeout`) or its client leaves (499, it leaves the queue). One that finds no place
+is shed, or displaces a heavier tenant's waiting request: 429 with a `Retry-After` from the
+drain rate (reasons `queue_full`, `wait_too_long`, `evicted`). In a fleet of 8 places or
+more, the last place is kept from tenants at or above the mean usage while a lighter tenant
+is active, so the light one's next request does not wait for a place to come back.
+`release` (in the request's `finally`) gives the place back, teaches the drain rate and
+corrects the key's token bucket with the usage the answer reported. `pump` runs on every
+release and every `tick_s` (`run`), since room also comes back when the engines' metrics
+change."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.admission.identity import Identifier, Identity
+from gateway.admission.limits import check_limits
+from gateway.admission.metrics import AdmissionMetrics
+from gateway.asgi import Receive, Scope, disconnect_signal, run_until_disconnect
+from gateway.errors import GatewayError, QueueTimeoutError, ShedError
+from gateway.proxy import RequestRecord
+from health.pool import BackendPool
+from scoring.admission import FairQueue, KeyLimiter, ServiceRate, Ticket
+from scoring.admission.capacity import Capacity
+from scoring.config import AdmissionSection
+
+GRANT_SCOPE_KEY = "kvgate.admission"
+# Places kept from tenants above their share while a lighter one is active: its next request
+# then finds a place at once instead of waiting for one to come back (costs at most this many
+# idle places, and only while tenants of unequal demand contend).
+_RESERVE = 1
+_RESERVE_FROM = 8  # places in the fleet: a smaller one keeps all of them in use
+
+
+@dataclass(slots=True)
+class Grant:
+    """An admitted request's place: returned by `release`."""
+
+    identity: Identity
+    tokens: int  # estimated prompt tokens taken from the key's bucket
+    admitted_at: float
+
+
+class AdmissionController:
+    """Admits, queues or sheds inference requests; see the module docstring."""
+
+    def __init__(
+        self,
+        section: AdmissionSection,
+        pool: BackendPool,
+        capacity: Capacity,
+        clock: Callable[[], float],
+        metrics: AdmissionMetrics,
+        *,
+        chars_per_token: float,
+        tick_s: float,
+    ) -> None:
+        self.section = section
+        self.queue = FairQueue(len(section.bands), section.max_queue)
+        self.rate = ServiceRate()
+        self.limiter = KeyLimiter()
+        self.admitted = 0
+        self._identifier = Identifier(section)
+        self._pool = pool
+        self._capacity = capacity
+        self._clock = clock
+        self._metrics = metrics
+        self._chars_per_token = chars_per_token
+        self._tick_s = tick_s
+        self._waiters: dict[int, asyncio.Future[float]] = {}
+
+    async def acquire(
+        self,
+        scope: Scope,
+        receive: Receive,
+        headers: Mapping[str, str],
+        body_bytes: int,
+        rec: RequestRecord,
+    ) -> bool:
+        """Wait for the request's turn; False if its client left meanwhile (`rec` says
+        499). Raises the 429/503 errors of the module docstring."""
+        if not self.section.enabled:
+            return True
+        who = self._identifier.identify(scope, headers)
+        tokens = max(1, int(body_bytes / self._chars_per_token))
+        if who.key is not None:
+            check_limits(self.limiter, who, tokens, self._clock(), self._metrics)
+        try:
+            admitted_at = await self._turn(who, scope, receive)
+        except BaseException:
+            self._refund(who, tokens)
+            raise
+        if admitted_at is None:
+            self._refund(who, tokens)
+            rec.client_gone = True
+            return False
+        scope[GRANT_SCOPE_KEY] = Grant(who, tokens, admitted_at)
+        return True
+
+    def release(self, scope: Scope, rec: RequestRecord) -> None:
+        """The request is done (answered, failed or abandoned): its place goes back."""
+        grant: Grant | None = scope.pop(GRANT_SCOPE_KEY, None)
+        if grant is None:
+            return
+        now = self._clock()
+        self._finished(now - grant.admitted_at)
+        usage = rec.usage
+        if grant.identity.key is not None and usage is not None:
+            used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
+            if used:
+                self.limiter.correct(grant.identity.key, grant.tokens, used, now)
+        self.pump()
+
+    async def run(self) -> None:
+        """Pump every `tick_s` (deadlines, and room from fresh engine metrics); cancel to stop."""
+        while True:
+            await asyncio.sleep(self._tick_s)
+            self.pump()
+
+    def pump(self) -> None:
+        """Expire the overdue, then grant waiting requests while the fleet has room."""
+        now = self._clock()
+        for ticket in self.queue.expire(now):
+            self._metrics.shed_by("timeout").inc()
+            wait = self.rate.retry_after_s(len(self.queue))
+            self._fail(
+                ticket, QueueTimeoutError("request timed out in the queue", retry_after_s=wait)
+            )
+        if len(self.queue):
+            room = self._capacity.room(self._pool.snapshots(), self.admitted)
+            while (turn := self.queue.peek(now)) is not None and self._may_take(
+                turn.tenant, room, now
+            ):
+                self.queue.pop(now)
+                self._grant(turn, now)
+                room = None if room is None else room - 1
+        self._metrics.set_lengths(self.queue.band_sizes())
+
+    def state(self) -> dict[str, Any]:
+        """For the admin API: queue lengths per band, admitted requests, drain estimate."""
+        return {
+            "enabled": self.section.enabled,
+            "queue": dict(zip(self.section.bands, self.queue.band_sizes(), strict=True)),
+            "admitted": self.admitted,
+            "mean_service_s": self.rate.mean_s,
+        }
+
+    async def _turn(self, who: Identity, scope: Scope, receive: Receive) -> float | None:
+        """When the request was admitted, or None if its client left while it waited."""
+        now = self._clock()
+        if not len(self.queue):
+            room = self._capacity.room(self._pool.snapshots(), self.admitted)
+            if self._may_take(who.tenant, room, now):
+                self.queue.started(who.tenant, now)
+                self._started()
+                return now
+        # Queue no more than can reach service before their deadline (at least one, so the
+        # fair choice of who gets the next place has someone to choose from).
+        drained = self.rate.drained_within(self.section.queue_timeout_s)
+        limit = None if drained is None else max(1, drained)
+        timeout = self.section.queue_timeout_s
+        pushed = self.queue.push(who.tenant, who.band, now, timeout, limit=limit)
+        if pushed.evicted is not None:
+            self._metrics.shed_by("evicted").inc()
+            retry = self.rate.retry_after_s(len(self.queue))
+            self._fail(pushed.evicted, ShedError(_EVICTED, retry_after_s=retry))
+        ticket = pushed.ticket
+        if ticket is None:
+            full = limit is None or limit >= self.section.max_queue
+            reason = "queue_full" if full else "wait_too_long"
+            raise self._shed(reason, self.rate.retry_after_s(len(self.queue)))
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiters[ticket.id] = future
+        self.pump()
+        if future.done():
+            return future.result()
+        wait_turn = self._wait(ticket, future)
+        gone = await run_until_disconnect(wait_turn, receive, signal=disconnect_signal(scope))
+        return None if gone else future.result()
+
+    async def _wait(self, ticket: Ticket, future: asyncio.Future[float]) -> None:
+        try:
+            await future
+        except asyncio.CancelledError:
+            self._waiters.pop(ticket.id, None)
+            if self.queue.remove(ticket):
+                self._metrics.cancelled.inc()
+            elif future.done() and not future.cancelled() and future.exception() is None:
+                self._finished(0.0)  # granted as the client left: the place goes back
+                self.pump()
+            raise
+
+    def _may_take(self, tenant: str, room: int | None, now: float) -> bool:
+        """Room for one of `tenant`'s; in a fleet of `_RESERVE_FROM` places or more, the last
+        `_RESERVE` only for a tenant that is not above its share while a lighter one is
+        active (`TenantUsage.reserve_against`)."""
+        if room is None:
+            return True
+        if room <= 0:
+            return False
+        if room > _RESERVE or room + self.admitted < _RESERVE_FROM:
+            return True
+        return not self.queue.usage.reserve_against(tenant, now)
+
+    def _grant(self, ticket: Ticket, now: float) -> None:
+        self._started()
+        self._metrics.wait_by(self.section.bands[ticket.band]).observe(now - ticket.enqueued)
+        future = self._waiters.pop(ticket.id, None)
+        if future is not None and not future.done():
+            future.set_result(now)
+        else:  # nobody waits for it any more
+            self._finished(0.0)
+
+    def _fail(self, ticket: Ticket, error: GatewayError) -> None:
+        future = self._waiters.pop(ticket.id, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def _started(self) -> None:
+        self.admitted += 1
+        self.rate.started()
+        self._capacity.took()
+        self._metrics.admitted.set(self.admitted)
+
+    def _finished(self, duration_s: float) -> None:
+        self.admitted -= 1
+        self._capacity.gave_back()
+        self.rate.finished(duration_s)
+        self._metrics.admitted.set(self.admitted)
+
+    def _shed(self, reason: str, retry_after_s: int) -> ShedError:
+        self._metrics.shed_by(reason).inc()
+        return ShedError(
+            "the gateway is at capacity; retry after the time in the Retry-After header",
+            retry_after_s=retry_after_s,
+        )
+
+    def _refund(self, who: Identity, tokens: int) -> None:
+        if who.key is not None:
+            self.limiter.refund(who.key, tokens, self._clock())
+
+
+_EVICTED = (
+    "the request was displaced from the queue by requests of higher priority or of a lighter "
+    "tenant; retry after the time in the Retry-After header"
+)

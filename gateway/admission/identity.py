@@ -1,0 +1,82 @@
+"""Who a request is for admission: its tenant, its priority band and its key's limits.
+
+Tenant: the API key's principal name (set by the security layer in `scope["kvgate.principal"]`),
+else the operator's `tenant_header`, else `"anonymous"`. Band: the principal's tier through
+`tiers`, else the `priority_header` (only when the operator names one: clients cannot raise
+their own priority otherwise), else `standard` (the last band if there is none). The
+principal is read duck-typed (`name`, `tier`, `requests_per_minute`, `tokens_per_minute`),
+so any object with those attributes works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import BadRequestError
+from scoring.config import AdmissionSection
+
+PRINCIPAL_SCOPE_KEY = "kvgate.principal"
+ANONYMOUS = "anonymous"
+DEFAULT_BAND = "standard"
+_MAX_TENANT_CHARS = 128  # a client-chosen header value: keep the queue's keys small
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A request's tenant and band, and the limits of the key it came with (None: none)."""
+
+    tenant: str
+    band: int
+    band_name: str
+    key: str | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
+class Identifier:
+    """Resolves identities under one `admission:` section."""
+
+    def __init__(self, section: AdmissionSection) -> None:
+        self._section = section
+        self._bands = {name.lower(): i for i, name in enumerate(section.bands)}  # header: any case
+        self._default = self._bands.get(DEFAULT_BAND, len(section.bands) - 1)
+
+    def identify(self, scope: Mapping[str, Any], headers: Mapping[str, str]) -> Identity:
+        principal = scope.get(PRINCIPAL_SCOPE_KEY)
+        name = getattr(principal, "name", None)
+        keyed = isinstance(name, str) and bool(name) and name != ANONYMOUS
+        band = self._band(getattr(principal, "tier", None), headers)
+        if keyed:
+            assert isinstance(name, str)
+            return Identity(
+                tenant=name,
+                band=band,
+                band_name=self._section.bands[band],
+                key=name,
+                requests_per_minute=_limit(getattr(principal, "requests_per_minute", None)),
+                tokens_per_minute=_limit(getattr(principal, "tokens_per_minute", None)),
+            )
+        header = self._section.tenant_header
+        tenant = (headers.get(header) if header else None) or ANONYMOUS
+        return Identity(tenant[:_MAX_TENANT_CHARS], band, self._section.bands[band])
+
+    def _band(self, tier: object, headers: Mapping[str, str]) -> int:
+        if isinstance(tier, str) and tier in self._section.tiers:
+            return self._bands[self._section.tiers[tier].lower()]
+        header = self._section.priority_header
+        asked = headers.get(header) if header else None
+        if not asked:
+            return self._default
+        band = self._bands.get(asked.strip().lower())
+        if band is None:
+            known = ", ".join(self._section.bands)
+            raise BadRequestError(
+                f"unknown priority in header {header} (known: {known})", code="unknown_priority"
+            )
+        return band
+
+
+def _limit(value: object) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None

@@ -1,0 +1,92 @@
+"""Whether the fleet takes more requests now: `room(endpoints, admitted)` and `took()`.
+
+Two sources, as configured (`admission.max_in_flight_per_backend`):
+
+- `InFlightCap` (the cap set): room = healthy backends × cap − requests admitted and not yet
+  finished. The gateway counts its own admissions, so a burst cannot overshoot between a
+  grant and the proxy's own per-backend count. With no healthy backend room is unbounded:
+  the router answers 503 at once, and waiting would only delay that answer.
+- `SaturationBudget` (no cap: the engines say): a healthy backend whose metrics show more
+  than `queue_threshold` waiting requests or a KV usage above `kv_threshold` (the
+  `saturation-filter`'s rule and thresholds) has no room; one below has room for
+  `floor(queue_threshold) + 1 − waiting` more before it would count as saturated. The sum is
+  a budget per scrape: grants spend it, and it is computed afresh only when some backend's
+  metrics are newer (a burst cannot be admitted whole on one stale page), and each request
+  that finishes gives one back (up to the page's budget): it freed a place the page saw
+  taken, so throughput is not capped at one budget per scrape. A backend without
+  metrics counts as an idle one; when no healthy backend reports metrics there is no evidence
+  to hold requests on, and room is unbounded (None), as the filter fails open.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+from routing.types import EndpointSnapshot
+
+
+class Capacity(Protocol):
+    """How many more requests the fleet takes now (None: no limit)."""
+
+    def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None: ...
+
+    def took(self) -> None: ...
+
+    def gave_back(self) -> None: ...
+
+
+class InFlightCap:
+    """At most `max_per_backend` admitted requests per healthy backend."""
+
+    def __init__(self, max_per_backend: int) -> None:
+        self.max_per_backend = max_per_backend
+
+    def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None:
+        healthy = sum(1 for e in endpoints if e.healthy)
+        if not healthy:
+            return None  # the router answers 503 at once; a wait in the queue only delays it
+        return max(0, healthy * self.max_per_backend - admitted)
+
+    def took(self) -> None:
+        pass  # `admitted` counts it
+
+    def gave_back(self) -> None:
+        pass  # `admitted` counts it
+
+
+class SaturationBudget:
+    """Room from the engines' scraped queue length and KV usage (formula in the module doc)."""
+
+    def __init__(self, queue_threshold: float, kv_threshold: float) -> None:
+        self.queue_threshold = queue_threshold
+        self.kv_threshold = kv_threshold
+        self._stamp: tuple[tuple[str, float], ...] = ()
+        self._budget = 0
+        self._page_budget = 0
+
+    def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None:
+        healthy = [e for e in endpoints if e.healthy]
+        stamp = tuple((e.id, e.metrics.scraped_at) for e in healthy if e.metrics is not None)
+        if not stamp:
+            return None
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._budget = self._page_budget = sum(self._headroom(e) for e in healthy)
+        return max(0, self._budget)
+
+    def took(self) -> None:
+        self._budget -= 1
+
+    def gave_back(self) -> None:
+        self._budget = min(self._budget + 1, self._page_budget)
+
+    def _headroom(self, endpoint: EndpointSnapshot) -> int:
+        most = math.floor(self.queue_threshold) + 1
+        m = endpoint.metrics
+        if m is None:
+            return most
+        if m.kv_usage is not None and m.kv_usage > self.kv_threshold:
+            return 0
+        return max(0, most - (m.waiting or 0))
