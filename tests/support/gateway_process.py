@@ -86,8 +86,9 @@ class GatewayProcess:
             [m] = self._child.wait_for_line(r"Uvicorn running on (http://[0-9.:]+)", timeout_s=60)
         except RuntimeError as exc:
             raise AssertionError(
-                "kvgate serve refused the case's config (a setting this case needs is not "
-                f"implemented?)\nconfig:\n{self.config_path.read_text()}\n{exc}"
+                "kvgate serve exited before listening: it refused the case's config (a setting "
+                "the case needs is missing?) or failed to start\n"
+                f"config:\n{self.config_path.read_text()}\n{exc}"
             ) from None
         self.url = m.group(1)
         if wait_ready:
@@ -102,8 +103,15 @@ class GatewayProcess:
 
     def rss_mb(self) -> float:
         """Resident memory (VmRSS) in MB."""
+        return self._status_mb("VmRSS:")
+
+    def peak_rss_mb(self) -> float:
+        """The most resident memory the process ever had (VmHWM) in MB."""
+        return self._status_mb("VmHWM:")
+
+    def _status_mb(self, field: str) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
         return 0.0
 
