@@ -152,3 +152,9 @@ def huge_page(megabytes: int = 50) -> bytes:
     base = shapes.metrics_text(("m1",), 0, 0, 0.1).encode()
     pad = b"# " + b"x" * 1021 + b"\n"
     return base + pad * (megabytes * 1024)
+
+
+async def slam(_req: RawRequest, _r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+    """Reads the request and resets the connection without a byte of answer."""
+    w.transport.abort()
+    return False
