@@ -41,7 +41,9 @@ class ChaosFigures:
     def summary(self) -> dict[str, Value]:
         """The issue's headline figures, gathered from the cases that measured them."""
         out: dict[str, Value] = {}
-        lost = [v for c in self.cases.values() if (v := c.values.get("lost_not_started")) is not None]
+        lost = [
+            v for c in self.cases.values() if (v := c.values.get("lost_not_started")) is not None
+        ]
         out["requests lost that had not started streaming (target 0)"] = _total(lost)
         ok = _total([c.values.get("sse_error_events_ok") for c in self.cases.values()])
         cut = _total([c.values.get("streams_cut") for c in self.cases.values()])

@@ -96,7 +96,11 @@ async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> Attempt:
 
 
 async def run_load(
-    url: str, seconds: float, concurrency: int, max_tokens: int = 40, timeout: float = 30.0
+    url: str,
+    seconds: float,
+    concurrency: int,
+    max_tokens: int = 40,
+    request_timeout_s: float = 30.0,
 ) -> list[Attempt]:
     """``concurrency`` clients streaming chat completions back to back for ``seconds``."""
     body = {**CHAT, "stream": True, "max_tokens": max_tokens}
@@ -108,7 +112,7 @@ async def run_load(
         while time.monotonic() < stop:
             attempts.append(await _one(client, body))
 
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=request_timeout_s, limits=limits) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return attempts
 

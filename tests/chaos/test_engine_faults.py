@@ -85,7 +85,9 @@ def test_hung_backend_fails_over(
     hung.behaviour = misbehaviour.hang
     during = [_timed(lambda: chat(gw, timeout=20.0)) for _ in range(6)]
     latencies = [t for t, _ in during]
-    figures(p99_baseline_s=round(max(t for t, _ in baseline), 3), p99_fault_s=round(max(latencies), 3))
+    figures(
+        p99_baseline_s=round(max(t for t, _ in baseline), 3), p99_fault_s=round(max(latencies), 3)
+    )
     statuses = [r.status_code if r is not None else None for _, r in during]
     assert statuses == [200] * 6, f"want every request failed over to the good backend: {statuses}"
     assert max(latencies) < 10.0, f"first_byte_timeout_s=1 yet a request took {max(latencies)} s"

@@ -95,7 +95,11 @@ def test_policy_header_is_ignored_by_default(
 _KEY = "sk-chaos-tenant-a"
 _SECURITY = {
     "api_keys": [
-        {"name": "tenant-a", "sha256": hashlib.sha256(_KEY.encode()).hexdigest(), "tier": "standard"}
+        {
+            "name": "tenant-a",
+            "sha256": hashlib.sha256(_KEY.encode()).hexdigest(),
+            "tier": "standard",
+        }
     ]
 }
 _REFUSED = {401, 403, 404}
@@ -116,7 +120,11 @@ def test_api_keys_guard_engines_admin_and_metrics(
     assert chat(gw, headers={"authorization": f"Bearer {_KEY}"}).status_code == 200
     for auth in (None, f"Bearer {_KEY}"):
         headers = {"authorization": auth} if auth else {}
-        for method, path in (("GET", "/admin/backends"), ("POST", "/admin/route"), ("GET", "/metrics")):
+        for method, path in (
+            ("GET", "/admin/backends"),
+            ("POST", "/admin/route"),
+            ("GET", "/metrics"),
+        ):
             resp = httpx.request(method, gw.url + path, headers=headers, json=CHAT, timeout=10.0)
             assert resp.status_code in _REFUSED, (
                 f"{method} {path} on the API port with API keys configured and "
@@ -135,7 +143,9 @@ def test_admin_port_keeps_admin_off_the_api_port(
     gw = gateway(gateway_config([server.url], security=_SECURITY, server=server_section))
     for path in ("/admin/backends", "/metrics"):
         resp = httpx.get(gw.url + path, headers={"authorization": f"Bearer {_KEY}"}, timeout=10.0)
-        assert resp.status_code == 404, f"GET {path} on the API port with admin_port set: {resp.status_code}"
+        assert resp.status_code == 404, (
+            f"GET {path} on the API port with admin_port set: {resp.status_code}"
+        )
     assert gw.running and gw.healthy()
 
 
@@ -151,6 +161,8 @@ def test_backend_addresses_stay_opaque(
     for resp in answers:
         shown = resp.headers.get("x-kvgate-backend", "") + resp.text
         leaked = [a for a in addresses if a in shown]
-        assert not leaked, f"{resp.status_code}: internal address {leaked} shown to a client: {shown[:300]}"
+        assert not leaked, (
+            f"{resp.status_code}: internal address {leaked} shown to a client: {shown[:300]}"
+        )
     assert {r.status_code for r in answers} == {200, 502}, [r.status_code for r in answers]
     assert_survived(gw)

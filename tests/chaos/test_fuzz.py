@@ -7,8 +7,8 @@ so any 5xx is the gateway's own. Seeded (``derandomize``) so a run is repeatable
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -36,8 +36,20 @@ BASE = {
     "/v1/embeddings": {"model": "m1", "input": "hi"},
     "/v1/responses": {"model": "m1", "input": "hi"},
 }
-FIELDS = ("model", "messages", "prompt", "input", "stream", "stream_options", "max_tokens",
-          "n", "user", "tools", "content", "role")
+FIELDS = (
+    "model",
+    "messages",
+    "prompt",
+    "input",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "n",
+    "user",
+    "tools",
+    "content",
+    "role",
+)
 
 json_values = st.recursive(
     st.none()
@@ -45,7 +57,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -95,12 +109,17 @@ def test_fuzzed_request_bodies(
             path, body = case
             resp = client.post(path, content=body, headers={"content-type": "application/json"})
             seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
-            assert resp.status_code < 500, f"{path} {body[:200]!r}: {resp.status_code} {resp.text[:300]}"
+            assert resp.status_code < 500, (
+                f"{path} {body[:200]!r}: {resp.status_code} {resp.text[:300]}"
+            )
             if resp.status_code >= 400:
                 assert is_openai_error(resp), f"{path} {body[:200]!r}: {resp.text[:300]}"
 
         try:
             one()
         finally:
-            figures(requests=sum(seen.values()), statuses=" ".join(f"{k}:{v}" for k, v in sorted(seen.items())))
+            figures(
+                requests=sum(seen.values()),
+                statuses=" ".join(f"{k}:{v}" for k, v in sorted(seen.items())),
+            )
     assert_survived(gw)

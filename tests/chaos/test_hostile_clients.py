@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import httpx
 import orjson
@@ -22,7 +22,7 @@ from tests.chaos.conftest import StartGateway
 from tests.support import misbehaviour
 from tests.support.fixture_types import StartEngines
 from tests.support.gateway_process import GatewayProcess, gateway_config
-from tests.support.hostile import IdleSockets, header_of, send_raw, status_of
+from tests.support.hostile import IdleSockets, send_raw, status_of
 from tests.support.raw_engine import RawEngine
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
@@ -51,10 +51,8 @@ def _health_watch(gw: GatewayProcess) -> Iterator[list[float]]:
         with httpx.Client(timeout=30.0) as client:
             while not stop.is_set():
                 t0 = time.monotonic()
-                try:
+                with suppress(httpx.HTTPError):
                     client.get(gw.url + "/health")
-                except httpx.HTTPError:
-                    pass
                 latencies.append(time.monotonic() - t0)
                 stop.wait(0.05)
 
@@ -104,10 +102,8 @@ def test_slowloris_half_sent_headers(
         # the head never completes; header_timeout_s bounds the whole head, not each byte.
         while time.monotonic() - t0 < 20 and idle.closed_by_server() < idle.connected:
             for sock in idle.live:
-                try:
+                with suppress(OSError):
                     sock.send(b"a")
-                except OSError:
-                    pass
             time.sleep(0.5)
         closed = idle.closed_by_server()
         figures(half_sent=idle.connected, closed=closed, seconds=round(time.monotonic() - t0, 1))
@@ -142,7 +138,9 @@ def test_huge_header(
     status = status_of(answer)
     figures(status=status, max_health_latency_s=round(max(latencies, default=0.0), 3))
     # A server may also close without answering once the head is over its limit.
-    assert status in (431, None), f"a 16 MB header: want 431 (or the connection closed), got {status}"
+    assert status in (431, None), (
+        f"a 16 MB header: want 431 (or the connection closed), got {status}"
+    )
     assert not engine.inference_requests(), "the request reached the engine"
     assert_survived(gw)
 
@@ -192,7 +190,11 @@ def test_huge_message_list(
         time.sleep(0.2)
     stall = max(latencies, default=0.0)
     peak = gw.peak_rss_mb() - rss0
-    figures(status=resp.status_code, max_health_latency_s=round(stall, 3), rss_peak_growth_mb=round(peak, 1))
+    figures(
+        status=resp.status_code,
+        max_health_latency_s=round(stall, 3),
+        rss_peak_growth_mb=round(peak, 1),
+    )
     assert resp.status_code < 500, f"{count} messages: {resp.status_code} {resp.text[:300]}"
     assert stall < 5.0, f"GET /health took {stall:.1f} s while {count} messages were hashed"
     assert_survived(gw)

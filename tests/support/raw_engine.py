@@ -42,7 +42,9 @@ Behaviour = Callable[[RawRequest, asyncio.StreamReader, asyncio.StreamWriter], A
 def response_head(status: int, content_type: str, length: int | None = None) -> bytes:
     """A status line and headers; chunked when ``length`` is None."""
     lines = [f"HTTP/1.1 {status} X", f"content-type: {content_type}"]
-    lines.append(f"content-length: {length}" if length is not None else "transfer-encoding: chunked")
+    lines.append(
+        f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
+    )
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
