@@ -93,6 +93,7 @@ def gateway(
         proc = GatewayProcess(config, tmp_path / f"gw{len(started)}", env)
         started.append((proc, 0.0, 0))
         proc.start(**kw)
+        time.sleep(0.3)  # the readiness polls' connections close
         started[-1] = (proc, proc.rss_mb(), proc.open_fds())
         return proc
 

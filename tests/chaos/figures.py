@@ -81,6 +81,8 @@ class ChaosFigures:
         for name, case in sorted(self.cases.items()):
             shown = " ".join(f"{k}={v}" for k, v in case.values.items())
             lines.append(f"{name:<{width}}{case.outcome.upper():<8}{shown}")
+            if case.failure:
+                lines.append(f"{'':<{width + 8}}! {case.failure[:150]}")
         passed = sum(c.outcome == "passed" for c in self.cases.values())
         lines += ["", f"{passed}/{len(self.cases)} cases passed", ""]
         lines += [f"{label}: {value}" for label, value in self.summary().items()]

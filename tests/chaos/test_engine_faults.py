@@ -202,7 +202,8 @@ def test_full_pool_does_not_eject(gateway: StartGateway, fake_engines: StartEngi
 
     answers = asyncio.run(burst())
     statuses = sorted(r.status_code for r in answers)
-    assert set(statuses) <= {200, 503}, f"want 200 or 503 gateway_overloaded; got {statuses}"
+    # 429: admission control may shed first; what must not happen is a 504 and an ejection.
+    assert set(statuses) <= {200, 429, 503}, f"want 200 or 503 gateway_overloaded: {statuses}"
     for r in answers:
         if r.status_code == 503:
             assert r.json()["error"]["code"] == "gateway_overloaded", r.text
