@@ -24,6 +24,7 @@ from tests.support.raw_engine import RawEngine
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 RawEngines = Callable[..., RawEngine]
+_STREAM = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
 def test_backend_killed_at_load(
@@ -81,9 +82,11 @@ def test_hung_backend_fails_over(
     hung, good = raw_engines(misbehaviour.well()), raw_engines(misbehaviour.well())
     config = gateway_config([hung.url, good.url], upstream={"first_byte_timeout_s": 1.0})
     gw = gateway(config)
-    baseline = [_timed(lambda: chat(gw)) for _ in range(6)]
+    # Streams: an engine sends a stream's head as soon as it accepts the request, so a head
+    # that never comes is a hung engine (a non-streaming head waits for the whole answer).
+    baseline = [_timed(lambda: chat(gw, json=_STREAM)) for _ in range(6)]
     hung.behaviour = misbehaviour.hang
-    during = [_timed(lambda: chat(gw, timeout=20.0)) for _ in range(6)]
+    during = [_timed(lambda: chat(gw, json=_STREAM, timeout=20.0)) for _ in range(6)]
     latencies = [t for t, _ in during]
     figures(
         p99_baseline_s=round(max(t for t, _ in baseline), 3), p99_fault_s=round(max(latencies), 3)
@@ -113,9 +116,6 @@ def test_garbage_sse(gateway: StartGateway, raw_engines: RawEngines) -> None:
         assert t < 15.0, "a garbage stream held its client"
     assert set(statuses) <= {200, 502}, f"garbage SSE gave {statuses}; want 200 or 502"
     assert_survived(gw)
-
-
-_STREAM = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
 def test_backend_dies_mid_event(

@@ -113,7 +113,7 @@ def test_api_keys_guard_engines_admin_and_metrics(
     [(engine, server)] = fake_engines(1)
     env: dict[str, str | None] = {"KVGATE_ADMIN_KEY": "chaos-admin-secret"}
     gw = gateway(gateway_config([server.url], security=_SECURITY), env=env)
-    for auth in (None, "Bearer sk-wrong", "Bearer "):
+    for auth in (None, "Bearer sk-wrong", "Bearer", "Basic c2stY2hhb3M="):
         headers = {"authorization": auth} if auth else {}
         resp = chat(gw, headers=headers)
         assert resp.status_code in (401, 403), (

@@ -81,7 +81,12 @@ def test_sigterm_drains(
             marks["sigterm"] = time.monotonic()
             await asyncio.sleep(0.2)
             ready = await asyncio.to_thread(_status, lambda: httpx.get(gw.url + "/ready"))
-            served = await asyncio.to_thread(_status, lambda: chat(gw))
+            short = {
+                "model": "m1",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2,
+            }
+            served = await asyncio.to_thread(_status, lambda: chat(gw, json=short))
             return await asyncio.gather(*streams), served, ready
 
     bodies, served, ready = asyncio.run(run())
