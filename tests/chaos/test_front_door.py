@@ -170,3 +170,37 @@ def test_backend_addresses_stay_opaque(
         )
     assert {r.status_code for r in answers} == {200, 502}, [r.status_code for r in answers]
     assert_survived(gw)
+
+
+def test_small_tenant_keeps_its_share_under_a_flood(
+    gateway: StartGateway, fake_engines: StartEngines, figures: Callable[..., None]
+) -> None:
+    (_, s1), (_, s2) = fake_engines(2, ttft_delay=0.3, tokens=5, token_delay=0.02)
+    admission = {
+        "enabled": True,
+        "max_in_flight_per_backend": 2,
+        "max_queue": 8,
+        "tenant_header": "x-tenant",
+    }
+    gw = gateway(gateway_config([s1.url, s2.url], admission=admission))
+
+    async def one(client: httpx.AsyncClient, tenant: str) -> int:
+        resp = await client.post("/v1/chat/completions", json=CHAT, headers={"x-tenant": tenant})
+        return resp.status_code
+
+    async def run() -> tuple[list[int], list[int]]:
+        limits = httpx.Limits(max_connections=200)
+        async with httpx.AsyncClient(base_url=gw.url, timeout=60.0, limits=limits) as client:
+            flood = [asyncio.create_task(one(client, "big")) for _ in range(60)]
+            await asyncio.sleep(0.05)  # the flood is queued first
+            small = [asyncio.create_task(one(client, "small")) for _ in range(6)]
+            return await asyncio.gather(*flood), await asyncio.gather(*small)
+
+    big, small = asyncio.run(run())
+    big_ok, small_ok = big.count(200) / len(big), small.count(200) / len(small)
+    figures(big_admitted=f"{big.count(200)}/{len(big)}", small_admitted=f"{small.count(200)}/6")
+    assert set(big + small) <= {200, 429}, f"want 200 or 429: {sorted(set(big + small))}"
+    assert small_ok >= big_ok, (
+        f"a small tenant got {small_ok:.0%} admitted against the flooding tenant's {big_ok:.0%}"
+    )
+    assert_survived(gw)
