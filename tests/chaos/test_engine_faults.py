@@ -8,6 +8,7 @@ answer of one request leaks into another, and the gateway itself stays up and bo
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
@@ -233,3 +234,35 @@ def test_retry_after_is_honest(gateway: StartGateway, fake_engines: StartEngines
         f"Retry-After {retry_after}: want the seconds until the first ejected backend is "
         "readmitted (~8 s here)"
     )
+
+
+def test_retries_cannot_amplify_an_outage(
+    gateway: StartGateway, fake_engines: StartEngines, figures: Callable[..., None]
+) -> None:
+    (e1, s1), (e2, s2) = fake_engines(2)
+    # Never ejected: every request meets two failing engines, each worth a retry.
+    gw = gateway(gateway_config([s1.url, s2.url], health={"passive_fail_threshold": 1000}))
+    e1.fail_status = e2.fail_status = 503
+
+    async def outage() -> list[int]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=20.0) as client:
+            statuses: list[int] = []
+            for _ in range(30):
+                batch = [client.post("/v1/chat/completions", json=_CHAT) for _ in range(10)]
+                statuses += [r.status_code for r in await asyncio.gather(*batch)]
+            return statuses
+
+    t0 = time.monotonic()
+    statuses = asyncio.run(outage())
+    seconds = time.monotonic() - t0
+    sent = len(e1.inference_requests()) + len(e2.inference_requests())
+    figures(requests=len(statuses), upstream_attempts=sent, seconds=round(seconds, 2))
+    # Defaults: retries up to retry_budget_ratio 0.2 of the requests plus a reserve of
+    # retry_budget_min_per_s 5 a second, counted over a 10 s window (as Finagle's budget).
+    allowed = len(statuses) * 1.2 + 5 * 10 * math.ceil(seconds / 10) + 5
+    assert sent <= allowed, (
+        f"{len(statuses)} requests made {sent} upstream attempts in {seconds:.1f} s; a retry "
+        f"budget of 20 % + 5/s allows {allowed:.0f} (without one: {2 * len(statuses)})"
+    )
+    assert set(statuses) <= {502, 503}, sorted(set(statuses))
+    assert_survived(gw)

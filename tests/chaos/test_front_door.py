@@ -204,3 +204,19 @@ def test_small_tenant_keeps_its_share_under_a_flood(
         f"a small tenant got {small_ok:.0%} admitted against the flooding tenant's {big_ok:.0%}"
     )
     assert_survived(gw)
+
+
+def test_key_request_rate_limit(gateway: StartGateway, fake_engines: StartEngines) -> None:
+    [(engine, server)] = fake_engines(1)
+    entry = {**_SECURITY["api_keys"][0], "requests_per_minute": 5}
+    env: dict[str, str | None] = {"KVGATE_ADMIN_KEY": "chaos-admin-secret"}
+    gw = gateway(gateway_config([server.url], security={"api_keys": [entry]}), env=env)
+    auth = {"authorization": f"Bearer {_KEY}"}
+    answers = [chat(gw, headers=auth) for _ in range(10)]
+    statuses = [r.status_code for r in answers]
+    assert statuses[:5] == [200] * 5, f"within the key's 5 requests a minute: {statuses}"
+    limited = [r for r in answers if r.status_code == 429]
+    assert len(limited) >= 4, f"a key over its 5 requests a minute was not limited: {statuses}"
+    for resp in limited:
+        assert int(resp.headers.get("retry-after", "0")) >= 1 and is_openai_error(resp)
+    assert len(engine.inference_requests()) <= 6, "requests over the key's limit reached the engine"
