@@ -58,7 +58,7 @@ def test_sigterm_drains(
     gateway: StartGateway, fake_engines: StartEngines, figures: Callable[..., None]
 ) -> None:
     [(_, server)] = fake_engines(1, tokens=120, token_delay=0.05)  # 6 s streams
-    drain = {"drain_delay_s": 1.0, "shutdown_grace_s": 2.0}
+    drain = {"drain_delay_s": 2.0, "shutdown_grace_s": 2.0}
     gw = gateway(gateway_config([server.url], server=drain))
     marks: dict[str, float] = {}
 
