@@ -1,9 +1,8 @@
-"""Hostile clients against a real `kvgate serve`: slowloris, oversized heads, odd requests.
+"""Hostile requests against a real `kvgate serve`: oversized heads, odd and huge bodies.
 
-What must hold: idle and half-sent connections are closed by the server's timeouts, heads
-over the limits get 431 without reaching an engine, requests that are not HTTP the gateway
-serves get a 4xx (never a 500 or a traceback), and one client's attack neither stalls other
-clients nor grows the gateway's memory or its /metrics page.
+What must hold: heads over the limits get 431 without reaching an engine, requests the
+gateway does not serve get a 4xx (never a 500 or a traceback), and one client's attack
+neither stalls other clients nor grows the gateway's memory, its log or its /metrics page.
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ from tests.chaos.conftest import StartGateway
 from tests.support import misbehaviour
 from tests.support.fixture_types import StartEngines
 from tests.support.gateway_process import GatewayProcess, gateway_config
-from tests.support.hostile import IdleSockets, send_raw, status_of
+from tests.support.hostile import send_raw, status_of
 from tests.support.raw_engine import RawEngine
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 RawEngines = Callable[..., RawEngine]
-TIMEOUTS = {"header_timeout_s": 3.0, "idle_timeout_s": 3.0, "body_timeout_s": 3.0}
 
 
 def _post_head(path: str, length: int, extra: str = "") -> bytes:
@@ -63,72 +61,6 @@ def _health_watch(gw: GatewayProcess) -> Iterator[list[float]]:
     finally:
         stop.set()
         thread.join(35)
-
-
-def test_slowloris_10k_idle_connections(
-    gateway: StartGateway, fake_engines: StartEngines, figures: Callable[..., None]
-) -> None:
-    [(_, server)] = fake_engines(1)
-    gw = gateway(gateway_config([server.url], server=TIMEOUTS))
-    with IdleSockets(gw.port, 10_000).open(within=30.0) as idle:
-        fds_held = gw.open_fds()
-        t0 = time.monotonic()
-        legit = _legit_request(gw, within=30.0)
-        legit_s = time.monotonic() - t0
-        try:
-            wait_for(lambda: idle.closed_by_server() == idle.connected, within=45.0, step=0.5)
-        finally:
-            closed = idle.closed_by_server()
-            figures(
-                idle_connected=idle.connected,
-                idle_closed=closed,
-                gateway_fds_held=fds_held,
-                legit_status=legit,
-                legit_s=round(legit_s, 2),
-            )
-    assert legit == 200, f"a legitimate client got {legit} while 10k idle connections were open"
-    assert_survived(gw)
-
-
-def _legit_request(gw: GatewayProcess, within: float) -> int | None:
-    """A client that retries (as SDKs do) until served or ``within`` s: a connection cap may
-    turn it away until the server's timeouts have cleared the idle connections."""
-    deadline = time.monotonic() + within
-    status: int | None = None
-    while time.monotonic() < deadline:
-        try:
-            status = chat(gw, timeout=max(1.0, deadline - time.monotonic())).status_code
-        except httpx.HTTPError:
-            status = None
-        if status == 200:
-            break
-        time.sleep(0.5)
-    return status
-
-
-def test_slowloris_half_sent_headers(
-    gateway: StartGateway, fake_engines: StartEngines, figures: Callable[..., None]
-) -> None:
-    [(_, server)] = fake_engines(1)
-    gw = gateway(gateway_config([server.url], server=TIMEOUTS))
-    partial = b"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nX-Slow: "
-    with IdleSockets(gw.port, 300, payload=partial).open() as idle:
-        t0 = time.monotonic()
-        # One more header byte per connection every half second: data keeps arriving, but
-        # the head never completes; header_timeout_s bounds the whole head, not each byte.
-        while time.monotonic() - t0 < 20 and idle.closed_by_server() < idle.connected:
-            for sock in idle.live:
-                with suppress(OSError):
-                    sock.send(b"a")
-            time.sleep(0.5)
-        closed = idle.closed_by_server()
-        figures(half_sent=idle.connected, closed=closed, seconds=round(time.monotonic() - t0, 1))
-        assert closed == idle.connected, (
-            f"{idle.connected - closed} of {idle.connected} connections trickling a head "
-            "were still open after 20 s (header_timeout_s=3)"
-        )
-    assert chat(gw).status_code == 200
-    assert_survived(gw)
 
 
 def test_ten_thousand_headers(gateway: StartGateway, fake_engines: StartEngines) -> None:
