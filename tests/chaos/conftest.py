@@ -22,7 +22,7 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.raw_engine import Behaviour, RawEngine
 
 FIGURES = pytest.StashKey[ChaosFigures]()
-RESULTS = Path("bench-results/chaos/chaos.json")
+RESULTS = Path("bench-results/chaos/chaos.json")  # under the repository root
 StartGateway = Callable[..., GatewayProcess]
 
 
@@ -60,7 +60,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     figures = config.stash.get(FIGURES, None)
     if figures is None or not figures.cases:
         return
-    figures.write(RESULTS)
+    figures.write(config.rootpath / RESULTS)
     terminalreporter.write_sep("=", "chaos figures")
     terminalreporter.write_line(figures.table())
     terminalreporter.write_line(f"\n(written to {RESULTS})")
@@ -86,10 +86,14 @@ def gateway(
     request: pytest.FixtureRequest, tmp_path: Path, figures: Callable[..., None]
 ) -> Iterator[StartGateway]:
     """``gateway(config, env=None, wait_ready=True) -> GatewayProcess``, started; at the end
-    its RSS and open-fd growth go into the figures and it is killed by pid."""
+    its RSS and open-fd growth since start-up go into the figures (negative: fewer descriptors
+    than just after start-up, whose probe connections have since expired) and it is killed
+    by pid."""
     started: list[tuple[GatewayProcess, float, int]] = []
 
-    def start(config: dict[str, Any], env: dict[str, str | None] | None = None, **kw: Any):
+    def start(
+        config: dict[str, Any], env: dict[str, str | None] | None = None, **kw: Any
+    ) -> GatewayProcess:
         proc = GatewayProcess(config, tmp_path / f"gw{len(started)}", env)
         started.append((proc, 0.0, 0))
         proc.start(**kw)

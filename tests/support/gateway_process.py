@@ -3,12 +3,13 @@
 The chaos suite attacks the gateway as users run it: its own process (uvloop, the httptools
 protocol, its server settings), a port it picked itself, its log in a file. `GatewayProcess`
 also reads the process's resident memory and open descriptors from /proc, so a case can
-report what the attack cost. Stopped by its pid (`sim.live.processes.ChildProcess`).
+report what the attack cost. Killed by its pid (`sim.live.processes.ChildProcess`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ class GatewayProcess:
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / "kvgate.log"
         command = kvgate_command("serve", "--config", str(self.config_path), "--port", "0")
-        self._child = ChildProcess(command, self.log_path, env=env, stop_timeout_s=15.0)
+        # Killed, not stopped: a case is over, and a drain would only make the suite slower.
+        self._child = ChildProcess(command, self.log_path, env=env, stop_signal=signal.SIGKILL)
         self.url = ""
 
     @property
