@@ -87,8 +87,7 @@ def gateway(
 ) -> Iterator[StartGateway]:
     """``gateway(config, env=None, wait_ready=True) -> GatewayProcess``, started; at the end
     its RSS and open-fd growth since start-up go into the figures (negative: fewer descriptors
-    than just after start-up, whose probe connections have since expired) and it is killed
-    by pid."""
+    open than just after start-up) and it is killed by pid."""
     started: list[tuple[GatewayProcess, float, int]] = []
 
     def start(
