@@ -88,8 +88,7 @@ class GatewayProcess:
             [m] = self._child.wait_for_line(r"Uvicorn running on (http://[0-9.:]+)", timeout_s=60)
         except RuntimeError as exc:
             raise AssertionError(
-                "kvgate serve exited before listening: it refused the case's config (a setting "
-                "the case needs is missing?) or failed to start\n"
+                f"{_why_not_started(self.log_text())}\n"
                 f"config:\n{self.config_path.read_text()}\n{exc}"
             ) from None
         self.url = m.group(1)
@@ -126,3 +125,13 @@ class GatewayProcess:
             return httpx.get(self.url + "/health", timeout=timeout).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def _why_not_started(log: str) -> str:
+    """One line: the settings the gateway refused (which the case expects to exist), or that
+    it failed to start."""
+    if "invalid field(s)" in log:
+        start = log.index("invalid field(s)")
+        fields = [line.strip() for line in log[start:].splitlines()[1:] if line.startswith("  ")]
+        return "kvgate serve refused the case's config, expected valid: " + "; ".join(fields)
+    return "kvgate serve exited before listening (start-up failed; its log follows)"
