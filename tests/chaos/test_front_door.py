@@ -220,3 +220,18 @@ def test_key_request_rate_limit(gateway: StartGateway, fake_engines: StartEngine
     for resp in limited:
         assert int(resp.headers.get("retry-after", "0")) >= 1 and is_openai_error(resp)
     assert len(engine.inference_requests()) <= 6, "requests over the key's limit reached the engine"
+
+
+def test_headers_towards_engines(gateway: StartGateway, fake_engines: StartEngines) -> None:
+    [(engine, server)] = fake_engines(1)
+    security = {**_SECURITY, "upstream_authorization": "strip", "forwarded_for": True}
+    env: dict[str, str | None] = {"KVGATE_ADMIN_KEY": "chaos-admin-secret"}
+    gw = gateway(gateway_config([server.url], security=security), env=env)
+    headers = {"authorization": f"Bearer {_KEY}", "x-forwarded-for": "203.0.113.7"}
+    assert chat(gw, headers=headers).status_code == 200
+    [seen] = engine.inference_requests()
+    assert "authorization" not in seen.headers, "the client's API key was passed to the engine"
+    forwarded = seen.headers.get("x-forwarded-for", "")
+    assert forwarded.startswith("203.0.113.7") and "127.0.0.1" in forwarded, (
+        f"X-Forwarded-For should have the client appended: {forwarded!r}"
+    )

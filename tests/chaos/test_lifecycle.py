@@ -73,20 +73,20 @@ def test_sigterm_drains(
             pass
         return body
 
-    async def run() -> tuple[list[bytes], int | None, int | None]:
+    async def run() -> tuple[list[bytes], httpx.Response | None, httpx.Response | None]:
         async with httpx.AsyncClient(base_url=gw.url, timeout=30.0) as client:
             streams = [asyncio.create_task(stream(client)) for _ in range(4)]
             await asyncio.sleep(0.5)
             gw_pid_signal(gw.pid)
             marks["sigterm"] = time.monotonic()
             await asyncio.sleep(0.2)
-            ready = await asyncio.to_thread(_status, lambda: httpx.get(gw.url + "/ready"))
+            ready = await asyncio.to_thread(_answer, lambda: httpx.get(gw.url + "/ready"))
             short = {
                 "model": "m1",
                 "messages": [{"role": "user", "content": "hi"}],
                 "max_tokens": 2,
             }
-            served = await asyncio.to_thread(_status, lambda: chat(gw, json=short))
+            served = await asyncio.to_thread(_answer, lambda: chat(gw, json=short))
             return await asyncio.gather(*streams), served, ready
 
     bodies, served, ready = asyncio.run(run())
@@ -94,12 +94,14 @@ def test_sigterm_drains(
     verdicts = [judge_stream(b) for b in bodies]
     good = [v for v in verdicts if v.done or (v.well_formed and v.error_event)]
     figures(
-        ready_while_draining=ready,
+        ready_while_draining=ready.status_code if ready else None,
         streams_ended_well=f"{len(good)}/{len(verdicts)}",
         exit_s=round(exited - marks["sigterm"], 2) if exited else None,
     )
-    assert ready == 503, f"/ready during the drain delay: want 503, got {ready}"
-    assert served == 200, f"a request during the drain delay was not served: {served}"
+    assert ready is not None and ready.status_code == 503, f"/ready while draining: {ready}"
+    assert ready.json().get("draining") is True, f"/ready while draining: {ready.text}"
+    status = served.status_code if served else None
+    assert status == 200, f"a request during the drain delay was not served: {status}"
     assert len(good) == len(verdicts), f"streams cut badly by the shutdown: {verdicts}"
     assert exited is not None, "the gateway did not exit within drain + grace + 12 s"
 
@@ -108,9 +110,9 @@ def gw_pid_signal(pid: int) -> None:
     os.kill(pid, signal.SIGTERM)
 
 
-def _status(call: Callable[[], httpx.Response]) -> int | None:
+def _answer(call: Callable[[], httpx.Response]) -> httpx.Response | None:
     try:
-        return call().status_code
+        return call()
     except httpx.HTTPError:
         return None  # refused: the listener is already closed
 
