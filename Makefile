@@ -33,7 +33,8 @@ test-slow: $(STAMP)
 	exit $$status
 
 # The chaos suite: a real `kvgate serve` in front of misbehaving engines and hostile clients;
-# ~5 min; prints a table of figures and writes bench-results/chaos/chaos.json.
+# ~3 min (40 cases, each with its own gateway); prints a table of figures and writes
+# bench-results/chaos/chaos.json. Outside `make test` (marker `chaos`).
 chaos: $(STAMP)
 	$(BIN)/pytest -q -m chaos tests/chaos
 
