@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sim.live.processes import ChildProcess, kvgate_command
-from tests.chaos.figures import ChaosFigures
+from tests.chaos.figures import ChaosFigures, plot_latency
 from tests.support.gateway_process import GatewayProcess
 from tests.support.raw_engine import Behaviour, RawEngine
 
@@ -61,9 +61,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if figures is None or not figures.cases:
         return
     figures.write(config.rootpath / RESULTS)
+    png = RESULTS.with_suffix(".png")
+    plotted = plot_latency(figures, config.rootpath / png)
     terminalreporter.write_sep("=", "chaos figures")
     terminalreporter.write_line(figures.table())
-    terminalreporter.write_line(f"\n(written to {RESULTS})")
+    terminalreporter.write_line(f"\n(written to {RESULTS}{' and ' + str(png) if plotted else ''})")
 
 
 def _first_line(text: str) -> str:

@@ -2,9 +2,10 @@
 
 Cases record values with `ChaosFigures.record`; the conftest adds each case's outcome and the
 gateway's memory and descriptor growth, and at the end of the session prints the table and
-writes ``bench-results/chaos/chaos.json``. The summary block answers the issue's questions
-(requests lost before streaming, error events for those cut while streaming, p99 per fault
-against the baseline, RSS and fd growth, time to eject and readmit, shed fraction).
+writes ``bench-results/chaos/chaos.json`` (and ``chaos.png``, p99 per fault, if matplotlib
+is installed). The summary block answers the issue's questions (requests lost before
+streaming, error events for those cut while streaming, p99 per fault against the baseline,
+RSS and fd growth, time to eject and readmit, shed fraction).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sim.plots import PlotsUnavailable, pyplot
 
 Value = float | int | str | bool | None
 
@@ -104,3 +107,32 @@ def _total(values: list[Value]) -> int | None:
 def _max(key: str, cases: dict[str, CaseFigures]) -> Value:
     numbers = [v for c in cases.values() if isinstance(v := c.values.get(key), int | float)]
     return max(numbers) if numbers else None
+
+
+def plot_latency(figures: ChaosFigures, path: Path) -> bool:
+    """p99 latency per fault against its baseline, as a bar chart; False without matplotlib."""
+    try:
+        plt = pyplot()
+    except PlotsUnavailable:
+        return False
+    rows = [
+        (name, c.values["p99_baseline_s"], c.values["p99_fault_s"])
+        for name, c in sorted(figures.cases.items())
+        if isinstance(c.values.get("p99_baseline_s"), float)
+        and isinstance(c.values.get("p99_fault_s"), float)
+    ]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r[1] for r in rows], 0.4, label="baseline")
+    ax.bar([x + 0.2 for x in xs], [r[2] for r in rows], 0.4, label="during the fault")
+    ax.set_xticks(list(xs), [r[0].replace("_", " ") for r in rows], fontsize=8)
+    ax.set_ylabel("p99 latency (s)")
+    ax.set_title("kvgate chaos suite: p99 during each fault")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

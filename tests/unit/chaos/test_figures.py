@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.chaos.figures import ChaosFigures
+from tests.chaos.figures import ChaosFigures, plot_latency
 
 
 def test_summary_adds_up_the_cases(tmp_path: Path) -> None:
@@ -35,3 +35,11 @@ def test_nothing_measured_shows_as_none() -> None:
     summary = ChaosFigures().summary()
     assert summary["requests lost that had not started streaming (target 0)"] is None
     assert summary["well-formed SSE error events / streams cut after starting"] is None
+
+
+def test_latency_plot_is_written(tmp_path: Path) -> None:
+    figures = ChaosFigures()
+    figures.record("hung", p99_baseline_s=0.05, p99_fault_s=1.04)
+    assert plot_latency(figures, tmp_path / "chaos.png")
+    assert (tmp_path / "chaos.png").stat().st_size > 0
+    assert not plot_latency(ChaosFigures(), tmp_path / "none.png")
