@@ -89,10 +89,12 @@ def test_hung_backend_fails_over(
     hung.behaviour = misbehaviour.hang
     during = [_timed(lambda: chat(gw, json=_STREAM, timeout=20.0)) for _ in range(6)]
     latencies = [t for t, _ in during]
-    figures(
-        p99_baseline_s=round(max(t for t, _ in baseline), 3), p99_fault_s=round(max(latencies), 3)
-    )
     statuses = [r.status_code if r is not None else None for _, r in during]
+    figures(
+        lost_not_started=sum(s != 200 for s in statuses),
+        p99_baseline_s=round(max(t for t, _ in baseline), 3),
+        p99_fault_s=round(max(latencies), 3),
+    )
     assert statuses == [200] * 6, f"want every request failed over to the good backend: {statuses}"
     assert max(latencies) < 10.0, f"first_byte_timeout_s=1 yet a request took {max(latencies)} s"
     assert_survived(gw)
@@ -165,11 +167,12 @@ def test_unsolicited_second_response(gateway: StartGateway, raw_engines: RawEngi
 
 
 def test_failure_on_reused_connection_is_retried(
-    gateway: StartGateway, raw_engines: RawEngines
+    gateway: StartGateway, raw_engines: RawEngines, figures: Callable[..., None]
 ) -> None:
     flaky, good = raw_engines(misbehaviour.close_on_reuse), raw_engines(misbehaviour.well())
     gw = gateway(gateway_config([flaky.url, good.url]))
     statuses = [chat(gw).status_code for _ in range(8)]
+    figures(lost_not_started=sum(s != 200 for s in statuses))
     assert statuses == [200] * 8, (
         f"a reused connection closed before any byte must be retried; got {statuses}"
     )
@@ -185,7 +188,8 @@ def test_slow_engine(
     baseline = asyncio.run(run_load(gw.url, 2.0, 6, max_tokens=10))
     slow.ttft_delay, slow.token_delay = 1.5, 0.2
     during = asyncio.run(run_load(gw.url, 5.0, 6, max_tokens=10))
-    figures(p99_baseline_s=p99(baseline), p99_fault_s=p99(during))
+    lost = sum(a.lost_before_streaming for a in during)
+    figures(lost_not_started=lost, p99_baseline_s=p99(baseline), p99_fault_s=p99(during))
     failed = [a.status for a in during if not a.ok]
     assert not failed, f"{len(failed)} requests failed with a slow (not dead) engine: {failed}"
     assert_survived(gw)
