@@ -52,6 +52,8 @@ def _assert_loops_running(gw: GatewayProcess) -> None:
     loops = ready.get("loops")
     assert isinstance(loops, dict) and loops, f"/ready reports no background loops: {ready}"
     assert set(loops.values()) == {"running"}, f"a background loop is not running: {loops}"
+    admin = httpx.get(gw.url + "/admin/backends", timeout=5.0).json()
+    assert admin.get("loops") == loops, f"/admin/backends reports other loops: {admin.get('loops')}"
 
 
 def test_metrics_page_huge_values(
