@@ -54,15 +54,6 @@ def status_of(response: bytes) -> int | None:
         return None
 
 
-def header_of(response: bytes, name: str) -> str | None:
-    head = response.split(b"\r\n\r\n", 1)[0].decode("latin-1")
-    for line in head.split("\r\n")[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == name.lower():
-            return value.strip()
-    return None
-
-
 class IdleSockets:
     """``count`` connections to ``port`` that send ``payload`` (maybe nothing) and then wait."""
 
