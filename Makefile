@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo serve test test-slow lint typecheck check clean bench-routing calibrate bench fidelity
+.PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,12 @@ test-slow: $(STAMP)
 	@$(BIN)/pytest -q -m slow; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test-slow: no test is marked slow"; exit 0; fi; \
 	exit $$status
+
+# The chaos suite: a real `kvgate serve` in front of misbehaving engines and hostile clients;
+# ~3 min (40 cases, each with its own gateway); prints a table of figures and writes
+# bench-results/chaos/chaos.json. Outside `make test` (marker `chaos`).
+chaos: $(STAMP)
+	$(BIN)/pytest -q -m chaos tests/chaos
 
 # Routing quality per kvgate policy on 8 emulated replicas (synthetic chats + a Mooncake
 # slice): the quality bench with kvgate's policies as its routers; ~25 minutes; writes
