@@ -34,7 +34,7 @@ test-slow: $(STAMP)
 
 # The chaos suite: a real `kvgate serve` in front of misbehaving engines and hostile clients;
 # ~3 min (40 cases, each with its own gateway); prints a table of figures and writes
-# bench-results/chaos/chaos.json. Outside `make test` (marker `chaos`).
+# out/chaos/chaos.json. Outside `make test` (marker `chaos`).
 chaos: $(STAMP)
 	$(BIN)/pytest -q -m chaos tests/chaos
 

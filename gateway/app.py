@@ -225,7 +225,7 @@ class GatewayApp:
             ProbeSettings(
                 h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s, h.max_scrape_bytes
             ),
-            on_down=self.prefix.forget,
+            on_down=self._backend_down,
         )
         await prober.initial_round()
         scraper = Scraper(
@@ -264,6 +264,16 @@ class GatewayApp:
             self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
             self.metrics.in_flight.labels(b.id).set(b.in_flight)
         return self.metrics.render()
+
+    def _backend_down(self, backend_id: str) -> None:
+        """Probes found a backend down: its cache may be gone, and requests still waiting
+        for its response head fail over now instead of waiting out `read_timeout_s`."""
+        self.prefix.forget(backend_id)
+        backend = self.pool.find(backend_id)
+        if self._runtime is not None and backend is not None:
+            n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
+            if n:
+                log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
 
     def _backend_removed(self, backend_id: str) -> None:
         """A discovered backend left: what was learnt about it goes (a pod that comes back

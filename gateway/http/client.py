@@ -134,6 +134,7 @@ class UpstreamClient:
         self._idle: dict[Origin, list[Http1Connection]] = {}
         self._idle_count = 0
         self._origins: dict[str, Origin] = {}
+        self._awaiting_head: dict[str, set[Http1Connection]] = {}
         self._slots: asyncio.Semaphore | None = None
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
@@ -161,7 +162,7 @@ class UpstreamClient:
             conn = self._take_idle(origin)
             if conn is not None:
                 try:
-                    await self._exchange(conn, head, body, first_byte_timeout)
+                    await self._exchange(conn, head, body, first_byte_timeout, base_url)
                     return UpstreamResponse(self, origin, conn)
                 except (RemoteProtocolError, ReadError):
                     if conn.received:
@@ -171,7 +172,7 @@ class UpstreamClient:
                     # died without a byte runs it twice: for inference, only compute lost.
                     conn.close()
             conn = await self._connect(origin)
-            await self._exchange(conn, head, body, first_byte_timeout)
+            await self._exchange(conn, head, body, first_byte_timeout, base_url)
         except BaseException:
             if conn is not None:
                 conn.close()
@@ -180,9 +181,35 @@ class UpstreamClient:
         return UpstreamResponse(self, origin, conn)
 
     async def _exchange(
+        self,
+        conn: Http1Connection,
+        head: bytes,
+        body: bytes,
+        first_byte: float | None,
+        base_url: str,
+    ) -> None:
+        """Write the request on `conn` and wait for the head of its response (`conn` is
+        listed as awaiting a head meanwhile, for `abandon_heads`)."""
+        waiting = self._awaiting_head.get(base_url)
+        if waiting is None:
+            waiting = self._awaiting_head[base_url] = set()
+        waiting.add(conn)
+        try:
+            await self._exchange_on(conn, head, body, first_byte)
+        finally:
+            waiting.discard(conn)
+
+    def abandon_heads(self, base_url: str, reason: str) -> int:
+        """End the waits for a response head from `base_url` (declared down): each raises
+        `HeadAbandoned`, which fails over like a first-byte timeout. How many there were."""
+        waiting = list(self._awaiting_head.get(base_url, ()))
+        for conn in waiting:
+            conn.abandon_head(reason)
+        return len(waiting)
+
+    async def _exchange_on(
         self, conn: Http1Connection, head: bytes, body: bytes, first_byte: float | None
     ) -> None:
-        """Write the request on `conn` and wait for the head of its response."""
         limits = self.limits
         conn.begin()
         await conn.write(head + body if len(body) < 65536 else head, limits.write_timeout)

@@ -8,6 +8,7 @@ The exceptions it raises, named like httpx's so log lines keep their meaning:
     ├── Timeout
     │   ├── ReadTimeout         no byte from the backend for `read_timeout` seconds
     │   │   └── FirstByteTimeout  no response head within `first_byte_timeout` seconds
+    │   │       └── HeadAbandoned  no response head, and the backend was declared down
     │   └── WriteTimeout        the request could not be written in time
     ├── PoolTimeout             no connection slot free in time: the gateway's own overload,
     │                           not the backend's (so not a `Timeout`)
@@ -54,6 +55,11 @@ class WriteTimeout(Timeout):
 
 class FirstByteTimeout(ReadTimeout):
     pass
+
+
+class HeadAbandoned(FirstByteTimeout):
+    """The backend was declared down (health probes) while this request waited for its
+    response head: the wait is given up, as after a first-byte timeout."""
 
 
 class PoolTimeout(HttpClientError):
@@ -198,6 +204,11 @@ class Http1Connection(asyncio.Protocol):
     def _unsolicited(self) -> None:
         self.unsolicited = True
         self.close()
+
+    def abandon_head(self, reason: str) -> None:
+        """Give up waiting for the response head (the backend was declared down)."""
+        if not self.headers_done and self.error is None:
+            self._fail(HeadAbandoned(reason))
 
     def _fail(self, error: HttpClientError) -> None:
         self.error = error

@@ -2,7 +2,7 @@
 
 Every case starts its own `kvgate serve` (so one case that breaks the gateway never breaks
 another) and its own engines; all are stopped by pid at teardown, also when the case fails.
-The session ends with the figures table printed and written to bench-results/chaos/.
+The session ends with the figures table printed and written to out/chaos/.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.raw_engine import Behaviour, RawEngine
 
 FIGURES = pytest.StashKey[ChaosFigures]()
-RESULTS = Path("bench-results/chaos/chaos.json")  # under the repository root
+RESULTS = Path("out/chaos/chaos.json")  # under the repository root
 StartGateway = Callable[..., GatewayProcess]
 
 

@@ -2,7 +2,7 @@
 
 Cases record values with `ChaosFigures.record`; the conftest adds each case's outcome and the
 gateway's memory and descriptor growth, and at the end of the session prints the table and
-writes ``bench-results/chaos/chaos.json`` (and ``chaos.png``, p99 per fault, if matplotlib
+writes ``out/chaos/chaos.json`` (and ``chaos.png``, p99 per fault, if matplotlib
 is installed). The summary block answers the issue's questions (requests lost before
 streaming, error events for those cut while streaming, p99 per fault against the baseline,
 RSS and fd growth, time to eject and readmit, shed fraction).

@@ -100,6 +100,28 @@ def test_hung_backend_fails_over(
     assert_survived(gw)
 
 
+def test_hung_backend_non_streaming_fails_over_once_declared_down(
+    gateway: StartGateway, raw_engines: RawEngines, figures: Callable[..., None]
+) -> None:
+    hung, good = raw_engines(misbehaviour.well()), raw_engines(misbehaviour.well())
+    gw = gateway(gateway_config([hung.url, good.url]))  # no first-byte timeout for these
+    plain = {k: v for k, v in _STREAM.items() if k != "stream"}
+    baseline = [_timed(lambda: chat(gw, json=plain)) for _ in range(6)]
+    hung.behaviour = misbehaviour.hang
+    hung.health_status = 503  # its health check fails too: the probes declare it down
+    during = [_timed(lambda: chat(gw, json=plain, timeout=30.0)) for _ in range(6)]
+    latencies = [t for t, _ in during]
+    statuses = [r.status_code if r is not None else None for _, r in during]
+    figures(
+        lost_not_started=sum(s != 200 for s in statuses),
+        p99_baseline_s=round(max(t for t, _ in baseline), 3),
+        p99_fault_s=round(max(latencies), 3),
+    )
+    assert statuses == [200] * 6, f"want every request failed over to the good backend: {statuses}"
+    assert max(latencies) < 15.0, f"a request waited {max(latencies)} s on the hung backend"
+    assert_survived(gw)
+
+
 def _timed(call: Callable[[], httpx.Response]) -> tuple[float, httpx.Response | None]:
     t0 = time.monotonic()
     try:

@@ -14,6 +14,7 @@ import pytest
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import StartEngines
 from tests.support.raw_backend import RawBackend, Reply, chunk, chunked_head, response
+from tests.support.waiting import wait_until
 
 CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hello"}]}
 MakeRaw = Callable[[Callable[[int, int], Reply]], RawBackend]
@@ -202,6 +203,32 @@ def test_hung_backend_with_no_attempt_left_is_504(
     r = client(gw, timeout=5.0).post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 504
     assert r.json()["error"]["code"] == "upstream_first_byte_timeout"
+
+
+def test_requests_waiting_on_a_backend_declared_down_fail_over(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    """Issue 15 defect 8, non-streaming: no first-byte timeout can tell a hung backend from a
+    long generation (vLLM sends the head when it is done), so the health probes do: once they
+    declare the backend down, the requests waiting for its head fail over."""
+    (hung, s1), (good, s2) = fake_engines(2)
+    hung.ttft_delay = 60.0
+    _app, gw = start_gateway([s1.url, s2.url], health={"passive_fail_threshold": 100})
+    c = client(gw, timeout=10.0)
+    answers: list[httpx.Response] = []
+    # round-robin: one of the two goes to the hung backend first
+    threads = [
+        threading.Thread(target=lambda: answers.append(c.post("/v1/chat/completions", json=CHAT)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(hung.inference_requests()) == 1)
+    hung.health_status = 503  # the probes see it now
+    for t in threads:
+        t.join(timeout=10.0)
+    assert [r.status_code for r in answers] == [200, 200]
+    assert {r.headers["x-fake-engine"] for r in answers} == {good.name}
 
 
 def test_stream_first_byte_timeout_leaves_non_streaming_requests_alone(
