@@ -54,6 +54,7 @@ class AdmissionMetrics:
             registry=registry,
         )
         self.bands = tuple(bands)
+        self._lengths: tuple[int, ...] = ()
         self.shed_by = Children(self.shed)
         self.wait_by = Children(self.queue_wait)
         self._length_by = Children(self.queue_length)
@@ -61,5 +62,9 @@ class AdmissionMetrics:
             self.shed_by(reason)
 
     def set_lengths(self, sizes: Sequence[int]) -> None:
+        sizes = tuple(sizes)
+        if sizes == self._lengths:
+            return  # every pump calls this; the gauges move only when the queue does
+        self._lengths = sizes
         for band, size in zip(self.bands, sizes, strict=True):
             self._length_by(band).set(size)
