@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import subprocess
@@ -131,9 +132,14 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
 def _start_kvgate_from(
     source: str, install: PeerInstall, fleet: StubFleet, policy: str, logs: Path
 ) -> tuple[ChildProcess, str]:
-    """kvgate with `source` first on PYTHONPATH, otherwise launched as `start_peer` does."""
+    """kvgate from the source tree `source`: its own `.venv` interpreter when it has one
+    (an editable install's import hook would otherwise load this tree's code whatever
+    PYTHONPATH says), else this one with `source` first on PYTHONPATH."""
     from bench.peers import peer_command
 
+    own = Path(source) / ".venv" / "bin" / "python"
+    if own.exists():
+        install = dataclasses.replace(install, python=own)
     port = free_port()
     command = peer_command(
         install, port=port, worker_urls=fleet.urls, model=MODEL, policy=policy or "default"
