@@ -147,7 +147,8 @@ def _start_kvgate_from(
     log_path = logs / f"kvgate-{Path(source).name}-{policy}.log"
     env = {"PYTHONPATH": str(Path(source).resolve())}
     url = f"http://127.0.0.1:{port}"
-    proc = ChildProcess(command, log_path, env=env).start()
+    # Run from `source`: `python -m` puts the working directory first on sys.path.
+    proc = ChildProcess(command, log_path, env=env, cwd=Path(source).resolve()).start()
     try:
         proc.wait_for_http(url + "/v1/models")
     except BaseException:
