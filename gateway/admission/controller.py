@@ -77,6 +77,7 @@ class AdmissionController:
         self._chars_per_token = chars_per_token
         self._tick_s = tick_s
         self._waiters: dict[int, asyncio.Future[float]] = {}
+        metrics.admitted.set_function(lambda: self.admitted)  # read at scrape, not per request
 
     async def acquire(
         self,
@@ -229,13 +230,11 @@ class AdmissionController:
         self.admitted += 1
         self.rate.started()
         self._capacity.took()
-        self._metrics.admitted.set(self.admitted)
 
     def _finished(self, duration_s: float) -> None:
         self.admitted -= 1
         self._capacity.gave_back()
         self.rate.finished(duration_s)
-        self._metrics.admitted.set(self.admitted)
 
     def _shed(self, reason: str, retry_after_s: int) -> ShedError:
         self._metrics.shed_by(reason).inc()

@@ -195,7 +195,18 @@ class UpstreamClient:
             waiting = self._awaiting_head[base_url] = set()
         waiting.add(conn)
         try:
-            await self._exchange_on(conn, head, body, first_byte)
+            limits = self.limits
+            conn.begin()
+            await conn.write(head + body if len(body) < 65536 else head, limits.write_timeout)
+            if len(body) >= 65536:
+                await conn.write(body, limits.write_timeout)
+            if first_byte is None or first_byte >= limits.read_timeout:
+                while not conn.headers_done:
+                    if conn.error is not None:
+                        raise conn.error
+                    await conn.wait_for_data(limits.read_timeout)
+                return
+            await self._head_within(conn, first_byte)
         finally:
             waiting.discard(conn)
 
@@ -207,20 +218,9 @@ class UpstreamClient:
             conn.abandon_head(reason)
         return len(waiting)
 
-    async def _exchange_on(
-        self, conn: Http1Connection, head: bytes, body: bytes, first_byte: float | None
-    ) -> None:
+    async def _head_within(self, conn: Http1Connection, first_byte: float) -> None:
+        """Wait for the response head, at most `first_byte` seconds."""
         limits = self.limits
-        conn.begin()
-        await conn.write(head + body if len(body) < 65536 else head, limits.write_timeout)
-        if len(body) >= 65536:
-            await conn.write(body, limits.write_timeout)
-        if first_byte is None or first_byte >= limits.read_timeout:
-            while not conn.headers_done:
-                if conn.error is not None:
-                    raise conn.error
-                await conn.wait_for_data(limits.read_timeout)
-            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + first_byte
         while not conn.headers_done:
