@@ -159,6 +159,8 @@ def _event(item: Any) -> KvEvent | None:
 
 def block_hash(value: object) -> int:
     """One block hash as an int: ints as they are, bytes by their last 8 bytes big-endian."""
+    if type(value) is int:
+        return value
     if isinstance(value, bytes):
         if not value:
             raise KvEventDecodeError("empty block hash")
@@ -199,6 +201,7 @@ def _opt_str(value: object, name: str) -> str | None:
 
 
 def _ints(value: object, name: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+    # `type(v) is int` (msgpack yields exact ints; it also rules out bools): the hot loop.
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
         raise KvEventDecodeError(f"{name} is not a list of ints")
     return tuple(value)
