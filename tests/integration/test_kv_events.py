@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import httpx
+import msgpack  # type: ignore[import-untyped]
 import pytest
+import zmq
 
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, KvEventBatch
 from health.kv_events import KvEventsSettings, KvEventSubscriber
+from tests.conftest import StartEngines
+from tests.integration.conftest import StartGateway
 from tests.support.kv_publisher import KvPublisher
-from tests.support.waiting import async_wait_until
+from tests.support.waiting import async_wait_until, wait_until
 
 STORED = {"type": "BlockStored", "block_hashes": [11], "parent_block_hash": None}
 STORED |= {"token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU"}
@@ -152,3 +158,30 @@ async def test_a_restarted_publisher_is_followed_again() -> None:
     assert received.seqs == [0, 1, 2, 0, 1]
     assert received.batches[3].events == (AllBlocksCleared(),)
     assert (sub.counters.restarts, sub.counters.gaps) == (1, 0)
+
+
+def test_the_gateway_counts_each_backends_batches(
+    fake_engines: StartEngines, start_gateway: StartGateway, client: Callable[..., httpx.Client]
+) -> None:
+    [(_engine, s1), (_e2, s2)] = fake_engines(2)
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    try:
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        with_events = {"url": s1.url, "id": "a", "kv_events": f"tcp://127.0.0.1:{port}"}
+        _, gw = start_gateway([with_events, {"url": s2.url, "id": "b"}])
+        admin = client(gw)
+        payload = msgpack.packb([0.0, [STORED, STORED], 0])
+
+        def state() -> dict[str, Any]:
+            pub.send_multipart([b"kv-events", (0).to_bytes(8, "big"), payload])
+            return {b["id"]: b for b in admin.get("/admin/backends").json()["backends"]}
+
+        wait_until(lambda: state()["a"]["kv_events"]["batches"] == 1)
+        backends = state()
+        assert backends["a"]["kv_events"]["events"] == 2
+        assert backends["a"]["kv_events"]["last_seq"] == 0
+        assert "kv_events" not in backends["b"]
+        assert admin.get("/admin/backends").json()["loops"]["kv-events:a"] == "running"
+    finally:
+        ctx.destroy(linger=0)
