@@ -137,11 +137,12 @@ class KvEventSubscriber:
         self._deliver(batch)
 
     async def _fill_gap(self, ctx: zmq.asyncio.Context, first: int, live: int) -> None:
-        """Deliver batches `first` .. `live - 1` from the replay socket, if there is one."""
+        """Deliver batches `first` .. `live - 1` from the replay socket, if there is one (in
+        order; those its buffer no longer holds are lost)."""
         recovered = 0
         if self.settings.replay is not None:
-            for batch in await self._replay(ctx, first, live):
-                if batch.seq == first + recovered:
+            for batch in sorted(await self._replay(ctx, first, live), key=lambda b: b.seq):
+                if batch.seq > (self.counters.last_seq or -1):
                     self._deliver(batch)
                     recovered += 1
         self.counters.replayed += recovered

@@ -100,6 +100,21 @@ async def test_a_gap_is_filled_from_the_replay_socket(publisher: KvPublisher) ->
     assert c.duplicates >= 0 and c.decode_errors == 0
 
 
+async def test_what_the_replay_buffer_lost_is_counted(publisher: KvPublisher) -> None:
+    received = Received()
+    async with following(publisher, received) as sub:
+        await publisher.publish([STORED])
+        await joined(publisher, lambda: sub.counters.batches)
+        for drop in (False, True, True):
+            await publisher.publish([STORED], drop=drop)
+        del publisher.buffer[2]  # vLLM keeps the last buffer_steps batches only
+        await publisher.publish([STORED])
+        await async_wait_until(lambda: sub.counters.last_seq == 4)
+
+    assert received.seqs == [0, 1, 3, 4]
+    assert (sub.counters.gaps, sub.counters.replayed, sub.counters.missed) == (1, 1, 1)
+
+
 async def test_without_replay_the_gap_is_recorded(publisher: KvPublisher) -> None:
     received = Received()
     async with following(publisher, received, replay=False) as sub:

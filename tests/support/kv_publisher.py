@@ -26,6 +26,7 @@ class KvPublisher:
         self.port = _bind(self.pub, port)
         self.replay_port = _bind(self.router, replay_port)
         self.buffer: list[tuple[int, bytes]] = []
+        self.next_seq = 0
         self.replay_requests: list[int] = []
         self._replayer = asyncio.get_running_loop().create_task(self._serve_replay())
 
@@ -38,7 +39,7 @@ class KvPublisher:
         return f"tcp://127.0.0.1:{self.replay_port}"
 
     async def publish(self, events: list[object], drop: bool = False) -> int:
-        seq = len(self.buffer)
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
         payload = msgpack.packb([float(seq), events, 0], use_bin_type=True)
         self.buffer.append((seq, payload))
         if not drop:
