@@ -21,6 +21,7 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   admission  a burst of 10x capacity from tenants of unequal demand on an emulated fleet:
              shed fraction, admitted TTFT against unloaded, shares against fair shares
              (`bench.admission`; `make bench-admission`)
+  kv-events  KV-event decoding throughput, events/s on one core (`bench.kv_events`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -44,6 +45,7 @@ SUBCOMMANDS = {
     "vllm-pressure": "bench.vllm_pressure.__main__",
     "epp": "bench.epp.__main__",
     "admission": "bench.admission.__main__",
+    "kv-events": "bench.kv_events",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

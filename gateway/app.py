@@ -8,6 +8,7 @@ clients and the background loops (supervised: `gateway.supervisor`; cancelled on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -60,6 +61,7 @@ from gateway.router import RequestRouter
 from gateway.supervisor import Supervisor
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
+from health.kv_events import KvEventsSettings, KvEventSubscriber
 from health.pool import BackendPool, BackendSpec
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
@@ -120,6 +122,14 @@ class GatewayApp:
             stale_after_s=h.metrics_stale_after_s,
         )
         self.metrics = GatewayMetrics(models=self.pool.known_models)
+        # Counted only, for /admin/backends: no index consumes the events yet.
+        self.kv_events = {
+            b.id: KvEventSubscriber(
+                b.id, KvEventsSettings(**entry.kv_events.model_dump()), lambda _id, _batch: None
+            )
+            for entry, b in zip(config.backends, self.pool, strict=False)  # the pool's first
+            if entry.kv_events is not None
+        }
         self.prefix = PrefixTracker(stack.feed)
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
@@ -251,6 +261,8 @@ class GatewayApp:
         loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
+        for backend_id, subscriber in self.kv_events.items():
+            loops.add(f"kv-events:{backend_id}", subscriber.run)
         return loops
 
     def loops_ok(self) -> bool:
@@ -419,6 +431,9 @@ class GatewayApp:
             self.prefix.cache_hits,
             tag=self.front_door.headers.backend_tag,
         )
+        for entry in state["backends"]:
+            if (subscriber := self.kv_events.get(entry["id"])) is not None:
+                entry["kv_events"] = dataclasses.asdict(subscriber.counters)
         loops = self.loops.states() if self.loops else {}
         return {**state, "loops": loops, "admission": self.admission.state()}
 

@@ -6,6 +6,9 @@ its first request: scheme http or https, a host that is an IP address or a DNS n
 allowed), a port in 1–65535 if given, an optional path prefix; no credentials (the client
 would not send them), query, fragment, whitespace or control characters.
 
+`check_zmq_endpoint` accepts an address a ZMQ socket can connect to: `tcp://host:port` (no
+wildcard host: the gateway connects, the engine binds) or `ipc://path`.
+
 `duplicate_id_errors` reports every entry whose id (given, or `host:port[/path]` from the
 URL, as the pool derives it) repeats an earlier entry's, at `backends.N.id`.
 """
@@ -21,6 +24,20 @@ from urllib.parse import urlsplit
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def check_zmq_endpoint(endpoint: str) -> str:
+    """`endpoint` if a ZMQ socket can connect to it; ValueError says why."""
+    if endpoint.startswith("ipc://") and len(endpoint) > len("ipc://"):
+        return endpoint
+    if not endpoint.startswith("tcp://"):
+        raise ValueError("must be tcp://host:port or ipc://path")
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    if not host or host in ("*", "[::]", "0.0.0.0") or any(c.isspace() for c in host):
+        raise ValueError("needs the engine's host (the gateway connects; vLLM binds tcp://*:P)")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("needs a port in 1-65535")
+    return endpoint
 
 
 def check_backend_url(url: str) -> str:

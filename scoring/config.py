@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from scoring.backend_checks import check_backend_url, duplicate_id_errors
+from scoring.backend_checks import check_backend_url, check_zmq_endpoint, duplicate_id_errors
 from scoring.profiles import RoutingSection
 from scoring.yaml_loader import load_yaml
 
@@ -131,16 +131,39 @@ class HealthSection(_Section):
     )
 
 
+class KvEventsEntry(_Section):
+    """Where an engine publishes its KV-cache events (vLLM `--kv-events-config`)."""
+
+    endpoint: str = Field(description="the engine's PUB socket, tcp://host:port or ipc://path")
+    replay: str | None = Field(
+        None, description="its replay ROUTER socket (vLLM replay_endpoint); null: gaps are lost"
+    )
+    topic: str = Field("", description="topic prefix subscribed to (vLLM's default is empty)")
+
+    @field_validator("endpoint", "replay")
+    @classmethod
+    def _zmq_endpoint(cls, v: str | None) -> str | None:
+        return None if v is None else check_zmq_endpoint(v)
+
+
 class BackendEntry(_Section):
     url: str
     id: str | None = None
     engine: EngineType = "vllm"
     models: list[str] = Field(default_factory=list)
+    kv_events: KvEventsEntry | None = Field(
+        None, description="subscribe to the engine's KV-cache events (a bare URL: the endpoint)"
+    )
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
         return check_backend_url(v)
+
+    @field_validator("kv_events", mode="before")
+    @classmethod
+    def _endpoint_alone(cls, v: object) -> object:
+        return {"endpoint": v} if isinstance(v, str) else v
 
 
 class DiscoverySection(_Section):

@@ -167,6 +167,33 @@ def test_reference_file_names_every_config_field() -> None:
             "greater than",
         ),
         ([1, 2], "(root)", "valid dictionary"),
+        (
+            {"backends": [{"url": "http://a", "kv_events": "http://a:1"}]},
+            "backends.0.kv_events.endpoint",
+            "tcp://host:port",
+        ),
+        (
+            {"backends": [{"url": "http://a", "kv_events": "tcp://*:5557"}]},
+            "backends.0.kv_events.endpoint",
+            "engine's host",
+        ),
+        (
+            {
+                "backends": [
+                    {
+                        "url": "http://a",
+                        "kv_events": {"endpoint": "tcp://a:1", "replay": "tcp://a:0"},
+                    }
+                ]
+            },
+            "backends.0.kv_events.replay",
+            "port in 1-65535",
+        ),
+        (
+            {"backends": [{"url": "http://a", "kv_events": {}}]},
+            "backends.0.kv_events.endpoint",
+            "Field required",
+        ),
     ],
 )
 def test_errors_name_the_field_path(raw: object, path: str, why: str) -> None:
@@ -227,6 +254,20 @@ def test_backend_url_must_be_http(url: str) -> None:
 def test_backend_entry_defaults_and_trailing_slash() -> None:
     cfg = parse_config({"backends": [{"url": "https://h:8001/"}]})
     assert cfg.backends == [BackendEntry(url="https://h:8001", id=None, engine="vllm", models=[])]
+
+
+def test_kv_events_of_a_backend() -> None:
+    entry = BackendEntry.model_validate({"url": "http://a:8000", "kv_events": "tcp://a:5557"})
+    assert entry.kv_events is not None
+    assert (entry.kv_events.endpoint, entry.kv_events.replay, entry.kv_events.topic) == (
+        "tcp://a:5557",
+        None,
+        "",
+    )
+    full = {"endpoint": "ipc:///run/kv", "replay": "tcp://[::1]:5558", "topic": "kv"}
+    entry = BackendEntry.model_validate({"url": "http://a:8000", "kv_events": full})
+    assert entry.kv_events is not None and entry.kv_events.model_dump() == full
+    assert BackendEntry(url="http://a:8000").kv_events is None
 
 
 def test_parse_backend_arg_url_only() -> None:
