@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -122,7 +123,7 @@ def test_a_later_chunk_chains_from_the_block_before_it() -> None:
         model.step()
         stored += [e for e in model.take_kv_events() if isinstance(e, BlockStored)]
     assert len(stored) >= 2
-    for before, after in zip(stored, stored[1:], strict=False):
+    for before, after in itertools.pairwise(stored):
         assert after.parent_block_hash == before.block_hashes[-1]
 
 
