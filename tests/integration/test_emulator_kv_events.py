@@ -123,3 +123,24 @@ def test_events_replay_into_the_replicas_cache(
     finally:
         sub.close(linger=0)
         ctx.term()
+
+
+def test_lora_blocks_carry_the_adapter_and_the_prompts_own_tokens(tmp_path: Path) -> None:
+    extra = ["--kv-events-port", "0", "--lora", "ad"]
+    child, [url] = start_emulator(1, "demo", "emu", tmp_path / "emu.log", speedup=50, extra=extra)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        [m] = child.wait_for_line(r"^replica 0 kv-events: (\S+) replay (\S+)")
+        prompt = synth_text(random.Random(5), 100)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            body = {"model": "ad", "prompt": prompt, "max_tokens": 4}
+            assert client.post("/v1/completions", json=body).status_code == 200
+            ids = client.post("/tokenize", json={"model": "ad", "prompt": prompt}).json()["tokens"]
+        stored = [e for b in _replay(ctx, m.group(2), 0).values() for e in b]
+        first = stored[0]
+        assert (first["type"], first["lora_id"], first["lora_name"]) == ("BlockStored", 1, "ad")
+        assert first["extra_keys"][0] == ["ad"]
+        assert first["token_ids"] == ids[: len(first["token_ids"])]
+    finally:
+        ctx.term()
+        child.stop()
