@@ -4,7 +4,7 @@ and lost, collected synchronously (no I/O) until the caller takes them after a s
 - `BlockStored`: full blocks that became findable by hash, one event per contiguous run of a
   request's blocks: their hashes, the hash of the request's block before the run (None for
   its first block), the run's token ids (empty for a request known by hashes only).
-- `BlockRemoved`: a hash that left the cache (its last block was evicted).
+- `BlockRemoved`: a hash that left the cache (its last block was evicted), one event each.
 - `AllBlocksCleared`: the prefix cache was reset.
 
 Events follow the *set* of cached hashes: a block committed under a hash that another block
@@ -73,13 +73,8 @@ class KVEventLog:
         return events
 
     def removed(self, block_hash: int) -> None:
-        """`block_hash` left the cache; merged into a removal just before it."""
-        h = external_hash(block_hash)
-        last = self._pending[-1] if self._pending else None
-        if isinstance(last, BlockRemoved):
-            self._pending[-1] = BlockRemoved((*last.block_hashes, h))
-        else:
-            self._pending.append(BlockRemoved((h,)))
+        """`block_hash` left the cache (one event per hash, as vLLM 0.32 sends them)."""
+        self._pending.append(BlockRemoved((external_hash(block_hash),)))
 
     def cleared(self) -> None:
         self._pending.append(AllBlocksCleared())
