@@ -177,6 +177,7 @@ def _emulate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--lora/--max-loras: {exc}") from None
     if args.model in lora.adapters:
         raise ConfigError(f"--lora: {args.model!r} is the served model's own name")
+    _check_kv_event_ports(args)
     settings = EmulatorSettings(
         replicas=args.replicas,
         host=args.host,
@@ -188,11 +189,39 @@ def _emulate(args: argparse.Namespace) -> int:
         num_gpu_blocks=args.num_gpu_blocks,
         max_model_len=args.max_model_len,
         lora=lora,
+        kv_events_port=args.kv_events_port,
+        kv_events_replay_port=args.kv_events_replay_port,
+        kv_events_topic=args.kv_events_topic,
     )
-    if args.port:  # port 0: every replica picks a free one
-        check_can_listen(args.host, range(args.port, args.port + args.replicas))
+    ports = list(range(args.port, args.port + args.replicas)) if args.port else []
+    if args.kv_events_port:  # port 0: every socket picks a free one
+        for i in range(args.replicas):
+            ports += [args.kv_events_port + i, settings.replay_port(i)]
+    if len(set(ports)) < len(ports):
+        raise ConfigError("--port, --kv-events-port and --kv-events-replay-port ranges overlap")
+    check_can_listen(args.host, ports)
     uvloop.run(serve(settings))
     return 0
+
+
+def _check_kv_event_ports(args: argparse.Namespace) -> None:
+    """ConfigError unless the KV-event port ranges (publishers, replay sockets) fit."""
+    port, replay = args.kv_events_port, args.kv_events_replay_port
+    if port is None:
+        if replay is not None:
+            raise ConfigError("--kv-events-replay-port needs --kv-events-port")
+        return
+    if replay is not None and (replay == 0) != (port == 0):
+        raise ConfigError(
+            "--kv-events-port, --kv-events-replay-port: both 0 (free ports) or neither"
+        )
+    last = port + (2 if replay is None else 1) * args.replicas - 1
+    for flag, first, end in (
+        ("--kv-events-port", port, last),
+        ("--kv-events-replay-port", replay, (replay or 0) + args.replicas - 1),
+    ):
+        if first is not None and (first < 0 or (first and end > 65535)):
+            raise ConfigError(f"{flag}: ports {first}-{end} out of 0-65535")
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -291,3 +291,24 @@ def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="N",
         help="distinct adapters batched at once, as vLLM's flag (default %(default)s)",
     )
+    e.add_argument(
+        "--kv-events-port",
+        type=int,
+        metavar="P",
+        help="publish vLLM KV-cache events (ZMQ PUB, vLLM 0.32's wire format): replica N on "
+        "tcp://HOST:P+N; 0 picks free ports (printed as `replica N kv-events: ...`). Off by "
+        "default",
+    )
+    e.add_argument(
+        "--kv-events-replay-port",
+        type=int,
+        metavar="R",
+        help="replica N answers vLLM replay requests (ZMQ ROUTER) on R+N (default: the ports "
+        "after the publishers', P+replicas+N; free ports when P is 0)",
+    )
+    e.add_argument(
+        "--kv-events-topic",
+        default="",
+        metavar="TOPIC",
+        help="topic frame of every event message (default empty, as vLLM's)",
+    )

@@ -3,7 +3,9 @@
 Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not), `/tokenize`;
 `GET /v1/models`, `/health`, `/load`, `/metrics`; and what peer routers probe (see
 `probes`): `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
-`/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). A
+`/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). Also
+`POST /reset_prefix_cache` (vLLM's, served in its dev mode; 409 while requests hold blocks)
+and `GET /kvgate/cache`, the cached block hashes as KV events name them (for tests). A
 client that disconnects aborts its request in the engine model, which frees its KV blocks,
 as vLLM does. The replica's LoRA adapters are models of their own, listed with the base
 model as their `parent` and served by the same engine model (see `sim.emulator.lora`).
@@ -65,6 +67,10 @@ class EmulatorApp:
                 await _respond(send, 200, body, _JSON)
             elif method == "GET" and path == "/metrics":
                 await _respond(send, 200, self.replica.metrics.render(), _PROM)
+            elif method == "GET" and path == "/kvgate/cache":
+                await _respond(send, 200, orjson.dumps(self._cache_view()), _JSON)
+            elif method == "POST" and path == "/reset_prefix_cache":
+                await self._reset_prefix_cache(send)
             else:
                 await self._probe(method, path, send)
         except api.ApiError as exc:
@@ -94,6 +100,21 @@ class EmulatorApp:
             await receive()
             loop_task.cancel()
         await send({"type": "lifespan.shutdown.complete"})
+
+    def _cache_view(self) -> dict[str, Any]:
+        config = self.replica.profile.config
+        return {
+            "block_size": config.block_size,
+            "num_blocks": config.num_blocks,
+            "block_hashes": self.replica.cached_block_hashes(),
+        }
+
+    async def _reset_prefix_cache(self, send: Send) -> None:
+        if not await self.replica.reset_prefix_cache():
+            raise api.ApiError(
+                409, "KV blocks are still in use: the cache was not reset", "ConflictError"
+            )
+        await _respond(send, 200, b"", [])
 
     def _models(self) -> dict[str, Any]:
         r = self.replica

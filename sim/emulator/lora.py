@@ -29,6 +29,16 @@ from dataclasses import dataclass
 _SALT_SHIFT = 40
 
 
+def unsalted(tokens: Sequence[int]) -> tuple[int | None, list[int]]:
+    """(the adapter's LoRA id, from 1, or None for the base model; the unsalted token ids)
+    of tokens as `LoraSlots.salted` keyed them."""
+    lora_id = tokens[0] >> _SALT_SHIFT if tokens else 0
+    if not lora_id:
+        return None, list(tokens)
+    mask = (1 << _SALT_SHIFT) - 1
+    return lora_id, [t & mask for t in tokens]
+
+
 @dataclass(frozen=True, slots=True)
 class LoraSettings:
     """The adapters a replica serves and vLLM's limits on them."""

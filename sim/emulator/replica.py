@@ -13,11 +13,12 @@ import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sim.emulator.lora import LoraSettings, LoraSlots
 from sim.emulator.metrics import LoraInfoGauge, ReplicaMetrics
+from sim.engine.kv_events import KVCacheEvent, external_hash
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile, EngineStats, TokenEvent
 
@@ -48,13 +49,16 @@ class Replica:
         model_name: str,
         speedup: float = 1.0,
         lora: LoraSettings | None = None,
+        kv_events: bool = False,
     ):
         if speedup <= 0:
             raise ValueError("speedup must be > 0")
         self.profile = profile
         self.model_name = model_name
         self.speedup = speedup
-        self.engine = EngineModel(profile.config, profile.timing)
+        self.engine = EngineModel(profile.config, profile.timing, kv_events)
+        # Where each step's KV-cache events go (with `kv_events`; `sim.emulator.kv_publisher`).
+        self.on_kv_events: Callable[[list[KVCacheEvent]], Awaitable[None]] | None = None
         self.loras = LoraSlots(lora or LoraSettings(), speedup)
         lora_info = None
         stats = self.engine.stats
@@ -115,6 +119,21 @@ class Replica:
             if gen.adapter is not None:
                 self.loras.release(gen.adapter)
 
+    def cached_block_hashes(self) -> list[int]:
+        """The hashes of the blocks the prefix cache holds, as KV events carry them."""
+        return sorted(map(external_hash, self.engine.kv_cache.cached_hashes()))
+
+    async def reset_prefix_cache(self) -> bool:
+        """vLLM's `/reset_prefix_cache`: False while requests hold blocks."""
+        done = self.engine.reset_prefix_cache()
+        await self._publish_kv_events()
+        return done
+
+    async def _publish_kv_events(self) -> None:
+        events = self.engine.take_kv_events()
+        if events and self.on_kv_events is not None:
+            await self.on_kv_events(events)
+
     def _stats_with_held(self) -> EngineStats:
         # Requests waiting for an adapter slot wait in vLLM's queue too.
         stats = self.engine.stats()
@@ -130,6 +149,7 @@ class Replica:
             started = loop.time()
             result = self.engine.step()
             await asyncio.sleep(max(0.0, started + result.duration_s / self.speedup - loop.time()))
+            await self._publish_kv_events()  # at the end of the step, as vLLM does
             now = loop.time()
             for adm in result.admitted:
                 gen = self._live.get(adm.request_id)

@@ -1,4 +1,10 @@
-"""Run N emulated replicas in one process, one uvicorn server each, on consecutive ports."""
+"""Run N emulated replicas in one process, one uvicorn server each, on consecutive ports.
+
+With `kv_events_port` set, replica i also publishes its KV-cache events on
+`tcp://host:kv_events_port + i` and answers replay requests on `kv_events_replay_port + i`
+(default: `kv_events_port + replicas + i`, the ports after the publishers'); port 0 picks
+free ports for both. See `sim.emulator.kv_publisher`.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -19,6 +26,11 @@ from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer, HFTokenizer, Tokenizer
 from sim.engine.types import EngineProfile
+
+if TYPE_CHECKING:
+    import zmq.asyncio
+
+    from sim.emulator.kv_publisher import KVEventPublisher
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,18 @@ class EmulatorSettings:
     num_gpu_blocks: int | None = None  # override the profile's KV capacity (like vLLM's flag)
     max_model_len: int | None = None  # override the profile's context limit
     lora: LoraSettings = field(default_factory=LoraSettings)  # adapters on top of `model`
+    kv_events_port: int | None = None  # replica i publishes KV events on this + i; 0: free
+    kv_events_replay_port: int | None = None  # replay sockets' first port (see module doc)
+    kv_events_topic: str = ""  # vLLM's default topic
+
+    def replay_port(self, replica: int) -> int:
+        """Replica `replica`'s replay port (0: a free one); needs `kv_events_port`."""
+        first = self.kv_events_port or 0
+        if self.kv_events_replay_port is not None:
+            first = self.kv_events_replay_port
+        elif first:
+            first += self.replicas
+        return first + replica if first else 0
 
 
 def resolve_profile(settings: EmulatorSettings) -> EngineProfile:
@@ -62,8 +86,11 @@ def make_tokenizer(path: str | None) -> Tokenizer:
 def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
     profile = resolve_profile(settings)
     tokenizer = make_tokenizer(settings.tokenizer)
+    events = settings.kv_events_port is not None
     return [
-        EmulatorApp(Replica(profile, settings.model, settings.speedup, settings.lora), tokenizer)
+        EmulatorApp(
+            Replica(profile, settings.model, settings.speedup, settings.lora, events), tokenizer
+        )
         for _ in range(settings.replicas)
     ]
 
@@ -71,6 +98,62 @@ def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
 async def serve(settings: EmulatorSettings) -> None:
     """Serve until SIGINT/SIGTERM; prints one `replica N: URL` line per replica."""
     apps = make_apps(settings)
+    if settings.kv_events_port is None:
+        await _serve_http(settings, apps)
+        return
+    # Imported here: the emulator without KV events never loads zmq.
+    import zmq.asyncio
+
+    from sim.emulator.kv_publisher import serve_replays
+
+    ctx = zmq.asyncio.Context()
+    publishers = []
+    try:
+        publishers = _bind_publishers(ctx, settings, apps)
+        replays = asyncio.create_task(serve_replays(publishers))
+        try:
+            await _serve_http(settings, apps, publishers)
+        finally:
+            replays.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await replays
+    finally:
+        for p in publishers:
+            p.close()
+        ctx.term()
+
+
+def _bind_publishers(
+    ctx: zmq.asyncio.Context, settings: EmulatorSettings, apps: Sequence[EmulatorApp]
+) -> list[KVEventPublisher]:
+    from sim.emulator.kv_publisher import KVEventPublisher
+
+    publishers: list[KVEventPublisher] = []
+    try:
+        for i, app in enumerate(apps):
+            first = settings.kv_events_port or 0
+            publisher = KVEventPublisher(
+                ctx,
+                settings.host,
+                first + i if first else 0,
+                settings.replay_port(i),
+                topic=settings.kv_events_topic,
+                adapters=settings.lora.adapters,
+            )
+            publishers.append(publisher)
+            app.replica.on_kv_events = publisher.publish
+    except BaseException:
+        for p in publishers:
+            p.close()
+        raise
+    return publishers
+
+
+async def _serve_http(
+    settings: EmulatorSettings,
+    apps: Sequence[EmulatorApp],
+    publishers: Sequence[KVEventPublisher] = (),
+) -> None:
     servers = []
     for i, app in enumerate(apps):
         port = settings.port + i if settings.port else 0
@@ -102,6 +185,8 @@ async def serve(settings: EmulatorSettings) -> None:
             sock: socket.socket = s.servers[0].sockets[0]
             port = sock.getsockname()[1]
             print(f"replica {i}: http://{settings.host}:{port}", flush=True)
+    for i, p in enumerate(publishers):
+        print(f"replica {i} kv-events: {p.endpoint} replay {p.replay_endpoint}", flush=True)
     profile = resolve_profile(settings)
     print(
         f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "

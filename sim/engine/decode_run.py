@@ -295,7 +295,9 @@ def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineReques
     if allocs:
         _hand_out(kv.allocate_runs(allocs), running, run, steps)
     finished = []
-    if scheduler.config.enable_prefix_caching:
+    if scheduler.config.enable_prefix_caching and kv.events is not None:
+        _commit_each(scheduler, steps)
+    elif scheduler.config.enable_prefix_caching:
         block_ids: list[int] = []
         hashes: list[int] = []
         pieces: list[Piece] = []
@@ -316,3 +318,21 @@ def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineReques
         if request.num_generated == request.output_len:
             finished.append(request)
     return finished
+
+
+def _commit_each(scheduler: Scheduler, steps: int) -> None:
+    """`apply`'s commits request by request (the same cache in the end), so that each
+    request's stored blocks are recorded with their tokens."""
+    bs = scheduler.config.block_size
+    for request in scheduler.running:
+        start = request.num_committed_blocks
+        end = (request.num_computed + steps) // bs
+        if end > start:
+            hashes = request.block_hashes(bs)
+            scheduler.kv_cache.cache_blocks(
+                request.blocks[start:end],
+                hashes[start:end],
+                clipped(request.runs, start, end),
+                (request.tokens, hashes, start),
+            )
+            request.num_committed_blocks = end

@@ -34,6 +34,11 @@ it pops (the queue keeps the cut of what `free` appended), `touch` the cut of th
 a cached run off the per-block hashes, a slice at a time (`cached_blocks`).
 `tests/unit/sim/engine/test_kv_cache_reference.py` checks it block for block against a
 plain implementation, with and without the cuts.
+
+Events (`sim.engine.kv_events`): with a `KVEventLog` in `events`, the cache records each
+hash that enters or leaves it, and a reset; a commit names its `origin` (the request's
+tokens, its block hashes and the index of the first block committed) so that a stored
+event carries the blocks' tokens and parent. Without a log nothing is recorded.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ from sim.engine.block_runs import (
     stretches,
 )
 from sim.engine.free_queue import FreeQueue, down, up
+from sim.engine.kv_events import KVEventLog
+
+BlockOrigin = tuple[Sequence[int], Sequence[int], int]
+"""(tokens, block hashes, first block index) of the request whose blocks are committed."""
 
 ROOT_HASH = 0
 """Parent hash of a sequence's first block."""
@@ -98,6 +107,7 @@ class PagedKVCache(FreeQueue):
         "_num_free",
         "_ref",
         "block_size",
+        "events",
         "num_blocks",
     )
 
@@ -115,6 +125,7 @@ class PagedKVCache(FreeQueue):
         self._by_hash: dict[int, int] = {}
         # Further blocks with a hash already in _by_hash; rare, so kept out of the hot path.
         self._duplicates: dict[int, list[int]] = {}
+        self.events: KVEventLog | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -232,7 +243,7 @@ class PagedKVCache(FreeQueue):
         return self.allocate_runs(count, commit)[0]
 
     def allocate_runs(
-        self, count: int, commit: Sequence[int] = ()
+        self, count: int, commit: Sequence[int] = (), origin: BlockOrigin | None = None
     ) -> tuple[list[int], list[Piece]]:
         """`allocate`, and the cut of the blocks it returns into pieces."""
         if count > self._num_free:
@@ -253,7 +264,7 @@ class PagedKVCache(FreeQueue):
                 # while `!=` tests identity first and stops at the first held hash.
                 if cached != [None] * n:
                     hashes[lo:hi] = [None] * n
-                    if self._duplicates:
+                    if self._duplicates or self.events is not None:
                         self._evict(blocks[i:j], cached[::step])
                     else:  # `_evict` without duplicates: the order does not matter
                         for h in cached:
@@ -272,7 +283,10 @@ class PagedKVCache(FreeQueue):
             k = len(commit)
             prefix = [(i, min(j, k), step) for i, j, step in pieces if i < k]
             self._set_hashes(blocks, commit, prefix)
-            self._index(blocks[:k], commit)
+            fresh = self._index(blocks[:k], commit)
+            if self.events is not None and origin is not None:
+                tokens, all_hashes, start = origin
+                self.events.stored(tokens, all_hashes, (start, start + k), fresh)
         if self._head > 4 * self.num_blocks:
             self._compact()
         return blocks, pieces
@@ -286,8 +300,10 @@ class PagedKVCache(FreeQueue):
         block_ids: Sequence[int],
         block_hashes: Sequence[int],
         pieces: list[Piece] | None = None,
+        origin: BlockOrigin | None = None,
     ) -> None:
-        """`cache_block` for each pair, in order (`pieces`: the cut of `block_ids`, if known)."""
+        """`cache_block` for each pair, in order (`pieces`: the cut of `block_ids`, if known;
+        `origin`: where they come from, for the events)."""
         if len(block_ids) != len(block_hashes):
             raise ValueError("cache_blocks: as many hashes as blocks are needed")
         hashes = self._hash
@@ -301,7 +317,10 @@ class PagedKVCache(FreeQueue):
             if taken is not None:
                 raise ValueError(f"block {taken} is already cached")
         self._set_hashes(block_ids, block_hashes, pieces)
-        self._index(block_ids, block_hashes)
+        fresh = self._index(block_ids, block_hashes)
+        if self.events is not None and origin is not None:
+            tokens, all_hashes, start = origin
+            self.events.stored(tokens, all_hashes, (start, start + len(block_ids)), fresh)
 
     def _set_hashes(
         self,
@@ -318,22 +337,27 @@ class PagedKVCache(FreeQueue):
                 for block, h in zip(block_ids[i:j], block_hashes[i:j], strict=True):
                     hashes[block] = h
 
-    def _index(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
-        """Enter committed blocks in the hash map (a hash already there: a duplicate)."""
+    def _index(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> list[bool] | None:
+        """Enter committed blocks in the hash map (a hash already there: a duplicate);
+        returns which entered it (None: all did)."""
         by_hash = self._by_hash
         size = len(by_hash)
         # Optimistic: the hashes are almost always new, and then one pass does it all (the
         # map is large and its probes miss the CPU caches, so a second pass would cost).
         by_hash.update(zip(block_hashes, block_ids, strict=True))
         if len(by_hash) - size == len(block_hashes):
-            return
+            return None
         self._undo_update(block_ids, block_hashes)
         duplicates = self._duplicates
+        fresh = []
         for block, h in zip(block_ids, block_hashes, strict=True):
             if h in by_hash:
                 duplicates.setdefault(h, []).append(block)
+                fresh.append(False)
             else:
                 by_hash[h] = block
+                fresh.append(True)
+        return fresh
 
     def _undo_update(self, block_ids: Sequence[int], block_hashes: Sequence[int]) -> None:
         """Take `block_hashes` out of the map again after an update found some of them
@@ -393,11 +417,28 @@ class PagedKVCache(FreeQueue):
     def is_cached(self, block_hash: int) -> bool:
         return block_hash in self._by_hash
 
+    def cached_hashes(self) -> list[int]:
+        """Every hash the cache can serve (held or free), each once; O(cached blocks)."""
+        return list(self._by_hash)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash, as vLLM's `reset_prefix_cache`: only when no request
+        holds a block (False, and nothing changes, otherwise)."""
+        if self._num_free != self.num_blocks:
+            return False
+        self._hash = [None] * self.num_blocks
+        self._by_hash.clear()
+        self._duplicates.clear()
+        if self.events is not None:
+            self.events.cleared()
+        return True
+
     def _evict(self, blocks: Sequence[int], hashes: Sequence[int | None]) -> None:
         """Drop the hashes of blocks just popped (None: the block held no hash), in order."""
         by_hash = self._by_hash
         duplicates = self._duplicates
-        if not duplicates:
+        events = self.events
+        if not duplicates and events is None:
             for h in hashes:
                 if h is not None:
                     del by_hash[h]
@@ -406,9 +447,11 @@ class PagedKVCache(FreeQueue):
             if h is None:
                 continue
             if h in duplicates:
-                self._evict_duplicate(block, h)
+                self._evict_duplicate(block, h)  # another block still carries h
             else:
                 del by_hash[h]
+                if events is not None:
+                    events.removed(h)
 
     def _evict_duplicate(self, block: int, block_hash: int) -> None:
         by_hash = self._by_hash

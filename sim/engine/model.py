@@ -14,6 +14,9 @@ clock by each step's `duration_s`. A step:
    P, uncached prompt (or recompute) tokens; A = Σ chunk_len × (context before + chunk_len);
    D, decoding sequences; K = Σ their context lengths including the token being decoded.
 
+With `kv_events=True` the model records its cache's changes (`sim.engine.kv_events`);
+the caller collects them after each step with `take_kv_events()`.
+
 Two ways in: `add_request` takes token ids; `add_request_hashed` takes the hashes of the
 prompt's full blocks only, so a long prompt costs O(blocks), not O(tokens). Two ways
 forward: `step()` one step at a time, or `advance()`, which fast-forwards through runs of
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 from sim.engine import decode_run
 from sim.engine.decode_run import DecodeRun
 from sim.engine.kv_cache import PagedKVCache
+from sim.engine.kv_events import KVCacheEvent, KVEventLog
 from sim.engine.request import EngineRequest
 from sim.engine.scheduler import Scheduler, StepPlan
 from sim.engine.types import (
@@ -56,11 +60,15 @@ def _check_config(config: EngineConfig) -> None:
 class EngineModel:
     """One simulated vLLM engine (see the module docstring)."""
 
-    def __init__(self, config: EngineConfig, timing: StepTimeCoefficients) -> None:
+    def __init__(
+        self, config: EngineConfig, timing: StepTimeCoefficients, kv_events: bool = False
+    ) -> None:
         _check_config(config)
         self.config = config
         self.timing = timing
         self._scheduler = Scheduler(config)
+        if kv_events:
+            self._scheduler.kv_cache.events = KVEventLog(config.block_size)
         self._requests: dict[str, EngineRequest] = {}
         self._prompt_tokens = 0
         self._generation_tokens = 0
@@ -198,6 +206,18 @@ class EngineModel:
             return self.step()
         self.apply_decode_run(run)
         return run
+
+    def take_kv_events(self) -> list[KVCacheEvent]:
+        """KV-cache events since the last call, oldest first (always empty unless the
+        model was made with `kv_events=True`)."""
+        log = self._scheduler.kv_cache.events
+        return log.take() if log is not None else []
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block, as vLLM's `/reset_prefix_cache`; False (nothing done)
+        while a request holds blocks."""
+        self._version += 1
+        return self._scheduler.kv_cache.reset_prefix_cache()
 
     def load(self) -> tuple[int, int, int]:
         """(waiting, running, free KV blocks): the gauges, cheaper than `stats()`."""

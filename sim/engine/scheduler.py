@@ -161,8 +161,10 @@ class Scheduler:
         start = request.num_committed_blocks
         if required > 0 and start == len(request.blocks) < full_blocks:
             # Only new blocks fill up: allocate and commit them in one go.
-            hashes = request.block_hashes(block_size)[start:full_blocks]
-            self._add_blocks(request, *kv.allocate_runs(required, hashes))
+            all_hashes = request.block_hashes(block_size)
+            hashes = all_hashes[start:full_blocks]
+            origin = (request.tokens, all_hashes, start)
+            self._add_blocks(request, *kv.allocate_runs(required, hashes, origin))
             request.num_committed_blocks = full_blocks
             return True
         if required > 0:
@@ -183,6 +185,7 @@ class Scheduler:
             request.blocks[start:num_full_blocks],
             hashes[start:num_full_blocks],
             clipped(request.runs, start, num_full_blocks),
+            (request.tokens, hashes, start),
         )
         request.num_committed_blocks = num_full_blocks
 

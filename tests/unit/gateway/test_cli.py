@@ -240,6 +240,14 @@ def test_help_defaults_are_the_commands_own(capsys: pytest.CaptureFixture[str]) 
         (["--lora", "a", "a"], "duplicate LoRA adapter names"),
         (["--lora", "a", "--max-loras", "0"], "max_loras must be >= 1"),
         (["--model", "m", "--lora", "m"], "'m' is the served model's own name"),
+        (["--kv-events-replay-port", "7000"], "--kv-events-replay-port needs --kv-events-port"),
+        (["--kv-events-port", "65534", "--replicas", "2"], "ports 65534-65537 out of 0-65535"),
+        (["--kv-events-port", "-1"], "--kv-events-port: ports -1"),
+        (["--kv-events-port", "0", "--kv-events-replay-port", "7000"], "both 0"),
+        (
+            ["--port", "7000", "--replicas", "2", "--kv-events-port", "7001"],
+            "ranges overlap",
+        ),
     ],
 )
 def test_emulate_bad_arguments_exit_2_before_listening(
