@@ -3,6 +3,8 @@ replica's cache after a workload that evicts; the replay socket resends what was
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,8 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 import zmq
 
+from adapters.kv_events import KvEventBatch
+from health.kv_events import KvEventsSettings, KvEventSubscriber
 from sim.live.processes import ChildProcess, start_emulator
 from sim.workloads import synth_text
 
@@ -144,3 +148,47 @@ def test_lora_blocks_carry_the_adapter_and_the_prompts_own_tokens(tmp_path: Path
     finally:
         ctx.term()
         child.stop()
+
+
+def test_the_gateways_subscriber_follows_the_emulators_events(
+    emulator: tuple[ChildProcess, str, str, str],
+) -> None:
+    """The two sides of issue 16 agree on the wire: the gateway's decoder and subscriber
+    (`kvgate serve` with `kv_events` on the backend) read every batch the emulator publishes,
+    with no gap, no decode error and the emulator's own last sequence number."""
+    _, url, endpoint, replay = emulator
+    received: list[KvEventBatch] = []
+    settings = KvEventsSettings(endpoint=endpoint, replay=replay, topic=TOPIC.decode())
+    subscriber = KvEventSubscriber("emu", settings, lambda _id, batch: received.append(batch))
+
+    async def run() -> None:
+        task = asyncio.create_task(subscriber.run())
+        await asyncio.sleep(0.5)  # the SUB socket joins before the workload starts
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            for i in range(12):
+                prompt = synth_text(random.Random(i % 4), 400)
+                body = {"model": "emu", "prompt": prompt, "max_tokens": 4}
+                (await client.post("/v1/completions", json=body)).raise_for_status()
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    stored = sum(len(e.block_hashes) for b in received for e in b.events if hasattr(e, "token_ids"))
+    assert received and stored > 0
+    seqs = [b.seq for b in received]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    counters = subscriber.counters
+    assert counters.decode_errors == 0 and counters.missed == 0
+    cached = set(httpx.get(url + "/kvgate/cache").json()["block_hashes"])
+    held: set[int] = set()
+    for batch in received:
+        for event in batch.events:
+            if hasattr(event, "token_ids"):
+                held.update(event.block_hashes)
+            elif hasattr(event, "block_hashes"):
+                held.difference_update(event.block_hashes)
+            else:
+                held.clear()
+    assert held == cached
