@@ -47,6 +47,7 @@ from gateway.errors import (
 )
 from gateway.front_door import FrontDoor
 from gateway.header_policy import client_address
+from gateway.health_metrics import BackendHealthCollector
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
@@ -130,6 +131,7 @@ class GatewayApp:
             for entry, b in zip(config.backends, self.pool, strict=False)  # the pool's first
             if entry.kv_events is not None
         }
+        self.metrics.registry.register(BackendHealthCollector(self.pool, self.kv_events, clock))
         self.prefix = PrefixTracker(stack.feed)
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)

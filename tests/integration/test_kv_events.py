@@ -198,5 +198,12 @@ def test_the_gateway_counts_each_backends_batches(
         assert backends["a"]["kv_events"]["last_seq"] == 0
         assert "kv_events" not in backends["b"]
         assert admin.get("/admin/backends").json()["loops"]["kv-events:a"] == "running"
+        page = admin.get("/metrics").text
+        assert 'kvgate_kv_events_batches_total{backend="a"} 1.0' in page
+        assert 'kvgate_kv_events_events_total{backend="a"} 2.0' in page
+        assert 'kvgate_kv_events_last_seq{backend="a"} 0.0' in page
+        assert 'kvgate_kv_events_batches_total{backend="b"}' not in page
+        assert 'kvgate_backend_scrape_errors_total{backend="a"} 0.0' in page
+        assert 'kvgate_backend_metrics_age_seconds{backend="a"}' in page
     finally:
         ctx.destroy(linger=0)

@@ -1,0 +1,83 @@
+"""Per-backend health and KV-event figures as Prometheus metrics, read when `/metrics` is
+scraped (nothing on the request path):
+
+- `kvgate_backend_scrape_errors_total{backend}`: failed `/metrics` scrapes of the engine.
+- `kvgate_backend_metrics_age_seconds{backend}`: age of the engine metrics routing sees
+  (absent until the first scrape succeeds).
+- `kvgate_kv_events_*{backend}` for backends with `kv_events`: batches, events, gaps,
+  replayed and missed batches, decode errors, reconnects, and the last sequence number.
+
+Labels are backend ids, bounded by the pool; a backend that leaves it leaves the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from health.kv_events import KvEventSubscriber
+from health.pool import BackendPool
+
+_KV_COUNTERS = (
+    ("batches", "KV-event batches delivered (replayed ones included)"),
+    ("events", "KV events delivered"),
+    ("gaps", "Times a KV-event batch number was skipped"),
+    ("replayed", "KV-event batches recovered through the replay socket"),
+    ("missed", "KV-event batches lost for good"),
+    ("decode_errors", "KV-event messages that could not be decoded"),
+    ("reconnects", "KV-event sockets opened again after an error"),
+)
+
+
+class BackendHealthCollector(Collector):
+    """The figures of the module docstring, from the pool and the KV-event subscribers."""
+
+    def __init__(
+        self,
+        pool: BackendPool,
+        kv_events: Mapping[str, KvEventSubscriber],
+        clock: Callable[[], float],
+    ) -> None:
+        self._pool = pool
+        self._kv_events = kv_events
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock()
+        errors = CounterMetricFamily(
+            "kvgate_backend_scrape_errors", "Failed engine metric scrapes", labels=["backend"]
+        )
+        age = GaugeMetricFamily(
+            "kvgate_backend_metrics_age_seconds",
+            "Age of the engine metrics routing sees",
+            labels=["backend"],
+        )
+        for b in self._pool:
+            errors.add_metric([b.id], b.scrape_errors)
+            metrics = b.metrics
+            if metrics is not None:
+                age.add_metric([b.id], max(0.0, now - metrics.scraped_at))
+        yield errors
+        yield age
+        yield from self._kv_metrics()
+
+    def _kv_metrics(self) -> Iterator[Metric]:
+        if not self._kv_events:
+            return
+        families = {
+            name: CounterMetricFamily(f"kvgate_kv_events_{name}", text, labels=["backend"])
+            for name, text in _KV_COUNTERS
+        }
+        last = GaugeMetricFamily(
+            "kvgate_kv_events_last_seq", "Last KV-event batch number seen", labels=["backend"]
+        )
+        for backend_id, subscriber in self._kv_events.items():
+            c = subscriber.counters
+            for name, family in families.items():
+                family.add_metric([backend_id], getattr(c, name))
+            if c.last_seq is not None:
+                last.add_metric([backend_id], c.last_seq)
+        yield from families.values()
+        yield last
