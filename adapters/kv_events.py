@@ -24,39 +24,13 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+
 SEQ_BYTES = 8
 
 
 class KvEventDecodeError(ValueError):
     """A message that is not a KV-event batch (wrong frame count, bad msgpack, bad fields)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """Full blocks entered the cache; `token_ids` holds the tokens of all of them, in order."""
-
-    block_hashes: tuple[int, ...]
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    lora_id: int | None = None
-    medium: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """Blocks left the cache (evicted or freed)."""
-
-    block_hashes: tuple[int, ...]
-    medium: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """The engine dropped its whole prefix cache."""
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ import msgpack  # type: ignore[import-untyped]
 import zmq
 import zmq.asyncio
 
+from routing.kv_events import AllBlocksCleared, BlockStored, KvEvent
 from sim.emulator.lora import unsalted
-from sim.engine.kv_events import AllBlocksCleared, BlockStored, KVCacheEvent
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 MEDIUM = "GPU"
 
 
-def encode_event(event: KVCacheEvent, adapters: Sequence[str] = ()) -> dict[str, Any]:
+def encode_event(event: KvEvent, adapters: Sequence[str] = ()) -> dict[str, Any]:
     """One event as vLLM 0.32 puts it on the wire (a map; LoRA blocks unsalted, with the
     adapter's id, from 1, and name)."""
     if isinstance(event, BlockStored):
@@ -107,7 +107,7 @@ class KVEventPublisher:
             self.close()
             raise
 
-    async def publish(self, events: Sequence[KVCacheEvent]) -> None:
+    async def publish(self, events: Sequence[KvEvent]) -> None:
         """Send one batch (nothing for no events) and keep it for replay."""
         if not events:
             return

@@ -16,9 +16,10 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from routing.kv_events import KvEvent
 from sim.emulator.lora import LoraSettings, LoraSlots
 from sim.emulator.metrics import LoraInfoGauge, ReplicaMetrics
-from sim.engine.kv_events import KVCacheEvent, external_hash
+from sim.engine.kv_events import external_hash
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile, EngineStats, TokenEvent
 
@@ -58,7 +59,7 @@ class Replica:
         self.speedup = speedup
         self.engine = EngineModel(profile.config, profile.timing, kv_events)
         # Where each step's KV-cache events go (with `kv_events`; `sim.emulator.kv_publisher`).
-        self.on_kv_events: Callable[[list[KVCacheEvent]], Awaitable[None]] | None = None
+        self.on_kv_events: Callable[[list[KvEvent]], Awaitable[None]] | None = None
         self.loras = LoraSlots(lora or LoraSettings(), speedup)
         lora_info = None
         stats = self.engine.stats

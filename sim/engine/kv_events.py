@@ -20,7 +20,8 @@ Hashes are the engine's chained hashes as unsigned 64-bit ints (`external_hash`)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 
 _UINT64 = (1 << 64) - 1
 
@@ -30,31 +31,6 @@ def external_hash(block_hash: int) -> int:
     return block_hash & _UINT64
 
 
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """Blocks entered in the prefix cache (a run of one request's consecutive blocks)."""
-
-    block_hashes: tuple[int, ...]
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """Hashes no block of the cache carries any more."""
-
-    block_hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """The whole prefix cache was dropped."""
-
-
-KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
 class KVEventLog:
     """Pending events of one cache, in the order the cache changed; `take` empties it."""
 
@@ -62,12 +38,12 @@ class KVEventLog:
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self._pending: list[KVCacheEvent] = []
+        self._pending: list[KvEvent] = []
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def take(self) -> list[KVCacheEvent]:
+    def take(self) -> list[KvEvent]:
         """The events since the last `take`, oldest first."""
         events, self._pending = self._pending, []
         return events

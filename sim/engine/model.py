@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from routing.kv_events import KvEvent
 from sim.engine import decode_run
 from sim.engine.decode_run import DecodeRun
 from sim.engine.kv_cache import PagedKVCache
-from sim.engine.kv_events import KVCacheEvent, KVEventLog
+from sim.engine.kv_events import KVEventLog
 from sim.engine.request import EngineRequest
 from sim.engine.scheduler import Scheduler, StepPlan
 from sim.engine.types import (
@@ -207,7 +208,7 @@ class EngineModel:
         self.apply_decode_run(run)
         return run
 
-    def take_kv_events(self) -> list[KVCacheEvent]:
+    def take_kv_events(self) -> list[KvEvent]:
         """KV-cache events since the last call, oldest first (always empty unless the
         model was made with `kv_events=True`)."""
         log = self._scheduler.kv_cache.events

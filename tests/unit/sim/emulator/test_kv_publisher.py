@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from sim.emulator.kv_publisher import encode_event
 from sim.emulator.lora import LoraSettings, LoraSlots
-from sim.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 REPO = Path(__file__).resolve().parents[4]
 

@@ -7,12 +7,9 @@ import random
 
 import pytest
 
+from routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from sim.engine.kv_cache import ROOT_HASH, hash_block
 from sim.engine.kv_events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    KVCacheEvent,
     external_hash,
 )
 from sim.engine.model import EngineModel
@@ -38,7 +35,7 @@ class Replay:
         self.cached: set[int] = set()
         self.stored = self.removed = 0
 
-    def apply(self, events: list[KVCacheEvent]) -> None:
+    def apply(self, events: list[KvEvent]) -> None:
         for ev in events:
             if isinstance(ev, BlockStored):
                 parent = ev.parent_block_hash
