@@ -120,6 +120,8 @@ def _event(item: Any) -> KvEvent | None:
             block_size=_int(fields.get("block_size"), "block_size"),
             lora_id=_opt_int(fields.get("lora_id"), "lora_id"),
             medium=_opt_str(fields.get("medium"), "medium"),
+            lora_name=(name := _opt_str(fields.get("lora_name"), "lora_name")),
+            salted=_salted(fields.get("extra_keys"), name),
         )
     if kind == "BlockRemoved":
         return BlockRemoved(
@@ -129,6 +131,17 @@ def _event(item: Any) -> KvEvent | None:
     if kind == "AllBlocksCleared":
         return AllBlocksCleared()
     return None
+
+
+def _salted(extra_keys: object, lora_name: str | None) -> bool:
+    """Whether the first block's extra keys hold more than the adapter's name."""
+    if not isinstance(extra_keys, list) or not extra_keys:
+        return False
+    first = extra_keys[0]
+    if first is None:
+        return False
+    keys = first if isinstance(first, list) else [first]
+    return any(k != lora_name for k in keys)
 
 
 def block_hash(value: object) -> int:

@@ -22,6 +22,10 @@ class BlockStored:
     block_size: int
     lora_id: int | None = None
     medium: str | None = None
+    lora_name: str | None = None  # vLLM 0.32 names the adapter too
+    # Whether the run's first block carries extra keys other than the adapter's name (a
+    # `cache_salt`, multimodal inputs): its tokens alone do not name its cache entry.
+    salted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

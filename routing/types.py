@@ -83,6 +83,17 @@ class RoutingRequest:
     lora_adapter: str | None = None
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=_empty)  # routing headers, lower-case
+    prompt_tokens: int = 0  # the prompt's exact length in the model's tokens (0: not known)
+    # The prompt's token-block keys (`scoring.token_blocks`) per engine block size:
+    # (block_size, keys) pairs; empty without a tokenizer for the model.
+    token_keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    def keys_for(self, block_size: int) -> tuple[int, ...] | None:
+        """The prompt's token-block keys cut in `block_size`-token blocks, if computed."""
+        for size, keys in self.token_keys:
+            if size == block_size:
+                return keys
+        return None
 
 
 @dataclass(frozen=True, slots=True)
