@@ -321,7 +321,7 @@ def test_unknown_policy_is_rejected_listing_the_profiles() -> None:
     assert "'fastest' is not a profile" in message
     assert (
         "available: estimated-ttft, least-in-flight, least-load, mine, power-of-two, "
-        "prefix-aware, random, round-robin, session"
+        "precise-prefix, prefix-aware, random, round-robin, session"
     ) in message
 
 
