@@ -22,6 +22,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              shed fraction, admitted TTFT against unloaded, shares against fair shares
              (`bench.admission`; `make bench-admission`)
   kv-events  KV-event decoding throughput, events/s on one core (`bench.kv_events`)
+  tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
+             chat template, and an engine's /tokenize with the gateway's cache
+             (`bench.tokenize`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -46,6 +49,7 @@ SUBCOMMANDS = {
     "epp": "bench.epp.__main__",
     "admission": "bench.admission.__main__",
     "kv-events": "bench.kv_events",
+    "tokenize": "bench.tokenize.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -7,8 +7,11 @@ post-processor adds BOS where the model has one); a prompt of token ids is taken
 batch of one prompt is that prompt; larger batches are not tokenized (None).
 
 Prompts larger than `offload_bytes` of request body are tokenized in a worker thread
-(`tokenizers` releases the GIL while it encodes), so a long prompt does not hold the event
-loop; shorter ones are cheaper inline than the thread hop (`python -m bench tokenize`).
+(`tokenizers` releases the GIL in its batch calls, used here for one text), so a long prompt
+does not hold the event loop; shorter ones are cheaper inline than the thread hop
+(`python -m bench tokenize`). Its parallelism is switched off (`TOKENIZERS_PARALLELISM`,
+unless set): one prompt gains nothing from it, and a process that forks after using it
+warns.
 
 `load_local_tokenizer(path, chat_template)` reads the files: `path` is a directory holding
 `tokenizer.json` (and optionally `tokenizer_config.json`, `chat_template.jinja`) or the
@@ -22,6 +25,7 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +37,10 @@ if TYPE_CHECKING:  # jinja2 is imported only when a local tokenizer is loaded
 
 logger = logging.getLogger(__name__)
 
-# Request bodies from this size up are tokenized in a thread (see `python -m bench tokenize`).
-OFFLOAD_BYTES = 32 * 1024
+# Request bodies from this size up (~200 tokens) are tokenized in a thread: inline, encoding
+# costs the loop ~2.5 µs of CPU a token here, the thread hop ~0.1-0.2 ms (`python -m bench
+# tokenize`, 2026-12-01).
+OFFLOAD_BYTES = 1024
 
 
 class MissingExtraError(ImportError):
@@ -49,6 +55,9 @@ class LocalTokenizer:
         self, tokenizer: Any, template: ChatTemplate | None, offload_bytes: int = OFFLOAD_BYTES
     ) -> None:
         self._tokenizer = tokenizer  # a tokenizers.Tokenizer
+        # The batch calls release the GIL while they encode (`encode` holds it: a thread
+        # would still stall the loop); `_fast` skips offsets (tokenizers >= 0.21). Same ids.
+        self._encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         self._template = template
         self._offload_bytes = offload_bytes
         self._tally = {"misses": 0, "errors": 0, "unsupported": 0, "offloaded": 0}
@@ -85,9 +94,9 @@ class LocalTokenizer:
         if api == "chat":
             assert self._template is not None
             text = self._template.render(prompt)
-            ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+            ids: list[int] = self._encode_batch([text], add_special_tokens=False)[0].ids
             return ids
-        ids = self._tokenizer.encode(prompt, add_special_tokens=True).ids
+        ids = self._encode_batch([prompt], add_special_tokens=True)[0].ids
         return ids
 
 
@@ -109,7 +118,9 @@ def _is_ids(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(type(v) is int and v >= 0 for v in value)
 
 
-def load_local_tokenizer(path: str, chat_template: str | None = None) -> LocalTokenizer:
+def load_local_tokenizer(
+    path: str, chat_template: str | None = None, offload_bytes: int = OFFLOAD_BYTES
+) -> LocalTokenizer:
     """Load `tokenizer.json` (and the chat template) from `path`; OSError/ValueError for
     missing or unreadable files, `MissingExtraError` without the `tokens` extra."""
     try:
@@ -126,6 +137,7 @@ def load_local_tokenizer(path: str, chat_template: str | None = None) -> LocalTo
         file = directory / "tokenizer.json"
     if not file.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer.json there")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tokenizer = tokenizers.Tokenizer.from_file(str(file))
     config = _read_config(directory / "tokenizer_config.json")
     source = _template_source(directory, templates.template_source(config), chat_template)
@@ -134,7 +146,7 @@ def load_local_tokenizer(path: str, chat_template: str | None = None) -> LocalTo
         template = templates.ChatTemplate(source, templates.special_tokens(config))
     else:
         logger.warning("tokenizer %s has no chat template: chat prompts stay approximate", path)
-    return LocalTokenizer(tokenizer, template)
+    return LocalTokenizer(tokenizer, template, offload_bytes)
 
 
 def _read_config(file: Path) -> dict[str, Any]:
