@@ -7,10 +7,12 @@ The environment is transformers': a sandbox with `trim_blocks`, `lstrip_blocks` 
 `add_generation_prompt=True`, `tools=None`, `documents=None` and the special tokens from
 `tokenizer_config.json` (`bos_token`, `eos_token`, `unk_token`, `pad_token`) as strings.
 
-Message content is given to the template as a string, as vLLM does for templates that loop
-over `message.content` as text: a list of parts becomes its text parts joined with a
-newline. A part that is not text (an image, audio) cannot be rendered here: its tokens
-depend on the engine's processor, so `render` raises `TemplateRenderError` for it.
+Messages are passed as vLLM passes them (see `_message`). Content is given as a string, as
+vLLM does for templates that treat `message.content` as text: a list of parts becomes its
+text parts joined with a newline. (vLLM gives the parts themselves to templates that loop
+over them, the "openai" content format of multimodal models; not reproduced here.) A part
+that is not text (an image, audio) cannot be rendered here: its tokens depend on the
+engine's processor, so `render` raises `TemplateRenderError` for it.
 """
 
 from __future__ import annotations
@@ -79,16 +81,47 @@ class ChatTemplate:
 
 
 def _message(m: Any) -> dict[str, Any]:
+    """A request message as vLLM hands it to the template: role, content as a string,
+    `name`, an assistant's `tool_calls` (arguments parsed from JSON; an empty list dropped)
+    and reasoning, a tool's `tool_call_id`; other keys are not passed."""
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise TemplateRenderError("each message must be an object with a string 'role'")
-    content = m.get("content")
+    out: dict[str, Any] = {"role": m["role"], "content": _content(m.get("content"))}
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    if m["role"] == "assistant":
+        if m.get("tool_calls"):
+            out["tool_calls"] = [_tool_call(c) for c in m["tool_calls"]]
+        for key in ("reasoning", "reasoning_content"):
+            if isinstance(m.get(key), str):
+                out[key] = m[key]
+    elif m["role"] == "tool" and "tool_call_id" in m:
+        out["tool_call_id"] = m["tool_call_id"]
+    return out
+
+
+def _content(content: Any) -> str:
     if content is None:  # vLLM renders a missing content (a tool-calling turn) as ""
-        return {**m, "content": ""}
+        return ""
+    if isinstance(content, str):
+        return content
     if isinstance(content, list):
-        return {**m, "content": _text_parts(content)}
-    if not isinstance(content, str):
-        raise TemplateRenderError("message content must be a string or a list of parts")
-    return m
+        return _text_parts(content)
+    raise TemplateRenderError("message content must be a string or a list of parts")
+
+
+def _tool_call(call: Any) -> Any:
+    """Tool-use templates expect the arguments as an object (transformers' convention)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        raise TemplateRenderError("a tool call must be an object with a 'function' object")
+    arguments = function.get("arguments")
+    if isinstance(arguments, str) or arguments is None:
+        try:
+            arguments = json.loads(arguments) if arguments else {}
+        except ValueError:
+            raise TemplateRenderError("tool call arguments are not valid JSON") from None
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 def _text_parts(parts: list[Any]) -> str:

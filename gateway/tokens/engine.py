@@ -93,7 +93,11 @@ class EngineTokenizer:
         return ids
 
     async def _ask(self, model: str, payload: dict[str, Any]) -> list[int] | None:
-        base_url = self._pick(model)
+        try:
+            base_url = self._pick(model)
+        except Exception:  # the gateway's callable: a bug there costs only the exact keys
+            logger.exception("picking a backend to tokenize for %s failed", model)
+            base_url = None
         if base_url is None:
             self._tally["no_backend"] += 1
             return None

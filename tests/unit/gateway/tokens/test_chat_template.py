@@ -79,3 +79,34 @@ def test_the_default_of_a_list_of_named_templates_is_taken() -> None:
     assert template_source(config) == "D"
     assert template_source({"chat_template": "S"}) == "S"
     assert template_source({}) is None
+
+
+def test_messages_reach_the_template_as_vllm_passes_them() -> None:
+    source = (
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments.city }}]"
+        "{% endfor %}{{ m.tool_call_id or '' }}{{ m.extra or '' }}|{% endfor %}"
+    )
+    messages = [
+        {"role": "user", "content": "weather?", "extra": "dropped"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "w", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+        {"role": "assistant", "content": "ok", "tool_calls": []},
+    ]
+    assert (
+        ChatTemplate(source).render(messages)
+        == "user:weather?|assistant:[w Oslo]|tool:rainc1|assistant:ok|"
+    )
+    bad = [{"role": "assistant", "tool_calls": [{"function": {"name": "w", "arguments": "{"}}]}]
+    with pytest.raises(TemplateRenderError, match="not valid JSON"):
+        ChatTemplate(source).render(bad)
