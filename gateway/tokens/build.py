@@ -5,17 +5,19 @@ An entry names a model exactly or is `"*"` (every model without an exact entry);
 with neither is not tokenized (`for_model` is None, the byte approximation stays). Local
 tokenizers are loaded here, at start: a missing file or a missing `tokens` extra is a
 `ConfigError` naming the entry's field (`tokenizers.0.path: ...`). Engine tokenizers share one
-`JsonPoster` (the given one, else an httpx client of their own, closed by `aclose`).
+`JsonPoster`: the given one, else the gateway's HTTP/1.1 client of their own (a quarter of
+httpx's CPU per call, `python -m bench tokenize`), closed by `TokenizerSet.aclose`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.tokens.engine import EngineTokenizer, PickBackend
 from gateway.tokens.local import MissingExtraError, load_local_tokenizer
 from gateway.tokens.protocol import PromptTokenizer, TokenizerCounters
-from gateway.tokens.transport import HttpxPoster, JsonPoster
+from gateway.tokens.transport import JsonPoster, UpstreamPoster
 from scoring.config import ConfigError, TokenizerEntry
 
 ANY_MODEL = "*"
@@ -25,7 +27,7 @@ class TokenizerSet:
     """The prompt tokenizer of each configured model."""
 
     def __init__(
-        self, by_model: Mapping[str, PromptTokenizer], owned: HttpxPoster | None = None
+        self, by_model: Mapping[str, PromptTokenizer], owned: UpstreamClient | None = None
     ) -> None:
         self._by_model = dict(by_model)
         self._owned = owned
@@ -54,10 +56,17 @@ def build_tokenizers(
     poster: JsonPoster | None = None,
 ) -> TokenizerSet:
     """One tokenizer per entry. `pick_backend(model)`: the base URL of a healthy backend
-    serving `model` (None: none now); `poster`: how `/tokenize` is asked (default: httpx)."""
+    serving `model` (None: none now; see `backends.healthy_backend_picker`); `poster`: how
+    `/tokenize` is asked (default: a client of their own)."""
     owned = None
-    if poster is None and any(e.source == "engine" for e in entries):
-        poster = owned = HttpxPoster()
+    timeouts = [e.timeout_s for e in entries if e.source == "engine"]
+    if poster is None and timeouts:
+        t = max(timeouts)  # each call is bounded by its entry's timeout_s as a whole
+        limits = ClientLimits(
+            connect_timeout=t, read_timeout=t, write_timeout=t, pool_timeout=t, max_connections=64
+        )
+        owned = UpstreamClient(limits)
+        poster = UpstreamPoster(owned)
     by_model: dict[str, PromptTokenizer] = {}
     for i, entry in enumerate(entries):
         if entry.source == "local":

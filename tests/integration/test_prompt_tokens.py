@@ -1,6 +1,6 @@
 """Tokenizer-exact prompt ids against the emulator serving a real `tokenizer.json`: the local
 tokenizer (with a chat template equal to the emulator's) and the engine tokenizer (asking
-its /tokenize, over httpx and over the gateway's own client) give exactly the ids the
+its /tokenize, over the gateway's own client and over httpx) give exactly the ids the
 emulator reports, and as many as a real request's `usage.prompt_tokens`."""
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.inference_request import InferenceRequest, parse_inference_body
 from gateway.tokens import PromptTokenizer, build_tokenizers
 from gateway.tokens.engine import EngineTokenizer
-from gateway.tokens.transport import UpstreamPoster
+from gateway.tokens.transport import HttpxPoster
 from scoring.config import parse_config
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
@@ -76,11 +75,11 @@ async def tokenizers(
     built = build_tokenizers(entries, lambda model: emulator.url)
     local, engine = built.for_model(MODEL), built.for_model("any")
     assert local is not None and engine is not None
-    client = UpstreamClient(ClientLimits(read_timeout=5.0))
-    own_client = EngineTokenizer(lambda model: emulator.url, UpstreamPoster(client))
-    yield {"local": local, "engine-httpx": engine, "engine-upstream": own_client}
+    poster = HttpxPoster()
+    over_httpx = EngineTokenizer(lambda model: emulator.url, poster)
+    yield {"local": local, "engine": engine, "engine-httpx": over_httpx}
     await built.aclose()
-    await client.aclose()
+    await poster.aclose()
 
 
 def _request(api: str, prompt: Any) -> InferenceRequest:
@@ -110,7 +109,7 @@ async def test_every_tokenizer_gives_the_engines_ids(
 async def test_the_engine_tokenizer_asks_once_per_prompt(
     tokenizers: dict[str, PromptTokenizer],
 ) -> None:
-    engine = tokenizers["engine-upstream"]
+    engine = tokenizers["engine"]
     for _ in range(3):
         for api, prompt in CASES:
             assert await engine.token_ids(_request(api, prompt))
@@ -118,10 +117,11 @@ async def test_the_engine_tokenizer_asks_once_per_prompt(
     assert (counters.misses, counters.hits, counters.errors) == (len(CASES), 2 * len(CASES), 0)
 
 
+@pytest.mark.parametrize("name", ["engine", "engine-httpx"])
 async def test_a_backend_that_is_gone_costs_only_a_counted_none(
-    tokenizers: dict[str, PromptTokenizer], emulator: ServerThread
+    tokenizers: dict[str, PromptTokenizer], emulator: ServerThread, name: str
 ) -> None:
     emulator.stop()
-    engine = tokenizers["engine-httpx"]
+    engine = tokenizers[name]
     assert await engine.token_ids(_request("chat", [{"role": "user", "content": "x"}])) is None
     assert engine.counters.errors == 1
