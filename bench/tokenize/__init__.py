@@ -1,8 +1,9 @@
 """`python -m bench tokenize`: what tokenizer-exact prompt ids cost the gateway per request.
 
-A byte-level BPE tokenizer (32k vocabulary) is trained on this repository's text, with a
-ChatML chat template (the emulator's); chat prompts of about 1k and 8k tokens (plus a sweep
-of sizes for the thread-offload threshold) are cut from the same text. Measured per call:
+A byte-level BPE tokenizer (at most `--vocab` ids; this repository's text gives ~13k) is
+trained on the repository's text, with a ChatML chat template (the emulator's); chat prompts
+of about 1k and 8k tokens (plus a sweep of sizes for the thread-offload threshold) are cut
+from the same text. Measured per call:
 
 - `local` (`gateway.tokens.local.LocalTokenizer`): template render + encode on the event
   loop (`inline`) and in a worker thread (`thread`), on fresh text each call and on one
