@@ -26,6 +26,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   precise    the precise (KV-event-fed) index against the emulator: exact predictions of
              cached tokens, and precise-prefix against the default on pressure cells
              (`bench.precise`; `make bench-precise`)
+  tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
+             chat template, and an engine's /tokenize with the gateway's cache
+             (`bench.tokenize`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -51,6 +54,7 @@ SUBCOMMANDS = {
     "admission": "bench.admission.__main__",
     "kv-events": "bench.kv_events",
     "precise": "bench.precise.__main__",
+    "tokenize": "bench.tokenize.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).
