@@ -8,6 +8,8 @@ gateway runs in-process under uvicorn so the test can read its precise index.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +17,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import msgpack  # type: ignore[import-untyped]
 import pytest
+import zmq
+import zmq.asyncio
 
-from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT
+from adapters.kv_events import KvEventBatch
+from gateway.kv_event_loops import source_settings
+from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT, kv_events_sources
+from health.kv_events import KvEventSubscriber
 from sim.live.processes import start_emulator
 from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
@@ -84,3 +92,34 @@ def test_a_discovered_pods_events_feed_the_index_until_the_pod_leaves(
         _complete(url, 3, seed=100)  # the engine still publishes, straight to it
         time.sleep(0.5)
         assert not app.precise_index.tracks(backend_id)  # nobody listens any more
+
+
+async def test_a_publisher_at_an_ipv6_pod_address_is_followed() -> None:
+    ctx = zmq.asyncio.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.IPV6, 1)
+    try:
+        port = pub.bind_to_random_port("tcp://[::1]")
+    except zmq.ZMQError:
+        ctx.destroy(linger=0)
+        pytest.skip("no IPv6 loopback here")
+    [source] = kv_events_sources({KV_EVENTS_PORT: str(port)}, "[::1]", 1, pytest.fail)
+    assert source is not None
+    received: list[KvEventBatch] = []
+    subscriber = KvEventSubscriber(
+        "pod", source_settings(source), lambda _id, batch: received.append(batch)
+    )
+    task = asyncio.create_task(subscriber.run())
+    try:
+        payload = msgpack.packb([0.0, [["AllBlocksCleared"]], 0])
+        for _ in range(100):  # until the SUB socket has joined
+            await pub.send_multipart([b"", (0).to_bytes(8, "big"), payload])
+            if received:
+                break
+            await asyncio.sleep(0.02)
+        assert received and received[0].seq == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        ctx.destroy(linger=0)
