@@ -92,6 +92,9 @@ class PrefixSection(BaseModel):
     block_tokens: int | None = Field(default=None, ge=1)  # None: the engines' block size
     chars_per_token: float = Field(default=4.0, gt=0, allow_inf_nan=False)
     capacity_blocks: int | None = Field(default=None, ge=1)  # None: from engine KV size
+    # Precise index: a dispatched prompt's blocks count as held on its backend this long,
+    # until the backend's KV events store them (0: events only).
+    speculative_ttl_s: float = Field(default=2.0, ge=0, allow_inf_nan=False)
 
 
 class TtftSection(BaseModel):

@@ -45,7 +45,8 @@ def build_routing_stack(
 ) -> RoutingStack:
     """Build the stack for `section`; plugin errors raise `routing.registry.PluginError`."""
     index = PrefixIndex() if index is None else index
-    precise = PreciseIndex() if precise is None else precise
+    if precise is None:
+        precise = PreciseIndex(section.prefix.speculative_ttl_s)
     t = section.ttft
     ttft_model = OnlineTtftModel(TtftCoefficients(t.overhead_s, t.prefill_token_s), t.decay)
     registry = PluginRegistry()

@@ -18,15 +18,22 @@ from bench.regime.grid import CLIENTS, Cell, FleetSpec
 POLICIES = ("prefix-aware", "precise-prefix")
 
 
-def cells(quick: bool) -> list[Cell]:
-    """The regime map's capacity-pressure cells (closed loop of 16 clients)."""
+def cells(quick: bool, only: str = "") -> list[Cell]:
+    """The regime map's capacity-pressure cells (closed loop of 16 clients), or those named
+    in `only` (comma-separated cell names)."""
     if quick:
         return [Cell(1.5, "hot", "closed", clients=CLIENTS)]
-    return [
+    every = [
         Cell(p, pop, "closed", clients=CLIENTS)
         for p in (1.5, 4.0)
         for pop in ("uniform", "zipf", "hot")
     ]
+    names = {n for n in only.split(",") if n}
+    return [c for c in every if c.name in names] if names else every
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text() if path else ""
 
 
 def _log(text: str) -> None:
@@ -38,11 +45,21 @@ async def _main(args: argparse.Namespace) -> int:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     spec = FleetSpec(replicas=args.replicas, profile=args.profile)
     rows: list[dict[str, Any]] = []
-    todo = [(c, s, p) for c in cells(args.quick) for s in range(1, args.repeats + 1)
-            for p in POLICIES]  # fmt: skip
+    policies = [p for p in args.policies.split(",") if p]
+    extra = await asyncio.to_thread(_read, args.config_extra)
+    todo = [(c, s, p) for c in cells(args.quick, args.cells) for s in range(1, args.repeats + 1)
+            for p in policies]  # fmt: skip
     for i, (cell, seed, policy) in enumerate(todo, 1):
         _log(f"{i}/{len(todo)}: {cell.name} seed {seed} × {policy}")
-        row = await run(cell, spec, policy, seed=seed, slowdown=args.slowdown, log_dir=out / "logs")
+        row = await run(
+            cell,
+            spec,
+            policy,
+            seed=seed,
+            slowdown=args.slowdown,
+            log_dir=out / "logs",
+            config_extra=extra,
+        )
         rows.append(row)
         g = row["precise"]
         share = g["exact_share"]
@@ -73,4 +90,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default="demo", help="emulator engine profile (default demo)")
     p.add_argument("--slowdown", type=float, default=1.0, help="engines this many times slower")
     p.add_argument("--out", default="out/bench/precise")
+    p.add_argument("--cells", default="", help="cell names, comma-separated (default: all)")
+    p.add_argument("--policies", default=",".join(POLICIES), help="kvgate policies compared")
+    p.add_argument(
+        "--config-extra", default="", help="YAML appended to the gateway's config (profiles...)"
+    )
     return asyncio.run(_main(p.parse_args(argv)))

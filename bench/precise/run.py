@@ -80,14 +80,16 @@ def _get_json(url: str) -> Any:
         return json.load(resp)
 
 
-def gateway_router(events: EventFleet, policy: str, state: dict[str, Any]):  # type: ignore[no-untyped-def]
+def gateway_router(  # type: ignore[no-untyped-def]
+    events: EventFleet, policy: str, state: dict[str, Any], config_extra: str = ""
+):
     """kvgate with `policy`, following the fleet's events; on exit (before it stops) its
     /admin/backends and the replicas' caches go into `state`."""
 
     @contextlib.contextmanager
     def start(site: RouterSite) -> Iterator[Router]:
         config = site.log_dir / f"{site.tag}-kvgate.yaml"
-        config.write_text(TOKENIZER_CONFIG)
+        config.write_text(TOKENIZER_CONFIG + config_extra)
         log = site.log_dir / f"{site.tag}-gateway.log"
         extra = ["--config", str(config)]
         process, url = start_gateway(events.backends(site.replica_urls), policy, log, extra)
@@ -124,7 +126,14 @@ def grade(state: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run(
-    cell: Cell, spec: FleetSpec, policy: str, *, seed: int, slowdown: float, log_dir: Path
+    cell: Cell,
+    spec: FleetSpec,
+    policy: str,
+    *,
+    seed: int,
+    slowdown: float,
+    log_dir: Path,
+    config_extra: str = "",
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     events = EventFleet(spec, slowdown)
@@ -132,7 +141,7 @@ async def run(
     traffic = workload(cell, spec, seed, 1.0, slowdown)
     result = await run_experiment(
         events.fleet(),
-        gateway_router(events, policy, state),
+        gateway_router(events, policy, state, config_extra),
         traffic,
         label=f"{cell.name}-s{seed}/kvgate-{policy}",
         log_dir=log_dir,
