@@ -1,0 +1,210 @@
+"""The precise index fed by a real vLLM's KV-cache events, and requests checked against it.
+
+`EventTracker` runs a `health.kv_events.KvEventSubscriber` whose callback applies every batch
+to a `scoring.precise_index.PreciseIndex` and counts the events. `Prober` sends requests one
+at a time; before each it waits until the stream has been quiet for `quiet_s` after the
+previous response (vLLM publishes a step's events at the end of its scheduling, so by then
+everything the previous request caused is in the index), predicts the cached prompt tokens
+from the index (`depth` of the prompt's token-block keys, through `cached_tokens`) and
+compares with the response's `usage.prompt_tokens_details.cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from adapters.kv_events import KvEventBatch
+from health.kv_events import KvEventsSettings, KvEventSubscriber
+from routing.kv_events import BlockRemoved, BlockStored
+from scoring.precise_index import PreciseIndex, cached_tokens
+from scoring.token_blocks import root_key, token_block_keys
+
+BACKEND = "vllm-0"
+
+
+class EventTracker:
+    """One backend's events into a `PreciseIndex`; stoppable and restartable (the subscriber,
+    and so its sequence numbering, is kept across restarts: a restart is a gap to replay)."""
+
+    def __init__(self, settings: KvEventsSettings, model: str) -> None:
+        self.model = model
+        self.index = PreciseIndex(speculative_ttl_s=0.0)
+        self.subscriber = KvEventSubscriber(BACKEND, settings, self._on_batch)
+        self.events: Counter[str] = Counter()
+        self.stored_blocks = 0
+        self.removed_blocks = 0  # evictions: blocks in BlockRemoved events
+        self.lora_stored: Counter[str] = Counter()  # blocks stored under each adapter
+        self.last_batch = 0.0  # time.monotonic() of the last batch applied
+        self._task: asyncio.Task[None] | None = None
+
+    def _on_batch(self, backend: str, batch: KvEventBatch) -> None:
+        self.index.apply(backend, batch.events, self.model)
+        for event in batch.events:
+            self.events[type(event).__name__] += 1
+            if isinstance(event, BlockStored):
+                self.stored_blocks += len(event.block_hashes)
+                if event.lora_name:
+                    self.lora_stored[event.lora_name] += len(event.block_hashes)
+            elif isinstance(event, BlockRemoved):
+                self.removed_blocks += len(event.block_hashes)
+        self.last_batch = time.monotonic()
+
+    def start(self) -> None:
+        assert self._task is None
+        self._task = asyncio.create_task(self.subscriber.run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def figures(self) -> dict[str, Any]:
+        c = self.index.counters(BACKEND)
+        return {
+            "events": dict(self.events),
+            "stored_blocks": self.stored_blocks,
+            "removed_blocks": self.removed_blocks,
+            "lora_stored_blocks": dict(self.lora_stored),
+            "index": asdict(c) if c is not None else None,
+            "index_blocks_now": self.index.blocks(BACKEND),
+            "subscriber": asdict(self.subscriber.counters),
+        }
+
+
+@dataclass(slots=True)
+class Probe:
+    phase: str
+    model: str
+    prompt_tokens: int
+    depth: int  # leading blocks the index holds
+    predicted: int
+    actual: int
+
+    @property
+    def exact(self) -> bool:
+        return self.predicted == self.actual
+
+
+@dataclass
+class Prober:
+    """Sequential requests to one vLLM, each predicted from the index before it is sent."""
+
+    client: httpx.AsyncClient
+    url: str
+    model: str
+    block_size: int
+    tracker: EventTracker
+    quiet_s: float = 0.15
+    probes: list[Probe] = field(default_factory=list)
+    last_response: float = 0.0
+
+    async def settle(self) -> None:
+        """Wait until no batch has come for `quiet_s` since the last response."""
+        while True:
+            idle = time.monotonic() - max(self.tracker.last_batch, self.last_response)
+            if idle >= self.quiet_s:
+                return
+            await asyncio.sleep(self.quiet_s - idle)
+
+    def predict(self, ids: list[int], model: str) -> tuple[int, int]:
+        """(depth, cached tokens) the index predicts for a prompt of `ids` under `model`."""
+        keys = token_block_keys(ids, self.block_size, root_key(model))
+        depth = self.tracker.index.depth(BACKEND, keys)
+        return depth, cached_tokens(depth, len(ids), self.block_size)
+
+    async def completion(
+        self, phase: str, ids: list[int], *, max_tokens: int = 1, model: str | None = None
+    ) -> Probe:
+        """A `/v1/completions` request of token ids, predicted and measured."""
+        model = model or self.model
+        await self.settle()
+        depth, predicted = self.predict(ids, model)
+        body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0}
+        usage = await self._post("/v1/completions", body)
+        assert usage["prompt_tokens"] == len(ids)
+        return self._record(phase, model, len(ids), depth, predicted, usage)
+
+    async def chat(
+        self, phase: str, messages: list[dict[str, str]], *, max_tokens: int = 1
+    ) -> tuple[Probe, str]:
+        """A chat request: its ids from vLLM's `/tokenize` (chat template applied), predicted,
+        then sent as `/v1/chat/completions`; the probe and the reply's text."""
+        await self.settle()
+        tok = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        resp = await self.client.post(self.url + "/tokenize", json=tok)
+        ids: list[int] = resp.raise_for_status().json()["tokens"]
+        depth, predicted = self.predict(ids, self.model)
+        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
+        resp = await self.client.post(self.url + "/v1/chat/completions", json=body)
+        data = resp.raise_for_status().json()
+        self.last_response = time.monotonic()
+        usage = data["usage"]
+        assert usage["prompt_tokens"] == len(ids), "chat template: /tokenize disagrees"
+        probe = self._record("chat", self.model, len(ids), depth, predicted, usage)
+        return probe, data["choices"][0]["message"]["content"] or ""
+
+    async def send_blind(self, ids: list[int], max_tokens: int = 1) -> None:
+        """A request nothing is predicted for (while the subscriber is down, or to make vLLM
+        step and publish what it has queued)."""
+        body = {"model": self.model, "prompt": ids, "max_tokens": max_tokens}
+        await self._post("/v1/completions", body)
+
+    async def reset_prefix_cache(self, attempts: int = 5) -> None:
+        for attempt in range(attempts):
+            resp = await self.client.post(self.url + "/reset_prefix_cache")
+            resp.raise_for_status()
+            if not resp.content or resp.json().get("success", True):
+                return
+            await asyncio.sleep(0.5 * (attempt + 1))
+        raise AssertionError("/reset_prefix_cache kept failing")
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        resp = await self.client.post(self.url + path, json=body)
+        usage: dict[str, Any] = resp.raise_for_status().json()["usage"]
+        self.last_response = time.monotonic()
+        return usage
+
+    def _record(
+        self,
+        phase: str,
+        model: str,
+        prompt_tokens: int,
+        depth: int,
+        predicted: int,
+        usage: dict[str, Any],
+    ) -> Probe:
+        details = usage.get("prompt_tokens_details") or {}
+        actual = int(details.get("cached_tokens") or 0)
+        probe = Probe(phase, model, prompt_tokens, depth, predicted, actual)
+        self.probes.append(probe)
+        return probe
+
+
+def summarize(probes: list[Probe], block_size: int) -> dict[str, Any]:
+    """Exact matches, hits and mismatches (with their deltas) of a list of probes; a partial
+    hit is one below the most the prompt could have had cached."""
+    exact = sum(p.exact for p in probes)
+    mismatches = [{**asdict(p), "delta": p.predicted - p.actual} for p in probes if not p.exact]
+    return {
+        "requests": len(probes),
+        "exact": exact,
+        "exact_pct": round(100 * exact / len(probes), 2) if probes else None,
+        "with_hits": sum(p.actual > 0 for p in probes),
+        "partial_hits": sum(
+            0 < p.actual < cached_tokens(p.prompt_tokens, p.prompt_tokens, block_size)
+            for p in probes
+        ),
+        "cached_tokens_actual": sum(p.actual for p in probes),
+        "cached_tokens_predicted": sum(p.predicted for p in probes),
+        "prompt_tokens": sum(p.prompt_tokens for p in probes),
+        "mismatches": mismatches,
+    }
