@@ -88,6 +88,7 @@ class Probe:
     depth: int  # leading blocks the index holds
     predicted: int
     actual: int
+    held: str = ""  # per prompt block, "1" if the index held it before the request
 
     @property
     def exact(self) -> bool:
@@ -115,11 +116,13 @@ class Prober:
                 return
             await asyncio.sleep(self.quiet_s - idle)
 
-    def predict(self, ids: list[int], model: str) -> tuple[int, int]:
-        """(depth, cached tokens) the index predicts for a prompt of `ids` under `model`."""
+    def predict(self, ids: list[int], model: str) -> tuple[int, int, str]:
+        """(depth, cached tokens) the index predicts for a prompt of `ids` under `model`, and
+        which of its blocks the index holds."""
         keys = token_block_keys(ids, self.block_size, root_key(model))
         depth = self.tracker.index.depth(BACKEND, keys)
-        return depth, cached_tokens(depth, len(ids), self.block_size)
+        held = "".join("1" if self.tracker.index.depth(BACKEND, [k]) else "0" for k in keys)
+        return depth, cached_tokens(depth, len(ids), self.block_size), held
 
     async def completion(
         self, phase: str, ids: list[int], *, max_tokens: int = 1, model: str | None = None
@@ -127,11 +130,11 @@ class Prober:
         """A `/v1/completions` request of token ids, predicted and measured."""
         model = model or self.model
         await self.settle()
-        depth, predicted = self.predict(ids, model)
+        depth, predicted, held = self.predict(ids, model)
         body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0}
         usage = await self._post("/v1/completions", body)
         assert usage["prompt_tokens"] == len(ids)
-        return self._record(phase, model, len(ids), depth, predicted, usage)
+        return self._record(Probe(phase, model, len(ids), depth, predicted, 0, held), usage)
 
     async def chat(
         self, phase: str, messages: list[dict[str, str]], *, max_tokens: int = 1
@@ -142,15 +145,19 @@ class Prober:
         tok = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         resp = await self.client.post(self.url + "/tokenize", json=tok)
         ids: list[int] = resp.raise_for_status().json()["tokens"]
-        depth, predicted = self.predict(ids, self.model)
-        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
+        depth, predicted, held = self.predict(ids, self.model)
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "return_token_ids": True,
+        }
         resp = await self.client.post(self.url + "/v1/chat/completions", json=body)
         data = resp.raise_for_status().json()
         self.last_response = time.monotonic()
-        usage = data["usage"]
-        assert usage["prompt_tokens"] == len(ids), "chat template: /tokenize disagrees"
-        probe = self._record("chat", self.model, len(ids), depth, predicted, usage)
-        return probe, data["choices"][0]["message"]["content"] or ""
+        assert data["prompt_token_ids"] == ids, "chat: /tokenize and the request's ids differ"
+        probe = Probe("chat", self.model, len(ids), depth, predicted, 0, held)
+        return self._record(probe, data["usage"]), data["choices"][0]["message"]["content"] or ""
 
     async def send_blind(self, ids: list[int], max_tokens: int = 1) -> None:
         """A request nothing is predicted for (while the subscriber is down, or to make vLLM
@@ -173,18 +180,9 @@ class Prober:
         self.last_response = time.monotonic()
         return usage
 
-    def _record(
-        self,
-        phase: str,
-        model: str,
-        prompt_tokens: int,
-        depth: int,
-        predicted: int,
-        usage: dict[str, Any],
-    ) -> Probe:
+    def _record(self, probe: Probe, usage: dict[str, Any]) -> Probe:
         details = usage.get("prompt_tokens_details") or {}
-        actual = int(details.get("cached_tokens") or 0)
-        probe = Probe(phase, model, prompt_tokens, depth, predicted, actual)
+        probe.actual = int(details.get("cached_tokens") or 0)
         self.probes.append(probe)
         return probe
 
@@ -193,7 +191,11 @@ def summarize(probes: list[Probe], block_size: int) -> dict[str, Any]:
     """Exact matches, hits and mismatches (with their deltas) of a list of probes; a partial
     hit is one below the most the prompt could have had cached."""
     exact = sum(p.exact for p in probes)
-    mismatches = [{**asdict(p), "delta": p.predicted - p.actual} for p in probes if not p.exact]
+    mismatches = [
+        {"request": i, **asdict(p), "delta": p.predicted - p.actual}
+        for i, p in enumerate(probes)
+        if not p.exact
+    ]
     return {
         "requests": len(probes),
         "exact": exact,

@@ -19,11 +19,13 @@ prints the figures. Needs `.venv-vllm/` (made on first use, ~4 min); `make test-
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import httpx
@@ -167,17 +169,21 @@ async def _replay(prober: Prober, work: Workload) -> dict[str, Any]:
     shows a gap, which the replay socket fills."""
     tracker = prober.tracker
     await prober.settle()
-    before = dict(vars(tracker.subscriber.counters))
+    before = asdict(tracker.subscriber.counters)
     await tracker.stop()
     for _ in range(BLIND_REQUESTS):
         await prober.send_blind(work.prompt(), max_tokens=2)
     tracker.start()
     deadline = time.monotonic() + 30
-    while tracker.subscriber.counters.gaps == before["gaps"]:
+    c = tracker.subscriber.counters
+    while c.gaps == before["gaps"]:
         assert time.monotonic() < deadline, "no gap seen after the subscriber's restart"
         await prober.send_blind(work.ids(64))  # new blocks: a live batch
         await prober.settle()
-    c = tracker.subscriber.counters
+    while c.replayed + c.missed == before["replayed"] + before["missed"]:
+        assert time.monotonic() < deadline, "the gap was never filled"
+        await asyncio.sleep(0.05)
+    await prober.settle()
     return {
         "blind_requests": BLIND_REQUESTS,
         "gaps": c.gaps - before["gaps"],
