@@ -2,11 +2,17 @@
 
 `EventTracker` runs a `health.kv_events.KvEventSubscriber` whose callback applies every batch
 to a `scoring.precise_index.PreciseIndex` and counts the events. `Prober` sends requests one
-at a time; before each it waits until the stream has been quiet for `quiet_s` after the
-previous response (vLLM publishes a step's events at the end of its scheduling, so by then
-everything the previous request caused is in the index), predicts the cached prompt tokens
-from the index (`depth` of the prompt's token-block keys, through `cached_tokens`) and
-compares with the response's `usage.prompt_tokens_details.cached_tokens`.
+at a time; before each it waits until the index has caught up with the previous request,
+predicts the cached prompt tokens from the index (`depth` of the prompt's token-block keys,
+through `cached_tokens`) and compares with the response's
+`usage.prompt_tokens_details.cached_tokens`.
+
+Caught up: vLLM publishes a step's events before that step's output reaches the client, but
+on a loaded machine its publisher thread can lag the response. So the wait is a barrier and
+a quiet period: every full block of the tokens the previous request computed (its prompt and
+all but its last output token, from `return_token_ids`) must be held in the index (the
+batch of its last step has arrived, and batches arrive in order), then no batch for `quiet_s`
+(a step that stored nothing new, e.g. a prompt all cached, is seen by the quiet period only).
 """
 
 from __future__ import annotations
@@ -105,11 +111,31 @@ class Prober:
     block_size: int
     tracker: EventTracker
     quiet_s: float = 0.15
+    barrier_timeout_s: float = 10.0
     probes: list[Probe] = field(default_factory=list)
     last_response: float = 0.0
+    barrier_waits: list[float] = field(default_factory=list)  # seconds, when not at once
+    barrier_timeouts: int = 0
+    # (model, token ids) the previous request computed: its blocks must reach the index
+    _computed: tuple[str, list[int]] | None = None
 
-    async def settle(self) -> None:
-        """Wait until no batch has come for `quiet_s` since the last response."""
+    async def settle(self, barrier: bool = True) -> None:
+        """Wait until the previous request's blocks are in the index (unless `barrier` is
+        False: when its events may be lost) and no batch has come for `quiet_s` since the
+        last response."""
+        computed, self._computed = self._computed, None
+        if barrier and computed is not None:
+            model, ids = computed
+            keys = token_block_keys(ids, self.block_size, root_key(model))
+            started = time.monotonic()
+            while self.tracker.index.depth(BACKEND, keys) < len(keys):
+                waited = time.monotonic() - started
+                if waited > self.barrier_timeout_s:
+                    self.barrier_timeouts += 1
+                    break
+                await asyncio.sleep(0.005)
+            if (waited := time.monotonic() - started) > 0.001:
+                self.barrier_waits.append(waited)
         while True:
             idle = time.monotonic() - max(self.tracker.last_batch, self.last_response)
             if idle >= self.quiet_s:
@@ -131,8 +157,8 @@ class Prober:
         model = model or self.model
         await self.settle()
         depth, predicted, held = self.predict(ids, model)
-        body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0}
-        usage = await self._post("/v1/completions", body)
+        body = {"model": model, "prompt": ids, "max_tokens": max_tokens}
+        usage = await self._complete(body)
         assert usage["prompt_tokens"] == len(ids)
         return self._record(Probe(phase, model, len(ids), depth, predicted, 0, held), usage)
 
@@ -156,28 +182,33 @@ class Prober:
         data = resp.raise_for_status().json()
         self.last_response = time.monotonic()
         assert data["prompt_token_ids"] == ids, "chat: /tokenize and the request's ids differ"
+        self._computed = (self.model, ids + data["choices"][0]["token_ids"][:-1])
         probe = Probe("chat", self.model, len(ids), depth, predicted, 0, held)
         return self._record(probe, data["usage"]), data["choices"][0]["message"]["content"] or ""
 
     async def send_blind(self, ids: list[int], max_tokens: int = 1) -> None:
         """A request nothing is predicted for (while the subscriber is down, or to make vLLM
         step and publish what it has queued)."""
-        body = {"model": self.model, "prompt": ids, "max_tokens": max_tokens}
-        await self._post("/v1/completions", body)
+        await self._complete({"model": self.model, "prompt": ids, "max_tokens": max_tokens})
 
     async def reset_prefix_cache(self, attempts: int = 5) -> None:
         for attempt in range(attempts):
             resp = await self.client.post(self.url + "/reset_prefix_cache")
             resp.raise_for_status()
             if not resp.content or resp.json().get("success", True):
+                self._computed = None  # what it computed is gone
                 return
             await asyncio.sleep(0.5 * (attempt + 1))
         raise AssertionError("/reset_prefix_cache kept failing")
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        resp = await self.client.post(self.url + path, json=body)
-        usage: dict[str, Any] = resp.raise_for_status().json()["usage"]
+    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a completion of token ids (`body["prompt"]`); its usage."""
+        body = {**body, "return_token_ids": True}
+        resp = await self.client.post(self.url + "/v1/completions", json=body)
+        data = resp.raise_for_status().json()
         self.last_response = time.monotonic()
+        self._computed = (body["model"], body["prompt"] + data["choices"][0]["token_ids"][:-1])
+        usage: dict[str, Any] = data["usage"]
         return usage
 
     def _record(self, probe: Probe, usage: dict[str, Any]) -> Probe:

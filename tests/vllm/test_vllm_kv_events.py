@@ -119,7 +119,7 @@ async def _connected(prober: Prober, work: Workload) -> None:
     while not prober.tracker.subscriber.counters.batches:
         assert time.monotonic() < deadline, "no KV-event batch from vLLM in 30 s"
         await prober.send_blind(work.ids(64))
-        await prober.settle()
+        await prober.settle(barrier=False)  # its batch may come before the subscription
     await _reset(prober)
 
 
@@ -179,7 +179,7 @@ async def _replay(prober: Prober, work: Workload) -> dict[str, Any]:
     while c.gaps == before["gaps"]:
         assert time.monotonic() < deadline, "no gap seen after the subscriber's restart"
         await prober.send_blind(work.ids(64))  # new blocks: a live batch
-        await prober.settle()
+        await prober.settle(barrier=False)
     while c.replayed + c.missed == before["replayed"] + before["missed"]:
         assert time.monotonic() < deadline, "the gap was never filled"
         await asyncio.sleep(0.05)
@@ -206,6 +206,11 @@ def _figures(
         "block_size": vllm.block_size,
         "lora": list(vllm.loras),
         "quiet_s": prober.quiet_s,
+        "barrier": {
+            "waits": len(prober.barrier_waits),
+            "max_wait_s": round(max(prober.barrier_waits, default=0.0), 3),
+            "timeouts": prober.barrier_timeouts,
+        },
         **summarize(probes, vllm.block_size),
         "by_phase": {
             name: {k: v for k, v in summarize(ps, vllm.block_size).items() if k != "mismatches"}
