@@ -151,13 +151,22 @@ class Prober:
         return depth, cached_tokens(depth, len(ids), self.block_size), held
 
     async def completion(
-        self, phase: str, ids: list[int], *, max_tokens: int = 1, model: str | None = None
+        self,
+        phase: str,
+        ids: list[int],
+        *,
+        max_tokens: int = 1,
+        model: str | None = None,
+        xargs: dict[str, str] | None = None,
     ) -> Probe:
-        """A `/v1/completions` request of token ids, predicted and measured."""
+        """A `/v1/completions` request of token ids (`xargs`: vLLM's `vllm_xargs`), predicted
+        and measured."""
         model = model or self.model
         await self.settle()
         depth, predicted, held = self.predict(ids, model)
-        body = {"model": model, "prompt": ids, "max_tokens": max_tokens}
+        body: dict[str, Any] = {"model": model, "prompt": ids, "max_tokens": max_tokens}
+        if xargs:
+            body["vllm_xargs"] = xargs
         usage = await self._complete(body)
         assert usage["prompt_tokens"] == len(ids)
         return self._record(Probe(phase, model, len(ids), depth, predicted, 0, held), usage)

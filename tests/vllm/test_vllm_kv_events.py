@@ -11,7 +11,9 @@ a time, each predicted from the index before it is sent (`tests.vllm.harness`):
    is filled from vLLM's replay socket and the predictions stay exact;
 3. chats (one and two turns) whose token ids come from vLLM's `/tokenize`;
 4. LoRA: the same prefixes under the adapter, cached apart from the base model's;
-5. `/reset_prefix_cache`: `AllBlocksCleared` empties the index.
+5. requests half of which ask for `kv_cache_report_mode: "full"` (vLLM then announces
+   their cache hits again as `BlockStored`, which the index must not count as copies);
+6. `/reset_prefix_cache`: `AllBlocksCleared` empties the index.
 
 Writes out/vllm-events/vllm-events.json (figures and every mismatch with its delta) and
 prints the figures. Needs `.venv-vllm/` (made on first use, ~4 min); `make test-vllm`.
@@ -46,6 +48,7 @@ BLIND_REQUESTS = 8
 CHATS = 40
 LORA_REQUESTS = 30
 AFTER_RESET = 12
+REPORT_FULL_REQUESTS = 60
 MIN_EXACT_PCT = 95.0
 
 
@@ -157,6 +160,11 @@ async def _run(prober: Prober, work: Workload, figures: dict[str, Any]) -> dict[
         await prober.completion("lora", prompt, model=model, max_tokens=2)
     stored_under_lora = tracker.lora_stored[LORA]
 
+    full = {"kv_cache_report_mode": "full"}
+    for i in range(REPORT_FULL_REQUESTS):
+        prompt = work.prompt()
+        await prober.completion("report-full", prompt, xargs=full if i % 2 else None)
+
     await _reset(prober)
     for i in range(AFTER_RESET):
         prompt = work.prefixes[i % 3] + work.ids(40)
@@ -248,5 +256,7 @@ def _check(figures: dict[str, Any], tracker: EventTracker) -> None:
     assert figures["lora_blocks_stored"] > 0
     assert figures["by_phase"]["lora"]["with_hits"] > 0
     assert figures["by_phase"]["chat"]["with_hits"] > 0
+    assert figures["index"]["reannounced_blocks"] > 0  # report mode "full" was exercised
+    assert figures["by_phase"]["report-full"]["exact_pct"] >= MIN_EXACT_PCT
     after = figures["by_phase"]["after-reset"]
     assert after["exact"] == after["requests"]
