@@ -116,7 +116,8 @@ class Prober:
     last_response: float = 0.0
     barrier_waits: list[float] = field(default_factory=list)  # seconds, when not at once
     barrier_timeouts: int = 0
-    # (model, token ids) the previous request computed: its blocks must reach the index
+    # (model, token ids) the previous request computed: its blocks must reach the index (of
+    # concurrent requests, the last to finish: the others' blocks may be evicted by then)
     _computed: tuple[str, list[int]] | None = None
 
     async def settle(self, barrier: bool = True) -> None:
