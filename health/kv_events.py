@@ -6,8 +6,9 @@ sequence order, to the synchronous `on_batch(backend_id, batch)`.
 
 Sequence numbers: vLLM numbers its batches 0, 1, 2, ... per publisher. A batch numbered past
 `last + 1` is a gap: with a `replay` endpoint the subscriber asks vLLM's ROUTER socket for
-the missing batches (DEALER sends `[b"", start_seq]`, 8 bytes big-endian; the answer is one
-`[b"", seq, payload]` per buffered batch with `seq >= start_seq`, then `[b"", -1, b""]`),
+the missing batches (DEALER sends `[b"", start_seq]`, 8 bytes big-endian; vLLM 0.32 answers
+one `[b"", topic, seq, payload]` per buffered batch with `seq >= start_seq`, then
+`[b"", b"", -1, b""]`; the same without the topic frame is accepted too),
 delivers those below the live one, and counts what the replay could not supply as `missed`.
 Without `replay` the gap is counted and the stream goes on. A number at or below `last` is a
 duplicate when equal, else a restarted publisher (counted in `restarts`; its cache is new).
@@ -182,7 +183,7 @@ class KvEventSubscriber:
             await dealer.send_multipart([b"", first.to_bytes(SEQ_BYTES, "big")])
             while await dealer.poll(timeout_ms):
                 frames = await dealer.recv_multipart()
-                if len(frames) == 3 and frames[1] == END_OF_REPLAY:
+                if _end_of_replay(frames):
                     return got
                 try:
                     batch = decode_message(frames[1:])
@@ -217,3 +218,9 @@ class KvEventSubscriber:
         self.counters.decode_errors += 1
         sizes = [len(f) for f in frames]
         self._warn.warn("decode", "kv events of %s: %s (frames %s)", self.backend_id, exc, sizes)
+
+
+def _end_of_replay(frames: list[bytes]) -> bool:
+    """vLLM's end marker: `[b"", b"", -1, b""]` (0.32: an empty topic frame), or without the
+    topic frame, `[b"", -1, b""]`."""
+    return len(frames) in (3, 4) and frames[-2] == END_OF_REPLAY and not frames[-1]

@@ -9,6 +9,14 @@ of the LoRA adapter the event names), and the index keeps per backend
 - `engine hash → own key` (with a reference count: vLLM may store the same hash twice and
   then removes it once per block), so `BlockRemoved`, which carries engine hashes only, can
   drop the right key;
+  vLLM stores a hash twice when it recomputes a block it holds (a prompt's last block, whose
+  last token is always computed) in a second physical block, evicted on its own. A request
+  with `kv_cache_report_mode: "full"` (vLLM 0.32, in `vllm_xargs`) makes vLLM re-announce its
+  cache hits instead: a `BlockStored` run from the root (no parent) of blocks it already
+  holds, which no `BlockRemoved` ever balances. A root run of two or more blocks all held is
+  taken for such a re-announcement and adds no reference (a genuine copy of a whole root run
+  needs the engine to skip its prefix lookup, e.g. for prompt logprobs); a one-block root run
+  stays ambiguous and counts as a copy (a prompt of exactly one block, all cached);
 - `own key → number of engine hashes holding it`, the set a request's keys are matched
   against.
 
@@ -48,6 +56,7 @@ class PreciseCounters:
     orphaned_blocks: int = 0  # stored under a parent the index never saw, or salted
     unknown_removals: int = 0  # removals of hashes the index never keyed
     clears: int = 0
+    reannounced_blocks: int = 0  # held blocks announced again (report mode "full")
 
 
 class _Backend:
@@ -93,6 +102,9 @@ class PreciseIndex:
         b.block_size = e.block_size
         hashes = e.block_hashes
         if e.parent_block_hash is None:
+            if len(hashes) > 1 and all(h in b.key_of for h in hashes):
+                b.counters.reannounced_blocks += len(hashes)  # its hits, announced again
+                return
             parent: int | None = root_key(_SALTED + model if e.salted else e.lora_name or model)
         else:
             parent = b.key_of.get(e.parent_block_hash)

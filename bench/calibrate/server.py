@@ -1,12 +1,15 @@
 """One vLLM OpenAI server as a child process: start, wait for /health, always stop by pid.
 
-A `sim.live.processes.ChildProcess`: the server runs in its own process group, so stopping
+`ServerSettings` is its command line and environment, KV-cache events (`KvEventsPublisher`:
+vLLM's ZMQ publisher on `ipc://` sockets, `ipc_publisher`) and LoRA adapters included. A
+`sim.live.processes.ChildProcess`: the server runs in its own process group, so stopping
 it also stops the engine-core process it spawns: SIGTERM to the group, then SIGKILL if it
 has not exited within 20 s.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from collections.abc import Iterator
@@ -17,6 +20,39 @@ from pathlib import Path
 from sim.live.processes import ChildProcess, free_port
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventsPublisher:
+    """vLLM's KV-cache event publisher (`--kv-events-config`): a PUB socket on `endpoint`, a
+    ROUTER answering replay requests on `replay_endpoint` from its last `buffer_steps`
+    batches. vLLM binds (rather than connects) only `tcp://*:P` and `ipc://` endpoints: on
+    loopback use `ipc://` (`ipc_publisher`)."""
+
+    endpoint: str
+    replay_endpoint: str | None = None
+    topic: str = "kv-events"
+    buffer_steps: int = 10_000
+
+    def config_json(self) -> str:
+        config: dict[str, object] = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": self.endpoint,
+            "topic": self.topic,
+            "buffer_steps": self.buffer_steps,
+        }
+        if self.replay_endpoint is not None:
+            config["replay_endpoint"] = self.replay_endpoint
+        return json.dumps(config)
+
+
+def ipc_publisher(directory: Path, name: str = "kv", topic: str = "kv-events") -> KvEventsPublisher:
+    """A publisher on `ipc://DIRECTORY/NAME.pub`, replaying on `ipc://DIRECTORY/NAME.replay`
+    (keep DIRECTORY short: a socket path holds at most ~100 bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = directory.resolve() / name
+    return KvEventsPublisher(f"ipc://{base}.pub", f"ipc://{base}.replay", topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +70,13 @@ class ServerSettings:
     # VLLM_CPU_OMP_THREADS_BIND, e.g. "1": the engine's compute threads on these cores
     # (vLLM's "auto" puts every server on the same cores).
     cpu_bind: str | None = None
+    # `--kv-events-config`: publish KV-cache events (None: no events).
+    kv_events: KvEventsPublisher | None = None
+    # `--enable-lora --lora-modules NAME=DIR ...` ((name, adapter directory) pairs; no LoRA
+    # when empty), at most `max_loras` adapters in a batch, of rank up to `max_lora_rank`.
+    lora_modules: tuple[tuple[str, str], ...] = ()
+    max_loras: int = 2
+    max_lora_rank: int = 8
 
     def env(self) -> dict[str, str | None]:
         """The server's environment changes (VIRTUAL_ENV of this venv would mislead the
@@ -54,6 +97,18 @@ class ServerSettings:
             optional += ["--num-gpu-blocks-override", str(self.num_blocks)]
         if self.served_model_name is not None:
             optional += ["--served-model-name", self.served_model_name]
+        if self.kv_events is not None:
+            optional += ["--kv-events-config", self.kv_events.config_json()]
+        if self.lora_modules:
+            optional += [
+                "--enable-lora",
+                "--max-loras",
+                str(self.max_loras),
+                "--max-lora-rank",
+                str(self.max_lora_rank),
+                "--lora-modules",
+                *(f"{name}={path}" for name, path in self.lora_modules),
+            ]
         return [
             "-m",
             "vllm.entrypoints.openai.api_server",

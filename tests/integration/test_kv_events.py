@@ -100,6 +100,34 @@ async def test_a_gap_is_filled_from_the_replay_socket(publisher: KvPublisher) ->
     assert c.duplicates >= 0 and c.decode_errors == 0
 
 
+@pytest.mark.parametrize("topic_in_replay", [True, False], ids=["vllm-0.32", "no-topic"])
+async def test_the_replay_ends_at_vllms_end_marker(topic_in_replay: bool) -> None:
+    """vLLM 0.32 sends `[b"", topic, seq, payload]` per batch and ends with `[b"", b"", -1,
+    b""]`: the end is recognised at once, not after the replay timeout (seen against real
+    vLLM: a 4-frame end marker was a decode error and the gap took the whole timeout)."""
+    publisher = KvPublisher(topic_in_replay=topic_in_replay)
+    received = Received()
+    settings = KvEventsSettings(
+        endpoint=publisher.endpoint, replay=publisher.replay_endpoint, replay_timeout_s=30.0
+    )
+    subscriber = KvEventSubscriber("engine-a", settings, received)
+    task = asyncio.create_task(subscriber.run())
+    try:
+        await publisher.publish([STORED])
+        await joined(publisher, lambda: subscriber.counters.batches)
+        for drop in (True, True, False):
+            await publisher.publish([STORED], drop=drop)
+        await async_wait_until(lambda: subscriber.counters.last_seq == 3, within=5.0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await publisher.close()
+    c = subscriber.counters
+    assert received.seqs == [0, 1, 2, 3]
+    assert (c.gaps, c.replayed, c.missed, c.decode_errors) == (1, 2, 0, 0)
+
+
 async def test_what_the_replay_buffer_lost_is_counted(publisher: KvPublisher) -> None:
     received = Received()
     async with following(publisher, received) as sub:

@@ -1,6 +1,7 @@
 """A KV-event publisher that behaves as vLLM's on the wire: PUB for live batches, ROUTER for
-replay (request `[identity, b"", start_seq]`; answers `[identity, b"", seq, payload]` per
-buffered batch from `start_seq`, then `[identity, b"", -1, b""]`)."""
+replay (request `[identity, b"", start_seq]`; vLLM 0.32 answers `[identity, b"", topic, seq,
+payload]` per buffered batch from `start_seq`, then `[identity, b"", b"", -1, b""]`;
+`topic_in_replay=False` leaves the topic frame out of both, as older peers do)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ class KvPublisher:
     """Numbered batches on 127.0.0.1; `publish(..., drop=True)` buffers without sending (a
     gap the subscriber must replay). Fixed ports let a restarted publisher take the old ones."""
 
-    def __init__(self, topic: bytes = b"kv-events", port: int = 0, replay_port: int = 0) -> None:
+    def __init__(
+        self,
+        topic: bytes = b"kv-events",
+        port: int = 0,
+        replay_port: int = 0,
+        *,
+        topic_in_replay: bool = True,
+    ) -> None:
         self.ctx = zmq.asyncio.Context()
         self.topic = topic
+        self.topic_in_replay = topic_in_replay
         self.pub = self.ctx.socket(zmq.PUB)
         self.router = self.ctx.socket(zmq.ROUTER)
         self.port = _bind(self.pub, port)
@@ -68,10 +77,12 @@ class KvPublisher:
             client, _, start_bytes = frames
             start = int.from_bytes(start_bytes, "big")
             self.replay_requests.append(start)
+            head = [client, b"", self.topic] if self.topic_in_replay else [client, b""]
             for seq, payload in self.buffer:
                 if seq >= start:
-                    await self.router.send_multipart([client, b"", seq.to_bytes(8, "big"), payload])
-            await self.router.send_multipart([client, b"", END_OF_REPLAY, b""])
+                    await self.router.send_multipart([*head, seq.to_bytes(8, "big"), payload])
+            end = [client, b"", b""] if self.topic_in_replay else [client, b""]
+            await self.router.send_multipart([*end, END_OF_REPLAY, b""])
 
 
 def _bind(socket: zmq.asyncio.Socket, port: int) -> int:

@@ -1,0 +1,1 @@
+"""Tests against a real vLLM (CPU) server (`make test-vllm`, marker `vllm`)."""
