@@ -8,8 +8,9 @@ As vLLM 0.32's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`):
   each event a map with a `type` key and vLLM 0.32's fields (`encode_event`);
 - a ROUTER socket (the replay endpoint) keeps the last `buffer_steps` batches. A request is
   `[identity, b"", start_seq (8 bytes big-endian)]` (a REQ socket sends the empty frame);
-  the answer is one `[identity, b"", seq, payload]` per kept batch with seq ≥ start_seq,
-  then `[identity, b"", (-1 as 8 signed bytes), b""]`. Other frames are dropped, logged.
+  the answer is one `[identity, b"", topic, seq, payload]` per kept batch with seq ≥
+  start_seq, then `[identity, b"", b"", (-1 as 8 signed bytes), b""]` (the topic frame as
+  vLLM 0.32 sends it, seen by `make test-vllm`). Other frames are dropped, logged.
 
 Unlike vLLM, which sends from a thread, everything runs on the emulator's event loop
 (`zmq.asyncio`). This module is imported only when events are on: the emulator without
@@ -130,8 +131,9 @@ class KVEventPublisher:
             first = int.from_bytes(start, "big")
             # A copy: batches published while this answer is sent join the buffer.
             for seq, payload in [b for b in self._buffer if b[0] >= first]:
-                await self._replay.send_multipart([client, b"", seq.to_bytes(8, "big"), payload])
-            await self._replay.send_multipart([client, b"", END_SEQ, b""])
+                frames = [client, b"", self._topic, seq.to_bytes(8, "big"), payload]
+                await self._replay.send_multipart(frames)
+            await self._replay.send_multipart([client, b"", b"", END_SEQ, b""])
 
     def close(self) -> None:
         self._pub.close(linger=0)

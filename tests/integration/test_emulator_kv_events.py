@@ -70,7 +70,9 @@ def _receive_all(sub: zmq.Socket[bytes], quiet_ms: int = 300) -> dict[int, list[
     return batches
 
 
-def _replay(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, start: int) -> dict[int, Any]:
+def _replay(
+    ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, start: int, topic: bytes = TOPIC
+) -> dict[int, Any]:
     dealer = ctx.socket(zmq.DEALER)  # vLLM's request: [identity, b"", start_seq] at the ROUTER
     dealer.connect(endpoint)
     try:
@@ -78,11 +80,12 @@ def _replay(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, start: int) -> d
         batches = {}
         while True:
             assert dealer.poll(5000), "no end-of-replay marker"
-            empty, *frames = dealer.recv_multipart()
+            empty, got, *frames = dealer.recv_multipart()  # vLLM 0.32 sends the topic too
             assert empty == b""
             if frames[0] == END_SEQ:
-                assert frames[1] == b""
+                assert got == b"" and frames[1] == b""
                 return batches
+            assert got == topic
             seq, events = decode(frames)
             batches[seq] = events
     finally:
@@ -140,7 +143,7 @@ def test_lora_blocks_carry_the_adapter_and_the_prompts_own_tokens(tmp_path: Path
             body = {"model": "ad", "prompt": prompt, "max_tokens": 4}
             assert client.post("/v1/completions", json=body).status_code == 200
             ids = client.post("/tokenize", json={"model": "ad", "prompt": prompt}).json()["tokens"]
-        stored = [e for b in _replay(ctx, m.group(2), 0).values() for e in b]
+        stored = [e for b in _replay(ctx, m.group(2), 0, b"").values() for e in b]
         first = stored[0]
         assert (first["type"], first["lora_id"], first["lora_name"]) == ("BlockStored", 1, "ad")
         assert first["extra_keys"][0] == ["ad"]
