@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from gateway.errors import BadRequestError
-from gateway.inference_request import parse_inference_body
-from gateway.prefix import CacheHits
-from gateway.router import RequestRouter
+from gateway.inference_request import InferenceRequest, parse_inference_body
+from gateway.prefix import CacheHits, PreciseHits
+from gateway.router import RequestRouter, Route
 from health.pool import BackendPool
 from routing.types import EngineMetrics
+from scoring.cache_view import CacheView
 from scoring.estimated_ttft import displaced_tokens
+from scoring.precise_index import PreciseIndex
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
@@ -23,7 +26,10 @@ def backends_state(
     index: PrefixIndex,
     ttft_model: OnlineTtftModel,
     cache_hits: Mapping[str, CacheHits] | None = None,
+    *,
     tag: Callable[[str], bytes | None] | None = None,
+    precise: PreciseIndex | None = None,
+    precise_hits: Mapping[str, PreciseHits] | None = None,
 ) -> dict[str, Any]:
     """Every backend's state; `backend_header`: what `x-kvgate-backend` says for it (`tag`),
     so operators can map an opaque id back to the backend."""
@@ -51,9 +57,25 @@ def backends_state(
                 "pending_prefill_tokens": b.pending_prefill_tokens,
                 "ttft_line": _line(ttft_model.coefficients(b.id)),
                 "cache_hits": _hits((cache_hits or {}).get(b.id)),
+                "precise_index": _precise(precise, b.id, (precise_hits or {}).get(b.id)),
             }
         )
     return {"backends": out}
+
+
+def _precise(
+    precise: PreciseIndex | None, backend_id: str, hits: PreciseHits | None
+) -> dict[str, Any] | None:
+    """The exact view from the backend's KV-cache events, and how its predictions fared."""
+    if precise is None or not precise.tracks(backend_id):
+        return None
+    counters = precise.counters(backend_id)
+    return {
+        "blocks": precise.blocks(backend_id),
+        "block_size": precise.block_size(backend_id),
+        "events": dataclasses.asdict(counters) if counters is not None else None,
+        "predictions": dataclasses.asdict(hits or PreciseHits()),
+    }
 
 
 def _hits(h: CacheHits | None) -> dict[str, int]:
@@ -102,15 +124,8 @@ def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
     raise BadRequestError("body has none of 'messages', 'prompt' or 'input'", code="missing_field")
 
 
-def dry_run(
-    router: RequestRouter,
-    body: bytes,
-    headers: Mapping[str, str],
-    api: str | None,
-    policy: str | None = None,
-) -> dict[str, Any]:
-    """Route a request body without forwarding it (with `policy` if given: an operator may
-    try any profile); explain every backend's scores."""
+def parse_dry_run(body: bytes, api: str | None) -> InferenceRequest:
+    """The dry run's request body as an inference request (`api` inferred when not given)."""
     try:
         data = orjson.loads(body) if body else None
     except orjson.JSONDecodeError as exc:
@@ -119,11 +134,34 @@ def dry_run(
         ) from None
     if not isinstance(data, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
-    req = parse_inference_body(_infer_api(data, api), body)
-    route = router.route(req, headers, request_id="dry-run", policy=policy)
+    return parse_inference_body(_infer_api(data, api), body)
+
+
+def dry_run(
+    router: RequestRouter,
+    req: InferenceRequest,
+    headers: Mapping[str, str],
+    *,
+    policy: str | None = None,
+    token_ids: Sequence[int] | None = None,
+    now: float = 0.0,
+) -> dict[str, Any]:
+    """Route a request without forwarding it (with `policy` if given: an operator may try
+    any profile); explain every backend's scores and which index answered for it
+    (`cache_source`: precise where its KV-cache events reach the gateway and the model has a
+    tokenizer, else approximate)."""
+    route = router.route(req, headers, request_id="dry-run", policy=policy, token_ids=token_ids)
+    return explain(router, route, now)
+
+
+def explain(router: RequestRouter, route: Route, now: float) -> dict[str, Any]:
+    """The dry run's answer for a decided route."""
     hashes = route.request.prefix_hashes
     ids = [e.id for e in route.endpoints]
     matched = router.prefix.index.match(hashes, ids)
+    view = CacheView(router.prefix.index, router.prefix.precise)
+    sources = view.source_list(route.request, ids)
+    cached = view.cached_list(route.request, ids, router.prefix.feed.chars_per_token, now)
     displaced = dict(
         zip(
             ids,
@@ -143,7 +181,7 @@ def dry_run(
     scores = {s.endpoint_id: s for s in route.decision.scores}
     rank = {eid: i for i, eid in enumerate(route.decision.ranked)}
     endpoints = []
-    for e in route.endpoints:
+    for i, e in enumerate(route.endpoints):
         s = scores.get(e.id)
         endpoints.append(
             {
@@ -151,6 +189,8 @@ def dry_run(
                 "health": e.health.value,
                 "in_flight": e.in_flight,
                 "matched_blocks": matched[e.id],
+                "cache_source": sources[i],
+                "predicted_cached_tokens": round(cached[i], 1),
                 # reuse-valued tokens its cache would evict to store this prompt
                 "displaced_tokens": round(displaced[e.id], 1),
                 "eligible": s is not None,
@@ -171,6 +211,8 @@ def dry_run(
             "token_estimate": r.token_estimate,
             "prefix_blocks": len(hashes),
             "prefix_block_chars": r.prefix_block_chars,
+            "prompt_tokens": r.prompt_tokens or None,
+            "token_blocks": {str(size): len(keys) for size, keys in r.token_keys},
         },
         "decision": {
             "policy": route.decision.profile,

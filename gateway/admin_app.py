@@ -51,7 +51,9 @@ class AdminSource(Protocol):
 
     def metrics_page(self) -> bytes: ...
 
-    def dry_run(self, body: bytes, headers: Mapping[str, str], query: bytes) -> dict[str, Any]: ...
+    async def dry_run(
+        self, body: bytes, headers: Mapping[str, str], query: bytes
+    ) -> dict[str, Any]: ...
 
 
 def _json(payload: Any) -> Response:
@@ -115,7 +117,7 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
     ) -> Response:
         body = await _read_body(request, source.config.server.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        return _json(source.dry_run(body, headers, request.url.query.encode("latin-1")))
+        return _json(await source.dry_run(body, headers, request.url.query.encode("latin-1")))
 
     @app.get("/metrics", summary="Prometheus exposition of the gateway's metrics")
     async def metrics() -> Response:

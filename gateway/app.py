@@ -51,7 +51,7 @@ from gateway.health_metrics import BackendHealthCollector
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
-from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.lifecycle import Drain
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
@@ -123,16 +123,24 @@ class GatewayApp:
             stale_after_s=h.metrics_stale_after_s,
         )
         self.metrics = GatewayMetrics(models=self.pool.known_models)
-        # Counted only, for /admin/backends: no index consumes the events yet.
+        # Each engine's KV-cache events keep the precise index exact for that backend.
+        self.precise_index = stack.precise
         self.kv_events = {
             b.id: KvEventSubscriber(
-                b.id, KvEventsSettings(**entry.kv_events.model_dump()), lambda _id, _batch: None
+                b.id,
+                KvEventsSettings(**entry.kv_events.model_dump()),
+                lambda backend_id, batch: self.precise_index.apply(backend_id, batch.events),
+                on_lost=self.precise_index.reset,
             )
             for entry, b in zip(config.backends, self.pool, strict=False)  # the pool's first
             if entry.kv_events is not None
         }
-        self.metrics.registry.register(BackendHealthCollector(self.pool, self.kv_events, clock))
-        self.prefix = PrefixTracker(stack.feed)
+        self.prefix = PrefixTracker(stack.feed, stack.precise)
+        self.metrics.registry.register(
+            BackendHealthCollector(
+                self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
+            )
+        )
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
@@ -359,7 +367,8 @@ class GatewayApp:
         rec.model, rec.stream = req.model, req.stream
         if not await self.admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued
-        route = self.router.route(req, headers, rec.request_id)
+        ids = await self.token_ids(req)
+        route = self.router.route(req, headers, rec.request_id, token_ids=ids)
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
         proxy = self._require_runtime().proxy
@@ -432,6 +441,8 @@ class GatewayApp:
             self.ttft_model,
             self.prefix.cache_hits,
             tag=self.front_door.headers.backend_tag,
+            precise=self.precise_index,
+            precise_hits=self.prefix.precise_hits,
         )
         for entry in state["backends"]:
             if (subscriber := self.kv_events.get(entry["id"])) is not None:
@@ -439,19 +450,31 @@ class GatewayApp:
         loops = self.loops.states() if self.loops else {}
         return {**state, "loops": loops, "admission": self.admission.state()}
 
-    def dry_run(self, body: bytes, headers: Mapping[str, str], query: bytes) -> dict[str, Any]:
+    async def dry_run(
+        self, body: bytes, headers: Mapping[str, str], query: bytes
+    ) -> dict[str, Any]:
         """`/admin/route` (both listeners); `?api=` names the API, `?policy=` a profile."""
         _check_content_type(headers.get("content-type"))
         params = parse_qs(query.decode("latin-1"))
         api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
-        return admin.dry_run(self.router, body, headers, api, policy)
+        req = admin.parse_dry_run(body, api)
+        ids = await self.token_ids(req)
+        return admin.dry_run(
+            self.router, req, headers, policy=policy, token_ids=ids, now=self.clock()
+        )
+
+    async def token_ids(self, req: InferenceRequest) -> list[int] | None:
+        """The prompt's token ids as the engine will see them, when the precise index follows
+        some backend and a tokenizer is configured for the model; else None."""
+        return None
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_json(send, 200, self.backends_state())
 
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         body = await read_body(receive, self.config.server.max_body_bytes)
-        await send_json(send, 200, self.dry_run(body, header_map(scope), scope["query_string"]))
+        answer = await self.dry_run(body, header_map(scope), scope["query_string"])
+        await send_json(send, 200, answer)
 
 
 def _check_content_type(value: str | None) -> None:

@@ -24,9 +24,12 @@ examples:
   kvgate serve --pool llama --namespace llm --host 0.0.0.0   # in a Kubernetes pod
   KVGATE_API_KEYS="$KEY" kvgate serve --config kvgate.yaml --admin-port 9090
 
---backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]; without
-models= the backend's models are discovered from its GET /v1/models. Flags are added to the
-backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
+--backend takes URL[,engine=vllm|sglang|trtllm|openai][,models=a|b][,id=NAME]
+[,kv_events=ENDPOINT][,kv_replay=ENDPOINT]; without models= the backend's models are
+discovered from its GET /v1/models; kv_events= follows the engine's KV-cache events (ZMQ,
+e.g. tcp://10.0.0.5:5557; kv_replay= its replay socket) into the precise index, which the
+precise-prefix policy reads with a tokenizer from config `tokenizers:`. Flags are added to
+the backends of --config. deploy/kvgate.yaml in kvgate's source tree documents every config field.
 
 --pool adds, as backends, the ready pods of that Kubernetes InferencePool
 (inference.networking.k8s.io/v1), one per target port, engine from the pod label

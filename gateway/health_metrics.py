@@ -6,6 +6,9 @@ scraped (nothing on the request path):
   (absent until the first scrape succeeds).
 - `kvgate_kv_events_*{backend}` for backends with `kv_events`: batches, events, gaps,
   replayed and missed batches, decode errors, reconnects, and the last sequence number.
+- `kvgate_precise_index_blocks{backend}`: blocks the precise index holds for the backend,
+  from its events; `kvgate_precise_predictions_total{backend,outcome}`: its predictions of
+  a request's cached prompt tokens graded by the engine's answer (`exact`, `over`, `under`).
 
 Labels are backend ids, bounded by the pool; a backend that leaves it leaves the page.
 """
@@ -17,8 +20,10 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.prefix import PreciseHits
 from health.kv_events import KvEventSubscriber
 from health.pool import BackendPool
+from scoring.precise_index import PreciseIndex
 
 _KV_COUNTERS = (
     ("batches", "KV-event batches delivered (replayed ones included)"),
@@ -39,10 +44,14 @@ class BackendHealthCollector(Collector):
         pool: BackendPool,
         kv_events: Mapping[str, KvEventSubscriber],
         clock: Callable[[], float],
+        precise: PreciseIndex | None = None,
+        precise_hits: Mapping[str, PreciseHits] | None = None,
     ) -> None:
         self._pool = pool
         self._kv_events = kv_events
         self._clock = clock
+        self._precise = precise
+        self._precise_hits = precise_hits or {}
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
@@ -81,3 +90,25 @@ class BackendHealthCollector(Collector):
                 last.add_metric([backend_id], c.last_seq)
         yield from families.values()
         yield last
+        yield from self._precise_metrics()
+
+    def _precise_metrics(self) -> Iterator[Metric]:
+        if self._precise is None:
+            return
+        blocks = GaugeMetricFamily(
+            "kvgate_precise_index_blocks",
+            "Blocks the precise index holds for the backend (from its KV-cache events)",
+            labels=["backend"],
+        )
+        graded = CounterMetricFamily(
+            "kvgate_precise_predictions",
+            "Precise predictions of cached prompt tokens, graded by the engine's answer",
+            labels=["backend", "outcome"],
+        )
+        for backend_id in self._kv_events:
+            blocks.add_metric([backend_id], self._precise.blocks(backend_id))
+            h = self._precise_hits.get(backend_id) or PreciseHits()
+            for outcome in ("exact", "over", "under"):
+                graded.add_metric([backend_id, outcome], getattr(h, outcome))
+        yield blocks
+        yield graded

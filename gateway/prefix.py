@@ -6,6 +6,12 @@ Everything else (index, pending prefill, TTFT learning) is the feed's, which the
 drives the same way. Only the gateway learns from the engines' answers: a failed attempt is
 withdrawn from the index, and each answer's cached prompt tokens are checked against the
 index's prediction (`observe`), with per-backend totals for the admin API.
+
+With a tokenizer for the model, a request also carries its token-block keys
+(`token_keys`), cut in the block sizes of the backends whose KV-cache events feed the
+`PreciseIndex`. A dispatch to such a backend records the precise index's prediction of the
+cached tokens and speculates the request's keys there until its events arrive; the answer's
+cached tokens then grade that prediction (`precise_hits`: exact, over or under).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from gateway.usage import Usage
 from health.pool import Backend
 from routing.types import EndpointSnapshot, RoutingRequest
 from scoring.cache_check import CacheCheck
+from scoring.precise_index import PreciseIndex, cached_tokens
 from scoring.prefix_feed import Dispatch, PrefixFeed, kv_tokens
 from scoring.prefix_hash import hash_blocks, prefix_seed
+from scoring.token_blocks import root_key, token_block_keys
 
 
 @dataclass(slots=True)
@@ -35,12 +43,26 @@ class CacheHits:
     dropped_entries: int = 0  # index entries those corrections evicted
 
 
+@dataclass(slots=True)
+class PreciseHits:
+    """One backend's precise predictions of cached prompt tokens, graded by its answers."""
+
+    requests: int = 0
+    exact: int = 0
+    over: int = 0  # predicted more cached tokens than the engine reported
+    under: int = 0
+    predicted_tokens: int = 0
+    observed_tokens: int = 0
+
+
 class PrefixTracker:
     """The shared feed, fed from inference requests and pool backends."""
 
-    def __init__(self, feed: PrefixFeed) -> None:
+    def __init__(self, feed: PrefixFeed, precise: PreciseIndex | None = None) -> None:
         self.feed = feed
         self.index = feed.index
+        self.precise = PreciseIndex() if precise is None else precise
+        self._precise_hits: dict[str, PreciseHits] = {}
         self._hits: dict[str, CacheHits] = {}
         # Backends seen reporting cached tokens: vLLM then leaves the details null for none.
         self._reporting: set[str] = set()
@@ -48,6 +70,21 @@ class PrefixTracker:
     @property
     def cache_hits(self) -> Mapping[str, CacheHits]:
         return self._hits
+
+    @property
+    def precise_hits(self) -> Mapping[str, PreciseHits]:
+        return self._precise_hits
+
+    def token_keys(
+        self, token_ids: Sequence[int], adapter: str | None
+    ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """The prompt's token-block keys in each block size the precise index follows (none
+        while no backend's events have arrived)."""
+        root = root_key(adapter or "")
+        return tuple(
+            (size, token_block_keys(token_ids, size, root))
+            for size in sorted(self.precise.block_sizes())
+        )
 
     def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
         return self.feed.block_chars(endpoints)
@@ -62,7 +99,15 @@ class PrefixTracker:
         """`request` goes to `backend`: count its predicted prefill there, teach the index."""
         m = backend.metrics
         kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
-        return self.feed.dispatch(backend, request, now, kv)
+        d = self.feed.dispatch(backend, request, now, kv)
+        size = self.precise.block_size(backend.id)
+        if size is not None and request.prompt_tokens > 0:
+            keys = request.keys_for(size)
+            if keys is not None:
+                depth = self.precise.depth(backend.id, keys, now)
+                d.precise_cached = cached_tokens(depth, request.prompt_tokens, size)
+                self.precise.speculate(backend.id, keys, now)
+        return d
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
         self.feed.first_token(d, ttft_s)
@@ -85,6 +130,8 @@ class PrefixTracker:
             cached = 0
         else:
             return None
+        if d.precise_cached is not None:
+            self._grade(backend.id, d.precise_cached, cached)
         m = backend.metrics
         block = m.block_size if m is not None else None
         check = self.feed.observe_cached(d, usage.prompt_tokens, cached, block)
@@ -101,6 +148,20 @@ class PrefixTracker:
             hits.corrections += 1
             hits.dropped_entries += check.dropped_entries
         return check
+
+    def _grade(self, backend_id: str, predicted: int, observed: int) -> None:
+        h = self._precise_hits.get(backend_id)
+        if h is None:
+            h = self._precise_hits[backend_id] = PreciseHits()
+        h.requests += 1
+        h.predicted_tokens += predicted
+        h.observed_tokens += observed
+        if predicted == observed:
+            h.exact += 1
+        elif predicted > observed:
+            h.over += 1
+        else:
+            h.under += 1
 
     def forget(self, backend_id: str) -> None:
         self.feed.forget(backend_id)

@@ -12,7 +12,7 @@ earliest end of an ejection, or for a backend down by probes the fastest readmis
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -59,10 +59,14 @@ class RequestRouter:
         request_id: str,
         subset: Collection[str] | None = None,
         policy: str | None = None,
+        *,
+        token_ids: Sequence[int] | None = None,
     ) -> Route:
         """Hash `req`'s prompt and decide where it goes; only among the backend ids in
         `subset` when given (an Envoy subset hint to the endpoint picker). `policy` (the
-        admin dry run's) wins over the request's policy header."""
+        admin dry run's) wins over the request's policy header. `token_ids`: the prompt as
+        the engine will tokenize it, when a tokenizer for the model is configured (a request
+        with a `cache_salt` gets no token keys: no event names its blocks)."""
         policy = policy or self._policy(headers)
         endpoints = self._pool.snapshots()
         if subset is not None:
@@ -70,6 +74,10 @@ class RequestRouter:
         candidates, excluded = self._candidates(req.model, endpoints)
         block_chars = self.prefix.block_chars(endpoints)
         hashes, prompt_tokens = self.prefix.hashes(req, block_chars)
+        adapter = req.model if req.model in self._pool.lora_adapters() else None
+        keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        if token_ids and not req.cache_salt:
+            keys = self.prefix.token_keys(token_ids, adapter)
         rreq = RoutingRequest(
             model=req.model,
             request_id=request_id,
@@ -78,9 +86,11 @@ class RequestRouter:
             prefix_block_chars=block_chars,
             token_estimate=prompt_tokens,
             session_key=session_key(req, headers, self._section.session_header),
-            lora_adapter=req.model if req.model in self._pool.lora_adapters() else None,
+            lora_adapter=adapter,
             stream=req.stream,
             headers=MappingProxyType(self._routing_headers(headers)),
+            prompt_tokens=len(token_ids) if token_ids else 0,
+            token_keys=keys,
         )
         return self._decide(rreq, policy, endpoints, candidates, excluded)
 

@@ -11,6 +11,10 @@ the missing batches (DEALER sends `[b"", start_seq]`, 8 bytes big-endian; the an
 delivers those below the live one, and counts what the replay could not supply as `missed`.
 Without `replay` the gap is counted and the stream goes on. A number at or below `last` is a
 duplicate when equal, else a restarted publisher (counted in `restarts`; its cache is new).
+A subscriber that joins a stream already past batch 0 asks the replay socket for the batches
+before it too (what the engine cached before the gateway started). Whenever the stream can no
+longer account for the engine's whole cache (batches lost, a restarted publisher), the
+optional `on_lost(backend_id)` is called before the next batch is delivered.
 
 Transport: libzmq reconnects a SUB socket by itself, with exponential backoff from
 `backoff_first_s` to `backoff_max_s` (RECONNECT_IVL / _MAX), and heartbeats detect a dead TCP
@@ -78,11 +82,13 @@ class KvEventSubscriber:
         settings: KvEventsSettings,
         on_batch: OnBatch,
         clock: Callable[[], float] = time.monotonic,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.backend_id = backend_id
         self.settings = settings
         self.counters = KvEventCounters()
         self._on_batch = on_batch
+        self._on_lost = on_lost
         self._warn = LogLimit(log, clock)
 
     async def run(self) -> None:
@@ -131,10 +137,18 @@ class KvEventSubscriber:
             self._warn.warn(
                 "restart", "kv events of %s restarted at %d", self.backend_id, batch.seq
             )
+            self._lost()  # a new publisher: a new engine, whose cache starts empty
         elif last is not None and batch.seq > last + 1:
             c.gaps += 1
             await self._fill_gap(ctx, last + 1, batch.seq)
+        elif last is None and batch.seq > 0 and self.settings.replay is not None:
+            await self._fill_gap(ctx, 0, batch.seq)  # joined late: what the engine holds so far
         self._deliver(batch)
+
+    def _lost(self) -> None:
+        """The stream can no longer account for the engine's whole cache."""
+        if self._on_lost is not None:
+            self._on_lost(self.backend_id)
 
     async def _fill_gap(self, ctx: zmq.asyncio.Context, first: int, live: int) -> None:
         """Deliver batches `first` .. `live - 1` from the replay socket, if there is one (in
@@ -149,6 +163,7 @@ class KvEventSubscriber:
         lost = live - first - recovered
         self.counters.missed += lost
         if lost:
+            self._lost()
             self._warn.warn(
                 "gap", "kv events of %s: %d batch(es) before %d lost", self.backend_id, lost, live
             )

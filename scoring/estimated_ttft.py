@@ -21,8 +21,13 @@ learned each endpoint's line from observed TTFTs). So a replica holding the pref
 exactly while its queue costs less than recomputing the prompt elsewhere, with no ad-hoc
 weights. Queued work the gateway did not send itself (other gateway replicas) is not seen.
 
+With `cache_view: precise` the uncached tokens come from the `CacheView` instead: exact
+(`prompt_tokens − cached_tokens(d_e)`) for an endpoint whose KV-cache events reach the
+`PreciseIndex` when the request has token keys, the formula above for the others.
+
 Parameters: `chars_per_token` (> 0, default 4.0), `eviction_weight` (≥ 0, default 0: off;
-the default profile sets it). The prior coefficients are the model's.
+the default profile sets it), `cache_view` (`approximate`, the default, or `precise`). The
+prior coefficients are the model's.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import truediv
-from typing import Annotated
+from typing import Annotated, Literal
 
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext, ScoreColumn, endpoint_ids
 from routing.params import Bounds
+from scoring.cache_view import CacheView
 from scoring.prefix_hash import covered_chars
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel
@@ -50,9 +56,10 @@ class EstimatedTtftScorer:
 
         chars_per_token: Annotated[float, Bounds(gt=0.0)] = 4.0
         eviction_weight: Annotated[float, Bounds(ge=0.0)] = 0.0
+        cache_view: Literal["approximate", "precise"] = "approximate"
 
     def __init__(self, name: str, index: PrefixIndex, model: OnlineTtftModel,
-                 params: Params = Params()) -> None:  # fmt: skip
+                 view: CacheView | None = None, params: Params = Params()) -> None:  # fmt: skip
         if params.chars_per_token <= 0:
             raise ValueError("chars_per_token must be > 0")
         self.name = name
@@ -60,37 +67,49 @@ class EstimatedTtftScorer:
         self._model = model
         self._cpt = params.chars_per_token
         self._eviction_weight = params.eviction_weight
+        self._view = view if params.cache_view == "precise" else None
 
-    def estimate(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot]
-                 ) -> dict[str, float]:  # fmt: skip
+    def estimate(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot],
+                 now: float = 0.0) -> dict[str, float]:  # fmt: skip
         """Predicted TTFT in seconds per endpoint."""
         ids = endpoint_ids(endpoints)
-        return dict(zip(ids, self._estimates(request, endpoints, ids), strict=True))
+        return dict(zip(ids, self._estimates(request, endpoints, ids, now), strict=True))
 
     def _estimates(self, request: RoutingRequest, endpoints: Sequence[EndpointSnapshot],
-                   ids: Sequence[str]) -> list[float]:  # fmt: skip
+                   ids: Sequence[str], now: float) -> list[float]:  # fmt: skip
         hashes = request.prefix_hashes
-        depths = self._index.match_list(hashes, ids) if hashes else [0] * len(ids)
-        # Endpoints share few distinct match depths: each one's uncached tokens once.
-        tokens, block_chars, cpt = request.token_estimate, request.prefix_block_chars, self._cpt
-        uncached = {
-            depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
-            for depth in set(depths)
-        }
         lines = self._model.lines(ids)
+        view = self._view
+        if view is not None and request.token_keys:
+            total = view.prompt_tokens(request)
+            cached = view.cached_list(request, ids, self._cpt, now)
+            work = [max(0.0, total - c) for c in cached]
+            depths: list[int] | None = None
+        else:
+            depths = self._index.match_list(hashes, ids) if hashes else [0] * len(ids)
+            # Endpoints share few distinct match depths: each one's uncached tokens once.
+            tokens, block_chars, cpt = request.token_estimate, request.prefix_block_chars, self._cpt
+            uncached = {
+                depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
+                for depth in set(depths)
+            }
+            work = list(map(uncached.__getitem__, depths))
         # predict(work), inlined: this runs per endpoint per request.
         est = [
             c.overhead_s + c.prefill_token_s * (u + e.pending_prefill_tokens)
-            for c, u, e in zip(lines, map(uncached.__getitem__, depths), endpoints, strict=True)
+            for c, u, e in zip(lines, work, endpoints, strict=True)
         ]
+        block_chars = request.prefix_block_chars
         if self._eviction_weight and hashes:
+            if depths is None:
+                depths = self._index.match_list(hashes, ids)
             displaced = displaced_tokens(
                 self._index,
                 hashes,
                 depths=depths,
                 replicas=ids,
                 block_chars=block_chars,
-                chars_per_token=cpt,
+                chars_per_token=self._cpt,
             )
             k = self._eviction_weight
             triples = zip(est, lines, displaced, strict=True)
@@ -104,7 +123,7 @@ class EstimatedTtftScorer:
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
         ids = endpoint_ids(endpoints)
-        est = self._estimates(request, endpoints, ids)
+        est = self._estimates(request, endpoints, ids, ctx.clock())
         best = min(est, default=0.0)
         if best > 0.0 and not math.isnan(sum(est)):  # 0 < best <= every estimate
             return ScoreColumn(ids, list(map(truediv, repeat(best), est)), unit=True)

@@ -78,9 +78,10 @@ class PreciseIndex:
 
     # --- feeding -------------------------------------------------------------------------
 
-    def apply(self, backend: str, events: Iterable[KvEvent], model: str) -> None:
-        """Apply `backend`'s events in order; `model` is the base model it serves (the root of
-        its blocks' keys unless an event names a LoRA adapter)."""
+    def apply(self, backend: str, events: Iterable[KvEvent], model: str = "") -> None:
+        """Apply `backend`'s events in order. `model` names the root of its base-model blocks'
+        keys (a LoRA adapter's blocks root at the adapter's name); the index is per backend,
+        so the gateway leaves it empty and keys a base-model request from `root_key("")`."""
         b = self._backends.get(backend)
         if b is None:
             b = self._backends[backend] = _Backend()

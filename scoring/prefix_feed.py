@@ -80,6 +80,7 @@ class Dispatch(Generic[E]):
     request: RoutingRequest | None = None
     matched: int = 0  # leading blocks the index said the endpoint held
     epoch: int = 0  # the feed's block size generation: after a change the hashes mean nothing
+    precise_cached: int | None = None  # cached tokens the precise index predicted (None: no view)
 
 
 def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:

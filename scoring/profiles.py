@@ -186,6 +186,24 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
             ],
             picker=_plugin("max-score-picker"),
         ),
+        # The default with the engines' own account of their caches: where a backend
+        # publishes KV-cache events and the model has a tokenizer, its cached tokens come
+        # from the precise index (exact), elsewhere from the approximate one.
+        "precise-prefix": ProfileSpec(
+            filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
+            scorers=[
+                PluginSpec(
+                    type="estimated-ttft-scorer",
+                    weight=4.0,
+                    params={"eviction_weight": 0.5, "cache_view": "precise"},
+                ),
+                _plugin("precise-prefix-scorer", 2.0),
+                _plugin("in-flight-scorer", 1.0),
+                _plugin("kv-utilization-scorer", 1.0),
+                _plugin("cache-headroom-scorer", 1.0),
+            ],
+            picker=_plugin("max-score-picker"),
+        ),
         # Cache affinity and load in one unit: predicted seconds to first token.
         "estimated-ttft": ProfileSpec(
             filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],

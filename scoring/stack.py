@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from routing import PluginRegistry, Scheduler
 from scoring.builtin import register_builtins
+from scoring.precise_index import PreciseIndex
 from scoring.prefix_feed import PrefixFeed
 from scoring.prefix_index import PrefixIndex
 from scoring.profiles import RoutingSection, build_scheduler
@@ -30,6 +31,7 @@ class RoutingStack:
     index: PrefixIndex
     ttft_model: OnlineTtftModel
     feed: PrefixFeed
+    precise: PreciseIndex  # fed from the engines' KV-cache events, where they publish them
 
 
 def build_routing_stack(
@@ -39,16 +41,18 @@ def build_routing_stack(
     *,
     index: PrefixIndex | None = None,
     register: Callable[[PluginRegistry], None] | None = None,
+    precise: PreciseIndex | None = None,
 ) -> RoutingStack:
     """Build the stack for `section`; plugin errors raise `routing.registry.PluginError`."""
     index = PrefixIndex() if index is None else index
+    precise = PreciseIndex() if precise is None else precise
     t = section.ttft
     ttft_model = OnlineTtftModel(TtftCoefficients(t.overhead_s, t.prefill_token_s), t.decay)
     registry = PluginRegistry()
     register_builtins(registry)
-    register_stateful_plugins(registry, index, ttft_model)
+    register_stateful_plugins(registry, index, ttft_model, precise)
     if register is not None:
         register(registry)
     scheduler = build_scheduler(section, registry, clock, rng)
     feed = PrefixFeed(section.prefix, index, ttft_model if t.learn else None)
-    return RoutingStack(registry, scheduler, index, ttft_model, feed)
+    return RoutingStack(registry, scheduler, index, ttft_model, feed, precise)

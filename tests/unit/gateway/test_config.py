@@ -284,6 +284,15 @@ def test_parse_backend_arg_with_every_option() -> None:
     assert entry.id == "gpu-5"
 
 
+def test_parse_backend_arg_kv_events() -> None:
+    entry = parse_backend_arg("http://h:1,kv_events=tcp://h:5557,kv_replay=tcp://h:5558")
+    assert entry.kv_events is not None
+    assert entry.kv_events.endpoint == "tcp://h:5557"
+    assert entry.kv_events.replay == "tcp://h:5558"
+    with pytest.raises(ConfigError, match="kv_events"):
+        parse_backend_arg("http://h:1,kv_replay=tcp://h:5558")  # replay without the publisher
+
+
 @pytest.mark.parametrize(("value", "models"), [("", []), ("a||b|", ["a", "b"]), ("m", ["m"])])
 def test_parse_backend_arg_models_list(value: str, models: list[str]) -> None:
     assert parse_backend_arg(f"http://h:1,models={value}").models == models
@@ -292,7 +301,8 @@ def test_parse_backend_arg_models_list(value: str, models: list[str]) -> None:
 @pytest.mark.parametrize("opt", ["foo=bar", "engine", "=vllm", "URL=http://x"])
 def test_parse_backend_arg_rejects_unknown_options(opt: str) -> None:
     with pytest.raises(
-        ConfigError, match=re.escape("expected key=value with key engine|models|id")
+        ConfigError,
+        match=re.escape("expected key=value with key engine|models|id|kv_events|kv_replay"),
     ):
         parse_backend_arg(f"http://h:1,{opt}")
 
@@ -321,7 +331,7 @@ def test_unknown_policy_is_rejected_listing_the_profiles() -> None:
     assert "'fastest' is not a profile" in message
     assert (
         "available: estimated-ttft, least-in-flight, least-load, mine, power-of-two, "
-        "prefix-aware, random, round-robin, session"
+        "precise-prefix, prefix-aware, random, round-robin, session"
     ) in message
 
 

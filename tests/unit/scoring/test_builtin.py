@@ -66,6 +66,7 @@ DECLARED = {
         "estimated-ttft-scorer": [
             "chars_per_token: float, > 0, default 4.0",
             "eviction_weight: float, >= 0, default 0.0",
+            "cache_view: 'approximate' | 'precise', default 'approximate'",
         ]
     },
     "pickers": {"softmax-picker": ["temperature: float, > 0, default 0.1"]},

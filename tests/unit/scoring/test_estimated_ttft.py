@@ -144,7 +144,7 @@ def test_registry_checks_params() -> None:
         plugins.make_scorer("estimated-ttft-scorer", "t", {"chars_per_token": 0})
     with pytest.raises(ValueError, match="chars_per_token must be > 0"):
         EstimatedTtftScorer(
-            "t", PrefixIndex(), OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(0)
+            "t", PrefixIndex(), OnlineTtftModel(PRIOR), params=EstimatedTtftScorer.Params(0)
         )
 
 
@@ -166,7 +166,10 @@ def test_eviction_cost_steers_a_new_prefix_away_from_a_popular_one() -> None:
     plain = _scorer(index).estimate(REQUEST, eps)
     assert plain["popular"] == pytest.approx(plain["oneoff"])  # TTFT alone: a tie
     aware = EstimatedTtftScorer(
-        "ttft", index, OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(eviction_weight=0.5)
+        "ttft",
+        index,
+        OnlineTtftModel(PRIOR),
+        params=EstimatedTtftScorer.Params(eviction_weight=0.5),
     )
     est = aware.estimate(REQUEST, eps)
     # Storing 100 blocks evicts all of `popular`'s, each worth 3 ÷ 4 of its 16 tokens.
@@ -179,7 +182,7 @@ def test_eviction_cost_is_nothing_where_the_prompt_is_held() -> None:
     index = _full_pair()
     index.record("popular", HASHES)  # now held there (evicting what was there)
     aware = EstimatedTtftScorer(
-        "ttft", index, OnlineTtftModel(PRIOR), EstimatedTtftScorer.Params(eviction_weight=4)
+        "ttft", index, OnlineTtftModel(PRIOR), params=EstimatedTtftScorer.Params(eviction_weight=4)
     )
     est = aware.estimate(REQUEST, [endpoint("popular")])
     assert est["popular"] == pytest.approx(0.02)

@@ -83,6 +83,16 @@ def test_builtin_profiles_wiring() -> None:
             ],
             "max-score-picker",
         ),
+        "precise-prefix": (
+            [
+                ("estimated-ttft-scorer", 4.0),
+                ("precise-prefix-scorer", 2.0),
+                ("in-flight-scorer", 1.0),
+                ("kv-utilization-scorer", 1.0),
+                ("cache-headroom-scorer", 1.0),
+            ],
+            "max-score-picker",
+        ),
         "estimated-ttft": ([("estimated-ttft-scorer", 1.0)], "max-score-picker"),
     }
 
