@@ -54,17 +54,14 @@ def request_keys(
 class KvEventFeed:
     """Batches of KV-cache events on their way from each replica to the precise index."""
 
-    __slots__ = ("_delay", "_ids", "_model", "_pending", "batches", "events", "index")
+    __slots__ = ("_delay", "_ids", "_pending", "batches", "events", "index")
 
-    def __init__(
-        self, index: PreciseIndex, replica_ids: Sequence[str], delay_s: float, model: str
-    ) -> None:
+    def __init__(self, index: PreciseIndex, replica_ids: Sequence[str], delay_s: float) -> None:
         if not delay_s >= 0:
             raise ValueError("the KV-event delay must be >= 0")
         self.index = index
         self._ids = tuple(replica_ids)
         self._delay = delay_s
-        self._model = model  # the replicas' base model (the root of token-id keys)
         self._pending: list[deque[list[KvEvent]]] = [deque() for _ in self._ids]
         self.batches = 0  # delivered
         self.events = 0
@@ -80,7 +77,7 @@ class KvEventFeed:
     def deliver(self, position: int) -> None:
         """Apply replica `position`'s oldest pending batch."""
         events = self._pending[position].popleft()
-        self.index.apply(self._ids[position], events, self._model)
+        self.index.apply(self._ids[position], events)
         self.batches += 1
         self.events += len(events)
 

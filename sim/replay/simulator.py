@@ -151,14 +151,19 @@ class Replay:
         self.kv_feed: KvEventFeed | None = None
         if kv_events:
             ids = [r.id for r in self.replicas]
-            self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s, DEFAULT_MODEL)
+            self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s)
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
         self._shown: list[EndpointSnapshot | None] = [None] * len(self.replicas)
         self._oracle_index: EngineCacheIndex | None = None
         if self._spec.oracle:
             self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
         self.stack = build_routing_stack(
-            section, self._clock, rng, index=self._oracle_index, register=register
+            section,
+            self._clock,
+            rng,
+            index=self._oracle_index,
+            register=register,
+            precise=self.precise,
         )
         self._scheduler = self.stack.scheduler
         if self._spec.profile not in self._scheduler.profiles:
