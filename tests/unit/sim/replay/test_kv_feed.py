@@ -176,7 +176,7 @@ def test_a_negative_delay_is_refused() -> None:
         SimSettings(kv_event_delay_s=-1.0)
 
 
-def _mooncake_trace(path: Path, n: int = 80, tenants: int = 10) -> Path:
+def _mooncake_trace(path: Path, n: int = 40, tenants: int = 6) -> Path:
     """Tenants sharing a 2-block prefix, a block of their own each, every 100 ms."""
     rng = random.Random(1)
     rows = []
@@ -209,5 +209,5 @@ def test_kvgate_sim_runs_precise_prefix_deterministically(
         summaries.append(rows)
     assert summaries[0] == summaries[1]
     precise = summaries[0][0]
-    assert precise["policy"] == "precise-prefix" and precise["requests"] == 80
+    assert precise["policy"] == "precise-prefix" and precise["requests"] == 40
     assert 0.0 < precise["hit_rate"] < 1.0
