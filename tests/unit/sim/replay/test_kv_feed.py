@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,11 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.cli import main
+from gateway.cli import build_parser
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest
 from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
 from sim.engine.kv_events import external_hash
 from sim.replay import Replay, SimSettings
+from sim.replay.cli import run_sim
 from sim.replay.kv_feed import needs_precise
 from sim.traces import TraceRequest
 from tests.unit.sim.replay.synthetic import BLOCK_TOKENS, SMALL, tenant_trace
@@ -189,9 +191,7 @@ def _mooncake_trace(path: Path, n: int = 40, tenants: int = 6) -> Path:
     return path
 
 
-def test_kvgate_sim_runs_precise_prefix_deterministically(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_kvgate_sim_runs_precise_prefix_deterministically(tmp_path: Path) -> None:
     trace = _mooncake_trace(tmp_path / "trace.jsonl")
     summaries = []
     for run in ("a", "b"):
@@ -201,8 +201,9 @@ def test_kvgate_sim_runs_precise_prefix_deterministically(
             "--policies", "precise-prefix,prefix-aware", "--kv-event-delay", "0.01",
             "--out", str(out),
         ]  # fmt: skip
-        assert main(argv) == 0
-        assert "precise-prefix" in capsys.readouterr().out
+        printed = io.StringIO()
+        assert run_sim(build_parser().parse_args(argv), printed) == 0
+        assert "precise-prefix" in printed.getvalue()
         rows = orjson.loads((out / "summary.json").read_bytes())
         for row in rows:
             del row["sim_seconds"], row["sim_cpu_seconds"]
