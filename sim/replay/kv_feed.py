@@ -5,7 +5,11 @@ The gateway subscribes to every engine's KV-cache events and applies each batch 
 records its cache's changes (`EngineModel(kv_events=True)`); when a step or a decode run ends
 the replay takes them as one batch (as vLLM publishes once per engine step) and applies it
 `kv_event_delay_s` later (publisher, network and subscriber latency), in order per replica:
-`collect` queues a batch and says when it is due, `deliver` applies the oldest.
+`collect` queues a batch and says when it is due, `deliver` applies the oldest. A
+fast-forwarded decode run publishes once, at its end (a dispatch to its replica ends it after
+the step in progress); its events are the blocks of generated tokens and what their
+allocation evicted (on two of the regime map's p4 cells, `fast_forward=False` gave the same
+dispatch counts and hit rates).
 
 Keys: trace requests reach the engines as block hashes (`EngineModel.add_request_hashed`),
 so their events carry no token ids and the index keys those blocks by their engine hashes
