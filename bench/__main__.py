@@ -21,7 +21,14 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   admission  a burst of 10x capacity from tenants of unequal demand on an emulated fleet:
              shed fraction, admitted TTFT against unloaded, shares against fair shares
              (`bench.admission`; `make bench-admission`)
-  kv-events  KV-event decoding throughput, events/s on one core (`bench.kv_events`)
+  kv-events  KV-event decoding and precise-index throughput, events/s on one core, and
+             the index's memory per block (`bench.kv_events`)
+  precise    the precise (KV-event-fed) index against the emulator: exact predictions of
+             cached tokens, and precise-prefix against the default on pressure cells
+             (`bench.precise`; `make bench-precise`)
+  tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
+             chat template, and an engine's /tokenize with the gateway's cache
+             (`bench.tokenize`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -46,6 +53,8 @@ SUBCOMMANDS = {
     "epp": "bench.epp.__main__",
     "admission": "bench.admission.__main__",
     "kv-events": "bench.kv_events",
+    "precise": "bench.precise.__main__",
+    "tokenize": "bench.tokenize.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -4,6 +4,12 @@ Builds batches shaped like vLLM 0.32's (each `BlockStored` covering `--blocks` f
 `--block-size` tokens, as many `BlockRemoved` of one block each), packs them with msgpack
 once, then times `adapters.kv_events.decode_message` over the frames for `--seconds`
 (single thread). Prints one JSON object: events/s and batches/s per encoding.
+
+`index` then times what the gateway does with each batch: decode, then
+`PreciseIndex.apply` (keying every stored block from its token ids, mapping engine hashes,
+removing), on a stream of chained stores and removals of stored blocks in a steady state of
+`--held` blocks; and `index_memory` the index's bytes per held block (tracemalloc, a fresh
+index filled with `--held` blocks).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import time
 import msgpack  # type: ignore[import-untyped]
 
 from adapters.kv_events import decode_message
+from routing.kv_events import BlockStored
+from scoring.precise_index import PreciseIndex
 
 _TOPIC = b"kv-events"
 
@@ -78,6 +86,68 @@ def _time(messages: list[list[bytes]], seconds: float) -> dict[str, float]:
     }
 
 
+def _index_messages(args: argparse.Namespace) -> tuple[list[list[bytes]], int]:
+    """Batches of chained stores and removals of what was stored; the events they hold."""
+    rng = random.Random(args.seed)
+    held: list[int] = []
+    messages, parent, events_total = [], None, 0
+    for seq in range(args.batches):
+        events: list[object] = []
+        for _ in range(args.events // 2):
+            stored = _stored(rng, args.blocks, args.block_size, False)
+            assert isinstance(stored, dict)
+            stored["parent_block_hash"] = parent if rng.random() < 0.5 else None
+            parent = stored["block_hashes"][-1]
+            held.extend(stored["block_hashes"])
+            events.append(stored)
+            if len(held) > args.blocks:
+                gone = [held.pop(0) for _ in range(args.blocks)]
+                events.append({"type": "BlockRemoved", "block_hashes": gone, "medium": "GPU"})
+        events_total += len(events)
+        payload = msgpack.packb([time.time(), events, 0], use_bin_type=True)
+        messages.append([_TOPIC, seq.to_bytes(8, "big"), payload])
+    return messages, events_total
+
+
+def _time_index(args: argparse.Namespace) -> dict[str, float]:
+    messages, per_cycle = _index_messages(args)
+    index = PreciseIndex()
+    cycles = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < args.seconds:
+        for frames in messages:
+            index.apply("b", decode_message(frames).events)
+        cycles += 1
+    events = cycles * per_cycle
+    return {
+        "events_per_s": round(events / elapsed),
+        "us_per_event": round(elapsed / events * 1e6, 2),
+    }
+
+
+def _index_memory(args: argparse.Namespace) -> dict[str, float]:
+    import tracemalloc
+
+    rng = random.Random(args.seed)
+    runs = [
+        BlockStored(
+            tuple(rng.getrandbits(64) for _ in range(64)),
+            None,
+            tuple(rng.randrange(32000) for _ in range(64 * args.block_size)),
+            args.block_size,
+        )
+        for _ in range(args.held // 64)
+    ]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    index = PreciseIndex()
+    index.apply("b", runs)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    blocks = index.blocks("b")
+    return {"blocks": blocks, "bytes_per_block": round((after - before) / blocks, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench kv-events", description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="per encoding")
@@ -86,10 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=4, help="blocks per BlockStored")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--held", type=int, default=100_000, help="blocks, for index memory")
     args = parser.parse_args(argv)
     result: dict[str, object] = {"params": vars(args)}
     for name, positional in (("map", False), ("positional", True)):
         result[name] = _time(_messages(args, positional), args.seconds)
+    result["index"] = _time_index(args)
+    result["index_memory"] = _index_memory(args)
     json.dump(result, sys.stdout, indent=2)
     print()
     return 0

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from adapters.kv_events import KvEventBatch
 from gateway import admin
 from gateway.access_log import clip, log_request, request_id_from, request_id_var
 from gateway.admission import build_admission
@@ -52,6 +53,7 @@ from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
+from gateway.kv_event_loops import KvEventLoops
 from gateway.lifecycle import Drain
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
@@ -60,6 +62,7 @@ from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.supervisor import Supervisor
+from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.kv_events import KvEventsSettings, KvEventSubscriber
@@ -129,13 +132,17 @@ class GatewayApp:
             b.id: KvEventSubscriber(
                 b.id,
                 KvEventsSettings(**entry.kv_events.model_dump()),
-                lambda backend_id, batch: self.precise_index.apply(backend_id, batch.events),
+                self._apply_kv_batch,
                 on_lost=self.precise_index.reset,
             )
             for entry, b in zip(config.backends, self.pool, strict=False)  # the pool's first
             if entry.kv_events is not None
         }
+        # Discovered pods' publishers join and leave `kv_events` at run time.
+        self.kv_loops = KvEventLoops(self.kv_events, self.precise_index, self._apply_kv_batch)
         self.prefix = PrefixTracker(stack.feed, stack.precise)
+        # Exact prompt token ids for the precise index (a bad local path fails the start).
+        self.tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(self.pool))
         self.metrics.registry.register(
             BackendHealthCollector(
                 self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
@@ -144,7 +151,7 @@ class GatewayApp:
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
-        self.pod_backends = PodBackends(self.pool, self._backend_removed)
+        self.pod_backends = PodBackends(self.pool, self._backend_removed, self.kv_loops)
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
@@ -193,6 +200,7 @@ class GatewayApp:
             self.recorder.close()  # the lines of the last second
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
+        await self.tokenizers.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -271,8 +279,7 @@ class GatewayApp:
         loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
-        for backend_id, subscriber in self.kv_events.items():
-            loops.add(f"kv-events:{backend_id}", subscriber.run)
+        self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
         return loops
 
     def loops_ok(self) -> bool:
@@ -296,6 +303,9 @@ class GatewayApp:
             n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
             if n:
                 log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
+
+    def _apply_kv_batch(self, backend_id: str, batch: KvEventBatch) -> None:
+        self.precise_index.apply(backend_id, batch.events)
 
     def _backend_removed(self, backend_id: str) -> None:
         """A discovered backend left: what was learnt about it goes (a pod that comes back
@@ -367,7 +377,7 @@ class GatewayApp:
         rec.model, rec.stream = req.model, req.stream
         if not await self.admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued
-        ids = await self.token_ids(req)
+        ids = await self.token_ids(req) if self.config.tokenizers else None
         route = self.router.route(req, headers, rec.request_id, token_ids=ids)
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
@@ -448,7 +458,13 @@ class GatewayApp:
             if (subscriber := self.kv_events.get(entry["id"])) is not None:
                 entry["kv_events"] = dataclasses.asdict(subscriber.counters)
         loops = self.loops.states() if self.loops else {}
-        return {**state, "loops": loops, "admission": self.admission.state()}
+        tokenizers = {m: dataclasses.asdict(c) for m, c in self.tokenizers.counters().items()}
+        return {
+            **state,
+            "loops": loops,
+            "admission": self.admission.state(),
+            "tokenizers": tokenizers,
+        }
 
     async def dry_run(
         self, body: bytes, headers: Mapping[str, str], query: bytes
@@ -465,8 +481,12 @@ class GatewayApp:
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
         """The prompt's token ids as the engine will see them, when the precise index follows
-        some backend and a tokenizer is configured for the model; else None."""
-        return None
+        some backend (its events have arrived) and a tokenizer is configured for the model;
+        else None, and routing keeps the byte approximation."""
+        if not self.precise_index.block_sizes():
+            return None
+        tokenizer = self.tokenizers.for_model(req.model)
+        return await tokenizer.token_ids(req) if tokenizer is not None else None
 
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_json(send, 200, self.backends_state())

@@ -112,6 +112,7 @@ class KvEventSubscriber:
     async def _follow(self, ctx: zmq.asyncio.Context) -> None:
         s = self.settings
         sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.IPV6, 1)  # a pod's IP may be IPv6; IPv4 works either way
         sub.setsockopt(zmq.RECONNECT_IVL, int(s.backoff_first_s * 1000))
         sub.setsockopt(zmq.RECONNECT_IVL_MAX, int(s.backoff_max_s * 1000))
         sub.setsockopt(zmq.HEARTBEAT_IVL, int(s.heartbeat_s * 1000))
@@ -174,6 +175,7 @@ class KvEventSubscriber:
         assert self.settings.replay is not None
         timeout_ms = int(self.settings.replay_timeout_s * 1000)
         dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.IPV6, 1)
         got: list[KvEventBatch] = []
         try:
             dealer.connect(self.settings.replay)

@@ -286,6 +286,45 @@ class AdmissionSection(_Section):
         return self
 
 
+class TokenizerEntry(_Section):
+    """How the gateway turns one model's prompts into the engine's exact token ids (for
+    tokenizer-exact block keys): a local tokenizer.json and chat template, or the engine's
+    `/tokenize`. Models without an entry keep the byte approximation."""
+
+    model: str = Field(min_length=1, description='a served model name, or "*" for any other')
+    source: Literal["local", "engine"] = Field(
+        description="local: tokenizer.json + chat template here; engine: ask POST /tokenize"
+    )
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="local: a directory with tokenizer.json (+ tokenizer_config.json), or the "
+        "tokenizer.json file",
+    )
+    chat_template: str | None = Field(
+        None,
+        min_length=1,
+        description="local: a .jinja chat template file (default: tokenizer_config.json's)",
+    )
+    cache_entries: int = Field(4096, ge=0, description="engine: prompts whose ids are cached")
+    timeout_s: float = Field(1.0, gt=0, description="engine: longest wait for /tokenize")
+
+    @model_validator(mode="after")
+    def _local_needs_path(self) -> TokenizerEntry:
+        if self.source == "local" and self.path is None:
+            raise ValueError("source local needs a path (a directory with tokenizer.json)")
+        return self
+
+
+def check_unique_models(entries: list[TokenizerEntry]) -> list[TokenizerEntry]:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.model in seen:
+            raise ValueError(f"two tokenizers entries name model {entry.model!r}")
+        seen.add(entry.model)
+    return entries
+
+
 class GatewayConfig(_Section):
     server: ServerSection = ServerSection()
     upstream: UpstreamSection = UpstreamSection()
@@ -295,6 +334,14 @@ class GatewayConfig(_Section):
     routing: RoutingSection = RoutingSection()
     security: SecuritySection = SecuritySection()
     admission: AdmissionSection = AdmissionSection()
+    tokenizers: list[TokenizerEntry] = Field(
+        default_factory=list, description="per-model prompt tokenizers (exact block keys)"
+    )
+
+    @field_validator("tokenizers")
+    @classmethod
+    def _one_entry_per_model(cls, v: list[TokenizerEntry]) -> list[TokenizerEntry]:
+        return check_unique_models(v)
 
     @model_validator(mode="after")
     def _unique_backend_ids(self) -> GatewayConfig:

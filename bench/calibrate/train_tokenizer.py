@@ -9,7 +9,7 @@ server would hold back from the stream). Prints the vocabulary size reached.
 
 import sys
 
-from tokenizers import (  # type: ignore[import-not-found]  # only in .venv-vllm/
+from tokenizers import (  # in .venv-vllm/ (and kvgate's `tokens` extra)
     Tokenizer,
     models,
     pre_tokenizers,

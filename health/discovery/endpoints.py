@@ -6,11 +6,21 @@ no `deletionTimestamp` (terminating pods stop taking new work at once). It yield
 endpoint per `spec.targetPorts[].number`, `http://IP:PORT`, with the engine type read
 from the pod label `kvgate.dev/engine`, else the label Kubernetes peers read,
 `inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown).
+
+KV-cache events (vLLM `--kv-events-config`) are read from pod annotations:
+`kvgate.dev/kv-events-port` (the publisher's port: `tcp://POD_IP:PORT`), optional
+`kvgate.dev/kv-events-replay-port` (its replay socket) and `kvgate.dev/kv-events-topic`
+(default empty: every topic). With several target ports (data-parallel ranks, one HTTP
+server each) the i-th target port's engine publishes on PORT + i and replays on
+REPLAY_PORT + i, the offset vLLM gives rank i (`offset_endpoint_port`), so each endpoint
+has its own publisher; the ranks' replay ports must then not overlap the publishers'. An
+invalid annotation is ignored (a bad port: no events; a bad replay port: no replay) and
+reported through `warn(pod, message)`; discovery never fails over one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +28,10 @@ ENGINE_LABEL = "kvgate.dev/engine"
 PEER_ENGINE_LABEL = "inference.networking.k8s.io/engine-type"
 ENGINES = frozenset({"vllm", "sglang", "trtllm", "openai"})
 DEFAULT_ENGINE = "vllm"
+KV_EVENTS_PORT = "kvgate.dev/kv-events-port"
+KV_EVENTS_REPLAY_PORT = "kvgate.dev/kv-events-replay-port"
+KV_EVENTS_TOPIC = "kvgate.dev/kv-events-topic"
+Warn = Callable[[str, str], None]  # (pod name, problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +44,22 @@ class PoolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class KvEventsSource:
+    """Where one endpoint's engine publishes its KV-cache events (ZMQ endpoints)."""
+
+    endpoint: str
+    replay: str | None = None
+    topic: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     """One serving endpoint of one ready pod."""
 
     url: str
     engine: str
     pod: str
+    kv_events: KvEventsSource | None = None
 
     @property
     def address(self) -> str:
@@ -85,7 +109,49 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec) -> list[Endpoint]:
+def _ignore(pod: str, problem: str) -> None:
+    pass
+
+
+def _port(value: object) -> int | None:
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
+
+
+def kv_events_sources(
+    annotations: Mapping[str, Any], host: str, ranks: int, warn: Callable[[str], None]
+) -> list[KvEventsSource | None]:
+    """The KV-event sources of a pod's `ranks` endpoints from its annotations (all None
+    without `kvgate.dev/kv-events-port`); `warn` hears of each invalid annotation."""
+    raw = annotations.get(KV_EVENTS_PORT)
+    if raw is None:
+        return [None] * ranks
+    port = _port(raw)
+    if port is None or port + ranks - 1 > 65535:
+        warn(f"{KV_EVENTS_PORT}: {str(raw)[:40]!r} is not a port (1-65535 per rank): no events")
+        return [None] * ranks
+    replay: int | None = None
+    if (raw_replay := annotations.get(KV_EVENTS_REPLAY_PORT)) is not None:
+        replay = _port(raw_replay)
+        overlap = replay is not None and port <= replay + ranks - 1 and replay <= port + ranks - 1
+        if replay is None or replay + ranks - 1 > 65535 or overlap:
+            warn(f"{KV_EVENTS_REPLAY_PORT}: {str(raw_replay)[:40]!r} unusable: no replay")
+            replay = None
+    topic = annotations.get(KV_EVENTS_TOPIC, "")
+    if not isinstance(topic, str):
+        warn(f"{KV_EVENTS_TOPIC} is not a string: every topic")
+        topic = ""
+    return [
+        KvEventsSource(
+            f"tcp://{host}:{port + rank}",
+            None if replay is None else f"tcp://{host}:{replay + rank}",
+            topic,
+        )
+        for rank in range(ranks)
+    ]
+
+
+def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec, warn: Warn = _ignore) -> list[Endpoint]:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if not pool.selector or any(labels.get(k) != v for k, v in pool.selector):
@@ -97,11 +163,23 @@ def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec) -> list[Endpoint]:
     engine = labels.get(ENGINE_LABEL) or labels.get(PEER_ENGINE_LABEL) or DEFAULT_ENGINE
     engine = engine if engine in ENGINES else DEFAULT_ENGINE
     name = str(meta.get("name", ""))
-    return [Endpoint(f"http://{host}:{port}", engine, name) for port in pool.target_ports]
+    annotations = meta.get("annotations") or {}
+    sources = kv_events_sources(
+        annotations if isinstance(annotations, dict) else {},
+        host,
+        len(pool.target_ports),
+        lambda problem: warn(name, problem),
+    )
+    return [
+        Endpoint(f"http://{host}:{port}", engine, name, source)
+        for port, source in zip(pool.target_ports, sources, strict=True)
+    ]
 
 
-def pool_endpoints(pool: PoolSpec | None, pods: Iterable[Mapping[str, Any]]) -> frozenset[Endpoint]:
+def pool_endpoints(
+    pool: PoolSpec | None, pods: Iterable[Mapping[str, Any]], warn: Warn = _ignore
+) -> frozenset[Endpoint]:
     """Every endpoint of every ready pod the pool selects (none without a pool)."""
     if pool is None:
         return frozenset()
-    return frozenset(e for pod in pods for e in pod_endpoints(pod, pool))
+    return frozenset(e for pod in pods for e in pod_endpoints(pod, pool, warn))

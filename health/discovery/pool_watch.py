@@ -4,13 +4,15 @@ Two informers: one on the pool object (`fieldSelector=metadata.name=NAME`), one 
 namespace's pods filtered by the pool's `labelSelector`. When the pool's selector changes,
 the pod informer is replaced by one with the new selector; a change of target ports only
 recomputes the endpoints. `on_endpoints` is called with the full endpoint set whenever it
-differs from the last one told (first call after the first lists, possibly empty).
+differs from the last one told (first call after the first lists, possibly empty). A pod's
+invalid annotation is logged at most once a minute per pod (`health.log_limit`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from health.discovery.endpoints import (
@@ -23,6 +25,7 @@ from health.discovery.endpoints import (
 )
 from health.discovery.informer import Informer, Objects, WatchSettings
 from health.discovery.kube_api import KubeClient
+from health.log_limit import LogLimit
 
 log = logging.getLogger(__name__)
 POOL_API = "/apis/inference.networking.k8s.io/v1"
@@ -48,6 +51,7 @@ class PoolDiscovery:
         self._pods: Objects = {}
         self._told: frozenset[Endpoint] | None = None
         self._selector_changed = asyncio.Event()
+        self._pod_warnings = LogLimit(log, time.monotonic)
         self.pools = Informer(
             client,
             f"{POOL_API}/namespaces/{namespace}/inferencepools",
@@ -98,10 +102,14 @@ class PoolDiscovery:
         self._tell()
 
     def _tell(self) -> None:
-        endpoints = pool_endpoints(self._pool, self._pods.values())
+        endpoints = pool_endpoints(self._pool, self._pods.values(), self._warn_pod)
         if endpoints != self._told:
             self._told = endpoints
             log.info(
                 "InferencePool %s/%s: %d endpoints", self._namespace, self._name, len(endpoints)
             )
             self._on_endpoints(endpoints)
+
+    def _warn_pod(self, pod: str, problem: str) -> None:
+        key = f"{pod} {problem.partition(':')[0]}"  # per pod and annotation
+        self._pod_warnings.warn(key, "pod %s/%s: %s", self._namespace, pod, problem)

@@ -89,7 +89,7 @@ def _content_text(content: Any) -> str:
                 out.append(str(part.get("text", "")))
             elif isinstance(part, dict):
                 out.append(f"<{part.get('type', 'part')}>")
-        return "".join(out)
+        return "\n".join(out)  # as vLLM joins text parts for a string-content template
     raise ApiError(400, "message content must be a string or a list of parts", param="messages")
 
 

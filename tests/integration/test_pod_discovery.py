@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from health.discovery.endpoints import Endpoint
+from health.discovery.endpoints import Endpoint, KvEventsSource
 from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
@@ -173,3 +173,24 @@ async def test_an_unreachable_api_is_retried_with_backoff(api: FakeKubeAPI) -> N
     with pytest.raises(asyncio.CancelledError):
         await task
     await client.aclose()
+
+
+async def test_kv_event_annotations_follow_the_pod_and_bad_ones_warn_once(
+    api: FakeKubeAPI, discovery: tuple[PoolDiscovery, Seen], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, seen = discovery
+    api.put(POOLS, inference_pool("llm", ports=(8000, 8001)))
+    notes = {"kvgate.dev/kv-events-port": "5557", "kvgate.dev/kv-events-replay-port": "6000"}
+    api.put(PODS, pod("a", "10.0.0.1", annotations=notes))
+    await seen.until(lambda: len(seen.urls) == 2)
+    assert {(e.url, e.kv_events) for e in seen.sets[-1]} == {
+        ("http://10.0.0.1:8000", KvEventsSource("tcp://10.0.0.1:5557", "tcp://10.0.0.1:6000")),
+        ("http://10.0.0.1:8001", KvEventsSource("tcp://10.0.0.1:5558", "tcp://10.0.0.1:6001")),
+    }
+    api.put(PODS, pod("a", "10.0.0.1", annotations={"kvgate.dev/kv-events-port": "none"}))
+    await seen.until(lambda: all(e.kv_events is None for e in seen.sets[-1]))
+    for i in range(3):  # every change re-reads every pod: the warning is not repeated
+        api.put(PODS, pod(f"b{i}", f"10.0.1.{i}"))
+    await seen.until(lambda: len(seen.urls) == 8)
+    warned = [r for r in caplog.records if "kv-events-port" in r.getMessage()]
+    assert len(warned) == 1 and "pod default/a" in warned[0].getMessage()

@@ -66,9 +66,12 @@ def pod(
     ready: bool = True,
     labels: dict[str, str] | None = None,
     terminating: bool = False,
+    annotations: dict[str, str] | None = None,
 ) -> Obj:
     """A pod object as the API returns it (only the fields discovery reads, plus kind)."""
     meta: Obj = {"name": name, "labels": labels if labels is not None else {"app": "llm"}}
+    if annotations is not None:
+        meta["annotations"] = annotations
     if terminating:
         meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     status: Obj = {

@@ -24,6 +24,7 @@ import yaml
 from gateway.app import build_app
 from gateway.cli import _effective_config, build_parser
 from gateway.config import parse_config
+from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT, kv_events_sources
 
 REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
@@ -145,6 +146,30 @@ def test_the_pool_selects_the_model_servers_on_their_port(shape: str) -> None:
     assert {p["number"] for p in pool["spec"]["targetPorts"]} <= ports
     args = _container(vllm)["args"]
     assert {"--enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(args)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_model_servers_annotations_name_the_sockets_vllm_publishes_on(shape: str) -> None:
+    docs = render(KUBERNETES / shape)
+    vllm = _one(docs, "Deployment", "vllm-llama3-8b")
+    ranks = len(_one(docs, "InferencePool")["spec"]["targetPorts"])
+    annotations = vllm["spec"]["template"]["metadata"]["annotations"]
+    problems: list[str] = []
+    sources = kv_events_sources(annotations, "10.0.0.1", ranks, problems.append)
+    assert problems == []
+    assert all(s is not None for s in sources)
+    [flag] = [a for a in _container(vllm)["args"] if a.startswith("--kv-events-config=")]
+    config = json.loads(flag.partition("=")[2])
+    assert config["enable_kv_cache_events"] is True and config["publisher"] == "zmq"
+    source = sources[0]
+    assert source is not None
+    bound = {"endpoint": source.endpoint, "replay_endpoint": source.replay}
+    assert {k: v.replace("10.0.0.1", "*") for k, v in bound.items() if v} == {
+        k: config[k] for k in bound
+    }
+    assert source.topic == config.get("topic", "")
+    ports = {p["containerPort"] for p in _container(vllm)["ports"]}
+    assert {int(annotations[KV_EVENTS_PORT]), int(annotations[KV_EVENTS_REPLAY_PORT])} <= ports
 
 
 @pytest.mark.parametrize(("shape", "name"), [("epp", "kvgate-epp"), ("frontdoor", "kvgate")])

@@ -106,3 +106,70 @@ def test_names_are_unique() -> None:
     sup.add("a", lambda: _turns(1))
     with pytest.raises(ValueError, match="already supervised"):
         sup.add("a", lambda: _turns(1))
+
+
+async def test_loops_added_while_running_start_at_once_and_removed_ones_stop() -> None:
+    late, cancelled = [0], []
+
+    async def waits() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append("late")
+            raise
+
+    sup = Supervisor(first_backoff_s=0.0)
+    sup.add("steady", lambda: _spin([0]))
+    task = asyncio.create_task(sup.run())
+    await _turns(3)
+    sup.add("late", lambda: _spin(late))
+    await _turns(10)
+    assert late[0] >= 5
+    assert sup.states() == {"steady": "running", "late": "running"}
+    sup.remove("late")
+    seen = late[0]
+    await _turns(10)
+    assert late[0] == seen  # cancelled: it never ran again
+    assert sup.states() == {"steady": "running"}
+    assert not sup.running("late")
+    sup.add("late", waits)  # the name is free again
+    await _turns(3)
+    sup.remove("late")
+    await _turns(3)
+    assert cancelled == ["late"]
+    sup.remove("never-added")  # a no-op
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_removed_crashing_loop_never_comes_back_nor_marks_its_successor() -> None:
+    starts = [0]
+
+    async def crashing() -> None:
+        starts[0] += 1
+        raise RuntimeError("down")
+
+    async def ends() -> None:
+        return
+
+    sup = Supervisor(first_backoff_s=0.01)
+    task = asyncio.create_task(sup.run())  # nothing to run yet: it waits for loops
+    await _turns(2)
+    sup.add("kv", crashing)
+    await _turns(3)
+    assert sup.states() == {"kv": "restarting"}
+    sup.remove("kv")
+    sup.add("kv", lambda: _spin([0]))
+    await asyncio.sleep(0.05)  # past the old loop's backoff
+    assert starts[0] == 1
+    assert sup.states() == {"kv": "running"}
+    sup.remove("kv")
+    sup.add("kv", ends)
+    await _turns(3)
+    assert sup.states() == {"kv": "failed"}
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -1,0 +1,147 @@
+"""One experiment of `bench.precise`: a fleet with KV events, kvgate in front of it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.regime.grid import Cell, FleetSpec
+from bench.regime.live import MODEL, workload
+from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
+from sim.live.processes import HOST, start_gateway
+
+TOKENIZER_CONFIG = """\
+# The engines' own /tokenize: prompts keyed exactly as the emulator caches them.
+tokenizers:
+  - model: "*"
+    source: engine
+"""
+
+
+def free_port_block(count: int) -> int:
+    """The first of `count` consecutive ports that were free a moment ago."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((HOST, 0))
+            first = int(probe.getsockname()[1])
+        if first + count >= 65536:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((HOST, port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+@dataclass(slots=True)
+class EventFleet:
+    """A fleet whose replica i publishes on `base + i` and replays on `base + replicas + i`."""
+
+    spec: FleetSpec
+    slowdown: float
+    base: int = field(default=0)
+
+    def fleet(self) -> Fleet:
+        self.base = free_port_block(2 * self.spec.replicas)
+        return Fleet(
+            self.spec.replicas,
+            self.spec.profile,
+            MODEL,
+            speedup=1 / self.slowdown,
+            extra_args=("--kv-events-port", str(self.base)),
+        )
+
+    def backends(self, urls: Sequence[str]) -> list[str]:
+        n = len(urls)
+        return [
+            f"{url},kv_events=tcp://{HOST}:{self.base + i},"
+            f"kv_replay=tcp://{HOST}:{self.base + n + i}"
+            for i, url in enumerate(urls)
+        ]
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)
+
+
+def gateway_router(events: EventFleet, policy: str, state: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """kvgate with `policy`, following the fleet's events; on exit (before it stops) its
+    /admin/backends and the replicas' caches go into `state`."""
+
+    @contextlib.contextmanager
+    def start(site: RouterSite) -> Iterator[Router]:
+        config = site.log_dir / f"{site.tag}-kvgate.yaml"
+        config.write_text(TOKENIZER_CONFIG)
+        log = site.log_dir / f"{site.tag}-gateway.log"
+        extra = ["--config", str(config)]
+        process, url = start_gateway(events.backends(site.replica_urls), policy, log, extra)
+        with process:
+            time.sleep(1.0)  # a few scrapes, and the subscribers connected
+            try:
+                yield Router(url, {}, tuple(process.command))
+            finally:
+                time.sleep(0.5)  # the last events in
+                state["backends"] = _get_json(url + "/admin/backends")["backends"]
+                state["caches"] = [
+                    len(_get_json(u + "/kvgate/cache")["block_hashes"]) for u in site.replica_urls
+                ]
+
+    return start
+
+
+def grade(state: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's graded predictions and index sizes, summed over the backends."""
+    total = {"requests": 0, "exact": 0, "over": 0, "under": 0}
+    index_blocks = []
+    for b in state.get("backends", []):
+        p = b.get("precise_index") or {}
+        for k in total:
+            total[k] += (p.get("predictions") or {}).get(k, 0)
+        index_blocks.append(p.get("blocks"))
+    n = total["requests"]
+    return {
+        **total,
+        "exact_share": total["exact"] / n if n else None,
+        "index_blocks": index_blocks,
+        "engine_cached_blocks": state.get("caches", []),
+    }
+
+
+async def run(
+    cell: Cell, spec: FleetSpec, policy: str, *, seed: int, slowdown: float, log_dir: Path
+) -> dict[str, Any]:
+    """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
+    events = EventFleet(spec, slowdown)
+    state: dict[str, Any] = {}
+    traffic = workload(cell, spec, seed, 1.0, slowdown)
+    result = await run_experiment(
+        events.fleet(),
+        gateway_router(events, policy, state),
+        traffic,
+        label=f"{cell.name}-s{seed}/kvgate-{policy}",
+        log_dir=log_dir,
+        progress_every_s=15.0,
+    )
+    return {
+        "cell": cell.name,
+        "seed": seed,
+        "policy": policy,
+        **result.figures(),
+        "precise": grade(state),
+    }

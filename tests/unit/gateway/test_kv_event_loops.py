@@ -1,0 +1,87 @@
+"""KvEventLoops with PodBackends: discovered publishers join and leave the subscriber map, the
+supervisor's report and the precise index (no sockets: the supervisor is not run)."""
+
+from __future__ import annotations
+
+from gateway.app import GatewayApp, build_app
+from gateway.config import parse_config
+from gateway.kv_event_loops import source_settings
+from gateway.supervisor import Supervisor
+from health.discovery.endpoints import KvEventsSource
+from health.kv_events import KvEventsSettings
+from health.pool import BackendSpec
+from routing.kv_events import BlockStored
+
+POD = "10.0.0.1:8000"
+STATIC = {"url": "http://static:1", "kv_events": "tcp://static:5557"}
+
+
+def _app() -> tuple[GatewayApp, Supervisor]:
+    app = build_app(parse_config({"backends": [STATIC], "discovery": {"pool": "llm"}}))
+    sup = Supervisor()
+    app.kv_loops.attach(sup)
+    return app, sup
+
+
+def _settings(port: int) -> dict[str, KvEventsSettings]:
+    return {POD: source_settings(KvEventsSource(f"tcp://10.0.0.1:{port}", None, "kv"))}
+
+
+def test_a_discovered_publisher_is_followed_while_its_backend_stays() -> None:
+    app, sup = _app()
+    assert set(sup.states()) == {"kv-events:static:1"}
+    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    assert set(app.kv_events) == {"static:1", POD}
+    assert app.kv_events[POD].settings == KvEventsSettings("tcp://10.0.0.1:5557", None, "kv")
+    assert set(sup.states()) == {"kv-events:static:1", f"kv-events:{POD}"}
+    app.precise_index.apply(POD, [BlockStored((1, 2), None, tuple(range(32)), 16)])
+    assert app.precise_index.blocks(POD) == 2
+    page = app.metrics.render().decode()
+    assert f'kvgate_kv_events_batches_total{{backend="{POD}"}}' in page
+
+    subscriber = app.kv_events[POD]
+    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    assert app.kv_events[POD] is subscriber  # same publisher: left alone
+    assert app.precise_index.blocks(POD) == 2
+
+    app.pod_backends.apply([])  # the pod left
+    assert set(app.kv_events) == {"static:1"}
+    assert set(sup.states()) == {"kv-events:static:1"}
+    assert not app.precise_index.tracks(POD)
+    assert POD not in app.metrics.render().decode()
+
+
+def test_a_changed_or_removed_annotation_restarts_or_stops_the_loop() -> None:
+    app, sup = _app()
+    spec = BackendSpec(f"http://{POD}", engine="vllm")
+    app.pod_backends.apply([spec], _settings(5557))
+    first = app.kv_events[POD]
+    app.precise_index.apply(POD, [BlockStored((1,), None, tuple(range(16)), 16)])
+    app.pod_backends.apply([spec], _settings(6000))  # moved publisher
+    assert app.kv_events[POD] is not first
+    assert app.kv_events[POD].settings.endpoint == "tcp://10.0.0.1:6000"
+    assert f"kv-events:{POD}" in sup.states()
+    assert not app.precise_index.tracks(POD)  # another stream: its view starts over
+    app.pod_backends.apply([spec])  # annotation gone, backend stays
+    assert [b.id for b in app.pool] == ["static:1", POD]
+    assert POD not in app.kv_events
+    assert f"kv-events:{POD}" not in sup.states()
+
+
+def test_a_discovered_endpoint_that_is_configured_keeps_its_configured_publisher() -> None:
+    app, sup = _app()
+    configured = app.kv_events["static:1"]
+    other = {"static:1": KvEventsSettings("tcp://elsewhere:1")}
+    app.pod_backends.apply([BackendSpec("http://static:1", engine="vllm")], other)
+    assert app.kv_events["static:1"] is configured
+    app.pod_backends.apply([])
+    assert app.kv_events["static:1"] is configured
+    assert set(sup.states()) == {"kv-events:static:1"}
+
+
+def test_publishers_found_before_the_loops_run_are_supervised_once_they_do() -> None:
+    app = build_app(parse_config({"discovery": {"pool": "llm"}}))
+    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    sup = Supervisor()
+    app.kv_loops.attach(sup)
+    assert set(sup.states()) == {f"kv-events:{POD}"}
