@@ -20,6 +20,11 @@ of the LoRA adapter the event names), and the index keeps per backend
 - `own key → number of engine hashes holding it`, the set a request's keys are matched
   against.
 
+A run with no token ids at all comes from a request known by its block hashes only (the
+simulator's hashed traces: `sim.engine.request.EngineRequest.hashed`); the engine's chained
+hash then names the whole prefix, so it is the block's key, and such a request's keys are its
+engine block hashes (as unsigned 64-bit ints). vLLM always sends token ids.
+
 A run whose parent the index never saw (events lost before the subscriber connected) cannot be
 keyed and is counted as `orphaned`; so is a run whose first block carries a cache salt, which
 no request's key can name. `AllBlocksCleared` (or `reset`, after a gap that replay could not
@@ -101,17 +106,21 @@ class PreciseIndex:
     def _stored(self, b: _Backend, e: BlockStored, model: str) -> None:
         b.block_size = e.block_size
         hashes = e.block_hashes
-        if e.parent_block_hash is None:
-            if len(hashes) > 1 and all(h in b.key_of for h in hashes):
-                b.counters.reannounced_blocks += len(hashes)  # its hits, announced again
-                return
-            parent: int | None = root_key(_SALTED + model if e.salted else e.lora_name or model)
-        else:
-            parent = b.key_of.get(e.parent_block_hash)
-        if parent is None or e.salted or len(e.token_ids) < len(hashes) * e.block_size:
-            b.counters.orphaned_blocks += len(hashes)
+        if e.parent_block_hash is None and len(hashes) > 1 and all(h in b.key_of for h in hashes):
+            b.counters.reannounced_blocks += len(hashes)  # its hits, announced again
             return
-        keys = token_block_keys(e.token_ids, e.block_size, parent)
+        keys: Sequence[int]
+        if not e.token_ids and not e.salted:
+            keys = hashes  # known by hashes only (see the module docstring)
+        else:
+            if e.parent_block_hash is None:
+                parent: int | None = root_key(_SALTED + model if e.salted else e.lora_name or model)
+            else:
+                parent = b.key_of.get(e.parent_block_hash)
+            if parent is None or e.salted or len(e.token_ids) < len(hashes) * e.block_size:
+                b.counters.orphaned_blocks += len(hashes)
+                return
+            keys = token_block_keys(e.token_ids, e.block_size, parent)
         key_of, refs, held, spec = b.key_of, b.refs, b.held, b.speculated
         for h, k in zip(hashes, keys, strict=False):
             if h in key_of:

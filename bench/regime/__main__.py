@@ -197,11 +197,17 @@ class Run:
 
 
 def vars_of(fleet: FleetSpec) -> dict[str, Any]:
-    return {"replicas": fleet.replicas, "profile": fleet.profile, "kv_tokens": fleet.kv_tokens}
+    return {
+        "replicas": fleet.replicas,
+        "profile": fleet.profile,
+        "kv_tokens": fleet.kv_tokens,
+        "kv_event_delay_s": fleet.kv_event_delay_s,
+    }
 
 
 async def run(args: argparse.Namespace, cells: list[Cell]) -> Run:
-    state = Run(args, cells, FleetSpec(replicas=args.replicas))
+    fleet = FleetSpec(replicas=args.replicas, kv_event_delay_s=args.kv_event_delay)
+    state = Run(args, cells, fleet)
     for i, cell in enumerate(cells):
         elapsed = time.monotonic() - state.started
         eta = f", ~{elapsed / i * (len(cells) - i) / 60:.0f} min left" if i else ""
@@ -223,6 +229,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--routers", default=",".join(ROUTERS), help="NAME:POLICY,...; kvgate's also simulated")
     add("--replicas", type=int, default=4, help="replicas of the demo profile (default: 4)")
     add("--seed", type=int, default=1, help="seed of the workloads (default: 1)")
+    add(
+        "--kv-event-delay",
+        type=float,
+        default=FleetSpec().kv_event_delay_s,
+        metavar="S",
+        help="sim: seconds from a step's end to its KV events in the precise index (%(default)g)",
+    )
     add(
         "--repeats",
         type=_positive,

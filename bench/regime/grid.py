@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sim.engine.profiles import get_profile
+from sim.replay.settings import DEFAULT_KV_EVENT_DELAY_S
 from sim.workloads.family import Arrivals, Chat, FamilyCell, open_arrivals, tenants_for_pressure
 
 PRESSURES = (0.25, 1.5, 4.0)
@@ -55,6 +56,8 @@ class FleetSpec:
 
     replicas: int = 4
     profile: str = "demo"
+    # Simulated only: a step's KV-cache events reach the precise index this much later.
+    kv_event_delay_s: float = DEFAULT_KV_EVENT_DELAY_S
 
     @property
     def kv_tokens_per_replica(self) -> int:

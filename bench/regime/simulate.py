@@ -22,7 +22,8 @@
   answers never hit, so a live ceiling is higher by about one answer, 24 tokens, a turn.)
 
 Each replay is the gateway's own routing code on the engine model (`sim.replay.Replay`),
-with default settings (metrics scraped every 50 ms).
+with default settings (metrics scraped every 50 ms) but the fleet's KV-event delay (for
+profiles that read the precise index).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ LATENCY_LO_S, LATENCY_HI_S, BISECTIONS = 0.02, 60.0, 8
 
 
 def replay(trace: Sequence[TraceRequest], policy: str, fleet: FleetSpec) -> ReplayResult:
-    settings = SimSettings(replicas=fleet.replicas)
+    settings = SimSettings(replicas=fleet.replicas, kv_event_delay_s=fleet.kv_event_delay_s)
     return Replay(trace, policy, get_profile(fleet.profile), settings).run()
 
 

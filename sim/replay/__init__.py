@@ -3,6 +3,7 @@
 - `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing)
 - `replica`: one engine model on the clock, and what a metrics scrape of it reads
 - `oracle_index`: the oracle's prefix index, read from the engines' KV caches
+- `kv_feed`: the engines' KV-cache events on their way to the precise index (a delay)
 - `blocks`: a trace request as engine block hashes and as routing prefix hashes
 - `events`, `outcomes`: the event heap; what a replay keeps (per request, ITL, timeline)
 - `settings`: fleet, signals and SLO, read from the gateway's config file

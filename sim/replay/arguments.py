@@ -36,6 +36,7 @@ configuration, 1 if no run meets the constraints, 2 for bad arguments.
 def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     """The options `kvgate sim` and `kvgate sim sweep` share: trace, engines, config, SLO."""
     from sim.engine.profiles import PROFILES
+    from sim.replay.settings import DEFAULT_KV_EVENT_DELAY_S
     from sim.traces.load import FORMATS
 
     p.add_argument(
@@ -87,6 +88,14 @@ def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
         type=int,
         default=0,
         help="seed for scrape phases and pickers (default %(default)s)",
+    )
+    p.add_argument(
+        "--kv-event-delay",
+        type=float,
+        default=DEFAULT_KV_EVENT_DELAY_S,
+        metavar="S",
+        help="virtual seconds from a step's end until its KV-cache events reach the precise "
+        "index (profiles that read it, e.g. precise-prefix; default %(default)s)",
     )
 
 

@@ -108,6 +108,7 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         seed=args.seed,
         slo_ttft_s=args.slo_ttft,
         slo_itl_s=args.slo_itl,
+        kv_event_delay_s=args.kv_event_delay,
         **load_config(args.config),
     )
     trace, profile, notes = load_inputs(args)

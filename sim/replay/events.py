@@ -1,8 +1,9 @@
 """The event heap of the discrete-event simulator: virtual time, then priority, then order.
 
-At equal times, a step's end (its tokens reach the gateway) comes before an arrival (which
-is routed with what the gateway knows by then), and an arrival before the engine starts its
-next step, so a request arriving exactly at a step boundary joins the step that starts then.
+At equal times, a step's end (its tokens reach the gateway) comes before a batch of KV-cache
+events reaching the precise index, both before an arrival (which is routed with what the
+gateway knows by then), and an arrival before the engine starts its next step, so a request
+arriving exactly at a step boundary joins the step that starts then.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from enum import IntEnum
 
 class Kind(IntEnum):
     STEP_END = 0
-    ARRIVAL = 1
-    STEP_START = 2
-    SAMPLE = 3
+    KV_EVENTS = 1
+    ARRIVAL = 2
+    STEP_START = 3
+    SAMPLE = 4
 
 
 class EventQueue:

@@ -19,6 +19,7 @@ from scoring.profiles import RoutingSection
 _HEALTH = HealthSection()  # the gateway's defaults for the scrape cadence and staleness
 ORACLE = "oracle"
 ORACLE_PROFILE = "prefix-aware"
+DEFAULT_KV_EVENT_DELAY_S = 0.005  # a step's end to its KV-cache events in the precise index
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,11 @@ class SimSettings:
     seed: int = 0
     fast_forward: bool = True  # False: step every engine one step at a time (for checks)
     timeline_points: int = 200  # samples per replica for the plots over time
+    # The engines' KV-cache events reach the precise index this long after the step that
+    # made them ends (virtual seconds; `sim.replay.kv_feed`).
+    kv_event_delay_s: float = DEFAULT_KV_EVENT_DELAY_S
+    # Feed the precise index: None, only when the policy's profile reads it.
+    kv_events: bool | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -41,6 +47,8 @@ class SimSettings:
         for name in ("scrape_interval_s", "stale_after_s", "slo_ttft_s", "slo_itl_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if not self.kv_event_delay_s >= 0:
+            raise ValueError("kv_event_delay_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,10 @@ gateway's own. What the scheduler sees is what a live gateway would see:
   `health.pool` applies);
 - the gateway's own in-flight counts and pending prefill, updated at once;
 - the prefix index and TTFT model, fed at dispatch and first token by the gateway's own
-  `scoring.prefix_feed.PrefixFeed`.
+  `scoring.prefix_feed.PrefixFeed`;
+- for a profile that reads it, the precise index (`scoring.precise_index`), fed with the
+  engines' KV-cache events `kv_event_delay_s` after each step (`sim.replay.kv_feed`), and
+  speculated on at dispatch.
 
 An optional `ReplayObserver` sees every decision (with each replica's last scrape), first
 token and completion: enough to drive the gateway's path through the same sequence.
@@ -39,12 +42,14 @@ from typing import Protocol
 
 from routing import PluginRegistry
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
+from scoring.precise_index import PreciseIndex
 from scoring.prefix_feed import Dispatch, kv_tokens
 from scoring.stack import build_routing_stack
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.events import EventQueue, Kind
+from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
 from sim.replay.replica import Segment, SimReplica
@@ -130,22 +135,35 @@ class Replay:
         self._progress_every = progress_every
         self._observer = observer
         rng = random.Random(settings.seed)
+        section = settings.routing
+        kv_events = settings.kv_events
+        if kv_events is None:
+            kv_events = needs_precise(section, self._spec.profile)
         self.replicas = [
             SimReplica(
                 f"replica-{i:02d}",
-                EngineModel.from_profile(profile),
+                EngineModel(profile.config, profile.timing, kv_events=kv_events),
                 rng.uniform(0.0, settings.scrape_interval_s),
             )
             for i in range(settings.replicas)
         ]
+        self.precise = PreciseIndex()
+        self.kv_feed: KvEventFeed | None = None
+        if kv_events:
+            ids = [r.id for r in self.replicas]
+            self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s)
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
         self._shown: list[EndpointSnapshot | None] = [None] * len(self.replicas)
-        section = settings.routing
         self._oracle_index: EngineCacheIndex | None = None
         if self._spec.oracle:
             self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
         self.stack = build_routing_stack(
-            section, self._clock, rng, index=self._oracle_index, register=register
+            section,
+            self._clock,
+            rng,
+            index=self._oracle_index,
+            register=register,
+            precise=self.precise,
         )
         self._scheduler = self.stack.scheduler
         if self._spec.profile not in self._scheduler.profiles:
@@ -187,7 +205,13 @@ class Replay:
             span = max(self._trace[-1].arrival_s, 1e-3)
             self._sample_every = span / max(1, self._settings.timeline_points)
             queue.push(0.0, Kind.SAMPLE)
-        handlers = [self._step_end, self._arrival, self._step_start, self._sample]  # by Kind
+        handlers = [  # by Kind
+            self._step_end,
+            self._kv_events,
+            self._arrival,
+            self._step_start,
+            self._sample,
+        ]
         events = 0
         while queue:
             self.now, kind, subject, token = queue.pop()
@@ -221,6 +245,7 @@ class Replay:
         rid = str(i)
         block_size = self.replicas[0].engine.config.block_size
         engine_hashes = engine_block_hashes(request, block_size, salt=i)
+        kv_feed = self.kv_feed
         routing_request = RoutingRequest(
             model=request.model or DEFAULT_MODEL,
             request_id=rid,
@@ -228,6 +253,8 @@ class Replay:
             prefix_block_chars=max(1, round(request.block_tokens * self._cpt)),
             token_estimate=request.input_tokens,
             session_key=request.session,
+            prompt_tokens=request.input_tokens if kv_feed is not None else 0,
+            token_keys=request_keys(engine_hashes, block_size) if kv_feed is not None else (),
         )
         if self._oracle_index is not None:
             self._settle_engines()
@@ -252,6 +279,8 @@ class Replay:
             self.now,
             kv_tokens(config.num_blocks, config.block_size) if known else None,
         )
+        if kv_feed is not None:
+            self.precise.speculate(replica.id, routing_request.token_keys[0][1], self.now)
         replica.in_flight += 1
         replica.dispatched += 1
         new_end = replica.cut(self.now)
@@ -286,10 +315,18 @@ class Replay:
         segment = replica.finish()
         self._segments += 1
         self._steps += segment.steps
+        if self.kv_feed is not None:
+            due = self.kv_feed.collect(position, replica.engine.take_kv_events(), self.now)
+            if due is not None:
+                self._queue.push(due, Kind.KV_EVENTS, position)
         self._deliver(segment)
         if replica.engine.has_work():
             replica.start_pending = True
             self._queue.push(self.now, Kind.STEP_START, position)
+
+    def _kv_events(self, position: int, _token: int) -> None:
+        assert self.kv_feed is not None
+        self.kv_feed.deliver(position)
 
     def _sample(self, _subject: int, _token: int) -> None:
         timeline = self._timeline

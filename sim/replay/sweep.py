@@ -77,7 +77,11 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
     base = SimSettings(
-        seed=args.seed, slo_ttft_s=args.slo_ttft, slo_itl_s=args.slo_itl, **load_config(args.config)
+        seed=args.seed,
+        slo_ttft_s=args.slo_ttft,
+        slo_itl_s=args.slo_itl,
+        kv_event_delay_s=args.kv_event_delay,
+        **load_config(args.config),
     )
     points, notes = expand_grid(
         base.routing,

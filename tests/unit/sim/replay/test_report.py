@@ -82,6 +82,7 @@ def test_kvgate_sim_writes_the_table_summary_and_plots(tmp_path: Path) -> None:
         slo_ttft=2.0,
         slo_itl=0.1,
         seed=0,
+        kv_event_delay=0.005,
     )
     assert run_sim(args, out) == 0
     text = out.getvalue()
