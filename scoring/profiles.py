@@ -191,7 +191,10 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         ),
         # The default with the engines' own account of their caches: where a backend
         # publishes KV-cache events and the model has a tokenizer, its cached tokens come
-        # from the precise index (exact), elsewhere from the approximate one.
+        # from the precise index (exact), elsewhere from the approximate one. The
+        # approximate prefix match stays as placement memory: under pressure a tenant whose
+        # prefix was evicted everywhere goes back where it was sent, instead of anywhere
+        # (docs/decisions/0010-precise-index.md).
         "precise-prefix": ProfileSpec(
             filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
             scorers=[
@@ -201,6 +204,7 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
                     params={"eviction_weight": 0.5, "cache_view": "precise"},
                 ),
                 _plugin("precise-prefix-scorer", 2.0),
+                _plugin("prefix-match-scorer", 2.0),
                 _plugin("in-flight-scorer", 1.0),
                 _plugin("kv-utilization-scorer", 1.0),
                 _plugin("cache-headroom-scorer", 1.0),
