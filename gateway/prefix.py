@@ -53,6 +53,7 @@ class PreciseHits:
     under: int = 0
     predicted_tokens: int = 0
     observed_tokens: int = 0
+    events_only_exact: int = 0  # the events alone (no speculation) predicted exactly
 
 
 class PrefixTracker:
@@ -106,6 +107,8 @@ class PrefixTracker:
             if keys is not None:
                 depth = self.precise.depth(backend.id, keys, now)
                 d.precise_cached = cached_tokens(depth, request.prompt_tokens, size)
+                events_depth = self.precise.depth(backend.id, keys)
+                d.precise_cached_events = cached_tokens(events_depth, request.prompt_tokens, size)
                 self.precise.speculate(backend.id, keys, now)
         return d
 
@@ -131,7 +134,7 @@ class PrefixTracker:
         else:
             return None
         if d.precise_cached is not None:
-            self._grade(backend.id, d.precise_cached, cached)
+            self._grade(backend.id, d.precise_cached, cached, d.precise_cached_events)
         m = backend.metrics
         block = m.block_size if m is not None else None
         check = self.feed.observe_cached(d, usage.prompt_tokens, cached, block)
@@ -149,11 +152,14 @@ class PrefixTracker:
             hits.dropped_entries += check.dropped_entries
         return check
 
-    def _grade(self, backend_id: str, predicted: int, observed: int) -> None:
+    def _grade(
+        self, backend_id: str, predicted: int, observed: int, events_only: int | None
+    ) -> None:
         h = self._precise_hits.get(backend_id)
         if h is None:
             h = self._precise_hits[backend_id] = PreciseHits()
         h.requests += 1
+        h.events_only_exact += events_only == observed
         h.predicted_tokens += predicted
         h.observed_tokens += observed
         if predicted == observed:

@@ -81,6 +81,7 @@ class Dispatch(Generic[E]):
     matched: int = 0  # leading blocks the index said the endpoint held
     epoch: int = 0  # the feed's block size generation: after a change the hashes mean nothing
     precise_cached: int | None = None  # cached tokens the precise index predicted (None: no view)
+    precise_cached_events: int | None = None  # the same from the events alone (no speculation)
 
 
 def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:

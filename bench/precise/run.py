@@ -109,7 +109,7 @@ def gateway_router(  # type: ignore[no-untyped-def]
 
 def grade(state: dict[str, Any]) -> dict[str, Any]:
     """The gateway's graded predictions and index sizes, summed over the backends."""
-    total = {"requests": 0, "exact": 0, "over": 0, "under": 0}
+    total = {"requests": 0, "exact": 0, "over": 0, "under": 0, "events_only_exact": 0}
     index_blocks = []
     for b in state.get("backends", []):
         p = b.get("precise_index") or {}
@@ -120,6 +120,7 @@ def grade(state: dict[str, Any]) -> dict[str, Any]:
     return {
         **total,
         "exact_share": total["exact"] / n if n else None,
+        "events_only_exact_share": total["events_only_exact"] / n if n else None,
         "index_blocks": index_blocks,
         "engine_cached_blocks": state.get("caches", []),
     }
