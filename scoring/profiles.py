@@ -190,10 +190,11 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
             picker=_plugin("max-score-picker"),
         ),
         # The default with the engines' own account of their caches: where a backend
-        # publishes KV-cache events and the model has a tokenizer, its cached tokens come
-        # from the precise index (exact), elsewhere from the approximate one. The
-        # approximate prefix match stays as placement memory: under pressure a tenant whose
-        # prefix was evicted everywhere goes back where it was sent, instead of anywhere
+        # publishes KV-cache events and the model has a tokenizer, the predicted TTFT counts
+        # the cached tokens the precise index knows, elsewhere the approximate index's guess.
+        # The approximate prefix match stays as placement memory (a tenant evicted
+        # everywhere goes back where it was sent); replacing it by the exact share scattered
+        # such tenants, adding the exact share to it over-concentrated them
         # (docs/decisions/0010-precise-index.md).
         "precise-prefix": ProfileSpec(
             filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
@@ -203,7 +204,6 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
                     weight=4.0,
                     params={"eviction_weight": 0.5, "cache_view": "precise"},
                 ),
-                _plugin("precise-prefix-scorer", 2.0),
                 _plugin("prefix-match-scorer", 2.0),
                 _plugin("in-flight-scorer", 1.0),
                 _plugin("kv-utilization-scorer", 1.0),

@@ -59,6 +59,7 @@ async def _main(args: argparse.Namespace) -> int:
             slowdown=args.slowdown,
             log_dir=out / "logs",
             config_extra=extra,
+            gateways=args.gateways,
         )
         rows.append(row)
         g = row["precise"]
@@ -72,6 +73,7 @@ async def _main(args: argparse.Namespace) -> int:
         "command": ["python", "-m", "bench", "precise", *sys.argv[1:]],
         "fleet": {"replicas": spec.replicas, "profile": spec.profile, "kv_tokens": spec.kv_tokens},
         "slowdown": args.slowdown,
+        "gateways": args.gateways,
         "rows": rows,
         "summary": report.summary(rows),
     }
@@ -90,6 +92,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default="demo", help="emulator engine profile (default demo)")
     p.add_argument("--slowdown", type=float, default=1.0, help="engines this many times slower")
     p.add_argument("--out", default="out/bench/precise")
+    p.add_argument(
+        "--gateways",
+        type=int,
+        default=1,
+        help="kvgate gateways sharing only the engines' events, clients spread round-robin",
+    )
     p.add_argument("--cells", default="", help="cell names, comma-separated (default: all)")
     p.add_argument("--policies", default=",".join(POLICIES), help="kvgate policies compared")
     p.add_argument(

@@ -81,25 +81,43 @@ def _get_json(url: str) -> Any:
 
 
 def gateway_router(  # type: ignore[no-untyped-def]
-    events: EventFleet, policy: str, state: dict[str, Any], config_extra: str = ""
+    events: EventFleet,
+    policy: str,
+    state: dict[str, Any],
+    config_extra: str = "",
+    gateways: int = 1,
 ):
-    """kvgate with `policy`, following the fleet's events; on exit (before it stops) its
-    /admin/backends and the replicas' caches go into `state`."""
+    """kvgate with `policy`, following the fleet's events; with `gateways` > 1, that many
+    such gateways sharing nothing but the engines' events, behind a round-robin kvgate that
+    spreads the clients over them. On exit (before they stop) their /admin/backends and the
+    replicas' caches go into `state`."""
 
     @contextlib.contextmanager
     def start(site: RouterSite) -> Iterator[Router]:
         config = site.log_dir / f"{site.tag}-kvgate.yaml"
         config.write_text(TOKENIZER_CONFIG + config_extra)
-        log = site.log_dir / f"{site.tag}-gateway.log"
         extra = ["--config", str(config)]
-        process, url = start_gateway(events.backends(site.replica_urls), policy, log, extra)
-        with process:
+        backends = events.backends(site.replica_urls)
+        with contextlib.ExitStack() as stack:
+            urls = []
+            for g in range(gateways):
+                log = site.log_dir / f"{site.tag}-gateway{g}.log"
+                process, url = start_gateway(backends, policy, log, extra)
+                stack.enter_context(process)
+                urls.append(url)
+            front, command = urls[0], tuple(process.command)
+            if gateways > 1:
+                log = site.log_dir / f"{site.tag}-splitter.log"
+                splitter, front = start_gateway(urls, "round-robin", log)
+                stack.enter_context(splitter)
             time.sleep(1.0)  # a few scrapes, and the subscribers connected
             try:
-                yield Router(url, {}, tuple(process.command))
+                yield Router(front, {}, command)
             finally:
                 time.sleep(0.5)  # the last events in
-                state["backends"] = _get_json(url + "/admin/backends")["backends"]
+                state["backends"] = [
+                    b for url in urls for b in _get_json(url + "/admin/backends")["backends"]
+                ]
                 state["caches"] = [
                     len(_get_json(u + "/kvgate/cache")["block_hashes"]) for u in site.replica_urls
                 ]
@@ -135,6 +153,7 @@ async def run(
     slowdown: float,
     log_dir: Path,
     config_extra: str = "",
+    gateways: int = 1,
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     events = EventFleet(spec, slowdown)
@@ -142,9 +161,9 @@ async def run(
     traffic = workload(cell, spec, seed, 1.0, slowdown)
     result = await run_experiment(
         events.fleet(),
-        gateway_router(events, policy, state, config_extra),
+        gateway_router(events, policy, state, config_extra, gateways),
         traffic,
-        label=f"{cell.name}-s{seed}/kvgate-{policy}",
+        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}",
         log_dir=log_dir,
         progress_every_s=15.0,
     )
@@ -152,6 +171,7 @@ async def run(
         "cell": cell.name,
         "seed": seed,
         "policy": policy,
+        "gateways": gateways,
         **result.figures(),
         "precise": grade(state),
     }

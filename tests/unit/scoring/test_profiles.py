@@ -86,7 +86,6 @@ def test_builtin_profiles_wiring() -> None:
         "precise-prefix": (
             [
                 ("estimated-ttft-scorer", 4.0),
-                ("precise-prefix-scorer", 2.0),
                 ("prefix-match-scorer", 2.0),
                 ("in-flight-scorer", 1.0),
                 ("kv-utilization-scorer", 1.0),
