@@ -141,6 +141,24 @@ def _plugin(type_name: str, weight: float | None = None) -> PluginSpec:
     )
 
 
+def _prefix_aware(**ttft_params: str) -> ProfileSpec:
+    """The default profile (below); `ttft_params` are added to its TTFT scorer's."""
+    ttft = PluginSpec(
+        type="estimated-ttft-scorer", weight=4.0, params={"eviction_weight": 0.5, **ttft_params}
+    )
+    return ProfileSpec(
+        filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
+        scorers=[
+            ttft,
+            _plugin("prefix-match-scorer", 2.0),
+            _plugin("in-flight-scorer", 1.0),
+            _plugin("kv-utilization-scorer", 1.0),
+            _plugin("cache-headroom-scorer", 1.0),
+        ],
+        picker=_plugin("max-score-picker"),
+    )
+
+
 BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
     {
         "round-robin": ProfileSpec(picker=_plugin("round-robin-picker")),
@@ -176,19 +194,7 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         # the replica holding a hot prefix off. Where every replica is full, the TTFT adds
         # half the recomputation the placement's evictions cost later requests. Weights and
         # their measured history: docs/decisions/0002-default-profile-tuning.md.
-        "prefix-aware": ProfileSpec(
-            filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
-            scorers=[
-                PluginSpec(
-                    type="estimated-ttft-scorer", weight=4.0, params={"eviction_weight": 0.5}
-                ),
-                _plugin("prefix-match-scorer", 2.0),
-                _plugin("in-flight-scorer", 1.0),
-                _plugin("kv-utilization-scorer", 1.0),
-                _plugin("cache-headroom-scorer", 1.0),
-            ],
-            picker=_plugin("max-score-picker"),
-        ),
+        "prefix-aware": _prefix_aware(),
         # The default with the engines' own account of their caches: where a backend
         # publishes KV-cache events and the model has a tokenizer, the predicted TTFT counts
         # the cached tokens the precise index knows, elsewhere the approximate index's guess.
@@ -196,21 +202,7 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
         # everywhere goes back where it was sent); replacing it by the exact share scattered
         # such tenants, adding the exact share to it over-concentrated them
         # (docs/decisions/0010-precise-index.md).
-        "precise-prefix": ProfileSpec(
-            filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
-            scorers=[
-                PluginSpec(
-                    type="estimated-ttft-scorer",
-                    weight=4.0,
-                    params={"eviction_weight": 0.5, "cache_view": "precise"},
-                ),
-                _plugin("prefix-match-scorer", 2.0),
-                _plugin("in-flight-scorer", 1.0),
-                _plugin("kv-utilization-scorer", 1.0),
-                _plugin("cache-headroom-scorer", 1.0),
-            ],
-            picker=_plugin("max-score-picker"),
-        ),
+        "precise-prefix": _prefix_aware(cache_view="precise"),
         # Cache affinity and load in one unit: predicted seconds to first token.
         "estimated-ttft": ProfileSpec(
             filters=[PluginSpec(type="load-imbalance-filter", params={"abs_threshold": 16})],
