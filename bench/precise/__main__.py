@@ -18,13 +18,13 @@ from bench.regime.grid import CLIENTS, Cell, FleetSpec
 POLICIES = ("prefix-aware", "precise-prefix")
 
 
-def cells(quick: bool, only: str = "") -> list[Cell]:
+def cells(quick: bool, only: str = "", clients: int = CLIENTS) -> list[Cell]:
     """The regime map's capacity-pressure cells (closed loop of 16 clients), or those named
     in `only` (comma-separated cell names)."""
     if quick:
-        return [Cell(1.5, "hot", "closed", clients=CLIENTS)]
+        return [Cell(1.5, "hot", "closed", clients=clients)]
     every = [
-        Cell(p, pop, "closed", clients=CLIENTS)
+        Cell(p, pop, "closed", clients=clients)
         for p in (1.5, 4.0)
         for pop in ("uniform", "zipf", "hot")
     ]
@@ -47,8 +47,9 @@ async def _main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     policies = [p for p in args.policies.split(",") if p]
     extra = await asyncio.to_thread(_read, args.config_extra)
-    todo = [(c, s, p) for c in cells(args.quick, args.cells) for s in range(1, args.repeats + 1)
-            for p in policies]  # fmt: skip
+    seeds = range(1, args.repeats + 1)
+    chosen = cells(args.quick, args.cells, args.clients)
+    todo = [(c, s, p) for c in chosen for s in seeds for p in policies]
     for i, (cell, seed, policy) in enumerate(todo, 1):
         _log(f"{i}/{len(todo)}: {cell.name} seed {seed} × {policy}")
         row = await run(
@@ -98,6 +99,7 @@ def main(argv: list[str]) -> int:
         default=1,
         help="kvgate gateways sharing only the engines' events, clients spread round-robin",
     )
+    p.add_argument("--clients", type=int, default=CLIENTS, help="closed-loop clients")
     p.add_argument("--cells", default="", help="cell names, comma-separated (default: all)")
     p.add_argument("--policies", default=",".join(POLICIES), help="kvgate policies compared")
     p.add_argument(
