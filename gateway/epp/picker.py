@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.app import GatewayApp
-from gateway.errors import NoHealthyBackendError
+from gateway.errors import GatewayError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, parse_inference_body
 from gateway.usage import (
     STREAM_USAGE_APIS,
@@ -70,6 +70,8 @@ class EndpointPicker:
         body: bytes,
         request_id: str,
         subset: list[str] | None = None,
+        *,
+        token_ids: list[int] | None = None,
     ) -> Exchange:
         """Route one request; raises a `GatewayError` (400, 404, 503, ...) it cannot."""
         app = self._app
@@ -79,7 +81,7 @@ class EndpointPicker:
             ranked = self._least_busy(allowed)
             return Exchange(request_id, app.clock(), self._destination(ranked))
         req = parse_inference_body(api, body)
-        route = app.router.route(req, headers, request_id, subset=allowed)
+        route = app.router.route(req, headers, request_id, subset=allowed, token_ids=token_ids)
         decision = route.decision
         app.metrics.decisions_by(decision.profile, decision.target).inc()
         ex = Exchange(
@@ -94,6 +96,20 @@ class EndpointPicker:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         ex.dispatch = self._begin(app.pool.get(decision.ranked[0]), route.request)
         return ex
+
+    async def token_ids(self, path: str, body: bytes) -> list[int] | None:
+        """The prompt's token ids for the precise index, when a tokenizer is configured and
+        some backend's KV events have arrived; None otherwise, or for a body `pick` will
+        refuse (it answers the error)."""
+        app = self._app
+        api = API_BY_PATH.get(path.split("?", 1)[0])
+        if api is None or not app.config.tokenizers or not app.precise_index.block_sizes():
+            return None
+        try:
+            req = parse_inference_body(api, body)
+        except GatewayError:
+            return None
+        return await app.token_ids(req)
 
     def served(self, ex: Exchange, address: str) -> None:
         """The proxy says `address` served: credit it, withdraw from the one picked if other."""

@@ -44,6 +44,21 @@ class RequestStream:
         self._subset: list[str] | None = None
         self.exchange: Exchange | None = None
         self.ended = False  # the response is over (or answered immediately)
+        self.token_ids: list[int] | None = None  # the prompt's, for the precise index
+
+    @property
+    def path(self) -> str:
+        return self._headers.get(":path", "")
+
+    def final_body(self, req: msg.ProcessingRequest) -> bytes | None:
+        """The whole request body when `req` completes it (the decision comes next), else
+        None: the caller may tokenize it first (`token_ids`), which `handle` cannot await."""
+        if self._decided or req.WhichOneof("request") != "request_body":
+            return None
+        chunk = req.request_body
+        if not chunk.end_of_stream or self._size + len(chunk.body) > self._limit:
+            return None
+        return b"".join((*self._body, chunk.body))
 
     def handle(self, req: msg.ProcessingRequest) -> Responses:
         if req.HasField("protocol_config"):
@@ -101,6 +116,7 @@ class RequestStream:
                 body,
                 request_id,
                 self._subset,
+                token_ids=self.token_ids,
             )
         except GatewayError as exc:
             self.ended = True
@@ -162,6 +178,9 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
         stream = RequestStream(self._picker, self._limit)
         try:
             async for req in request_iterator:
+                body = stream.final_body(req)
+                if body is not None:
+                    stream.token_ids = await self._picker.token_ids(stream.path, body)
                 for out in stream.handle(req):
                     yield out
                 if stream.ended:

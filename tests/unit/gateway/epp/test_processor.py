@@ -209,3 +209,45 @@ def test_a_failure_while_picking_is_an_immediate_500(monkeypatch: pytest.MonkeyP
     assert answer.immediate_response.status.code == 500
     assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "internal_error"
     assert sum(b.in_flight for b in app.pool) == 0
+
+
+def test_the_final_body_is_offered_for_tokenizing_before_the_decision() -> None:
+    stream = _stream(_app())
+    stream.handle(_duplex(_headers()))
+    first = _body(BODY[:10], end=False)
+    assert stream.final_body(first) is None
+    stream.handle(first)
+    last = _body(BODY[10:])
+    assert stream.final_body(last) == BODY
+    assert stream.path == "/v1/chat/completions"
+    stream.handle(last)
+    assert stream.final_body(_body(b"", end=True)) is None  # decided: nothing more to offer
+
+
+async def test_the_picker_tokenizes_only_when_the_precise_index_follows_a_backend() -> None:
+    from routing.kv_events import BlockStored
+
+    app = _app()
+    picker = EndpointPicker(app, max_fallbacks=1)
+    assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no tokenizer
+
+    raw = {
+        "backends": [{"url": "http://10.0.0.1:8000", "models": [MODEL]}],
+        "tokenizers": [{"model": "*", "source": "engine"}],
+    }
+    app = GatewayApp(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1))
+    picker = EndpointPicker(app, max_fallbacks=1)
+    assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no events yet
+    app.precise_index.apply("10.0.0.1:8000", [BlockStored((1,), None, tuple(range(16)), 16)])
+    calls = []
+
+    async def fake(req: object) -> list[int]:
+        calls.append(req)
+        return [1, 2, 3]
+
+    app.token_ids = fake  # type: ignore[method-assign]
+    assert await picker.token_ids("/v1/chat/completions", BODY) == [1, 2, 3]
+    assert await picker.token_ids("/v1/chat/completions", b"{not json") is None
+    assert await picker.token_ids("/v1/models", b"") is None
+    assert len(calls) == 1
+    await app.tokenizers.aclose()
