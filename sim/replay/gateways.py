@@ -86,7 +86,7 @@ def build_gateways(
     *,
     index: PrefixIndex | None,
     register: Callable[[PluginRegistry], None] | None,
-    precise: PreciseIndex,
+    precise: PreciseIndex | None,
 ) -> list[SimGateway]:
     """`settings.gateways` gateways on `settings.routing`; the first routes with `rng` (and,
     alone, counts on `replicas`), the others with RNGs of their own from `settings.seed`."""
