@@ -16,11 +16,11 @@ Requests reach the gateways by `spread`:
 Sharing (`StateMirror`): every change a gateway makes to its own state on a dispatch, a
 first token or a completion — the blocks its prefix feed records for the chosen replica
 (with the replica's capacity), +1/−1 in-flight, ± the request's predicted uncached prefill
-tokens — reaches every other gateway's state `sync_delay_s` virtual seconds later, in order,
-as a mirror replicated through Redis would; at 0 it is applied at once. Without sharing each
-gateway learns only from its own dispatches. Not shared either way: the TTFT lines (each
-gateway learns from its own answers) and the precise index, which engines' KV events feed
-alike for every gateway (the replay keeps one, its speculations included).
+tokens, the (work tokens, TTFT) point its TTFT model learns from — reaches every other
+gateway's state `sync_delay_s` virtual seconds later, in order, as a mirror replicated
+through Redis would; at 0 it is applied at once. Without sharing each gateway learns only
+from its own dispatches and answers. The precise index is not a gateway's own: the engines'
+KV events feed it alike for every gateway (the replay keeps one, speculations included).
 """
 
 from __future__ import annotations
@@ -127,16 +127,17 @@ class Spread:
 
 
 # (source gateway, replica position, Δ in-flight, Δ pending prefill, blocks recorded, the
-# replica's capacity in the source's index)
-_Update = tuple[int, int, int, int, tuple[int, ...], int]
+# replica's capacity in the source's index, a TTFT observation (work tokens, seconds) or None)
+_Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | None]
 
 
 class StateMirror:
     """Each gateway's changes to its routing state, on their way to the other gateways."""
 
-    __slots__ = ("_delay", "_gateways", "_share_index", "_updates", "applied")
+    __slots__ = ("_delay", "_gateways", "_learn", "_share_index", "_updates", "applied")
 
-    def __init__(self, gateways: Sequence[SimGateway], delay_s: float) -> None:
+    def __init__(self, gateways: Sequence[SimGateway], delay_s: float, learn: bool) -> None:
+        """`learn`: the gateways' TTFT models learn (`routing.ttft.learn`), so share it."""
         if not delay_s >= 0:
             raise ValueError("the sync delay must be >= 0")
         self._gateways = gateways
@@ -144,6 +145,7 @@ class StateMirror:
         # The oracle's index is the engines' caches, one for every gateway: nothing to share.
         indexes = {id(g.stack.index) for g in gateways}
         self._share_index = len(indexes) == len(gateways)
+        self._learn = learn
         self._updates: deque[_Update] = deque()
         self.applied = 0
 
@@ -156,6 +158,7 @@ class StateMirror:
         in_flight: int = 0,
         pending: int = 0,
         blocks: tuple[int, ...] = (),
+        ttft: tuple[int, float] | None = None,
     ) -> float | None:
         """Gateway `source` changed its state for replica `position` at `now`: when the others
         must see it (`deliver` then), or None if they already do (no delay)."""
@@ -164,7 +167,15 @@ class StateMirror:
             capacity = self._gateways[source].stack.index.capacity(replica_id)
         else:
             blocks, capacity = (), 0
-        update = (source, position, in_flight, pending, blocks, capacity)
+        update = (
+            source,
+            position,
+            in_flight,
+            pending,
+            blocks,
+            capacity,
+            ttft if self._learn else None,
+        )
         if self._delay == 0:
             self._apply(update)
             return None
@@ -180,7 +191,7 @@ class StateMirror:
         return len(self._updates)
 
     def _apply(self, update: _Update) -> None:
-        source, position, in_flight, pending, blocks, capacity = update
+        source, position, in_flight, pending, blocks, capacity, ttft = update
         replica_id = self._gateways[source].views[position].id
         for g, gateway in enumerate(self._gateways):
             if g == source:
@@ -193,4 +204,6 @@ class StateMirror:
                 if index.capacity(replica_id) != capacity:
                     index.set_capacity(replica_id, capacity)
                 index.record(replica_id, blocks)
+            if ttft is not None:
+                gateway.stack.ttft_model.observe(replica_id, *ttft)
         self.applied += 1

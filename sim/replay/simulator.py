@@ -179,7 +179,7 @@ class Replay:
         self._spread = Spread(settings.gateways, settings.spread) if many else None
         self.mirror: StateMirror | None = None
         if many and settings.shared:
-            self.mirror = StateMirror(self.gateways, settings.sync_delay_s)
+            self.mirror = StateMirror(self.gateways, settings.sync_delay_s, section.ttft.learn)
         self._cpt = section.prefix.chars_per_token
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
@@ -301,7 +301,7 @@ class Replay:
         replica.dispatched += 1
         if self.mirror is not None:
             hashes = routing_request.prefix_hashes
-            self._publish(g, position, 1, dispatch.uncached_tokens, hashes)
+            self._publish(g, position, 1, dispatch.uncached_tokens, blocks=hashes)
         new_end = replica.cut(self.now)
         if new_end is not None:
             self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
@@ -352,13 +352,20 @@ class Replay:
         self.mirror.deliver()
 
     def _publish(
-        self, g: int, position: int, in_flight: int, pending: int, blocks: tuple[int, ...] = ()
+        self,
+        g: int,
+        position: int,
+        in_flight: int,
+        pending: int,
+        *,
+        blocks: tuple[int, ...] = (),
+        ttft: tuple[int, float] | None = None,
     ) -> None:
-        """Gateway `g` changed its counters (and index) for replica `position`: tell the
-        others, now or after the sync delay."""
+        """Gateway `g` changed its state for replica `position`: tell the others, now or
+        after the sync delay (`sim.replay.gateways.StateMirror`)."""
         assert self.mirror is not None
         due = self.mirror.publish(
-            self.now, g, position, in_flight=in_flight, pending=pending, blocks=blocks
+            self.now, g, position, in_flight=in_flight, pending=pending, blocks=blocks, ttft=ttft
         )
         if due is not None:
             self._queue.push(due, Kind.SYNC)
@@ -477,7 +484,8 @@ class Replay:
             return
         self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
         if self.mirror is not None:
-            self._publish(request.gateway, request.replica, 0, -dispatch.uncached_tokens)
+            seen = None if ttft_s is None else (dispatch.work_tokens, ttft_s)
+            self._publish(request.gateway, request.replica, 0, -dispatch.uncached_tokens, ttft=seen)
 
     def _complete(self, rid: str, request: _Live) -> None:
         now = self.now

@@ -59,7 +59,7 @@ def _gateways(delay_s: float) -> tuple[StateMirror, list[SimGateway]]:
     gateways = build_gateways(
         settings, lambda: 0.0, random.Random(0), replicas, index=None, register=None, precise=None
     )
-    return StateMirror(gateways, delay_s), gateways
+    return StateMirror(gateways, delay_s, learn=True), gateways
 
 
 def test_a_placement_reaches_the_other_gateway_only_after_the_delay() -> None:
@@ -77,11 +77,18 @@ def test_a_placement_reaches_the_other_gateway_only_after_the_delay() -> None:
     assert b.stack.index.capacity("replica-1") == 500
     assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (1, 300)
     assert (b.views[0].in_flight, a.views[1].in_flight) == (0, 0)  # the source counts its own
-    mirror.publish(1.2, 0, 1, pending=-300)
+    prior = b.stack.ttft_model.coefficients("replica-1")
+    for k in range(10):  # first tokens: A's TTFT points teach B's line too, as late
+        mirror.publish(
+            1.2, 0, 1, pending=-300 if k == 0 else 0, ttft=(1000 + 500 * k, 0.1 + 0.1 * k)
+        )
+    assert b.stack.ttft_model.coefficients("replica-1") == prior
     mirror.publish(1.3, 0, 1, in_flight=-1)
-    mirror.deliver()
-    mirror.deliver()
+    while mirror.pending():
+        mirror.deliver()
     assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (0, 0)
+    assert b.stack.ttft_model.coefficients("replica-1") != prior
+    assert a.stack.ttft_model.coefficients("replica-1") == prior  # the source learns itself
 
 
 def test_with_no_delay_the_others_see_a_change_at_once() -> None:
