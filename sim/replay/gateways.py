@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from routing import PluginRegistry
-from routing.types import EndpointSnapshot
+from routing.types import EndpointSnapshot, EngineMetrics
 from scoring.precise_index import PreciseIndex
 from scoring.prefix_index import PrefixIndex
 from scoring.stack import RoutingStack, build_routing_stack
@@ -76,6 +76,32 @@ class SimGateway:
 
     def __post_init__(self) -> None:
         self.shown = [None] * len(self.views)
+
+    def snapshot(
+        self, position: int, metrics: EngineMetrics | None, models: frozenset[str]
+    ) -> EndpointSnapshot:
+        """Replica `position` as this gateway's scheduler sees it, with `metrics` (as scraped)
+        and its own counters. A snapshot is a frozen value: the last one is shown again if
+        nothing changed."""
+        shown = self.shown[position]
+        view = self.views[position]
+        if (
+            shown is None
+            or shown.metrics is not metrics
+            or shown.in_flight != view.in_flight
+            or shown.pending_prefill_tokens != view.pending_prefill_tokens
+            or shown.models != models
+        ):
+            shown = self.shown[position] = EndpointSnapshot(
+                id=view.id,
+                url=view.url,
+                models=models,
+                engine="vllm",
+                metrics=metrics,
+                in_flight=view.in_flight,
+                pending_prefill_tokens=view.pending_prefill_tokens,
+            )
+        return shown
 
 
 def build_gateways(
@@ -134,10 +160,17 @@ _Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | No
 class StateMirror:
     """Each gateway's changes to its routing state, on their way to the other gateways."""
 
-    __slots__ = ("_delay", "_gateways", "_learn", "_share_index", "_updates", "applied")
+    __slots__ = ("_delay", "_due", "_gateways", "_learn", "_share_index", "_updates", "applied")
 
-    def __init__(self, gateways: Sequence[SimGateway], delay_s: float, learn: bool) -> None:
-        """`learn`: the gateways' TTFT models learn (`routing.ttft.learn`), so share it."""
+    def __init__(
+        self,
+        gateways: Sequence[SimGateway],
+        delay_s: float,
+        learn: bool,
+        due: Callable[[float], None],
+    ) -> None:
+        """`learn`: the gateways' TTFT models learn (`routing.ttft.learn`), so share their
+        points; `due(t)`: call `deliver` at virtual time t (the replay's event queue)."""
         if not delay_s >= 0:
             raise ValueError("the sync delay must be >= 0")
         self._gateways = gateways
@@ -146,6 +179,7 @@ class StateMirror:
         indexes = {id(g.stack.index) for g in gateways}
         self._share_index = len(indexes) == len(gateways)
         self._learn = learn
+        self._due = due
         self._updates: deque[_Update] = deque()
         self.applied = 0
 
@@ -159,9 +193,9 @@ class StateMirror:
         pending: int = 0,
         blocks: tuple[int, ...] = (),
         ttft: tuple[int, float] | None = None,
-    ) -> float | None:
-        """Gateway `source` changed its state for replica `position` at `now`: when the others
-        must see it (`deliver` then), or None if they already do (no delay)."""
+    ) -> None:
+        """Gateway `source` changed its state for replica `position` at `now`: the others
+        see it at once (no delay) or when `due` says."""
         if blocks and self._share_index:
             replica_id = self._gateways[source].views[position].id
             capacity = self._gateways[source].stack.index.capacity(replica_id)
@@ -178,9 +212,9 @@ class StateMirror:
         )
         if self._delay == 0:
             self._apply(update)
-            return None
+            return
         self._updates.append(update)
-        return now + self._delay
+        self._due(now + self._delay)
 
     def deliver(self) -> None:
         """Apply the oldest published change to every other gateway."""

@@ -179,7 +179,9 @@ class Replay:
         self._spread = Spread(settings.gateways, settings.spread) if many else None
         self.mirror: StateMirror | None = None
         if many and settings.shared:
-            self.mirror = StateMirror(self.gateways, settings.sync_delay_s, section.ttft.learn)
+            self.mirror = StateMirror(
+                self.gateways, settings.sync_delay_s, section.ttft.learn, self._sync_due
+            )
         self._cpt = section.prefix.chars_per_token
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
@@ -300,8 +302,14 @@ class Replay:
         view.in_flight += 1
         replica.dispatched += 1
         if self.mirror is not None:
-            hashes = routing_request.prefix_hashes
-            self._publish(g, position, 1, dispatch.uncached_tokens, blocks=hashes)
+            self.mirror.publish(
+                self.now,
+                g,
+                position,
+                in_flight=1,
+                pending=dispatch.uncached_tokens,
+                blocks=routing_request.prefix_hashes,
+            )
         new_end = replica.cut(self.now)
         if new_end is not None:
             self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
@@ -351,24 +359,8 @@ class Replay:
         assert self.mirror is not None
         self.mirror.deliver()
 
-    def _publish(
-        self,
-        g: int,
-        position: int,
-        in_flight: int,
-        pending: int,
-        *,
-        blocks: tuple[int, ...] = (),
-        ttft: tuple[int, float] | None = None,
-    ) -> None:
-        """Gateway `g` changed its state for replica `position`: tell the others, now or
-        after the sync delay (`sim.replay.gateways.StateMirror`)."""
-        assert self.mirror is not None
-        due = self.mirror.publish(
-            self.now, g, position, in_flight=in_flight, pending=pending, blocks=blocks, ttft=ttft
-        )
-        if due is not None:
-            self._queue.push(due, Kind.SYNC)
+    def _sync_due(self, at: float) -> None:
+        self._queue.push(at, Kind.SYNC)
 
     def _sample(self, _subject: int, _token: int) -> None:
         timeline = self._timeline
@@ -406,8 +398,7 @@ class Replay:
         self._decisions += 1
         tidy = self._decisions % 64 == 0
         out = []
-        shown = gateway.shown
-        views = gateway.views
+        show = gateway.snapshot
         for position, replica in enumerate(self.replicas):
             scraped = self._last_scrape(replica)
             if self._spec.oracle:
@@ -418,26 +409,7 @@ class Replay:
                 metrics = replica.metrics_at(scraped)
             if tidy and scraped is not None:
                 replica.forget_before(scraped)
-            # A snapshot is a frozen value: the last one is shown again if nothing changed.
-            snapshot = shown[position]
-            view = views[position]
-            if (
-                snapshot is None
-                or snapshot.metrics is not metrics
-                or snapshot.in_flight != view.in_flight
-                or snapshot.pending_prefill_tokens != view.pending_prefill_tokens
-                or snapshot.models != models
-            ):
-                snapshot = shown[position] = EndpointSnapshot(
-                    id=replica.id,
-                    url=replica.url,
-                    models=models,
-                    engine="vllm",
-                    metrics=metrics,
-                    in_flight=view.in_flight,
-                    pending_prefill_tokens=view.pending_prefill_tokens,
-                )
-            out.append(snapshot)
+            out.append(show(position, metrics, models))
         return out
 
     # -- tokens -----------------------------------------------------------------------------
@@ -485,14 +457,17 @@ class Replay:
         self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
         if self.mirror is not None:
             seen = None if ttft_s is None else (dispatch.work_tokens, ttft_s)
-            self._publish(request.gateway, request.replica, 0, -dispatch.uncached_tokens, ttft=seen)
+            pending = -dispatch.uncached_tokens
+            self.mirror.publish(
+                self.now, request.gateway, request.replica, pending=pending, ttft=seen
+            )
 
     def _complete(self, rid: str, request: _Live) -> None:
         now = self.now
         request.dispatch.endpoint.in_flight -= 1
         self._settle(request, None)
         if self.mirror is not None:
-            self._publish(request.gateway, request.replica, -1, 0)
+            self.mirror.publish(now, request.gateway, request.replica, in_flight=-1)
         if self._observer is not None:
             self._observer.finished(now, rid)
         n = request.output_tokens

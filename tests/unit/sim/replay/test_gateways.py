@@ -53,22 +53,23 @@ def test_one_gateway_replays_as_before_whatever_the_sharing_options() -> None:
         assert _fingerprint(_replay(trace, "prefix-aware", **options)) == _fingerprint(alone)
 
 
-def _gateways(delay_s: float) -> tuple[StateMirror, list[SimGateway]]:
+def _gateways(delay_s: float, due: list[float]) -> tuple[StateMirror, list[SimGateway]]:
     replicas = [ReplicaView(f"replica-{i}", f"sim://replica-{i}") for i in range(2)]
     settings = SimSettings(replicas=2, gateways=2)
     gateways = build_gateways(
         settings, lambda: 0.0, random.Random(0), replicas, index=None, register=None, precise=None
     )
-    return StateMirror(gateways, delay_s, learn=True), gateways
+    return StateMirror(gateways, delay_s, True, due.append), gateways
 
 
 def test_a_placement_reaches_the_other_gateway_only_after_the_delay() -> None:
-    mirror, (a, b) = _gateways(0.05)
+    due: list[float] = []
+    mirror, (a, b) = _gateways(0.05, due)
     blocks = (11, 12, 13)
     a.stack.index.set_capacity("replica-1", 500)
     a.stack.index.record("replica-1", blocks)
-    due = mirror.publish(1.0, 0, 1, in_flight=1, pending=300, blocks=blocks)
-    assert due == pytest.approx(1.05)
+    mirror.publish(1.0, 0, 1, in_flight=1, pending=300, blocks=blocks)
+    assert due == [pytest.approx(1.05)]
     assert mirror.pending() == 1
     assert b.stack.index.match(blocks, ("replica-1",))["replica-1"] == 0
     assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (0, 0)
@@ -92,8 +93,10 @@ def test_a_placement_reaches_the_other_gateway_only_after_the_delay() -> None:
 
 
 def test_with_no_delay_the_others_see_a_change_at_once() -> None:
-    mirror, (a, _) = _gateways(0.0)
-    assert mirror.publish(2.0, 1, 0, in_flight=1, pending=10, blocks=(5,)) is None
+    due: list[float] = []
+    mirror, (a, _) = _gateways(0.0, due)
+    mirror.publish(2.0, 1, 0, in_flight=1, pending=10, blocks=(5,))
+    assert due == []
     assert a.views[0].in_flight == 1
     assert a.stack.index.match((5,), ("replica-0",))["replica-0"] == 1
     assert mirror.pending() == 0
