@@ -5,15 +5,20 @@ from __future__ import annotations
 import dataclasses
 import io
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 import sim.replay.cli
+import sim.replay.gateways
 from gateway.cli import build_parser
 from routing.types import RoutingRequest
+from scoring.profiles import RoutingSection
+from scoring.stack import RoutingStack
 from sim.plots import PlotsUnavailable
 from sim.replay import Replay, ReplayResult, SimSettings
 from sim.replay.gateways import ReplicaView, SimGateway, Spread, StateMirror, build_gateways
@@ -220,3 +225,27 @@ def test_kvgate_sim_refuses_contradictory_gateway_options(tmp_path: Path) -> Non
         _kvgate_sim(trace, tmp_path / "x", "--gateways", "2", "--no-shared", "--sync-delay", "0")
     with pytest.raises(ValueError, match="gateways"):
         _kvgate_sim(trace, tmp_path / "x", "--gateways", "0")
+
+
+@pytest.mark.parametrize("policy", ["prefix-aware", "estimated-ttft", "least-load"])
+def test_gateways_sharing_at_once_with_one_rng_decide_as_one_gateway(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mirror replicates every piece of routing state: only the RNGs could tell them apart.
+    build = sim.replay.gateways.build_routing_stack
+    first: list[random.Random] = []
+
+    def one_rng(
+        section: RoutingSection, clock: Callable[[], float], rng: random.Random, **kw: Any
+    ) -> RoutingStack:
+        first.append(rng)
+        return build(section, clock, first[0], **kw)
+
+    trace = tenant_trace(250, seed=11, tenants=12, rate=25.0, outputs=(20, 200))
+    alone = _replay(trace, policy)
+    monkeypatch.setattr(sim.replay.gateways, "build_routing_stack", one_rng)
+    together = _replay(trace, policy, gateways=4, sync_delay_s=0.0)
+    assert _fingerprint(together) == _fingerprint(alone)
+    first.clear()
+    late = _replay(trace, policy, gateways=4, sync_delay_s=0.05)
+    assert _fingerprint(late) != _fingerprint(alone)
