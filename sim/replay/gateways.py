@@ -160,7 +160,7 @@ _Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | No
 class StateMirror:
     """Each gateway's changes to its routing state, on their way to the other gateways."""
 
-    __slots__ = ("_delay", "_due", "_gateways", "_learn", "_share_index", "_updates", "applied")
+    __slots__ = ("_delay", "_due", "_gateways", "_learn", "_share_index", "_updates")
 
     def __init__(
         self,
@@ -181,7 +181,6 @@ class StateMirror:
         self._learn = learn
         self._due = due
         self._updates: deque[_Update] = deque()
-        self.applied = 0
 
     def publish(
         self,
@@ -240,4 +239,3 @@ class StateMirror:
                 index.record(replica_id, blocks)
             if ttft is not None:
                 gateway.stack.ttft_model.observe(replica_id, *ttft)
-        self.applied += 1
