@@ -2,6 +2,7 @@
 
 - `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing)
 - `replica`: one engine model on the clock, and what a metrics scrape of it reads
+- `gateways`: several gateways in front of the fleet, their routing state shared or not
 - `oracle_index`: the oracle's prefix index, read from the engines' KV caches
 - `kv_feed`: the engines' KV-cache events on their way to the precise index (a delay)
 - `blocks`: a trace request as engine block hashes and as routing prefix hashes

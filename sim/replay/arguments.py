@@ -110,6 +110,8 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "kvgate[plots], its plots). `kvgate sim sweep` runs a grid of configurations and names "
         "the best one.",
     )
+    from sim.replay.settings import DEFAULT_SYNC_DELAY_S, SPREADS
+
     # `--trace` is checked in _sim: argparse would demand it of `kvgate sim sweep` too.
     _add_trace_options(m, required=False)
     m.add_argument(
@@ -127,6 +129,33 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="replay X times faster: arrival gaps / X (default 1)",
     )
     m.add_argument("--out", default="out/sim", help="output directory (default out/sim)")
+    g = m.add_argument_group(
+        "gateway replicas",
+        "N gateways in front of the fleet, each with its own routing state; by default each "
+        "one's dispatches reach the others' state after --sync-delay, as through Redis",
+    )
+    g.add_argument(
+        "--gateways", type=int, default=1, metavar="N", help="gateway replicas (default 1)"
+    )
+    g.add_argument(
+        "--sync-delay",
+        type=float,
+        metavar="S",
+        help="virtual seconds from one gateway's dispatch, first token or completion until "
+        f"the other gateways' state has it (default {DEFAULT_SYNC_DELAY_S})",
+    )
+    g.add_argument(
+        "--no-shared",
+        action="store_true",
+        help="gateways share nothing: each learns only from its own dispatches",
+    )
+    g.add_argument(
+        "--spread",
+        choices=SPREADS,
+        default="request",
+        help="requests reach the gateways round-robin by request, or every request of a "
+        "session at one gateway (default %(default)s)",
+    )
     modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
     w = modes.add_parser(
         "sweep",

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
@@ -98,6 +98,39 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], EnginePro
     return trace, profile, [line for line in (block_note, note) if line]
 
 
+def gateway_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """SimSettings keyword arguments for `--gateways`, `--sync-delay`, `--no-shared`,
+    `--spread`; ValueError when they contradict each other."""
+    gateways = getattr(args, "gateways", 1)
+    delay = getattr(args, "sync_delay", None)
+    shared = not getattr(args, "no_shared", False)
+    if gateways < 1:
+        raise ValueError("--gateways must be >= 1")
+    if delay is not None and not shared:
+        raise ValueError("--sync-delay and --no-shared contradict each other")
+    if delay is not None and delay < 0:
+        raise ValueError("--sync-delay must be >= 0")
+    out: dict[str, Any] = {
+        "gateways": gateways,
+        "shared": shared,
+        "spread": getattr(args, "spread", "request"),
+    }
+    if delay is not None:
+        out["sync_delay_s"] = delay
+    return out
+
+
+def describe_gateways(settings: SimSettings) -> str:
+    """One line on the gateways: how many, how requests reach them, what they share."""
+    spread = "by session" if settings.spread == "session" else "round-robin by request"
+    sharing = (
+        f"each one's state reaches the others after {settings.sync_delay_s:g} s"
+        if settings.shared
+        else "sharing nothing"
+    )
+    return f"{settings.gateways} gateways, requests {spread}, {sharing}"
+
+
 def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """The `kvgate sim` command (argument names as `gateway.cli` defines them)."""
     if args.rate_scale <= 0:
@@ -109,6 +142,7 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         slo_ttft_s=args.slo_ttft,
         slo_itl_s=args.slo_itl,
         kv_event_delay_s=args.kv_event_delay,
+        **gateway_settings(args),
         **load_config(args.config),
     )
     trace, profile, notes = load_inputs(args)
@@ -120,6 +154,8 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         f"replicas of {profile.name}; policies {', '.join(policies)}",
         file=out,
     )
+    if settings.gateways > 1:
+        print(describe_gateways(settings), file=out)
     for line in notes:
         print(line, file=out)
     results: list[ReplayResult] = []

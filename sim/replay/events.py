@@ -1,9 +1,10 @@
 """The event heap of the discrete-event simulator: virtual time, then priority, then order.
 
 At equal times, a step's end (its tokens reach the gateway) comes before a batch of KV-cache
-events reaching the precise index, both before an arrival (which is routed with what the
-gateway knows by then), and an arrival before the engine starts its next step, so a request
-arriving exactly at a step boundary joins the step that starts then.
+events reaching the precise index, then another gateway's state change reaching the rest
+(`sim.replay.gateways`), all before an arrival (which is routed with what the gateways know
+by then), and an arrival before the engine starts its next step, so a request arriving
+exactly at a step boundary joins the step that starts then.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from enum import IntEnum
 class Kind(IntEnum):
     STEP_END = 0
     KV_EVENTS = 1
-    ARRIVAL = 2
-    STEP_START = 3
-    SAMPLE = 4
+    SYNC = 2
+    ARRIVAL = 3
+    STEP_START = 4
+    SAMPLE = 5
 
 
 class EventQueue:

@@ -20,6 +20,8 @@ _HEALTH = HealthSection()  # the gateway's defaults for the scrape cadence and s
 ORACLE = "oracle"
 ORACLE_PROFILE = "prefix-aware"
 DEFAULT_KV_EVENT_DELAY_S = 0.005  # a step's end to its KV-cache events in the precise index
+SPREADS = ("request", "session")  # how requests reach the gateways (`sim.replay.gateways`)
+DEFAULT_SYNC_DELAY_S = 0.05  # a gateway's dispatch to the others' mirrors of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,12 @@ class SimSettings:
     kv_event_delay_s: float = DEFAULT_KV_EVENT_DELAY_S
     # Feed the precise index: None, only when the policy's profile reads it.
     kv_events: bool | None = None
+    # Gateway replicas in front of the fleet, how requests reach them, and whether (and how
+    # late) each one's routing state reaches the others (`sim.replay.gateways`).
+    gateways: int = 1
+    spread: str = "request"
+    shared: bool = True
+    sync_delay_s: float = DEFAULT_SYNC_DELAY_S
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -49,6 +57,12 @@ class SimSettings:
                 raise ValueError(f"{name} must be > 0")
         if not self.kv_event_delay_s >= 0:
             raise ValueError("kv_event_delay_s must be >= 0")
+        if self.gateways < 1:
+            raise ValueError("gateways must be >= 1")
+        if self.spread not in SPREADS:
+            raise ValueError(f"spread must be one of {', '.join(SPREADS)}")
+        if not self.sync_delay_s >= 0:
+            raise ValueError("sync_delay_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

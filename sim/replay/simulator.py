@@ -16,6 +16,10 @@ gateway's own. What the scheduler sees is what a live gateway would see:
   engines' KV-cache events `kv_event_delay_s` after each step (`sim.replay.kv_feed`), and
   speculated on at dispatch.
 
+With `SimSettings.gateways` > 1, requests are spread over that many gateways, each with its
+own routing stack and counters, their state shared after a delay or not at all
+(`sim.replay.gateways`); one gateway is the gateway as it is.
+
 An optional `ReplayObserver` sees every decision (with each replica's last scrape), first
 token and completion: enough to drive the gateway's path through the same sequence.
 
@@ -44,11 +48,11 @@ from routing import PluginRegistry
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
 from scoring.precise_index import PreciseIndex
 from scoring.prefix_feed import Dispatch, kv_tokens
-from scoring.stack import build_routing_stack
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.events import EventQueue, Kind
+from sim.replay.gateways import Counters, SimGateway, Spread, StateMirror, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
@@ -84,8 +88,9 @@ class _Live:
 
     replica: int
     arrival: float
-    dispatch: Dispatch[SimReplica]
+    dispatch: Dispatch[Counters]
     output_tokens: int
+    gateway: int
     first_at: float = math.nan
     last_at: float = math.nan
 
@@ -153,23 +158,30 @@ class Replay:
             ids = [r.id for r in self.replicas]
             self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s)
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
-        self._shown: list[EndpointSnapshot | None] = [None] * len(self.replicas)
         self._oracle_index: EngineCacheIndex | None = None
         if self._spec.oracle:
             self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
-        self.stack = build_routing_stack(
-            section,
+        self.gateways = build_gateways(
+            settings,
             self._clock,
             rng,
+            self.replicas,
             index=self._oracle_index,
             register=register,
             precise=self.precise,
         )
-        self._scheduler = self.stack.scheduler
-        if self._spec.profile not in self._scheduler.profiles:
-            known = ", ".join(sorted(self._scheduler.profiles))
+        self.stack = self.gateways[0].stack
+        profiles = self.stack.scheduler.profiles
+        if self._spec.profile not in profiles:
+            known = ", ".join(sorted(profiles))
             raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
-        self._feed = self.stack.feed
+        many = settings.gateways > 1
+        self._spread = Spread(settings.gateways, settings.spread) if many else None
+        self.mirror: StateMirror | None = None
+        if many and settings.shared:
+            self.mirror = StateMirror(
+                self.gateways, settings.sync_delay_s, section.ttft.learn, self._sync_due
+            )
         self._cpt = section.prefix.chars_per_token
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
@@ -208,6 +220,7 @@ class Replay:
         handlers = [  # by Kind
             self._step_end,
             self._kv_events,
+            self._sync,
             self._arrival,
             self._step_start,
             self._sample,
@@ -243,6 +256,8 @@ class Replay:
 
     def _dispatch(self, i: int, request: TraceRequest, output: int) -> None:
         rid = str(i)
+        g = 0 if self._spread is None else self._spread.pick(request)
+        gateway = self.gateways[g]
         block_size = self.replicas[0].engine.config.block_size
         engine_hashes = engine_block_hashes(request, block_size, salt=i)
         kv_feed = self.kv_feed
@@ -264,8 +279,10 @@ class Replay:
                 request.input_tokens,
                 request.block_tokens,
             )
-        snapshots = self._snapshots(routing_request.model)
-        decision = self._scheduler.schedule(routing_request, snapshots, profile=self._spec.profile)
+        snapshots = self._snapshots(routing_request.model, gateway)
+        decision = gateway.stack.scheduler.schedule(
+            routing_request, snapshots, profile=self._spec.profile
+        )
         assert decision.target is not None  # filters fail open; every replica is healthy
         if self._observer is not None:
             self._observer.decided(self.now, routing_request, snapshots, self._scraped(), decision)
@@ -273,21 +290,31 @@ class Replay:
         replica = self.replicas[position]
         config = replica.engine.config
         known = self._last_scrape(replica) is not None
-        dispatch = self._feed.dispatch(
-            replica,
+        view = gateway.views[position]
+        dispatch = gateway.stack.feed.dispatch(
+            view,
             routing_request,
             self.now,
             kv_tokens(config.num_blocks, config.block_size) if known else None,
         )
         if kv_feed is not None:
             self.precise.speculate(replica.id, routing_request.token_keys[0][1], self.now)
-        replica.in_flight += 1
+        view.in_flight += 1
         replica.dispatched += 1
+        if self.mirror is not None:
+            self.mirror.publish(
+                self.now,
+                g,
+                position,
+                in_flight=1,
+                pending=dispatch.uncached_tokens,
+                blocks=routing_request.prefix_hashes,
+            )
         new_end = replica.cut(self.now)
         if new_end is not None:
             self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
         replica.engine.add_request_hashed(rid, request.input_tokens, engine_hashes, output)
-        self._live[rid] = _Live(position, self.now, dispatch, output)
+        self._live[rid] = _Live(position, self.now, dispatch, output, g)
         if not replica.busy and not replica.start_pending:
             replica.start_pending = True
             self._queue.push(self.now, Kind.STEP_START, position)
@@ -328,6 +355,13 @@ class Replay:
         assert self.kv_feed is not None
         self.kv_feed.deliver(position)
 
+    def _sync(self, _subject: int, _token: int) -> None:
+        assert self.mirror is not None
+        self.mirror.deliver()
+
+    def _sync_due(self, at: float) -> None:
+        self._queue.push(at, Kind.SYNC)
+
     def _sample(self, _subject: int, _token: int) -> None:
         timeline = self._timeline
         timeline.times_s.append(self.now)
@@ -357,14 +391,14 @@ class Replay:
             out.append(None if scraped is None else replica.metrics_at(scraped))
         return out
 
-    def _snapshots(self, model: str) -> list[EndpointSnapshot]:
+    def _snapshots(self, model: str, gateway: SimGateway) -> list[EndpointSnapshot]:
         models = frozenset((model,))
         stale_after = self._settings.stale_after_s
         now = self.now
         self._decisions += 1
         tidy = self._decisions % 64 == 0
         out = []
-        shown = self._shown
+        show = gateway.snapshot
         for position, replica in enumerate(self.replicas):
             scraped = self._last_scrape(replica)
             if self._spec.oracle:
@@ -375,25 +409,7 @@ class Replay:
                 metrics = replica.metrics_at(scraped)
             if tidy and scraped is not None:
                 replica.forget_before(scraped)
-            # A snapshot is a frozen value: the last one is shown again if nothing changed.
-            snapshot = shown[position]
-            if (
-                snapshot is None
-                or snapshot.metrics is not metrics
-                or snapshot.in_flight != replica.in_flight
-                or snapshot.pending_prefill_tokens != replica.pending_prefill_tokens
-                or snapshot.models != models
-            ):
-                snapshot = shown[position] = EndpointSnapshot(
-                    id=replica.id,
-                    url=replica.url,
-                    models=models,
-                    engine="vllm",
-                    metrics=metrics,
-                    in_flight=replica.in_flight,
-                    pending_prefill_tokens=replica.pending_prefill_tokens,
-                )
-            out.append(snapshot)
+            out.append(show(position, metrics, models))
         return out
 
     # -- tokens -----------------------------------------------------------------------------
@@ -407,7 +423,7 @@ class Replay:
                 request = live[token.request_id]
                 if token.index == 0:
                     request.first_at = now
-                    self._feed.first_token(request.dispatch, now - request.dispatch.at)
+                    self._settle(request, now - request.dispatch.at)
                     if self._observer is not None:
                         self._observer.first_token(now, token.request_id)
                 else:
@@ -433,11 +449,25 @@ class Replay:
         for rid in segment.finished:
             self._complete(rid, live[rid])
 
+    def _settle(self, request: _Live, ttft_s: float | None) -> None:
+        """The request's prefill is done (`ttft_s`: from dispatch, if this is its first token)."""
+        dispatch = request.dispatch
+        if dispatch.settled:
+            return
+        self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
+        if self.mirror is not None:
+            seen = None if ttft_s is None else (dispatch.work_tokens, ttft_s)
+            pending = -dispatch.uncached_tokens
+            self.mirror.publish(
+                self.now, request.gateway, request.replica, pending=pending, ttft=seen
+            )
+
     def _complete(self, rid: str, request: _Live) -> None:
         now = self.now
-        replica = self.replicas[request.replica]
-        replica.in_flight -= 1
-        self._feed.first_token(request.dispatch, None)
+        request.dispatch.endpoint.in_flight -= 1
+        self._settle(request, None)
+        if self.mirror is not None:
+            self.mirror.publish(now, request.gateway, request.replica, in_flight=-1)
         if self._observer is not None:
             self._observer.finished(now, rid)
         n = request.output_tokens

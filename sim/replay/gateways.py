@@ -1,0 +1,241 @@
+"""Several gateways in one replay: each with its own routing state, shared or not.
+
+`kvgate sim --gateways N` puts N gateway replicas in front of the simulated fleet, as a
+deployment behind a load balancer would. Each is a `SimGateway`: its own routing stack
+(`scoring.stack.build_routing_stack`: scheduler, `PrefixIndex`, TTFT model, prefix feed)
+and its own counters per engine replica (`ReplicaView`: in-flight requests and pending
+prefill tokens, what `EndpointSnapshot` shows its scheduler). A lone gateway counts on the
+`SimReplica`s themselves, so one gateway replays exactly as before.
+
+Requests reach the gateways by `spread`:
+- `request` (default): round-robin by request, as a load balancer spreading requests (or
+  short-lived connections) does: every turn of a chat may land on any gateway;
+- `session`: every request of a session (a chat) goes to one gateway (a stable hash of the
+  session key; requests without one round-robin), as a sticky load balancer would.
+
+Sharing (`StateMirror`): every change a gateway makes to its own state on a dispatch, a
+first token or a completion — the blocks its prefix feed records for the chosen replica
+(with the replica's capacity), +1/−1 in-flight, ± the request's predicted uncached prefill
+tokens, the (work tokens, TTFT) point its TTFT model learns from — reaches every other
+gateway's state `sync_delay_s` virtual seconds later, in order, as a mirror replicated
+through Redis would; at 0 it is applied at once. Without sharing each gateway learns only
+from its own dispatches and answers. The precise index is not a gateway's own: the engines'
+KV events feed it alike for every gateway (the replay keeps one, speculations included).
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from routing import PluginRegistry
+from routing.types import EndpointSnapshot, EngineMetrics
+from scoring.precise_index import PreciseIndex
+from scoring.prefix_index import PrefixIndex
+from scoring.stack import RoutingStack, build_routing_stack
+from sim.replay.settings import SPREADS, SimSettings
+from sim.traces import TraceRequest
+
+
+class Counters(Protocol):
+    """What one gateway counts for one engine replica (`SimReplica` or `ReplicaView`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    in_flight: int
+    pending_prefill_tokens: int
+
+
+class ReplicaView:
+    """One gateway's own counters for one engine replica."""
+
+    __slots__ = ("id", "in_flight", "pending_prefill_tokens", "url")
+
+    def __init__(self, replica_id: str, url: str) -> None:
+        self.id = replica_id
+        self.url = url
+        self.in_flight = 0
+        self.pending_prefill_tokens = 0
+
+
+@dataclass(slots=True)
+class SimGateway:
+    """One gateway replica: its routing stack, its counters, its last snapshots."""
+
+    stack: RoutingStack
+    views: Sequence[Counters]  # by replica position
+    shown: list[EndpointSnapshot | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.shown = [None] * len(self.views)
+
+    def snapshot(
+        self, position: int, metrics: EngineMetrics | None, models: frozenset[str]
+    ) -> EndpointSnapshot:
+        """Replica `position` as this gateway's scheduler sees it, with `metrics` (as scraped)
+        and its own counters. A snapshot is a frozen value: the last one is shown again if
+        nothing changed."""
+        shown = self.shown[position]
+        view = self.views[position]
+        if (
+            shown is None
+            or shown.metrics is not metrics
+            or shown.in_flight != view.in_flight
+            or shown.pending_prefill_tokens != view.pending_prefill_tokens
+            or shown.models != models
+        ):
+            shown = self.shown[position] = EndpointSnapshot(
+                id=view.id,
+                url=view.url,
+                models=models,
+                engine="vllm",
+                metrics=metrics,
+                in_flight=view.in_flight,
+                pending_prefill_tokens=view.pending_prefill_tokens,
+            )
+        return shown
+
+
+def build_gateways(
+    settings: SimSettings,
+    clock: Callable[[], float],
+    rng: random.Random,
+    replicas: Sequence[Counters],
+    *,
+    index: PrefixIndex | None,
+    register: Callable[[PluginRegistry], None] | None,
+    precise: PreciseIndex | None,
+) -> list[SimGateway]:
+    """`settings.gateways` gateways on `settings.routing`; the first routes with `rng` (and,
+    alone, counts on `replicas`), the others with RNGs of their own from `settings.seed`."""
+    count = settings.gateways
+    out = []
+    for g in range(count):
+        stack = build_routing_stack(
+            settings.routing,
+            clock,
+            rng if g == 0 else random.Random(f"{settings.seed}:gateway-{g}"),
+            index=index,
+            register=register,
+            precise=precise,
+        )
+        views = replicas if count == 1 else [ReplicaView(r.id, r.url) for r in replicas]
+        out.append(SimGateway(stack, views))
+    return out
+
+
+class Spread:
+    """Which gateway receives each request (see the module docstring)."""
+
+    __slots__ = ("_by_session", "_count", "_next")
+
+    def __init__(self, count: int, spread: str) -> None:
+        if spread not in SPREADS:
+            raise ValueError(f"spread must be one of {', '.join(SPREADS)}, got {spread!r}")
+        self._count = count
+        self._by_session = spread == "session"
+        self._next = 0
+
+    def pick(self, request: TraceRequest) -> int:
+        if self._by_session and request.session:
+            return zlib.crc32(request.session.encode()) % self._count
+        g = self._next
+        self._next = (g + 1) % self._count
+        return g
+
+
+# (source gateway, replica position, Δ in-flight, Δ pending prefill, blocks recorded, the
+# replica's capacity in the source's index, a TTFT observation (work tokens, seconds) or None)
+_Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | None]
+
+
+class StateMirror:
+    """Each gateway's changes to its routing state, on their way to the other gateways."""
+
+    __slots__ = ("_delay", "_due", "_gateways", "_learn", "_share_index", "_updates")
+
+    def __init__(
+        self,
+        gateways: Sequence[SimGateway],
+        delay_s: float,
+        learn: bool,
+        due: Callable[[float], None],
+    ) -> None:
+        """`learn`: the gateways' TTFT models learn (`routing.ttft.learn`), so share their
+        points; `due(t)`: call `deliver` at virtual time t (the replay's event queue)."""
+        if not delay_s >= 0:
+            raise ValueError("the sync delay must be >= 0")
+        self._gateways = gateways
+        self._delay = delay_s
+        # The oracle's index is the engines' caches, one for every gateway: nothing to share.
+        indexes = {id(g.stack.index) for g in gateways}
+        self._share_index = len(indexes) == len(gateways)
+        self._learn = learn
+        self._due = due
+        self._updates: deque[_Update] = deque()
+
+    def publish(
+        self,
+        now: float,
+        source: int,
+        position: int,
+        *,
+        in_flight: int = 0,
+        pending: int = 0,
+        blocks: tuple[int, ...] = (),
+        ttft: tuple[int, float] | None = None,
+    ) -> None:
+        """Gateway `source` changed its state for replica `position` at `now`: the others
+        see it at once (no delay) or when `due` says."""
+        if blocks and self._share_index:
+            replica_id = self._gateways[source].views[position].id
+            capacity = self._gateways[source].stack.index.capacity(replica_id)
+        else:
+            blocks, capacity = (), 0
+        update = (
+            source,
+            position,
+            in_flight,
+            pending,
+            blocks,
+            capacity,
+            ttft if self._learn else None,
+        )
+        if self._delay == 0:
+            self._apply(update)
+            return
+        self._updates.append(update)
+        self._due(now + self._delay)
+
+    def deliver(self) -> None:
+        """Apply the oldest published change to every other gateway."""
+        self._apply(self._updates.popleft())
+
+    def pending(self) -> int:
+        """Changes published and not yet delivered."""
+        return len(self._updates)
+
+    def _apply(self, update: _Update) -> None:
+        source, position, in_flight, pending, blocks, capacity, ttft = update
+        replica_id = self._gateways[source].views[position].id
+        for g, gateway in enumerate(self._gateways):
+            if g == source:
+                continue
+            view = gateway.views[position]
+            view.in_flight += in_flight
+            view.pending_prefill_tokens += pending
+            if blocks:
+                index = gateway.stack.index
+                if index.capacity(replica_id) != capacity:
+                    index.set_capacity(replica_id, capacity)
+                index.record(replica_id, blocks)
+            if ttft is not None:
+                gateway.stack.ttft_model.observe(replica_id, *ttft)
