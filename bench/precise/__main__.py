@@ -61,6 +61,8 @@ async def _main(args: argparse.Namespace) -> int:
             log_dir=out / "logs",
             config_extra=extra,
             gateways=args.gateways,
+            events=not args.no_events,
+            redis=args.redis,
         )
         rows.append(row)
         g = row["precise"]
@@ -75,6 +77,8 @@ async def _main(args: argparse.Namespace) -> int:
         "fleet": {"replicas": spec.replicas, "profile": spec.profile, "kv_tokens": spec.kv_tokens},
         "slowdown": args.slowdown,
         "gateways": args.gateways,
+        "events": not args.no_events,
+        "redis": args.redis,
         "rows": rows,
         "summary": report.summary(rows),
     }
@@ -98,6 +102,14 @@ def main(argv: list[str]) -> int:
         type=int,
         default=1,
         help="kvgate gateways sharing only the engines' events, clients spread round-robin",
+    )
+    p.add_argument(
+        "--no-events", action="store_true", help="the fleet publishes no KV-cache events"
+    )
+    p.add_argument(
+        "--redis",
+        action="store_true",
+        help="the gateways share routing state through a fresh redis-server (state: redis)",
     )
     p.add_argument("--clients", type=int, default=CLIENTS, help="closed-loop clients")
     p.add_argument("--cells", default="", help="cell names, comma-separated (default: all)")

@@ -15,7 +15,7 @@ from typing import Any
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.live import MODEL, workload
 from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
-from sim.live.processes import HOST, start_gateway
+from sim.live.processes import HOST, ChildProcess, free_port, start_gateway
 
 TOKENIZER_CONFIG = """\
 # The engines' own /tokenize: prompts keyed exactly as the emulator caches them.
@@ -54,25 +54,49 @@ class EventFleet:
 
     spec: FleetSpec
     slowdown: float
+    events: bool = True  # False: no events published, none followed
     base: int = field(default=0)
 
     def fleet(self) -> Fleet:
         self.base = free_port_block(2 * self.spec.replicas)
+        extra = ("--kv-events-port", str(self.base)) if self.events else ()
         return Fleet(
             self.spec.replicas,
             self.spec.profile,
             MODEL,
             speedup=1 / self.slowdown,
-            extra_args=("--kv-events-port", str(self.base)),
+            extra_args=extra,
         )
 
     def backends(self, urls: Sequence[str]) -> list[str]:
+        if not self.events:
+            return list(urls)
         n = len(urls)
         return [
             f"{url},kv_events=tcp://{HOST}:{self.base + i},"
             f"kv_replay=tcp://{HOST}:{self.base + n + i}"
             for i, url in enumerate(urls)
         ]
+
+
+@contextlib.contextmanager
+def redis_server(log_dir: Path, tag: str) -> Iterator[str]:
+    """A fresh `redis-server` on a free port (no persistence); its URL."""
+    port = free_port()
+    command = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        HOST,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    with ChildProcess(command, log_dir / f"{tag}-redis.log").start() as proc:
+        proc.wait_for_line(r"Ready to accept connections")
+        yield f"redis://{HOST}:{port}/0"
 
 
 def _get_json(url: str) -> Any:
@@ -84,21 +108,28 @@ def gateway_router(  # type: ignore[no-untyped-def]
     events: EventFleet,
     policy: str,
     state: dict[str, Any],
+    *,
     config_extra: str = "",
     gateways: int = 1,
+    redis: bool = False,
 ):
-    """kvgate with `policy`, following the fleet's events; with `gateways` > 1, that many
-    such gateways sharing nothing but the engines' events, behind a round-robin kvgate that
-    spreads the clients over them. On exit (before they stop) their /admin/backends and the
-    replicas' caches go into `state`."""
+    """kvgate with `policy`, following the fleet's events (if it publishes them); with
+    `gateways` > 1, that many gateways sharing nothing but the engines' events — or, with
+    `redis`, their routing state through a fresh `redis-server` — behind a round-robin kvgate
+    that spreads the clients over them. On exit (before they stop) their /admin/backends
+    and the replicas' caches go into `state`."""
 
     @contextlib.contextmanager
     def start(site: RouterSite) -> Iterator[Router]:
-        config = site.log_dir / f"{site.tag}-kvgate.yaml"
-        config.write_text(TOKENIZER_CONFIG + config_extra)
-        extra = ["--config", str(config)]
-        backends = events.backends(site.replica_urls)
         with contextlib.ExitStack() as stack:
+            text = (TOKENIZER_CONFIG if events.events else "") + config_extra
+            if redis:
+                url = stack.enter_context(redis_server(site.log_dir, site.tag))
+                text += f"\nstate:\n  backend: redis\n  url: {url}\n"
+            config = site.log_dir / f"{site.tag}-kvgate.yaml"
+            config.write_text(text)
+            extra = ["--config", str(config)]
+            backends = events.backends(site.replica_urls)
             urls = []
             for g in range(gateways):
                 log = site.log_dir / f"{site.tag}-gateway{g}.log"
@@ -118,9 +149,11 @@ def gateway_router(  # type: ignore[no-untyped-def]
                 state["backends"] = [
                     b for url in urls for b in _get_json(url + "/admin/backends")["backends"]
                 ]
-                state["caches"] = [
-                    len(_get_json(u + "/kvgate/cache")["block_hashes"]) for u in site.replica_urls
-                ]
+                if events.events:
+                    state["caches"] = [
+                        len(_get_json(u + "/kvgate/cache")["block_hashes"])
+                        for u in site.replica_urls
+                    ]
 
     return start
 
@@ -154,16 +187,20 @@ async def run(
     log_dir: Path,
     config_extra: str = "",
     gateways: int = 1,
+    events: bool = True,
+    redis: bool = False,
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
-    events = EventFleet(spec, slowdown)
+    fleet = EventFleet(spec, slowdown, events)
     state: dict[str, Any] = {}
     traffic = workload(cell, spec, seed, 1.0, slowdown)
     result = await run_experiment(
-        events.fleet(),
-        gateway_router(events, policy, state, config_extra, gateways),
+        fleet.fleet(),
+        gateway_router(
+            fleet, policy, state, config_extra=config_extra, gateways=gateways, redis=redis
+        ),
         traffic,
-        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}",
+        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}{'-redis' if redis else ''}",
         log_dir=log_dir,
         progress_every_s=15.0,
     )
@@ -172,6 +209,8 @@ async def run(
         "seed": seed,
         "policy": policy,
         "gateways": gateways,
+        "events": events,
+        "redis": redis,
         **result.figures(),
         "precise": grade(state),
     }
