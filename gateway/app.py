@@ -61,6 +61,8 @@ from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
+from gateway.state import build_shared_state
+from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
@@ -148,6 +150,15 @@ class GatewayApp:
                 self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
             )
         )
+        self.shared = build_shared_state(  # state: routing state shared with other gateways
+            config.state,
+            config.discovery.pool,
+            stack.index,
+            lambda: stack.feed.block_chars(()),
+            lambda backend_id: self.pool.find(backend_id) is not None,
+        )
+        self.prefix.on_dispatch = self.shared.note_dispatch
+        self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
@@ -201,6 +212,7 @@ class GatewayApp:
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
         await self.tokenizers.aclose()
+        await self.shared.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -280,6 +292,7 @@ class GatewayApp:
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
+        self.shared.attach(loops)
         return loops
 
     def loops_ok(self) -> bool:
@@ -433,8 +446,13 @@ class GatewayApp:
         ok = healthy and self._runtime is not None and self.loops_ok() and not draining
         status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
-        body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
-        await send_json(send, status, {**body, "loops": loops, "draining": draining})
+        body: dict[str, Any] = {
+            "ready": ok,
+            "healthy_backends": healthy,
+            "backends": len(self.pool),
+        }
+        body |= {"loops": loops, "draining": draining, "state": self.shared.state()}
+        await send_json(send, status, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
@@ -464,6 +482,7 @@ class GatewayApp:
             "loops": loops,
             "admission": self.admission.state(),
             "tokenizers": tokenizers,
+            "state": self.shared.state(),
         }
 
     async def dry_run(
