@@ -156,6 +156,7 @@ class GatewayApp:
             stack.index,
             lambda: stack.feed.block_chars(()),
             lambda backend_id: self.pool.find(backend_id) is not None,
+            in_flight=lambda: {b.id: b.in_flight for b in self.pool},
         )
         self.prefix.on_dispatch = self.shared.note_dispatch
         self.metrics.registry.register(SharedStateCollector(self.shared))

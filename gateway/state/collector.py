@@ -2,7 +2,8 @@
 
 `kvgate_state_redis_up` (1 up, 0 down; absent with `state.backend: memory`) and the counters
 `kvgate_state_placements_{published,dropped,received,applied,skipped}_total`, read at scrape
-time from the replicator's own counters.
+time from the replicator's own counters, and `kvgate_state_remote_in_flight{backend}`: the
+requests the other gateways have in flight on each backend, as their leases last said.
 """
 
 from __future__ import annotations
@@ -40,3 +41,11 @@ class SharedStateCollector(Collector):
             family = CounterMetricFamily(f"kvgate_state_placements_{name}", doc)
             family.add_metric([], float(getattr(placements.counters, name)))
             yield family
+        remote = GaugeMetricFamily(
+            "kvgate_state_remote_in_flight",
+            "requests the other gateways have in flight on the backend (their leases)",
+            labels=["backend"],
+        )
+        for backend, n in sorted(self._shared.remote_in_flight().items()):
+            remote.add_metric([backend], float(n))
+        yield remote

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.state.codec import Placement
+from gateway.state.leases import InFlightLeases, LocalCounts
 from gateway.state.link import LinkSettings, RedisLink
 from gateway.state.placements import PlacementReplicator
 from gateway.supervisor import Supervisor
@@ -26,6 +27,7 @@ from scoring.prefix_index import PrefixIndex
 
 PUBLISH_LOOP = "state-publish"
 APPLY_LOOP = "state-apply"
+LEASE_LOOP = "state-in-flight"
 
 
 class SharedState:
@@ -39,6 +41,7 @@ class SharedState:
         block_chars: Callable[[], int],
         known_backend: Callable[[str], bool],
         *,
+        in_flight: LocalCounts | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -49,10 +52,19 @@ class SharedState:
         self._known = known_backend
         self.link: RedisLink | None = None
         self.placements: PlacementReplicator | None = None
+        self.leases: InFlightLeases | None = None
         if section.backend == "redis":
             self.link = RedisLink(link_settings or LinkSettings(section.url))
-            stream = f"{section.namespace}:{pool}:placements"
-            self.placements = PlacementReplicator(self.link, stream, self.gateway_id, self._apply)
+            prefix = f"{section.namespace}:{pool}"
+            self.placements = PlacementReplicator(
+                self.link, f"{prefix}:placements", self.gateway_id, self._apply
+            )
+            if in_flight is not None:
+                self.leases = InFlightLeases(self.link, prefix, self.gateway_id, in_flight)
+
+    def remote_in_flight(self) -> Mapping[str, int]:
+        """Backend id → requests the other gateways have in flight there (empty: unknown)."""
+        return self.leases.remote if self.leases is not None else {}
 
     @property
     def degraded(self) -> bool:
@@ -74,12 +86,18 @@ class SharedState:
         if self.placements is not None:
             loops.add(PUBLISH_LOOP, self.placements.publish)
             loops.add(APPLY_LOOP, self.placements.apply)
+        if self.leases is not None:
+            loops.add(LEASE_LOOP, self.leases.run)
 
     def state(self) -> dict[str, Any]:
         """The `state` entry of `/ready` and `/admin/backends`."""
         if self.link is None or self.placements is None:
             return {"backend": "memory"}
         c = self.placements.counters
+        leases = self.leases
+        in_flight = (
+            {"peers": leases.peers, "remote": dict(leases.remote)} if leases is not None else None
+        )
         return {
             "backend": "redis",
             "gateway_id": self.gateway_id,
@@ -98,6 +116,7 @@ class SharedState:
                 "skipped": c.skipped,
                 "lag_ms_last": c.lag_ms_last,
             },
+            "in_flight": in_flight,
         }
 
     async def aclose(self) -> None:
@@ -116,5 +135,9 @@ def build_shared_state(
     index: PrefixIndex,
     block_chars: Callable[[], int],
     known_backend: Callable[[str], bool],
+    *,
+    in_flight: LocalCounts,
 ) -> SharedState:
-    return SharedState(section, pool or "static", index, block_chars, known_backend)
+    return SharedState(
+        section, pool or "static", index, block_chars, known_backend, in_flight=in_flight
+    )

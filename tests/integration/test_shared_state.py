@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -118,3 +119,19 @@ def test_redis_down_routes_on_local_state_and_resumes_when_back(
     body = _chat(8)
     chosen = _send(b, body)
     wait_until(lambda: _matched(a, body)[chosen] > 0, within=5)
+
+
+def test_the_other_gateways_in_flight_requests_are_counted_while_their_lease_lasts(
+    redis_server: RedisServer, start_gateway: StartGateway, fake_engines: StartEngines
+) -> None:
+    urls = [s.url for _, s in fake_engines(2, ttft_delay=2.5)]
+    (app_a, server_a), (app_b, _) = _gateways(start_gateway, urls, redis_server)
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server_a.url, timeout=10) as a:
+        pending = pool.submit(_send, a, _chat(3))
+        wait_until(lambda: sum(b.in_flight for b in app_a.pool) == 1)
+        busy = next(b.id for b in app_a.pool if b.in_flight)
+        wait_until(lambda: app_b.shared.remote_in_flight() == {busy: 1}, within=3)
+        assert app_b.shared.leases is not None and app_b.shared.leases.peers == 1
+        assert app_a.shared.remote_in_flight() == {}  # B has nothing in flight
+        assert pending.result() == busy
+    wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=3)
