@@ -297,8 +297,9 @@ class GatewayApp:
         return loops
 
     def loops_ok(self) -> bool:
-        """Whether the loops the gateway's readiness depends on (the probes) are running."""
-        return self.loops is not None and self.loops.running(PROBE_LOOP)
+        """Whether the loops the gateway's readiness depends on (the probes) are running,
+        and the shared state's mirror has caught up (`state:`; memory: at once)."""
+        return self.loops is not None and self.loops.running(PROBE_LOOP) and self.shared.settled
 
     def metrics_page(self) -> bytes:
         """The Prometheus exposition, with the per-backend gauges brought up to date."""

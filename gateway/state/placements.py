@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
-from redis.typing import EncodableT, FieldT
+from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
 
 from gateway.state.codec import BadEntryError, Placement, decode, encode
 from gateway.state.link import RedisLink
@@ -118,11 +118,12 @@ class PlacementReplicator:
         block_ms = self.link.settings.block_ms
         timeout = block_ms / 1000 + self._timeout()
         while True:
+            # Catching up (history at start): no wait on an empty stream, readiness waits on it.
+            block = block_ms if self.warmed else None
+            xread = self.link.blocking.xread
+            streams: dict[KeyT, StreamIdT] = {self.stream: self._last_id}
             read = await self.link.attempt(
-                lambda: self.link.blocking.xread(
-                    {self.stream: self._last_id}, count=self._batch, block=block_ms
-                ),
-                timeout,
+                partial(xread, streams, count=self._batch, block=block), timeout
             )
             if read is None:
                 continue

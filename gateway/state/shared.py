@@ -67,6 +67,14 @@ class SharedState:
         return self.leases.remote if self.leases is not None else {}
 
     @property
+    def settled(self) -> bool:
+        """Whether the gateway may report ready as far as shared state goes: the mirror has
+        read the stream's history (or Redis failed: then local state it is)."""
+        if self.link is None or self.placements is None:
+            return True
+        return self.placements.warmed or self.link.outages > 0
+
+    @property
     def degraded(self) -> bool:
         return self.link is not None and not self.link.up
 

@@ -36,12 +36,12 @@ def _chat(seed: int) -> dict[str, Any]:
 
 
 def _gateways(
-    start_gateway: StartGateway, urls: list[str], redis: RedisServer
+    start_gateway: StartGateway, urls: list[str], redis: RedisServer, n: int = 2
 ) -> list[tuple[GatewayApp, ServerThread]]:
     state = {"backend": "redis", "url": redis.url, "namespace": "test"}
     security = {"backend_header": "id"}
     return [
-        start_gateway(urls, policy="prefix-aware", state=state, security=security) for _ in range(2)
+        start_gateway(urls, policy="prefix-aware", state=state, security=security) for _ in range(n)
     ]
 
 
@@ -135,3 +135,19 @@ def test_the_other_gateways_in_flight_requests_are_counted_while_their_lease_las
         assert app_a.shared.remote_in_flight() == {}  # B has nothing in flight
         assert pending.result() == busy
     wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=3)
+
+
+def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
+    pair: list[tuple[GatewayApp, httpx.Client]],
+    start_gateway: StartGateway,
+    redis_server: RedisServer,
+) -> None:
+    (app_a, a), _ = pair
+    body = _chat(5)
+    chosen = _send(a, body)
+    wait_until(lambda: a.get("/admin/backends").json()["state"]["placements"]["published"] == 1)
+    urls = [b.spec.url for b in app_a.pool]
+    [(_, server_c)] = _gateways(start_gateway, urls, redis_server, n=1)
+    with httpx.Client(base_url=server_c.url, timeout=10) as c:
+        wait_until(lambda: c.get("/ready").status_code == 200, within=5)
+        assert _matched(c, body)[chosen] > 20  # learnt from the stream's history
