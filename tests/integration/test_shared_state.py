@@ -8,6 +8,7 @@ with Redis back, replication resumes.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -151,3 +152,25 @@ def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
     with httpx.Client(base_url=server_c.url, timeout=10) as c:
         wait_until(lambda: c.get("/ready").status_code == 200, within=5)
         assert _matched(c, body)[chosen] > 20  # learnt from the stream's history
+
+
+def test_a_redis_that_does_not_answer_slows_no_request(
+    pair: list[tuple[GatewayApp, httpx.Client]], redis_server: RedisServer
+) -> None:
+    (_, a), (_, b) = pair
+    redis_server.pause()
+    try:
+        for i in range(10):
+            for c in (a, b):
+                started = time.monotonic()
+                _send(c, _chat(200 + i))
+                assert time.monotonic() - started < 0.4  # no request waits on Redis (0.5 s)
+        for c in (a, b):
+            wait_until(lambda c=c: c.get("/ready").json()["state"]["degraded"], within=5)
+    finally:
+        redis_server.resume()
+    for c in (a, b):
+        wait_until(lambda c=c: not c.get("/ready").json()["state"]["degraded"], within=10)
+    body = _chat(9)
+    chosen = _send(a, body)
+    wait_until(lambda: _matched(b, body)[chosen] > 0, within=5)

@@ -5,6 +5,7 @@ same port so a gateway's reconnection can be watched."""
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -65,6 +66,15 @@ class RedisServer:
             s.sendall(f"*{len(args)}\r\n{''.join(parts)}".encode())
             return s.recv(1 << 16)
 
+    def pause(self) -> None:
+        """SIGSTOP: Redis accepts connections but answers nothing (a slow Redis, at worst)."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: an outage, as a crash looks to its clients."""
         self._end(kill=True)
@@ -77,6 +87,7 @@ class RedisServer:
         if proc is None:
             return
         if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
             proc.kill() if kill else proc.terminate()
             try:
                 proc.wait(timeout=5)
