@@ -8,7 +8,8 @@ prefix tracker does on each dispatch; B records the ones it reads into its own
 `PrefixIndex`. Lag: from A's `note` to B's index holding the blocks (wall clock, one
 machine), p50/p90/p99/max over the dispatches. Memory: the stream's `MEMORY USAGE` and the
 server's `used_memory` growth after `--memory-entries` more placements, per placement and
-per tracked block. Prints one JSON object.
+per tracked block. And what `note_dispatch` costs on the request path (µs). Prints one JSON
+object.
 """
 
 from __future__ import annotations
@@ -138,6 +139,28 @@ async def _until(condition: Callable[[], bool], within: float = 60.0) -> None:
             await asyncio.sleep(0.001)
 
 
+def _note_cost(args: argparse.Namespace) -> dict[str, float]:
+    """What `note_dispatch` adds to a request (no Redis involved: it only queues), in µs."""
+    shared = _shared("redis://127.0.0.1:1/0", "N", PrefixIndex())
+    rng = random.Random(args.seed + 2)
+    requests = [
+        RoutingRequest(
+            model="m", prefix_hashes=tuple(rng.getrandbits(64) for _ in range(args.blocks))
+        )
+        for _ in range(1000)
+    ]
+    times = []
+    for i in range(20_000):
+        t0 = time.perf_counter_ns()
+        shared.note_dispatch("b1", requests[i % 1000])
+        times.append((time.perf_counter_ns() - t0) / 1000)
+    return {
+        "p50": _pct(times, 0.5),
+        "p99": _pct(times, 0.99),
+        "mean": round(statistics.fmean(times), 2),
+    }
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
@@ -187,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "mean": round(statistics.fmean(lags), 2),
         }
         result["memory"] = asyncio.run(_memory(url, args))
+        result["note_dispatch_us"] = _note_cost(args)
     finally:
         proc.terminate()
         proc.wait(timeout=5)
