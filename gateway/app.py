@@ -157,6 +157,7 @@ class GatewayApp:
             lambda: stack.feed.block_chars(()),
             lambda backend_id: self.pool.find(backend_id) is not None,
             in_flight=lambda: {b.id: b.in_flight for b in self.pool},
+            on_remote_in_flight=self._set_remote_in_flight,
         )
         self.prefix.on_dispatch = self.shared.note_dispatch
         self.metrics.registry.register(SharedStateCollector(self.shared))
@@ -318,6 +319,12 @@ class GatewayApp:
             n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
             if n:
                 log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
+
+    def _set_remote_in_flight(self, remote: Mapping[str, int]) -> None:
+        """The other gateways' in-flight requests per backend (shared leases)."""
+        for b in self.pool:
+            if b.remote_in_flight != (n := remote.get(b.id, 0)):
+                b.remote_in_flight = n
 
     def _apply_kv_batch(self, backend_id: str, batch: KvEventBatch) -> None:
         self.precise_index.apply(backend_id, batch.events)

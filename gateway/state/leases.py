@@ -6,7 +6,9 @@ entry in the sorted set `{prefix}:gateways` (score: when its lease expires, unix
 reads the hashes of the other gateways whose leases are current and sums them into `remote`
 (backend id → requests the other gateways have in flight there). A gateway that dies stops
 renewing: its counts age out within `ttl_s`. While Redis fails, `remote` is empty (the
-gateway routes on its own counts) and the loop retries with the link's backoff.
+gateway routes on its own counts) and the loop retries with the link's backoff. Each change
+of `remote` is told to `on_remote` (the app sets the pool backends' `remote_in_flight`,
+which the in-flight scorer adds to its own counts).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class InFlightLeases:
         prefix: str,
         gateway_id: str,
         local: LocalCounts,
+        on_remote: Callable[[Mapping[str, int]], None] = lambda remote: None,
         *,
         period_s: float = 1.0,
         ttl_s: float = 3.0,
@@ -37,6 +40,7 @@ class InFlightLeases:
         self.gateway_id = gateway_id
         self._prefix = prefix
         self._local = local
+        self._on_remote = on_remote
         self.period_s = period_s
         self.ttl_ms = int(ttl_s * 1000)
         self.registry = f"{prefix}:gateways"
@@ -52,7 +56,7 @@ class InFlightLeases:
         while True:
             ok = await self.link.attempt(self._round, self.link.settings.command_timeout_s * 2)
             if ok is None:
-                self.remote, self.peers = {}, 0
+                self._set_remote({}, 0)
                 continue
             await asyncio.sleep(self.period_s)
 
@@ -78,6 +82,11 @@ class InFlightLeases:
         for h in hashes:
             for backend, n in h.items():
                 remote[backend.decode()] = remote.get(backend.decode(), 0) + int(n)
-        self.remote, self.peers = remote, len(others)
+        self._set_remote(remote, len(others))
         self.refreshed_at = now_ms / 1000
         return True
+
+    def _set_remote(self, remote: dict[str, int], peers: int) -> None:
+        if remote != self.remote:
+            self._on_remote(remote)
+        self.remote, self.peers = remote, peers

@@ -42,6 +42,7 @@ class SharedState:
         known_backend: Callable[[str], bool],
         *,
         in_flight: LocalCounts | None = None,
+        on_remote_in_flight: Callable[[Mapping[str, int]], None] = lambda remote: None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -60,7 +61,9 @@ class SharedState:
                 self.link, f"{prefix}:placements", self.gateway_id, self._apply
             )
             if in_flight is not None:
-                self.leases = InFlightLeases(self.link, prefix, self.gateway_id, in_flight)
+                self.leases = InFlightLeases(
+                    self.link, prefix, self.gateway_id, in_flight, on_remote_in_flight
+                )
 
     def remote_in_flight(self) -> Mapping[str, int]:
         """Backend id → requests the other gateways have in flight there (empty: unknown)."""
@@ -145,7 +148,14 @@ def build_shared_state(
     known_backend: Callable[[str], bool],
     *,
     in_flight: LocalCounts,
+    on_remote_in_flight: Callable[[Mapping[str, int]], None],
 ) -> SharedState:
     return SharedState(
-        section, pool or "static", index, block_chars, known_backend, in_flight=in_flight
+        section,
+        pool or "static",
+        index,
+        block_chars,
+        known_backend,
+        in_flight=in_flight,
+        on_remote_in_flight=on_remote_in_flight,
     )

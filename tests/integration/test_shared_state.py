@@ -134,8 +134,13 @@ def test_the_other_gateways_in_flight_requests_are_counted_while_their_lease_las
         wait_until(lambda: app_b.shared.remote_in_flight() == {busy: 1}, within=3)
         assert app_b.shared.leases is not None and app_b.shared.leases.peers == 1
         assert app_a.shared.remote_in_flight() == {}  # B has nothing in flight
+        # B's in-flight scorer sees A's request on that backend.
+        backend_b = app_b.pool.find(busy)
+        assert backend_b is not None and backend_b.snapshot(app_b.clock()).remote_in_flight == 1
+        assert backend_b.in_flight == 0
         assert pending.result() == busy
     wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=3)
+    assert all(b.remote_in_flight == 0 for b in app_b.pool)
 
 
 def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
