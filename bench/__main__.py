@@ -31,6 +31,8 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              (`bench.tokenize`)
   shared-state  replication lag between two gateways sharing state through a real
              redis-server, and Redis memory per tracked block (`bench.shared_state`)
+  shared-state-fleet  N `kvgate serve` with and without `--redis` in front of one
+             emulated fleet: hit rate, latency (`bench.shared_state_fleet`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -58,6 +60,7 @@ SUBCOMMANDS = {
     "precise": "bench.precise.__main__",
     "tokenize": "bench.tokenize.__main__",
     "shared-state": "bench.shared_state",
+    "shared-state-fleet": "bench.shared_state_fleet",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).
