@@ -455,13 +455,11 @@ class GatewayApp:
         ok = healthy and self._runtime is not None and self.loops_ok() and not draining
         status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
-        body: dict[str, Any] = {
-            "ready": ok,
-            "healthy_backends": healthy,
-            "backends": len(self.pool),
-        }
-        body |= {"loops": loops, "draining": draining, "state": self.shared.state()}
-        await send_json(send, status, body)
+        body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
+        state = self.shared.state()  # shared routing state: degraded while Redis fails
+        await send_json(
+            send, status, {**body, "loops": loops, "draining": draining, "state": state}
+        )
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
