@@ -29,6 +29,10 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
              chat template, and an engine's /tokenize with the gateway's cache
              (`bench.tokenize`)
+  shared-state  replication lag between two gateways sharing state through a real
+             redis-server, and Redis memory per tracked block (`bench.shared_state`)
+  shared-state-fleet  N `kvgate serve` with and without `--redis` in front of one
+             emulated fleet: hit rate, latency (`bench.shared_state_fleet`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -55,6 +59,8 @@ SUBCOMMANDS = {
     "kv-events": "bench.kv_events",
     "precise": "bench.precise.__main__",
     "tokenize": "bench.tokenize.__main__",
+    "shared-state": "bench.shared_state",
+    "shared-state-fleet": "bench.shared_state_fleet",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -61,6 +61,8 @@ from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
+from gateway.state import build_shared_state
+from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
@@ -148,6 +150,17 @@ class GatewayApp:
                 self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
             )
         )
+        self.shared = build_shared_state(  # state: routing state shared with other gateways
+            config.state,
+            config.discovery.pool,
+            stack.index,
+            lambda: stack.feed.block_chars(()),
+            lambda backend_id: self.pool.find(backend_id) is not None,
+            in_flight=lambda: {b.id: b.in_flight for b in self.pool},
+            on_remote_in_flight=self._set_remote_in_flight,
+        )
+        self.prefix.on_dispatch = self.shared.note_dispatch
+        self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
@@ -201,6 +214,7 @@ class GatewayApp:
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
         await self.tokenizers.aclose()
+        await self.shared.aclose()
         self._runtime = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -280,11 +294,13 @@ class GatewayApp:
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
+        self.shared.attach(loops)
         return loops
 
     def loops_ok(self) -> bool:
-        """Whether the loops the gateway's readiness depends on (the probes) are running."""
-        return self.loops is not None and self.loops.running(PROBE_LOOP)
+        """Whether the loops the gateway's readiness depends on (the probes) are running,
+        and the shared state's mirror has caught up (`state:`; memory: at once)."""
+        return self.loops is not None and self.loops.running(PROBE_LOOP) and self.shared.settled
 
     def metrics_page(self) -> bytes:
         """The Prometheus exposition, with the per-backend gauges brought up to date."""
@@ -303,6 +319,12 @@ class GatewayApp:
             n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
             if n:
                 log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
+
+    def _set_remote_in_flight(self, remote: Mapping[str, int]) -> None:
+        """The other gateways' in-flight requests per backend (shared leases)."""
+        for b in self.pool:
+            if b.remote_in_flight != (n := remote.get(b.id, 0)):
+                b.remote_in_flight = n
 
     def _apply_kv_batch(self, backend_id: str, batch: KvEventBatch) -> None:
         self.precise_index.apply(backend_id, batch.events)
@@ -434,7 +456,10 @@ class GatewayApp:
         status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
         body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
-        await send_json(send, status, {**body, "loops": loops, "draining": draining})
+        state = self.shared.state()  # shared routing state: degraded while Redis fails
+        await send_json(
+            send, status, {**body, "loops": loops, "draining": draining, "state": state}
+        )
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
@@ -464,6 +489,7 @@ class GatewayApp:
             "loops": loops,
             "admission": self.admission.state(),
             "tokenizers": tokenizers,
+            "state": self.shared.state(),
         }
 
     async def dry_run(

@@ -76,6 +76,8 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
     for flag, key in (("pool", "pool"), ("namespace", "namespace"), ("kube_api", "kube_api")):
         if getattr(args, flag, None):
             raw.setdefault("discovery", {})[key] = getattr(args, flag)
+    if getattr(args, "redis", None):
+        raw.setdefault("state", {}).update(backend="redis", url=args.redis)
     return parse_config(raw, source="command line")
 
 

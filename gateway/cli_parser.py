@@ -163,6 +163,12 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(config server.tls_cert_file; needs --tls-key)",
     )
     s.add_argument("--tls-key", metavar="FILE", help="its PEM key (config server.tls_key_file)")
+    s.add_argument(
+        "--redis",
+        metavar="URL",
+        help="share routing state with the other gateways using this Redis server, e.g. "
+        "redis://10.0.0.9:6379/0 (config state.backend redis, state.url)",
+    )
     _add_log_level(s)
 
 

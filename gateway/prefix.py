@@ -16,7 +16,7 @@ cached tokens then grade that prediction (`precise_hits`: exact, over or under).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.inference_request import InferenceRequest
@@ -67,6 +67,8 @@ class PrefixTracker:
         self._hits: dict[str, CacheHits] = {}
         # Backends seen reporting cached tokens: vLLM then leaves the details null for none.
         self._reporting: set[str] = set()
+        # Told each dispatch (backend id, request), e.g. to share it with other gateways.
+        self.on_dispatch: Callable[[str, RoutingRequest], None] | None = None
 
     @property
     def cache_hits(self) -> Mapping[str, CacheHits]:
@@ -101,6 +103,8 @@ class PrefixTracker:
         m = backend.metrics
         kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
         d = self.feed.dispatch(backend, request, now, kv)
+        if self.on_dispatch is not None:
+            self.on_dispatch(backend.id, request)
         size = self.precise.block_size(backend.id)
         if size is not None and request.prompt_tokens > 0:
             keys = request.keys_for(size)

@@ -33,7 +33,7 @@ class BackendSpec:
 
 # The fields a snapshot is made of: assigning any of them drops the cached snapshot.
 _SNAPSHOT_FIELDS = frozenset(
-    {"spec", "model_cards", "metrics", "in_flight", "pending_prefill_tokens"}
+    {"spec", "model_cards", "metrics", "in_flight", "pending_prefill_tokens", "remote_in_flight"}
 )
 
 
@@ -64,6 +64,7 @@ class Backend:
     in_flight: int = 0
     dispatched: int = 0
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
+    remote_in_flight: int = 0  # the other gateways' requests in flight here (shared leases)
     discovered_at: float | None = None
     # Told when `model_cards` is assigned (the pool's cache of LoRA adapters depends on them).
     on_cards_changed: Callable[[], None] | None = field(default=None, repr=False, compare=False)
@@ -112,6 +113,7 @@ class Backend:
             metrics=metrics,
             in_flight=self.in_flight,
             pending_prefill_tokens=self.pending_prefill_tokens,
+            remote_in_flight=self.remote_in_flight,
         )
         object.__setattr__(self, "_snap", snap)
         object.__setattr__(self, "_snap_at", now)

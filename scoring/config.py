@@ -325,6 +325,32 @@ def check_unique_models(entries: list[TokenizerEntry]) -> list[TokenizerEntry]:
     return entries
 
 
+class StateSection(_Section):
+    """Where the gateway's routing state is shared with other gateway replicas: `memory`
+    keeps it in this process alone; `redis` replicates placements (and in-flight leases)
+    through a Redis server, while decisions keep reading the local mirror."""
+
+    backend: Literal["memory", "redis"] = Field(
+        "memory", description="memory: this process only; redis: shared through `url`"
+    )
+    url: str = Field(
+        "redis://127.0.0.1:6379/0", description="the Redis server (used when backend is redis)"
+    )
+    namespace: str = Field(
+        "kvgate",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="key prefix; keys are namespaced further by pool and model",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+
 class GatewayConfig(_Section):
     server: ServerSection = ServerSection()
     upstream: UpstreamSection = UpstreamSection()
@@ -337,6 +363,7 @@ class GatewayConfig(_Section):
     tokenizers: list[TokenizerEntry] = Field(
         default_factory=list, description="per-model prompt tokenizers (exact block keys)"
     )
+    state: StateSection = StateSection()
 
     @field_validator("tokenizers")
     @classmethod

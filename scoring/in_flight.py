@@ -1,12 +1,15 @@
 """`in-flight-scorer`: prefer the endpoints with the fewest requests in flight.
 
 Formula: with x the candidate's `in_flight` (requests the gateway dispatched to it and has
-not seen finish) and min/max taken over the candidates,
+not seen finish) plus its `remote_in_flight` (the other gateway replicas' requests there, as
+their shared leases last said; 0 without `state:` redis) and min/max taken over the
+candidates,
 
     score = (max - x) / (max - min),   or 1.0 for every candidate when max == min.
 
 The least-loaded candidate scores 1.0 and the most-loaded 0.0. The count is the gateway's
-own, so it is fresh on every request, unlike scraped engine metrics.
+own (the remote part at most a lease period old), so it is fresher than scraped engine
+metrics.
 
 Parameters: none.
 """
@@ -33,7 +36,7 @@ class InFlightScorer:
         if not endpoints:
             return {}
         ids = endpoint_ids(endpoints)
-        counts = [e.in_flight for e in endpoints]
+        counts = [e.in_flight + e.remote_in_flight for e in endpoints]
         # Counts take few distinct values: min, max and each one's score once, then a lookup
         # per endpoint. (high − x) / (high − low) is in [0, 1] for low <= x <= high.
         distinct = set(counts)

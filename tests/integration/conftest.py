@@ -11,6 +11,7 @@ import pytest
 from gateway.app import GatewayApp, build_app
 from gateway.config import parse_config
 from tests.support.fixture_types import ServeApp
+from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., tuple[GatewayApp, ServerThread]]
@@ -63,3 +64,17 @@ def client() -> Iterator[Callable[[ServerThread], httpx.Client]]:
     yield make
     for c in clients:
         c.close()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free 127.0.0.1 port (no persistence), stopped by its pid
+    after the test; skipped where redis-server is not installed (.ci/run installs it)."""
+    try:
+        server = RedisServer()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -94,6 +94,18 @@ def test_overrides_keep_user_profiles_valid() -> None:
     assert cfg.backends == load_config(REFERENCE).backends
 
 
+def test_redis_flag_shares_state_through_that_server(config_file: Path) -> None:
+    assert _serve("--config", str(config_file)).state.backend == "memory"
+    cfg = _serve("--config", str(config_file), "--redis", "redis://10.0.0.9:6380/1")
+    assert (cfg.state.backend, cfg.state.url) == ("redis", "redis://10.0.0.9:6380/1")
+    assert cfg.state.namespace == "kvgate"
+
+
+def test_bad_redis_flag_is_a_config_error_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"state\.url: Value error, must start with redis://"):
+        _serve("--backend", "http://127.0.0.1:8001", "--redis", "http://10.0.0.9:6379")
+
+
 def test_unknown_policy_flag_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"'nope' is not a profile \(available: .*session"):
         _serve("--backend", "http://127.0.0.1:8001", "--policy", "nope")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scoring.in_flight import InFlightScorer
@@ -25,3 +27,9 @@ def test_all_equal_scores_one() -> None:
 
 def test_empty() -> None:
     assert InFlightScorer("load").score(request(), [], context()) == {}
+
+
+def test_the_other_gateways_requests_count_as_load() -> None:
+    a, b = endpoint("a", 1), endpoint("b", 3)
+    endpoints = [replace(a, remote_in_flight=4), b]  # 5 in flight on a, fleet-wide
+    assert InFlightScorer("load").score(request(), endpoints, context()) == {"a": 0.0, "b": 1.0}
