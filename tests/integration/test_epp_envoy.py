@@ -129,7 +129,8 @@ def test_a_client_that_leaves_mid_stream_releases_the_in_flight_count(
         lines = resp.iter_lines()  # kept: a dropped iterator closes the connection
         first = next(lines)
         assert resp.status_code == 200, first
-        assert epp.metric("kvgate_in_flight_requests") == 1
+        # Not asserted here: whether the count still shows the stream at this point races
+        # with Envoy ending the ext_proc stream (seen 0 in about one run in five).
     # Status first, then the in-flight count: once the count is back to 0 both have landed.
     deadline = time.monotonic() + 10.0
     while epp.metric("kvgate_in_flight_requests") != 0 and time.monotonic() < deadline:
