@@ -505,11 +505,17 @@ class GatewayApp:
             self.router, req, headers, policy=policy, token_ids=ids, now=self.clock()
         )
 
+    @property
+    def tokenizing(self) -> bool:
+        """Whether prompts are tokenized: a tokenizer is configured and the precise index
+        follows some backend (its events have arrived)."""
+        return bool(self.config.tokenizers) and bool(self.precise_index.block_sizes())
+
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
-        """The prompt's token ids as the engine will see them, when the precise index follows
-        some backend (its events have arrived) and a tokenizer is configured for the model;
-        else None, and routing keeps the byte approximation."""
-        if not self.precise_index.block_sizes():
+        """The prompt's token ids as the engine will see them, when `tokenizing` and a
+        tokenizer is configured for the model; else None, and routing keeps the byte
+        approximation."""
+        if not self.tokenizing:
             return None
         tokenizer = self.tokenizers.for_model(req.model)
         return await tokenizer.token_ids(req) if tokenizer is not None else None

@@ -109,9 +109,8 @@ class PrefixTracker:
         if size is not None and request.prompt_tokens > 0:
             keys = request.keys_for(size)
             if keys is not None:
-                depth = self.precise.depth(backend.id, keys, now)
+                events_depth, depth = self.precise.depths(backend.id, keys, now)
                 d.precise_cached = cached_tokens(depth, request.prompt_tokens, size)
-                events_depth = self.precise.depth(backend.id, keys)
                 d.precise_cached_events = cached_tokens(events_depth, request.prompt_tokens, size)
                 self.precise.speculate(backend.id, keys, now)
         return d

@@ -207,26 +207,27 @@ class PreciseIndex:
     def depth(self, backend: str, keys: Sequence[int], now: float | None = None) -> int:
         """Leading `keys` that `backend` holds (or, with `now`, holds or was sent within the
         speculation window); 0 for a backend the index does not track."""
+        return self.depths(backend, keys, now)[1]
+
+    def depths(
+        self, backend: str, keys: Sequence[int], now: float | None = None
+    ) -> tuple[int, int]:
+        """(leading `keys` its events say `backend` holds, the same counting what was sent
+        within the speculation window at `now`; equal without `now`), in one pass."""
         b = self._backends.get(backend)
         if b is None or not keys:
-            return 0
+            return 0, 0
         flags = list(map(b.held.__contains__, keys))
         try:
-            depth = flags.index(False)
+            held = flags.index(False)
         except ValueError:
-            return len(keys)
+            return len(keys), len(keys)
         if now is None or not b.speculated:
-            return depth
-        spec = b.speculated
+            return held, held
+        spec, depth = b.speculated, held
         while depth < len(keys) and (flags[depth] or spec.get(keys[depth], float("-inf")) > now):
             depth += 1
-        return depth
-
-    def match_list(
-        self, keys: Sequence[int], backends: Sequence[str], now: float | None = None
-    ) -> list[int]:
-        """`depth` for each of `backends`, in order."""
-        return [self.depth(b, keys, now) for b in backends]
+        return held, depth
 
 
 def cached_tokens(depth: int, prompt_tokens: int, block_size: int) -> int:

@@ -103,7 +103,7 @@ class EndpointPicker:
         refuse (it answers the error)."""
         app = self._app
         api = API_BY_PATH.get(path.split("?", 1)[0])
-        if api is None or not app.config.tokenizers or not app.precise_index.block_sizes():
+        if api is None or not app.tokenizing:
             return None
         try:
             req = parse_inference_body(api, body)
