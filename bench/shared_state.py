@@ -19,14 +19,13 @@ import asyncio
 import json
 import multiprocessing as mp
 import random
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
@@ -36,6 +35,8 @@ from gateway.supervisor import Supervisor
 from routing.types import RoutingRequest
 from scoring.config import StateSection
 from scoring.prefix_index import PrefixIndex
+from sim.live.processes import start_redis
+from sim.percentile import percentile
 
 BLOCK_CHARS = 64
 BACKENDS = ("b1", "b2", "b3", "b4")
@@ -155,31 +156,14 @@ def _note_cost(args: argparse.Namespace) -> dict[str, float]:
         shared.note_dispatch("b1", requests[i % 1000])
         times.append((time.perf_counter_ns() - t0) / 1000)
     return {
-        "p50": _pct(times, 0.5),
-        "p99": _pct(times, 0.99),
+        "p50": _pct(times, 50),
+        "p99": _pct(times, 99),
         "mean": round(statistics.fmean(times), 2),
     }
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-
-def _start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    binary = shutil.which("redis-server") or "redis-server"
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    for _ in range(500):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.01)
-    return proc, f"redis://127.0.0.1:{port}/0"
+def _pct(values: list[float], p: float) -> float:
+    return round(percentile(values, p), 2)  # the project's one rule: nearest rank
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-entries", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    proc, url = _start_redis()
+    proc, url = start_redis(Path(tempfile.gettempdir()) / "kvgate-bench-redis.log")
     try:
         parent, child = mp.get_context("spawn").Pipe()
         reader = mp.get_context("spawn").Process(target=_reader, args=(url, args.dispatches, child))
@@ -203,17 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {"params": vars(args), "writer": writer, "applied": got["applied"]}
         result["lag_ms"] = {
             "n": len(lags),
-            "p50": _pct(lags, 0.5),
-            "p90": _pct(lags, 0.9),
-            "p99": _pct(lags, 0.99),
+            "p50": _pct(lags, 50),
+            "p90": _pct(lags, 90),
+            "p99": _pct(lags, 99),
             "max": round(max(lags), 2),
             "mean": round(statistics.fmean(lags), 2),
         }
         result["memory"] = asyncio.run(_memory(url, args))
         result["note_dispatch_us"] = _note_cost(args)
     finally:
-        proc.terminate()
-        proc.wait(timeout=5)
+        proc.stop()
     json.dump(result, sys.stdout, indent=2)
     print()
     return 0

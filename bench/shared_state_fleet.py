@@ -25,8 +25,7 @@ from typing import Any
 import httpx
 import redis
 
-from bench.shared_state import _start_redis
-from sim.live.processes import start_emulator, start_gateway
+from sim.live.processes import start_emulator, start_gateway, start_redis
 from sim.live.scrape import parse_vllm_metrics
 from sim.workloads import synth_text
 
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="prefix-aware")
     parser.add_argument("--seeds", default="1,2")
     args = parser.parse_args(argv)
-    proc, url = _start_redis()
+    proc, url = start_redis(Path(tempfile.gettempdir()) / "kvgate-bench-redis.log")
     result: dict[str, Any] = {"params": vars(args), "runs": []}
     try:
         client = redis.Redis.from_url(url)
@@ -108,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
         client.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=5)
+        proc.stop()
     json.dump(result, sys.stdout, indent=2)
     print()
     return 0

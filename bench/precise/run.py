@@ -15,7 +15,7 @@ from typing import Any
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.live import MODEL, workload
 from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
-from sim.live.processes import HOST, ChildProcess, free_port, start_gateway
+from sim.live.processes import HOST, start_gateway, start_redis
 
 TOKENIZER_CONFIG = """\
 # The engines' own /tokenize: prompts keyed exactly as the emulator caches them.
@@ -79,26 +79,6 @@ class EventFleet:
         ]
 
 
-@contextlib.contextmanager
-def redis_server(log_dir: Path, tag: str) -> Iterator[str]:
-    """A fresh `redis-server` on a free port (no persistence); its URL."""
-    port = free_port()
-    command = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        HOST,
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    with ChildProcess(command, log_dir / f"{tag}-redis.log").start() as proc:
-        proc.wait_for_line(r"Ready to accept connections")
-        yield f"redis://{HOST}:{port}/0"
-
-
 def _get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.load(resp)
@@ -124,7 +104,8 @@ def gateway_router(  # type: ignore[no-untyped-def]
         with contextlib.ExitStack() as stack:
             text = (TOKENIZER_CONFIG if events.events else "") + config_extra
             if redis:
-                url = stack.enter_context(redis_server(site.log_dir, site.tag))
+                redis_proc, url = start_redis(site.log_dir / f"{site.tag}-redis.log")
+                stack.enter_context(redis_proc)
                 text += f"\nstate:\n  backend: redis\n  url: {url}\n"
             config = site.log_dir / f"{site.tag}-kvgate.yaml"
             config.write_text(text)

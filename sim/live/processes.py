@@ -230,6 +230,21 @@ def start_emulator(
     return child, urls
 
 
+def start_redis(log_path: Path) -> tuple[ChildProcess, str]:
+    """A fresh `redis-server` on a free port, no persistence; the process and its URL, once
+    it accepts connections (for runs whose gateways share state: `state: redis`)."""
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", HOST]
+    command += ["--save", "", "--appendonly", "no"]
+    child = ChildProcess(command, log_path).start()
+    try:
+        child.wait_for_line(r"Ready to accept connections")
+    except BaseException:
+        child.stop()
+        raise
+    return child, f"redis://{HOST}:{port}/0"
+
+
 def start_gateway(
     backends: Sequence[str], policy: str, log_path: Path, extra: Sequence[str] = ()
 ) -> tuple[ChildProcess, str]:
