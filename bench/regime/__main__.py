@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from bench.peers import PeerInstall, ensure_peer
-from bench.regime import live, report, simulate
+from bench.regime import live, peer_model, report, simulate
 from bench.regime.grid import Cell, FleetSpec, GridAxes, full_grid, quick_grid
 from sim.live.experiment import Workload
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
@@ -127,6 +127,8 @@ class Run:
     async def run_seed(self, cell: Cell, seed: int, saturation: float) -> None:
         if "sim" in self.modes:
             policies = [p for name, p in self.routers if name == "kvgate"]
+            if ("sglang-router", "cache_aware") in self.routers:
+                policies.append(peer_model.PROFILE)  # the peer, as a model of its algorithm
             started = time.monotonic()
             for row in simulate.simulate_cell(cell, self.fleet, policies, seed, saturation):
                 self.rows.append({"cell": cell.name, "seed": seed, **row})

@@ -44,7 +44,11 @@ CLIENTS = 16
 OPEN_LOADS = (0.5, 0.9)
 OPEN_POPULARITIES = ("hot",)
 PREFIX_TOKENS = 2048
-CONVERSATIONS = 48  # ~144 requests (2–4 turns) per cell and router
+# Chats per cell: enough that the opening burst (every client's first prompt at once, on
+# empty caches) is a small part of a closed loop's run; an open loop starts chats for at
+# least OPEN_MIN_SPAN_S, and has at least OPEN_CONVERSATIONS.
+CONVERSATIONS = 144  # ~430 requests (2–4 turns) per closed-loop cell and router
+OPEN_CONVERSATIONS = 48
 THINK_S = 1.0  # open loop: mean gap between a chat's turns, at the model's own speed
 OPEN_MIN_SPAN_S = 15.0  # open loop: chats keep starting for at least this long
 OPEN_ARRIVALS_SEED = 1  # added to the content seed: arrivals are their own stream
@@ -83,9 +87,12 @@ class Cell:
     clients: int = 0  # closed loop: concurrent users
     load: float = 0.0  # open loop: fraction of round-robin's saturation throughput
     prefix_tokens: int = PREFIX_TOKENS
-    conversations: int = CONVERSATIONS
+    conversations: int = 0  # 0: CONVERSATIONS closed, OPEN_CONVERSATIONS open
 
     def __post_init__(self) -> None:
+        if not self.conversations:
+            chats = CONVERSATIONS if self.loop == "closed" else OPEN_CONVERSATIONS
+            object.__setattr__(self, "conversations", chats)
         if self.loop == "closed" and self.clients < 1:
             raise ValueError("a closed-loop cell needs clients >= 1")
         if self.loop == "open" and not self.load > 0:

@@ -40,6 +40,10 @@ DEFINITIONS = {
     "ratios": "kvgate prefix-aware / baseline, same cell and mode, of the figures' means over "
     "the runs (seeds); hit_rate in points; ttft_mean_ratio_range: the per-run ratios' range",
     "hit_ceiling": "hit rate of one unbounded cache fed every request: no router can beat it",
+    "ttft_floor": "sim: per request, the TTFT of running alone on an idle engine holding every "
+    "block that could be cached by then (bench.regime.floor): no router can beat it",
+    "floor_*_ratio": "the simulated floor of kvgate's run / the baseline's TTFT: the lowest "
+    "ratio any router could reach (live cells: the same cell's simulated floor)",
 }
 
 
@@ -48,6 +52,7 @@ def label(row: Row) -> str:
 
 
 MEANS = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "hit_rate", "max_mean_share")
+FLOORS = ("ttft_floor_mean_s", "ttft_floor_p90_s")  # simulated rows only
 
 
 def means(rows: Sequence[Row]) -> dict[tuple[str, str, str, str], Row]:
@@ -59,6 +64,7 @@ def means(rows: Sequence[Row]) -> dict[tuple[str, str, str, str], Row]:
         key: {
             **runs[0],
             **{k: sum(r[k] for r in runs) / len(runs) for k in MEANS},
+            **{k: sum(r[k] for r in runs) / len(runs) for k in FLOORS if all(k in r for r in runs)},
             "runs": len(runs),
             "seeds": [r.get("seed") for r in runs],
         }
@@ -77,6 +83,8 @@ def ratios(rows: Sequence[Row], ceilings: dict[str, float] | None = None) -> lis
         ours = by.get((mode, cell, *DEFAULT))
         if ours is None:
             continue
+        # The floor is the simulator's; a live cell takes it from the same cell simulated.
+        floor = by.get(("sim", cell, *DEFAULT), {})
         for baseline in BASELINES:
             theirs = by.get((mode, cell, *baseline))
             if theirs is None:
@@ -101,6 +109,13 @@ def ratios(rows: Sequence[Row], ceilings: dict[str, float] | None = None) -> lis
                     "hit_ceiling": (ceilings or {}).get(cell),
                     "max_mean_share": ours["max_mean_share"],
                     "baseline_max_mean_share": theirs["max_mean_share"],
+                    # No router can reach a lower ratio than these (`bench.regime.floor`).
+                    "floor_mean_ratio": _ratio(
+                        floor.get("ttft_floor_mean_s", math.nan), theirs["ttft_mean_s"]
+                    ),
+                    "floor_p90_ratio": _ratio(
+                        floor.get("ttft_floor_p90_s", math.nan), theirs["ttft_p90_s"]
+                    ),
                 }
             )
     return out
@@ -130,9 +145,9 @@ def format_ratios(table: Sequence[Row]) -> str:
     lines = [
         "kvgate prefix-aware / baseline, means over the runs (TTFT ratios < 1: kvgate faster;"
         " hit: points; runs: the per-run mean ratios' range; ceiling: no router's hit rate"
-        " can exceed it)",
+        " can exceed it; floor: no router's TTFT ratio can be lower)",
         f"{'mode':<5}{'cell':<24}{'baseline':<27}{'mean':>6}{'runs':>12}{'p90':>6}{'hit':>7}"
-        f"{'ours':>7}{'ceiling':>8}{'share':>7}{'theirs':>7}",
+        f"{'ours':>7}{'ceiling':>8}{'share':>7}{'theirs':>7}{'floor':>12}",
     ]
     for t in table:
         spread = t.get("ttft_mean_ratio_range")
@@ -144,8 +159,15 @@ def format_ratios(table: Sequence[Row]) -> str:
             f"{spread_text:>12}{t['ttft_p90_ratio']:>6.2f}{t['hit_rate_diff_points']:>+7.1f}"
             f"{t.get('hit_rate', math.nan):>7.1%}{ceiling_text:>8}"
             f"{t['max_mean_share']:>7.2f}{t['baseline_max_mean_share']:>7.2f}"
+            f"{_pair(t.get('floor_mean_ratio'), t.get('floor_p90_ratio')):>12}"
         )
     return "\n".join(lines)
+
+
+def _pair(mean: float | None, p90: float | None) -> str:
+    if mean is None or p90 is None or math.isnan(mean) or math.isnan(p90):
+        return "–"
+    return f"{mean:.2f}/{p90:.2f}"
 
 
 def write_json(doc: dict[str, Any], out: Path) -> Path:
@@ -183,24 +205,32 @@ def _plot(cells: Sequence[Row], by_cell: dict[str, Row], title: str, path: Path)
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#c8c8c8")  # grey: not run
     norm = TwoSlopeNorm(vmin=-COLOUR_SPAN_LOG2, vcenter=0.0, vmax=COLOUR_SPAN_LOG2)
     width = 3.0 + 1.1 * len(pressures)
-    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 1.2 + 0.55 * len(rows)), squeeze=False)
-    for ax, (stat, name) in zip(
-        axes[0], (("ttft_mean_ratio", "mean TTFT"), ("ttft_p90_ratio", "p90 TTFT")), strict=True
-    ):
+    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 1.2 + 0.7 * len(rows)), squeeze=False)
+    stats = (
+        ("ttft_mean_ratio", "floor_mean_ratio", "mean TTFT"),
+        ("ttft_p90_ratio", "floor_p90_ratio", "p90 TTFT"),
+    )
+    for ax, (stat, floor_stat, name) in zip(axes[0], stats, strict=True):
         grid = [[at[(r, p)][stat] if (r, p) in at else math.nan for p in pressures] for r in rows]
+        floors = [
+            [at[(r, p)].get(floor_stat, math.nan) if (r, p) in at else math.nan for p in pressures]
+            for r in rows
+        ]
         shade = [[math.log2(v) if v > 0 else math.nan for v in line] for line in grid]
         ax.imshow(shade, cmap=cmap, norm=norm, aspect="auto")
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 text = "–" if math.isnan(v) else f"{v:.2f}"
+                if not math.isnan(floors[i][j]):
+                    text += f"\n≥{floors[i][j]:.2f}"  # the floor: no router does better
                 dark = abs(shade[i][j]) > 0.6 * COLOUR_SPAN_LOG2  # False for NaN
                 colour = "white" if dark else "black"
-                ax.text(j, i, text, ha="center", va="center", fontsize=9, color=colour)
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
         ax.set_xticks(range(len(pressures)), [f"{p:g}" for p in pressures])
         ax.set_yticks(range(len(rows)), rows)
         ax.set_xlabel("pressure: prefix tokens ÷ fleet KV")
         ax.set_title(name)
-    fig.suptitle(f"{title} (< 1: kvgate faster)")
+    fig.suptitle(f"{title} (< 1: kvgate faster; ≥ x: no router can go below x)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

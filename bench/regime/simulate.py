@@ -8,13 +8,13 @@
   is thus measured in the engine model, per cell, since the hit rate round-robin gets, and
   with it the fleet's capacity, depends on pressure and popularity. (A backlog of every
   request at once took minutes to replay: the engines' waiting queues grow long.)
-- **Closed loop**: the simulator replays fixed arrival times, so a closed loop of C clients
-  is replayed as the arrivals it would produce if every request took L seconds
-  (`family.closed_arrivals`), with L found per policy by bisection as the fixed point
-  L = mean end-to-end latency of the replay (Little's law with no think time: C clients
-  then send C / L requests per second). The answers a live engine writes are stand-ins of
-  the same length here, so a turn hits its previous prompt but not its previous answer.
+- **Closed loop**: C users take the chats in order and send each turn when the previous
+  one is answered (`sim.replay.ClosedLoop`), as the live client does. The answers a live
+  engine writes are stand-ins of the same length here, so a turn hits its previous prompt
+  but not its previous answer.
 - **Open loop**: the same arrivals live and simulated (`Cell.open_arrivals`).
+- **sglang-router**: in the simulator, a model of its `cache_aware` algorithm
+  (`bench.regime.peer_model`), rows marked `model`.
 
 - **Hit ceiling** (`hit_ceiling`): the hit rate of one unbounded cache that saw every
   request of the cell in order, which no router over any fleet can beat: each tenant's
@@ -33,22 +33,72 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bench.regime import floor, peer_model
 from bench.regime.grid import Cell, FleetSpec
+from routing import RoutingRequest
+from scoring.profiles import RoutingSection
 from sim.engine.profiles import get_profile
 from sim.percentile import percentile
-from sim.replay import Replay, ReplayResult, SimSettings
+from sim.replay import ClosedLoop, Replay, ReplayResult, SimSettings
 from sim.traces import TraceRequest
 from sim.workloads import family
 
 SATURATION_CHATS = 192
 SATURATION_CLIENTS_PER_REPLICA = 8
-# Bisection bounds and steps for the closed loop's per-request latency (seconds).
-LATENCY_LO_S, LATENCY_HI_S, BISECTIONS = 0.02, 60.0, 8
 
 
-def replay(trace: Sequence[TraceRequest], policy: str, fleet: FleetSpec) -> ReplayResult:
-    settings = SimSettings(replicas=fleet.replicas, kv_event_delay_s=fleet.kv_event_delay_s)
-    return Replay(trace, policy, get_profile(fleet.profile), settings).run()
+@dataclass(frozen=True, slots=True)
+class SimRun:
+    """One replay, with when it sent each request of its trace and that request's TTFT."""
+
+    trace: Sequence[TraceRequest]
+    result: ReplayResult
+    sent_s: Sequence[float]  # sent_s[i]: when trace[i] was routed
+    ttft_s: Sequence[float]  # ttft_s[i]: its first token's wait (NaN: rejected)
+
+    def floors(self, fleet: FleetSpec) -> list[float]:
+        """Each request's TTFT floor (`bench.regime.floor`) at the instants this run sent it."""
+        return floor.floors(self.trace, self.sent_s, get_profile(fleet.profile))
+
+
+class _Timings:
+    """A `ReplayObserver` that keeps each request's routing instant and TTFT."""
+
+    def __init__(self, n: int) -> None:
+        self.sent = [math.nan] * n
+        self.ttft = [math.nan] * n
+
+    def decided(self, now: float, request: RoutingRequest, *_: object) -> None:
+        self.sent[int(request.request_id)] = now
+
+    def first_token(self, now: float, request_id: str) -> None:
+        i = int(request_id)
+        self.ttft[i] = now - self.sent[i]
+
+    def finished(self, now: float, request_id: str) -> None:
+        pass
+
+
+def replay(
+    trace: Sequence[TraceRequest],
+    policy: str,
+    fleet: FleetSpec,
+    routing: RoutingSection | None = None,
+    loop: ClosedLoop | None = None,
+) -> SimRun:
+    """One replay of `policy`: a profile of `routing` (default: the built-ins) or the SGLang
+    model's (`peer_model.PROFILE`), which every replay can run."""
+    settings = SimSettings(
+        replicas=fleet.replicas,
+        kv_event_delay_s=fleet.kv_event_delay_s,
+        routing=peer_model.routing_section(routing),
+    )
+    profile = get_profile(fleet.profile)
+    seen = _Timings(len(trace))
+    result = Replay(
+        trace, policy, profile, settings, register=peer_model.register, observer=seen, loop=loop
+    ).run()
+    return SimRun(trace, result, seen.sent, seen.ttft)
 
 
 def saturation_rps(cell: Cell, fleet: FleetSpec, seed: int, chats: int = SATURATION_CHATS) -> float:
@@ -59,41 +109,17 @@ def saturation_rps(cell: Cell, fleet: FleetSpec, seed: int, chats: int = SATURAT
     return result.requests / result.makespan_s
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedLoopFit:
-    """A closed loop replayed open loop at its fixed point."""
-
-    latency_s: float  # per request, the fixed point
-    result: ReplayResult
-
-    @property
-    def gap_s(self) -> float:
-        """How far the replay's mean latency is from the assumed one."""
-        return abs(mean_e2e(self.result) - self.latency_s)
-
-
 def closed_loop(
-    chats: Sequence[family.Chat], clients: int, policy: str, fleet: FleetSpec
-) -> ClosedLoopFit:
-    """Bisect (geometrically) on L for mean end-to-end latency = L (see the docstring)."""
-    lo, hi = LATENCY_LO_S, LATENCY_HI_S
-    best: ClosedLoopFit | None = None
-    for _ in range(BISECTIONS):
-        mid = math.sqrt(lo * hi)
-        trace = family.chat_trace(
-            chats, family.closed_arrivals(chats, clients, mid), fleet.block_tokens
-        )
-        fit = ClosedLoopFit(mid, replay(trace, policy, fleet))
-        if best is None or fit.gap_s < best.gap_s:
-            best = fit
-        lo, hi = (mid, hi) if mean_e2e(fit.result) > mid else (lo, mid)
-    assert best is not None
-    return best
-
-
-def mean_e2e(result: ReplayResult) -> float:
-    e2e = result.log.e2e_s
-    return sum(e2e) / len(e2e) if e2e else math.nan
+    chats: Sequence[family.Chat],
+    clients: int,
+    policy: str,
+    fleet: FleetSpec,
+    routing: RoutingSection | None = None,
+) -> SimRun:
+    """`clients` users sending the chats' turns, each when the previous one is answered
+    (`sim.replay.ClosedLoop`, as `sim.live.client.run_closed_loop` does live)."""
+    trace, turns = family.closed_loop_trace(chats, fleet.block_tokens)
+    return replay(trace, policy, fleet, routing, ClosedLoop(clients, turns))
 
 
 def figures(result: ReplayResult) -> dict[str, Any]:
@@ -115,20 +141,37 @@ def figures(result: ReplayResult) -> dict[str, Any]:
 
 
 def simulate_cell(
-    cell: Cell, fleet: FleetSpec, policies: Sequence[str], seed: int, saturation: float
+    cell: Cell,
+    fleet: FleetSpec,
+    policies: Sequence[str],
+    seed: int,
+    saturation: float,
+    *,
+    routing: RoutingSection | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per policy: the figures, and for a closed loop its fitted latency."""
+    """One row per policy (a profile of `routing`, or `peer_model.PROFILE`, whose row is
+    sglang-router's, marked `model`): the figures, and the TTFT floor at the run's own
+    arrivals (`bench.regime.floor`), which no router sending as this one did can beat."""
     chats = family.chats(cell.family(fleet, seed, saturation))
     rows = []
     for policy in policies:
-        extra: dict[str, Any] = {}
         if cell.loop == "closed":
-            fit = closed_loop(chats, cell.clients, policy, fleet)
-            result, extra["closed_loop_latency_s"] = fit.result, fit.latency_s
+            run = closed_loop(chats, cell.clients, policy, fleet, routing)
         else:
             arrivals = cell.open_arrivals(chats, saturation, seed)
-            result = replay(family.chat_trace(chats, arrivals, fleet.block_tokens), policy, fleet)
-        row = {"mode": "sim", "router": "kvgate", "policy": policy, **figures(result), **extra}
+            trace = family.chat_trace(chats, arrivals, fleet.block_tokens)
+            run = replay(trace, policy, fleet, routing)
+        who: dict[str, Any] = {"router": "kvgate", "policy": policy}
+        if policy == peer_model.PROFILE:
+            who = {"router": "sglang-router", "policy": "cache_aware", "model": True}
+        floors = sorted(run.floors(fleet))
+        row = {
+            "mode": "sim",
+            **who,
+            **figures(run.result),
+            "ttft_floor_mean_s": sum(floors) / len(floors) if floors else math.nan,
+            "ttft_floor_p90_s": percentile(floors, 90),
+        }
         row["load"] = row["throughput_rps"] / saturation
         rows.append(row)
     return rows

@@ -31,6 +31,11 @@ themselves: the profile's weights still trade affinity against load.
 
 Tokens reach the gateway at the end of the step that makes them; a request's TTFT and
 latency are measured from its arrival (the gateway adds no delay).
+
+With a `ClosedLoop`, arrivals are not the trace's: `users` users take the chats in order,
+each sending a chat's next turn `think_s` after the previous turn's last token (a turn the
+engines reject counts as done at once) and the next chat once theirs is done, so the load
+follows the fleet's speed as a live closed loop's does.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from sim.replay.settings import PolicySpec, SimSettings
 from sim.traces import TraceRequest
 
 DEFAULT_MODEL = "sim"
+CLOSED_LOOP_SPAN_S = 60.0  # a closed loop's timeline: samples every span / timeline_points
 Progress = Callable[[float, int, int], None]  # (virtual time, requests done, total)
 
 
@@ -80,6 +86,21 @@ class ReplayObserver(Protocol):
     def first_token(self, now: float, request_id: str) -> None: ...
 
     def finished(self, now: float, request_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """Arrivals made by users instead of the trace (see the module docstring)."""
+
+    users: int
+    chats: tuple[tuple[int, ...], ...]  # each chat's turns as trace indices, in turn order
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.users < 1:
+            raise ValueError("a closed loop needs users >= 1")
+        if not self.think_s >= 0:
+            raise ValueError("think_s must be >= 0")
 
 
 @dataclass(slots=True)
@@ -129,9 +150,20 @@ class Replay:
         progress: Progress | None = None,
         progress_every: int = 4096,
         observer: ReplayObserver | None = None,
+        loop: ClosedLoop | None = None,
     ) -> None:
-        if any(a.arrival_s > b.arrival_s for a, b in pairwise(trace)):
+        if loop is None and any(a.arrival_s > b.arrival_s for a, b in pairwise(trace)):
             raise ValueError("the trace must be in arrival order")
+        self._loop = loop
+        # Closed loop: trace index → (chat, turn), and the next chat a free user takes.
+        self._turn_of = (
+            {i: (c, k) for c, turns in enumerate(loop.chats) for k, i in enumerate(turns)}
+            if loop is not None
+            else {}
+        )
+        if len(self._turn_of) != (len(trace) if loop is not None else 0):
+            raise ValueError("a closed loop's chats must list every trace index once")
+        self._next_chat = 0
         self.now = 0.0
         self._trace = trace
         self._spec = PolicySpec.parse(policy)
@@ -213,8 +245,13 @@ class Replay:
     def _run(self) -> ReplayResult:
         queue = self._queue
         if self._trace:
-            queue.push(self._trace[0].arrival_s, Kind.ARRIVAL)
-            span = max(self._trace[-1].arrival_s, 1e-3)
+            if self._loop is None:
+                queue.push(self._trace[0].arrival_s, Kind.ARRIVAL)
+                span = max(self._trace[-1].arrival_s, 1e-3)
+            else:
+                for _ in range(self._loop.users):
+                    self._next_chat_of_user(0.0)
+                span = CLOSED_LOOP_SPAN_S  # not known ahead: samples at this span's pace
             self._sample_every = span / max(1, self._settings.timeline_points)
             queue.push(0.0, Kind.SAMPLE)
         handlers = [  # by Kind
@@ -236,11 +273,14 @@ class Replay:
 
     # -- events ---------------------------------------------------------------------------
 
-    def _arrival(self, _subject: int, _token: int) -> None:
-        i = self._next
-        self._next += 1
-        if self._next < len(self._trace):
-            self._queue.push(self._trace[self._next].arrival_s, Kind.ARRIVAL)
+    def _arrival(self, subject: int, _token: int) -> None:
+        if self._loop is None:
+            i = self._next
+            if i + 1 < len(self._trace):
+                self._queue.push(self._trace[i + 1].arrival_s, Kind.ARRIVAL)
+        else:
+            i = subject
+        self._next += 1  # arrivals so far
         request = self._trace[i]
         config = self.replicas[0].engine.config
         output = max(1, request.output_tokens)
@@ -251,8 +291,31 @@ class Replay:
             or needed > config.num_blocks
         ):
             self._rejected += 1
+            self._turn_done(i)
             return
         self._dispatch(i, request, output)
+
+    def _turn_done(self, i: int) -> None:
+        """Closed loop: trace request `i` is done; its user sends the chat's next turn after
+        the think time, or takes the next chat."""
+        loop = self._loop
+        if loop is None:
+            return
+        chat, turn = self._turn_of[i]
+        turns = loop.chats[chat]
+        if turn + 1 < len(turns):
+            self._queue.push(self.now + loop.think_s, Kind.ARRIVAL, turns[turn + 1])
+        else:
+            self._next_chat_of_user(self.now)
+
+    def _next_chat_of_user(self, at: float) -> None:
+        assert self._loop is not None
+        chats = self._loop.chats
+        while self._next_chat < len(chats) and not chats[self._next_chat]:
+            self._next_chat += 1  # a chat without turns is done at once
+        if self._next_chat < len(chats):
+            self._queue.push(at, Kind.ARRIVAL, chats[self._next_chat][0])
+            self._next_chat += 1
 
     def _dispatch(self, i: int, request: TraceRequest, output: int) -> None:
         rid = str(i)
@@ -477,6 +540,7 @@ class Replay:
         )
         del self._live[rid]
         self._last_token_at = now
+        self._turn_done(int(rid))
 
     def _result(self) -> ReplayResult:
         stats = [r.engine.stats() for r in self.replicas]

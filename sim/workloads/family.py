@@ -284,3 +284,18 @@ def chat_trace(
             )
         )
     return out
+
+
+def closed_loop_trace(
+    chats: Sequence[Chat], block_tokens: int = 16
+) -> tuple[list[TraceRequest], tuple[tuple[int, ...], ...]]:
+    """Every turn as a trace request for a closed-loop replay (`sim.replay.ClosedLoop`),
+    chat by chat, and each chat's turns as indices into that list; the arrival times are
+    the replay's to make (all 0 here)."""
+    trace = chat_trace(chats, tuple((0.0,) * len(c.user_turns) for c in chats), block_tokens)
+    turns = []
+    start = 0
+    for chat in chats:
+        turns.append(tuple(range(start, start + len(chat.user_turns))))
+        start += len(chat.user_turns)
+    return trace, tuple(turns)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.regime.grid import Cell, FleetSpec, GridAxes, full_grid, quick_grid
+from bench.regime.grid import (
+    CONVERSATIONS,
+    OPEN_CONVERSATIONS,
+    Cell,
+    FleetSpec,
+    GridAxes,
+    full_grid,
+    quick_grid,
+)
 
 
 def test_quick_grid_is_the_issues_cell_and_a_high_reuse_cell() -> None:
@@ -48,8 +56,10 @@ def test_cells_need_their_traffic() -> None:
 def test_open_loop_cells_start_chats_for_long_enough() -> None:
     fleet = FleetSpec()
     cell = Cell(0.25, "hot", "open", load=0.9)
+    assert cell.conversations == OPEN_CONVERSATIONS
     assert cell.family(fleet, seed=1, saturation_rps=1.0).conversations == cell.conversations
     # 18 requests/s of 3-turn chats: 6 chats/s for 15 s.
     assert cell.family(fleet, seed=1, saturation_rps=20.0).conversations == 90
-    closed = quick_grid()[0]
-    assert closed.family(fleet, seed=1, saturation_rps=20.0).conversations == 48
+    closed = quick_grid()[0]  # a closed loop's chats follow from its clients' pace
+    assert closed.family(fleet, seed=1, saturation_rps=20.0).conversations == CONVERSATIONS
+    assert Cell(1.0, "hot", "closed", clients=2, conversations=5).conversations == 5

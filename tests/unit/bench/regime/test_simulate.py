@@ -1,4 +1,4 @@
-"""The simulated half of the map on tiny cells: saturation, closed-loop fixed points, rows."""
+"""The simulated half of the map on tiny cells: saturation, closed loops, rows, floors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from bench.regime.simulate import (
     cell_hit_ceiling,
     closed_loop,
     hit_ceiling,
-    mean_e2e,
     saturation_rps,
     simulate_cell,
 )
@@ -26,11 +25,13 @@ def _cell(loop: str) -> Cell:
     return Cell(0.1, "zipf", loop, prefix_tokens=512, conversations=8, **traffic)  # type: ignore[arg-type]
 
 
-def test_closed_loop_is_replayed_at_its_latency_fixed_point() -> None:
+def test_a_closed_loop_sends_every_turn_with_at_most_one_request_per_client() -> None:
     chats = family.chats(_cell("closed").family(FLEET, seed=2))
-    fit = closed_loop(chats, 4, "round-robin", FLEET)
-    assert fit.result.requests == sum(len(c.user_turns) for c in chats)
-    assert mean_e2e(fit.result) == pytest.approx(fit.latency_s, rel=0.1)
+    run = closed_loop(chats, 4, "round-robin", FLEET)
+    assert run.result.requests == len(run.trace) == sum(len(c.user_turns) for c in chats)
+    sent = sorted(run.sent_s)
+    assert sent[:4] == [0.0] * 4 and sent[4] > 0.0  # 4 clients start at once, then wait
+    assert len(run.floors(FLEET)) == len(run.trace)
 
 
 def test_rows_per_policy_with_the_maps_figures() -> None:
@@ -43,7 +44,8 @@ def test_rows_per_policy_with_the_maps_figures() -> None:
             assert r["mode"] == "sim" and r["errors"] == 0 and r["requests"] > 0
             assert 0 <= r["hit_rate"] <= 1 and r["max_mean_share"] >= 1
             assert r["ttft_p50_s"] <= r["ttft_p90_s"] and not math.isnan(r["ttft_mean_s"])
-            assert ("closed_loop_latency_s" in r) == (loop == "closed")
+            assert 0 < r["ttft_floor_mean_s"] <= r["ttft_mean_s"]
+            assert r["ttft_floor_p90_s"] <= r["ttft_p90_s"]
         assert rows == simulate_cell(
             _cell(loop), FLEET, ["prefix-aware", "round-robin"], 2, saturation
         )
@@ -69,3 +71,14 @@ def test_a_cells_ceiling_bounds_what_the_simulated_policies_hit() -> None:
     ceiling = cell_hit_ceiling(cell, FLEET, 2, 1.0)
     rows = simulate_cell(cell, FLEET, ["prefix-aware", "round-robin"], 2, 1.0)
     assert 0.0 < max(r["hit_rate"] for r in rows) <= ceiling < 1.0
+
+
+def test_the_sglang_models_row_is_sglang_routers_marked_as_a_model() -> None:
+    rows = simulate_cell(_cell("closed"), FLEET, ["prefix-aware", "sglang-model"], 2, 1.0)
+    model = rows[1]
+    assert (model["router"], model["policy"], model["model"]) == (
+        "sglang-router",
+        "cache_aware",
+        True,
+    )
+    assert "model" not in rows[0] and model["requests"] == rows[0]["requests"]
