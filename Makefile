@@ -54,9 +54,6 @@ fidelity: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench all $(BENCH_ARGS)
 
-# kvgate's default vs sglang-router, vllm-router and its own policies over 15 regimes (cache
-# pressure x popularity x load), live and simulated: ~37 min (REGIME_ARGS=--quick: ~3,
-# '--mode sim': ~2); writes out/bench/regime/{regime.json,heatmap_*.png}.
 # Envoy + kvgate epp vs Envoy round-robin vs kvgate serve, in one run: hit rate and TTFT on
 # multi-tenant chats, and the latency each adds at 200 req/s over stub replicas; ~2 min
 # (EPP_ARGS=--quick: ~1); writes out/bench/epp/{epp.json,epp.png}.
@@ -72,6 +69,11 @@ bench-epp: $(STAMP)
 bench-admission: $(STAMP)
 	$(BIN)/python -m bench admission $(ADMISSION_ARGS)
 
+# kvgate's default vs sglang-router, vllm-router, estimated-ttft and round-robin over 15
+# regimes (cache pressure x popularity x load), live and simulated (sglang-router by a model
+# of its algorithm there), with each cell's hit ceiling and TTFT floor: ~40 min
+# (REGIME_ARGS=--quick: ~3, '--mode sim': ~1 a router); writes
+# out/bench/regime/{regime.json,heatmap_*.png}.
 .PHONY: bench-regime
 bench-regime: $(STAMP)
 	$(BIN)/python -m bench regime $(REGIME_ARGS)

@@ -16,16 +16,20 @@ The full grid is two slices that share their pressure axis (default 0.25, 1.5, 4
   run, ramp-up and tail included, it is lower (`offered_load` in `regime.json`: 0.3–0.5
   and 0.7–0.8). Open loops get enough chats to keep starting them for `OPEN_MIN_SPAN_S`.
 
-Each cell has 48 chats by default (~144 requests). At high pressure they touch only part
-of the tenants (`pressure_touched` in `regime.json`: 0.75–1.25 where 1.5 is defined,
-1.4–1.75 where 4 is).
+A closed-loop cell has 144 chats (~430 requests): with 48, every client's first prompt
+arriving at once on empty caches made up a third of the first turns and most of the mean
+TTFT, so the map measured a cold start more than routing. Open loops keep at least 48
+chats and `OPEN_MIN_SPAN_S` of starts (their arrivals do not come in one burst). The chats
+touch only part of the tenants where pressure is high (`pressure_touched` in
+`regime.json`: closed loops 1.15–1.45 where 1.5 is defined, 2.4–3.1 where 4 is; open loops
+1.1 and 1.6).
 
-That is 15 cells: 36 minutes live and simulated with 7 routers on 2 cores; the axes are
-arguments (`--pressures`, `--loads`, ...), so the simulator, at seconds a cell, can map
-a denser grid. The issue's measured cell is `p1.5-hot-closed16` (4 replicas, 30 tenants
-of 2,048-token prompts: 1.5× the fleet's KV capacity); `p0.25-uniform-closed16` is the
-high-reuse cell (5 tenants, every prefix fits on every replica). `--quick` runs those
-two only.
+That is 15 cells. The simulator maps them in about a minute a router and seed; live, each
+router's run of a cell takes 20–40 s with the fleet's start. The axes are arguments
+(`--pressures`, `--loads`, ...). The issue's measured cell is `p1.5-hot-closed16` (4
+replicas, 30 tenants of 2,048-token prompts: 1.5× the fleet's KV capacity);
+`p0.25-uniform-closed16` is the high-reuse cell (5 tenants, every prefix fits on every
+replica). `--quick` runs those two only.
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 A row is one (cell, mode, router) with the figures of `bench.regime.simulate.figures` or
 `bench.regime.live.figures`. Ratios compare kvgate's default (`prefix-aware`) with a
-baseline in the same cell and mode — sglang-router `cache_aware` (live only: the peers are
-not in the simulator) and kvgate `round-robin` — as mean and p90 TTFT ratios (below 1:
-kvgate faster), the hit rate difference in points and both max/mean load shares. Each
-(mode, baseline) gets a heat map PNG: one panel for the mean ratio and one for p90, a
-column per pressure and a row per rest-of-the-cell, each square annotated with its ratio
-and coloured on a log scale centred at 1.0 (blue: kvgate faster, red: slower).
+baseline in the same cell and mode — sglang-router `cache_aware` (in the simulator, its
+model) and kvgate `round-robin` — as mean and p90 TTFT ratios (below 1: kvgate faster), the
+hit rate difference in points, both max/mean load shares, and the floor's ratios: the
+simulated TTFT floor of kvgate's run over the baseline's TTFT, below which no router can
+go. Each (mode, baseline) gets a heat map PNG: one panel for the mean ratio and one for
+p90, a column per pressure and a row per rest-of-the-cell, each square annotated with its
+ratio (and "≥ floor ratio" where simulated) and coloured on a log scale centred at 1.0
+(blue: kvgate faster, red: slower).
 """
 
 from __future__ import annotations
