@@ -1,5 +1,6 @@
-"""The admin listener (`server.admin_port`): `/admin/backends`, `/admin/route`, `/metrics`,
-and FastAPI's `/docs` and `/openapi.json`, on a port of their own.
+"""The admin listener (`server.admin_port`): `/admin/backends` (state; add, drain, resume,
+remove: `gateway.admin_ops`), `/admin/reload`, `/admin/route`, `/metrics`, and FastAPI's
+`/docs` and `/openapi.json`, on a port of their own.
 
 The handlers are thin: state and dry runs come from the gateway (`AdminSource`, which the
 API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones. The admin
@@ -20,11 +21,12 @@ from typing import Annotated, Any, Literal, Protocol
 
 import orjson
 import uvicorn
-from fastapi import Depends, FastAPI, Query, Request, Response, Security
+from fastapi import Body, Depends, FastAPI, Path, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.config import GatewayConfig, ServerSection
+from gateway.admin_ops import AdminOperations
+from gateway.config import BackendEntry, GatewayConfig, ServerSection
 from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
 from gateway.front_door import AdminAccess
 from gateway.http.limits import ServerEvents, ServerLimits
@@ -46,6 +48,7 @@ class AdminSource(Protocol):
     """What the admin endpoints read: the gateway (`gateway.app.GatewayApp`)."""
 
     config: GatewayConfig
+    operations: AdminOperations
 
     def backends_state(self) -> dict[str, Any]: ...
 
@@ -56,8 +59,8 @@ class AdminSource(Protocol):
     ) -> dict[str, Any]: ...
 
 
-def _json(payload: Any) -> Response:
-    return Response(orjson.dumps(payload), media_type="application/json")
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status, media_type="application/json")
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -92,7 +95,9 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
 
     app = FastAPI(
         title="kvgate admin",
-        description="Backend state, dry-run routing and Prometheus metrics of a kvgate gateway.",
+        description="Backend state and changes (add, drain, resume, remove), config reload, "
+        "dry-run routing and Prometheus metrics of a kvgate gateway. Changes last until the "
+        "process ends; the config file is not written.",
         dependencies=[Depends(require_admin)] if access.digest is not None else [],
     )
     app.add_exception_handler(GatewayError, _gateway_error)
@@ -101,6 +106,8 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
     @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
     async def backends() -> Response:
         return _json(source.backends_state())
+
+    add_backend_routes(app, source.operations)
 
     @app.post(
         "/admin/route",
@@ -126,6 +133,50 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
         return Response(source.metrics_page(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+_BackendId = Annotated[str, Path(description="the backend's id, as /admin/backends lists it")]
+
+
+def add_backend_routes(app: FastAPI, ops: AdminOperations) -> None:
+    """The write endpoints (`gateway.admin_ops` has the table of what each does)."""
+
+    @app.post("/admin/backends", status_code=201, summary="Add a backend (a `backends:` entry)")
+    async def add(entry: Annotated[BackendEntry, Body()]) -> Response:
+        return _json(ops.add(entry), 201)
+
+    @app.post(
+        "/admin/backends/{backend_id:path}/drain",
+        summary="Route no new requests to a backend; those in flight finish",
+    )
+    async def drain(
+        backend_id: _BackendId,
+        remove: Annotated[
+            bool, Query(description="remove the backend once its last request has ended")
+        ] = False,
+    ) -> Response:
+        return _json(ops.drain(backend_id, remove=remove))
+
+    @app.post("/admin/backends/{backend_id:path}/resume", summary="Put a drained backend back")
+    async def resume(backend_id: _BackendId) -> Response:
+        return _json(ops.resume(backend_id))
+
+    @app.delete(
+        "/admin/backends/{backend_id:path}",
+        summary="Remove a backend: at once if idle (200), else drained first (202)",
+    )
+    async def remove(
+        backend_id: _BackendId,
+        force: Annotated[
+            bool, Query(description="remove it now; its requests in flight still finish")
+        ] = False,
+    ) -> Response:
+        status, body = ops.remove(backend_id, force=force)
+        return _json(body, status)
+
+    @app.post("/admin/reload", summary="Reload the config file (as SIGHUP); 400 if it is bad")
+    async def reload() -> Response:
+        return _json(await ops.reload())
 
 
 class AdminListener:
