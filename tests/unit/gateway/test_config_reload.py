@@ -15,6 +15,7 @@ from gateway.config import ConfigError, GatewayConfig, load_config, parse_config
 from gateway.config_reload import ConfigReloader, changed_fields, is_live
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
+from tests.support.waiting import async_wait_until
 
 BASE: dict[str, Any] = {
     "backends": [{"url": "http://a:1", "id": "a"}, {"url": "http://b:2", "id": "b"}],
@@ -98,7 +99,7 @@ def test_restart_fields_are_reported_and_keep_their_running_value(
 def test_a_profile_that_does_not_build_rejects_the_whole_reload() -> None:
     app = _app()
     bad = {"picker": {"type": "no-such-picker"}}
-    with pytest.raises(ConfigError, match="routing: .*no-such-picker"):
+    with pytest.raises(ConfigError, match=r"routing: .*no-such-picker"):
         app.reconfigure(
             parse_config(
                 {
@@ -169,17 +170,11 @@ async def test_a_watched_file_reloads_when_it_changes_and_on_request(tmp_path: P
         await asyncio.sleep(0.1)
         assert reloads == []  # unchanged: nothing to do
         _write(path, {**BASE, "routing": {"policy": "session"}})
-        await _until(lambda: reloads == ["session"])
+        await async_wait_until(lambda: reloads == ["session"])
         reloader.request()  # SIGHUP: reloads an unchanged file too
-        await _until(lambda: reloads == ["session", "session"])
+        await async_wait_until(lambda: reloads == ["session", "session"])
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
     assert app.scheduler.default_profile == "session"
-
-
-async def _until(check: Any, within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():
-            await asyncio.sleep(0.01)
