@@ -21,13 +21,22 @@ from typing import Annotated, Any, Literal, Protocol
 
 import orjson
 import uvicorn
-from fastapi import Body, Depends, FastAPI, Path, Query, Request, Response, Security
+from fastapi import Depends, FastAPI, Path, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
-from gateway.admin_ops import AdminOperations
+from gateway.admin_ops import AdminOperations, parse_backend_entry
 from gateway.config import BackendEntry, GatewayConfig, ServerSection
-from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
+from gateway.errors import (
+    BadRequestError,
+    GatewayError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    error_body,
+)
 from gateway.front_door import AdminAccess
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
@@ -72,8 +81,26 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 async def _invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return await _gateway_error(request, BadRequestError(f"{where}: {first['msg']}"))
+    where, *path = (str(p) for p in first["loc"])
+    name = ".".join(path)
+    shown = f"{where} parameter {name}" if where in ("query", "path") and name else name or where
+    return await _gateway_error(request, BadRequestError(f"{shown}: {first['msg']}"))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (no route, wrong method) as the gateway's errors."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 404:
+        return await _gateway_error(request, NotFoundError(f"no route for {method} {path}"))
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        methods = tuple(m.strip() for m in allow.split(",") if m.strip())
+        message = f"method {method} not allowed on {path}"
+        return await _gateway_error(request, MethodNotAllowedError(message, allow=methods))
+    error_type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+    body = error_body(str(exc.detail), error_type, f"http_{exc.status_code}")
+    return Response(body, exc.status_code, exc.headers, media_type="application/json")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -102,12 +129,13 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
     )
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # not FastAPI's 422
+    app.add_exception_handler(HTTPException, _http_error)  # not {"detail": ...}
 
     @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
     async def backends() -> Response:
         return _json(source.backends_state())
 
-    add_backend_routes(app, source.operations)
+    add_backend_routes(app, source)
 
     @app.post(
         "/admin/route",
@@ -138,11 +166,47 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
 _BackendId = Annotated[str, Path(description="the backend's id, as /admin/backends lists it")]
 
 
-def add_backend_routes(app: FastAPI, ops: AdminOperations) -> None:
-    """The write endpoints (`gateway.admin_ops` has the table of what each does)."""
+def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its `$defs` put in place (an operation's schema cannot
+    point at a `$defs` of its own)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
 
-    @app.post("/admin/backends", status_code=201, summary="Add a backend (a `backends:` entry)")
-    async def add(entry: Annotated[BackendEntry, Body()]) -> Response:
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        return [inline(v) for v in node] if isinstance(node, list) else node
+
+    return dict(inline(schema))
+
+
+_ENTRY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_schema(BackendEntry)}},
+        "description": "a `backends:` entry of the config file, as JSON",
+    }
+}
+
+
+def add_backend_routes(app: FastAPI, source: AdminSource) -> None:
+    """The write endpoints (`gateway.admin_ops` has the table of what each does)."""
+    ops = source.operations
+
+    # The body is read and checked as on the API port (same limit, same errors), not by
+    # FastAPI's model binding; `_ENTRY_BODY` documents it.
+    @app.post(
+        "/admin/backends",
+        status_code=201,
+        summary="Add a backend (a `backends:` entry); 409 if its id is taken",
+        openapi_extra=_ENTRY_BODY,
+    )
+    async def add(request: Request) -> Response:
+        body = await _read_body(request, source.config.server.max_body_bytes)
+        entry = parse_backend_entry(body, request.headers.get("content-type"))
         return _json(ops.add(entry), 201)
 
     @app.post(

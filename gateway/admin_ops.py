@@ -5,7 +5,8 @@ Both listeners give the same answers through `AdminOperations`: the admin port's
 the admin key (`handle`, plain ASGI).
 
 - `POST /admin/backends` with a `backends:` entry as JSON: added, probed at once, routed to
-  once healthy; 201, 409 if the id is taken, 400 naming a bad field.
+  once healthy; 201, 409 if the id is taken, 400 naming a bad field, 413 over
+  `server.max_body_bytes`, 415 if the body is not JSON.
 - `POST /admin/backends/{id}/drain[?remove=true]`: no new requests go there, those in flight
   finish (with `remove`, it then leaves the pool); 200.
 - `POST /admin/backends/{id}/resume`: back in rotation; 200.
@@ -14,8 +15,10 @@ the admin key (`handle`, plain ASGI).
 - `POST /admin/reload`: the config file reloaded, as on SIGHUP; 200 with what changed, 400
   naming the bad field (the running config stays).
 
-Unknown ids get 404; a discovered backend can be drained, not removed (409). Changes made
-here last until the process ends: the config file is not written.
+Unknown ids get 404; a discovered backend can be drained, not removed (409); a bad query
+flag gets 400, an unknown path 404, a wrong method 405. Every error is the gateway's
+OpenAI-shaped JSON, the same on both listeners. Changes made here last until the process
+ends: the config file is not written.
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ from urllib.parse import parse_qs
 import orjson
 from pydantic import ValidationError
 
-from gateway.asgi import Receive, Scope, Send, read_body, send_json
+from gateway.asgi import (
+    Receive,
+    Scope,
+    Send,
+    check_json_content_type,
+    header_map,
+    read_body,
+    send_json,
+)
 from gateway.config import BackendEntry, ConfigError
 from gateway.config_reload import ConfigReloader
 from gateway.errors import BadRequestError, ConflictError, MethodNotAllowedError, NotFoundError
@@ -78,19 +89,27 @@ class AdminOperations:
             raise BadRequestError(str(exc), code="invalid_config") from None
 
 
-def parse_backend_entry(body: bytes) -> BackendEntry:
-    """A `backends:` entry of the config, as JSON; 400 naming the first bad field."""
+def parse_backend_entry(body: bytes, content_type: str | None = None) -> BackendEntry:
+    """A `backends:` entry of the config, as JSON: 415 if the body is not JSON, 400 if it is
+    not an object or names a bad field (the first one, by its path: `kv_events.endpoint`)."""
+    check_json_content_type(content_type)
     try:
         data = orjson.loads(body) if body else None
     except orjson.JSONDecodeError as exc:
         raise BadRequestError(
             f"request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
+    if not isinstance(data, dict):
+        raise BadRequestError(
+            "request body must be a JSON object: a `backends:` entry, e.g. "
+            '{"url": "http://10.0.0.7:8000", "id": "gpu-7"}',
+            code="invalid_backend",
+        )
     try:
         return BackendEntry.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(body)"
+        where = ".".join(str(p) for p in err["loc"])
         raise BadRequestError(f"{where}: {err['msg']}", code="invalid_backend") from None
 
 
@@ -108,7 +127,8 @@ async def handle(
     method, path = scope["method"], scope["path"]
     params = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
     if path == BACKENDS and method == "POST":
-        entry = parse_backend_entry(await read_body(receive, max_body_bytes))
+        body = await read_body(receive, max_body_bytes)
+        entry = parse_backend_entry(body, header_map(scope).get("content-type"))
         await send_json(send, 201, ops.add(entry))
     elif path == RELOAD and method == "POST":
         await send_json(send, 200, await ops.reload())
@@ -134,4 +154,7 @@ async def _one_backend(
     elif method == "POST":
         raise NotFoundError(f"no route for POST {BACKENDS}/{rest}: use .../drain or .../resume")
     else:
-        raise MethodNotAllowedError(f"method {method} not allowed here", allow=("DELETE", "POST"))
+        where = f"{BACKENDS}/{rest}"
+        raise MethodNotAllowedError(
+            f"method {method} not allowed on {where}", allow=("DELETE", "POST")
+        )

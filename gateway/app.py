@@ -29,6 +29,7 @@ from gateway.asgi import (
     Scope,
     Send,
     TrackedSend,
+    check_json_content_type,
     disconnect_signal,
     header_map,
     read_body,
@@ -45,7 +46,6 @@ from gateway.errors import (
     NoHealthyBackendError,
     NotFoundError,
     PayloadTooLargeError,
-    UnsupportedMediaTypeError,
 )
 from gateway.front_door import FrontDoor
 from gateway.header_policy import client_address
@@ -393,7 +393,7 @@ class GatewayApp:
         headers: dict[str, str],
         rec: RequestRecord,
     ) -> None:
-        _check_content_type(headers.get("content-type"))
+        check_json_content_type(headers.get("content-type"))
         limit = self.config.server.max_body_bytes
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -503,7 +503,7 @@ class GatewayApp:
         self, body: bytes, headers: Mapping[str, str], query: bytes
     ) -> dict[str, Any]:
         """`/admin/route` (both listeners); `?api=` names the API, `?policy=` a profile."""
-        _check_content_type(headers.get("content-type"))
+        check_json_content_type(headers.get("content-type"))
         params = parse_qs(query.decode("latin-1"))
         api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
         req = admin.parse_dry_run(body, api)
@@ -539,16 +539,6 @@ class GatewayApp:
         body = await read_body(receive, self.config.server.max_body_bytes)
         answer = await self.dry_run(body, header_map(scope), scope["query_string"])
         await send_json(send, 200, answer)
-
-
-def _check_content_type(value: str | None) -> None:
-    if value is None or value == "application/json":
-        return  # lenient like most OpenAI servers: a missing type is read as JSON
-    mime = value.split(";", 1)[0].strip().lower()
-    if mime != "application/json" and not mime.endswith("+json"):
-        raise UnsupportedMediaTypeError(
-            f"content type {mime or '(empty)'!r} is not supported; send application/json"
-        )
 
 
 async def _send_error(

@@ -21,6 +21,11 @@ kvgate: a KV-cache- and prefix-aware gateway for pools of OpenAI-compatible LLM 
 (vLLM, SGLang, ...). It relays OpenAI API requests to the replica that should serve them.
 """
 
+MAIN_EPILOG = """\
+Every flag of `kvgate serve` and `kvgate epp` can also be set by a KVGATE_* environment
+variable (--port: KVGATE_PORT), named in their --help; a flag given wins over it.
+"""
+
 ENV_EPILOG = """
 Every flag has an environment variable, named in [env ...] above: a flag given wins over it,
 and it wins over the config file. KVGATE_BACKEND lists backends separated by spaces, or by
@@ -130,6 +135,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         os.environ if environ is None else environ,
         prog="kvgate",
         description=DESCRIPTION,
+        epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from gateway.app import build_app
@@ -62,28 +63,54 @@ def test_backends_are_added_drained_and_removed_on_the_api_port_with_the_admin_k
     assert set(_ids(admin)) == {"one"}
 
 
-def test_bad_admin_requests_get_openai_shaped_errors(
-    fake_engines: StartEngines, start_gateway: StartGateway, client: Client
+B = "/admin/backends"
+TEXT = {"content": b'{"url": "http://127.0.0.1:9"}', "headers": {"content-type": "text/plain"}}
+# method, path, request arguments -> status, error code, part of the message
+BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, str, str]] = [
+    ("POST", B, {"json": {"id": "x"}}, 400, "invalid_backend", "url: Field required"),
+    ("POST", B, {"json": {"url": "ftp://x"}}, 400, "invalid_backend", "url: "),
+    ("POST", B, {"json": {"url": "http://h:1", "colour": 1}}, 400, "invalid_backend", "colour: "),
+    ("POST", B, {"json": {"url": "http://h:1", "kv_events": {"endpoint": 5}}}, 400,
+     "invalid_backend", "kv_events.endpoint: "),
+    ("POST", B, {"json": ["x"]}, 400, "invalid_backend", "must be a JSON object"),
+    ("POST", B, {}, 400, "invalid_backend", "must be a JSON object"),
+    ("POST", B, {"content": b"{"}, 400, "invalid_json", "not valid JSON"),
+    ("POST", B, TEXT, 415, "unsupported_media_type", "'text/plain'"),
+    ("POST", B, {"json": {"url": "http://" + "a" * 5000}}, 413, "payload_too_large", "4096 bytes"),
+    ("POST", B, {"json": {"url": "http://h:1", "id": "one"}}, 409, "conflict", "'one' is taken"),
+    ("POST", B + "/nope/drain", {}, 404, "not_found", "no backend 'nope'"),
+    ("POST", B + "/nope/resume", {}, 404, "not_found", "no backend 'nope'"),
+    ("DELETE", B + "/nope", {}, 404, "not_found", "no backend 'nope'"),
+    ("DELETE", B + "/one?force=perhaps", {}, 400, "invalid_request", "query parameter force"),
+    ("POST", B + "/one/drain?remove=2", {}, 400, "invalid_request", "query parameter remove"),
+    ("POST", "/admin/reload", {}, 409, "conflict", "no config to reload"),
+    ("PUT", B, {}, 405, "method_not_allowed", "method PUT not allowed on /admin/backends"),
+    ("GET", B + "/one", {}, 405, "method_not_allowed", "method GET not allowed on"),
+    ("GET", "/admin/reload", {}, 405, "method_not_allowed", "method GET not allowed on"),
+    ("GET", "/admin/nothing", {}, 404, "not_found", "no route for GET /admin/nothing"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("listener", ["api-port", "admin-port"])
+def test_bad_admin_requests_get_the_same_openai_shaped_errors_on_both_listeners(
+    fake_engines: StartEngines, start_gateway: StartGateway, listener: str
 ) -> None:
     [(_, s1)] = fake_engines(1)
-    _app, gw = start_gateway([{"url": s1.url, "id": "one"}], security=SECURITY)
-    admin = client(gw, headers=ADMIN)
-    cases = [
-        (admin.post("/admin/backends", json={"id": "x"}), 400, "url: Field required"),
-        (admin.post("/admin/backends", json={"url": "ftp://x"}), 400, "url: "),
-        (admin.post("/admin/backends", json={"url": s1.url, "colour": 1}), 400, "colour"),
-        (admin.post("/admin/backends", content=b"{"), 400, "not valid JSON"),
-        (admin.post("/admin/backends/nope/drain"), 404, "no backend 'nope'"),
-        (admin.delete("/admin/backends/nope"), 404, "no backend 'nope'"),
-        (admin.post("/admin/backends/one/explode"), 404, "drain or .../resume"),
-        (admin.delete("/admin/backends/one?force=perhaps"), 400, "force"),
-        (admin.post("/admin/reload"), 409, "no config to reload"),
-        (admin.put("/admin/backends"), 405, "method PUT"),
-    ]
-    for answer, status, text in cases:
-        assert answer.status_code == status, answer.text
-        assert text in answer.json()["error"]["message"], answer.text
-    assert set(_ids(admin)) == {"one"}
+    server = {"max_body_bytes": 4096, **({"admin_port": 0} if listener == "admin-port" else {})}
+    app, gw = start_gateway([{"url": s1.url, "id": "one"}], security=SECURITY, server=server)
+    listening = app.front_door.listener
+    url = gw.url if listening is None else f"http://127.0.0.1:{listening.port}"
+    with httpx.Client(base_url=url, headers=ADMIN, timeout=10.0) as admin:
+        for method, path, kwargs, status, code, text in BAD_REQUESTS:
+            answer = admin.request(method, path, **kwargs)
+            assert answer.status_code == status, (method, path, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == code and error["type"] == "invalid_request_error", error
+            assert text in error["message"], (method, path, answer.text)
+            if status == 405:
+                assert answer.headers["allow"], answer.headers
+        assert set(_ids(admin)) == {"one"}
+        assert not _ids(admin)["one"]["draining"]
 
 
 def test_drain_routes_new_requests_elsewhere_while_the_stream_in_flight_finishes(
@@ -141,7 +168,7 @@ def test_the_admin_listener_has_the_operations_and_documents_them(
         assert added.status_code == 201, added.text
         missing = admin.post("/admin/backends", json={"id": "x"})
         assert missing.status_code == 400
-        assert missing.json()["error"]["message"] == "body.url: Field required"
+        assert missing.json()["error"]["message"] == "url: Field required"
         assert admin.post("/admin/backends/two/drain?remove=true").status_code == 200
         wait_until(lambda: "two" not in _ids(admin))
         assert admin.delete("/admin/backends/one").status_code == 200
@@ -160,3 +187,8 @@ def test_the_admin_listener_has_the_operations_and_documents_them(
     assert "post" in paths["/admin/backends/{backend_id}/resume"]
     assert "delete" in paths["/admin/backends/{backend_id}"]
     assert "post" in paths["/admin/reload"]
+    body = paths["/admin/backends"]["post"]["requestBody"]["content"]["application/json"]
+    schema = body["schema"]  # the config's `backends:` entry, nested models in place
+    assert schema["required"] == ["url"]
+    assert {"url", "id", "engine", "models", "kv_events"} <= set(schema["properties"])
+    assert "$ref" not in str(schema)

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from gateway.auth import hash_key
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
@@ -32,6 +33,8 @@ from tests.support.servers import ServerThread
 pytestmark = pytest.mark.timeout(90)
 MODEL = "emu"
 PHASE_S = 1.5  # load before, between and after the changes
+ADMIN = {"authorization": "Bearer adm"}  # the admin key: changes go through the credential
+SECURITY = {"backend_header": "id", "admin_key_sha256": hash_key("adm")}
 
 StartReplicas = Callable[[int], list[ServerThread]]
 
@@ -63,7 +66,7 @@ def gateways(tmp_path: Path) -> Any:
 
 
 def _config(backends: dict[str, str], **sections: Any) -> dict[str, Any]:
-    config = gateway_config([], security={"backend_header": "id"}, **sections)
+    config = gateway_config([], security=SECURITY, **sections)
     config["backends"] = [{"url": url, "id": name} for name, url in backends.items()]
     return config
 
@@ -100,11 +103,14 @@ async def test_a_backend_added_and_another_removed_under_load(
     a, b, c = replicas(3)
     gw = gateways(_config({"a": a.url, "b": b.url}))
     async with (
-        httpx.AsyncClient(base_url=gw.url, timeout=10.0) as admin,
+        httpx.AsyncClient(base_url=gw.url, headers=ADMIN, timeout=10.0) as admin,
         ContinuousLoad(gw.url, MODEL, clients=6) as load,
     ):
         await asyncio.sleep(PHASE_S)
-        added = await admin.post("/admin/backends", json={"url": c.url, "id": "c"})
+        entry = {"url": c.url, "id": "c"}
+        async with httpx.AsyncClient(base_url=gw.url) as anonymous:
+            assert (await anonymous.post("/admin/backends", json=entry)).status_code == 401
+        added = await admin.post("/admin/backends", json=entry)
         assert added.status_code == 201, added.text
         await _poll(lambda: _healthy(admin, "c"))
         c_in = time.monotonic()
@@ -145,7 +151,7 @@ async def test_sighup_reloads_backends_and_policy_under_load_and_a_bad_file_is_r
     gw = gateways(_config({"a": a.url, "b": b.url}))
     path = gw.config_path
     async with (
-        httpx.AsyncClient(base_url=gw.url, timeout=10.0) as admin,
+        httpx.AsyncClient(base_url=gw.url, headers=ADMIN, timeout=10.0) as admin,
         ContinuousLoad(gw.url, MODEL, clients=6) as load,
     ):
         await asyncio.sleep(PHASE_S)
@@ -175,7 +181,7 @@ async def test_sighup_reloads_backends_and_policy_under_load_and_a_bad_file_is_r
     assert set(await _ids(gw)) == {"a", "c"}  # the bad file changed nothing
     line = next(x for x in gw.log_text().splitlines() if "rejected" in x)
     assert "routing.policy" in line
-    async with httpx.AsyncClient(base_url=gw.url) as admin:
+    async with httpx.AsyncClient(base_url=gw.url, headers=ADMIN) as admin:
         assert await _policy(admin) == "least-load"
 
 
@@ -194,7 +200,7 @@ async def _policy(admin: httpx.AsyncClient) -> str:
 
 
 async def _ids(gw: GatewayProcess) -> list[str]:
-    async with httpx.AsyncClient(base_url=gw.url) as admin:
+    async with httpx.AsyncClient(base_url=gw.url, headers=ADMIN) as admin:
         return list(await _backends(admin))
 
 
