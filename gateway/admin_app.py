@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 import orjson
@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from gateway.admin_ops import AdminOperations, parse_backend_entry
+from gateway.asgi import Receive, Scope, Send, TrackedSend, send_bytes
 from gateway.config import BackendEntry, GatewayConfig, ServerSection
 from gateway.errors import (
     BadRequestError,
@@ -103,6 +104,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return Response(body, exc.status_code, exc.headers, media_type="application/json")
 
 
+class _InternalErrors:
+    """An unexpected exception: logged, answered with the gateway's OpenAI-shaped 500 (as on
+    the API port), the connection kept. Between Starlette's outer error middleware, whose
+    500 is text and whose re-raise closes the connection, and the routes."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        tracked = TrackedSend(send)
+        try:
+            await self._app(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error on admin %s %s", scope["method"], scope["path"])
+            if tracked.started:
+                raise  # too late for an answer: the server drops the connection
+            await send_bytes(send, 500, GatewayError("internal gateway error").body())
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     body = bytearray()
     async for chunk in request.stream():
@@ -130,6 +153,7 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # not FastAPI's 422
     app.add_exception_handler(HTTPException, _http_error)  # not {"detail": ...}
+    app.add_middleware(_InternalErrors)
 
     @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
     async def backends() -> Response:

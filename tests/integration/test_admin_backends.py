@@ -192,3 +192,27 @@ def test_the_admin_listener_has_the_operations_and_documents_them(
     assert schema["required"] == ["url"]
     assert {"url", "id", "engine", "models", "kv_events"} <= set(schema["properties"])
     assert "$ref" not in str(schema)
+
+
+def test_an_unexpected_failure_is_an_openai_shaped_500_and_the_listener_goes_on(
+    fake_engines: StartEngines, start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [(_, s1)] = fake_engines(1)
+    app, _gw = start_gateway([{"url": s1.url, "id": "one"}], server={"admin_port": 0})
+    assert app.front_door.listener is not None
+
+    def broken(backend_id: str) -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app.operations, "resume", broken)
+    url = f"http://127.0.0.1:{app.front_door.listener.port}"
+    with httpx.Client(base_url=url, timeout=10.0) as admin:
+        answer = admin.post("/admin/backends/one/resume")
+        assert answer.status_code == 500
+        assert answer.json()["error"] == {
+            "message": "internal gateway error",
+            "type": "internal_error",
+            "code": "internal_error",
+        }
+        assert "a bug" not in answer.text
+        assert set(_ids(admin)) == {"one"}
