@@ -81,7 +81,8 @@ class AdminOperations:
         reloader = self._reloader()
         if reloader is None:
             raise ConflictError(
-                "this gateway was not started by `kvgate serve`: no config to reload"
+                "no config to reload: this gateway was not started by `kvgate serve` or "
+                "`kvgate epp`"
             )
         try:
             return await reloader.reload("admin API")
