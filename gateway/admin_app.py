@@ -3,7 +3,8 @@ remove: `gateway.admin_ops`), `/admin/reload`, `/admin/route`, `/metrics`, and F
 `/docs` and `/openapi.json`, on a port of their own.
 
 The handlers are thin: state and dry runs come from the gateway (`AdminSource`, which the
-API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones. The admin
+API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones (FastAPI's
+validation errors as 400, Starlette's 404 and 405, and unexpected ones as 500). The admin
 key, when configured, is asked for here as well (declared as an HTTP bearer scheme, so the
 docs page's Authorize button works); the docs pages themselves describe the API only.
 
