@@ -11,8 +11,7 @@ import logging
 import os
 import random
 
-import orjson
-
+from gateway.log_format import LogFields
 from gateway.proxy import RequestRecord
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -67,4 +66,4 @@ def log_request(rec: RequestRecord, now: float) -> None:
     }
     if rec.error:
         line["error"] = clip(rec.error)
-    access_log.info("%s", orjson.dumps(line).decode())
+    access_log.info("%s", LogFields("request", line))  # json: the fields on the line itself

@@ -1,8 +1,10 @@
-"""The admin listener (`server.admin_port`): `/admin/backends`, `/admin/route`, `/metrics`,
-and FastAPI's `/docs` and `/openapi.json`, on a port of their own.
+"""The admin listener (`server.admin_port`): `/admin/backends` (state; add, drain, resume,
+remove: `gateway.admin_ops`), `/admin/reload`, `/admin/route`, `/metrics`, and FastAPI's
+`/docs` and `/openapi.json`, on a port of their own.
 
 The handlers are thin: state and dry runs come from the gateway (`AdminSource`, which the
-API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones. The admin
+API port's admin handlers use too), errors are the gateway's OpenAI-shaped ones (FastAPI's
+validation errors as 400, Starlette's 404 and 405, and unexpected ones as 500). The admin
 key, when configured, is asked for here as well (declared as an HTTP bearer scheme, so the
 docs page's Authorize button works); the docs pages themselves describe the API only.
 
@@ -15,17 +17,28 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 import orjson
 import uvicorn
-from fastapi import Depends, FastAPI, Query, Request, Response, Security
+from fastapi import Depends, FastAPI, Path, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
-from gateway.config import GatewayConfig, ServerSection
-from gateway.errors import BadRequestError, GatewayError, PayloadTooLargeError
+from gateway.admin_ops import AdminOperations, parse_backend_entry
+from gateway.asgi import Receive, Scope, Send, TrackedSend, send_bytes
+from gateway.config import BackendEntry, GatewayConfig, ServerSection
+from gateway.errors import (
+    BadRequestError,
+    GatewayError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    error_body,
+)
 from gateway.front_door import AdminAccess
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
@@ -46,6 +59,7 @@ class AdminSource(Protocol):
     """What the admin endpoints read: the gateway (`gateway.app.GatewayApp`)."""
 
     config: GatewayConfig
+    operations: AdminOperations
 
     def backends_state(self) -> dict[str, Any]: ...
 
@@ -56,8 +70,8 @@ class AdminSource(Protocol):
     ) -> dict[str, Any]: ...
 
 
-def _json(payload: Any) -> Response:
-    return Response(orjson.dumps(payload), media_type="application/json")
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status, media_type="application/json")
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -69,8 +83,48 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 async def _invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return await _gateway_error(request, BadRequestError(f"{where}: {first['msg']}"))
+    where, *path = (str(p) for p in first["loc"])
+    name = ".".join(path)
+    shown = f"{where} parameter {name}" if where in ("query", "path") and name else name or where
+    return await _gateway_error(request, BadRequestError(f"{shown}: {first['msg']}"))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (no route, wrong method) as the gateway's errors."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 404:
+        return await _gateway_error(request, NotFoundError(f"no route for {method} {path}"))
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        methods = tuple(m.strip() for m in allow.split(",") if m.strip())
+        message = f"method {method} not allowed on {path}"
+        return await _gateway_error(request, MethodNotAllowedError(message, allow=methods))
+    error_type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+    body = error_body(str(exc.detail), error_type, f"http_{exc.status_code}")
+    return Response(body, exc.status_code, exc.headers, media_type="application/json")
+
+
+class _InternalErrors:
+    """An unexpected exception: logged, answered with the gateway's OpenAI-shaped 500 (as on
+    the API port), the connection kept. Between Starlette's outer error middleware, whose
+    500 is text and whose re-raise closes the connection, and the routes."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        tracked = TrackedSend(send)
+        try:
+            await self._app(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error on admin %s %s", scope["method"], scope["path"])
+            if tracked.started:
+                raise  # too late for an answer: the server drops the connection
+            await send_bytes(send, 500, GatewayError("internal gateway error").body())
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -92,15 +146,21 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
 
     app = FastAPI(
         title="kvgate admin",
-        description="Backend state, dry-run routing and Prometheus metrics of a kvgate gateway.",
+        description="Backend state and changes (add, drain, resume, remove), config reload, "
+        "dry-run routing and Prometheus metrics of a kvgate gateway. Changes last until the "
+        "process ends; the config file is not written.",
         dependencies=[Depends(require_admin)] if access.digest is not None else [],
     )
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)  # not FastAPI's 422
+    app.add_exception_handler(HTTPException, _http_error)  # not {"detail": ...}
+    app.add_middleware(_InternalErrors)
 
     @app.get("/admin/backends", summary="Every backend's health, load, metrics and cache state")
     async def backends() -> Response:
         return _json(source.backends_state())
+
+    add_backend_routes(app, source)
 
     @app.post(
         "/admin/route",
@@ -126,6 +186,86 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
         return Response(source.metrics_page(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+_BackendId = Annotated[str, Path(description="the backend's id, as /admin/backends lists it")]
+
+
+def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its `$defs` put in place (an operation's schema cannot
+    point at a `$defs` of its own)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        return [inline(v) for v in node] if isinstance(node, list) else node
+
+    return dict(inline(schema))
+
+
+_ENTRY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_schema(BackendEntry)}},
+        "description": "a `backends:` entry of the config file, as JSON",
+    }
+}
+
+
+def add_backend_routes(app: FastAPI, source: AdminSource) -> None:
+    """The write endpoints (`gateway.admin_ops` has the table of what each does)."""
+    ops = source.operations
+
+    # The body is read and checked as on the API port (same limit, same errors), not by
+    # FastAPI's model binding; `_ENTRY_BODY` documents it.
+    @app.post(
+        "/admin/backends",
+        status_code=201,
+        summary="Add a backend (a `backends:` entry); 409 if its id is taken",
+        openapi_extra=_ENTRY_BODY,
+    )
+    async def add(request: Request) -> Response:
+        body = await _read_body(request, source.config.server.max_body_bytes)
+        entry = parse_backend_entry(body, request.headers.get("content-type"))
+        return _json(ops.add(entry), 201)
+
+    @app.post(
+        "/admin/backends/{backend_id:path}/drain",
+        summary="Route no new requests to a backend; those in flight finish",
+    )
+    async def drain(
+        backend_id: _BackendId,
+        remove: Annotated[
+            bool, Query(description="remove the backend once its last request has ended")
+        ] = False,
+    ) -> Response:
+        return _json(ops.drain(backend_id, remove=remove))
+
+    @app.post("/admin/backends/{backend_id:path}/resume", summary="Put a drained backend back")
+    async def resume(backend_id: _BackendId) -> Response:
+        return _json(ops.resume(backend_id))
+
+    @app.delete(
+        "/admin/backends/{backend_id:path}",
+        summary="Remove a backend: at once if idle (200), else drained first (202)",
+    )
+    async def remove(
+        backend_id: _BackendId,
+        force: Annotated[
+            bool, Query(description="remove it now; its requests in flight still finish")
+        ] = False,
+    ) -> Response:
+        status, body = ops.remove(backend_id, force=force)
+        return _json(body, status)
+
+    @app.post("/admin/reload", summary="Reload the config file (as SIGHUP); 400 if it is bad")
+    async def reload() -> Response:
+        return _json(await ops.reload())
 
 
 class AdminListener:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from adapters.kv_events import KvEventBatch
-from gateway import admin
+from gateway import admin, admin_ops
 from gateway.access_log import clip, log_request, request_id_from, request_id_var
 from gateway.admission import build_admission
 from gateway.asgi import (
@@ -29,6 +29,7 @@ from gateway.asgi import (
     Scope,
     Send,
     TrackedSend,
+    check_json_content_type,
     disconnect_signal,
     header_map,
     read_body,
@@ -37,6 +38,7 @@ from gateway.asgi import (
     send_json,
 )
 from gateway.config import ConfigError, GatewayConfig
+from gateway.config_reload import ConfigReloader, LiveConfig
 from gateway.errors import (
     ClientDisconnectedError,
     GatewayError,
@@ -44,11 +46,11 @@ from gateway.errors import (
     NoHealthyBackendError,
     NotFoundError,
     PayloadTooLargeError,
-    UnsupportedMediaTypeError,
 )
 from gateway.front_door import FrontDoor
 from gateway.header_policy import client_address
 from gateway.health_metrics import BackendHealthCollector
+from gateway.health_settings import health_policy, probe_readmit_s, probe_settings, scrape_settings
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
@@ -61,19 +63,19 @@ from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
+from gateway.runtime_backends import RuntimeBackends, backend_spec, kv_settings
 from gateway.state import build_shared_state
 from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
-from health.kv_events import KvEventsSettings, KvEventSubscriber
-from health.pool import BackendPool, BackendSpec
-from health.prober import Prober, ProbeSettings
-from health.scraper import Scraper, ScrapeSettings
-from health.state import HealthPolicy
+from health.pool import BackendPool
+from health.prober import Prober
+from health.scraper import Scraper
 from routing.registry import PluginError
 from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
+from scoring.profiles import build_scheduler
 from scoring.stack import build_routing_stack
 
 log = logging.getLogger(__name__)
@@ -108,40 +110,26 @@ class GatewayApp:
     ):
         self.config = config
         self.clock = clock
-        stack = build_routing_stack(config.routing, clock, rng or random.Random())
+        rng = rng or random.Random()
+        stack = build_routing_stack(config.routing, clock, rng)
         self.prefix_index, self.ttft_model = stack.index, stack.ttft_model
         self.scheduler = stack.scheduler
         h = config.health
         self.pool = BackendPool(
-            (
-                BackendSpec(url=b.url, id=b.id or "", engine=b.engine, models=tuple(b.models))
-                for b in config.backends
-            ),
-            HealthPolicy(
-                fail_threshold=h.fail_threshold,
-                success_threshold=h.success_threshold,
-                passive_fail_threshold=h.passive_fail_threshold,
-                ejection_base_s=h.ejection_base_s,
-                ejection_max_s=h.ejection_max_s,
-            ),
+            map(backend_spec, config.backends),
+            health_policy(h),
             clock,
             stale_after_s=h.metrics_stale_after_s,
         )
         self.metrics = GatewayMetrics(models=self.pool.known_models)
         # Each engine's KV-cache events keep the precise index exact for that backend.
         self.precise_index = stack.precise
-        self.kv_events = {
-            b.id: KvEventSubscriber(
-                b.id,
-                KvEventsSettings(**entry.kv_events.model_dump()),
-                self._apply_kv_batch,
-                on_lost=self.precise_index.reset,
-            )
-            for entry, b in zip(config.backends, self.pool, strict=False)  # the pool's first
-            if entry.kv_events is not None
-        }
-        # Discovered pods' publishers join and leave `kv_events` at run time.
-        self.kv_loops = KvEventLoops(self.kv_events, self.precise_index, self._apply_kv_batch)
+        # Configured publishers now; discovered pods' and runtime backends' join and leave.
+        self.kv_loops = KvEventLoops({}, self.precise_index, self._apply_kv_batch)
+        self.kv_events = self.kv_loops.subscribers
+        for entry in config.backends:
+            if (settings := kv_settings(entry)) is not None:
+                self.kv_loops.follow(backend_spec(entry).id, settings)
         self.prefix = PrefixTracker(stack.feed, stack.precise)
         # Exact prompt token ids for the precise index (a bad local path fails the start).
         self.tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(self.pool))
@@ -161,10 +149,24 @@ class GatewayApp:
         )
         self.prefix.on_dispatch = self.shared.note_dispatch
         self.metrics.registry.register(SharedStateCollector(self.shared))
-        readmit = h.probe_interval_s * h.success_threshold  # the fastest return by probes
+        readmit = probe_readmit_s(h)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
         self.recorder = _recorder(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed, self.kv_loops)
+        # Backends the admin API and config reloads add, drain and remove (discovery's: its).
+        self.backends = RuntimeBackends(
+            self.pool, self.kv_loops, self._backend_removed, config.backends, self.pod_backends.owns
+        )
+        self.live = LiveConfig(
+            config,
+            self.backends,
+            self.router,
+            self.pool,
+            lambda section: build_scheduler(section, stack.registry, clock, rng),
+        )
+        # Set by the command line (`ConfigReloader(load, app.reconfigure, ...)`) before start.
+        self.reloader: ConfigReloader | None = None
+        self.operations = admin_ops.AdminOperations(self.backends, lambda: self.reloader)
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
@@ -179,6 +181,8 @@ class GatewayApp:
             ("GET", "/v1/models"): self._models,
             ("GET", "/admin/backends"): self._admin_backends,
             ("POST", "/admin/route"): self._admin_route,
+            ("POST", admin_ops.BACKENDS): self._admin_write,
+            ("POST", admin_ops.RELOAD): self._admin_write,
         }
         for path in API_BY_PATH:
             self._routes[("POST", path)] = self._inference
@@ -198,7 +202,8 @@ class GatewayApp:
         await receive()  # lifespan.startup
         try:
             runtime = await self._start()
-            await self.front_door.open(self)  # the admin port, SIGHUP
+            reload = self.reloader.request if self.reloader is not None else None
+            await self.front_door.open(self, on_sighup=reload)  # the admin port, SIGHUP
         except Exception as exc:  # report start-up failure to the server, which exits
             log.exception("start-up failed")
             await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -261,22 +266,9 @@ class GatewayApp:
             keepalive_expiry=self.config.upstream.keepalive_expiry_s,
         )
         probe_client = CappedFetcher(UpstreamClient(probe_limits))
-        prober = Prober(
-            self.pool,
-            probe_client,
-            ProbeSettings(
-                h.probe_interval_s, h.probe_timeout_s, h.model_refresh_s, h.max_scrape_bytes
-            ),
-            on_down=self._backend_down,
-        )
+        prober = Prober(self.pool, probe_client, probe_settings(h), on_down=self._backend_down)
         await prober.initial_round()
-        scraper = Scraper(
-            self.pool,
-            probe_client,
-            ScrapeSettings(
-                h.scrape_interval_s, h.scrape_timeout_s, h.metrics_stale_after_s, h.max_scrape_bytes
-            ),
-        )
+        scraper = Scraper(self.pool, probe_client, scrape_settings(h))
         async with asyncio.TaskGroup() as tg:  # first metrics before the first request
             for backend in scraper.polled():
                 tg.create_task(scraper.scrape_once(backend))
@@ -291,6 +283,10 @@ class GatewayApp:
         if self.recorder is not None:
             loops.add("trace-recorder", self.recorder.run)
         loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
+        loops.add("backend-changes", self.backends.run)  # drained backends leave when idle
+        self.live.watch_health(health.prober, health.scraper)
+        if self.reloader is not None:
+            loops.add("config-reload", self.reloader.run)
         if (kube := self._kube) is not None:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
@@ -309,6 +305,12 @@ class GatewayApp:
             self.metrics.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
             self.metrics.in_flight.labels(b.id).set(b.in_flight)
         return self.metrics.render()
+
+    def reconfigure(self, new: GatewayConfig) -> dict[str, Any]:
+        """Apply a reloaded config's live fields (`gateway.config_reload`)."""
+        report = self.live.apply(new)
+        self.config, self.scheduler = self.live.config, self.router.scheduler
+        return report
 
     def _backend_down(self, backend_id: str) -> None:
         """Probes found a backend down: its cache may be gone, and requests still waiting
@@ -340,6 +342,8 @@ class GatewayApp:
     async def _http(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         path, method = scope["path"], scope["method"]
         handler = self._routes.get((method, path))
+        if handler is None and path.startswith(admin_ops.BACKENDS + "/"):
+            handler = self._admin_write  # /admin/backends/{id}[/drain|/resume]
         try:
             check_host(scope)
             scope["kvgate.principal"] = self.front_door.admit(scope)  # 401/404 before routing
@@ -389,7 +393,7 @@ class GatewayApp:
         headers: dict[str, str],
         rec: RequestRecord,
     ) -> None:
-        _check_content_type(headers.get("content-type"))
+        check_json_content_type(headers.get("content-type"))
         limit = self.config.server.max_body_bytes
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -482,6 +486,9 @@ class GatewayApp:
         for entry in state["backends"]:
             if (subscriber := self.kv_events.get(entry["id"])) is not None:
                 entry["kv_events"] = dataclasses.asdict(subscriber.counters)
+            if (backend := self.pool.find(entry["id"])) is not None:
+                ops = self.backends.describe(backend)
+                entry.update((k, ops[k]) for k in ("draining", "source", "remove_when_idle"))
         loops = self.loops.states() if self.loops else {}
         tokenizers = {m: dataclasses.asdict(c) for m, c in self.tokenizers.counters().items()}
         return {
@@ -496,7 +503,7 @@ class GatewayApp:
         self, body: bytes, headers: Mapping[str, str], query: bytes
     ) -> dict[str, Any]:
         """`/admin/route` (both listeners); `?api=` names the API, `?policy=` a profile."""
-        _check_content_type(headers.get("content-type"))
+        check_json_content_type(headers.get("content-type"))
         params = parse_qs(query.decode("latin-1"))
         api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
         req = admin.parse_dry_run(body, api)
@@ -523,20 +530,15 @@ class GatewayApp:
     async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         await send_json(send, 200, self.backends_state())
 
+    async def _admin_write(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        await admin_ops.handle(
+            self.operations, scope, receive, send, self.config.server.max_body_bytes
+        )
+
     async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         body = await read_body(receive, self.config.server.max_body_bytes)
         answer = await self.dry_run(body, header_map(scope), scope["query_string"])
         await send_json(send, 200, answer)
-
-
-def _check_content_type(value: str | None) -> None:
-    if value is None or value == "application/json":
-        return  # lenient like most OpenAI servers: a missing type is read as JSON
-    mime = value.split(";", 1)[0].strip().lower()
-    if mime != "application/json" and not mime.endswith("+json"):
-        raise UnsupportedMediaTypeError(
-            f"content type {mime or '(empty)'!r} is not supported; send application/json"
-        )
 
 
 async def _send_error(

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.errors import ClientDisconnectedError, PayloadTooLargeError
+from gateway.errors import ClientDisconnectedError, PayloadTooLargeError, UnsupportedMediaTypeError
 
 DISCONNECT_EXTENSION = "kvgate.disconnect"
 
@@ -62,6 +62,17 @@ def _is_sse(headers: Headers) -> bool:
 def header_map(scope: Scope) -> dict[str, str]:
     """Request headers as a lower-case dict (the last value wins for repeated names)."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def check_json_content_type(value: str | None) -> None:
+    """415 unless a request body's `content-type` is JSON (`application/json`, `*+json`)."""
+    if value is None or value == "application/json":
+        return  # lenient like most OpenAI servers: a missing type is read as JSON
+    mime = value.split(";", 1)[0].strip().lower()
+    if mime != "application/json" and not mime.endswith("+json"):
+        raise UnsupportedMediaTypeError(
+            f"content type {mime or '(empty)'!r} is not supported; send application/json"
+        )
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

@@ -3,6 +3,7 @@ demo, simulate.
 
 CLI flags cover process concerns only (where to listen, log level, where to record) plus quick
 overrides for the backends and the default policy; everything else is in the YAML config file.
+The flags of `serve` and `epp` can also be set by `KVGATE_*` variables (`gateway.cli_env`).
 Exit status: 0 on success, 1 when a server cannot listen (or the demo saw errors), 2 for a bad
 command line or config file.
 """
@@ -10,13 +11,15 @@ command line or config file.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import importlib.util
 import logging
 import socket
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.cli_parser import build_parser
 from gateway.config import (
@@ -27,6 +30,9 @@ from gateway.config import (
     parse_config,
 )
 from sim.emulator.lora import LoraSettings
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayApp
 
 
 class ListenError(Exception):
@@ -81,19 +87,38 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
     return parse_config(raw, source="command line")
 
 
-def _serve(args: argparse.Namespace) -> int:
+def configure_logging(args: argparse.Namespace) -> None:
+    """Root logging for `serve` and `epp`: one stderr handler, `--log-format` lines."""
     from gateway.access_log import RequestIdFilter
+    from gateway.log_format import TEXT_FORMAT, JsonFormatter
+
+    handler = logging.StreamHandler()
+    json = args.log_format == "json"
+    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RequestIdFilter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+
+
+def _reloadable_app(args: argparse.Namespace) -> GatewayApp:
+    """The gateway from the config, flags and variables, reloaded from them on SIGHUP,
+    `POST /admin/reload` and (`--watch-config`) when the file changes."""
     from gateway.app import build_app
+    from gateway.config_reload import ConfigReloader
+
+    if args.watch_config is not None and not args.watch_config > 0:
+        raise ConfigError(f"--watch-config: {args.watch_config} is not a positive interval")
+    app = build_app(_effective_config(args))
+    load = functools.partial(_effective_config, args)
+    app.reloader = ConfigReloader(load, app.reconfigure, args.config, args.watch_config)
+    return app
+
+
+def _serve(args: argparse.Namespace) -> int:
     from gateway.serve import run_gateway
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RequestIdFilter())
-    cfg = _effective_config(args)
-    app = build_app(cfg)
+    configure_logging(args)
+    app = _reloadable_app(args)
+    cfg = app.config
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)
@@ -124,19 +149,12 @@ def _epp(args: argparse.Namespace) -> int:
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
     import asyncio
 
-    from gateway.access_log import RequestIdFilter
-    from gateway.app import build_app
     from gateway.epp.server import serve_epp
     from gateway.epp.settings import EppSettings
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RequestIdFilter())
-    cfg = _effective_config(args)
-    app = build_app(cfg)
+    configure_logging(args)
+    app = _reloadable_app(args)
+    cfg = app.config
     ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
     check_can_listen(cfg.server.host, ports)
     settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
@@ -257,8 +275,9 @@ def _sim(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run `kvgate ARGV`; `environ` (default `os.environ`) holds the `KVGATE_*` variables."""
+    args = build_parser(environ).parse_args(argv)
     commands = {"serve": _serve, "emulate": _emulate, "demo": _demo, "check-config": _check_config}
     commands["epp"] = _epp
     commands["sim"] = _sim

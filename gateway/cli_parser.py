@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from gateway.cli_env import add_env_vars, apply_env
+from scoring.config import ConfigError
 from scoring.profiles import BUILTIN_PROFILES, RoutingSection
 from sim.emulator.lora import LoraSettings
 from sim.replay.arguments import add_sim_parser
@@ -16,7 +21,21 @@ kvgate: a KV-cache- and prefix-aware gateway for pools of OpenAI-compatible LLM 
 (vLLM, SGLang, ...). It relays OpenAI API requests to the replica that should serve them.
 """
 
-SERVE_EPILOG = """\
+MAIN_EPILOG = """\
+Every flag of `kvgate serve` and `kvgate epp` can also be set by a KVGATE_* environment
+variable (--port: KVGATE_PORT), named in their --help; a flag given wins over it.
+"""
+
+ENV_EPILOG = """
+Every flag has an environment variable, named in [env ...] above: a flag given wins over it,
+and it wins over the config file. KVGATE_BACKEND lists backends separated by spaces, or by
+commas before http:// or https://. Secrets have variables only: KVGATE_API_KEYS,
+KVGATE_ADMIN_KEY, KVGATE_UPSTREAM_API_KEY.
+"""
+
+
+SERVE_EPILOG = (
+    """\
 examples:
   kvgate serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
   kvgate serve --config kvgate.yaml --policy session --port 8080
@@ -46,7 +65,17 @@ SIGTERM drains: /ready answers 503 while requests are served for server.drain_de
 (5 s), then no new connections; responses in flight get server.shutdown_grace_s (30 s),
 and streams still open then end with an SSE error event; exit status 0. Ctrl+C skips the
 delay. Set terminationGracePeriodSeconds above the sum of the two.
+
+At runtime, the admin API adds (POST /admin/backends, a backends: entry as JSON), drains
+(POST /admin/backends/ID/drain) and removes (DELETE /admin/backends/ID) backends without
+dropping requests; /docs on --admin-port describes it. SIGHUP, POST /admin/reload or a
+change seen by --watch-config reloads the config file, flags and variables applied again:
+backends, routing.policy and profiles, and health (but its timeouts) apply at once; other
+fields need a restart (a warning names them). A bad file is rejected, an error names the
+field, and the running config stays.
 """
+    + ENV_EPILOG
+)
 
 
 def _version() -> str:
@@ -81,12 +110,38 @@ def _engine_profiles_epilog() -> str:
     return "engine profiles (--profile):\n" + "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="kvgate", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+class _Parser(argparse.ArgumentParser):
+    """`kvgate`'s parser: flags its command line leaves out come from `KVGATE_*` variables
+    (`gateway.cli_env`); a bad value fails as a bad flag does."""
+
+    def __init__(self, environ: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._environ = environ
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, rest = super().parse_known_args(args, namespace)
+        try:
+            apply_env(parsed, self._environ)
+        except ConfigError as exc:
+            self.error(str(exc))
+        return parsed, rest
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The parser; `environ` (default `os.environ`) holds the `KVGATE_*` variables."""
+    p = _Parser(
+        os.environ if environ is None else environ,
+        prog="kvgate",
+        description=DESCRIPTION,
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = p.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=argparse.ArgumentParser
+    )
     _add_serve_parser(sub)
     _add_epp_parser(sub)
     _add_emulate_parser(sub)
@@ -169,7 +224,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="share routing state with the other gateways using this Redis server, e.g. "
         "redis://10.0.0.9:6379/0 (config state.backend redis, state.url)",
     )
-    _add_log_level(s)
+    _add_process_args(s)
+    add_env_vars(s)
 
 
 def _add_routing_args(s: argparse.ArgumentParser, *, backend_help: str) -> None:
@@ -200,12 +256,28 @@ def _add_discovery_args(s: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_log_level(s: argparse.ArgumentParser) -> None:
+def _add_process_args(s: argparse.ArgumentParser) -> None:
+    """What `serve` and `epp` both take about the process: logging, config reloads."""
     s.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
         help="log level (default info)",
+    )
+    s.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text: `TIME LEVEL LOGGER [REQUEST_ID] MESSAGE` lines; json: each line one JSON "
+        "object (ts, level, logger, message, request_id, the record's fields; the access "
+        "log's fields on the line itself) (default text)",
+    )
+    s.add_argument(
+        "--watch-config",
+        type=float,
+        metavar="SECONDS",
+        help="check the --config file this often and reload it when it changes (default: "
+        "reload on SIGHUP or POST /admin/reload only)",
     )
 
 
@@ -218,7 +290,8 @@ Envoy (or a Gateway built on it) calls it over ext_proc for each request; it ans
 header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
 metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
 Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
-deploy/envoy/ in kvgate's source tree has an Envoy config that uses it.
+deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a change
+seen by --watch-config) reloads the config file as for `kvgate serve`.
 """
 
 
@@ -229,7 +302,7 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run the gateway's routing as an endpoint picker: an Envoy ext_proc gRPC "
         "server that picks the backend for each request, with a gRPC health service "
         "(liveness, readiness) and Prometheus metrics. Needs kvgate[epp].",
-        epilog=EPP_EPILOG,
+        epilog=EPP_EPILOG + ENV_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_routing_args(s, backend_help="an engine replica (static endpoints); repeat for each")
@@ -239,7 +312,8 @@ def _add_epp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
     _add_discovery_args(s)
-    _add_log_level(s)
+    _add_process_args(s)
+    add_env_vars(s)
 
 
 def _add_emulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -8,6 +8,7 @@ GatewayError                     (status, type, code, retryable)
 │   └── ModelNotFoundError       404 model_not_found
 ├── MethodNotAllowedError        405 + Allow
 ├── RequestTimeoutError          408 (the client was too slow sending its request)
+├── ConflictError                409 (admin API: the backend id is taken, or not the admin's)
 ├── PayloadTooLargeError         413
 ├── UnsupportedMediaTypeError    415
 ├── HeaderFieldsTooLargeError    431 (request line and headers over the server's limits)
@@ -102,6 +103,12 @@ class RequestTimeoutError(GatewayError):
     status = 408
     type = "invalid_request_error"
     code = "request_timeout"
+
+
+class ConflictError(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class PayloadTooLargeError(GatewayError):

@@ -104,22 +104,31 @@ class FrontDoor:
         )
         self.listener: AdminListener | None = None  # while open, with admin_port
         self._sighup = False
+        self._on_sighup: Callable[[], None] | None = None
 
-    async def open(self, source: AdminSource) -> None:
+    async def open(self, source: AdminSource, on_sighup: Callable[[], None] | None = None) -> None:
         """At start-up: warn about what is open, start the admin listener if configured
-        (OSError if it cannot bind), and re-read the keys file on SIGHUP (main thread)."""
+        (OSError if it cannot bind), and on SIGHUP (main thread) re-read the keys file and
+        call `on_sighup` (the config reload)."""
         self.log_start_up()
-        if self.keys.reloadable:
+        self._on_sighup = on_sighup
+        if self.keys.reloadable or on_sighup is not None:
             # Signals reach only the main thread's loop; elsewhere (tests) the mtime check does.
             loop = asyncio.get_running_loop()
             with contextlib.suppress(ValueError, RuntimeError):
-                loop.add_signal_handler(signal.SIGHUP, self.keys.request_reload)
+                loop.add_signal_handler(signal.SIGHUP, self._sighup_received)
                 self._sighup = True
         if self.admin_port is not None:
             from gateway.admin_app import admin_listener  # FastAPI is imported only if used
 
             self.listener = admin_listener(source, self.admin, self.admin_port)
             await self.listener.start()
+
+    def _sighup_received(self) -> None:
+        if self.keys.reloadable:
+            self.keys.request_reload()
+        if self._on_sighup is not None:
+            self._on_sighup()
 
     async def close(self) -> None:
         if self._sighup:

@@ -44,6 +44,10 @@ class PodBackends:
         self._kv_loops = kv_loops
         self._ids: set[str] = set()
 
+    def owns(self, backend_id: str) -> bool:
+        """Whether discovery added the backend (and so decides when it leaves)."""
+        return backend_id in self._ids
+
     async def run(self, conn: KubeConnection, section: DiscoverySection) -> None:
         """Watch the pool of `section` forever; cancel to stop."""
         assert section.pool is not None

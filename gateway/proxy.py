@@ -153,7 +153,7 @@ class Proxy:
         last_error: GatewayError | None = None
         for i, backend_id in enumerate(attempts):
             backend = self._pool.find(backend_id)
-            if backend is None:  # left the pool (pod discovery) since the decision
+            if backend is None or (i and backend.draining):  # left or drained since then
                 continue
             rec.backend, rec.attempts = backend_id, i + 1
             more = i + 1 < len(attempts)

@@ -52,6 +52,17 @@ class RequestRouter:
         self._section = section
         self.prefix = prefix
 
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler
+
+    def reconfigure(
+        self, scheduler: Scheduler, section: RoutingSection, probe_readmit_s: float
+    ) -> None:
+        """A reloaded config's profiles and options, for every decision from now on."""
+        self._scheduler, self._section = scheduler, section
+        self._probe_readmit_s = probe_readmit_s
+
     def route(
         self,
         req: InferenceRequest,

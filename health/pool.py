@@ -33,7 +33,15 @@ class BackendSpec:
 
 # The fields a snapshot is made of: assigning any of them drops the cached snapshot.
 _SNAPSHOT_FIELDS = frozenset(
-    {"spec", "model_cards", "metrics", "in_flight", "pending_prefill_tokens", "remote_in_flight"}
+    {
+        "spec",
+        "model_cards",
+        "metrics",
+        "in_flight",
+        "pending_prefill_tokens",
+        "remote_in_flight",
+        "draining",
+    }
 )
 
 
@@ -66,6 +74,7 @@ class Backend:
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
     remote_in_flight: int = 0  # the other gateways' requests in flight here (shared leases)
     discovered_at: float | None = None
+    draining: bool = False  # out of rotation (an operator's drain): health reads DRAINING
     # Told when `model_cards` is assigned (the pool's cache of LoRA adapters depends on them).
     on_cards_changed: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # The cached snapshot, the time it was taken at and the staleness bound it was taken with.
@@ -84,6 +93,10 @@ class Backend:
     def id(self) -> str:
         return self.spec.id
 
+    def health(self, now: float) -> Health:
+        """The probed health, or DRAINING while drained (probes go on meanwhile)."""
+        return Health.DRAINING if self.draining else self.state.health(now)
+
     @property
     def models(self) -> frozenset[str]:
         if self.spec.models:
@@ -97,7 +110,7 @@ class Backend:
             snap is not None
             and now >= self._snap_at  # an injected clock may be set back
             and stale_after_s == self._snap_stale
-            and snap.health is self.state.health(now)
+            and snap.health is self.health(now)
             and ((m := snap.metrics) is None or metrics_fresh(m.scraped_at, now, stale_after_s))
         ):
             return snap
@@ -108,7 +121,7 @@ class Backend:
             id=self.spec.id,
             url=self.spec.url,
             models=self.models,
-            health=self.state.health(now),
+            health=self.health(now),
             engine=self.spec.engine,
             metrics=metrics,
             in_flight=self.in_flight,
@@ -127,10 +140,11 @@ class BackendPool:
     Snapshots drop engine metrics scraped more than `stale_after_s` ago (None: never), so
     scorers treat them as unknown rather than trusting an old queue length.
 
-    Membership may change at runtime (pod discovery): `add` and `remove` a backend, and
-    `wait_changed` wakes the per-backend pollers so they start or stop loops. A removed
-    backend receives no new requests; requests already on it finish on the `Backend`
-    object they hold.
+    Membership may change at runtime (pod discovery, the admin API, config reloads): `add`
+    and `remove` a backend, and `wait_changed` wakes the per-backend pollers so they start or
+    stop loops. A removed backend receives no new requests; requests already on it finish on
+    the `Backend` object they hold. A draining backend stays in the pool, probed, but is not
+    healthy: it gets no new requests.
     """
 
     def __init__(
@@ -168,6 +182,20 @@ class BackendPool:
             self._membership_changed()
         return backend
 
+    @property
+    def stale_after_s(self) -> float | None:
+        return self._stale_after_s
+
+    @stale_after_s.setter
+    def stale_after_s(self, value: float | None) -> None:
+        self._stale_after_s = value
+
+    def set_policy(self, policy: HealthPolicy) -> None:
+        """Health thresholds from now on, for every backend (a config reload)."""
+        self._policy = policy
+        for backend in self._backends.values():
+            backend.state.policy = policy
+
     def find(self, backend_id: str) -> Backend | None:
         return self._backends.get(backend_id)
 
@@ -200,7 +228,7 @@ class BackendPool:
 
     def healthy(self) -> list[Backend]:
         now = self._clock()
-        return [b for b in self._backends.values() if b.state.health(now) is Health.HEALTHY]
+        return [b for b in self._backends.values() if b.health(now) is Health.HEALTHY]
 
     def served_models(self) -> dict[str, Mapping[str, Any]]:
         """Model cards across healthy backends; the first backend listing a model wins."""

@@ -46,7 +46,7 @@ class Prober:
     ):
         self._pool = pool
         self._fetcher = fetcher
-        self._settings = settings
+        self.settings = settings  # replaceable while running (a config reload)
         self._on_down = on_down  # told when a backend turns unhealthy (its cache may be gone)
         self._discovery_errors = LogLimit(log, pool.now)
 
@@ -65,7 +65,7 @@ class Prober:
             if backend.state.health(self._pool.now()) is Health.UNKNOWN:
                 await self._probe_and_discover(backend)  # added at runtime: probe at once
             while True:
-                await asyncio.sleep(self._settings.interval_s)
+                await asyncio.sleep(self.settings.interval_s)
                 await self._probe_and_discover(backend)
         finally:  # the backend left the pool (or shutdown)
             self._discovery_errors.clear(backend.id)
@@ -73,13 +73,13 @@ class Prober:
     async def _probe_and_discover(self, backend: Backend) -> None:
         ok = await self.probe(backend)
         last = backend.discovered_at
-        due = last is None or self._pool.now() - last >= self._settings.model_refresh_s
+        due = last is None or self._pool.now() - last >= self.settings.model_refresh_s
         if ok and due and not backend.spec.models:
             await self.discover_models(backend)
 
     async def probe(self, backend: Backend) -> bool:
         error: str | None = None
-        settings = self._settings
+        settings = self.settings
         try:
             url = backend.spec.url + "/health"
             answer = await self._fetcher.get(url, settings.timeout_s, settings.max_bytes)
@@ -99,7 +99,7 @@ class Prober:
 
     async def discover_models(self, backend: Backend) -> None:
         url = backend.spec.url + "/v1/models"
-        settings = self._settings
+        settings = self.settings
         try:
             answer = await self._fetcher.get(url, settings.timeout_s, settings.max_bytes)
             if not answer.ok:

@@ -63,7 +63,7 @@ class Scraper:
     ) -> None:
         self._pool = pool
         self._fetcher = fetcher
-        self._settings = settings
+        self.settings = settings  # replaceable while running (a config reload)
         self._clock = clock or pool.now
         self._adapters = adapters
         for backend in pool:
@@ -95,7 +95,7 @@ class Scraper:
                 started = loop.time()
                 await self.scrape_once(backend)
                 # Keep the period near interval_s however long the scrape took.
-                await asyncio.sleep(max(0.0, self._settings.interval_s - (loop.time() - started)))
+                await asyncio.sleep(max(0.0, self.settings.interval_s - (loop.time() - started)))
         finally:  # the backend left the pool (or shutdown): drop what was kept for it
             self._last_page.pop(backend.id, None)
             self._errors.clear(backend.id)
@@ -109,7 +109,7 @@ class Scraper:
         # this, so the metrics are never taken as fresher than they are.
         scraped_at = self._clock()
         path = adapter.metrics_path
-        settings = self._settings
+        settings = self.settings
         try:
             answer = await self._fetcher.get(
                 backend.spec.url + path, settings.timeout_s, settings.max_bytes

@@ -37,6 +37,15 @@ class HealthState:
         self._ejected_until = 0.0
         self.last_error: str | None = None
 
+    @property
+    def policy(self) -> HealthPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: HealthPolicy) -> None:
+        """New thresholds apply from the next probe or upstream result (a config reload)."""
+        self._policy = policy
+
     def health(self, now: float) -> Health:
         if now < self._ejected_until:
             return Health.EJECTED

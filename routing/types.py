@@ -25,6 +25,7 @@ class Health(enum.Enum):
     UNHEALTHY = "unhealthy"  # failed active probes
     EJECTED = "ejected"  # passively ejected after upstream failures, in backoff
     UNKNOWN = "unknown"  # not probed yet
+    DRAINING = "draining"  # taken out of rotation by an operator; requests in flight finish
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from routing import PluginRegistry, Profile, Scheduler, WeightedScorer
 from routing.registry import PluginError
@@ -131,7 +132,13 @@ class RoutingSection(BaseModel):
         available = effective_profiles(self)
         if self.policy not in available:
             names = ", ".join(sorted(available))
-            raise ValueError(f"policy {self.policy!r} is not a profile (available: {names})")
+            error = PydanticCustomError(  # at `routing.policy`, not at `routing`
+                "unknown_policy",
+                "'{policy}' is not a profile (available: {names})",
+                {"policy": self.policy, "names": names},
+            )
+            details = InitErrorDetails(type=error, loc=("policy",), input=self.policy)
+            raise ValidationError.from_exception_data(type(self).__name__, [details])
         return self
 
 

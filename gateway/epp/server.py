@@ -47,6 +47,8 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    if app.reloader is not None:  # the config file reloaded, as `kvgate serve` does
+        loop.add_signal_handler(signal.SIGHUP, app.reloader.request)
     health = await app.start_health()
     picker = EndpointPicker(app, max_fallbacks=max(0, app.config.upstream.max_attempts - 1))
     # A BUFFERED body comes in one message: room for the largest body the config allows.

@@ -1,5 +1,6 @@
 """`kvgate epp` drains on SIGTERM as `kvgate serve` does: its gRPC health turns NOT_SERVING
-at once while ext_proc keeps listening for `server.drain_delay_s`, then it stops."""
+at once while ext_proc keeps listening for `server.drain_delay_s`, then it stops. SIGHUP
+reloads its config file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sim.live.envoy import start_epp
@@ -59,3 +61,30 @@ def test_sigterm_turns_health_not_serving_while_ext_proc_keeps_listening(
                 time.sleep(0.05)
             assert time.monotonic() - sent >= 2.5, "stopped before the drain delay"
         assert "Traceback" not in (tmp_path / "epp.log").read_text()
+
+
+def test_sighup_reloads_the_epps_backends(tmp_path: Path) -> None:
+    child, [a, b] = start_emulator(2, "demo", "kvgate-demo", tmp_path / "emulator.log")
+    config = tmp_path / "kvgate.yaml"
+    config.write_text(f"backends:\n  - url: {a}\n")
+    with child:
+        epp = start_epp([], tmp_path / "epp.log", config=config, extra=["--log-level", "info"])
+        with epp.proc:
+            assert _backends_up(epp.metrics_url) == {a.split("//")[1]}
+            config.write_text(f"backends:\n  - url: {b}\n")
+            os.kill(epp.proc.pid, signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while _backends_up(epp.metrics_url) != {b.split("//")[1]}:
+                assert time.monotonic() < deadline, "SIGHUP did not reload the backends"
+                time.sleep(0.05)
+            assert epp.proc.running
+    assert "config reloaded: backends +1 -1" in (tmp_path / "epp.log").read_text()
+
+
+def _backends_up(metrics_url: str) -> set[str]:
+    page = httpx.get(metrics_url, timeout=5.0).text
+    return {
+        line.split('backend="', 1)[1].split('"', 1)[0]
+        for line in page.splitlines()
+        if line.startswith("kvgate_backend_healthy{")
+    }

@@ -62,6 +62,7 @@ def test_an_overflowing_metrics_page_does_not_stop_health_checking(
             PROBE_LOOP: "running",
             "metrics-scrapes": "running",
             "admission": "running",
+            "backend-changes": "running",
         }
         assert _backend(c, "odd")["scrape_errors"] == 0
 
@@ -78,6 +79,7 @@ def test_ready_and_admin_report_the_loops(
         PROBE_LOOP: "running",
         "metrics-scrapes": "running",
         "admission": "running",
+        "backend-changes": "running",  # drained backends leave once idle
     }
     assert c.get("/admin/backends").json()["loops"] == ready.json()["loops"]
 

@@ -90,7 +90,7 @@ def test_admin_port_split(fake_engines: StartEngines, start_gateway: StartGatewa
         bad = admin.post("/admin/route", json=[1])
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
         bad = admin.post("/admin/route?api=bogus", json=CHAT)
-        assert bad.status_code == 400 and "query.api" in bad.json()["error"]["message"]
+        assert bad.status_code == 400 and "query parameter api" in bad.json()["error"]["message"]
         assert admin.get("/docs").status_code == 200
         paths = admin.get("/openapi.json").json()["paths"]
         assert {"/admin/backends", "/admin/route", "/metrics"} <= set(paths)

@@ -99,6 +99,10 @@ class GatewayProcess:
     def stop(self) -> None:
         self._child.stop()
 
+    def send_signal(self, sig: signal.Signals) -> None:
+        """Signal the gateway process (SIGHUP: reload its config)."""
+        os.kill(self.pid, sig)
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 

@@ -165,6 +165,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "serve" in out
     assert "check-config" in out
+    assert "KVGATE_* environment" in out  # where the variables are named
 
 
 def test_serve_help_documents_the_backend_syntax(capsys: pytest.CaptureFixture[str]) -> None:

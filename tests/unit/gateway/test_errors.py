@@ -16,6 +16,7 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
     errors.RequestTimeoutError: (408, "invalid_request_error", "request_timeout", False),
+    errors.ConflictError: (409, "invalid_request_error", "conflict", False),
     errors.HeaderFieldsTooLargeError: (
         431,
         "invalid_request_error",

@@ -28,7 +28,7 @@ def test_the_gateway_config_file_gives_routing_and_scrape_settings(tmp_path: Pat
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("routing: {policy: nowhere}\n", "routing: .*nowhere"),
+        ("routing: {policy: nowhere}\n", "routing.policy: .*nowhere"),
         ("routing: {profiles: {x: {picker: {type: p}, bogus: 1}}}\n", "bogus"),
         ("health: {scrape_interval_s: -1}\n", "health.scrape_interval_s"),
         ("- a list\n", "valid dictionary"),

@@ -1,0 +1,161 @@
+"""The admin API's write side: add, drain, resume and remove backends; reload the config.
+
+Both listeners give the same answers through `AdminOperations`: the admin port's FastAPI app
+(`gateway.admin_app`, described on its `/docs` page) and `/admin/*` on the API port, behind
+the admin key (`handle`, plain ASGI).
+
+- `POST /admin/backends` with a `backends:` entry as JSON: added, probed at once, routed to
+  once healthy; 201, 409 if the id is taken, 400 naming a bad field, 413 over
+  `server.max_body_bytes`, 415 if the body is not JSON.
+- `POST /admin/backends/{id}/drain[?remove=true]`: no new requests go there, those in flight
+  finish (with `remove`, it then leaves the pool); 200.
+- `POST /admin/backends/{id}/resume`: back in rotation; 200.
+- `DELETE /admin/backends/{id}[?force=true]`: out of the pool now if idle or forced (200;
+  requests in flight still finish), else drained and out when its last request ends (202).
+- `POST /admin/reload`: the config file reloaded, as on SIGHUP; 200 with what changed, 400
+  naming the bad field (the running config stays).
+
+Unknown ids get 404; a discovered backend can be drained, not removed (409); a bad query
+flag gets 400, an unknown path 404, a wrong method 405. Every error is the gateway's
+OpenAI-shaped JSON, the same on both listeners. Changes made here last until the process
+ends: the config file is not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from pydantic import ValidationError
+
+from gateway.asgi import (
+    Receive,
+    Scope,
+    Send,
+    check_json_content_type,
+    header_map,
+    read_body,
+    send_json,
+)
+from gateway.config import BackendEntry, ConfigError
+from gateway.config_reload import ConfigReloader
+from gateway.errors import BadRequestError, ConflictError, MethodNotAllowedError, NotFoundError
+from gateway.runtime_backends import RuntimeBackends
+
+BACKENDS = "/admin/backends"
+RELOAD = "/admin/reload"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
+
+
+class AdminOperations:
+    """What both listeners' write endpoints do."""
+
+    def __init__(
+        self, backends: RuntimeBackends, reloader: Callable[[], ConfigReloader | None]
+    ) -> None:
+        self._backends = backends
+        self._reloader = reloader  # set once the command line gave the config's source
+
+    def add(self, entry: BackendEntry) -> dict[str, Any]:
+        return {"backend": self._backends.describe(self._backends.add(entry))}
+
+    def drain(self, backend_id: str, *, remove: bool = False) -> dict[str, Any]:
+        backend = self._backends.drain(backend_id, remove=remove)
+        return {"backend": self._backends.describe(backend)}
+
+    def resume(self, backend_id: str) -> dict[str, Any]:
+        return {"backend": self._backends.describe(self._backends.resume(backend_id))}
+
+    def remove(self, backend_id: str, *, force: bool = False) -> tuple[int, dict[str, Any]]:
+        """200 and `removed: true` if it left the pool, else 202 (drained, leaves when idle)."""
+        backend = self._backends.get(backend_id)
+        removed = self._backends.remove(backend_id, force=force)
+        return (200 if removed else 202), {
+            "removed": removed,
+            "backend": self._backends.describe(backend),
+        }
+
+    async def reload(self) -> dict[str, Any]:
+        reloader = self._reloader()
+        if reloader is None:
+            raise ConflictError(
+                "no config to reload: this gateway was not started by `kvgate serve` or "
+                "`kvgate epp`"
+            )
+        try:
+            return await reloader.reload("admin API")
+        except ConfigError as exc:
+            raise BadRequestError(str(exc), code="invalid_config") from None
+
+
+def parse_backend_entry(body: bytes, content_type: str | None = None) -> BackendEntry:
+    """A `backends:` entry of the config, as JSON: 415 if the body is not JSON, 400 if it is
+    not an object or names a bad field (the first one, by its path: `kv_events.endpoint`)."""
+    check_json_content_type(content_type)
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(
+            f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadRequestError(
+            "request body must be a JSON object: a `backends:` entry, e.g. "
+            '{"url": "http://10.0.0.7:8000", "id": "gpu-7"}',
+            code="invalid_backend",
+        )
+    try:
+        return BackendEntry.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BadRequestError(f"{where}: {err['msg']}", code="invalid_backend") from None
+
+
+def flag(params: Mapping[str, list[str]], name: str) -> bool:
+    value = params.get(name, ["false"])[-1].lower()
+    if value not in _TRUE | _FALSE:
+        raise BadRequestError(f"query parameter {name}: expected true or false, not {value!r}")
+    return value in _TRUE
+
+
+async def handle(
+    ops: AdminOperations, scope: Scope, receive: Receive, send: Send, max_body_bytes: int
+) -> None:
+    """The write endpoints on the API port (the front door has checked the admin key)."""
+    method, path = scope["method"], scope["path"]
+    params = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    if path == BACKENDS and method == "POST":
+        body = await read_body(receive, max_body_bytes)
+        entry = parse_backend_entry(body, header_map(scope).get("content-type"))
+        await send_json(send, 201, ops.add(entry))
+    elif path == RELOAD and method == "POST":
+        await send_json(send, 200, await ops.reload())
+    elif path in (BACKENDS, RELOAD):
+        raise MethodNotAllowedError(f"method {method} not allowed on {path}", allow=("POST",))
+    elif path.startswith(BACKENDS + "/"):
+        await _one_backend(ops, method, path[len(BACKENDS) + 1 :], params, send)
+    else:
+        raise NotFoundError(f"no route for {method} {path}")
+
+
+async def _one_backend(
+    ops: AdminOperations, method: str, rest: str, params: Mapping[str, list[str]], send: Send
+) -> None:
+    backend_id, _, action = rest.rpartition("/")
+    if method == "POST" and action == "drain" and backend_id:
+        await send_json(send, 200, ops.drain(backend_id, remove=flag(params, "remove")))
+    elif method == "POST" and action == "resume" and backend_id:
+        await send_json(send, 200, ops.resume(backend_id))
+    elif method == "DELETE" and rest:
+        status, body = ops.remove(rest, force=flag(params, "force"))
+        await send_json(send, status, body)
+    elif method == "POST":
+        raise NotFoundError(f"no route for POST {BACKENDS}/{rest}: use .../drain or .../resume")
+    else:
+        where = f"{BACKENDS}/{rest}"
+        raise MethodNotAllowedError(
+            f"method {method} not allowed on {where}", allow=("DELETE", "POST")
+        )
