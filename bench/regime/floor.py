@@ -8,9 +8,19 @@ where `alone(c, n)` is the time an idle engine takes from a request's arrival to
 token when the first c tokens of its n-token prompt are cached (chunked as the engine
 chunks, `max_num_batched_tokens` a step, with the engine model's step times), and
 `ready_j` is the earliest instant at which r's first j prompt blocks could all be cached
-anywhere: a block exists only once a request holding it has been computed up to it,
-which takes at least one step (`overhead_s` plus the block's own prefill) after that
-request's arrival. The bound is per request, so it holds for every order statistic too:
+anywhere. A block exists only once a request holding it has computed the prompt up to
+it, in order: a request q arriving at a_q whose first i blocks are ready at R_i can have
+its block k (k ≥ i) at the earliest
+
+    min over i ≤ k of [ max(a_q, R_i) + overhead_s + prefill_token_s × (k+1−i)·B
+                        + attention_s × (F((k+1)·B) − F(i·B)) ],   F(x) = x(x+1)/2,
+
+one step's overhead plus the prefill and attention of the tokens from block i to the end
+of block k (each token attends to at least every token up to itself; B tokens a block).
+Every term separates into a part of i and a part of k, so a running minimum over i gives
+every block's instant in one pass. A burst of requests for one new prefix thus waits for
+the prefix's computation, as any fleet must, instead of finding it cached a step after
+the first arrival. The bound is per request, so it holds for every order statistic too:
 no router's mean or p90 TTFT is below the floors' mean or p90. It ignores what a real
 fleet cannot avoid — queueing behind other requests, finite caches and their evictions,
 decode steps sharing the engine — so real routers sit above it; how far above says how
@@ -25,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sim.engine.types import EngineProfile, StepFeatures
+from sim.engine.types import EngineProfile, StepFeatures, StepTimeCoefficients
 from sim.traces import TraceRequest
 
 
@@ -53,17 +63,49 @@ def floors(
     for i in sorted(range(len(trace)), key=arrivals.__getitem__):
         r, at = trace[i], arrivals[i]
         full = min(len(r.hash_ids), r.input_tokens // r.block_tokens)
+        held = _leading_ready(ready, r.hash_ids[:full], at)
         best = alone_ttft(profile, 0, r.input_tokens)
-        wait = 0.0
-        for j in range(full):
-            t = ready.get(r.hash_ids[j])
-            if t is None:
-                break
-            wait = max(wait, t - at)
-            best = min(best, wait + alone_ttft(profile, (j + 1) * r.block_tokens, r.input_tokens))
+        for j, t in enumerate(held, start=1):
+            best = min(best, t - at + alone_ttft(profile, j * r.block_tokens, r.input_tokens))
         out[i] = best
-        made = at + timing.overhead_s + timing.prefill_token_s * r.block_tokens
-        for h in r.hash_ids[:full]:
+        for h, made in zip(
+            r.hash_ids[:full], _made(timing, r.block_tokens, at, held, full), strict=True
+        ):
             if made < ready.get(h, math.inf):
                 ready[h] = made
+    return out
+
+
+def _leading_ready(ready: dict[int, float], blocks: Sequence[int], at: float) -> list[float]:
+    """R_1.., as instants ≥ `at`: when the first 1, 2, ... blocks are all cached, up to the
+    first block no earlier request can have made."""
+    out: list[float] = []
+    latest = at
+    for h in blocks:
+        t = ready.get(h)
+        if t is None:
+            break
+        latest = max(latest, t)
+        out.append(latest)
+    return out
+
+
+def _made(timing: StepTimeCoefficients, block: int, at: float, held: Sequence[float],
+          full: int) -> list[float]:  # fmt: skip
+    """The earliest instant each of a request's `full` blocks can exist (module docstring),
+    its first len(held) blocks being cached at the instants `held`."""
+    p, a = timing.prefill_token_s, timing.attention_s
+
+    def f(x: int) -> float:
+        return x * (x + 1) / 2
+
+    # The part of i, max(a_q, R_i) − p·i·B − a·F(i·B), minimised over i ≤ k as k grows.
+    best = at  # i = 0: nothing cached
+    out = []
+    for k in range(full):
+        if k < len(held) + 1 and k > 0:
+            i = k  # R_i for i = k, when blocks 0..k−1 are held
+            best = min(best, held[i - 1] - p * i * block - a * f(i * block))
+        end = (k + 1) * block
+        out.append(best + timing.overhead_s + p * end + a * f(end))
     return out

@@ -42,6 +42,21 @@ def test_a_later_request_may_hit_what_an_earlier_one_made() -> None:
     assert together > warm
 
 
+def test_a_burst_for_one_new_prefix_waits_for_its_computation() -> None:
+    # Two requests for the same new 2,048-token prefix sent at once: whatever the routing,
+    # the second either computes the prefix too or waits until the first has computed it.
+    ids = tuple(range(128))
+    trace = [TraceRequest(0.0, 2048 + 16, 2, (*ids, 7), 16) for _ in range(2)]
+    first, second = floors(trace, [0.0, 0.0], DEMO)
+    assert first == pytest.approx(alone_ttft(DEMO, 0, 2048 + 16))
+    t = DEMO.timing
+    prefix = t.overhead_s + t.prefill_token_s * 2048 + t.attention_s * 2048 * 2049 / 2
+    assert second >= prefix
+    # Sent a little later, it still waits for the rest of the prefix's computation.
+    _, later = floors(trace, [0.0, 0.1], DEMO)
+    assert later >= prefix - 0.1
+
+
 @pytest.mark.parametrize("policy", ["prefix-aware", "round-robin", "sglang-model", "least-load"])
 @pytest.mark.parametrize("loop", ["closed", "open"])
 def test_no_router_beats_the_floor_on_any_request(policy: str, loop: str) -> None:
