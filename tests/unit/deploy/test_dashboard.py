@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
@@ -148,3 +149,10 @@ def test_panels_use_the_datasource_variable_and_fit_the_grid(dashboard: dict[str
         assert pos["x"] + pos["w"] <= 24, panel["title"]
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_the_kustomization_ships_the_dashboard_to_grafanas_sidecar() -> None:
+    kustomization = yaml.safe_load((DASHBOARD.parent / "kustomization.yaml").read_text())
+    assert kustomization["generatorOptions"]["labels"] == {"grafana_dashboard": "1"}
+    [generator] = kustomization["configMapGenerator"]
+    assert [DASHBOARD.parent / f for f in generator["files"]] == [DASHBOARD]
