@@ -33,6 +33,9 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              redis-server, and Redis memory per tracked block (`bench.shared_state`)
   shared-state-fleet  N `kvgate serve` with and without `--redis` in front of one
              emulated fleet: hit rate, latency (`bench.shared_state_fleet`)
+  dashboard  the Grafana dashboard's panels rendered from a live run's metrics (emulated
+             replicas, `kvgate serve`, chats with a surge): a PNG laid out like the
+             dashboard and the series as JSON (`bench.dashboard`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -50,6 +53,7 @@ SUBCOMMANDS = {
     "quality": "bench.quality.__main__",
     "overhead": "bench.overhead.__main__",
     "decision": "bench.decision",
+    "dashboard": "bench.dashboard.__main__",
     "calibrate": "bench.calibrate.__main__",
     "fidelity": "bench.fidelity.__main__",
     "regime": "bench.regime.__main__",

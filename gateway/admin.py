@@ -217,6 +217,7 @@ def explain(router: RequestRouter, route: Route, now: float) -> dict[str, Any]:
         "decision": {
             "policy": route.decision.profile,
             "target": route.decision.target,
+            "reason": route.reason,  # why the target won: scoring.decision_reason
             "ranked": list(route.decision.ranked),
         },
         "endpoints": endpoints,

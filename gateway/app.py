@@ -48,6 +48,7 @@ from gateway.errors import (
     PayloadTooLargeError,
 )
 from gateway.front_door import FrontDoor
+from gateway.gie_metrics import InferenceExtensionCollector
 from gateway.header_policy import client_address
 from gateway.health_metrics import BackendHealthCollector
 from gateway.health_settings import health_policy, probe_readmit_s, probe_settings, scrape_settings
@@ -135,8 +136,17 @@ class GatewayApp:
         self.tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(self.pool))
         self.metrics.registry.register(
             BackendHealthCollector(
-                self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
+                self.pool,
+                self.kv_events,
+                clock,
+                precise=stack.precise,
+                precise_hits=self.prefix.precise_hits,
+                index=stack.index,
             )
+        )
+        pool_name = config.discovery.pool or "default"  # the Inference Extension's names too
+        self.metrics.registry.register(
+            InferenceExtensionCollector(self.pool, self.metrics, pool_name)
         )
         self.shared = build_shared_state(  # state: routing state shared with other gateways
             config.state,
@@ -406,7 +416,7 @@ class GatewayApp:
         ids = await self.token_ids(req) if self.config.tokenizers else None
         route = self.router.route(req, headers, rec.request_id, token_ids=ids)
         rec.policy = route.decision.profile
-        self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
+        self.metrics.count_decision(route.decision, route.reason, route.seconds)
         proxy = self._require_runtime().proxy
         work = proxy.forward(
             route,

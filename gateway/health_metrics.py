@@ -4,10 +4,14 @@ scraped (nothing on the request path):
 - `kvgate_backend_scrape_errors_total{backend}`: failed `/metrics` scrapes of the engine.
 - `kvgate_backend_metrics_age_seconds{backend}`: age of the engine metrics routing sees
   (absent until the first scrape succeeds).
+- `kvgate_prefix_index_blocks{backend}`, `kvgate_prefix_index_capacity_blocks{backend}` and
+  `kvgate_prefix_index_memory_bytes{backend}`: the approximate prefix index's entries for the
+  backend, its LRU bound (in base blocks) and their estimated memory.
 - `kvgate_kv_events_*{backend}` for backends with `kv_events`: batches, events, gaps,
   replayed and missed batches, decode errors, reconnects, and the last sequence number.
 - `kvgate_precise_index_blocks{backend}`: blocks the precise index holds for the backend,
-  from its events; `kvgate_precise_predictions_total{backend,outcome}`: its predictions of
+  from its events, and `kvgate_precise_index_memory_bytes{backend}` their estimated memory;
+  `kvgate_precise_predictions_total{backend,outcome}`: its predictions of
   a request's cached prompt tokens graded by the engine's answer (`exact`, `over`, `under`).
 
 Labels are backend ids, bounded by the pool; a backend that leaves it leaves the page.
@@ -24,6 +28,7 @@ from gateway.prefix import PreciseHits
 from health.kv_events import KvEventSubscriber
 from health.pool import BackendPool
 from scoring.precise_index import PreciseIndex
+from scoring.prefix_index import PrefixIndex
 
 _KV_COUNTERS = (
     ("batches", "KV-event batches delivered (replayed ones included)"),
@@ -44,10 +49,13 @@ class BackendHealthCollector(Collector):
         pool: BackendPool,
         kv_events: Mapping[str, KvEventSubscriber],
         clock: Callable[[], float],
+        *,
         precise: PreciseIndex | None = None,
         precise_hits: Mapping[str, PreciseHits] | None = None,
+        index: PrefixIndex | None = None,
     ) -> None:
         self._pool = pool
+        self._index = index
         self._kv_events = kv_events
         self._clock = clock
         self._precise = precise
@@ -70,7 +78,27 @@ class BackendHealthCollector(Collector):
                 age.add_metric([b.id], max(0.0, now - metrics.scraped_at))
         yield errors
         yield age
+        yield from self._index_metrics()
         yield from self._kv_metrics()
+
+    def _index_metrics(self) -> Iterator[Metric]:
+        index = self._index
+        if index is None:
+            return
+        families = (
+            ("blocks", "Blocks the approximate prefix index tracks for the backend", index.blocks),
+            (
+                "capacity_blocks",
+                "The index's bound for the backend, in base blocks",
+                index.capacity,
+            ),
+            ("memory_bytes", "Estimated memory of the backend's index entries", index.memory_bytes),
+        )
+        for name, text, read in families:
+            family = GaugeMetricFamily(f"kvgate_prefix_index_{name}", text, labels=["backend"])
+            for b in self._pool:
+                family.add_metric([b.id], read(b.id))
+            yield family
 
     def _kv_metrics(self) -> Iterator[Metric]:
         if not self._kv_events:
@@ -100,6 +128,11 @@ class BackendHealthCollector(Collector):
             "Blocks the precise index holds for the backend (from its KV-cache events)",
             labels=["backend"],
         )
+        memory = GaugeMetricFamily(
+            "kvgate_precise_index_memory_bytes",
+            "Estimated memory of the precise index's entries for the backend",
+            labels=["backend"],
+        )
         graded = CounterMetricFamily(
             "kvgate_precise_predictions",
             "Precise predictions of cached prompt tokens, graded by the engine's answer",
@@ -107,8 +140,10 @@ class BackendHealthCollector(Collector):
         )
         for backend_id in self._kv_events:
             blocks.add_metric([backend_id], self._precise.blocks(backend_id))
+            memory.add_metric([backend_id], self._precise.memory_bytes(backend_id))
             h = self._precise_hits.get(backend_id) or PreciseHits()
             for outcome in ("exact", "over", "under"):
                 graded.add_metric([backend_id, outcome], getattr(h, outcome))
         yield blocks
+        yield memory
         yield graded

@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from routing.types import Decision
 from scoring.cache_check import CacheCheck
 
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -41,6 +42,22 @@ _LATENCY_BUCKETS = (
     80.0,
     160.0,
     320.0,
+)
+# The Inference Extension's scheduler buckets (0.1 ms to 100 ms), with two below them: a
+# Python decision over a few backends takes tens of microseconds.
+DECISION_BUCKETS = (
+    0.000025,
+    0.00005,
+    0.0001,
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
 )
 _ITL_BUCKETS = (
     0.001,
@@ -139,8 +156,16 @@ class GatewayMetrics:
         )
         self.decisions = Counter(
             "kvgate_routing_decisions_total",
-            "Routing decisions by policy (profile) and chosen backend",
-            ["policy", "backend"],
+            "Routing decisions by policy (profile), chosen backend and why it won "
+            "(scoring.decision_reason)",
+            ["policy", "backend", "reason"],
+            registry=r,
+        )
+        self.decision_duration = Histogram(
+            "kvgate_routing_decision_duration_seconds",
+            "Time to decide a request's backend (prompt hashing and the scheduling cycle)",
+            ["policy"],
+            buckets=DECISION_BUCKETS,
             registry=r,
         )
         self.backend_up = Gauge(
@@ -185,6 +210,7 @@ class GatewayMetrics:
         self.ttft_by = Children(self.ttft, bound)
         self.itl_by = Children(self.itl, bound)
         self.decisions_by = Children(self.decisions)
+        self.decision_duration_by = Children(self.decision_duration)
         self._prompt_by = Children(self.observed_prompt_tokens)
         self._predicted_by = Children(self.predicted_hits)
         self._observed_by = Children(self.observed_hits)
@@ -196,6 +222,12 @@ class GatewayMetrics:
         if not model or self._models is None or model in self._models():
             return model
         return OTHER_MODEL
+
+    def count_decision(self, decision: Decision, reason: str, seconds: float) -> None:
+        """One routed request: its policy, backend and reason, and how long deciding took."""
+        policy = decision.profile
+        self.decisions_by(policy, decision.target, reason).inc()
+        self.decision_duration_by(policy).observe(seconds)
 
     def count_cache_check(self, backend: str, prompt_tokens: int, check: CacheCheck) -> None:
         """One answer's predicted and observed cache hit, and whether it corrected the index."""

@@ -7,11 +7,16 @@ vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
 No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (the
 earliest end of an ejection, or for a backend down by probes the fastest readmission
 `probe_readmit_s`), at least 1 and at most `RETRY_AFTER_MAX_S`.
+
+Each `Route` carries how long its decision took (`seconds`: prompt hashing, candidates and the
+scheduler's cycle, not tokenization or admission) and why its target won (`reason`, one of
+`scoring.decision_reason.REASONS`), for the metrics and the dry run.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -22,6 +27,7 @@ from gateway.prefix import PrefixTracker
 from health.pool import BackendPool
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
+from scoring.decision_reason import DecisionReasons
 from scoring.profiles import RoutingSection
 
 POLICY_HEADER = "x-kvgate-policy"
@@ -35,6 +41,8 @@ class Route:
     decision: Decision
     endpoints: tuple[EndpointSnapshot, ...]  # every backend, eligible or not
     excluded: Mapping[str, str]  # backend id → why it was not a candidate
+    reason: str = "other"  # why the target won (scoring.decision_reason)
+    seconds: float = 0.0  # how long the decision took
 
 
 class RequestRouter:
@@ -51,6 +59,7 @@ class RequestRouter:
         self._scheduler = scheduler
         self._section = section
         self.prefix = prefix
+        self._reasons = DecisionReasons(prefix.index)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -78,6 +87,7 @@ class RequestRouter:
         admin dry run's) wins over the request's policy header. `token_ids`: the prompt as
         the engine will tokenize it, when a tokenizer for the model is configured (a request
         with a `cache_salt` gets no token keys: no event names its blocks)."""
+        started = time.perf_counter()
         policy = policy or self._policy(headers)
         endpoints = self._pool.snapshots()
         if subset is not None:
@@ -103,14 +113,15 @@ class RequestRouter:
             prompt_tokens=len(token_ids) if token_ids else 0,
             token_keys=keys,
         )
-        return self._decide(rreq, policy, endpoints, candidates, excluded)
+        return self._decide(rreq, policy, endpoints, candidates, excluded, started=started)
 
     def route_hashed(self, rreq: RoutingRequest, policy: str | None = None) -> Route:
         """Decide for a request whose prefix hashes are already cut (as the simulator cuts
         them from a trace): the same decision path as `route`, after hashing."""
+        started = time.perf_counter()
         endpoints = self._pool.snapshots()
         candidates, excluded = self._candidates(rreq.model, endpoints)
-        return self._decide(rreq, policy, endpoints, candidates, excluded)
+        return self._decide(rreq, policy, endpoints, candidates, excluded, started=started)
 
     def _candidates(
         self, model: str, endpoints: tuple[EndpointSnapshot, ...]
@@ -135,6 +146,8 @@ class RequestRouter:
         endpoints: tuple[EndpointSnapshot, ...],
         candidates: list[EndpointSnapshot],
         excluded: dict[str, str],
+        *,
+        started: float,
     ) -> Route:
         try:
             decision = self._scheduler.schedule(rreq, candidates, profile=policy)
@@ -145,7 +158,10 @@ class RequestRouter:
             ) from None
         if not decision.ranked:  # why per backend: /admin/route (ids are addresses)
             raise NoHealthyBackendError(f"no backend for model {rreq.model!r} passed the filters")
-        return Route(rreq, decision, endpoints, MappingProxyType(excluded))
+        profile = self._scheduler.profiles[decision.profile]
+        reason = self._reasons.reason(decision, profile, rreq, len(candidates))
+        seconds = time.perf_counter() - started
+        return Route(rreq, decision, endpoints, MappingProxyType(excluded), reason, seconds)
 
     def _retry_after(self, endpoints: Collection[EndpointSnapshot]) -> int:
         """Whole seconds until one of `endpoints` may be healthy again (see the docstring)."""

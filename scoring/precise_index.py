@@ -37,7 +37,8 @@ brings, for every request after it: `speculate` records the request's keys for `
 Matching is exact: a request's depth on a backend is its number of leading keys held, as the
 engine's own prefix lookup stops at the first miss; `cached_tokens` turns a depth into the
 prompt tokens the engine would report as cached. Pure and synchronous: callers pass the time.
-Memory on CPython 3.11: ~200 bytes per cached block (`bench kv-events` measures it).
+Memory on CPython 3.11: ~200 bytes per cached block (`bench kv-events` measures it);
+`memory_bytes` estimates a backend's from that figure (`ENTRY_BYTES`), for the metrics.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEve
 from scoring.token_blocks import root_key, token_block_keys
 
 _SALTED = "\x00salted\x00"  # a root no request's key chains from
+ENTRY_BYTES = 200  # per engine block held, as measured (module docstring)
 
 
 @dataclass(slots=True)
@@ -199,6 +201,11 @@ class PreciseIndex:
         """Distinct keys `backend` holds (speculation aside)."""
         b = self._backends.get(backend)
         return len(b.held) if b is not None else 0
+
+    def memory_bytes(self, backend: str) -> int:
+        """Estimated bytes of `backend`'s entries: `ENTRY_BYTES` per engine block it holds."""
+        b = self._backends.get(backend)
+        return len(b.key_of) * ENTRY_BYTES if b is not None else 0
 
     def counters(self, backend: str) -> PreciseCounters | None:
         b = self._backends.get(backend)

@@ -23,7 +23,9 @@ match cost.
 Memory on CPython 3.11: about 150 bytes per block held by one replica (its 64-bit int, an
 OrderedDict entry, a hash → run entry and its place in the run; the holder sets are shared),
 about 115 bytes per (block, replica) pair when two replicas share the blocks;
-`tests/unit/scoring/test_prefix_index.py` measures it.
+`tests/unit/scoring/test_prefix_index.py` measures it. `memory_bytes` estimates a replica's
+share from that figure (`ENTRY_BYTES`), for the metrics: counting real bytes would walk the
+index.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from itertools import accumulate, groupby, islice, repeat
 from scoring.prefix_hash import GROUP
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
+ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
 
 
 class _Run:
@@ -132,6 +135,11 @@ class PrefixIndex:
     def blocks(self, replica: str) -> int:
         """Entries tracked for a replica."""
         return len(self._lru.get(replica, ()))
+
+    def memory_bytes(self, replica: str) -> int:
+        """Estimated bytes of the replica's entries (`ENTRY_BYTES` each; blocks two replicas
+        share cost each of them somewhat less, so this errs high)."""
+        return self.blocks(replica) * ENTRY_BYTES
 
     def fills(self, replicas: Iterable[str]) -> dict[str, float]:
         """`fill` of each replica."""

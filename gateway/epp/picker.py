@@ -83,7 +83,7 @@ class EndpointPicker:
         req = parse_inference_body(api, body)
         route = app.router.route(req, headers, request_id, subset=allowed, token_ids=token_ids)
         decision = route.decision
-        app.metrics.decisions_by(decision.profile, decision.target).inc()
+        app.metrics.count_decision(decision, route.reason, route.seconds)
         ex = Exchange(
             request_id,
             app.clock(),

@@ -208,6 +208,9 @@ def test_policy_header_selects_profile_and_rejects_unknown(
     metrics = c.get("/metrics").text
     assert "kvgate_routing_decisions_total{backend=" in metrics
     assert 'policy="session"' in metrics
+    # The one decision made was timed, and shows under the Inference Extension's name too.
+    assert 'kvgate_routing_decision_duration_seconds_count{policy="session"} 1.0' in metrics
+    assert "inference_extension_scheduler_e2e_duration_seconds_count 1.0" in metrics
 
 
 def test_admin_backends_and_dry_run_route(
@@ -224,6 +227,7 @@ def test_admin_backends_and_dry_run_route(
     out = r.json()
     assert out["decision"]["policy"] == "session"
     assert out["decision"]["target"] == out["decision"]["ranked"][0]
+    assert out["decision"]["reason"] == "session"  # the request's `user` is its session
     assert {e["id"] for e in out["endpoints"]} == {s1.url[7:], s2.url[7:]}
     for e in out["endpoints"]:
         assert set(e["scores"]) == {"session-affinity-scorer", "in-flight-scorer"}

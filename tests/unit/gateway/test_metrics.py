@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.metrics import GatewayMetrics
+from routing.types import Decision
 
 
 def test_children_are_memoised_and_counted_in_the_registry() -> None:
@@ -40,3 +43,18 @@ def test_model_labels_are_bounded_to_the_served_models() -> None:
     assert "xxx" not in text and "made-up" not in text
     assert 'kvgate_time_to_first_token_seconds_count{backend="b1",model="other"} 100.0' in text
     assert len(m.requests_by._cache) == 3  # the memo is bounded too
+
+
+def test_a_decision_counts_its_policy_backend_reason_and_duration() -> None:
+    m = GatewayMetrics()
+    decision = Decision(profile="prefix-aware", ranked=("b1", "b2"), scores=())
+    m.count_decision(decision, "prefix", 0.00004)
+    m.count_decision(decision, "prefix", 0.0003)
+    m.count_decision(replace(decision, profile="session"), "session", 0.00004)
+    text = m.render().decode()
+    labels = 'backend="b1",policy="prefix-aware",reason="prefix"'
+    assert f"kvgate_routing_decisions_total{{{labels}}} 2.0" in text
+    bucket = "kvgate_routing_decision_duration_seconds_bucket"
+    assert f'{bucket}{{le="5e-05",policy="prefix-aware"}} 1.0' in text
+    assert f'{bucket}{{le="0.0005",policy="prefix-aware"}} 2.0' in text
+    assert 'kvgate_routing_decision_duration_seconds_count{policy="session"} 1.0' in text

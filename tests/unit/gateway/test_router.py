@@ -151,3 +151,14 @@ def test_the_policy_header_is_not_read_unless_allowed() -> None:
     honoured = _routed_with_header(allow=True)
     assert honoured.decision.profile == "round-robin"
     assert dict(honoured.request.headers) == {"x-kvgate-policy": "round-robin"}
+
+
+def test_a_route_says_why_and_how_long_it_took() -> None:
+    app = _app({"a": {"llama": BASE}, "b": {"llama": BASE}})
+    route = _route(app, "llama")
+    assert route.reason == "picker"  # neither serves the adapter: lora affinity ties
+    assert 0.0 < route.seconds < 1.0
+    app.pool.get("b").state.record_probe(False, 0.0)
+    app.pool.get("b").state.record_probe(False, 0.0)
+    app.pool.get("b").state.record_probe(False, 0.0)
+    assert _route(app, "llama").reason == "only_candidate"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pytest
 
 from scoring.prefix_hash import covered_chars, hash_blocks, prefix_seed
-from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
+from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, ENTRY_BYTES, PrefixIndex
 
 
 def _chain(tag: str, n: int) -> tuple[int, ...]:
@@ -193,6 +193,9 @@ def test_memory_per_tracked_block() -> None:
     # when each block had a set of its own).
     assert one < 450
     assert two < 300
+    # The metrics' estimate (`memory_bytes`) stays near the measured cost, erring high.
+    assert one * 0.8 < ENTRY_BYTES < one * 1.5
+    assert two < ENTRY_BYTES
 
 
 class _ReferenceIndex:

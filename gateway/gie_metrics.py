@@ -1,0 +1,127 @@
+"""The Gateway API Inference Extension's metric names, for dashboards and alerts built on them.
+
+Each series means what the endpoint picker's (EPP's) series of the same name means, and is
+worked out when `/metrics` is scraped from what kvgate already counts (nothing more on the
+request path):
+
+- `inference_extension_scheduler_e2e_duration_seconds` (histogram, no labels): the EPP's
+  scheduling latency; kvgate's `kvgate_routing_decision_duration_seconds{policy}` summed over
+  policies, at the EPP's bucket bounds (a subset of kvgate's, so the counts are exact).
+- `inference_pool_ready_pods{name}`: routable backends; `inference_pool_average_queue_size
+  {name}` and `inference_pool_average_kv_cache_utilization{name}`: the mean of the engines'
+  waiting requests and KV usage (0–1) over the routable backends that reported them (absent
+  while none did); `inference_pool_per_pod_queue_size{model_server_pod, name}`: each
+  routable backend's waiting requests (`model_server_pod`: the backend id).
+- `inference_objective_request_total{model_name, target_model_name}`: requests by model,
+  `kvgate_requests_total` summed over backends and statuses (kvgate rewrites no model names,
+  so the target model is the model).
+
+`name` is the InferencePool the gateway discovers (`discovery.pool`), else "default". The
+EPP's error counter is not mirrored: its error codes are the EPP's own, not HTTP statuses
+(`kvgate_requests_total{status}` has them). Names verified against the Inference Extension's
+`pkg/epp/metrics` in late 2026 (llm-d's fork renames them `llm_d_epp_*`; see decision 0012).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gateway.metrics import GatewayMetrics
+from health.pool import BackendPool
+
+# The EPP's scheduler buckets (pkg/epp/metrics: SchedulerE2ELatency).
+GIE_SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+_BOUNDS = (*map(repr, GIE_SCHEDULER_BUCKETS), "+Inf")  # as prometheus_client writes `le`
+
+
+class InferenceExtensionCollector(Collector):
+    """The series of the module docstring, from the pool and the gateway's own metrics."""
+
+    def __init__(self, pool: BackendPool, metrics: GatewayMetrics, pool_name: str) -> None:
+        self._pool = pool
+        self._metrics = metrics
+        self._name = pool_name
+
+    def collect(self) -> Iterator[Metric]:
+        yield _scheduler_latency(self._metrics.decision_duration)
+        yield from self._pool_gauges()
+        yield self._objective_requests()
+
+    def _pool_gauges(self) -> Iterator[Metric]:
+        name = self._name
+        ready = [s for s in self._pool.snapshots() if s.healthy]
+        queues = [(s.id, w) for s in ready if s.metrics and (w := s.metrics.waiting) is not None]
+        usages = [u for s in ready if s.metrics and (u := s.metrics.kv_usage) is not None]
+        pods = GaugeMetricFamily(
+            "inference_pool_ready_pods",
+            "The number of ready pods (routable backends) in the inference server pool",
+            labels=["name"],
+        )
+        pods.add_metric([name], len(ready))
+        avg_queue = GaugeMetricFamily(
+            "inference_pool_average_queue_size",
+            "The average number of requests pending in the model server queue",
+            labels=["name"],
+        )
+        avg_kv = GaugeMetricFamily(
+            "inference_pool_average_kv_cache_utilization",
+            "The average kv cache utilization for an inference server pool",
+            labels=["name"],
+        )
+        per_pod = GaugeMetricFamily(
+            "inference_pool_per_pod_queue_size",
+            "The total number of queue for each model server pod under the inference pool",
+            labels=["model_server_pod", "name"],
+        )
+        if queues:
+            avg_queue.add_metric([name], sum(w for _, w in queues) / len(queues))
+        if usages:
+            avg_kv.add_metric([name], sum(usages) / len(usages))
+        for backend_id, waiting in queues:
+            per_pod.add_metric([backend_id, name], waiting)
+        yield from (pods, avg_queue, avg_kv, per_pod)
+
+    def _objective_requests(self) -> Metric:
+        by_model: dict[str, float] = {}
+        for family in self._metrics.requests.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    model = sample.labels["model"]
+                    by_model[model] = by_model.get(model, 0.0) + sample.value
+        family = CounterMetricFamily(
+            "inference_objective_request_total",
+            "Counter of inference objective requests broken out for each model and target model",
+            labels=["model_name", "target_model_name"],
+        )
+        for model, count in sorted(by_model.items()):
+            family.add_metric([model, model], count)
+        return family
+
+
+def _scheduler_latency(histogram: Histogram) -> Metric:
+    """kvgate's decision histogram summed over policies, at the EPP's bucket bounds."""
+    counts = dict.fromkeys(_BOUNDS, 0.0)
+    total = 0.0
+    for family in histogram.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                le = sample.labels["le"]
+                if le in counts:
+                    counts[le] += sample.value
+            elif sample.name.endswith("_sum"):
+                total += sample.value
+    family = HistogramMetricFamily(
+        "inference_extension_scheduler_e2e_duration_seconds",
+        "End-to-end scheduling latency distribution in seconds",
+    )
+    family.add_metric([], list(counts.items()), sum_value=total)
+    return family
