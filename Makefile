@@ -104,6 +104,12 @@ calibrate: $(STAMP)
 bench-precise: $(STAMP)
 	$(BIN)/python -m bench precise --repeats 3 $(PRECISE_ARGS)
 
+# The Grafana dashboard's panels drawn from a live run (3 emulated replicas, chats with a
+# surge): ~2 min; writes out/dashboard/ (the panels PNG and their series as JSON).
+.PHONY: bench-dashboard
+bench-dashboard: $(STAMP)
+	$(BIN)/python -m bench dashboard
+
 .PHONY: bench-vllm
 bench-vllm: $(STAMP)
 	$(BIN)/python -m bench vllm-pressure $(VLLM_ARGS)
