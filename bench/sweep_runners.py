@@ -10,8 +10,8 @@ loading, Ray's start and stop, outputs) and the runs alone (sweep.json's `wall_s
 and checks that every run's summary (its wall and CPU seconds aside) is the same for all
 runners. Writes `sweep_runners.json` and `sweep_runners.png` to `--out`.
 
-Wall times: run it under the machine's benchmark lock (`flock /work/wt/bench.lock python -m
-bench sweep-runners`).
+~2 minutes on 2 cores. Wall times: run it under the machine's benchmark lock (`flock
+/work/wt/bench.lock python -m bench sweep-runners`).
 """
 
 from __future__ import annotations
@@ -73,16 +73,16 @@ def _sweep(args: argparse.Namespace, name: str, out: Path) -> dict[str, Any]:
     }
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def _plot(rows: list[dict[str, Any]], limit: int, path: Path) -> Path:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3))
-    names = [r["description"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = [" ".join(RUNNERS[r["runner"]]) for r in rows]
     ax.barh(names, [r["command_seconds"] for r in rows], label="whole command", color="#bbb")
     ax.barh(names, [r["runs_seconds"] for r in rows], label="the runs", color="#3a7")
     ax.invert_yaxis()
     ax.set_xlabel("wall seconds")
-    ax.set_title(f"kvgate sim sweep, {rows[0]['runs']} runs, by runner")
-    ax.legend(loc="lower right")
+    ax.set_title(f"kvgate sim sweep: {rows[0]['runs']} runs of {limit:,} requests, by runner")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -92,7 +92,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench sweep-runners", description=__doc__)
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), help=TRACES_HELP)
-    parser.add_argument("--limit", type=int, default=1000, help="trace requests (default 1000)")
+    parser.add_argument("--limit", type=int, default=2000, help="trace requests (default 2000)")
     parser.add_argument("--runners", default=",".join(RUNNERS), help="default: %(default)s")
     parser.add_argument("--ray-address", help="a running cluster for --ray (default: local)")
     parser.add_argument("--out", default="out/bench/sweep-runners")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [out / "sweep_runners.json"]
     paths[0].write_text(json.dumps(result, indent=2) + "\n")
     try:
-        paths.append(_plot(rows, out / "sweep_runners.png"))
+        paths.append(_plot(rows, args.limit, out / "sweep_runners.png"))
     except PlotsUnavailable:
         print(PLOTS_SKIPPED)
     print(f"wrote {', '.join(str(p) for p in paths)}")

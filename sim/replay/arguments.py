@@ -35,7 +35,9 @@ start` left on this machine or starts a local one; --ray auto, --ray HEAD:6379 o
 ray://HEAD:10001 attach to a cluster whose nodes have the same kvgate, Ray and Python. The
 trace (at each rate scale) and the engine profile go to the object store once; each run is
 a task of one CPU with its policy and settings; a task whose worker or node dies is retried
-up to 3 times. The results are the same as with --jobs 1.
+up to 3 times. The results are the same as with --jobs 1. Naming the address of a cluster
+with token authentication (Ray's default for instances it starts) takes RAY_AUTH_MODE=token
+and RAY_AUTH_TOKEN (`ray get-auth-token` on its head).
 
 Exit status: 0 with a best configuration, 1 if no run meets the constraints, 2 for bad
 arguments (or no Ray cluster at the address), 3 if a run was lost on the cluster.

@@ -112,7 +112,7 @@ def _connect(ray: ModuleType, address: str, out: TextIO | None) -> None:
             raise ConnectionError(f"{flag}: nothing answers at {target}")
         if out is not None:
             print(f"note: the Ray instance last started here ({target}) is gone", file=out)
-        address = "local"
+        address, target = "local", None
     try:
         ray.init(address=address or None)
     except ConnectionError as exc:
