@@ -32,6 +32,12 @@ test-slow: $(STAMP)
 	if [ $$status -eq 5 ]; then echo "make test-slow: no test is marked slow"; exit 0; fi; \
 	exit $$status
 
+# `kvgate sim sweep --ray` on local Ray instances (the ray extra, which dev installs): 44 runs
+# against --jobs 1, workers killed mid-run; ~45 s. Part of test-slow too.
+.PHONY: test-ray
+test-ray: $(STAMP)
+	$(BIN)/pytest -q -m slow tests/integration/test_sweep_ray.py
+
 # The chaos suite: a real `kvgate serve` in front of misbehaving engines and hostile clients;
 # ~3 min (40 cases, each with its own gateway); prints a table of figures and writes
 # out/chaos/chaos.json. Outside `make test` (marker `chaos`).

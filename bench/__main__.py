@@ -36,6 +36,8 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   dashboard  the Grafana dashboard's panels rendered from a live run's metrics (emulated
              replicas, `kvgate serve`, chats with a surge): a PNG laid out like the
              dashboard and the series as JSON (`bench.dashboard`)
+  sweep-runners  one `kvgate sim sweep` grid of 32 runs with --jobs 1, --jobs 2 and --ray:
+             wall times, and the same results from each (`bench.sweep_runners`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -65,6 +67,7 @@ SUBCOMMANDS = {
     "tokenize": "bench.tokenize.__main__",
     "shared-state": "bench.shared_state",
     "shared-state-fleet": "bench.shared_state_fleet",
+    "sweep-runners": "bench.sweep_runners",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -262,6 +262,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _sim(args: argparse.Namespace) -> int:
     from sim.replay.cli import run_sim
+    from sim.replay.sweep.runners import SweepRunError
 
     try:
         if args.sim_mode == "sweep":
@@ -273,6 +274,9 @@ def _sim(args: argparse.Namespace) -> int:
         return run_sim(args)
     except (ValueError, OSError) as exc:
         raise ConfigError(str(exc)) from None
+    except SweepRunError as exc:  # a run lost on a Ray cluster, after its retries
+        print(f"kvgate: {exc}", file=sys.stderr)
+        return 3
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

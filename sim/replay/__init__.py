@@ -10,6 +10,8 @@
 - `events`, `outcomes`: the event heap; what a replay keeps (per request, ITL, timeline)
 - `settings`: fleet, signals and SLO, read from the gateway's config file
 - `report`, `cli`: summaries, table, `summary.json`, plots; the `kvgate sim` command
+- `sweep`: `kvgate sim sweep`, a grid of configurations replayed here, in worker processes
+  or on a Ray cluster, and the best one named
 """
 
 from sim.replay.report import PolicySummary, summarize

@@ -28,8 +28,19 @@ the SLO. Runs meeting every --constraint rank first, by the objective; values eq
 significant digits are ties, broken by --tie-break, then fewer replicas, then a higher rate
 scale. oracle runs are ranked as ceilings but never chosen. Prints progress, the ranked
 table and the best configuration as a routing: YAML snippet; writes sweep.json,
-best_routing.yaml and, with kvgate[plots], sweep.png to --out. Exit status: 0 with a best
-configuration, 1 if no run meets the constraints, 2 for bad arguments.
+best_routing.yaml and, with kvgate[plots], sweep.png to --out.
+
+On a Ray cluster (pip install 'kvgate[ray]'): --ray alone attaches to the instance `ray
+start` left on this machine or starts a local one; --ray auto, --ray HEAD:6379 or --ray
+ray://HEAD:10001 attach to a cluster whose nodes have the same kvgate, Ray and Python. The
+trace (at each rate scale) and the engine profile go to the object store once; each run is
+a task of one CPU with its policy and settings; a task whose worker or node dies is retried
+up to 3 times. The results are the same as with --jobs 1. Naming the address of a cluster
+with token authentication (Ray's default for instances it starts) takes RAY_AUTH_MODE=token
+and RAY_AUTH_TOKEN (`ray get-auth-token` on its head).
+
+Exit status: 0 with a best configuration, 1 if no run meets the constraints, 2 for bad
+arguments (or no Ray cluster at the address), 3 if a run was lost on the cluster.
 """
 
 
@@ -200,4 +211,12 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="breaks objective ties (default max:goodput, or min:ttft_p90_s for goodput)",
     )
     w.add_argument("--jobs", type=int, default=1, help="runs at a time, in processes (default 1)")
+    w.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray cluster instead: auto, HOST:PORT or ray://HOST:10001; without "
+        "ADDRESS, this machine's instance (started if none); needs kvgate[ray]",
+    )
     w.add_argument("--out", default="out/sim-sweep", help="output directory (default %(default)s)")

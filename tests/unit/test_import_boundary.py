@@ -1,6 +1,6 @@
 """Import boundaries: routing, scoring and the simulator core stay free of web, RPC and
 metrics libraries; no part of `sim` imports the gateway; nothing installed imports the lab
-(`bench/`) or, at import time, matplotlib (an optional extra)."""
+(`bench/`) or, at import time, matplotlib or Ray (optional extras)."""
 
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def test_routing_and_scoring_load_no_web_library() -> None:
     # The walk really visited the plugin modules (else the check below proves nothing).
     walked = set(result["walked"])
     assert {"routing.scheduler", "scoring.round_robin", "sim.engine.model"} <= walked
-    assert {"sim.replay.simulator", "sim.replay.cli"} <= walked
-    assert sorted(_top_level(result["loaded"]) & FORBIDDEN) == []
+    assert {"sim.replay.simulator", "sim.replay.cli", "sim.replay.sweep.ray_runner"} <= walked
+    assert sorted(_top_level(result["loaded"]) & (FORBIDDEN | {"ray"})) == []
     assert "gateway" not in _top_level(result["loaded"])  # the simulator reuses no gateway code
 
 
@@ -109,12 +109,13 @@ def test_no_part_of_sim_imports_the_gateway() -> None:
 def test_the_installed_packages_import_neither_the_lab_nor_matplotlib() -> None:
     result = _run(WALK, *LIBRARY)
     assert isinstance(result, dict)
-    assert {"gateway.cli", "sim.live.experiment", "sim.replay.sweep_report"} <= set(
+    assert {"gateway.cli", "sim.live.experiment", "sim.replay.sweep.report"} <= set(
         result["walked"]
     )
     loaded = _top_level(result["loaded"])
     assert "bench" not in loaded
     assert "matplotlib" not in loaded  # plotting functions import it when they draw
+    assert "ray" not in loaded  # `kvgate sim sweep --ray` imports it when it runs
 
 
 def test_pod_discovery_loads_no_web_library_but_its_http_client() -> None:

@@ -22,7 +22,7 @@ from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 from sim.replay import Replay, SimSettings, summarize
 from sim.replay.report import PolicySummary
 from sim.replay.sweep import run_sweep
-from sim.replay.sweep_grid import (
+from sim.replay.sweep.grid import (
     GridPoint,
     WeightAxis,
     expand_grid,
@@ -30,7 +30,8 @@ from sim.replay.sweep_grid import (
     parse_weights,
     with_weights,
 )
-from sim.replay.sweep_rank import Constraint, Objective, SweepRun, default_tie_break, rank
+from sim.replay.sweep.rank import Constraint, Objective, SweepRun, default_tie_break, rank
+from tests.support.sweep_traces import tenant_trace_file, untimed_runs
 from tests.unit.sim.replay.synthetic import SMALL, tenant_trace
 
 SECTION = RoutingSection()
@@ -178,21 +179,8 @@ def test_bad_constraints_are_rejected() -> None:
             Constraint.parse(text)
 
 
-def _tenant_trace_file(path: Path, n: int = 60, tenants: int = 12) -> Path:
-    """A Mooncake-format trace: tenants sharing a 2-block prefix, a block of their own each."""
-    rng = random.Random(0)
-    lines = []
-    for i in range(n):
-        tenant = rng.randrange(tenants)
-        ids = [2 * tenant, 2 * tenant + 1, 2 * tenants + i]
-        row = {"timestamp": 150 * i, "input_length": 1436, "output_length": 8, "hash_ids": ids}
-        lines.append(orjson.dumps(row))
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
-
-
 def _sweep_args(tmp_path: Path, *extra: str) -> list[str]:
-    trace = _tenant_trace_file(tmp_path / "trace.jsonl")
+    trace = tenant_trace_file(tmp_path / "trace.jsonl")
     return [
         "sim", "sweep", "--trace", str(trace), "--profile", "demo", "--out", str(tmp_path / "out"),
         "--policies", "round-robin,prefix-aware", "--replicas", "2,3", *extra,
@@ -233,8 +221,7 @@ def test_jobs_give_the_same_results(tmp_path: Path) -> None:
         (tmp_path / jobs).mkdir()
         args = build_parser().parse_args(_sweep_args(tmp_path / jobs, "--jobs", jobs))
         assert run_sweep(args, io.StringIO()) == 0
-        runs = orjson.loads((tmp_path / jobs / "out" / "sweep.json").read_bytes())["runs"]
-        results.append([{k: v for k, v in r.items() if not k.startswith("sim_")} for r in runs])
+        results.append(untimed_runs(tmp_path / jobs / "out" / "sweep.json"))
     assert results[0] == results[1]
 
 

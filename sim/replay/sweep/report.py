@@ -14,8 +14,8 @@ import yaml
 
 from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
 from sim.plots import pyplot
-from sim.replay.sweep_grid import policy_profile, with_weights
-from sim.replay.sweep_rank import (
+from sim.replay.sweep.grid import policy_profile, with_weights
+from sim.replay.sweep.rank import (
     GRID_METRICS,
     Constraint,
     Objective,

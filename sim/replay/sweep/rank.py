@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 from sim.replay.report import PolicySummary
-from sim.replay.sweep_grid import GridPoint
+from sim.replay.sweep.grid import GridPoint
 
 GRID_METRICS = ("replicas", "rate_scale")
 METRICS = (

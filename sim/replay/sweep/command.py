@@ -2,9 +2,10 @@
 counts × rate scales and name the best configuration for an objective.
 
 Each run is an ordinary `kvgate sim` replay (`replay_policy`, `summarize`); the grid is in
-`sweep_grid`, the choice of the best run in `sweep_rank`, the outputs in `sweep_report`.
-`--jobs N` runs N replays at a time in worker processes; the replays are deterministic, so
-the results do not depend on N (only the wall times do).
+`grid`, the choice of the best run in `rank`, the outputs in `report`, and where the runs
+execute in `runners`: `--jobs N` runs N replays at a time in worker processes, `--ray
+[ADDRESS]` as tasks on a Ray cluster. The replays are deterministic, so the results do not
+depend on the runner (only the wall times do).
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from sim.engine.types import EngineProfile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
-from sim.replay.cli import load_inputs, replay_policy
-from sim.replay.report import PolicySummary, summarize
+from sim.replay.cli import load_inputs
 from sim.replay.settings import SimSettings, load_config
-from sim.replay.sweep_grid import (
+from sim.replay.sweep.grid import (
     GridPoint,
     expand_grid,
     parse_names,
@@ -31,7 +30,7 @@ from sim.replay.sweep_grid import (
     parse_weights,
     with_weights,
 )
-from sim.replay.sweep_rank import (
+from sim.replay.sweep.rank import (
     GRID_METRICS,
     Constraint,
     Objective,
@@ -40,12 +39,13 @@ from sim.replay.sweep_rank import (
     metric_value,
     rank,
 )
-from sim.replay.sweep_report import (
+from sim.replay.sweep.report import (
     best_routing_yaml,
     format_ranking,
     write_sweep_json,
     write_sweep_plot,
 )
+from sim.replay.sweep.runners import RunSpec, SweepRunner, open_runner
 from sim.traces import TraceRequest, time_scaled
 
 DEFAULT_POLICIES = "round-robin,least-load,prefix-aware"
@@ -63,6 +63,7 @@ class SweepPlan:
     tie_break: Objective
     constraints: tuple[Constraint, ...]
     jobs: int
+    ray: str | None  # --ray's address ("" for the local instance), None without --ray
 
 
 def plan_sweep(args: argparse.Namespace) -> SweepPlan:
@@ -76,6 +77,9 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
     constraints = tuple(Constraint.parse(c) for c in args.constraint or ())
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
+    ray = getattr(args, "ray", None)
+    if ray is not None and args.jobs != 1:
+        raise ValueError("--jobs is for local runs: with --ray, the cluster's CPUs run the runs")
     base = SimSettings(
         seed=args.seed,
         slo_ttft_s=args.slo_ttft,
@@ -91,13 +95,18 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
         parse_numbers(args.rate_scale, "--rate-scale"),
     )
     return SweepPlan(
-        tuple(points), tuple(notes), base, objective, tie_break, constraints, args.jobs
+        tuple(points), tuple(notes), base, objective, tie_break, constraints, args.jobs, ray
     )
 
 
 def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """The `kvgate sim sweep` command: 0 with a best configuration, 1 if no run qualifies."""
     plan = plan_sweep(args)
+    with open_runner(plan.jobs, plan.ray, out) as runner:
+        return _sweep(args, plan, runner, out)
+
+
+def _sweep(args: argparse.Namespace, plan: SweepPlan, runner: SweepRunner, out: TextIO) -> int:
     trace, profile, notes = load_inputs(args)
     traces = {
         s: trace if s == 1.0 else time_scaled(trace, s) for s in {p.rate_scale for p in plan.points}
@@ -106,13 +115,15 @@ def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(
         f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; engines "
         f"{profile.name}; {len(plan.points)} runs; objective {plan.objective} "
-        f"(ties: {plan.tie_break})" + "".join(f"; {c}" for c in plan.constraints),
+        f"(ties: {plan.tie_break})"
+        + "".join(f"; {c}" for c in plan.constraints)
+        + f"; {runner.describe()}",
         file=out,
     )
     for line in (*notes, *plan.notes):
         print(line, file=out)
     started = time.perf_counter()
-    runs = sorted(_execute(plan, traces, profile, out), key=lambda r: r.index)
+    runs = sorted(_execute(plan, runner, traces, profile, out), key=lambda r: r.index)
     wall = time.perf_counter() - started
     ranking = rank(runs, plan.objective, plan.tie_break, plan.constraints)
     print(file=out)
@@ -132,7 +143,7 @@ def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         )
         print(f"\nbest configuration:\n{snippet}", file=out)
     out_dir = Path(args.out)
-    header = _header(args, plan, len(trace), profile.name, wall)
+    header = _header(args, plan, len(trace), profile.name, wall) | {"runner": runner.describe()}
     paths = [write_sweep_json(header, ranking, snippet, out_dir)]
     best_yaml = out_dir / "best_routing.yaml"
     if snippet:
@@ -157,20 +168,24 @@ def _settings(plan: SweepPlan, point: GridPoint) -> SimSettings:
 
 def _execute(
     plan: SweepPlan,
+    runner: SweepRunner,
     traces: Mapping[float, Sequence[TraceRequest]],
     profile: EngineProfile,
     out: TextIO,
 ) -> Iterator[SweepRun]:
     """Every run of the grid, in the order they finish, with a progress line (and ETA) each."""
     total = len(plan.points)
+    specs = [
+        RunSpec(i, _label(p), p.policy, p.rate_scale, _settings(plan, p))
+        for i, p in enumerate(plan.points)
+    ]
     started = time.perf_counter()
-    for done, (index, summary) in enumerate(_summaries(plan, traces, profile, out), 1):
+    for done, (index, summary) in enumerate(runner.run(specs, traces, profile), 1):
         point = plan.points[index]
         elapsed = time.perf_counter() - started
         value = metric_value(SweepRun(index, point, summary), plan.objective.metric)
         print(
-            f"run {done}/{total}: {point.policy} {point.weights_label()} x{point.replicas} "
-            f"rate {point.rate_scale:g}: {plan.objective.metric} {value:.4g} "
+            f"run {done}/{total}: {_label(point)}: {plan.objective.metric} {value:.4g} "
             f"({summary.sim_seconds:.1f} s); elapsed {elapsed:.0f} s, "
             f"ETA {elapsed / done * (total - done):.0f} s",
             file=out,
@@ -179,37 +194,8 @@ def _execute(
         yield SweepRun(index, point, summary)
 
 
-def _summaries(
-    plan: SweepPlan,
-    traces: Mapping[float, Sequence[TraceRequest]],
-    profile: EngineProfile,
-    out: TextIO,
-) -> Iterator[tuple[int, PolicySummary]]:
-    if plan.jobs == 1:
-        for index, point in enumerate(plan.points):
-            settings = _settings(plan, point)
-            yield index, _run_point(traces[point.rate_scale], point.policy, profile, settings, out)
-        return
-    with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
-        futures = {
-            pool.submit(
-                _run_point, traces[p.rate_scale], p.policy, profile, _settings(plan, p)
-            ): index
-            for index, p in enumerate(plan.points)
-        }
-        for future in as_completed(futures):
-            yield futures[future], future.result()
-
-
-def _run_point(
-    trace: Sequence[TraceRequest],
-    policy: str,
-    profile: EngineProfile,
-    settings: SimSettings,
-    out: TextIO | None = None,
-) -> PolicySummary:
-    result, seconds, cpu = replay_policy(trace, policy, profile, settings, out)
-    return summarize(result, settings, seconds, cpu)
+def _label(point: GridPoint) -> str:
+    return f"{point.policy} {point.weights_label()} x{point.replicas} rate {point.rate_scale:g}"
 
 
 def _header(
