@@ -1,0 +1,410 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""`PagedKVCache` compiled: the same cache, block for block, in C arrays.
+
+The pure-Python `sim.engine.kv_cache.PagedKVCache` is the reference; this is the plain
+vLLM algorithm it is checked against (`tests/unit/sim/engine/test_kv_cache_reference.py`)
+with C storage instead of Python lists and dicts, so a block costs a few nanoseconds
+instead of a dict operation:
+
+- reference counts, hashes and a doubly linked free queue (vLLM's `FreeKVCacheBlockQueue`)
+  as arrays indexed by block id: `free` appends at the tail, `allocate` pops the head,
+  `touch` unlinks a block from the middle;
+- the hash → block map as an open-addressing table keyed by the signed 64-bit hash, probed
+  as CPython's dict probes (first slot: the key's low bits, so consecutive hashes, as
+  trace replays make them, sit side by side in memory; then a perturbed sequence), with
+  deleted slots marked and the table rebuilt once they pile up; further blocks carrying a
+  hash already in the table (two requests computed one prefix at once) wait in a Python
+  dict, in commit order, as in the reference.
+
+Same public methods and errors as `PagedKVCache`; `pieces` arguments are checked the same
+way and otherwise unused (no run tricks are needed here), and the pieces returned cut the
+blocks into one irregular stretch. KV events go to the same `KVEventLog` in the same order.
+Hashes must fit in a signed 64-bit int (Python's `hash` of a tuple does).
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport calloc, free as c_free, malloc
+from libc.string cimport memset
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
+
+cdef struct Slot:
+    int64_t key
+    int32_t block  # EMPTY, DELETED or the block carrying `key` first
+
+
+cdef enum:
+    EMPTY = -1
+    DELETED = -2
+    PERTURB_SHIFT = 5
+
+
+cdef list _as_list(object seq):
+    return seq if type(seq) is list else list(seq)
+
+
+cdef object _whole(Py_ssize_t n):
+    return [(0, n, 0)] if n else []
+
+
+cdef _check_pieces(object pieces, Py_ssize_t n):
+    if pieces is not None and ((pieces[len(pieces) - 1][1] if pieces else 0) != n):
+        raise ValueError("the pieces do not cover the block ids")
+
+
+cdef class NativeKVCache:
+    """Blocks, reference counts, the free queue and the hash → block map (module doc)."""
+
+    cdef readonly Py_ssize_t num_blocks
+    cdef readonly Py_ssize_t block_size
+    cdef public object events
+    cdef int32_t* _ref
+    cdef int64_t* _hash
+    cdef uint8_t* _has
+    cdef int32_t* _prev  # free queue links; index num_blocks is the sentinel
+    cdef int32_t* _next
+    cdef Py_ssize_t _num_free
+    cdef Slot* _slots
+    cdef uint64_t _mask
+    cdef Py_ssize_t _size  # keys in the table
+    cdef Py_ssize_t _used  # slots not EMPTY (keys and DELETED marks)
+    cdef dict _duplicates
+    cdef list _ints
+
+    def __cinit__(self, Py_ssize_t num_blocks, Py_ssize_t block_size):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be positive")
+        if num_blocks >= 2**31 - 1:
+            raise ValueError("num_blocks must be below 2**31 - 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        cdef Py_ssize_t n = num_blocks
+        cdef Py_ssize_t cap = 8
+        while cap < 4 * n:  # at most n keys: the table stays at most 1/4 full of them
+            cap *= 2
+        self._ref = <int32_t*>calloc(n, sizeof(int32_t))
+        self._hash = <int64_t*>calloc(n, sizeof(int64_t))
+        self._has = <uint8_t*>calloc(n, sizeof(uint8_t))
+        self._prev = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+        self._next = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+        self._slots = <Slot*>malloc(cap * sizeof(Slot))
+        if not (self._ref and self._hash and self._has and self._prev and self._next
+                and self._slots):
+            raise MemoryError()
+        self._mask = cap - 1
+        self._clear_table()
+        cdef Py_ssize_t b
+        for b in range(n + 1):
+            self._prev[b] = <int32_t>(b - 1 if b > 0 else n)
+            self._next[b] = <int32_t>(b + 1 if b < n else 0)
+        self._num_free = n
+        self._duplicates = {}
+        self._ints = list(range(n))
+        self.events = None
+
+    def __dealloc__(self):
+        c_free(self._ref)
+        c_free(self._hash)
+        c_free(self._has)
+        c_free(self._prev)
+        c_free(self._next)
+        c_free(self._slots)
+
+    # -- the hash table -----------------------------------------------------------------
+
+    cdef void _clear_table(self) noexcept:
+        cdef uint64_t i
+        for i in range(self._mask + 1):
+            self._slots[i].block = EMPTY
+        self._size = 0
+        self._used = 0
+
+    cdef inline uint64_t _find(self, int64_t key) noexcept:
+        """The slot holding `key`, or the EMPTY slot that ends its probe sequence."""
+        cdef uint64_t mask = self._mask
+        cdef uint64_t perturb = <uint64_t>key
+        cdef uint64_t i = perturb & mask
+        cdef Slot* slot
+        while True:
+            slot = &self._slots[i]
+            if slot.block == EMPTY or (slot.key == key and slot.block != DELETED):
+                return i
+            perturb >>= PERTURB_SHIFT
+            i = (i * 5 + perturb + 1) & mask
+
+    cdef inline int32_t _get(self, int64_t key) noexcept:
+        return self._slots[self._find(key)].block  # EMPTY (-1) if absent
+
+    cdef inline bint _add(self, int64_t key, int32_t block) noexcept:
+        """Enter `key` → `block` unless `key` is there; whether it entered."""
+        cdef uint64_t i = self._find(key)
+        if self._slots[i].block != EMPTY:
+            return False
+        self._slots[i].key = key
+        self._slots[i].block = block
+        self._size += 1
+        self._used += 1
+        if 4 * self._used > 3 * (self._mask + 1):
+            self._rebuild()
+        return True
+
+    cdef inline void _replace(self, int64_t key, int32_t block) noexcept:
+        self._slots[self._find(key)].block = block  # `key` is in the table
+
+    cdef inline void _delete(self, int64_t key) noexcept:
+        cdef uint64_t i = self._find(key)
+        if self._slots[i].block != EMPTY:
+            self._slots[i].block = DELETED
+            self._size -= 1
+
+    cdef void _rebuild(self) noexcept:
+        """Drop the DELETED marks: enter every key again in a cleared table."""
+        cdef uint64_t i, n = self._mask + 1
+        cdef Slot* old = self._slots
+        cdef Slot* fresh = <Slot*>malloc(n * sizeof(Slot))
+        if fresh == NULL:
+            return  # keep probing past the marks
+        self._slots = fresh
+        self._clear_table()
+        for i in range(n):
+            if old[i].block >= 0:
+                self._add(old[i].key, old[i].block)
+        c_free(old)
+
+    # -- the free queue -------------------------------------------------------------------
+
+    cdef inline void _unlink(self, int32_t b) noexcept:
+        self._next[self._prev[b]] = self._next[b]
+        self._prev[self._next[b]] = self._prev[b]
+
+    cdef inline void _append(self, int32_t b) noexcept:
+        cdef int32_t s = <int32_t>self.num_blocks
+        cdef int32_t tail = self._prev[s]
+        self._next[tail] = b
+        self._prev[b] = tail
+        self._next[b] = s
+        self._prev[s] = b
+
+    # -- gauges -----------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self):
+        """Blocks no request holds, cached or not."""
+        return self._num_free
+
+    @property
+    def usage(self):
+        return 1.0 - self._num_free / <double>self.num_blocks
+
+    @property
+    def num_cached_blocks(self):
+        """Blocks findable by hash (held or free): what the cache could serve."""
+        return self._size + sum(map(len, self._duplicates.values()))
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def find_cached_prefix(self, block_hashes):
+        """Number of leading `block_hashes` that are cached."""
+        cdef list hashes = _as_list(block_hashes)
+        cdef Py_ssize_t k, n = PyList_GET_SIZE(hashes)
+        for k in range(n):
+            if self._get(<int64_t>(<object>PyList_GET_ITEM(hashes, k))) < 0:
+                return k
+        return n
+
+    def cached_blocks(self, block_hashes):
+        """Block ids of the longest cached prefix of `block_hashes` (not yet touched)."""
+        cdef list hashes = _as_list(block_hashes)
+        cdef list ints = self._ints
+        cdef list found = []
+        cdef Py_ssize_t k, n = PyList_GET_SIZE(hashes)
+        cdef int32_t b
+        for k in range(n):
+            b = self._get(<int64_t>(<object>PyList_GET_ITEM(hashes, k)))
+            if b < 0:
+                break
+            found.append(<object>PyList_GET_ITEM(ints, b))
+        return found
+
+    def num_evictable(self, block_ids):
+        """How many of `block_ids` sit in the free queue (touching them uses free space)."""
+        cdef Py_ssize_t count = 0
+        cdef Py_ssize_t b
+        for b in block_ids:
+            if self._ref[self._index(b)] == 0:
+                count += 1
+        return count
+
+    def evictable(self, block_ids):
+        """Those of `block_ids` that sit in the free queue."""
+        cdef Py_ssize_t b
+        return [b for b in block_ids if self._ref[self._index(b)] == 0]
+
+    cdef inline Py_ssize_t _index(self, Py_ssize_t b) except -1:
+        if b < 0 or b >= self.num_blocks:
+            raise IndexError(f"block {b} out of range")
+        return b
+
+    def ref_count(self, Py_ssize_t block_id):
+        return self._ref[self._index(block_id)]
+
+    def is_cached(self, block_hash):
+        return self._get(<int64_t>block_hash) >= 0
+
+    def cached_hashes(self):
+        """Every hash the cache can serve (held or free), each once; O(cached blocks)."""
+        cdef uint64_t i
+        return [self._slots[i].key for i in range(self._mask + 1) if self._slots[i].block >= 0]
+
+    def peek_free(self, Py_ssize_t count):
+        """The next `count` blocks `allocate` would pop, in order (nothing changes)."""
+        cdef list out = []
+        cdef list ints = self._ints
+        cdef int32_t s = <int32_t>self.num_blocks
+        cdef int32_t b = self._next[s]
+        while b != s and len(out) < count:
+            out.append(<object>PyList_GET_ITEM(ints, b))
+            b = self._next[b]
+        return out
+
+    def eviction_order(self):
+        """Free block ids, next to be reused first."""
+        return self.peek_free(self._num_free)
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def touch(self, block_ids):
+        """Take a reference on cached blocks, removing unreferenced ones from the queue;
+        returns the cut of `block_ids` (one irregular piece)."""
+        cdef list ids = _as_list(block_ids)
+        cdef Py_ssize_t k, n = PyList_GET_SIZE(ids)
+        cdef Py_ssize_t b
+        for k in range(n):
+            b = self._index(<object>PyList_GET_ITEM(ids, k))
+            if self._ref[b] == 0:
+                self._unlink(<int32_t>b)
+                self._num_free -= 1
+            self._ref[b] += 1
+        return _whole(n)
+
+    def allocate(self, count, commit=()):
+        """Pop `count` blocks from the head of the free queue, evicting their hashes; then
+        `cache_blocks` the first len(`commit`) of them under those hashes."""
+        return self.allocate_runs(count, commit)[0]
+
+    def allocate_runs(self, Py_ssize_t count, commit=(), origin=None):
+        """`allocate`, and the cut of the blocks it returns (one irregular piece)."""
+        if count > self._num_free:
+            raise ValueError(f"cannot allocate {count} blocks: {self._num_free} free")
+        cdef list hashes = _as_list(commit)
+        cdef Py_ssize_t k = PyList_GET_SIZE(hashes)
+        if k > count:
+            raise ValueError("allocate: more hashes to commit than blocks")
+        cdef list ints = self._ints
+        cdef list blocks = []
+        cdef int32_t s = <int32_t>self.num_blocks
+        cdef int32_t b
+        cdef Py_ssize_t i
+        cdef bint quiet = self.events is None and not self._duplicates
+        for i in range(count):
+            b = self._next[s]
+            self._unlink(b)
+            if self._has[b]:
+                self._has[b] = 0
+                if quiet:
+                    self._delete(self._hash[b])
+                else:
+                    self._evict(b, self._hash[b])
+            self._ref[b] = 1
+            blocks.append(<object>PyList_GET_ITEM(ints, b))
+        self._num_free -= count
+        if k:
+            fresh = self._commit(blocks, hashes, k)
+            if self.events is not None and origin is not None:
+                tokens, all_hashes, start = origin
+                self.events.stored(tokens, all_hashes, (start, start + k), fresh)
+        return blocks, _whole(count)
+
+    cdef _evict(self, int32_t b, int64_t h):
+        others = self._duplicates.get(h) if self._duplicates else None
+        if others is not None:
+            if self._get(h) == b:
+                self._replace(h, <int32_t>others.pop(0))
+            else:
+                others.remove(b)
+            if not others:
+                del self._duplicates[h]
+            return
+        self._delete(h)
+        if self.events is not None:
+            self.events.removed(h)
+
+    cdef object _commit(self, list block_ids, list hashes, Py_ssize_t n):
+        """Enter the first n blocks under their hashes, in order; which entered the map
+        (None: every one did)."""
+        cdef Py_ssize_t i
+        cdef int32_t b
+        cdef int64_t h
+        cdef list fresh = None
+        for i in range(n):
+            b = <int32_t>(<Py_ssize_t>(<object>PyList_GET_ITEM(block_ids, i)))
+            h = <int64_t>(<object>PyList_GET_ITEM(hashes, i))
+            self._hash[b] = h
+            self._has[b] = 1
+            if self._add(h, b):
+                if fresh is not None:
+                    fresh.append(True)
+            else:
+                self._duplicates.setdefault(h, []).append(<object>PyList_GET_ITEM(block_ids, i))
+                if fresh is None:
+                    fresh = [True] * i
+                fresh.append(False)
+        return fresh
+
+    def cache_block(self, block_id, block_hash):
+        """Commit a full block under `block_hash` so later lookups can hit it."""
+        self.cache_blocks((block_id,), (block_hash,))
+
+    def cache_blocks(self, block_ids, block_hashes, pieces=None, origin=None):
+        """`cache_block` for each pair, in order (`pieces`: the cut of `block_ids`, if known;
+        `origin`: where they come from, for the events)."""
+        cdef list ids = _as_list(block_ids)
+        cdef list hashes = _as_list(block_hashes)
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(ids)
+        if n != PyList_GET_SIZE(hashes):
+            raise ValueError("cache_blocks: as many hashes as blocks are needed")
+        _check_pieces(pieces, n)
+        cdef Py_ssize_t b
+        for i in range(n):
+            b = self._index(<object>PyList_GET_ITEM(ids, i))
+            if self._has[b]:
+                raise ValueError(f"block {b} is already cached")
+        fresh = self._commit(ids, hashes, n)
+        if self.events is not None and origin is not None:
+            tokens, all_hashes, start = origin
+            self.events.stored(tokens, all_hashes, (start, start + n), fresh)
+
+    def free(self, block_ids, pieces=None):
+        """Drop one reference on each block, in reverse order (tail blocks evicted first)."""
+        cdef list ids = _as_list(block_ids)
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(ids)
+        _check_pieces(pieces, n)
+        cdef Py_ssize_t b
+        for i in range(n - 1, -1, -1):
+            b = self._index(<object>PyList_GET_ITEM(ids, i))
+            self._ref[b] -= 1
+            if self._ref[b] == 0:
+                self._append(<int32_t>b)
+                self._num_free += 1
+
+    def reset_prefix_cache(self):
+        """Forget every cached hash, as vLLM's `reset_prefix_cache`: only when no request
+        holds a block (False, and nothing changes, otherwise)."""
+        if self._num_free != self.num_blocks:
+            return False
+        memset(self._has, 0, self.num_blocks * sizeof(uint8_t))
+        self._clear_table()
+        self._duplicates.clear()
+        if self.events is not None:
+            self.events.cleared()
+        return True
