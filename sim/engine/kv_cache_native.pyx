@@ -9,12 +9,12 @@ instead of a dict operation:
 - reference counts, hashes and a doubly linked free queue (vLLM's `FreeKVCacheBlockQueue`)
   as arrays indexed by block id: `free` appends at the tail, `allocate` pops the head,
   `touch` unlinks a block from the middle;
-- the hash → block map as an open-addressing table keyed by the signed 64-bit hash, probed
-  as CPython's dict probes (first slot: the key's low bits, so consecutive hashes, as
-  trace replays make them, sit side by side in memory; then a perturbed sequence), with
-  deleted slots marked and the table rebuilt once they pile up; further blocks carrying a
-  hash already in the table (two requests computed one prefix at once) wait in a Python
-  dict, in commit order, as in the reference.
+- the hash → block map as an open-addressing table (linear probing, backward-shift
+  deletion) of records that each hold 8 consecutive hashes (h >> 3 is the record's key):
+  a trace replay's hashes come in long runs of consecutive ints, so a run costs one probe
+  per 8 blocks, and the loops over a run reuse the record found last; further blocks
+  carrying a hash already in the table (two requests computed one prefix at once) wait in
+  a Python dict, in commit order, as in the reference.
 
 Same public methods and errors as `PagedKVCache`; `pieces` arguments are checked the same
 way and otherwise unused (no run tricks are needed here), and the pieces returned cut the
@@ -23,20 +23,29 @@ Hashes must fit in a signed 64-bit int (Python's `hash` of a tuple does).
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport calloc, free as c_free, malloc
+from libc.stdlib cimport abort, calloc, free as c_free, malloc
 from libc.string cimport memset
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 
-cdef struct Slot:
-    int64_t key
-    int32_t block  # EMPTY, DELETED or the block carrying `key` first
+DEF GROUP = 8  # hashes per table record: h >> 3 names the record, h & 7 the entry
 
 
-cdef enum:
-    EMPTY = -1
-    DELETED = -2
-    PERTURB_SHIFT = 5
+cdef struct Group:
+    int64_t key  # h >> 3 of its hashes
+    int32_t count  # entries in use; 0: the slot is empty
+    int32_t block[GROUP]  # the block carrying hash key·8 + i first, or -1
+
+
+cdef inline uint64_t _mix(int64_t key) noexcept nogil:
+    # splitmix64's finalizer: records spread over the table whatever the hashes.
+    cdef uint64_t x = <uint64_t>key
+    x ^= x >> 30
+    x *= 0xbf58476d1ce4e5b9ULL
+    x ^= x >> 27
+    x *= 0x94d049bb133111ebULL
+    x ^= x >> 31
+    return x
 
 
 cdef list _as_list(object seq):
@@ -64,10 +73,11 @@ cdef class NativeKVCache:
     cdef int32_t* _prev  # free queue links; index num_blocks is the sentinel
     cdef int32_t* _next
     cdef Py_ssize_t _num_free
-    cdef Slot* _slots
+    cdef Group* _groups
     cdef uint64_t _mask
-    cdef Py_ssize_t _size  # keys in the table
-    cdef Py_ssize_t _used  # slots not EMPTY (keys and DELETED marks)
+    cdef uint64_t _last  # the record found last (checked before reuse)
+    cdef Py_ssize_t _size  # hashes in the table
+    cdef Py_ssize_t _records  # records in the table (at most half its slots)
     cdef dict _duplicates
     cdef list _ints
 
@@ -79,19 +89,17 @@ cdef class NativeKVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         cdef Py_ssize_t n = num_blocks
-        cdef Py_ssize_t cap = 8
-        while cap < 4 * n:  # at most n keys: the table stays at most 1/4 full of them
-            cap *= 2
+        cdef Py_ssize_t cap = 64  # doubled while records fill half of it (`_grow`)
         self._ref = <int32_t*>calloc(n, sizeof(int32_t))
         self._hash = <int64_t*>calloc(n, sizeof(int64_t))
         self._has = <uint8_t*>calloc(n, sizeof(uint8_t))
         self._prev = <int32_t*>malloc((n + 1) * sizeof(int32_t))
         self._next = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-        self._slots = <Slot*>malloc(cap * sizeof(Slot))
+        self._groups = <Group*>malloc(64 * sizeof(Group))
         if not (self._ref and self._hash and self._has and self._prev and self._next
-                and self._slots):
+                and self._groups):
             raise MemoryError()
-        self._mask = cap - 1
+        self._mask = 63
         self._clear_table()
         cdef Py_ssize_t b
         for b in range(n + 1):
@@ -108,68 +116,109 @@ cdef class NativeKVCache:
         c_free(self._has)
         c_free(self._prev)
         c_free(self._next)
-        c_free(self._slots)
+        c_free(self._groups)
 
     # -- the hash table -----------------------------------------------------------------
 
     cdef void _clear_table(self) noexcept:
         cdef uint64_t i
         for i in range(self._mask + 1):
-            self._slots[i].block = EMPTY
+            self._groups[i].count = 0
         self._size = 0
-        self._used = 0
+        self._records = 0
+        self._last = 0
 
-    cdef inline uint64_t _find(self, int64_t key) noexcept:
-        """The slot holding `key`, or the EMPTY slot that ends its probe sequence."""
+    cdef inline Group* _group(self, int64_t key, bint create) noexcept:
+        """The record of `key` (h >> 3); a new empty one if `create`, else NULL if none."""
+        cdef Group* g = &self._groups[self._last]
+        if g.count and g.key == key:
+            return g
         cdef uint64_t mask = self._mask
-        cdef uint64_t perturb = <uint64_t>key
-        cdef uint64_t i = perturb & mask
-        cdef Slot* slot
+        cdef uint64_t i = _mix(key) & mask
+        cdef int k
         while True:
-            slot = &self._slots[i]
-            if slot.block == EMPTY or (slot.key == key and slot.block != DELETED):
-                return i
-            perturb >>= PERTURB_SHIFT
-            i = (i * 5 + perturb + 1) & mask
+            g = &self._groups[i]
+            if g.count == 0:
+                if not create:
+                    return NULL
+                if 2 * (self._records + 1) > mask + 1:
+                    self._grow()
+                    return self._group(key, True)
+                self._records += 1
+                g.key = key
+                for k in range(GROUP):
+                    g.block[k] = -1
+                self._last = i
+                return g
+            if g.key == key:
+                self._last = i
+                return g
+            i = (i + 1) & mask
 
-    cdef inline int32_t _get(self, int64_t key) noexcept:
-        return self._slots[self._find(key)].block  # EMPTY (-1) if absent
+    cdef inline int32_t _get(self, int64_t h) noexcept:
+        cdef Group* g = self._group(h >> 3, False)
+        return g.block[h & 7] if g != NULL else -1
 
-    cdef inline bint _add(self, int64_t key, int32_t block) noexcept:
-        """Enter `key` → `block` unless `key` is there; whether it entered."""
-        cdef uint64_t i = self._find(key)
-        if self._slots[i].block != EMPTY:
+    cdef inline bint _add(self, int64_t h, int32_t block) noexcept:
+        """Enter `h` → `block` unless `h` is there; whether it entered."""
+        cdef Group* g = self._group(h >> 3, True)
+        if g.block[h & 7] >= 0:
             return False
-        self._slots[i].key = key
-        self._slots[i].block = block
+        g.block[h & 7] = block
+        g.count += 1
         self._size += 1
-        self._used += 1
-        if 4 * self._used > 3 * (self._mask + 1):
-            self._rebuild()
         return True
 
-    cdef inline void _replace(self, int64_t key, int32_t block) noexcept:
-        self._slots[self._find(key)].block = block  # `key` is in the table
+    cdef inline void _replace(self, int64_t h, int32_t block) noexcept:
+        self._group(h >> 3, False).block[h & 7] = block  # `h` is in the table
 
-    cdef inline void _delete(self, int64_t key) noexcept:
-        cdef uint64_t i = self._find(key)
-        if self._slots[i].block != EMPTY:
-            self._slots[i].block = DELETED
-            self._size -= 1
+    cdef void _delete(self, int64_t h) noexcept:
+        cdef Group* g = self._group(h >> 3, False)
+        if g == NULL or g.block[h & 7] < 0:
+            return
+        g.block[h & 7] = -1
+        g.count -= 1
+        self._size -= 1
+        if g.count == 0:
+            self._records -= 1
+            self._close(<uint64_t>(g - self._groups))
 
-    cdef void _rebuild(self) noexcept:
-        """Drop the DELETED marks: enter every key again in a cleared table."""
-        cdef uint64_t i, n = self._mask + 1
-        cdef Slot* old = self._slots
-        cdef Slot* fresh = <Slot*>malloc(n * sizeof(Slot))
-        if fresh == NULL:
-            return  # keep probing past the marks
-        self._slots = fresh
-        self._clear_table()
+    cdef void _grow(self) noexcept:
+        """Twice the slots, every record entered again (a table sized for the runs of
+        consecutive hashes stays small, and so in the CPU's caches)."""
+        cdef uint64_t i, j, n = self._mask + 1
+        cdef Group* old = self._groups
+        cdef Group* bigger = <Group*>malloc(2 * n * sizeof(Group))
+        if bigger == NULL:
+            abort()
+        self._groups = bigger
+        self._mask = 2 * n - 1
+        for i in range(2 * n):
+            bigger[i].count = 0
         for i in range(n):
-            if old[i].block >= 0:
-                self._add(old[i].key, old[i].block)
+            if old[i].count:
+                j = _mix(old[i].key) & self._mask
+                while bigger[j].count:
+                    j = (j + 1) & self._mask
+                bigger[j] = old[i]
+        self._last = 0
         c_free(old)
+
+    cdef void _close(self, uint64_t i) noexcept:
+        """Backward-shift deletion: records after the emptied slot i move up if they may."""
+        cdef uint64_t mask = self._mask
+        cdef uint64_t j = i, home
+        cdef Group* groups = self._groups
+        while True:
+            j = (j + 1) & mask
+            if groups[j].count == 0:
+                break
+            home = _mix(groups[j].key) & mask
+            # The record at j may fill the hole at i unless its home lies in (i, j].
+            if ((j - home) & mask) >= ((j - i) & mask):
+                groups[i] = groups[j]
+                groups[j].count = 0
+                i = j
 
     # -- the free queue -------------------------------------------------------------------
 
@@ -254,7 +303,14 @@ cdef class NativeKVCache:
     def cached_hashes(self):
         """Every hash the cache can serve (held or free), each once; O(cached blocks)."""
         cdef uint64_t i
-        return [self._slots[i].key for i in range(self._mask + 1) if self._slots[i].block >= 0]
+        cdef int k
+        cdef Group* g
+        out = []
+        for i in range(self._mask + 1):
+            g = &self._groups[i]
+            if g.count:
+                out += [g.key * GROUP + k for k in range(GROUP) if g.block[k] >= 0]
+        return out
 
     def peek_free(self, Py_ssize_t count):
         """The next `count` blocks `allocate` would pop, in order (nothing changes)."""
