@@ -65,6 +65,16 @@ class _Recorder:
         self.requests[request_id].append(now.hex())
 
 
+_STATS = ("prefix_queries", "prefix_hits", "preemptions", "prompt_tokens", "generation_tokens")
+
+
+def _event(event: KvEvent) -> tuple[object, ...]:
+    """An event as plain values: its kind, hashes, parent and token count."""
+    hashes = getattr(event, "block_hashes", ())
+    tokens = len(getattr(event, "token_ids", ()))
+    return (type(event).__name__, tuple(hashes), getattr(event, "parent_block_hash", None), tokens)
+
+
 def _tap_events(engine: EngineModel, sink: list[KvEvent]) -> None:
     take = engine.take_kv_events
 
@@ -92,12 +102,13 @@ def fingerprint(
     engines = []
     for replica, sink in zip(replay.replicas, events, strict=True):
         kv = replica.engine.kv_cache
+        stats = replica.engine.stats()
         engines.append(
             {
-                "stats": repr(replica.engine.stats()),
+                "stats": [getattr(stats, name) for name in _STATS],
                 "eviction_order": kv.eviction_order(),
                 "cached": sorted(kv.cached_hashes()),
-                "events": [repr(e) for e in sink],
+                "events": [_event(e) for e in sink],
             }
         )
     return {
