@@ -28,11 +28,9 @@ about 115 bytes per (block, replica) pair when two replicas share the blocks;
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import accumulate, compress, groupby, islice, repeat
-from operator import not_
+from itertools import accumulate, groupby, islice, repeat
 
 from scoring.prefix_hash import GROUP
 
@@ -325,29 +323,16 @@ class PrefixIndex:
         keep = set(spare) if spare else ()
         total = 0
         value = 0.0
-        # The oldest entries in growing chunks, each summed in C: an entry counts while the
-        # weights before it fall short of the excess; only reused entries add value, in LRU
-        # order (the sum of the loop that walks every entry, to the last bit).
-        entries = iter(lru.items())
-        size = 32
-        while True:
-            chunk = list(islice(entries, size))
-            if not chunk:
-                return value
-            hashes, weights = map(list, zip(*chunk, strict=True))
-            if keep:
-                wanted = list(map(not_, map(keep.__contains__, hashes)))
-                hashes, weights = list(compress(hashes, wanted)), list(compress(weights, wanted))
-            sums = list(accumulate(weights, initial=total))
-            taken = min(bisect_left(sums, excess), len(weights))
-            if counts:
-                found = list(map(counts.get, hashes[:taken]))
-                for w, r in compress(zip(weights, found, strict=False), found):
-                    value += w * r / (r + 1)  # type: ignore[operator]
-            if taken < len(weights):
-                return value
-            total = sums[-1]
-            size *= 2
+        for h, w in lru.items():
+            if total >= excess:
+                break
+            if h in keep:
+                continue
+            total += w
+            r = counts.get(h)
+            if r:
+                value += w * r / (r + 1)
+        return value
 
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)

@@ -408,42 +408,6 @@ def test_displaced_values_the_oldest_entries_by_their_reuse() -> None:
     assert index.blocks("r") == 20
 
 
-def _displaced_walk(index: PrefixIndex, replica: str, new_weight: int, spare: list[int]) -> float:
-    """`displaced` as its docstring says it: one entry at a time, oldest first."""
-    lru = index._lru.get(replica)
-    if not lru:
-        return 0.0
-    excess = index._weight[replica] + new_weight - index.capacity(replica)
-    counts = index._reuses.get(replica) or {}
-    total, value = 0, 0.0
-    for h, w in lru.items():
-        if excess <= 0 or total >= excess:
-            break
-        if h in spare:
-            continue
-        total += w
-        r = counts.get(h)
-        if r:
-            value += w * r / (r + 1)
-    return value
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_displaced_sums_exactly_what_a_walk_entry_by_entry_sums(seed: int) -> None:
-    rng = random.Random(seed)
-    index = PrefixIndex(rng.choice([40, 300, 2000]))
-    prompts = [[rng.getrandbits(48) for _ in range(rng.randint(1, 400))] for _ in range(12)]
-    for _ in range(60):
-        prompt = rng.choice(prompts)
-        index.record("r", prompt[: rng.randint(1, len(prompt))])
-        hashes = rng.choice(prompts)
-        spare = hashes[: rng.randint(0, len(hashes))] if rng.random() < 0.6 else []
-        new_weight = rng.randint(0, 3000)
-        assert index.displaced("r", new_weight, spare) == _displaced_walk(
-            index, "r", new_weight, spare
-        )  # equal to the last bit: decisions compare these sums
-
-
 def test_reuse_counts_go_with_the_replica() -> None:
     index = PrefixIndex(50)
     index.record("r", A)
