@@ -16,9 +16,9 @@ instead of a dict operation:
   carrying a hash already in the table (two requests computed one prefix at once) wait in
   a Python dict, in commit order, as in the reference.
 
-Same public methods and errors as `PagedKVCache`; `pieces` arguments are checked the same
-way and otherwise unused (no run tricks are needed here), and the pieces returned cut the
-blocks into one irregular stretch. KV events go to the same `KVEventLog` in the same order.
+Same public methods and errors as `PagedKVCache`, but it needs no cut of the block lists
+into runs (`sim.engine.block_runs`): it returns none (`[]`, so the scheduler's bookkeeping of
+cuts costs nothing) and ignores any it is given. KV events go to the same `KVEventLog` in the same order.
 Hashes must fit in a signed 64-bit int (Python's `hash` of a tuple does).
 """
 
@@ -50,15 +50,6 @@ cdef inline uint64_t _mix(int64_t key) noexcept nogil:
 
 cdef list _as_list(object seq):
     return seq if type(seq) is list else list(seq)
-
-
-cdef object _whole(Py_ssize_t n):
-    return [(0, n, 0)] if n else []
-
-
-cdef _check_pieces(object pieces, Py_ssize_t n):
-    if pieces is not None and ((pieces[len(pieces) - 1][1] if pieces else 0) != n):
-        raise ValueError("the pieces do not cover the block ids")
 
 
 cdef class NativeKVCache:
@@ -331,7 +322,7 @@ cdef class NativeKVCache:
 
     def touch(self, block_ids):
         """Take a reference on cached blocks, removing unreferenced ones from the queue;
-        returns the cut of `block_ids` (one irregular piece)."""
+        returns no cut (`[]`)."""
         cdef list ids = _as_list(block_ids)
         cdef Py_ssize_t k, n = PyList_GET_SIZE(ids)
         cdef Py_ssize_t b
@@ -341,7 +332,7 @@ cdef class NativeKVCache:
                 self._unlink(<int32_t>b)
                 self._num_free -= 1
             self._ref[b] += 1
-        return _whole(n)
+        return []
 
     def allocate(self, count, commit=()):
         """Pop `count` blocks from the head of the free queue, evicting their hashes; then
@@ -349,7 +340,7 @@ cdef class NativeKVCache:
         return self.allocate_runs(count, commit)[0]
 
     def allocate_runs(self, Py_ssize_t count, commit=(), origin=None):
-        """`allocate`, and the cut of the blocks it returns (one irregular piece)."""
+        """`allocate`, and no cut of the blocks it returns (`[]`)."""
         if count > self._num_free:
             raise ValueError(f"cannot allocate {count} blocks: {self._num_free} free")
         cdef list hashes = _as_list(commit)
@@ -379,7 +370,7 @@ cdef class NativeKVCache:
             if self.events is not None and origin is not None:
                 tokens, all_hashes, start = origin
                 self.events.stored(tokens, all_hashes, (start, start + k), fresh)
-        return blocks, _whole(count)
+        return blocks, []
 
     cdef _evict(self, int32_t b, int64_t h):
         others = self._duplicates.get(h) if self._duplicates else None
@@ -429,7 +420,6 @@ cdef class NativeKVCache:
         cdef Py_ssize_t i, n = PyList_GET_SIZE(ids)
         if n != PyList_GET_SIZE(hashes):
             raise ValueError("cache_blocks: as many hashes as blocks are needed")
-        _check_pieces(pieces, n)
         cdef Py_ssize_t b
         for i in range(n):
             b = self._index(<object>PyList_GET_ITEM(ids, i))
@@ -444,7 +434,6 @@ cdef class NativeKVCache:
         """Drop one reference on each block, in reverse order (tail blocks evicted first)."""
         cdef list ids = _as_list(block_ids)
         cdef Py_ssize_t i, n = PyList_GET_SIZE(ids)
-        _check_pieces(pieces, n)
         cdef Py_ssize_t b
         for i in range(n - 1, -1, -1):
             b = self._index(<object>PyList_GET_ITEM(ids, i))

@@ -129,7 +129,8 @@ def test_the_fast_cache_matches_the_reference_block_for_block(
             blocks, allocated = cache.allocate_runs(new)
             assert blocks == ref.allocate(new)
             cut += shifted(allocated, len(hits))
-            _check_cut(hits + blocks, cut)
+            if not native:  # the compiled cache keeps no cut (and needs none)
+                _check_cut(hits + blocks, cut)
             committed = blocks[: len(hashes) - len(hits)]
             if pieces:
                 part = clipped(cut, len(hits), len(hits) + len(committed))
