@@ -18,17 +18,22 @@ instead of a dict operation:
 
 Same public methods and errors as `PagedKVCache`, but it needs no cut of the block lists
 into runs (`sim.engine.block_runs`): it returns none (`[]`, so the scheduler's bookkeeping of
-cuts costs nothing) and ignores any it is given. KV events go to the same `KVEventLog` in the same order.
-Hashes must fit in a signed 64-bit int (Python's `hash` of a tuple does).
+cuts costs nothing) and ignores any it is given. KV events go to the same `KVEventLog` in
+the same order. Hashes are any Python ints, as for the reference: those of 64 bits (Python's
+`hash` of a tuple, a trace's ids) are their own keys; a wider one (a recorded trace's 64-bit
+unsigned ids times the engine blocks per trace block) is given a code of its own when first
+committed, in a key range no 64-bit hash reaches (codes are kept until a cache reset).
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport abort, calloc, free as c_free, malloc
 from libc.string cimport memset
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 
 DEF GROUP = 8  # hashes per table record: h >> 3 names the record, h & 7 the entry
+DEF WIDE = 1 << 61  # record keys of wide hashes' codes start here (h >> 3 stays below 2**60)
 
 
 cdef struct Group:
@@ -71,6 +76,8 @@ cdef class NativeKVCache:
     cdef Py_ssize_t _records  # records in the table (at most half its slots)
     cdef dict _duplicates
     cdef list _ints
+    cdef dict _codes  # wide hash → its code
+    cdef list _wide  # code → wide hash
 
     def __cinit__(self, Py_ssize_t num_blocks, Py_ssize_t block_size):
         if num_blocks < 1 or block_size < 1:
@@ -98,6 +105,8 @@ cdef class NativeKVCache:
             self._next[b] = <int32_t>(b + 1 if b < n else 0)
         self._num_free = n
         self._duplicates = {}
+        self._codes = {}
+        self._wide = []
         self._ints = list(range(n))
         self.events = None
 
@@ -146,13 +155,15 @@ cdef class NativeKVCache:
                 return g
             i = (i + 1) & mask
 
-    cdef inline int32_t _get(self, int64_t h) noexcept:
-        cdef Group* g = self._group(h >> 3, False)
+    # A key is a 64-bit hash h (wide = 0) or a wide hash's code h (wide = 1).
+
+    cdef inline int32_t _get(self, int64_t h, bint wide) noexcept:
+        cdef Group* g = self._group(WIDE + (h >> 3) if wide else h >> 3, False)
         return g.block[h & 7] if g != NULL else -1
 
-    cdef inline bint _add(self, int64_t h, int32_t block) noexcept:
+    cdef inline bint _add(self, int64_t h, bint wide, int32_t block) noexcept:
         """Enter `h` → `block` unless `h` is there; whether it entered."""
-        cdef Group* g = self._group(h >> 3, True)
+        cdef Group* g = self._group(WIDE + (h >> 3) if wide else h >> 3, True)
         if g.block[h & 7] >= 0:
             return False
         g.block[h & 7] = block
@@ -160,11 +171,12 @@ cdef class NativeKVCache:
         self._size += 1
         return True
 
-    cdef inline void _replace(self, int64_t h, int32_t block) noexcept:
-        self._group(h >> 3, False).block[h & 7] = block  # `h` is in the table
+    cdef inline void _replace(self, int64_t h, bint wide, int32_t block) noexcept:
+        # `h` is in the table
+        self._group(WIDE + (h >> 3) if wide else h >> 3, False).block[h & 7] = block
 
-    cdef void _delete(self, int64_t h) noexcept:
-        cdef Group* g = self._group(h >> 3, False)
+    cdef void _delete(self, int64_t h, bint wide) noexcept:
+        cdef Group* g = self._group(WIDE + (h >> 3) if wide else h >> 3, False)
         if g == NULL or g.block[h & 7] < 0:
             return
         g.block[h & 7] = -1
@@ -211,6 +223,33 @@ cdef class NativeKVCache:
                 groups[j].count = 0
                 i = j
 
+    cdef inline int _key(self, object h, bint create, int64_t* key) except -2:
+        """0: `h` is a 64-bit hash (key = h); 1: a wide one (key = its code); -1: a wide one
+        without a code (not `create`: it is not cached)."""
+        cdef int overflow = 0
+        cdef long long v = PyLong_AsLongLongAndOverflow(h, &overflow)
+        if not overflow:
+            key[0] = v
+            return 0
+        code = self._codes.get(h)
+        if code is None:
+            if not create:
+                return -1
+            code = len(self._wide)
+            self._codes[h] = code
+            self._wide.append(h)
+        key[0] = <int64_t>code
+        return 1
+
+    cdef inline object _hash_of(self, int32_t b):
+        """The hash block b carries (it carries one), as the Python int it was given."""
+        return self._wide[self._hash[b]] if self._has[b] == 2 else self._hash[b]
+
+    cdef inline int32_t _lookup(self, object h) except -2:
+        cdef int64_t key
+        cdef int wide = self._key(h, False, &key)
+        return -1 if wide < 0 else self._get(key, wide)
+
     # -- the free queue -------------------------------------------------------------------
 
     cdef inline void _unlink(self, int32_t b) noexcept:
@@ -248,7 +287,7 @@ cdef class NativeKVCache:
         cdef list hashes = _as_list(block_hashes)
         cdef Py_ssize_t k, n = PyList_GET_SIZE(hashes)
         for k in range(n):
-            if self._get(<int64_t>(<object>PyList_GET_ITEM(hashes, k))) < 0:
+            if self._lookup(<object>PyList_GET_ITEM(hashes, k)) < 0:
                 return k
         return n
 
@@ -260,7 +299,7 @@ cdef class NativeKVCache:
         cdef Py_ssize_t k, n = PyList_GET_SIZE(hashes)
         cdef int32_t b
         for k in range(n):
-            b = self._get(<int64_t>(<object>PyList_GET_ITEM(hashes, k)))
+            b = self._lookup(<object>PyList_GET_ITEM(hashes, k))
             if b < 0:
                 break
             found.append(<object>PyList_GET_ITEM(ints, b))
@@ -289,7 +328,7 @@ cdef class NativeKVCache:
         return self._ref[self._index(block_id)]
 
     def is_cached(self, block_hash):
-        return self._get(<int64_t>block_hash) >= 0
+        return self._lookup(block_hash) >= 0
 
     def cached_hashes(self):
         """Every hash the cache can serve (held or free), each once; O(cached blocks)."""
@@ -299,7 +338,9 @@ cdef class NativeKVCache:
         out = []
         for i in range(self._mask + 1):
             g = &self._groups[i]
-            if g.count:
+            if g.count and g.key >= WIDE:
+                out += [self._wide[(g.key - WIDE) * GROUP + k] for k in range(GROUP) if g.block[k] >= 0]
+            elif g.count:
                 out += [g.key * GROUP + k for k in range(GROUP) if g.block[k] >= 0]
         return out
 
@@ -357,11 +398,11 @@ cdef class NativeKVCache:
             b = self._next[s]
             self._unlink(b)
             if self._has[b]:
-                self._has[b] = 0
                 if quiet:
-                    self._delete(self._hash[b])
+                    self._delete(self._hash[b], self._has[b] == 2)
                 else:
-                    self._evict(b, self._hash[b])
+                    self._evict(b)
+                self._has[b] = 0
             self._ref[b] = 1
             blocks.append(<object>PyList_GET_ITEM(ints, b))
         self._num_free -= count
@@ -372,17 +413,22 @@ cdef class NativeKVCache:
                 self.events.stored(tokens, all_hashes, (start, start + k), fresh)
         return blocks, []
 
-    cdef _evict(self, int32_t b, int64_t h):
+    cdef _evict(self, int32_t b):
+        """Block b (popped) loses its hash: the next block carrying it takes its place in
+        the map, or the hash leaves the cache."""
+        cdef int64_t key = self._hash[b]
+        cdef bint wide = self._has[b] == 2
+        h = self._hash_of(b)
         others = self._duplicates.get(h) if self._duplicates else None
         if others is not None:
-            if self._get(h) == b:
-                self._replace(h, <int32_t>others.pop(0))
+            if self._get(key, wide) == b:
+                self._replace(key, wide, <int32_t>others.pop(0))
             else:
                 others.remove(b)
             if not others:
                 del self._duplicates[h]
             return
-        self._delete(h)
+        self._delete(key, wide)
         if self.events is not None:
             self.events.removed(h)
 
@@ -391,14 +437,16 @@ cdef class NativeKVCache:
         (None: every one did)."""
         cdef Py_ssize_t i
         cdef int32_t b
-        cdef int64_t h
+        cdef int64_t key
+        cdef int wide
         cdef list fresh = None
         for i in range(n):
             b = <int32_t>(<Py_ssize_t>(<object>PyList_GET_ITEM(block_ids, i)))
-            h = <int64_t>(<object>PyList_GET_ITEM(hashes, i))
-            self._hash[b] = h
-            self._has[b] = 1
-            if self._add(h, b):
+            h = <object>PyList_GET_ITEM(hashes, i)
+            wide = self._key(h, True, &key)
+            self._hash[b] = key
+            self._has[b] = 1 + wide
+            if self._add(key, wide, b):
                 if fresh is not None:
                     fresh.append(True)
             else:
@@ -450,6 +498,8 @@ cdef class NativeKVCache:
         memset(self._has, 0, self.num_blocks * sizeof(uint8_t))
         self._clear_table()
         self._duplicates.clear()
+        self._codes.clear()
+        self._wide.clear()
         if self.events is not None:
             self.events.cleared()
         return True

@@ -99,11 +99,14 @@ def test_the_fast_cache_matches_the_reference_block_for_block(
     rng = random.Random(seed)
     num_blocks = rng.choice([300, 700])
     cache, ref = new_kv_cache(num_blocks, 4, native), ReferenceCache(num_blocks)
-    # Consecutive hashes (as trace replays make them) and scattered ones, negative too.
+    # Consecutive hashes (as trace replays make them), scattered ones, negative ones, and
+    # ones wider than 64 bits (a recorded trace's ids times the engine blocks per trace block).
     families = [
-        [rng.getrandbits(40) for _ in range(120)]
-        if k % 2
-        else [*range(1000 * k - 9000, 1000 * k - 8880)]
+        [*range(1000 * k - 9000, 1000 * k - 8880)]
+        if k % 3 == 0
+        else [rng.getrandbits(40) for _ in range(120)]
+        if k % 3 == 1
+        else [rng.choice((1, -1)) * (2**64 + rng.getrandbits(66)) for _ in range(120)]
         for k in range(6)
     ]
     live: dict[int, tuple[list[int], list[int]]] = {}  # request → (blocks, hashes)

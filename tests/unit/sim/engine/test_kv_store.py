@@ -10,6 +10,7 @@ import pytest
 
 from sim.engine.decode_run import DecodeRun
 from sim.engine.kv_cache import PagedKVCache
+from sim.engine.kv_events import KVEventLog
 from sim.engine.kv_store import NATIVE_BUILT, new_kv_cache
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineConfig
@@ -43,6 +44,24 @@ def test_the_compiled_cache_checks_its_arguments_as_the_reference_does() -> None
         assert not cache.reset_prefix_cache()
         cache.free(blocks)
         assert cache.reset_prefix_cache() and cache.num_cached_blocks == 0
+
+
+def test_hashes_wider_than_64_bits_are_cached_and_evicted_as_the_reference_does() -> None:
+    wide = [2**64 * 32 + k for k in range(6)] + [-(2**70) - 1]
+    logs = []
+    for native in (False, True):
+        cache = new_kv_cache(8, 4, native)
+        cache.events = KVEventLog(4)
+        blocks, _ = cache.allocate_runs(7, wide, origin=((), wide, 0))
+        assert cache.cached_blocks([*wide, 5]) == blocks
+        assert cache.is_cached(wide[-1]) and not cache.is_cached(2**64 * 33)
+        assert sorted(cache.cached_hashes()) == sorted(wide)
+        cache.free(blocks)
+        cache.allocate(8)  # evicts them all, last block first
+        assert cache.num_cached_blocks == 0
+        logs.append(cache.events.take())
+    assert logs[0] == logs[1]
+    assert len(logs[0]) == 8  # one store, seven removals
 
 
 @dataclass
