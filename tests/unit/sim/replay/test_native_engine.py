@@ -12,11 +12,12 @@ blocks, fewer replicas) requests are preempted and prefixes evicted.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from sim.replay import SimSettings
+from sim.replay import SimSettings, cli
 from tests.unit.sim.replay.equivalence import digest, fingerprint, h100, mooncake_slice
 
 # (requests, policy, KV blocks per replica or None for the profile's, replicas) → digest
@@ -63,3 +64,20 @@ def test_the_1500_request_slice_replays_identically(
     tmp_path: Path, case: tuple[int, str, int | None, int]
 ) -> None:
     _check(tmp_path, case, FULL[case])
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_sim_says_when_the_pure_python_engine_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built: bool
+) -> None:
+    mooncake_slice(tmp_path, 1)
+    args = argparse.Namespace(
+        format="auto",
+        profile="h100-llama3-8b",
+        trace=tmp_path / "conversation_1500.jsonl",
+        limit=5,
+        block_size=None,
+    )
+    monkeypatch.setattr(cli, "NATIVE_BUILT", built)
+    _, _, notes = cli.load_inputs(args)
+    assert (cli.PURE_PYTHON_NOTE in notes) is not built
