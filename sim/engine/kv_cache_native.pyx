@@ -29,7 +29,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport abort, calloc, free as c_free, malloc
 from libc.string cimport memset
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 
 DEF GROUP = 8  # hashes per table record: h >> 3 names the record, h & 7 the entry
@@ -226,11 +225,11 @@ cdef class NativeKVCache:
     cdef inline int _key(self, object h, bint create, int64_t* key) except -2:
         """0: `h` is a 64-bit hash (key = h); 1: a wide one (key = its code); -1: a wide one
         without a code (not `create`: it is not cached)."""
-        cdef int overflow = 0
-        cdef long long v = PyLong_AsLongLongAndOverflow(h, &overflow)
-        if not overflow:
-            key[0] = v
+        try:
+            key[0] = <int64_t>h  # Cython's inline conversion: the common case stays cheap
             return 0
+        except OverflowError:
+            pass
         code = self._codes.get(h)
         if code is None:
             if not create:
