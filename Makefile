@@ -6,7 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity
 
-$(STAMP): pyproject.toml
+# setup.py compiles sim/engine/kv_cache_native.pyx (Cython, fetched by pip into the build
+# environment) in place: editing it reinstalls.
+$(STAMP): pyproject.toml setup.py sim/engine/kv_cache_native.pyx
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,plots]'
@@ -131,3 +133,4 @@ test-vllm: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -f sim/engine/kv_cache_native.c sim/engine/kv_cache_native.*.so

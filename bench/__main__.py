@@ -38,6 +38,8 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              dashboard and the series as JSON (`bench.dashboard`)
   sweep-runners  one `kvgate sim sweep` grid of 32 runs with --jobs 1, --jobs 2 and --ray:
              wall times, and the same results from each (`bench.sweep_runners`)
+  sim-speed  CPU seconds of one `kvgate sim` replay of the Mooncake trace per policy, the
+             compiled KV cache against the pure-Python reference (`bench.sim_speed`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -68,6 +70,7 @@ SUBCOMMANDS = {
     "shared-state": "bench.shared_state",
     "shared-state-fleet": "bench.shared_state_fleet",
     "sweep-runners": "bench.sweep_runners",
+    "sim-speed": "bench.sim_speed",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from routing import EndpointScores, RoutingRequest, SchedulingContext
+from routing import EndpointScores, RoutingRequest, SchedulingContext, ScoreTable
 
 
 class RoundRobinPicker:
@@ -33,7 +33,10 @@ class RoundRobinPicker:
         scored: Sequence[EndpointScores],
         ctx: SchedulingContext,
     ) -> Sequence[str]:
-        ids = sorted(s.endpoint_id for s in scored)
+        # The scheduler's table has the ids: no per-endpoint rows to build.
+        ids = sorted(
+            scored.ids if isinstance(scored, ScoreTable) else (s.endpoint_id for s in scored)
+        )
         if not ids:
             return []
         start = self._picks % len(ids)

@@ -15,7 +15,8 @@ clock by each step's `duration_s`. A step:
    D, decoding sequences; K = Σ their context lengths including the token being decoded.
 
 With `kv_events=True` the model records its cache's changes (`sim.engine.kv_events`);
-the caller collects them after each step with `take_kv_events()`.
+the caller collects them after each step with `take_kv_events()`. `native` picks the KV
+cache (`sim.engine.kv_store`): None, the compiled one if built; False, the Python reference.
 
 Two ways in: `add_request` takes token ids; `add_request_hashed` takes the hashes of the
 prompt's full blocks only, so a long prompt costs O(blocks), not O(tokens). Two ways
@@ -31,8 +32,8 @@ from collections.abc import Sequence
 from routing.kv_events import KvEvent
 from sim.engine import decode_run
 from sim.engine.decode_run import DecodeRun
-from sim.engine.kv_cache import PagedKVCache
 from sim.engine.kv_events import KVEventLog
+from sim.engine.kv_store import KVCache
 from sim.engine.request import EngineRequest
 from sim.engine.scheduler import Scheduler, StepPlan
 from sim.engine.types import (
@@ -62,12 +63,16 @@ class EngineModel:
     """One simulated vLLM engine (see the module docstring)."""
 
     def __init__(
-        self, config: EngineConfig, timing: StepTimeCoefficients, kv_events: bool = False
+        self,
+        config: EngineConfig,
+        timing: StepTimeCoefficients,
+        kv_events: bool = False,
+        native: bool | None = None,
     ) -> None:
         _check_config(config)
         self.config = config
         self.timing = timing
-        self._scheduler = Scheduler(config)
+        self._scheduler = Scheduler(config, native)
         if kv_events:
             self._scheduler.kv_cache.events = KVEventLog(config.block_size)
         self._requests: dict[str, EngineRequest] = {}
@@ -81,7 +86,7 @@ class EngineModel:
         return cls(profile.config, profile.timing)
 
     @property
-    def kv_cache(self) -> PagedKVCache:
+    def kv_cache(self) -> KVCache:
         return self._scheduler.kv_cache
 
     def add_request(self, request_id: str, prompt: Sequence[int], output: Sequence[int]) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sim.engine.block_runs import Piece, clipped, shifted
-from sim.engine.kv_cache import PagedKVCache
+from sim.engine.kv_store import new_kv_cache
 from sim.engine.request import EngineRequest
 from sim.engine.types import Admission, EngineConfig
 
@@ -58,9 +58,9 @@ class StepPlan:
 class Scheduler:
     """Waiting queue, running list, the KV cache and the counters vLLM keeps beside them."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, native: bool | None = None) -> None:
         self.config = config
-        self.kv_cache = PagedKVCache(config.num_blocks, config.block_size)
+        self.kv_cache = new_kv_cache(config.num_blocks, config.block_size, native)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.prefix_queries = 0

@@ -39,11 +39,17 @@ def engine_block_hashes(request: TraceRequest, block_size: int, salt: int) -> li
     out: list[int] = []
     if trace_block % block_size == 0:
         per = trace_block // block_size
-        for h in ids:
-            if len(out) >= n_full:
-                break
-            base = h * per
-            out.extend(range(base, base + per))
+        used = min(len(ids), -(-n_full // per))
+        i = 0
+        # New trace blocks get consecutive ids, so a prompt is a few runs of them: one
+        # range of engine hashes per run (the same hashes as one range per id).
+        while i < used:
+            first = ids[i]
+            j = i + 1
+            while j < used and ids[j] == first + (j - i):
+                j += 1
+            out += range(first * per, (first + j - i) * per)
+            i = j
         del out[n_full:]
     else:
         for b in range(n_full):

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from sim.engine.kv_store import NATIVE_BUILT
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
@@ -24,6 +25,10 @@ from sim.traces import FORMATS, TraceRequest, load_trace, time_scaled
 DEFAULT_POLICIES = ("round-robin", "least-load", "prefix-aware", "oracle")
 DEFAULT_PROFILE = "h100-llama3-8b"
 PROGRESS_EVERY_S = 2.0
+PURE_PYTHON_NOTE = (
+    "note: the compiled KV cache is not built (no C compiler when kvgate was installed): "
+    "the pure-Python engine runs, with the same results, about twice as slowly"
+)
 
 
 def fit_profile(profile: EngineProfile, trace: Sequence[TraceRequest]) -> tuple[EngineProfile, str]:
@@ -95,7 +100,8 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], EnginePro
     trace = load_trace(args.trace, args.format, args.limit)
     profile, block_note = with_block_size(profile, getattr(args, "block_size", None))
     profile, note = fit_profile(profile, trace)
-    return trace, profile, [line for line in (block_note, note) if line]
+    speed_note = "" if NATIVE_BUILT else PURE_PYTHON_NOTE
+    return trace, profile, [line for line in (block_note, note, speed_note) if line]
 
 
 def gateway_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -36,6 +36,9 @@ class SimSettings:
     slo_itl_s: float = 0.1  # bound on a request's mean inter-token latency
     seed: int = 0
     fast_forward: bool = True  # False: step every engine one step at a time (for checks)
+    # The engines' KV cache: None, the compiled one if built; False, the pure-Python
+    # reference (the same results, request by request; `sim.engine.kv_store`).
+    native: bool | None = None
     timeline_points: int = 200  # samples per replica for the plots over time
     # The engines' KV-cache events reach the precise index this long after the step that
     # made them ends (virtual seconds; `sim.replay.kv_feed`).

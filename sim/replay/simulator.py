@@ -179,7 +179,9 @@ class Replay:
         self.replicas = [
             SimReplica(
                 f"replica-{i:02d}",
-                EngineModel(profile.config, profile.timing, kv_events=kv_events),
+                EngineModel(
+                    profile.config, profile.timing, kv_events=kv_events, native=settings.native
+                ),
                 rng.uniform(0.0, settings.scrape_interval_s),
             )
             for i in range(settings.replicas)
