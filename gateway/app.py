@@ -68,6 +68,8 @@ from gateway.state import build_shared_state
 from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
+from gateway.tracing.setup import build_tracing
+from gateway.tracing.spans import Outcome
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool
@@ -168,6 +170,9 @@ class GatewayApp:
         self.reloader: ConfigReloader | None = None
         self.operations = admin_ops.AdminOperations(self.backends, lambda: self.reloader)
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
+        # OTEL_TRACES_EXPORTER=otlp: spans per request (`gateway.tracing`); None: off, free.
+        self.tracing = build_tracing(os.environ)
+        self.tracer = self.tracing.tracer if self.tracing is not None else None
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
         )
@@ -216,6 +221,7 @@ class GatewayApp:
             loops.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
+        await self.stop_tracing()
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
         await self.tokenizers.aclose()
@@ -226,6 +232,7 @@ class GatewayApp:
     async def _start(self) -> _Runtime:
         if self.recorder is not None:
             self.recorder.open()  # an unwritable path fails the start-up
+        self.start_tracing()
         client = make_client(self.config.upstream)
         health = await self.start_health()
         proxy = Proxy(
@@ -273,6 +280,16 @@ class GatewayApp:
             for backend in scraper.polled():
                 tg.create_task(scraper.scrape_once(backend))
         return HealthRuntime(probe_client, prober, scraper)
+
+    def start_tracing(self) -> None:
+        """The span export thread, when tracing is on (`kvgate epp` calls it too)."""
+        if self.tracing is not None:
+            self.tracing.start()
+
+    async def stop_tracing(self) -> None:
+        """Export the spans still queued, then stop the export thread."""
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
 
     def background_loops(self, health: HealthRuntime) -> Supervisor:
         """Probes, scrapes, the recorder and the InferencePool watch (those configured),
@@ -373,6 +390,10 @@ class GatewayApp:
             client=client_address(scope),
             scheme=scope.get("scheme", "http"),
         )
+        if (tracer := self.tracer) is not None:
+            rec.trace = tracer.start(
+                rec.method, rec.path, headers.get("traceparent"), headers.get("tracestate")
+            )
         token = request_id_var.set(rec.request_id)
         try:
             await self._proxy_request(scope, receive, send, headers, rec)
@@ -404,7 +425,11 @@ class GatewayApp:
         if not await self.admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued
         ids = await self.token_ids(req) if self.config.tokenizers else None
+        if (trace := rec.trace) is not None:
+            trace.route_started()
         route = self.router.route(req, headers, rec.request_id, token_ids=ids)
+        if trace is not None:
+            trace.routed(route.decision, len(route.request.prefix_hashes))
         rec.policy = route.decision.profile
         self.metrics.decisions_by(route.decision.profile, route.decision.target).inc()
         proxy = self._require_runtime().proxy
@@ -443,6 +468,13 @@ class GatewayApp:
             self.metrics.duration_by(rec.model or "", backend).observe(now - rec.started)
         if self.config.server.access_log:
             log_request(rec, now)
+        if (trace := rec.trace) is not None and self.tracer is not None:
+            trace.backend = rec.backend
+            outcome = Outcome(
+                rec.status, rec.model, rec.stream, rec.ttft_s, rec.usage, rec.error,
+                rec.client, rec.request_id,
+            )  # fmt: skip
+            self.tracer.finish(trace, outcome)
 
     def _require_runtime(self) -> _Runtime:
         if self._runtime is None:
