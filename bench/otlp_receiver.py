@@ -93,7 +93,8 @@ class OtlpReceiver:
 
     def start(self, grpc_port: int = 0, http_port: int = 0) -> OtlpReceiver:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        service_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._grpc)
+        add = service_grpc.add_TraceServiceServicer_to_server
+        add(_TraceService(self), self._grpc)  # type: ignore[no-untyped-call]
         self.grpc_port = self._grpc.add_insecure_port(f"{HOST}:{grpc_port}")
         self._grpc.start()
         self._http = ThreadingHTTPServer((HOST, http_port), _http_handler(self))
@@ -116,12 +117,12 @@ class OtlpReceiver:
 
     def receive(self, request: service.ExportTraceServiceRequest, protocol: str) -> None:
         """Record (or count) an export request's spans."""
-        got = [
-            ReceivedSpan(span, {kv.key: value_of(kv.value) for kv in rs.resource.attributes}, protocol)
-            for rs in request.resource_spans
-            for ss in rs.scope_spans
-            for span in ss.spans
-        ]  # fmt: skip
+        got: list[ReceivedSpan] = []
+        for rs in request.resource_spans:
+            resource = {kv.key: value_of(kv.value) for kv in rs.resource.attributes}
+            got.extend(
+                ReceivedSpan(span, resource, protocol) for ss in rs.scope_spans for span in ss.spans
+            )
         with self._lock:
             self.requests[protocol] += 1
             self.span_count += len(got)
@@ -148,7 +149,7 @@ class OtlpReceiver:
             time.sleep(0.05)
 
 
-class _TraceService(service_grpc.TraceServiceServicer):  # type: ignore[misc]
+class _TraceService(service_grpc.TraceServiceServicer):
     def __init__(self, receiver: OtlpReceiver) -> None:
         self._receiver = receiver
 
