@@ -33,6 +33,8 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              redis-server, and Redis memory per tracked block (`bench.shared_state`)
   shared-state-fleet  N `kvgate serve` with and without `--redis` in front of one
              emulated fleet: hit rate, latency (`bench.shared_state_fleet`)
+  tracing-overhead  kvgate's CPU per request with OTLP tracing on against off, side by
+             side at 500 req/s over the overhead bench's stubs (`bench.overhead.tracing`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -61,6 +63,7 @@ SUBCOMMANDS = {
     "tokenize": "bench.tokenize.__main__",
     "shared-state": "bench.shared_state",
     "shared-state-fleet": "bench.shared_state_fleet",
+    "tracing-overhead": "bench.overhead.tracing",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

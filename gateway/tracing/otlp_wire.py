@@ -83,13 +83,19 @@ def key_value(key: str, value: AttrValue, tag: int = 0x4A) -> bytes:
 
 def int_attr(key: str, value: int) -> bytes:
     """`key_value` for an int, without the type tests."""
-    av = b"\x18" + varint(value)
+    av = bytes((0x18, value)) if 0 <= value < 0x80 else b"\x18" + varint(value)
     return field(0x4A, _key(key) + bytes((0x12, len(av))) + av)
 
 
 def double_attr(key: str, value: float) -> bytes:
     """`key_value` for a float, without the type tests."""
     return field(0x4A, _key(key) + b"\x12\x09\x21" + _pack_double(value))
+
+
+def doubles_attr(key: str, values: Sequence[float]) -> bytes:
+    """`key_value` for an array of floats, without the type tests."""
+    array = field(0x2A, b"".join(b"\x0a\x09\x21" + _pack_double(v) for v in values))
+    return field(0x4A, _key(key) + field(0x12, array))
 
 
 class _Repeated:
@@ -131,6 +137,7 @@ class SpanEncoder:
         self._resource = field(0x0A, attrs)  # ResourceSpans.resource
         self._scope = field(0x0A, field(0x0A, scope.encode()) + field(0x12, version.encode()))
         self._attr = _Repeated()
+        self._names: dict[tuple[str, int], bytes] = {}
 
     def encode(self, traces: Iterable[RequestTrace]) -> tuple[bytes, int]:
         """The request's bytes and how many spans they hold."""
@@ -143,37 +150,60 @@ class SpanEncoder:
     def _request(self, t: RequestTrace, out: list[bytes]) -> None:
         flags = SAMPLED if t.sampled else 0
         parent = t.parent
+        trace_id = b"\x0a\x10" + t.trace_id.to_bytes(16, "big")
+        server_id = t.server_id.to_bytes(8, "big")
+        # After each child span's id: the trace state, and the server span as its parent.
+        child_tail = b"\x22\x08" + server_id
+        server_flags = flags | _HAS_IS_REMOTE
+        server_tail = b""
         if parent is not None:
-            head = _ids(t.trace_id, t.server_id, parent.state, parent.span_id)
-            server_flags = flags | _HAS_IS_REMOTE | _IS_REMOTE
-        else:
-            head = _ids(t.trace_id, t.server_id, None, 0)
-            server_flags = flags | _HAS_IS_REMOTE
-        rest = self._server_attrs(t) + self._first_token(t) + _server_status(t)
+            server_flags |= _IS_REMOTE
+            server_tail = b"\x22\x08" + parent.span_id.to_bytes(8, "big")
+            if parent.state:
+                state = field(0x1A, parent.state.encode("latin-1"))
+                child_tail, server_tail = state + child_tail, state + server_tail
+        local = _pack_flags(_FLAGS_TAG, flags | _HAS_IS_REMOTE)
         out.append(
-            _span(head, t.name, KIND_SERVER, (t.start_ns, t.end_ns), rest + _flags(server_flags))
-        )
-        state = parent.state if parent is not None else None
-        local = _flags(flags | _HAS_IS_REMOTE)
-        if t.decision is not None and t.route_id:
-            head = _ids(t.trace_id, t.route_id, state, t.server_id)
-            rest = self._route_attrs(t, t.decision) + local
-            out.append(
-                _span(head, ROUTE_SPAN, KIND_INTERNAL, (t.route_start_ns, t.route_end_ns), rest)
+            _span(
+                trace_id, b"\x12\x08", server_id, server_tail, self._name(t.name, KIND_SERVER),
+                _pack_times(0x39, t.start_ns, 0x41, t.end_ns), self._server_attrs(t),
+                self._first_token(t), _server_status(t), _pack_flags(_FLAGS_TAG, server_flags),
             )
+        )  # fmt: skip
+        if t.decision is not None and t.route_id:
+            out.append(
+                _span(
+                    trace_id, b"\x12\x08", t.route_id.to_bytes(8, "big"), child_tail,
+                    self._name(ROUTE_SPAN, KIND_INTERNAL),
+                    _pack_times(0x39, t.route_start_ns, 0x41, t.route_end_ns),
+                    self._route_attrs(t, t.decision), local,
+                )
+            )  # fmt: skip
         for u in t.upstreams or ():
-            head = _ids(t.trace_id, u.span_id, state, t.server_id)
             attrs, status = self._upstream_attrs(t, u)
             out.append(
-                _span(head, t.name, KIND_CLIENT, (u.start_ns, u.end_ns), attrs + status + local)
-            )
+                _span(
+                    trace_id, b"\x12\x08", u.span_id.to_bytes(8, "big"), child_tail,
+                    self._name(t.name, KIND_CLIENT),
+                    _pack_times(0x39, u.start_ns, 0x41, u.end_ns), attrs, status, local,
+                )
+            )  # fmt: skip
+
+    def _name(self, name: str, kind: int) -> bytes:
+        """The `name` and `kind` fields."""
+        out = self._names.get((name, kind))
+        if out is None:
+            if len(self._names) >= _CACHE_LIMIT:
+                self._names.clear()
+            out = self._names[name, kind] = field(0x2A, name.encode()) + bytes((0x30, kind))
+        return out
 
     def _server_attrs(self, t: RequestTrace) -> bytes:
         o = t.outcome
         if o is None:
             return self._attr.get(_SERVER_KEYS[:2], (t.method, t.path))
         error = str(o.status) if o.status >= 500 else None
-        values = (t.method, t.path, o.status, o.model, o.stream, t.backend, o.client, error)
+        values = (t.method, t.path, o.status, o.model, o.stream, o.client, error)
         parts = [self._attr.get(_SERVER_KEYS, values)]
         if o.request_id is not None:
             parts.append(key_value("kvgate.request_id", o.request_id))
@@ -194,20 +224,19 @@ class SpanEncoder:
         if o is None or o.ttft_s is None:
             return b""
         at = t.start_ns + int(o.ttft_s * 1e9)
-        return field(0x5A, b"\x09" + _pack_fixed64(at) + _FIRST_TOKEN_NAME)
+        return _FIRST_TOKEN_HEAD + _pack_fixed64(at) + _FIRST_TOKEN_NAME
 
     def _route_attrs(self, t: RequestTrace, d: Decision) -> bytes:
-        totals, chosen = _scores(d)
-        top = tuple(i for i in d.ranked[:TOP_SCORES] if i in totals)
-        values = (d.profile, d.target, len(totals), len(d.filtered_out) or None)
-        parts = [self._attr.get(_ROUTE_KEYS, values)]
-        parts.append(self._attr.get(_TOP_KEYS, (top,)) if top else b"")
-        parts.append(int_attr("kvgate.prefix.blocks", t.prefix_blocks))
+        top, scores = _top_scores(d)
+        values = (d.profile, d.target, len(d.scores), len(d.filtered_out) or None, top or None)
+        parts = [
+            self._attr.get(_ROUTE_KEYS, values),
+            int_attr("kvgate.prefix.blocks", t.prefix_blocks),
+        ]
         if t.matched_blocks is not None:
             parts.append(int_attr("kvgate.prefix.matched_blocks", t.matched_blocks))
-        if top:
-            parts.append(key_value("kvgate.route.top_scores", [totals[i] for i in top]))
-        parts.extend(double_attr("kvgate.score." + name, s) for name, s in chosen.items())
+        if scores:
+            parts.append(doubles_attr("kvgate.route.top_scores", scores))
         return b"".join(parts)
 
     def _upstream_attrs(self, t: RequestTrace, u: UpstreamSpan) -> tuple[bytes, bytes]:
@@ -221,55 +250,38 @@ class SpanEncoder:
 
 _SERVER_KEYS = (
     "http.request.method", "url.path", "http.response.status_code", "gen_ai.request.model",
-    "kvgate.stream", "kvgate.backend", "client.address", "error.type",
+    "kvgate.stream", "client.address", "error.type",
 )  # fmt: skip
 _ROUTE_KEYS = ("kvgate.policy", "kvgate.backend", "kvgate.route.candidates",
-               "kvgate.route.filtered_out")  # fmt: skip
-_TOP_KEYS = ("kvgate.route.top_backends",)
+               "kvgate.route.filtered_out", "kvgate.route.top_backends")  # fmt: skip
 _UPSTREAM_KEYS = (
     "http.request.method", "server.address", "server.port", "kvgate.backend",
     "kvgate.attempt", "http.response.status_code", "error.type",
 )  # fmt: skip
 _FIRST_TOKEN_NAME = field(0x12, FIRST_TOKEN_EVENT.encode())
+_FIRST_TOKEN_HEAD = bytes((0x5A, 9 + len(_FIRST_TOKEN_NAME), 0x09))  # Span.events, time
+_FLAGS_TAG = 0x0185  # Span.flags (field 16, fixed32): its tag as a little-endian varint
+_pack_times = struct.Struct("<BQBQ").pack  # start and end, fields 7 and 8, fixed64
+_pack_flags = struct.Struct("<HI").pack
 
 
-def _scores(d: Decision) -> tuple[dict[str, float], dict[str, float]]:
-    """Every candidate's total, and the chosen backend's score from each scorer."""
+def _top_scores(d: Decision) -> tuple[tuple[str, ...], list[float]]:
+    """The first `TOP_SCORES` backends of the ranking, and their total scores."""
     s = d.scores
-    target = d.target
+    ranked = d.ranked[:TOP_SCORES]
     if isinstance(s, ScoreTable):
-        totals = dict(zip(s.ids, s.totals, strict=False))
-        chosen: dict[str, float] = {}
-        if target is not None and target in totals:
-            i = list(s.ids).index(target)
-            chosen = {name: col[i] for name, col in zip(s.names, s.columns, strict=False)}
-        return totals, chosen
-    totals = {e.endpoint_id: e.total for e in s}
-    row = next((e for e in s if e.endpoint_id == target), None)
-    return totals, dict(row.scores) if row is not None else {}
+        ids, totals = s.ids, s.totals
+        at = {eid: i for i, eid in enumerate(ids)}
+        top = tuple(i for i in ranked if i in at)
+        return top, [totals[at[i]] for i in top]
+    by_id = {e.endpoint_id: e.total for e in s}
+    top = tuple(i for i in ranked if i in by_id)
+    return top, [by_id[i] for i in top]
 
 
-def _ids(trace_id: int, span_id: int, state: str | None, parent_id: int) -> bytes:
-    out = b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")
-    if state:
-        out += field(0x1A, state.encode("latin-1"))
-    if parent_id:
-        out += b"\x22\x08" + parent_id.to_bytes(8, "big")
-    return out
-
-
-def _span(head: bytes, name: str, kind: int, times: tuple[int, int], rest: bytes) -> bytes:
-    """A `ScopeSpans.spans` field: ids, name, kind, times, then `rest` (attributes, events,
-    status, flags)."""
-    body = (
-        head + field(0x2A, name.encode()) + bytes((0x30, kind))
-        + b"\x39" + _pack_fixed64(times[0]) + b"\x41" + _pack_fixed64(times[1]) + rest
-    )  # fmt: skip
-    return field(0x12, body)
-
-
-def _flags(flags: int) -> bytes:
-    return b"\x85\x01" + _pack_fixed32(flags)
+def _span(*fields: bytes) -> bytes:
+    """A `ScopeSpans.spans` field from the span's encoded fields."""
+    return field(0x12, b"".join(fields))
 
 
 def _status(message: str) -> bytes:
