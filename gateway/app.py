@@ -232,7 +232,6 @@ class GatewayApp:
     async def _start(self) -> _Runtime:
         if self.recorder is not None:
             self.recorder.open()  # an unwritable path fails the start-up
-        self.start_tracing()
         client = make_client(self.config.upstream)
         health = await self.start_health()
         proxy = Proxy(
@@ -281,15 +280,10 @@ class GatewayApp:
                 tg.create_task(scraper.scrape_once(backend))
         return HealthRuntime(probe_client, prober, scraper)
 
-    def start_tracing(self) -> None:
-        """The span export thread, when tracing is on (`kvgate epp` calls it too)."""
-        if self.tracing is not None:
-            self.tracing.start()
-
     async def stop_tracing(self) -> None:
-        """Export the spans still queued, then stop the export thread."""
+        """Export the spans still queued, then stop the exporter (after the loops)."""
         if self.tracing is not None:
-            await asyncio.to_thread(self.tracing.close)
+            await self.tracing.close()
 
     def background_loops(self, health: HealthRuntime) -> Supervisor:
         """Probes, scrapes, the recorder and the InferencePool watch (those configured),
@@ -301,6 +295,8 @@ class GatewayApp:
             loops.add("trace-recorder", self.recorder.run)
         loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
         loops.add("backend-changes", self.backends.run)  # drained backends leave when idle
+        if self.tracing is not None:
+            loops.add("trace-export", self.tracing.run)
         self.live.watch_health(health.prober, health.scraper)
         if self.reloader is not None:
             loops.add("config-reload", self.reloader.run)

@@ -4,8 +4,10 @@
 OTLP receiver in a process of its own (`bench.otlp_receiver`), and two `kvgate serve` in
 front of the same stubs: one plain (`kvgate:POLICY`), one with tracing on and exporting to
 the receiver (`kvgate+otel:POLICY`: `OTEL_TRACES_EXPORTER=otlp`, every request sampled). Both
-run for the whole bench; in each round each gets one wrk run at `--rate` (the overhead
-bench's open-loop chat requests, half streaming), in an order rotated every round. CPU is
+run for the whole bench; in each round each gets its own wrk run at `--rate` (the overhead
+bench's open-loop chat requests, half streaming), the two runs at the same time, so that
+what else the shared machine does in a round weighs on both alike (run one after the other,
+rounds of the same gateway differed by ±15% on a busy machine). CPU is
 each kvgate process's own (its export thread and gRPC threads included), net of its idle
 use, per 1,000 requests; the receiver's is not counted. Reported: per round and median, the
 traced/untraced ratio of CPU per request, latency percentiles, and the spans the receiver
@@ -25,12 +27,13 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import REPO_ROOT
-from bench.overhead.usage import usage
+from bench.overhead.usage import thread_cpu, usage
 from bench.overhead.wrk import ensure_wrk, run_wrk
 from sim.live.processes import ChildProcess, free_port, gateway_command
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
@@ -95,11 +98,15 @@ def start_kvgate(
 
 @contextlib.contextmanager
 def launch_traced(
-    policy: str, urls: Sequence[str], logs: Path, protocol: str = "grpc"
+    policy: str,
+    urls: Sequence[str],
+    logs: Path,
+    protocol: str = "grpc",
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[tuple[ChildProcess, str, Sink]]:
     """kvgate with tracing on, and the sink it exports to (`kvgate+otel:POLICY`)."""
     with start_sink(logs) as sink:
-        env = tracing_env(sink.endpoint(protocol), protocol)
+        env = {**tracing_env(sink.endpoint(protocol), protocol), **(extra_env or {})}
         with start_kvgate(urls, policy, logs / f"{TRACED}-{policy}.log", env) as (proc, url):
             yield proc, url, sink
 
@@ -108,6 +115,7 @@ def launch_traced(
 class Settings:
     rate: float
     rounds: int
+    otel_env: dict[str, str]
     duration_s: float
     warmup_s: float
     idle_s: float
@@ -129,12 +137,20 @@ def _parse(argv: Sequence[str] | None) -> Settings:
     p.add_argument("--policy", default="prefix-aware", help="routing policy (prefix-aware)")
     p.add_argument("--protocol", default="grpc", choices=("grpc", "http/protobuf"))
     p.add_argument("--connections", type=int, default=64, help="wrk connections (64)")
+    p.add_argument(
+        "--otel-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another variable for the traced gateway (e.g. OTEL_BSP_SCHEDULE_DELAY=1000)",
+    )
     p.add_argument("--quick", action="store_true", help="2 rounds of 4 s")
     p.add_argument("--out", default="out/bench/tracing", help="output directory")
     a = p.parse_args(argv)
     rounds, duration = (2, 4.0) if a.quick else (a.rounds, a.duration)
+    extra = dict(kv.partition("=")[::2] for kv in a.otel_env)
     return Settings(
-        a.rate, rounds, duration, a.warmup, a.idle, a.policy, a.protocol, a.connections,
+        a.rate, rounds, extra, duration, a.warmup, a.idle, a.policy, a.protocol, a.connections,
         Path(a.out),
     )  # fmt: skip
 
@@ -146,7 +162,7 @@ def _idle_cpu(pid: int, seconds: float) -> float:
 
 
 def _one_run(wrk: str, url: str, pid: int, idle: float, s: Settings) -> dict[str, Any]:
-    before = usage(pid).cpu_s
+    before, threads = usage(pid).cpu_s, thread_cpu(pid)
     t0 = time.perf_counter()
     result = run_wrk(
         wrk, url, rate=s.rate, duration_s=s.duration_s, connections=s.connections,
@@ -154,6 +170,8 @@ def _one_run(wrk: str, url: str, pid: int, idle: float, s: Settings) -> dict[str
     )  # fmt: skip
     wall = time.perf_counter() - t0
     cpu = usage(pid).cpu_s - before
+    after = thread_cpu(pid)
+    main = after.get(pid, 0.0) - threads.get(pid, 0.0)
     n = max(1, result.requests)
     return {
         **asdict(result),
@@ -162,6 +180,9 @@ def _one_run(wrk: str, url: str, pid: int, idle: float, s: Settings) -> dict[str
         "cpu_s": cpu,
         "cpu_s_per_1k": 1000 * cpu / n,
         "cpu_s_per_1k_net": 1000 * (cpu - idle * wall) / n,
+        # The event loop's thread, and the others (the export thread, gRPC's).
+        "main_thread_cpu_s_per_1k": 1000 * main / n,
+        "other_threads_cpu_s_per_1k": 1000 * (cpu - main) / n,
     }
 
 
@@ -180,7 +201,7 @@ def measure(s: Settings) -> dict[str, Any]:
                 start_kvgate(fleet.urls, s.policy, logs / f"kvgate-{s.policy}.log")
             )
             on_proc, on_url, sink = stack.enter_context(
-                launch_traced(s.policy, fleet.urls, logs, s.protocol)
+                launch_traced(s.policy, fleet.urls, logs, s.protocol, s.otel_env)
             )
             targets = {plain: (off_proc.pid, off_url), traced: (on_proc.pid, on_url)}
             warm = {  # connections opened, caches warm
@@ -190,13 +211,18 @@ def measure(s: Settings) -> dict[str, Any]:
             }  # fmt: skip
             idle = {name: _idle_cpu(pid, s.idle_s) for name, (pid, _) in targets.items()}
             names = (plain, traced)
-            for r in range(s.rounds):
-                row: dict[str, dict[str, Any]] = {}
-                for name in names[r % 2 :] + names[: r % 2]:
-                    pid, url = targets[name]
-                    row[name] = _one_run(wrk, url, pid, idle[name], s)
-                    _progress(r, s.rounds, name, row[name])
-                rounds.append(row)
+            with ThreadPoolExecutor(2) as pool:
+                for r in range(s.rounds):
+                    # Both at once: whatever else the machine does hits both alike.
+                    runs = {
+                        name: pool.submit(_one_run, wrk, targets[name][1], targets[name][0],
+                                          idle[name], s)
+                        for name in names
+                    }  # fmt: skip
+                    row = {name: run.result() for name, run in runs.items()}
+                    for name in names:
+                        _progress(r, s.rounds, name, row[name])
+                    rounds.append(row)
             requests_traced = warm[traced].requests + sum(r[traced]["requests"] for r in rounds)
             stack.close()  # the sink logs what it received as it stops
             received = sink.received()
@@ -211,7 +237,9 @@ def _progress(r: int, rounds: int, name: str, run: dict[str, Any]) -> None:
     print(
         f"  [round {r + 1}/{rounds}] {name:<26} {run['achieved_rps']:6.1f}/s "
         f"p50 {run['p50_s'] * 1e3:5.2f} ms p99 {run['p99_s'] * 1e3:6.2f} ms "
-        f"cpu/1k {run['cpu_s_per_1k']:.3f} s (net {run['cpu_s_per_1k_net']:.3f}) "
+        f"cpu/1k {run['cpu_s_per_1k']:.3f} s (net {run['cpu_s_per_1k_net']:.3f}; "
+        f"loop {run['main_thread_cpu_s_per_1k']:.3f}, other threads "
+        f"{run['other_threads_cpu_s_per_1k']:.3f}) "
         f"err {run['errors']} late {run['late']}",
         file=sys.stderr,
         flush=True,
@@ -246,6 +274,8 @@ def _summary(
             name: {
                 "cpu_s_per_1k_net": med(name, "cpu_s_per_1k_net"),
                 "cpu_s_per_1k": med(name, "cpu_s_per_1k"),
+                "main_thread_cpu_s_per_1k": med(name, "main_thread_cpu_s_per_1k"),
+                "other_threads_cpu_s_per_1k": med(name, "other_threads_cpu_s_per_1k"),
                 "p50_s": med(name, "p50_s"),
                 "p99_s": med(name, "p99_s"),
             }

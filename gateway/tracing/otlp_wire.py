@@ -16,14 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from gateway.tracing.context import SAMPLED
-from gateway.tracing.spans import RequestTrace, UpstreamSpan
-from routing.types import Decision, ScoreTable
+from gateway.tracing.spans import FinishedTrace
 
 AttrValue = str | bool | int | float | Sequence[str] | Sequence[float]
 
 KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 1, 2, 3
 STATUS_ERROR = 2
-TOP_SCORES = 3  # backends named, with their totals, in the routing span
 ROUTE_SPAN = "kvgate.route"
 FIRST_TOKEN_EVENT = "first_token"
 # Span.flags: bit 8 says whether the parent is known to be remote, bit 9 that it is.
@@ -94,31 +92,33 @@ def double_attr(key: str, value: float) -> bytes:
 
 def doubles_attr(key: str, values: Sequence[float]) -> bytes:
     """`key_value` for an array of floats, without the type tests."""
-    array = field(0x2A, b"".join(b"\x0a\x09\x21" + _pack_double(v) for v in values))
+    array = b""
+    for v in values:
+        array += b"\x0a\x09\x21" + _pack_double(v)
+    array = field(0x2A, array)
     return field(0x4A, _key(key) + field(0x12, array))
 
 
 class _Repeated:
     """Encoded attribute fields for sets of values that repeat from request to request:
-    `get(keys, values)` is one dict look-up once a combination has been seen."""
+    `get(values)` is one dict look-up once a combination has been seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._keys = keys
+        # Each position always holds one type (True == 1 would collide otherwise).
         self._cache: dict[tuple[object, ...], bytes] = {}
 
-    def get(self, keys: tuple[str, ...], values: tuple[object, ...]) -> bytes:
-        # The keys' tuple is a constant of the caller (its identity tells the spans apart);
-        # each position always holds one type (True == 1 would collide otherwise).
-        k = (id(keys), *values)
-        out = self._cache.get(k)
+    def get(self, values: tuple[object, ...]) -> bytes:
+        out = self._cache.get(values)
         if out is None:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             out = b"".join(
                 key_value(key, v)  # type: ignore[arg-type]
-                for key, v in zip(keys, values, strict=True)
+                for key, v in zip(self._keys, values, strict=True)
                 if v is not None
             )
-            self._cache[k] = out
+            self._cache[values] = out
         return out
 
 
@@ -130,127 +130,124 @@ def _address(url: str) -> tuple[str, int | None]:
 
 
 class SpanEncoder:
-    """Encodes batches of `RequestTrace`s under one resource and instrumentation scope."""
+    """Encodes `FinishedTrace`s under one resource and instrumentation scope. Written to
+    allocate few objects the garbage collector tracks (bytes are not; lists and tuples
+    are): at 500 requests/s the collections they cause cost more than the encoding."""
 
     def __init__(self, resource: Mapping[str, AttrValue], scope: str, version: str) -> None:
         attrs = b"".join(key_value(k, v, tag=0x0A) for k, v in resource.items())
         self._resource = field(0x0A, attrs)  # ResourceSpans.resource
         self._scope = field(0x0A, field(0x0A, scope.encode()) + field(0x12, version.encode()))
-        self._attr = _Repeated()
-        self._names: dict[tuple[str, int], bytes] = {}
+        self._server = _Repeated(_SERVER_KEYS)
+        self._route = _Repeated(_ROUTE_KEYS)
+        self._upstream = _Repeated(_UPSTREAM_KEYS)
+        self._names: dict[str, bytes] = {}
 
-    def encode(self, traces: Iterable[RequestTrace]) -> tuple[bytes, int]:
-        """The request's bytes and how many spans they hold."""
-        spans: list[bytes] = []
-        for t in traces:
-            self._request(t, spans)
+    def encode(self, traces: Iterable[FinishedTrace]) -> tuple[bytes, int]:
+        """An export request of `traces`, and how many spans it holds."""
+        chunks = [self.spans(t) for t in traces]
+        return self.batch(c for c, _ in chunks), sum(n for _, n in chunks)
+
+    def batch(self, spans: Iterable[bytes]) -> bytes:
+        """An `ExportTraceServiceRequest` of requests' encoded spans."""
         scope_spans = field(0x12, self._scope + b"".join(spans))
-        return field(0x0A, self._resource + scope_spans), len(spans)
+        return field(0x0A, self._resource + scope_spans)
 
-    def _request(self, t: RequestTrace, out: list[bytes]) -> None:
+    def spans(self, t: FinishedTrace) -> tuple[bytes, int]:
+        """One request's spans, encoded (`ScopeSpans.spans` fields), and how many."""
         flags = SAMPLED if t.sampled else 0
-        parent = t.parent
         trace_id = b"\x0a\x10" + t.trace_id.to_bytes(16, "big")
         server_id = t.server_id.to_bytes(8, "big")
         # After each child span's id: the trace state, and the server span as its parent.
         child_tail = b"\x22\x08" + server_id
         server_flags = flags | _HAS_IS_REMOTE
         server_tail = b""
-        if parent is not None:
+        if t.parent_id:
             server_flags |= _IS_REMOTE
-            server_tail = b"\x22\x08" + parent.span_id.to_bytes(8, "big")
-            if parent.state:
-                state = field(0x1A, parent.state.encode("latin-1"))
-                child_tail, server_tail = state + child_tail, state + server_tail
+            server_tail = b"\x22\x08" + t.parent_id.to_bytes(8, "big")
+        if t.state:
+            state = field(0x1A, t.state.encode("latin-1"))
+            child_tail, server_tail = state + child_tail, state + server_tail
         local = _pack_flags(_FLAGS_TAG, flags | _HAS_IS_REMOTE)
-        out.append(
-            _span(
-                trace_id, b"\x12\x08", server_id, server_tail, self._name(t.name, KIND_SERVER),
-                _pack_times(0x39, t.start_ns, 0x41, t.end_ns), self._server_attrs(t),
-                self._first_token(t), _server_status(t), _pack_flags(_FLAGS_TAG, server_flags),
-            )
+        out = field(
+            0x12,
+            trace_id + b"\x12\x08" + server_id + server_tail + self._name(t.name, KIND_SERVER)
+            + _pack_times(0x39, t.start_ns, 0x41, t.end_ns) + self._server_attrs(t)
+            + self._first_token(t) + _server_status(t) + _pack_flags(_FLAGS_TAG, server_flags),
         )  # fmt: skip
-        if t.decision is not None and t.route_id:
-            out.append(
-                _span(
-                    trace_id, b"\x12\x08", t.route_id.to_bytes(8, "big"), child_tail,
-                    self._name(ROUTE_SPAN, KIND_INTERNAL),
-                    _pack_times(0x39, t.route_start_ns, 0x41, t.route_end_ns),
-                    self._route_attrs(t, t.decision), local,
-                )
+        count = 1
+        if t.route_id:
+            out += field(
+                0x12,
+                trace_id + b"\x12\x08" + t.route_id.to_bytes(8, "big") + child_tail
+                + self._name(ROUTE_SPAN, KIND_INTERNAL)
+                + _pack_times(0x39, t.route_start_ns, 0x41, t.route_end_ns)
+                + self._route_attrs(t) + local,
             )  # fmt: skip
-        for u in t.upstreams or ():
-            attrs, status = self._upstream_attrs(t, u)
-            out.append(
-                _span(
-                    trace_id, b"\x12\x08", u.span_id.to_bytes(8, "big"), child_tail,
-                    self._name(t.name, KIND_CLIENT),
-                    _pack_times(0x39, u.start_ns, 0x41, u.end_ns), attrs, status, local,
-                )
+            count += 1
+        for span_id, backend, url, attempt, start_ns, end_ns, status, error in t.attempts:
+            host, port = _address(url)
+            failed = error is not None or status >= 400
+            kind = (str(status) if status else "upstream_error") if failed else None
+            attrs = self._upstream.get(
+                (t.method, host, port, backend, attempt, status or None, kind)
+            )
+            out += field(
+                0x12,
+                trace_id + b"\x12\x08" + span_id.to_bytes(8, "big") + child_tail
+                + self._name(t.name, KIND_CLIENT) + _pack_times(0x39, start_ns, 0x41, end_ns)
+                + attrs + (_status(error or "") if failed else b"") + local,
             )  # fmt: skip
+            count += 1
+        return out, count
 
     def _name(self, name: str, kind: int) -> bytes:
         """The `name` and `kind` fields."""
-        out = self._names.get((name, kind))
+        out = self._names.get(name)
         if out is None:
             if len(self._names) >= _CACHE_LIMIT:
                 self._names.clear()
-            out = self._names[name, kind] = field(0x2A, name.encode()) + bytes((0x30, kind))
+            out = self._names[name] = field(0x2A, name.encode())
+        return out + _KINDS[kind]
+
+    def _server_attrs(self, t: FinishedTrace) -> bytes:
+        error = str(t.status) if t.status >= 500 else None
+        out = self._server.get(
+            (t.method, t.path, t.status, t.model, t.stream, t.backend, t.client, error)
+        )
+        if t.request_id is not None:
+            out += key_value("kvgate.request_id", t.request_id)
+        if t.ttft_s is not None:
+            out += double_attr("kvgate.ttft_s", t.ttft_s)
+        if t.input_tokens is not None:
+            out += int_attr("gen_ai.usage.input_tokens", t.input_tokens)
+        if t.output_tokens is not None:
+            out += int_attr("gen_ai.usage.output_tokens", t.output_tokens)
+        if t.cached_tokens is not None:
+            out += int_attr("gen_ai.usage.cache_read.input_tokens", t.cached_tokens)
         return out
 
-    def _server_attrs(self, t: RequestTrace) -> bytes:
-        o = t.outcome
-        if o is None:
-            return self._attr.get(_SERVER_KEYS[:2], (t.method, t.path))
-        error = str(o.status) if o.status >= 500 else None
-        values = (t.method, t.path, o.status, o.model, o.stream, o.client, error)
-        parts = [self._attr.get(_SERVER_KEYS, values)]
-        if o.request_id is not None:
-            parts.append(key_value("kvgate.request_id", o.request_id))
-        if o.ttft_s is not None:
-            parts.append(double_attr("kvgate.ttft_s", o.ttft_s))
-        if (u := o.usage) is not None:
-            if u.prompt_tokens is not None:
-                parts.append(int_attr("gen_ai.usage.input_tokens", u.prompt_tokens))
-            if u.completion_tokens is not None:
-                parts.append(int_attr("gen_ai.usage.output_tokens", u.completion_tokens))
-            if u.cached_tokens is not None:
-                parts.append(int_attr("gen_ai.usage.cache_read.input_tokens", u.cached_tokens))
-        return b"".join(parts)
-
-    def _first_token(self, t: RequestTrace) -> bytes:
+    def _first_token(self, t: FinishedTrace) -> bytes:
         """The `first_token` event, at TTFT after the server span's start."""
-        o = t.outcome
-        if o is None or o.ttft_s is None:
+        if t.ttft_s is None:
             return b""
-        at = t.start_ns + int(o.ttft_s * 1e9)
+        at = t.start_ns + int(t.ttft_s * 1e9)
         return _FIRST_TOKEN_HEAD + _pack_fixed64(at) + _FIRST_TOKEN_NAME
 
-    def _route_attrs(self, t: RequestTrace, d: Decision) -> bytes:
-        top, scores = _top_scores(d)
-        values = (d.profile, d.target, len(d.scores), len(d.filtered_out) or None, top or None)
-        parts = [
-            self._attr.get(_ROUTE_KEYS, values),
-            int_attr("kvgate.prefix.blocks", t.prefix_blocks),
-        ]
+    def _route_attrs(self, t: FinishedTrace) -> bytes:
+        out = self._route.get(
+            (t.policy, t.target, t.candidates, t.filtered_out or None, t.top_backends or None)
+        ) + int_attr("kvgate.prefix.blocks", t.prefix_blocks)  # fmt: skip
         if t.matched_blocks is not None:
-            parts.append(int_attr("kvgate.prefix.matched_blocks", t.matched_blocks))
-        if scores:
-            parts.append(doubles_attr("kvgate.route.top_scores", scores))
-        return b"".join(parts)
-
-    def _upstream_attrs(self, t: RequestTrace, u: UpstreamSpan) -> tuple[bytes, bytes]:
-        host, port = _address(u.url)
-        failed = u.error is not None or u.status >= 400
-        error = (str(u.status) if u.status else "upstream_error") if failed else None
-        values = (t.method, host, port, u.backend, u.attempt, u.status or None, error)
-        status = _status(u.error or "") if failed else b""
-        return self._attr.get(_UPSTREAM_KEYS, values), status
+            out += int_attr("kvgate.prefix.matched_blocks", t.matched_blocks)
+        if t.top_scores:
+            out += doubles_attr("kvgate.route.top_scores", t.top_scores)
+        return out
 
 
 _SERVER_KEYS = (
     "http.request.method", "url.path", "http.response.status_code", "gen_ai.request.model",
-    "kvgate.stream", "client.address", "error.type",
+    "kvgate.stream", "kvgate.backend", "client.address", "error.type",
 )  # fmt: skip
 _ROUTE_KEYS = ("kvgate.policy", "kvgate.backend", "kvgate.route.candidates",
                "kvgate.route.filtered_out", "kvgate.route.top_backends")  # fmt: skip
@@ -258,30 +255,12 @@ _UPSTREAM_KEYS = (
     "http.request.method", "server.address", "server.port", "kvgate.backend",
     "kvgate.attempt", "http.response.status_code", "error.type",
 )  # fmt: skip
+_KINDS = {k: bytes((0x30, k)) for k in (KIND_INTERNAL, KIND_SERVER, KIND_CLIENT)}
 _FIRST_TOKEN_NAME = field(0x12, FIRST_TOKEN_EVENT.encode())
 _FIRST_TOKEN_HEAD = bytes((0x5A, 9 + len(_FIRST_TOKEN_NAME), 0x09))  # Span.events, time
 _FLAGS_TAG = 0x0185  # Span.flags (field 16, fixed32): its tag as a little-endian varint
 _pack_times = struct.Struct("<BQBQ").pack  # start and end, fields 7 and 8, fixed64
 _pack_flags = struct.Struct("<HI").pack
-
-
-def _top_scores(d: Decision) -> tuple[tuple[str, ...], list[float]]:
-    """The first `TOP_SCORES` backends of the ranking, and their total scores."""
-    s = d.scores
-    ranked = d.ranked[:TOP_SCORES]
-    if isinstance(s, ScoreTable):
-        ids, totals = s.ids, s.totals
-        at = {eid: i for i, eid in enumerate(ids)}
-        top = tuple(i for i in ranked if i in at)
-        return top, [totals[at[i]] for i in top]
-    by_id = {e.endpoint_id: e.total for e in s}
-    top = tuple(i for i in ranked if i in by_id)
-    return top, [by_id[i] for i in top]
-
-
-def _span(*fields: bytes) -> bytes:
-    """A `ScopeSpans.spans` field from the span's encoded fields."""
-    return field(0x12, b"".join(fields))
 
 
 def _status(message: str) -> bytes:
@@ -290,8 +269,7 @@ def _status(message: str) -> bytes:
     return field(0x7A, body)
 
 
-def _server_status(t: RequestTrace) -> bytes:
-    o = t.outcome
-    if o is None or o.status < 500:  # a 4xx is the client's error, not the server span's
+def _server_status(t: FinishedTrace) -> bytes:
+    if t.status < 500:  # a 4xx is the client's error, not the server span's
         return b""
-    return _status(o.error or "")
+    return _status(t.error or "")

@@ -89,13 +89,14 @@ class Tracing:
         )
         self.tracer = Tracer(_sampling(self.sampler), self.export.add)
 
-    def start(self) -> None:
-        self.export.start()
+    async def run(self) -> None:
+        """The export loop (a background loop of the gateway)."""
         log.info("tracing on: OTLP over %s, sampler %s", self.protocol, self.sampler)
+        await self.export.run()
 
-    def close(self) -> None:
-        """Flush and stop (blocking: run it off the event loop)."""
-        self.export.close()
+    async def close(self) -> None:
+        """Export what is left, then stop the exporter."""
+        await self.export.close()
 
 
 def _sampling(sampler: object):  # type: ignore[no-untyped-def]

@@ -120,7 +120,6 @@ def test_three_spans_reach_the_collector_parented_and_propagated(
     assert len(r["kvgate.route.top_scores"]) == 1
     assert r["kvgate.prefix.blocks"] > 1
     assert r["kvgate.prefix.matched_blocks"] == 0  # the first request: nothing cached
-    assert any(k.startswith("kvgate.score.") for k in r)
 
     u = up.attributes
     assert u["server.address"] == "127.0.0.1"
