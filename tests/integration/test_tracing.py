@@ -4,15 +4,18 @@ headers it gets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.otlp_receiver import OtlpReceiver, ReceivedSpan
+from gateway.app import GatewayApp
 from tests.support.fixture_types import StartEngines
 from tests.support.gateway_process import GatewayProcess, gateway_config
+from tests.support.servers import ServerThread
 
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # Span.SpanKind
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -154,3 +157,24 @@ def test_a_request_without_traceparent_starts_a_trace_and_counts_matched_blocks(
         assert f"00-{trace_id}-{up.span_id}-01" in received
     routes = sorted((s for s in spans if s.span.kind == INTERNAL), key=_started)
     assert [r.attributes["kvgate.prefix.matched_blocks"] > 0 for r in routes] == [False, True]
+
+
+def test_tracing_off_creates_no_spans_and_forwards_the_callers_traceparent(
+    fake_engines: StartEngines,
+    start_gateway: Callable[..., tuple[GatewayApp, ServerThread]],
+    receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only where to send is set: without OTEL_TRACES_EXPORTER tracing stays off.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_endpoint)
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    [(engine, server)] = fake_engines(1)
+    app, gw = start_gateway([server.url])
+    assert app.tracer is None
+    caller = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "v=1"}
+    assert _chat(gw.url, caller).status_code == 200
+    [seen] = engine.inference_requests()
+    assert seen.headers["traceparent"] == caller["traceparent"]
+    assert seen.headers["tracestate"] == "v=1"
+    time.sleep(0.3)
+    assert receiver.spans() == [] and receiver.requests == {"grpc": 0, "http": 0}
