@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.tracing.context import RemoteParent
 from gateway.tracing.spans import Tracer
 from scoring.config import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.sampling import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +103,16 @@ class Tracing:
         await self.export.close()
 
 
-def _sampling(sampler: object):  # type: ignore[no-untyped-def]
+def _sampling(sampler: Sampler) -> Callable[[int, RemoteParent | None, str], bool]:
     """`sampler.should_sample` as the tracer calls it: once per request, for the server
     span (its routing and upstream spans follow that decision, as a parent-based sampler
     would decide them)."""
     from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import Decision
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-    should_sample = sampler.should_sample  # type: ignore[attr-defined]
+    should_sample = sampler.should_sample
+    record_and_sample = Decision.RECORD_AND_SAMPLE  # the one decision that samples
     server = SpanKind.SERVER
 
     def sample(trace_id: int, parent: RemoteParent | None, name: str) -> bool:
@@ -114,7 +120,8 @@ def _sampling(sampler: object):  # type: ignore[no-untyped-def]
         if parent is not None:
             remote = SpanContext(trace_id, parent.span_id, True, TraceFlags(parent.flags))
             ctx = trace.set_span_in_context(NonRecordingSpan(remote))
-        return bool(should_sample(ctx, trace_id, name, server).decision.is_sampled())
+        decision = should_sample(ctx, trace_id, name, server).decision
+        return decision is record_and_sample
 
     return sample
 
