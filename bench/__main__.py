@@ -40,6 +40,8 @@ Run from the repository's root (`bench` is not installed). Subcommands:
              wall times, and the same results from each (`bench.sweep_runners`)
   sim-speed  CPU seconds of one `kvgate sim` replay of the Mooncake trace per policy, the
              compiled KV cache against the pure-Python reference (`bench.sim_speed`)
+  tracing-overhead  kvgate's CPU per request with OTLP tracing on against off, side by
+             side at 500 req/s over the overhead bench's stubs (`bench.overhead.tracing`)
   all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
              subcommands that have it
 
@@ -71,6 +73,7 @@ SUBCOMMANDS = {
     "shared-state-fleet": "bench.shared_state_fleet",
     "sweep-runners": "bench.sweep_runners",
     "sim-speed": "bench.sim_speed",
+    "tracing-overhead": "bench.overhead.tracing",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -69,6 +69,8 @@ from gateway.state import build_shared_state
 from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
+from gateway.tracing.setup import build_tracing
+from gateway.tracing.spans import Outcome
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool
@@ -178,6 +180,9 @@ class GatewayApp:
         self.reloader: ConfigReloader | None = None
         self.operations = admin_ops.AdminOperations(self.backends, lambda: self.reloader)
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
+        # OTEL_TRACES_EXPORTER=otlp: spans per request (`gateway.tracing`); None: off, free.
+        self.tracing = build_tracing(os.environ)
+        self.tracer = self.tracing.tracer if self.tracing is not None else None
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
         )
@@ -226,6 +231,7 @@ class GatewayApp:
             loops.cancel()
         if self.recorder is not None:
             self.recorder.close()  # the lines of the last second
+        await self.stop_tracing()
         await runtime.client.aclose()
         await runtime.health.probe_client.aclose()
         await self.tokenizers.aclose()
@@ -284,6 +290,11 @@ class GatewayApp:
                 tg.create_task(scraper.scrape_once(backend))
         return HealthRuntime(probe_client, prober, scraper)
 
+    async def stop_tracing(self) -> None:
+        """Export the spans still queued, then stop the exporter (after the loops)."""
+        if self.tracing is not None:
+            await self.tracing.close()
+
     def background_loops(self, health: HealthRuntime) -> Supervisor:
         """Probes, scrapes, the recorder and the InferencePool watch (those configured),
         supervised; the caller runs it (after `start_health`)."""
@@ -294,6 +305,8 @@ class GatewayApp:
             loops.add("trace-recorder", self.recorder.run)
         loops.add("admission", self.admission.run)  # wakes queued requests, expires deadlines
         loops.add("backend-changes", self.backends.run)  # drained backends leave when idle
+        if self.tracing is not None:
+            loops.add("trace-export", self.tracing.run)
         self.live.watch_health(health.prober, health.scraper)
         if self.reloader is not None:
             loops.add("config-reload", self.reloader.run)
@@ -383,6 +396,10 @@ class GatewayApp:
             client=client_address(scope),
             scheme=scope.get("scheme", "http"),
         )
+        if (tracer := self.tracer) is not None:
+            rec.trace = tracer.start(
+                rec.method, rec.path, headers.get("traceparent"), headers.get("tracestate")
+            )
         token = request_id_var.set(rec.request_id)
         try:
             await self._proxy_request(scope, receive, send, headers, rec)
@@ -414,7 +431,11 @@ class GatewayApp:
         if not await self.admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued
         ids = await self.token_ids(req) if self.config.tokenizers else None
+        if (trace := rec.trace) is not None:
+            trace.route_started()
         route = self.router.route(req, headers, rec.request_id, token_ids=ids)
+        if trace is not None:
+            trace.routed(route.decision, len(route.request.prefix_hashes))
         rec.policy = route.decision.profile
         self.metrics.count_decision(route.decision, route.reason, route.seconds)
         proxy = self._require_runtime().proxy
@@ -453,6 +474,13 @@ class GatewayApp:
             self.metrics.duration_by(rec.model or "", backend).observe(now - rec.started)
         if self.config.server.access_log:
             log_request(rec, now)
+        if (trace := rec.trace) is not None and self.tracer is not None:
+            trace.backend = rec.backend
+            outcome = Outcome(
+                rec.status, rec.model, rec.stream, rec.ttft_s, rec.usage, rec.error,
+                rec.client, rec.request_id,
+            )  # fmt: skip
+            self.tracer.finish(trace, outcome)
 
     def _require_runtime(self) -> _Runtime:
         if self._runtime is None:

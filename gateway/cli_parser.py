@@ -30,7 +30,10 @@ ENV_EPILOG = """
 Every flag has an environment variable, named in [env ...] above: a flag given wins over it,
 and it wins over the config file. KVGATE_BACKEND lists backends separated by spaces, or by
 commas before http:// or https://. Secrets have variables only: KVGATE_API_KEYS,
-KVGATE_ADMIN_KEY, KVGATE_UPSTREAM_API_KEY.
+KVGATE_ADMIN_KEY, KVGATE_UPSTREAM_API_KEY. OpenTelemetry tracing reads the standard OTEL_*
+variables: OTEL_TRACES_EXPORTER=otlp turns it on (kvgate[otel]), OTEL_EXPORTER_OTLP_ENDPOINT
+and OTEL_EXPORTER_OTLP_PROTOCOL (grpc, http/protobuf) say where, OTEL_TRACES_SAMPLER how
+many; see README "Observability".
 """
 
 

@@ -19,6 +19,7 @@ event that this adds is left out of what the client receives.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from gateway.prefix import PrefixTracker
 from gateway.retry_budget import RetryBudget
 from gateway.router import Route
 from gateway.sse_events import EventAligner
+from gateway.tracing.spans import RequestTrace, UpstreamSpan
 from gateway.upstream import (
     FirstByteTimeouts,
     error_kind,
@@ -80,6 +82,7 @@ class RequestRecord:
     client: str | None = None  # the peer's host, for X-Forwarded-For
     scheme: str = "http"
     usage: Usage | None = None  # what the answer reported (admission corrects rate limits)
+    trace: RequestTrace | None = None  # its spans, while tracing is on
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +140,11 @@ class Proxy:
         rec: RequestRecord,
     ) -> None:
         attempts = route.decision.ranked[: self._max_attempts]
+        trace = rec.trace
         headers = request_headers(
-            raw_headers, rec.request_id, self._headers, rec.client, rec.scheme
-        )
+            raw_headers, rec.request_id, self._headers, rec.client, rec.scheme,
+            traced=trace is not None,
+        )  # fmt: skip
         target = path + ("?" + query.decode("latin-1") if query else "")
         strip_usage = False
         if route.request.stream and route.request.api in STREAM_USAGE_APIS:
@@ -158,8 +163,13 @@ class Proxy:
             rec.backend, rec.attempts = backend_id, i + 1
             more = i + 1 < len(attempts)
             dispatch = self._begin(backend, route)
+            span = None
+            if trace is not None:
+                span = trace.upstream(backend_id, backend.spec.url, i + 1)
+                if backend_id == route.decision.target:
+                    trace.matched_blocks = dispatch.matched
             try:
-                opened = await self._open(dispatch, out, rec, more=more)
+                opened = await self._open(dispatch, out, rec, more=more, span=span)
                 if isinstance(opened, UpstreamError):
                     last_error = opened
                     continue
@@ -175,22 +185,34 @@ class Proxy:
                     await opened.aclose()
             finally:
                 self._end(dispatch)
+                if span is not None:
+                    _end_span(span, rec)
         if last_error is None:  # every ranked backend left the pool before it was tried
             raise NoHealthyBackendError("the chosen backends left the pool")
         raise last_error
 
     async def _open(
-        self, dispatch: Dispatch[Backend], out: _Outgoing, rec: RequestRecord, *, more: bool
+        self,
+        dispatch: Dispatch[Backend],
+        out: _Outgoing,
+        rec: RequestRecord,
+        *,
+        more: bool,
+        span: UpstreamSpan | None = None,
     ) -> UpstreamResponse | UpstreamError:
         """Send the request to the dispatch's backend: its response head, or the error to
-        fail over from (raised instead when there is no failover)."""
+        fail over from (raised instead when there is no failover). With `span`, the engine
+        gets a `traceparent` naming it as the parent."""
         backend = dispatch.endpoint
+        headers = out.headers
+        if span is not None and rec.trace is not None:
+            headers = headers + rec.trace.propagation(span.span_id)
         try:
-            return await self._client.send(
+            resp = await self._client.send(
                 backend.spec.url,
                 out.target,
                 "POST",
-                out.headers,
+                headers,
                 out.body,
                 first_byte_timeout=out.first_byte_timeout,
             )
@@ -198,14 +220,22 @@ class Proxy:
             self._prefix.withdraw(dispatch)
             if rec.attempts == 1:
                 rec.backend = None  # no backend saw it: keep the 503 off their metrics
-            raise overloaded_error(exc) from None
+            overloaded = overloaded_error(exc)
+            if span is not None:
+                span.error = overloaded.message
+            raise overloaded from None
         except HttpClientError as exc:
             self._prefix.withdraw(dispatch)
             err = map_client_error(exc)
+            if span is not None:
+                span.error = err.message
             self._failed(backend, err, failure_detail(exc, backend.id))
             if err.retryable and more and self._may_retry(rec):
                 return err
             raise err from None
+        if span is not None:
+            span.status = resp.status_code
+        return resp
 
     def _may_retry(self, rec: RequestRecord) -> bool:
         """Take a retry from the budget (counted either way)."""
@@ -336,6 +366,13 @@ class Proxy:
     def _record_failure(self, backend: Backend, message: str) -> None:
         if backend.state.record_upstream_failure(self._pool.now(), message):
             log.warning("backend %s ejected after upstream failures: %s", backend.id, message)
+
+
+def _end_span(span: UpstreamSpan, rec: RequestRecord) -> None:
+    """The attempt is over; a relay that broke midway is its error."""
+    span.end_ns = time.time_ns()
+    if span.error is None and span.status and rec.error is not None and rec.backend == span.backend:
+        span.error = rec.error
 
 
 def _error_obj(err: GatewayError) -> dict[str, str]:

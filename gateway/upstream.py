@@ -42,6 +42,8 @@ HOP_BY_HOP = frozenset(
 _REQUEST_DROP = frozenset(
     n.encode() for n in HOP_BY_HOP | {"host", "content-length", "x-request-id", "expect"}
 )
+# With tracing on, the caller's trace context is replaced by kvgate's (its span as parent).
+_TRACED_REQUEST_DROP = _REQUEST_DROP | {b"traceparent", b"tracestate"}
 # Date and Server: our server sets its own. x-request-id: the gateway's is added.
 _RESPONSE_DROP = frozenset(n.encode() for n in HOP_BY_HOP | {"date", "server", "x-request-id"})
 
@@ -111,10 +113,14 @@ def request_headers(
     policy: HeaderPolicy | None = None,
     client: str | None = None,
     scheme: str = "http",
+    *,
+    traced: bool = False,
 ) -> Headers:
     """Client headers to send upstream: hop-by-hop ones dropped, x-request-id set, and
-    `policy`'s Authorization and X-Forwarded-For rules applied (`client`: the peer's host)."""
-    out = _without(raw, _REQUEST_DROP)
+    `policy`'s Authorization and X-Forwarded-For rules applied (`client`: the peer's host).
+    `traced`: tracing is on, and `traceparent`/`tracestate` are left for it to set (else the
+    client's pass unchanged)."""
+    out = _without(raw, _TRACED_REQUEST_DROP if traced else _REQUEST_DROP)
     if policy is not None:
         policy.upstream(out, client, scheme)
     out.append((b"x-request-id", request_id.encode()))

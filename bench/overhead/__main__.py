@@ -114,6 +114,12 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
     from bench.peers import PEER_HEADERS, ensure_peer, start_peer
 
     name, _, policy = spec.partition(":")
+    if name == "kvgate+otel":  # tracing on, exporting to a discarding OTLP receiver
+        from bench.overhead.tracing import launch_traced
+
+        with launch_traced(policy or "prefix-aware", fleet.urls, logs) as (proc, url, _):
+            yield Target(spec, url, proc.pid, command=proc.command)
+        return
     name, _, source = name.partition("@")
     install = ensure_peer(name)
     if source:  # `kvgate@DIR:POLICY`: kvgate from another source tree, for before/after runs
@@ -239,8 +245,9 @@ def _parse(argv: Sequence[str] | None) -> Settings:
     p.add_argument(
         "--targets",
         default=",".join(DEFAULT_TARGETS),
-        help="comma-separated: direct, kvgate:POLICY, sglang-router, vllm-router, "
-        "litellm (PEER:POLICY picks a peer's policy)",
+        help="comma-separated: direct, kvgate:POLICY, kvgate+otel:POLICY (tracing on, "
+        "exporting over OTLP to a sink), sglang-router, vllm-router, litellm "
+        "(PEER:POLICY picks a peer's policy)",
     )
     p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")

@@ -67,3 +67,16 @@ def usage(pid: int) -> TreeUsage:
         except (OSError, ValueError, IndexError):
             continue  # exited between listing and reading
     return TreeUsage(cpu, rss)
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of process `pid` (its main thread's id is `pid`)."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            raw = (task / "stat").read_text()
+            f = raw[raw.rindex(")") + 2 :].split()
+            out[int(task.name)] = (int(f[11]) + int(f[12])) * _TICK_S
+        except (OSError, ValueError, IndexError):
+            continue
+    return out

@@ -13,7 +13,7 @@ Protocol facts (the Gateway API Inference Extension's endpoint-picker protocol):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -71,10 +71,13 @@ def _set(key: str, value: str) -> base_pb2.HeaderValueOption:
     )
 
 
-def _destination_mutation(endpoints: str, new_length: int | None) -> pb.CommonResponse:
+def _destination_mutation(
+    endpoints: str, new_length: int | None, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> pb.CommonResponse:
     headers = [_set(DESTINATION, endpoints)]
     if new_length is not None:  # the body is forwarded changed
         headers.append(_set("content-length", str(new_length)))
+    headers.extend(_set(k.decode(), v.decode("latin-1")) for k, v in extra)
     return pb.CommonResponse(
         header_mutation=pb.HeaderMutation(set_headers=headers), clear_route_cache=True
     )
@@ -86,19 +89,27 @@ def _lb_metadata(endpoints: str) -> struct_pb2.Struct:
     return meta
 
 
-def destination_on_headers(endpoints: str, new_length: int | None) -> pb.ProcessingResponse:
+def destination_on_headers(
+    endpoints: str, new_length: int | None, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> pb.ProcessingResponse:
     """The request-headers answer naming `endpoints` (full-duplex mode: sent once the body
-    is in, which follows in `streamed_body`s of `new_length` bytes if that is given)."""
+    is in, which follows in `streamed_body`s of `new_length` bytes if that is given); `extra`
+    headers are set too (the trace context)."""
+    common = _destination_mutation(endpoints, new_length, extra)
     return pb.ProcessingResponse(
-        request_headers=pb.HeadersResponse(response=_destination_mutation(endpoints, new_length)),
+        request_headers=pb.HeadersResponse(response=common),
         dynamic_metadata=_lb_metadata(endpoints),
     )
 
 
-def destination_on_body(endpoints: str, new_body: bytes | None) -> pb.ProcessingResponse:
+def destination_on_body(
+    endpoints: str, new_body: bytes | None, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> pb.ProcessingResponse:
     """The request-body answer naming `endpoints` (buffered mode: headers already answered,
-    still held by the proxy until the body is answered), replacing the body if given."""
-    common = _destination_mutation(endpoints, None if new_body is None else len(new_body))
+    still held by the proxy until the body is answered), replacing the body if given;
+    `extra` headers are set too (the trace context)."""
+    length = None if new_body is None else len(new_body)
+    common = _destination_mutation(endpoints, length, extra)
     if new_body is not None:
         common.body_mutation.body = new_body
     return pb.ProcessingResponse(

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from gateway.app import GatewayApp
 from gateway.errors import GatewayError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.tracing.spans import Outcome, RequestTrace
 from gateway.usage import (
     STREAM_USAGE_APIS,
     UsageEventFilter,
@@ -51,6 +52,15 @@ class Exchange:
     body: bytes | None = None  # the body to forward instead, when it was changed
     reader: UsageReader = field(default_factory=UsageTap)
     done: bool = False
+    stream: bool = False
+    ttft_s: float | None = None
+    trace: RequestTrace | None = None  # its server and routing spans, while tracing is on
+
+    def trace_headers(self) -> list[tuple[bytes, bytes]]:
+        """`traceparent` (and `tracestate`) for the engine, naming the routing span as its
+        parent; none while tracing is off."""
+        t = self.trace
+        return t.propagation(t.route_id) if t is not None and t.route_id else []
 
 
 class EndpointPicker:
@@ -80,9 +90,24 @@ class EndpointPicker:
         if api is None:  # not an inference call (e.g. GET /v1/models): any ready endpoint
             ranked = self._least_busy(allowed)
             return Exchange(request_id, app.clock(), self._destination(ranked))
-        req = parse_inference_body(api, body)
-        route = app.router.route(req, headers, request_id, subset=allowed, token_ids=token_ids)
+        trace = None
+        if (tracer := app.tracer) is not None:
+            method = headers.get(":method", "POST")
+            trace = tracer.start(
+                method, path.split("?", 1)[0], headers.get("traceparent"), headers.get("tracestate")
+            )
+        try:
+            req = parse_inference_body(api, body)
+            if trace is not None:
+                trace.route_started()
+            route = app.router.route(req, headers, request_id, subset=allowed, token_ids=token_ids)
+        except GatewayError as exc:
+            if trace is not None and tracer is not None:
+                tracer.finish(trace, Outcome(exc.status, None, False, None, None, exc.message))
+            raise
         decision = route.decision
+        if trace is not None:
+            trace.routed(decision, len(route.request.prefix_hashes))
         app.metrics.count_decision(decision, route.reason, route.seconds)
         ex = Exchange(
             request_id,
@@ -91,10 +116,14 @@ class EndpointPicker:
             model=req.model,
             policy=decision.profile,
             request=route.request,
+            stream=req.stream,
+            trace=trace,
         )
         if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         ex.dispatch = self._begin(app.pool.get(decision.ranked[0]), route.request)
+        if trace is not None:
+            trace.matched_blocks = ex.dispatch.matched
         return ex
 
     async def token_ids(self, path: str, body: bytes) -> list[int] | None:
@@ -149,7 +178,8 @@ class EndpointPicker:
 
     def _first_chunk(self, ex: Exchange, d: Dispatch[Backend]) -> None:
         now = self._app.clock()
-        self._app.metrics.ttft_by(ex.model, d.endpoint.id).observe(now - ex.started)
+        ex.ttft_s = now - ex.started
+        self._app.metrics.ttft_by(ex.model, d.endpoint.id).observe(ex.ttft_s)
         self._app.prefix.first_token(d, now - d.at)
 
     def finish(self, ex: Exchange, completed: bool) -> None:
@@ -161,9 +191,14 @@ class EndpointPicker:
         backend = d.endpoint.id if d is not None else "none"
         status = str(ex.status) if completed and ex.status else "499"
         app.metrics.requests_by(ex.model, backend, status).inc()
+        usage = ex.reader.usage() if d is not None and completed and 0 < ex.status < 400 else None
+        if ex.trace is not None and app.tracer is not None:
+            ex.trace.backend = d.endpoint.id if d is not None else None
+            outcome = Outcome(int(status), ex.model or None, ex.stream, ex.ttft_s, usage, None)
+            outcome.request_id = ex.request_id
+            app.tracer.finish(ex.trace, outcome)
         if d is None:
             return
-        usage = ex.reader.usage() if completed and 0 < ex.status < 400 else None
         if usage is not None and usage.prompt_tokens is not None:
             check = app.prefix.observe(d, usage)
             if check is not None:

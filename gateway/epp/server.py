@@ -92,6 +92,7 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
     finally:
         metrics.close()
         await server.stop(app.config.server.shutdown_grace_s)
+        await app.stop_tracing()  # after the last stream: its spans go too
         await health_server.stop(0)
         await health.probe_client.aclose()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import string
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,10 @@ def start_epp(
     log: Path,
     config: Path | None = None,
     extra: Sequence[str] = (),
+    env: Mapping[str, str | None] | None = None,
 ) -> Epp:
-    """`kvgate epp --backend URL...` on free ports, once its metrics answer."""
+    """`kvgate epp --backend URL...` on free ports, once its metrics answer; `env` is added
+    to its environment."""
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
     args = ["epp", "--grpc-port", str(grpc_port), "--health-port", str(health_port)]
     args += ["--metrics-port", str(metrics_port), "--log-level", "warning", *extra]
@@ -61,7 +63,7 @@ def start_epp(
         args += ["--config", str(config)]
     for url in backends:
         args += ["--backend", url]
-    proc = ChildProcess(kvgate_command(*args), log).start()
+    proc = ChildProcess(kvgate_command(*args), log, env=env).start()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     try:
         proc.wait_for_http(metrics_url, timeout_s=30.0, interval_s=0.05)

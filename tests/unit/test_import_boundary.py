@@ -27,6 +27,7 @@ FORBIDDEN = frozenset(
         "httptools",
         "uvloop",
         "anyio",
+        "opentelemetry",
     }
 )
 

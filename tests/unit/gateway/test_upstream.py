@@ -182,3 +182,11 @@ def test_make_client_settings() -> None:
 def test_request_headers_drop_expect() -> None:
     raw = [(b"expect", b"100-continue"), (b"x-a", b"1")]
     assert _names(request_headers(raw, "r")) == [b"x-a", b"x-request-id"]
+
+
+def test_the_callers_trace_context_passes_unless_tracing_replaces_it() -> None:
+    raw = [(b"traceparent", b"00-ab-cd-01"), (b"tracestate", b"k=v"), (b"accept", b"*/*")]
+    plain = request_headers(raw, "r1")
+    assert (b"traceparent", b"00-ab-cd-01") in plain and (b"tracestate", b"k=v") in plain
+    traced = request_headers(raw, "r1", traced=True)
+    assert [k for k, _ in traced] == [b"accept", b"x-request-id"]
