@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -64,11 +64,12 @@ from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.runtime_backends import RuntimeBackends, backend_spec, kv_settings
-from gateway.state import build_shared_state
+from gateway.sharing import build_sharing
 from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
+from gateway.workers.peers import SIBLINGS_LOOP
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool
 from health.prober import Prober
@@ -77,6 +78,9 @@ from routing.registry import PluginError
 from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
 from scoring.profiles import build_scheduler
 from scoring.stack import build_routing_stack
+
+if TYPE_CHECKING:
+    from gateway.workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
 PROBE_LOOP = "health-probes"  # while it is not running, the gateway is not ready
@@ -107,6 +111,7 @@ class GatewayApp:
         config: GatewayConfig,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        workers: WorkerContext | None = None,
     ):
         self.config = config
         self.clock = clock
@@ -138,16 +143,16 @@ class GatewayApp:
                 self.pool, self.kv_events, clock, stack.precise, self.prefix.precise_hits
             )
         )
-        self.shared = build_shared_state(  # state: routing state shared with other gateways
-            config.state,
-            config.discovery.pool,
-            stack.index,
-            lambda: stack.feed.block_chars(()),
-            lambda backend_id: self.pool.find(backend_id) is not None,
-            in_flight=lambda: {b.id: b.in_flight for b in self.pool},
-            on_remote_in_flight=self._set_remote_in_flight,
+        # Routing state shared with other gateways (`state:`) or sibling workers (--workers).
+        self.shared, self.peers = build_sharing(
+            config,
+            stack,
+            self.pool,
+            self.prefix,
+            workers=workers,
+            own_metrics=self.metrics_page,
+            apply_admin=lambda op: self.operations.apply(op),  # noqa: PLW0108 (built below)
         )
-        self.prefix.on_dispatch = self.shared.note_dispatch
         self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = probe_readmit_s(h)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
@@ -166,8 +171,11 @@ class GatewayApp:
         )
         # Set by the command line (`ConfigReloader(load, app.reconfigure, ...)`) before start.
         self.reloader: ConfigReloader | None = None
-        self.operations = admin_ops.AdminOperations(self.backends, lambda: self.reloader)
+        self.operations = admin_ops.AdminOperations(
+            self.backends, lambda: self.reloader, self.peers.repeat if self.peers else None
+        )
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
+        self.front_door.reuse_port = workers is not None
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
         )
@@ -291,6 +299,8 @@ class GatewayApp:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
         self.shared.attach(loops)
+        if self.peers is not None:
+            loops.add(SIBLINGS_LOOP, self.peers.siblings.serve)
         return loops
 
     def loops_ok(self) -> bool:
@@ -321,12 +331,6 @@ class GatewayApp:
             n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
             if n:
                 log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
-
-    def _set_remote_in_flight(self, remote: Mapping[str, int]) -> None:
-        """The other gateways' in-flight requests per backend (shared leases)."""
-        for b in self.pool:
-            if b.remote_in_flight != (n := remote.get(b.id, 0)):
-                b.remote_in_flight = n
 
     def _apply_kv_batch(self, backend_id: str, batch: KvEventBatch) -> None:
         self.precise_index.apply(backend_id, batch.events)
@@ -459,14 +463,24 @@ class GatewayApp:
         ok = healthy and self._runtime is not None and self.loops_ok() and not draining
         status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
-        body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
+        body: dict[str, Any] = {
+            "ready": ok,
+            "healthy_backends": healthy,
+            "backends": len(self.pool),
+        }
         state = self.shared.state()  # shared routing state: degraded while Redis fails
-        await send_json(
-            send, status, {**body, "loops": loops, "draining": draining, "state": state}
-        )
+        body |= {"loops": loops, "draining": draining, "state": state}
+        if self.peers is not None:
+            body["worker"] = self.peers.state()
+        await send_json(send, status, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
+        page = await self.metrics_exposition()
+        await send_bytes(send, 200, page, CONTENT_TYPE_LATEST.encode())
+
+    async def metrics_exposition(self) -> bytes:
+        """`/metrics`: this process's page, or with workers the whole gateway's."""
+        return self.metrics_page() if self.peers is None else await self.peers.metrics_page()
 
     async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         cards = self.pool.served_models()
@@ -497,6 +511,7 @@ class GatewayApp:
             "admission": self.admission.state(),
             "tokenizers": tokenizers,
             "state": self.shared.state(),
+            **({"worker": self.peers.state()} if self.peers is not None else {}),
         }
 
     async def dry_run(
@@ -564,14 +579,15 @@ def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorde
     )
 
 
-def build_app(config: GatewayConfig) -> GatewayApp:
-    """Build the app from a validated config; plugin errors become `ConfigError`s."""
+def build_app(config: GatewayConfig, workers: WorkerContext | None = None) -> GatewayApp:
+    """Build the app from a validated config (`workers`: as worker of `kvgate serve
+    --workers N`); plugin errors become `ConfigError`s."""
     if not config.backends and not config.discovery.pool:
         raise ConfigError(
             "no backends configured: give --backend URL, --pool NAME or a config file"
         )
     try:
-        return GatewayApp(config)
+        return GatewayApp(config, workers=workers)
     except ConfigError:
         raise
     except (PluginError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""The placement replicator against a scripted stand-in for Redis (no sockets)."""
+"""The event stream against a scripted stand-in for Redis (no sockets)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
-from gateway.state.codec import Placement, encode
+from gateway.state.codec import Event, Forget, Placement, encode
 from gateway.state.link import LinkSettings, RedisLink
-from gateway.state.placements import PlacementReplicator
+from gateway.state.mirror import Mirror
+from gateway.state.outbox import EventCounters, Outbox
+from gateway.state.stream import EventStream
+from scoring.prefix_index import PrefixIndex
 from tests.support.waiting import async_wait_until
 
 T = TypeVar("T")
@@ -62,63 +65,77 @@ class _FakeLink:
         return await work()
 
 
-def _replicator(
-    link: _FakeLink, record: Callable[[Placement], bool] | None = None, **kw: Any
-) -> PlacementReplicator:
-    return PlacementReplicator(
-        cast(RedisLink, link), "ns:static:placements", "me", record or (lambda p: True), **kw
-    )
+class _Mirror(Mirror):
+    """The real mirror, recording what it is handed."""
+
+    def __init__(self, known: set[str]) -> None:
+        super().__init__("me", EventCounters(), PrefixIndex(), lambda: 64, known.__contains__)
+        self.seen: list[Event] = []
+
+    def apply(self, event: Event, *, live: bool = True) -> None:
+        if event.gateway != "me":
+            self.seen.append(event)
+        super().apply(event, live=live)
 
 
-def test_a_full_queue_drops_the_oldest_placements() -> None:
-    r = _replicator(_FakeLink(), max_queue=3)
+def _stream(link: _FakeLink, mirror: Mirror | None = None, **kw: Any) -> EventStream:
+    mirror = mirror or _Mirror({"b"})
+    outbox = Outbox("me", mirror.counters, max_queue=kw.pop("max_queue", 10_000))
+    return EventStream(cast(RedisLink, link), "ns:static:events", outbox, mirror, **kw)
+
+
+def _note(s: EventStream, backend: str, hashes: list[int]) -> None:
+    s._outbox.put(Placement("me", backend, 64, tuple(hashes), 0))
+
+
+def test_a_full_queue_drops_the_oldest_events() -> None:
+    s = _stream(_FakeLink(), max_queue=3)
     for i in range(5):
-        r.note(f"b{i}", [i], 64)
-    assert (r.counters.queued, r.counters.dropped) == (5, 2)
+        _note(s, f"b{i}", [i])
+    c = s._mirror.counters
+    assert (c.queued, c.dropped) == (5, 2)
 
 
-async def test_placements_are_written_in_batches_and_kept_while_redis_is_down() -> None:
+async def test_events_are_written_in_batches_and_kept_while_redis_is_down() -> None:
     link = _FakeLink()
     link.down = True
-    r = _replicator(link, batch=2)
+    s = _stream(link, batch=2)
     for i in range(3):
-        r.note("b", [i], 64)
-    task = asyncio.create_task(r.publish())
+        _note(s, "b", [i])
+    task = asyncio.create_task(s.publish())
     await asyncio.sleep(0.02)
-    assert link.written == [] and r.counters.published == 0
+    c = s._mirror.counters
+    assert link.written == [] and c.published == 0
     link.down = False
-    await async_wait_until(lambda: r.counters.published == 3)
+    await async_wait_until(lambda: c.published == 3)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert [len(batch) for batch in link.written] == [2, 1]
     hashes = [fields[b"h"][0] for batch in link.written for fields in batch]
     assert hashes == [0, 1, 2]  # in dispatch order, none lost
-    assert r.counters.dropped == 0
+    assert c.dropped == 0
 
 
 async def test_the_other_gateways_entries_are_applied_and_its_own_skipped() -> None:
     link = _FakeLink()
-    applied: list[Placement] = []
-
-    def record(p: Placement) -> bool:
-        applied.append(p)
-        return p.backend != "unknown"
-
+    mirror = _Mirror({"b1"})
     link.reads = [
         [
             (b"1-0", encode(Placement("me", "b1", 64, (1,), 0))),
             (b"2-0", encode(Placement("other", "b1", 64, (2, 3), 0))),
             (b"3-0", encode(Placement("other", "unknown", 64, (4,), 0))),
             (b"4-0", {b"junk": b"1"}),
+            (b"5-0", encode(Forget("other", "b1", 0))),
         ]
     ]
-    r = _replicator(link, record)
-    task = asyncio.create_task(r.apply())
-    await async_wait_until(lambda: r.warmed)
+    s = _stream(link, mirror)
+    task = asyncio.create_task(s.apply())
+    await async_wait_until(lambda: s.warmed)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [p.hashes for p in applied] == [(2, 3), (4,)]
-    c = r.counters
-    assert (c.received, c.applied, c.skipped) == (2, 1, 2)
+    assert [type(e).__name__ for e in mirror.seen] == ["Placement", "Placement", "Forget"]
+    c = mirror.counters
+    assert (c.received, c.applied, c.skipped) == (3, 2, 2)
+    assert c.lag_ms_last is None  # history read at start is not lag
