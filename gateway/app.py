@@ -218,6 +218,8 @@ class GatewayApp:
             return
         async with asyncio.TaskGroup() as tg:
             loops = tg.create_task(self.background_loops(runtime.health).run(), name="loops")
+            if self.peers is not None:  # a worker serves once its siblings hear it
+                await self.peers.join()
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             await self.front_door.close()

@@ -143,6 +143,7 @@ def _serve_workers(args: argparse.Namespace) -> int:
     from gateway.workers.master import Master
 
     cfg = _effective_config(args)  # a bad file fails here, once, not in every worker
+    _check_routing(cfg)
     server = cfg.server
     if server.record_path is not None:
         raise ConfigError("--record (server.record_path) cannot be used with --workers > 1")
@@ -175,6 +176,20 @@ def _serve_workers(args: argparse.Namespace) -> int:
     finally:
         for s in held:
             s.close()
+
+
+def _check_routing(cfg: GatewayConfig) -> None:
+    """ConfigError if the routing profiles cannot be built (pure: no thread, no socket)."""
+    import random
+    import time
+
+    from routing.registry import PluginError
+    from scoring.stack import build_routing_stack
+
+    try:
+        build_routing_stack(cfg.routing, time.monotonic, random.Random())
+    except (PluginError, ValueError) as exc:
+        raise ConfigError(f"routing: {exc}") from None
 
 
 def _serve_worker(args: argparse.Namespace, ctx: WorkerContext) -> int:

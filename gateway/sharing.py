@@ -51,6 +51,7 @@ def build_sharing(
         local_load=lambda: {b.id: (b.in_flight, b.pending_prefill_tokens) for b in pool},
         on_remote_load=partial(set_remote_load, pool),
         siblings=peers.siblings if peers is not None else None,
+        refresh_block_chars=lambda: stack.feed.block_chars(pool.snapshots()),
     )
     if shared.active:
         prefix.sink = shared

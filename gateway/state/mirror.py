@@ -5,7 +5,10 @@ channels (`gateway.state.stream` through Redis, `gateway.state.local` between th
 one `kvgate serve --workers N`) hand each event they receive to `Mirror.apply`, which makes
 the same change the other gateway made to its own state (`gateway.state.codec` lists them).
 Events this gateway sent itself, events for a backend not in this gateway's pool and block
-hashes cut in another block size are skipped and counted.
+hashes cut in another block size are skipped and counted. A gateway learns the routing block
+size from the engines' metrics when it next routes; hashes of another size first make it
+look again (`refresh_block_chars`), so a gateway that has not routed yet takes its peers'
+placements.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ class Mirror:
         known_backend: Callable[[str], bool],
         *,
         ttft_model: OnlineTtftModel | None = None,
+        refresh_block_chars: Callable[[], int] | None = None,
         lag_samples: int = 4096,
     ) -> None:
         self.gateway_id = gateway_id
         self.counters = counters
         self._index = index
         self._block_chars = block_chars
+        self._refresh = refresh_block_chars
         self._known = known_backend
         self._ttft = ttft_model
         # Recent (made elsewhere → applied here) lags in ms, for measurement.
@@ -64,7 +69,7 @@ class Mirror:
         if isinstance(e, Forget):
             self._index.remove_replica(e.backend)
             return True
-        if e.block_chars != self._block_chars() or not e.hashes:
+        if not e.hashes or not self._same_size(e.block_chars):
             return False
         if isinstance(e, Placement):
             self._index.record(e.backend, e.hashes)
@@ -73,6 +78,11 @@ class Mirror:
         elif isinstance(e, Eviction):
             self._index.evict_oldest(e.backend, e.weight, e.hashes)
         return True
+
+    def _same_size(self, block_chars: int) -> bool:
+        if block_chars == self._block_chars():
+            return True
+        return self._refresh is not None and block_chars == self._refresh()
 
     def _learn(self, e: TtftPoints) -> bool:
         model = self._ttft

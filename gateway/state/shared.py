@@ -57,6 +57,7 @@ class SharedState:
         local_load: Callable[[], Counts] | None = None,
         on_remote_load: Callable[[Counts], None] = lambda remote: None,
         siblings: SiblingLinks | None = None,
+        refresh_block_chars: Callable[[], int] | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -65,7 +66,13 @@ class SharedState:
         self.counters = EventCounters()
         self.outbox = Outbox(self.gateway_id, self.counters)
         self.mirror = Mirror(
-            self.gateway_id, self.counters, index, block_chars, known_backend, ttft_model=ttft_model
+            self.gateway_id,
+            self.counters,
+            index,
+            block_chars,
+            known_backend,
+            ttft_model=ttft_model,
+            refresh_block_chars=refresh_block_chars,
         )
         self.channel: Channel | None = None
         self.link: RedisLink | None = None

@@ -8,8 +8,9 @@ sends it otherwise), so counts that change with a dispatch go out with its place
 connect, so a gateway that joins warms its mirror from the bounded history), and hands every
 entry to the `Mirror` (which skips this gateway's own). After an outage both loops reconnect
 with backoff (`RedisLink.attempt`) and carry on from their last stream id; entries published
-while this gateway could not read are caught up, as far as the stream still holds them. The stream's order is every gateway's order: a `Forget` read from
-history is followed by the placements made after it.
+while this gateway could not read are caught up, as far as the stream still holds them.
+The stream's order is every gateway's order: a `Forget` read from history is followed by the
+placements made after it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ applying the change (`AdminOperations.apply`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from gateway.workers.context import WorkerContext
 from gateway.workers.metrics import merge_pages
 from gateway.workers.siblings import Siblings
 
+log = logging.getLogger(__name__)
 SIBLINGS_LOOP = "workers"
 
 
@@ -48,6 +50,16 @@ class WorkerPeers:
         if op == "admin":
             return await self._apply_admin(request)
         return {"error": f"unknown request {op!r}"}
+
+    async def join(self, timeout_s: float = 5.0) -> None:
+        """At start-up, until every sibling is connected both ways (or `timeout_s`)."""
+        if not await self.siblings.wait_joined(timeout_s):
+            log.warning(
+                "worker %d: siblings %s not connected after %g s: serving without them",
+                self.ctx.index,
+                [j for j in self.ctx.siblings if j not in self.siblings.connected],
+                timeout_s,
+            )
 
     async def metrics_page(self) -> bytes:
         """The whole gateway's exposition."""

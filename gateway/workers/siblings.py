@@ -6,10 +6,15 @@ sends state frames (`broadcast`: the shared-state events and load reports of
 `gateway.state.local`; nothing comes back). A request (`ask`: a metrics page, an admin
 change to repeat) opens a connection of its own and waits for the answer frame.
 
-Frame: one kind byte (`s` state, `q` request, `r` answer), the payload's length (4 bytes,
-big-endian), the payload (msgpack for requests and answers). Stream sockets, not datagrams:
-Linux queues at most `net.unix.max_dgram_qlen` (often 10) datagrams per socket, which a
-busy worker overruns within milliseconds. A sibling that stops reading loses state frames
+A connection opens with a hello frame naming the sender, so each worker knows which
+siblings reach it; `joined` (every sibling connected both ways) is what a starting worker
+waits for, a few seconds at most, before it serves: a frame sent before a connection exists
+is lost (counted in `dropped`), and a worker's first requests should teach its siblings.
+
+Frame: one kind byte (`h` hello, `s` state, `q` request, `r` answer), the payload's length
+(4 bytes, big-endian), the payload (msgpack for requests and answers). Stream sockets, not
+datagrams: Linux queues at most `net.unix.max_dgram_qlen` (often 10) datagrams per socket,
+which a busy worker overruns within milliseconds. A sibling that stops reading loses state frames
 once `max_buffer` bytes wait for it (counted in `dropped`), never blocking the sender.
 """
 
@@ -45,7 +50,7 @@ class Siblings:
         on_request: OnRequest,
         *,
         max_buffer: int = 8 * 1024 * 1024,
-        retry_s: float = 0.5,
+        retry_s: float = 0.1,
     ) -> None:
         self.ctx = ctx
         self.on_state = on_state
@@ -54,6 +59,7 @@ class Siblings:
         self._retry_s = retry_s
         self._out: dict[int, asyncio.StreamWriter] = {}
         self._in: set[asyncio.StreamWriter] = set()  # the siblings' connections to this one
+        self._heard: dict[asyncio.StreamWriter, int] = {}  # of those, state ones: sender
         self._retry_at: dict[int, float] = {}
         self.sent = 0  # state frames written, summed over siblings
         self.dropped = 0  # state frames not written: sibling not connected or not reading
@@ -62,6 +68,22 @@ class Siblings:
     @property
     def connected(self) -> list[int]:
         return sorted(j for j, w in self._out.items() if not w.is_closing())
+
+    @property
+    def joined(self) -> bool:
+        """Whether every sibling is connected both ways."""
+        siblings = set(self.ctx.siblings)
+        return set(self.connected) == siblings and set(self._heard.values()) == siblings
+
+    async def wait_joined(self, timeout_s: float) -> bool:
+        """Until `joined`, or False after `timeout_s` (a sibling not up: go on without it)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.joined:
+            if time.monotonic() > deadline:
+                return False
+            await self.connect()
+            await asyncio.sleep(0.02)
+        return True
 
     async def serve(self) -> None:
         """Runs until cancelled: the listener for the siblings' connections."""
@@ -97,6 +119,8 @@ class Siblings:
                 self._retry_at[j] = now + self._retry_s
                 self._out.pop(j, None)
                 continue
+            hello = str(self.ctx.index).encode()
+            writer.write(FRAME.pack(b"h", len(hello)) + hello)
             self._out[j] = writer
 
     def broadcast(self, payload: bytes) -> None:
@@ -154,6 +178,8 @@ class Siblings:
                 kind, payload = await _read_frame(reader)
                 if kind == b"s":
                     self._take_state(payload)
+                elif kind == b"h":
+                    self._heard[writer] = int(payload)
                 elif kind == b"q":
                     answer = await self._answer(payload)
                     writer.write(FRAME.pack(b"r", len(answer)) + answer)
@@ -162,6 +188,7 @@ class Siblings:
             pass
         finally:
             self._in.discard(writer)
+            self._heard.pop(writer, None)
             writer.close()
 
     def _take_state(self, payload: bytes) -> None:

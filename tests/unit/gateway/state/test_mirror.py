@@ -73,3 +73,20 @@ def test_ttft_points_are_skipped_without_a_model() -> None:
     m = _mirror(PrefixIndex())
     m.apply(TtftPoints("other", (("b1", 1.0, 0.1),), 0))
     assert m.counters.skipped == 1
+
+
+def test_hashes_of_another_size_make_the_gateway_look_at_its_block_size_again() -> None:
+    index, size = PrefixIndex(), {"now": 64}
+    m = Mirror(
+        "me",
+        EventCounters(),
+        index,
+        lambda: 64,
+        lambda b: True,
+        refresh_block_chars=lambda: size["now"],
+    )
+    m.apply(Placement("other", "b1", 128, (1, 2), 0))  # still 64 here
+    assert index.blocks("b1") == 0
+    size["now"] = 128  # the engines' metrics say so: this gateway had not routed yet
+    m.apply(Placement("other", "b1", 128, (1, 2), 0))
+    assert index.blocks("b1") == 2
