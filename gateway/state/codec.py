@@ -17,7 +17,8 @@ hashes were cut with (a gateway whose size differs cannot use them), `t` the wal
 time in ms, to the µs (for measuring replication lag only), `h` chained block hashes packed as
 little-endian unsigned 64-bit integers (8 bytes a block), `s` the withdrawal's start or the
 eviction's weight, `d` the TTFT points (msgpack). An entry without `k` is a placement (the
-first version's only kind).
+first version's only kind). The channels send events in batches (`pack_events`: a msgpack
+array of the events' fields), one Redis stream entry or one frame between workers each.
 """
 
 from __future__ import annotations
@@ -141,6 +142,22 @@ def _decode(f: Mapping[bytes, bytes]) -> Event:
     if kind == b"e":
         return Eviction(gateway, backend, chars, hashes, int(f[b"s"]), at_ms)
     raise ValueError(f"unknown kind {kind!r}")
+
+
+def pack_events(events: Sequence[Event]) -> bytes:
+    """A batch of events as one blob (msgpack: an array of their fields)."""
+    return bytes(msgpack.packb([encode(e) for e in events]))
+
+
+def unpack_events(data: bytes) -> list[dict[bytes, bytes]]:
+    """A batch's events' fields, each to `decode` on its own (a bad one is skipped alone)."""
+    try:
+        fields = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadEntryError(f"not a batch of events: {exc!r}") from None
+    if not isinstance(fields, list) or not all(isinstance(f, dict) for f in fields):
+        raise BadEntryError("not a batch of events: not an array of maps")
+    return fields
 
 
 def pack_hashes(hashes: Sequence[int]) -> bytes:

@@ -20,17 +20,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgpack  # type: ignore[import-untyped]
 
-from gateway.state.codec import BadEntryError, decode, encode
+from gateway.state.codec import BadEntryError, decode, pack_events, unpack_events
 from gateway.state.load import LoadSharing, decode_report, encode_report
 from gateway.state.mirror import Mirror
 from gateway.state.outbox import Outbox
 
 log = logging.getLogger(__name__)
-_EVENT, _LOAD = b"e", b"l"
 
 
 class SiblingLinks(Protocol):
@@ -83,27 +82,33 @@ class LocalMesh:
     def flush(self) -> None:
         """One frame: the queued events and the load report, if any."""
         batch = self._outbox.take(self._batch)
-        items: list[list[Any]] = [[_EVENT, encode(e)] for e in batch]
+        report = None
         if (load := self._load) is not None:
             load.expire()
             report = load.outgoing()
-            if report is not None:
-                items.append([_LOAD, encode_report(report)])
-        if not items:
+        if not batch and report is None:
             return
-        self._links.broadcast(msgpack.packb(items))
+        events = pack_events(batch) if batch else None
+        self._links.broadcast(msgpack.packb([events, encode_report(report) if report else None]))
         self._outbox.sent(batch)
         self._sent_at = time.monotonic()
         self.frames += 1
 
     def receive(self, payload: bytes) -> None:
         """A sibling's frame."""
-        for kind, data in msgpack.unpackb(payload):
+        counters = self._mirror.counters
+        try:
+            events, report = msgpack.unpackb(payload)
+            if report is not None and self._load is not None:
+                self._load.receive(decode_report(report))
+            batch = unpack_events(events) if events is not None else []
+        except (BadEntryError, ValueError, TypeError) as exc:
+            counters.skipped += 1
+            log.debug("a sibling's frame: %r", exc)
+            return
+        for fields in batch:
             try:
-                if kind == _EVENT:
-                    self._mirror.apply(decode(data))
-                elif kind == _LOAD and self._load is not None:
-                    self._load.receive(decode_report(data))
+                self._mirror.apply(decode(fields))
             except BadEntryError as exc:
-                self._mirror.counters.skipped += 1
-                log.debug("a sibling's frame: %s", exc)
+                counters.skipped += 1
+                log.debug("a sibling's event: %s", exc)

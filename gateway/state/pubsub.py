@@ -1,7 +1,10 @@
-"""Load reports (`gateway.state.load`) through Redis pub/sub: one channel per namespace and pool.
+"""Load reports (`gateway.state.load`) through Redis pub/sub.
 
-One loop: subscribe to `{prefix}:load`, then wait up to `interval_s` for the next message,
-apply it, and publish this gateway's own report when it is due. Pub/sub keeps nothing, so a
+Each gateway publishes on its own channel `{prefix}:load:{gateway}` and listens to the
+pattern `{prefix}:load:*`, skipping its own channel before decoding anything. One loop:
+subscribe, then wait up to `interval_s` for the next message, apply it, and publish this
+gateway's own report when it is due (the stream's publish loop also sends it with each batch
+of events: `gateway.state.stream`). Pub/sub keeps nothing, so a
 gateway that joins hears each peer within its heartbeat (1 s), and a peer's counts expire
 on the receiving side (`LoadSharing.expire`) when its reports stop. Any failure (Redis down
 or slow) clears the other gateways' counts, so routing falls back to this gateway's own, and
@@ -28,9 +31,11 @@ log = logging.getLogger(__name__)
 class LoadChannel:
     """This gateway's load reports published, the others' received."""
 
-    def __init__(self, link: RedisLink, channel: str, load: LoadSharing) -> None:
+    def __init__(self, link: RedisLink, prefix: str, gateway_id: str, load: LoadSharing) -> None:
         self.link = link
-        self.channel = channel
+        self.channel = f"{prefix}:load:{gateway_id}"
+        self.pattern = f"{prefix}:load:*"
+        self._own = self.channel.encode()
         self.load = load
 
     async def run(self) -> None:
@@ -39,7 +44,7 @@ class LoadChannel:
             pubsub = self.link.blocking.pubsub(ignore_subscribe_messages=True)
             try:
                 subscribed = await self.link.attempt(
-                    partial(_subscribe, pubsub, self.channel), self._timeout()
+                    partial(_subscribe, pubsub, self.pattern), self._timeout()
                 )
                 if subscribed is not None:
                     await self._session(pubsub)
@@ -74,17 +79,19 @@ class LoadChannel:
                     return
 
     def _receive(self, message: dict[str, Any]) -> None:
+        if message.get("channel") == self._own:
+            return
         try:
             self.load.receive(decode_report(message["data"]))
         except (BadEntryError, KeyError) as exc:
-            log.debug("channel %s: %s", self.channel, exc)
+            log.debug("channel %s: %s", self.pattern, exc)
 
     def _timeout(self) -> float:
         return self.load.interval_s + self.link.settings.command_timeout_s
 
 
-async def _subscribe(pubsub: PubSub, channel: str) -> bool:
-    await pubsub.subscribe(channel)
+async def _subscribe(pubsub: PubSub, pattern: str) -> bool:
+    await pubsub.psubscribe(pattern)
     return True
 
 

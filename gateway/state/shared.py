@@ -7,8 +7,9 @@ loop runs. The prefix tracker tells each local change (`placed`, `withdrawn`, `e
 `forgotten`, `ttft`; no I/O: queued in the `Outbox`); the channel's loops carry them to the
 others, whose `Mirror` applies them; in-flight and queued prefill go as load reports
 (`LoadSharing`). `state()` is the `state` entry of `/ready` and `/admin/backends`; `degraded`
-is true while Redis is configured but not answering. Redis keys: the stream
-`{namespace}:{pool}:events` and the channel `{namespace}:{pool}:load`, the pool being the
+is true while Redis is configured but not answering. Redis keys: each gateway's stream
+`{namespace}:{pool}:events:{gateway}`, their list `{namespace}:{pool}:streams` and the
+channels `{namespace}:{pool}:load:{gateway}`, the pool being the
 InferencePool's name (`discovery.pool`) or `static`; the model needs no key of its own,
 since every block hash is seeded with the model name (`scoring.prefix_hash.prefix_seed`).
 """
@@ -86,12 +87,17 @@ class SharedState:
             self.channel = "redis"
             self.link = RedisLink(link_settings or LinkSettings(section.url))
             prefix = f"{section.namespace}:{pool}"
-            load = (self.load, f"{prefix}:load") if self.load is not None else None
+            if self.load is not None:
+                self._load_channel = LoadChannel(self.link, prefix, self.gateway_id, self.load)
+            channel = self._load_channel
             self.stream = EventStream(
-                self.link, f"{prefix}:events", self.outbox, self.mirror, load=load
+                self.link,
+                prefix,
+                self.gateway_id,
+                self.outbox,
+                self.mirror,
+                load=(channel.load, channel.channel) if channel is not None else None,
             )
-            if load is not None:
-                self._load_channel = LoadChannel(self.link, load[1], load[0])
         elif siblings is not None:
             self.channel = "workers"
             self.mesh = LocalMesh(siblings, self.outbox, self.mirror, self.load)

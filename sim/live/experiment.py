@@ -27,6 +27,7 @@ from typing import Protocol
 import httpx
 
 from sim.live.client import (
+    Fronts,
     RequestResult,
     RunStats,
     report_progress,
@@ -38,8 +39,8 @@ from sim.live.scrape import ReplicaReport, scrape_replicas
 from sim.percentile import percentile
 from sim.workloads import Conversation, TimedRequest
 
-# (router URL, headers every request must carry, where results go)
-Send = Callable[[str, Mapping[str, str], RunStats], Awaitable[None]]
+# (router URL or front ends, headers every request must carry, where results go)
+Send = Callable[[str | Fronts, Mapping[str, str], RunStats], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ def closed_loop(
     """Chats sent closed loop, each request carrying its conversation's `x-session-id`; with
     `clients`, by that many clients in turn (`run_closed_loop`)."""
 
-    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+    async def send(url: str | Fronts, headers: Mapping[str, str], stats: RunStats) -> None:
         await run_closed_loop(
             url,
             model,
@@ -73,7 +74,7 @@ def closed_loop(
 def open_loop(name: str, requests: list[TimedRequest]) -> Workload:
     """Requests sent open loop, at their times."""
 
-    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+    async def send(url: str | Fronts, headers: Mapping[str, str], stats: RunStats) -> None:
         await run_open_loop(url, requests, stats, headers)
 
     return Workload(name, len(requests), send)
@@ -127,11 +128,14 @@ class RouterSite:
 
 @dataclass(frozen=True, slots=True)
 class Router:
-    """A running router: its URL, the headers every request must carry, its command line."""
+    """A running router: its URL, the headers every request must carry, its command line;
+    `fronts`: several front ends the clients spread over themselves (then `url` is the
+    first)."""
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()
+    fronts: Fronts | None = None
 
 
 # Starts a router when entered, stops it on exit; blocking (run in a worker thread).
@@ -282,7 +286,7 @@ async def _measure(
         )
         t0 = time.monotonic()
         try:
-            await workload.send(router.url, router.headers, stats)
+            await workload.send(router.fronts or router.url, router.headers, stats)
         finally:
             done.set()
             await ticker

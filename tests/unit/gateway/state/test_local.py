@@ -52,5 +52,7 @@ def test_a_bad_frame_item_is_skipped_and_counted() -> None:
     import msgpack  # type: ignore[import-untyped]
 
     b, _, _ = _mesh("w1", {})
-    b.receive(msgpack.packb([[b"e", {b"junk": b"1"}], [b"l", b"\x00"]]))
+    b.receive(msgpack.packb([msgpack.packb([{b"junk": b"1"}, {b"g": b"x"}]), None]))
     assert b._mirror.counters.skipped == 2
+    b.receive(msgpack.packb([None, b"\x00"]))  # a load report that is not one
+    assert b._mirror.counters.skipped == 3

@@ -40,7 +40,7 @@ def test_memory_shares_nothing_and_adds_no_loop() -> None:
 def test_redis_queues_the_changes_and_is_degraded_until_redis_answers() -> None:
     s = _shared("redis", PrefixIndex(), local_load=dict)
     assert s.active and s.channel == "redis"
-    assert s.stream is not None and s.stream.stream == "ns:pool:events"
+    assert s.stream is not None and s.stream.stream == "ns:pool:events:me"
     s.placed("b1", _request(1, 2))
     s.placed("b1", _request())  # no prompt blocks: nothing to share
     s.withdrawn("b1", _request(1, 2), 1)

@@ -1,4 +1,4 @@
-"""The event stream against a scripted stand-in for Redis (no sockets)."""
+"""The event streams against a scripted stand-in for Redis (no sockets)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from gateway.state.codec import Event, Forget, Placement, encode
+from gateway.state.codec import Event, Forget, Placement, pack_events, unpack_events
 from gateway.state.link import LinkSettings, RedisLink
 from gateway.state.mirror import Mirror
 from gateway.state.outbox import EventCounters, Outbox
@@ -17,12 +18,13 @@ from scoring.prefix_index import PrefixIndex
 from tests.support.waiting import async_wait_until
 
 T = TypeVar("T")
+OWN = "ns:static:events:me"
 
 
 class _Pipeline:
     def __init__(self, link: _FakeLink) -> None:
         self._link = link
-        self._pending: list[dict[bytes, bytes]] = []
+        self._pending: list[tuple[str, Any]] = []
 
     async def __aenter__(self) -> _Pipeline:
         return self
@@ -31,32 +33,50 @@ class _Pipeline:
         return None
 
     def xadd(self, stream: str, fields: dict[bytes, bytes], **kw: Any) -> None:
-        self._pending.append(fields)
+        self._pending.append(("xadd", (stream, fields)))
+
+    def pexpire(self, key: str, ms: int) -> None:
+        self._pending.append(("pexpire", key))
+
+    def zadd(self, key: str, mapping: dict[str, int]) -> None:
+        self._pending.append(("zadd", mapping))
+
+    def zremrangebyscore(self, key: str, low: object, high: object) -> None:
+        self._pending.append(("zrem", key))
+
+    def publish(self, channel: str, data: bytes) -> None:
+        self._pending.append(("publish", channel))
 
     async def execute(self) -> None:
         self._link.written.append(self._pending)
 
 
 class _FakeLink:
-    """What the replicator uses of `RedisLink`: `attempt` fails while `down` is set."""
+    """What the stream uses of `RedisLink`: `attempt` fails while `down` is set."""
 
     def __init__(self) -> None:
         self.settings = LinkSettings("redis://test", block_ms=10)
         self.down = False
-        self.written: list[list[dict[bytes, bytes]]] = []
-        self.reads: list[list[tuple[bytes, dict[bytes, bytes]]]] = []
+        self.written: list[list[tuple[str, Any]]] = []
+        self.listed = [OWN]
+        self.reads: list[dict[str, list[tuple[bytes, dict[bytes, bytes]]]]] = []
+        self.asked: list[dict[str, bytes]] = []
         self.commands = self
         self.blocking = self
 
     def pipeline(self, transaction: bool) -> _Pipeline:
         return _Pipeline(self)
 
-    async def xread(self, streams: dict[str, bytes], count: int, block: int) -> object:
+    async def zrangebyscore(self, key: str, low: object, high: object) -> list[bytes]:
+        return [k.encode() for k in self.listed]
+
+    async def xread(self, streams: dict[str, bytes], count: int, block: int | None) -> object:
+        self.asked.append(dict(streams))
         await asyncio.sleep(0)
         if not self.reads:
-            await asyncio.sleep(block / 1000)
+            await asyncio.sleep((block or 0) / 1000)
             return []
-        return [[b"s", self.reads.pop(0)]]
+        return [[k.encode(), v] for k, v in self.reads.pop(0).items() if k in streams]
 
     async def attempt(self, work: Callable[[], Awaitable[T]], timeout_s: float) -> T | None:
         if self.down:
@@ -81,11 +101,17 @@ class _Mirror(Mirror):
 def _stream(link: _FakeLink, mirror: Mirror | None = None, **kw: Any) -> EventStream:
     mirror = mirror or _Mirror({"b"})
     outbox = Outbox("me", mirror.counters, max_queue=kw.pop("max_queue", 10_000))
-    return EventStream(cast(RedisLink, link), "ns:static:events", outbox, mirror, **kw)
+    return EventStream(cast(RedisLink, link), "ns:static", "me", outbox, mirror, **kw)
 
 
 def _note(s: EventStream, backend: str, hashes: list[int]) -> None:
     s._outbox.put(Placement("me", backend, 64, tuple(hashes), 0))
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def test_a_full_queue_drops_the_oldest_events() -> None:
@@ -96,7 +122,9 @@ def test_a_full_queue_drops_the_oldest_events() -> None:
     assert (c.queued, c.dropped) == (5, 2)
 
 
-async def test_events_are_written_in_batches_and_kept_while_redis_is_down() -> None:
+async def test_events_go_in_batched_entries_to_its_own_stream_and_wait_while_redis_is_down() -> (
+    None
+):
     link = _FakeLink()
     link.down = True
     s = _stream(link, batch=2)
@@ -108,34 +136,55 @@ async def test_events_are_written_in_batches_and_kept_while_redis_is_down() -> N
     assert link.written == [] and c.published == 0
     link.down = False
     await async_wait_until(lambda: c.published == 3)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert [len(batch) for batch in link.written] == [2, 1]
-    hashes = [fields[b"h"][0] for batch in link.written for fields in batch]
+    await _stop(task)
+    [commands] = link.written  # one round trip
+    entries = [args for name, args in commands if name == "xadd"]
+    assert [stream for stream, _ in entries] == [OWN, OWN]
+    batches = [unpack_events(fields[b"e"]) for _, fields in entries]
+    assert [len(b) for b in batches] == [2, 1]
+    hashes = [f[b"h"][0] for b in batches for f in b]
     assert hashes == [0, 1, 2]  # in dispatch order, none lost
+    names = [name for name, _ in commands]
+    assert "zadd" in names and "pexpire" in names  # listed, and expiring unless written
     assert c.dropped == 0
 
 
-async def test_the_other_gateways_entries_are_applied_and_its_own_skipped() -> None:
+async def test_the_other_gateways_streams_are_read_and_its_own_never() -> None:
     link = _FakeLink()
+    other = "ns:static:events:other"
+    link.listed = [OWN, other]
     mirror = _Mirror({"b1"})
+    events: list[Event] = [
+        Placement("other", "b1", 64, (2, 3), 0),
+        Placement("other", "unknown", 64, (4,), 0),
+        Forget("other", "b1", 0),
+    ]
     link.reads = [
-        [
-            (b"1-0", encode(Placement("me", "b1", 64, (1,), 0))),
-            (b"2-0", encode(Placement("other", "b1", 64, (2, 3), 0))),
-            (b"3-0", encode(Placement("other", "unknown", 64, (4,), 0))),
-            (b"4-0", {b"junk": b"1"}),
-            (b"5-0", encode(Forget("other", "b1", 0))),
-        ]
+        {
+            other: [
+                (b"1-0", {b"e": pack_events(events[:2])}),
+                (b"2-0", {b"junk": b"1"}),
+                (b"3-0", {b"e": msgpack.packb([{b"g": b"other"}])}),
+                (b"4-0", {b"e": pack_events(events[2:])}),
+            ]
+        }
     ]
     s = _stream(link, mirror)
     task = asyncio.create_task(s.apply())
     await async_wait_until(lambda: s.warmed)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _stop(task)
+    assert link.asked[0] == {other: b"0-0"}  # its whole history, and not this gateway's own
     assert [type(e).__name__ for e in mirror.seen] == ["Placement", "Placement", "Forget"]
     c = mirror.counters
-    assert (c.received, c.applied, c.skipped) == (3, 2, 2)
+    assert (c.received, c.applied, c.skipped) == (3, 2, 3)
     assert c.lag_ms_last is None  # history read at start is not lag
+    assert s._read_from == {other: b"4-0"}
+
+
+async def test_a_lone_gateway_reads_nothing_and_is_warm_at_once() -> None:
+    link = _FakeLink()
+    s = _stream(link)
+    task = asyncio.create_task(s.apply())
+    await async_wait_until(lambda: s.warmed)
+    await _stop(task)
+    assert link.asked == []
