@@ -195,9 +195,11 @@ def _check_routing(cfg: GatewayConfig) -> None:
 def _serve_worker(args: argparse.Namespace, ctx: WorkerContext) -> int:
     """One worker of `serve --workers N` (in the forked process): its gateway, on its own
     socket of the shared port."""
+    from gateway.log_format import tag_worker
     from gateway.serve import run_gateway
     from gateway.workers.listen import listening_sockets
 
+    tag_worker(ctx.index)
     try:
         app = _reloadable_app(args, ctx)
         server = app.config.server
