@@ -42,7 +42,7 @@ SETUPS = ("one", "none", "redis", "workers", "outage")
 def _cells(names: str) -> list[Cell]:
     every = [
         Cell(p, pop, "closed", clients=CLIENTS)
-        for p in (1.5, 4.0)
+        for p in (0.25, 1.5, 4.0)
         for pop in ("uniform", "zipf", "hot")
     ]
     chosen = [c for c in every if c.name in names.split(",")]

@@ -74,6 +74,8 @@ class StateSink(Protocol):
 
     def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None: ...
 
+    def load_changed(self) -> None: ...
+
 
 class PrefixTracker:
     """The shared feed, fed from inference requests and pool backends."""
@@ -138,6 +140,13 @@ class PrefixTracker:
         self.feed.first_token(d, ttft_s)
         if self.sink is not None and ttft_s is not None and not settled:
             self.sink.ttft(d.endpoint.id, d.work_tokens, ttft_s)
+
+    def ended(self, d: Dispatch[Backend]) -> None:
+        """`d`'s request is over (its in-flight count already taken back): its prefill, if
+        not yet settled, is; and the shared state hears that the load changed."""
+        self.feed.first_token(d, None)
+        if self.sink is not None:
+            self.sink.load_changed()
 
     def withdraw(self, d: Dispatch[Backend]) -> None:
         """`d` failed (or was refused): the backend did not take the prompt."""

@@ -115,12 +115,16 @@ class LoadSharing:
         if gone:
             self._sum()
 
+    def resend(self) -> None:
+        """The last report was not delivered: the next `outgoing` gives one whatever."""
+        self._last = None
+
     def clear(self) -> None:
         """The channel is down: route on this gateway's own counts."""
         if self._reports:
             self._reports.clear()
             self._sum()
-        self._last = None  # tell everything again once the channel is back
+        self.resend()  # tell everything again once the channel is back
 
     def _sum(self) -> None:
         remote: dict[str, tuple[int, int]] = {}

@@ -1,7 +1,8 @@
 """This gateway's shared-state events waiting to be sent: no I/O on the request path.
 
 `put` appends an event to a bounded queue and wakes the sender; `add_ttft` adds a TTFT point
-to a batch that goes out as one `TtftPoints` event with the next `take`. When the queue is
+to a batch that goes out as one `TtftPoints` event with the next `take`; `poke` wakes the
+sender with no event (this gateway's load changed: its report should go now). When the queue is
 full (the channel slow or down) the oldest events are dropped and counted: they only make
 the other gateways' mirrors less complete. A sender `take`s a batch, sends it, and on failure
 `put_back`s it at the front, so nothing is reordered.
@@ -40,6 +41,7 @@ class Outbox:
         self._ttft: list[tuple[str, float, float]] = []
         self._max = max_queue
         self._wake = asyncio.Event()
+        self._poked = False
 
     def __len__(self) -> int:
         return len(self._queue) + (1 if self._ttft else 0)
@@ -58,14 +60,19 @@ class Outbox:
         self._ttft.append((backend, work_tokens, ttft_s))
         self._wake.set()
 
+    def poke(self) -> None:
+        self._poked = True
+        self._wake.set()
+
     async def wait(self) -> None:
-        """Until something is queued."""
-        if not len(self):
+        """Until something is queued, or `poke`."""
+        if not len(self) and not self._poked:
             self._wake.clear()
             await self._wake.wait()
 
     def take(self, n: int) -> list[Event]:
         """Up to `n` events, oldest first; the pending TTFT points as one more."""
+        self._poked = False
         batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
         if self._ttft:
             points, self._ttft = tuple(self._ttft), []

@@ -152,6 +152,10 @@ class SharedState:
     def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None:
         self.outbox.add_ttft(backend_id, work_tokens, ttft_s)
 
+    def load_changed(self) -> None:
+        """A request ended: the load report should go now, not at the next interval."""
+        self.outbox.poke()
+
     def receive_local(self, payload: bytes) -> None:
         """A sibling worker's frame (`gateway.workers.siblings`)."""
         if self.mesh is not None:

@@ -38,7 +38,7 @@ from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
 
 from gateway.state.codec import BadEntryError, Event, decode, pack_events, unpack_events
 from gateway.state.link import RedisLink
-from gateway.state.load import LoadSharing, encode_report
+from gateway.state.load import LoadReport, LoadSharing, encode_report
 from gateway.state.mirror import Mirror
 from gateway.state.outbox import Outbox
 
@@ -88,27 +88,33 @@ class EventStream:
             if gap > 0:
                 await asyncio.sleep(gap)  # more events join this round trip
             events = outbox.take(self._batch * 16)
-            sent = await self.link.attempt(partial(self._write, events), self._timeout())
+            report = self._load[0].outgoing() if self._load is not None else None
+            if not events and report is None:
+                continue  # poked, and the counts had not changed
+            write = partial(self._write, events, report)
+            sent = await self.link.attempt(write, self._timeout())
             self._sent_at = time.monotonic()
             if sent is None:  # Redis failed it: back to the front, the oldest dropped if full
                 outbox.put_back(events)
+                if self._load is not None:
+                    self._load[0].resend()
                 continue
             outbox.sent(events)
 
-    async def _write(self, events: list[Event]) -> bool:
+    async def _write(self, events: list[Event], report: LoadReport | None) -> bool:
         now = time.time()
         async with self.link.commands.pipeline(transaction=False) as pipe:
             for i in range(0, len(events), self._batch):
                 fields = {b"e": pack_events(events[i : i + self._batch])}
                 entry = cast("dict[FieldT, EncodableT]", fields)
                 pipe.xadd(self.stream, entry, maxlen=self._max_entries, approximate=True)
-            renew = now - self._renewed_at >= _RENEW_S
+            renew = bool(events) and now - self._renewed_at >= _RENEW_S
             if renew:
                 now_ms = int(now * 1000)
                 pipe.pexpire(self.stream, self._retention_ms)
                 pipe.zadd(self.registry, {self.stream: now_ms})
                 pipe.zremrangebyscore(self.registry, "-inf", now_ms - self._retention_ms)
-            if self._load is not None and (report := self._load[0].outgoing()) is not None:
+            if self._load is not None and report is not None:
                 pipe.publish(self._load[1], encode_report(report))
             await pipe.execute()
         if renew:

@@ -188,3 +188,26 @@ async def test_a_lone_gateway_reads_nothing_and_is_warm_at_once() -> None:
     await async_wait_until(lambda: s.warmed)
     await _stop(task)
     assert link.asked == []
+
+
+async def test_a_poke_sends_the_changed_load_report_alone_and_nothing_when_unchanged() -> None:
+    from gateway.state.load import LoadSharing
+
+    link, counts = _FakeLink(), {"b": (1, 0)}
+    mirror = _Mirror({"b"})
+    load = LoadSharing("me", lambda: counts)
+    outbox = Outbox("me", mirror.counters)
+    s = EventStream(
+        cast(RedisLink, link), "ns:static", "me", outbox, mirror, load=(load, "ns:static:load:me")
+    )
+    task = asyncio.create_task(s.publish())
+    outbox.poke()  # a request ended
+    await async_wait_until(lambda: len(link.written) == 1)
+    assert [name for name, _ in link.written[0]] == ["publish"]  # the report, no entry
+    outbox.poke()  # nothing changed since: no round trip
+    await asyncio.sleep(0.02)
+    assert len(link.written) == 1
+    counts["b"] = (0, 0)
+    outbox.poke()
+    await async_wait_until(lambda: len(link.written) == 2)
+    await _stop(task)
