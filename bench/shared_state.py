@@ -173,12 +173,14 @@ async def _memory(url: str, args: argparse.Namespace) -> dict[str, Any]:
     after = (await r.info("memory"))["used_memory"]
     await r.aclose()
     await shared.aclose()
-    blocks = entries * args.blocks
+    placements = c.published  # entries hold batches of them
+    blocks = placements * args.blocks
     return {
         "entries": entries,
-        "blocks_per_entry": args.blocks,
+        "placements": placements,
+        "blocks_per_placement": args.blocks,
         "stream_bytes": usage,
-        "bytes_per_entry": round(usage / entries, 1),
+        "bytes_per_placement": round(usage / placements, 1),
         "bytes_per_block": round(usage / blocks, 2),
         "used_memory_growth_per_block": round((after - before) / blocks, 2),
         "dropped": c.dropped,

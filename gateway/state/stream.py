@@ -15,11 +15,12 @@ expiry renewed once a second, and this gateway's load report if it changed
 (`gateway.state.pubsub` sends it otherwise), so counts that change with a dispatch go out
 with its placement.
 
-`apply` reads the listed streams with one XREAD BLOCK from where it left off in each (a
-stream seen for the first time from its start), and hands every event to the `Mirror`. At
-start it reads without blocking until no stream has more (`warmed`: the gateway reports ready
-then), so a gateway that joins warms its mirror from the others' bounded history. The list is
-looked up again after every read (the block bounds how late a new gateway is noticed). After
+`apply` reads the listed streams with one XREAD BLOCK (250 ms at most) from where it left
+off in each (a stream seen for the first time from its start), and hands every event to the
+`Mirror`. At start it reads without blocking until no stream has more (`warmed`: the gateway
+reports ready then), so a gateway that joins warms its mirror from the others' bounded
+history. The list is looked up again every 0.1 s at most, so a new gateway's stream is found
+within the block plus 0.1 s. After
 an outage both loops reconnect with backoff (`RedisLink.attempt`) and carry on from their
 last ids; entries written while this gateway could not read are caught up, as far as the
 streams still hold them. Each stream is in its writer's order: a `Forget` read from history
@@ -61,6 +62,8 @@ class EventStream:
         batch: int = 64,
         min_gap_s: float = 0.005,
         retention_s: float = 600.0,
+        block_ms: int = 250,
+        list_every_s: float = 0.1,
         load: tuple[LoadSharing, str] | None = None,
     ) -> None:
         self.link = link
@@ -72,6 +75,8 @@ class EventStream:
         self._batch = batch
         self._min_gap_s = min_gap_s
         self._retention_ms = int(retention_s * 1000)
+        self._block_ms = min(block_ms, link.settings.block_ms)
+        self._list_every_s = list_every_s
         self._load = load  # this gateway's load reports and their channel: sent along
         self._sent_at = 0.0
         self._renewed_at = -1e18
@@ -124,16 +129,19 @@ class EventStream:
     # -- apply ---------------------------------------------------------------------------
     async def apply(self) -> None:
         """Runs until cancelled: the other gateways' events into the local mirror."""
-        block_ms = self.link.settings.block_ms
+        block_ms = self._block_ms
         timeout = block_ms / 1000 + self._timeout()
+        listed_at = -1e18
         while True:
-            listed = await self.link.attempt(self._listed, self._timeout())
-            if listed is None:
-                continue
-            self._follow(listed)
+            if time.monotonic() - listed_at >= self._list_every_s:
+                listed = await self.link.attempt(self._listed, self._timeout())
+                if listed is None:
+                    continue
+                listed_at = time.monotonic()
+                self._follow(listed)
             if not self._read_from:  # nobody else writes: nothing to catch up with
                 self.warmed = True
-                await asyncio.sleep(block_ms / 1000)
+                await asyncio.sleep(self._list_every_s)  # until another gateway writes
                 continue
             # Catching up (history at start): no wait on a quiet stream; readiness waits on it.
             block = block_ms if self.warmed else None
