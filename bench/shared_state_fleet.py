@@ -19,6 +19,10 @@ client i sends to gateway i mod N, so a chat stays on one gateway; `request`: ev
 to the next one); no balancer hop in between. Prints a table per cell (hit rate, mean and
 p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's in the
 same seed) and writes `shared_state_fleet.json` and a PNG to `--out`.
+
+`--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
+lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
+--sync-delay S`; sessions sticky to a gateway for `--spread client`), and N sharing nothing.
 """
 
 from __future__ import annotations
@@ -150,6 +154,48 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def simulate(args: argparse.Namespace) -> int:
+    """The cells through simulated gateways (see the module docstring)."""
+    from bench.regime import simulate as regime_sim
+    from sim.engine.profiles import get_profile
+    from sim.replay import ClosedLoop, Replay, SimSettings
+    from sim.workloads import family
+
+    fleet = FleetSpec(replicas=args.replicas, profile="demo")
+    spread = "session" if args.spread == "client" else "request"
+    delays = [float(d) for d in args.sim_delays.split(",") if d]
+    runs = [("one", 1, 0.0, True)] + [
+        (f"shared, {d * 1000:g} ms", args.gateways, d, True) for d in delays
+    ]
+    runs.append(("nothing shared", args.gateways, 0.0, False))
+    print(
+        "| cell | seed | gateways | hit rate | mean TTFT s | max/mean |\n|---|---|---|---|---|---|"
+    )
+    for cell in _cells(args.cells):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            sat = regime_sim.saturation_rps(cell, fleet, seed)
+            chats = family.chats(cell.family(fleet, seed, sat))
+            trace, turns = family.closed_loop_trace(chats, fleet.block_tokens)
+            for name, n, delay, shared in runs:
+                settings = SimSettings(
+                    replicas=fleet.replicas,
+                    kv_event_delay_s=fleet.kv_event_delay_s,
+                    gateways=n,
+                    sync_delay_s=delay,
+                    shared=shared,
+                    spread=spread,
+                )
+                loop = ClosedLoop(cell.clients, turns)
+                result = Replay(
+                    trace, "prefix-aware", get_profile(fleet.profile), settings, loop=loop
+                ).run()
+                f = regime_sim.figures(result)
+                cells = (cell.name, seed, name, f"{f['hit_rate']:.1%}", f"{f['ttft_mean_s']:.3f}")
+                print("| " + " | ".join(map(str, cells)), end="", flush=True)
+                print(f" | {f['max_mean_share']:.2f} |", flush=True)
+    return 0
+
+
 async def _main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -201,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--outage-at", type=float, default=5.0, help="s into the run Redis is killed")
     p.add_argument("--outage-for", type=float, default=5.0, help="s it stays down")
     p.add_argument("--out", default="out/bench/shared-state-fleet")
-    return asyncio.run(_main(p.parse_args(argv)))
+    p.add_argument(
+        "--sim-delays", default="", help="simulate instead: sync delays (s), e.g. 0,0.005"
+    )
+    args = p.parse_args(argv)
+    return simulate(args) if args.sim_delays else asyncio.run(_main(args))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
+
 _FIELDS = ("achieved_rps", "p50_s", "p99_s", "added_p50_s", "added_p99_s", "cpu_s_per_1k_net")
 _MS = 1e3
 
@@ -156,3 +158,27 @@ def write_rounds(reports: list[dict[str, Any]], out: Path) -> None:
     (out / "overhead.md").write_text(text + "\n")
     print(text)
     print(f"wrote {out / 'overhead.json'}, overhead.md", file=sys.stderr)
+    try:
+        _plot(combined, out / "saturation_rounds.png")
+    except PlotsUnavailable:
+        print(PLOTS_SKIPPED, file=sys.stderr)
+    else:
+        print(f"wrote {out / 'saturation_rounds.png'}", file=sys.stderr)
+
+
+def _plot(combined: dict[str, Any], path: Path) -> None:
+    """Each target's saturation in every round (dots) and their median (bar)."""
+    plt = pyplot()
+    names = [n for n in combined["targets"] if n != "direct"]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.5))
+    medians = [combined["targets"][n]["saturation_median"] or 0.0 for n in names]
+    ax.barh(names, medians, color="tab:blue", alpha=0.5, label="median over rounds")
+    for i, n in enumerate(names):
+        sats = [s or 0.0 for s in combined["targets"][n]["saturation_rps"]]
+        ax.plot(sats, [i] * len(sats), "o", color="black", markersize=4)
+    ax.set_xlabel("highest sustained rate (requests/s), each dot one round")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
