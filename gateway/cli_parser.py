@@ -71,8 +71,9 @@ spreads connections over them) and route as one: placements, failover withdrawal
 forgets, TTFT lines, in-flight requests and queued prefill go between them through Redis
 with --redis, else over Unix sockets between the workers. /metrics on any of them is the
 whole gateway's (counters summed, gauges per worker), an admin change through one is made
-by all, and SIGTERM, SIGINT and SIGHUP to the master reach every worker. Admission limits
-and API-key rate limits apply per worker. --record cannot be combined with it.
+by all, and SIGTERM, SIGINT and SIGHUP to the master reach every worker. Per-key rate
+limits apply per worker (admission's in-flight cap counts every worker's requests). --record
+cannot be combined with it.
 
 At runtime, the admin API adds (POST /admin/backends, a backends: entry as JSON), drains
 (POST /admin/backends/ID/drain) and removes (DELETE /admin/backends/ID) backends without
