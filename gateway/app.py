@@ -61,7 +61,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
-from gateway.recorder import TraceRecorder
+from gateway.recorder import recorder_for
 from gateway.router import RequestRouter
 from gateway.runtime_backends import RuntimeBackends, backend_spec, kv_settings
 from gateway.sharing import build_sharing
@@ -75,7 +75,6 @@ from health.pool import BackendPool
 from health.prober import Prober
 from health.scraper import Scraper
 from routing.registry import PluginError
-from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
 from scoring.profiles import build_scheduler
 from scoring.stack import build_routing_stack
 
@@ -156,7 +155,7 @@ class GatewayApp:
         self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = probe_readmit_s(h)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
-        self.recorder = _recorder(config, clock)
+        self.recorder = recorder_for(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed, self.kv_loops)
         # Backends the admin API and config reloads add, drain and remove (discovery's: its).
         self.backends = RuntimeBackends(
@@ -567,18 +566,6 @@ async def _send_error(
         log.warning("error after the response started, dropping: %s", clip(exc.message))
         return
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
-
-
-def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:
-    if config.server.record_path is None:
-        return None
-    prefix = config.routing.prefix
-    return TraceRecorder(
-        config.server.record_path,
-        block_tokens=prefix.block_tokens or DEFAULT_BLOCK_TOKENS,
-        chars_per_token=prefix.chars_per_token,
-        clock=clock,
-    )
 
 
 def build_app(config: GatewayConfig, workers: WorkerContext | None = None) -> GatewayApp:
