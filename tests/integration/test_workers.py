@@ -275,3 +275,20 @@ def test_a_start_up_that_fails_in_the_workers_ends_the_master_with_their_status(
         assert "exited with status 2 before serving: stopping" in child.log_tail()
     finally:
         child.stop()
+
+
+def test_the_admin_port_is_shared_by_the_workers_and_serves_the_whole_gateway(
+    engines: list[str], start_workers: StartWorkers
+) -> None:
+    w = start_workers(engines, 2, server={"admin_port": 0})
+    [m] = w.child.wait_for_line(r"admin listener on (http://[0-9.:]+)")
+    admin = m.group(1)
+    seen = set()
+    for _ in range(40):  # new connections, spread over both workers
+        with httpx.Client(base_url=admin, timeout=5) as c:
+            seen.add(c.get("/admin/backends").json()["worker"]["index"])
+            assert "kvgate_workers_scraped 2.0" in c.get("/metrics").text
+        if seen == {0, 1}:
+            break
+    assert seen == {0, 1}
+    assert w.client_of(0).get("/metrics").status_code == 404  # not on the API port
