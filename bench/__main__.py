@@ -29,10 +29,12 @@ Run from the repository's root (`bench` is not installed). Subcommands:
   tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
              chat template, and an engine's /tokenize with the gateway's cache
              (`bench.tokenize`)
-  shared-state  replication lag between two gateways sharing state through a real
-             redis-server, and Redis memory per tracked block (`bench.shared_state`)
-  shared-state-fleet  N `kvgate serve` with and without `--redis` in front of one
-             emulated fleet: hit rate, latency (`bench.shared_state_fleet`)
+  shared-state  how stale one gateway's view of another's state is (through a real
+             redis-server or between workers), and Redis memory per tracked block
+             (`bench.shared_state`)
+  shared-state-fleet  N gateways (or workers) sharing nothing, sharing through Redis, one
+             gateway, and a Redis outage mid-run, on multi-tenant chats: hit rate and
+             TTFT (`bench.shared_state_fleet`)
   dashboard  the Grafana dashboard's panels rendered from a live run's metrics (emulated
              replicas, `kvgate serve`, chats with a surge): a PNG laid out like the
              dashboard and the series as JSON (`bench.dashboard`)

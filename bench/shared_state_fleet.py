@@ -1,116 +1,257 @@
-"""`python -m bench shared-state-fleet`: N gateways with and without shared state, hit rate.
+"""`python -m bench shared-state-fleet`: N gateways sharing routing state against one gateway,
+on the regime map's multi-tenant chats.
 
-For each seed, three runs, each in front of a fresh `kvgate emulate --replicas R` (profile
-demo): one `kvgate serve`; `--gateways` of them without shared state; the same with
-`--redis` (a redis-server this benchmark starts, emptied before the run). One client sends
-`--tenants` × `--per-tenant` chats (a tenant's system prompt of `--words` words plus a short
-question), sequentially, spread round-robin over the gateways. Reports the emulated
-replicas' prefix-cache hit rate, the mean request latency, each replica's share and the
-errors. Prints one JSON object.
+Each run is one cell of the regime map (`bench.regime.grid`: 144 chats of a tenant
+population sized against the fleet's KV, a closed loop of 16 clients) on a fresh
+`kvgate emulate` fleet (`--replicas`, profile demo, no KV events), through one of these
+setups (`bench.precise.run`), prefix-aware:
+
+- `one`: one gateway;
+- `none`: `--gateways` gateways sharing nothing;
+- `redis`: the same sharing their routing state through a redis-server of their own;
+- `workers`: one `kvgate serve --workers N` (N = `--gateways`), sharing over its own channel;
+- `outage`: as `redis`, with the redis-server killed `--outage-at` s into the run and started
+  again (empty) on the same port `--outage-for` s later (`bench.redis_outage`): the replicas'
+  hit rate before, during and after.
+
+The clients spread over the gateways themselves, as the issue says (`--spread client`:
+client i sends to gateway i mod N, so a chat stays on one gateway; `request`: every request
+to the next one); no balancer hop in between. Prints a table per cell (hit rate, mean and
+p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's in the
+same seed) and writes `shared_state_fleet.json` and a PNG to `--out`.
+
+`--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
+lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
+--sync-delay S`; sessions sticky to a gateway for `--spread client`), and N sharing nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import asyncio
 import json
-import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import redis
+from bench.precise.run import run
+from bench.redis_outage import RedisOutage
+from bench.regime.grid import CLIENTS, Cell, FleetSpec
 
-from sim.live.processes import start_emulator, start_gateway, start_redis
-from sim.live.scrape import parse_vllm_metrics
-from sim.workloads import synth_text
-
-MODEL = "emu"
+SETUPS = ("one", "none", "redis", "workers", "outage")
 
 
-def _drive(
-    gateways: list[str], replicas: list[str], args: argparse.Namespace, seed: int
+def _cells(names: str) -> list[Cell]:
+    every = [
+        Cell(p, pop, "closed", clients=CLIENTS)
+        for p in (0.25, 1.5, 4.0)
+        for pop in ("uniform", "zipf", "hot")
+    ]
+    chosen = [c for c in every if c.name in names.split(",")]
+    if not chosen:
+        raise SystemExit(f"no cell among {names!r}; known: {', '.join(c.name for c in every)}")
+    return chosen
+
+
+async def _one(
+    setup: str, cell: Cell, seed: int, args: argparse.Namespace, logs: Path
 ) -> dict[str, Any]:
-    rng = random.Random(seed)
-    systems = [synth_text(random.Random(100 + t), args.words) for t in range(args.tenants)]
-    order = [t for t in range(args.tenants) for _ in range(args.per_tenant)]
-    rng.shuffle(order)
-    errors, latencies = 0, []
-    with httpx.Client(timeout=60) as c:
-        for i, tenant in enumerate(order):
-            question = f"q{i} " + synth_text(rng, 20)
-            body = {
-                "model": MODEL,
-                "max_tokens": 2,
-                "messages": [
-                    {"role": "system", "content": systems[tenant]},
-                    {"role": "user", "content": question},
-                ],
-            }
-            started = time.monotonic()
-            r = c.post(gateways[i % len(gateways)] + "/v1/chat/completions", json=body)
-            latencies.append(time.monotonic() - started)
-            errors += r.status_code != 200
-    reports = [parse_vllm_metrics(u, httpx.get(u + "/metrics").text) for u in replicas]
-    hits = sum(r.prefix_hits for r in reports)
-    queries = sum(r.prefix_queries for r in reports)
-    return {
-        "hit_rate": round(hits / queries, 4) if queries else None,
-        "mean_latency_s": round(statistics.fmean(latencies), 4),
-        "shares": [r.requests for r in reports],
-        "errors": errors,
+    n = args.gateways
+    outage = RedisOutage(args.outage_at, args.outage_for) if setup == "outage" else None
+    row = await run(
+        cell,
+        FleetSpec(replicas=args.replicas, profile="demo"),
+        "prefix-aware",
+        seed=seed,
+        slowdown=args.slowdown,
+        log_dir=logs,
+        gateways=1 if setup in ("one", "workers") else n,
+        events=False,
+        redis=setup in ("redis", "outage"),
+        spread=args.spread,
+        workers=n if setup == "workers" else 1,
+        outage=outage,
+    )
+    return {"setup": setup, **row}
+
+
+def _range(values: list[float], fmt: str) -> str:
+    if not values:
+        return "—"
+    mean = statistics.fmean(values)
+    return f"{mean:{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| cell | setup | hit rate | ÷ one gateway | mean TTFT s | ÷ one gateway | p90 TTFT s "
+        "| errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base = {(r["cell"], r["seed"]): r for r in rows if r["setup"] == "one"}
+    for cell in dict.fromkeys(r["cell"] for r in rows):
+        for setup in SETUPS:
+            rs = [r for r in rows if r["cell"] == cell and r["setup"] == setup]
+            if not rs:
+                continue
+            ones = [base.get((cell, r["seed"])) for r in rs]
+            hit_ratio = [r["hit_rate"] / o["hit_rate"] for r, o in zip(rs, ones, strict=True) if o]
+            ttft_ratio = [
+                r["ttft_mean_s"] / o["ttft_mean_s"] for r, o in zip(rs, ones, strict=True) if o
+            ]
+            lines.append(
+                f"| {cell} | {setup} | {_range([r['hit_rate'] * 100 for r in rs], '.1f')} % "
+                f"| {_range(hit_ratio, '.3f')} | {_range([r['ttft_mean_s'] for r in rs], '.3f')} "
+                f"| {_range(ttft_ratio, '.2f')} | {_range([r['ttft_p90_s'] for r in rs], '.3f')} "
+                f"| {sum(r['errors'] for r in rs)} |"
+            )
+    for r in rows:
+        o = r.get("outage")
+        if o and "before" in o:
+            parts = [
+                f"{w} {o[w]['hit_rate']:.1%} ({o[w]['requests']} requests)"
+                for w in ("before", "during", "after")
+                if w in o
+            ]
+            lines.append(
+                f"outage {r['cell']} seed {r['seed']}: Redis down at {o['down_s']:.1f} s, back at "
+                f"{o['back_s']:.1f} s; hit rate " + ", ".join(parts) + f"; errors {r['errors']}"
+            )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    try:
+        from sim.plots import pyplot
+
+        plt = pyplot()
+    except Exception:  # plotting is optional (kvgate[plots])
+        print("matplotlib not installed: plot skipped", file=sys.stderr)
+        return
+    cells = list(dict.fromkeys(r["cell"] for r in rows))
+    setups = [s for s in SETUPS if any(r["setup"] == s for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(1, len(setups))
+    for ax, (key, label) in zip(
+        axes, (("hit_rate", "hit rate"), ("ttft_mean_s", "mean TTFT (s)")), strict=True
+    ):
+        for j, setup in enumerate(setups):
+            xs, ys = [], []
+            for i, cell in enumerate(cells):
+                vals = [r[key] for r in rows if r["cell"] == cell and r["setup"] == setup]
+                if vals:
+                    xs.append(i + j * width)
+                    ys.append(statistics.fmean(vals))
+            ax.bar(xs, ys, width, label=setup)
+        ax.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(cells))])
+        ax.set_xticklabels(cells, fontsize=8)
+        ax.set_title(label)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def simulate(args: argparse.Namespace) -> int:
+    """The cells through simulated gateways (see the module docstring)."""
+    from bench.regime import simulate as regime_sim
+    from sim.engine.profiles import get_profile
+    from sim.replay import ClosedLoop, Replay, SimSettings
+    from sim.workloads import family
+
+    fleet = FleetSpec(replicas=args.replicas, profile="demo")
+    spread = "session" if args.spread == "client" else "request"
+    delays = [float(d) for d in args.sim_delays.split(",") if d]
+    runs = [("one", 1, 0.0, True)] + [
+        (f"shared, {d * 1000:g} ms", args.gateways, d, True) for d in delays
+    ]
+    runs.append(("nothing shared", args.gateways, 0.0, False))
+    print(
+        "| cell | seed | gateways | hit rate | mean TTFT s | max/mean |\n|---|---|---|---|---|---|"
+    )
+    for cell in _cells(args.cells):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            sat = regime_sim.saturation_rps(cell, fleet, seed)
+            chats = family.chats(cell.family(fleet, seed, sat))
+            trace, turns = family.closed_loop_trace(chats, fleet.block_tokens)
+            for name, n, delay, shared in runs:
+                settings = SimSettings(
+                    replicas=fleet.replicas,
+                    kv_event_delay_s=fleet.kv_event_delay_s,
+                    gateways=n,
+                    sync_delay_s=delay,
+                    shared=shared,
+                    spread=spread,
+                )
+                loop = ClosedLoop(cell.clients, turns)
+                result = Replay(
+                    trace, "prefix-aware", get_profile(fleet.profile), settings, loop=loop
+                ).run()
+                f = regime_sim.figures(result)
+                cells = (cell.name, seed, name, f"{f['hit_rate']:.1%}", f"{f['ttft_mean_s']:.3f}")
+                print("| " + " | ".join(map(str, cells)), end="", flush=True)
+                print(f" | {f['max_mean_share']:.2f} |", flush=True)
+    return 0
+
+
+async def _main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    setups = [s for s in args.setups.split(",") if s]
+    if unknown := [s for s in setups if s not in SETUPS]:
+        raise SystemExit(f"unknown setups {unknown}; known: {', '.join(SETUPS)}")
+    todo = [
+        (cell, seed, setup)
+        for cell in _cells(args.cells)
+        for seed in (int(s) for s in args.seeds.split(","))
+        for setup in setups
+    ]
+    rows = []
+    for i, (cell, seed, setup) in enumerate(todo, 1):
+        print(
+            f"[fleet {time.strftime('%H:%M:%S')}] {i}/{len(todo)}: {cell.name} seed {seed} {setup}",
+            flush=True,
+        )
+        row = await _one(setup, cell, seed, args, out / "logs")
+        rows.append(row)
+        print(
+            f"  hit {row['hit_rate']:.1%}, mean TTFT {row['ttft_mean_s']:.3f} s, "
+            f"errors {row['errors']}" + (f", outage {row['outage']}" if "outage" in row else ""),
+            flush=True,
+        )
+    doc = {
+        "command": ["python", "-m", "bench", "shared-state-fleet", *sys.argv[1:]],
+        "params": vars(args),
+        "rows": rows,
     }
-
-
-def _run(
-    n: int, extra: list[str], args: argparse.Namespace, seed: int, logs: Path
-) -> dict[str, Any]:
-    with contextlib.ExitStack() as stack:
-        emulator, replicas = start_emulator(args.replicas, "demo", MODEL, logs / "emulator.log")
-        stack.enter_context(emulator)
-        gateways = []
-        for i in range(n):
-            child, url = start_gateway(replicas, args.policy, logs / f"gateway-{i}.log", extra)
-            stack.enter_context(child)
-            gateways.append(url)
-        return _drive(gateways, replicas, args, seed)
+    (out / "shared_state_fleet.json").write_text(json.dumps(doc, indent=1, default=str))
+    print(table(rows))
+    plot(rows, out / "shared_state_fleet.png")
+    print(f"wrote {out / 'shared_state_fleet.json'}", file=sys.stderr)
+    return 1 if any(r["errors"] for r in rows) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench shared-state-fleet", description=__doc__)
-    parser.add_argument("--gateways", type=int, default=4)
-    parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--tenants", type=int, default=24)
-    parser.add_argument("--per-tenant", type=int, default=10)
-    parser.add_argument("--words", type=int, default=500, help="words per system prompt")
-    parser.add_argument("--policy", default="prefix-aware")
-    parser.add_argument("--seeds", default="1,2")
-    args = parser.parse_args(argv)
-    proc, url = start_redis(Path(tempfile.gettempdir()) / "kvgate-bench-redis.log")
-    result: dict[str, Any] = {"params": vars(args), "runs": []}
-    try:
-        client = redis.Redis.from_url(url)
-        with tempfile.TemporaryDirectory(prefix="kvgate-fleet-") as tmp:
-            for seed in (int(s) for s in args.seeds.split(",")):
-                for name, n, extra in (
-                    ("one-gateway", 1, []),
-                    ("memory", args.gateways, []),
-                    ("redis", args.gateways, ["--redis", url]),
-                ):
-                    client.flushall()
-                    run = _run(n, extra, args, seed, Path(tmp))
-                    result["runs"].append({"seed": seed, "setup": name, "gateways": n, **run})
-                    print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
-        client.close()
-    finally:
-        proc.stop()
-    json.dump(result, sys.stdout, indent=2)
-    print()
-    return 0
+    p = argparse.ArgumentParser(prog="python -m bench shared-state-fleet", description=__doc__)
+    p.add_argument("--gateways", type=int, default=4)
+    p.add_argument("--replicas", type=int, default=4)
+    p.add_argument(
+        "--setups", default="one,none,redis", help=f"comma-separated: {', '.join(SETUPS)}"
+    )
+    p.add_argument("--cells", default="p1.5-zipf-closed16,p1.5-hot-closed16")
+    p.add_argument("--seeds", default="1,2")
+    p.add_argument("--spread", choices=["client", "request"], default="client")
+    p.add_argument("--slowdown", type=float, default=1.0, help="engines this many times slower")
+    p.add_argument("--outage-at", type=float, default=5.0, help="s into the run Redis is killed")
+    p.add_argument("--outage-for", type=float, default=5.0, help="s it stays down")
+    p.add_argument("--out", default="out/bench/shared-state-fleet")
+    p.add_argument(
+        "--sim-delays", default="", help="simulate instead: sync delays (s), e.g. 0,0.005"
+    )
+    args = p.parse_args(argv)
+    return simulate(args) if args.sim_delays else asyncio.run(_main(args))
 
 
 if __name__ == "__main__":

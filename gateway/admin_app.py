@@ -63,7 +63,7 @@ class AdminSource(Protocol):
 
     def backends_state(self) -> dict[str, Any]: ...
 
-    def metrics_page(self) -> bytes: ...
+    async def metrics_exposition(self) -> bytes: ...
 
     async def dry_run(
         self, body: bytes, headers: Mapping[str, str], query: bytes
@@ -183,7 +183,7 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
     async def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(source.metrics_page(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await source.metrics_exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
@@ -232,7 +232,7 @@ def add_backend_routes(app: FastAPI, source: AdminSource) -> None:
     async def add(request: Request) -> Response:
         body = await _read_body(request, source.config.server.max_body_bytes)
         entry = parse_backend_entry(body, request.headers.get("content-type"))
-        return _json(ops.add(entry), 201)
+        return _json(await ops.add(entry), 201)
 
     @app.post(
         "/admin/backends/{backend_id:path}/drain",
@@ -244,11 +244,11 @@ def add_backend_routes(app: FastAPI, source: AdminSource) -> None:
             bool, Query(description="remove the backend once its last request has ended")
         ] = False,
     ) -> Response:
-        return _json(ops.drain(backend_id, remove=remove))
+        return _json(await ops.drain(backend_id, remove=remove))
 
     @app.post("/admin/backends/{backend_id:path}/resume", summary="Put a drained backend back")
     async def resume(backend_id: _BackendId) -> Response:
-        return _json(ops.resume(backend_id))
+        return _json(await ops.resume(backend_id))
 
     @app.delete(
         "/admin/backends/{backend_id:path}",
@@ -260,7 +260,7 @@ def add_backend_routes(app: FastAPI, source: AdminSource) -> None:
             bool, Query(description="remove it now; its requests in flight still finish")
         ] = False,
     ) -> Response:
-        status, body = ops.remove(backend_id, force=force)
+        status, body = await ops.remove(backend_id, force=force)
         return _json(body, status)
 
     @app.post("/admin/reload", summary="Reload the config file (as SIGHUP); 400 if it is bad")
@@ -272,9 +272,16 @@ class AdminListener:
     """The admin app under its own uvicorn server, in the caller's event loop."""
 
     def __init__(
-        self, app: FastAPI, host: str, port: int, server: ServerSection | None = None
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        server: ServerSection | None = None,
+        *,
+        reuse_port: bool = False,
     ) -> None:
         server = server or ServerSection()
+        self._reuse_port = reuse_port  # the workers of `serve --workers N` share the port
         self._config = uvicorn.Config(
             app,
             host=host,
@@ -299,7 +306,7 @@ class AdminListener:
 
     async def start(self) -> None:
         """Bind and serve; OSError if the address cannot be bound."""
-        self._socket = _bind(self._config.host, self._config.port)
+        self._socket = _bind(self._config.host, self._config.port, self._reuse_port)
         self._config.load()
         self._server.lifespan = self._config.lifespan_class(self._config)
         await self._server.startup(sockets=[self._socket])
@@ -313,14 +320,18 @@ class AdminListener:
         self._socket = None
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family, *_ = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.create_server((host, port), family=family)
+    sock = socket.create_server((host, port), family=family, reuse_port=reuse_port)
     return sock
 
 
-def admin_listener(source: AdminSource, access: AdminAccess, port: int) -> AdminListener:
-    """The listener to run alongside the API port (`server.admin_port`, `admin_host`)."""
+def admin_listener(
+    source: AdminSource, access: AdminAccess, port: int, *, reuse_port: bool = False
+) -> AdminListener:
+    """The listener to run alongside the API port (`server.admin_port`, `admin_host`);
+    `reuse_port`: bound with SO_REUSEPORT, as every worker of `serve --workers N` binds it."""
     server = source.config.server
     host = server.admin_host or server.host
-    return AdminListener(build_admin_app(source, access), host, port, server)
+    app = build_admin_app(source, access)
+    return AdminListener(app, host, port, server, reuse_port=reuse_port)

@@ -19,11 +19,15 @@ Unknown ids get 404; a discovered backend can be drained, not removed (409); a b
 flag gets 400, an unknown path 404, a wrong method 405. Every error is the gateway's
 OpenAI-shaped JSON, the same on both listeners. Changes made here last until the process
 ends: the config file is not written.
+
+With `kvgate serve --workers N` a change reaches one worker; once it is made there it is
+repeated on every sibling (`repeat`: `gateway.workers.peers`), and the answer says how each
+fared (`"workers": {"1": "ok", ...}`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -41,43 +45,62 @@ from gateway.asgi import (
 )
 from gateway.config import BackendEntry, ConfigError
 from gateway.config_reload import ConfigReloader
-from gateway.errors import BadRequestError, ConflictError, MethodNotAllowedError, NotFoundError
+from gateway.errors import (
+    BadRequestError,
+    ConflictError,
+    GatewayError,
+    MethodNotAllowedError,
+    NotFoundError,
+)
 from gateway.runtime_backends import RuntimeBackends
 
 BACKENDS = "/admin/backends"
 RELOAD = "/admin/reload"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
+# Tells the sibling workers a change made here (None: no siblings); worker index → outcome.
+Repeat = Callable[[dict[str, Any]], Awaitable[dict[str, str]]]
 
 
 class AdminOperations:
     """What both listeners' write endpoints do."""
 
     def __init__(
-        self, backends: RuntimeBackends, reloader: Callable[[], ConfigReloader | None]
+        self,
+        backends: RuntimeBackends,
+        reloader: Callable[[], ConfigReloader | None],
+        repeat: Repeat | None = None,
     ) -> None:
         self._backends = backends
         self._reloader = reloader  # set once the command line gave the config's source
+        self.repeat = repeat
 
-    def add(self, entry: BackendEntry) -> dict[str, Any]:
-        return {"backend": self._backends.describe(self._backends.add(entry))}
+    async def add(self, entry: BackendEntry) -> dict[str, Any]:
+        result = {"backend": self._backends.describe(self._backends.add(entry))}
+        op = {"action": "add", "entry": entry.model_dump(mode="json", exclude_unset=True)}
+        return await self._repeated(result, op)
 
-    def drain(self, backend_id: str, *, remove: bool = False) -> dict[str, Any]:
+    async def drain(self, backend_id: str, *, remove: bool = False) -> dict[str, Any]:
         backend = self._backends.drain(backend_id, remove=remove)
-        return {"backend": self._backends.describe(backend)}
+        result = {"backend": self._backends.describe(backend)}
+        return await self._repeated(result, {"action": "drain", "id": backend_id, "remove": remove})
 
-    def resume(self, backend_id: str) -> dict[str, Any]:
-        return {"backend": self._backends.describe(self._backends.resume(backend_id))}
+    async def resume(self, backend_id: str) -> dict[str, Any]:
+        result = {"backend": self._backends.describe(self._backends.resume(backend_id))}
+        return await self._repeated(result, {"action": "resume", "id": backend_id})
 
-    def remove(self, backend_id: str, *, force: bool = False) -> tuple[int, dict[str, Any]]:
+    async def remove(self, backend_id: str, *, force: bool = False) -> tuple[int, dict[str, Any]]:
         """200 and `removed: true` if it left the pool, else 202 (drained, leaves when idle)."""
         backend = self._backends.get(backend_id)
         removed = self._backends.remove(backend_id, force=force)
-        return (200 if removed else 202), {
-            "removed": removed,
-            "backend": self._backends.describe(backend),
-        }
+        result = {"removed": removed, "backend": self._backends.describe(backend)}
+        op = {"action": "remove", "id": backend_id, "force": force}
+        return (200 if removed else 202), await self._repeated(result, op)
 
     async def reload(self) -> dict[str, Any]:
+        result = await self._reload("admin API")
+        return await self._repeated(result, {"action": "reload"})
+
+    async def _reload(self, source: str) -> dict[str, Any]:
         reloader = self._reloader()
         if reloader is None:
             raise ConflictError(
@@ -85,9 +108,36 @@ class AdminOperations:
                 "`kvgate epp`"
             )
         try:
-            return await reloader.reload("admin API")
+            return await reloader.reload(source)
         except ConfigError as exc:
             raise BadRequestError(str(exc), code="invalid_config") from None
+
+    async def _repeated(self, result: dict[str, Any], op: dict[str, Any]) -> dict[str, Any]:
+        if self.repeat is None:
+            return result
+        return {**result, "workers": await self.repeat(op)}
+
+    async def apply(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        """A change a sibling worker made, made here too (not repeated further)."""
+        action, b = op.get("action"), self._backends
+        try:
+            if action == "add":
+                b.add(BackendEntry.model_validate(op["entry"]))
+            elif action == "drain":
+                b.drain(op["id"], remove=bool(op["remove"]))
+            elif action == "resume":
+                b.resume(op["id"])
+            elif action == "remove":
+                b.remove(op["id"], force=bool(op["force"]))
+            elif action == "reload":
+                await self._reload("admin API, through a sibling worker")
+            else:
+                return {"error": f"unknown action {action!r}"}
+        except GatewayError as exc:
+            return {"error": exc.message}
+        except (ValidationError, KeyError) as exc:
+            return {"error": f"bad change: {exc}"}
+        return {"ok": True}
 
 
 def parse_backend_entry(body: bytes, content_type: str | None = None) -> BackendEntry:
@@ -130,7 +180,7 @@ async def handle(
     if path == BACKENDS and method == "POST":
         body = await read_body(receive, max_body_bytes)
         entry = parse_backend_entry(body, header_map(scope).get("content-type"))
-        await send_json(send, 201, ops.add(entry))
+        await send_json(send, 201, await ops.add(entry))
     elif path == RELOAD and method == "POST":
         await send_json(send, 200, await ops.reload())
     elif path in (BACKENDS, RELOAD):
@@ -146,11 +196,11 @@ async def _one_backend(
 ) -> None:
     backend_id, _, action = rest.rpartition("/")
     if method == "POST" and action == "drain" and backend_id:
-        await send_json(send, 200, ops.drain(backend_id, remove=flag(params, "remove")))
+        await send_json(send, 200, await ops.drain(backend_id, remove=flag(params, "remove")))
     elif method == "POST" and action == "resume" and backend_id:
-        await send_json(send, 200, ops.resume(backend_id))
+        await send_json(send, 200, await ops.resume(backend_id))
     elif method == "DELETE" and rest:
-        status, body = ops.remove(rest, force=flag(params, "force"))
+        status, body = await ops.remove(rest, force=flag(params, "force"))
         await send_json(send, status, body)
     elif method == "POST":
         raise NotFoundError(f"no route for POST {BACKENDS}/{rest}: use .../drain or .../resume")

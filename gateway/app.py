@@ -8,14 +8,13 @@ clients and the background loops (supervised: `gateway.supervisor`; cancelled on
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -23,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from adapters.kv_events import KvEventBatch
 from gateway import admin, admin_ops
 from gateway.access_log import clip, log_request, request_id_from, request_id_var
+from gateway.admin_state import backends_state, register_scrape_collectors
 from gateway.admission import build_admission
 from gateway.asgi import (
     Receive,
@@ -48,9 +48,7 @@ from gateway.errors import (
     PayloadTooLargeError,
 )
 from gateway.front_door import FrontDoor
-from gateway.gie_metrics import InferenceExtensionCollector
 from gateway.header_policy import client_address
-from gateway.health_metrics import BackendHealthCollector
 from gateway.health_settings import health_policy, probe_readmit_s, probe_settings, scrape_settings
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
@@ -62,24 +60,27 @@ from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
 from gateway.prefix import PrefixTracker
 from gateway.proxy import BrokenBodyError, Proxy, RequestRecord
-from gateway.recorder import TraceRecorder
+from gateway.recorder import recorder_for
 from gateway.router import RequestRouter
 from gateway.runtime_backends import RuntimeBackends, backend_spec, kv_settings
-from gateway.state import build_shared_state
+from gateway.sharing import build_sharing
 from gateway.state.collector import SharedStateCollector
 from gateway.supervisor import Supervisor
 from gateway.tokens import build_tokenizers, healthy_backend_picker
 from gateway.tracing.setup import build_tracing
 from gateway.tracing.spans import Outcome
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
+from gateway.workers.peers import SIBLINGS_LOOP
 from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool
 from health.prober import Prober
 from health.scraper import Scraper
 from routing.registry import PluginError
-from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
 from scoring.profiles import build_scheduler
 from scoring.stack import build_routing_stack
+
+if TYPE_CHECKING:
+    from gateway.workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
 PROBE_LOOP = "health-probes"  # while it is not running, the gateway is not ready
@@ -110,6 +111,7 @@ class GatewayApp:
         config: GatewayConfig,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        workers: WorkerContext | None = None,
     ):
         self.config = config
         self.clock = clock
@@ -136,34 +138,21 @@ class GatewayApp:
         self.prefix = PrefixTracker(stack.feed, stack.precise)
         # Exact prompt token ids for the precise index (a bad local path fails the start).
         self.tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(self.pool))
-        self.metrics.registry.register(
-            BackendHealthCollector(
-                self.pool,
-                self.kv_events,
-                clock,
-                precise=stack.precise,
-                precise_hits=self.prefix.precise_hits,
-                index=stack.index,
-            )
+        register_scrape_collectors(self, stack, config.discovery.pool or "default")
+        # Routing state shared with other gateways (`state:`) or sibling workers (--workers).
+        self.shared, self.peers = build_sharing(
+            config,
+            stack,
+            self.pool,
+            self.prefix,
+            workers=workers,
+            own_metrics=self.metrics_page,
+            apply_admin=lambda op: self.operations.apply(op),  # noqa: PLW0108 (built below)
         )
-        pool_name = config.discovery.pool or "default"  # the Inference Extension's names too
-        self.metrics.registry.register(
-            InferenceExtensionCollector(self.pool, self.metrics, pool_name)
-        )
-        self.shared = build_shared_state(  # state: routing state shared with other gateways
-            config.state,
-            config.discovery.pool,
-            stack.index,
-            lambda: stack.feed.block_chars(()),
-            lambda backend_id: self.pool.find(backend_id) is not None,
-            in_flight=lambda: {b.id: b.in_flight for b in self.pool},
-            on_remote_in_flight=self._set_remote_in_flight,
-        )
-        self.prefix.on_dispatch = self.shared.note_dispatch
         self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = probe_readmit_s(h)
         self.router = RequestRouter(self.pool, self.scheduler, config.routing, self.prefix, readmit)
-        self.recorder = _recorder(config, clock)
+        self.recorder = recorder_for(config, clock)
         self.pod_backends = PodBackends(self.pool, self._backend_removed, self.kv_loops)
         # Backends the admin API and config reloads add, drain and remove (discovery's: its).
         self.backends = RuntimeBackends(
@@ -178,11 +167,14 @@ class GatewayApp:
         )
         # Set by the command line (`ConfigReloader(load, app.reconfigure, ...)`) before start.
         self.reloader: ConfigReloader | None = None
-        self.operations = admin_ops.AdminOperations(self.backends, lambda: self.reloader)
+        self.operations = admin_ops.AdminOperations(
+            self.backends, lambda: self.reloader, self.peers.repeat if self.peers else None
+        )
         self.front_door = FrontDoor(config, os.environ, clock, self.metrics.count_auth_refused)
         # OTEL_TRACES_EXPORTER=otlp: spans per request (`gateway.tracing`); None: off, free.
         self.tracing = build_tracing(os.environ)
         self.tracer = self.tracing.tracer if self.tracing is not None else None
+        self.front_door.reuse_port = workers is not None
         self.admission = build_admission(
             config, self.pool, self.scheduler, clock, self.metrics.registry
         )
@@ -225,6 +217,8 @@ class GatewayApp:
             return
         async with asyncio.TaskGroup() as tg:
             loops = tg.create_task(self.background_loops(runtime.health).run(), name="loops")
+            if self.peers is not None:  # a worker serves once its siblings hear it
+                await self.peers.join()
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
             await self.front_door.close()
@@ -314,6 +308,8 @@ class GatewayApp:
             loops.add("pod-discovery", lambda: self.pod_backends.run(kube, self.config.discovery))
         self.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
         self.shared.attach(loops)
+        if self.peers is not None:
+            loops.add(SIBLINGS_LOOP, self.peers.siblings.serve)
         return loops
 
     def loops_ok(self) -> bool:
@@ -344,12 +340,6 @@ class GatewayApp:
             n = self._runtime.client.abandon_heads(backend.spec.url, "backend declared down")
             if n:
                 log.warning("backend %s down: %d request(s) waiting on it fail over", backend_id, n)
-
-    def _set_remote_in_flight(self, remote: Mapping[str, int]) -> None:
-        """The other gateways' in-flight requests per backend (shared leases)."""
-        for b in self.pool:
-            if b.remote_in_flight != (n := remote.get(b.id, 0)):
-                b.remote_in_flight = n
 
     def _apply_kv_batch(self, backend_id: str, batch: KvEventBatch) -> None:
         self.precise_index.apply(backend_id, batch.events)
@@ -497,14 +487,24 @@ class GatewayApp:
         ok = healthy and self._runtime is not None and self.loops_ok() and not draining
         status = 200 if ok else 503
         loops = self.loops.states() if self.loops else {}
-        body = {"ready": ok, "healthy_backends": healthy, "backends": len(self.pool)}
+        body: dict[str, Any] = {
+            "ready": ok,
+            "healthy_backends": healthy,
+            "backends": len(self.pool),
+        }
         state = self.shared.state()  # shared routing state: degraded while Redis fails
-        await send_json(
-            send, status, {**body, "loops": loops, "draining": draining, "state": state}
-        )
+        body |= {"loops": loops, "draining": draining, "state": state}
+        if self.peers is not None:
+            body["worker"] = self.peers.state()
+        await send_json(send, status, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await send_bytes(send, 200, self.metrics_page(), CONTENT_TYPE_LATEST.encode())
+        page = await self.metrics_exposition()
+        await send_bytes(send, 200, page, CONTENT_TYPE_LATEST.encode())
+
+    async def metrics_exposition(self) -> bytes:
+        """`/metrics`: this process's page, or with workers the whole gateway's."""
+        return self.metrics_page() if self.peers is None else await self.peers.metrics_page()
 
     async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
         cards = self.pool.served_models()
@@ -512,30 +512,7 @@ class GatewayApp:
 
     def backends_state(self) -> dict[str, Any]:
         """`/admin/backends` (both listeners), each backend with its `x-kvgate-backend` tag."""
-        state = admin.backends_state(
-            self.pool,
-            self.prefix_index,
-            self.ttft_model,
-            self.prefix.cache_hits,
-            tag=self.front_door.headers.backend_tag,
-            precise=self.precise_index,
-            precise_hits=self.prefix.precise_hits,
-        )
-        for entry in state["backends"]:
-            if (subscriber := self.kv_events.get(entry["id"])) is not None:
-                entry["kv_events"] = dataclasses.asdict(subscriber.counters)
-            if (backend := self.pool.find(entry["id"])) is not None:
-                ops = self.backends.describe(backend)
-                entry.update((k, ops[k]) for k in ("draining", "source", "remove_when_idle"))
-        loops = self.loops.states() if self.loops else {}
-        tokenizers = {m: dataclasses.asdict(c) for m, c in self.tokenizers.counters().items()}
-        return {
-            **state,
-            "loops": loops,
-            "admission": self.admission.state(),
-            "tokenizers": tokenizers,
-            "state": self.shared.state(),
-        }
+        return backends_state(self)
 
     async def dry_run(
         self, body: bytes, headers: Mapping[str, str], query: bytes
@@ -590,26 +567,15 @@ async def _send_error(
     await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
 
 
-def _recorder(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:
-    if config.server.record_path is None:
-        return None
-    prefix = config.routing.prefix
-    return TraceRecorder(
-        config.server.record_path,
-        block_tokens=prefix.block_tokens or DEFAULT_BLOCK_TOKENS,
-        chars_per_token=prefix.chars_per_token,
-        clock=clock,
-    )
-
-
-def build_app(config: GatewayConfig) -> GatewayApp:
-    """Build the app from a validated config; plugin errors become `ConfigError`s."""
+def build_app(config: GatewayConfig, workers: WorkerContext | None = None) -> GatewayApp:
+    """Build the app from a validated config (`workers`: as worker of `kvgate serve
+    --workers N`); plugin errors become `ConfigError`s."""
     if not config.backends and not config.discovery.pool:
         raise ConfigError(
             "no backends configured: give --backend URL, --pool NAME or a config file"
         )
     try:
-        return GatewayApp(config)
+        return GatewayApp(config, workers=workers)
     except ConfigError:
         raise
     except (PluginError, ValueError) as exc:

@@ -15,6 +15,7 @@ import functools
 import importlib.metadata
 import importlib.util
 import logging
+import secrets
 import socket
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +34,9 @@ from sim.emulator.lora import LoraSettings
 
 if TYPE_CHECKING:
     from gateway.app import GatewayApp
+    from gateway.workers.context import WorkerContext
+
+MAX_WORKERS = 256
 
 
 class ListenError(Exception):
@@ -84,6 +88,10 @@ def _effective_config(args: argparse.Namespace) -> GatewayConfig:
             raw.setdefault("discovery", {})[key] = getattr(args, flag)
     if getattr(args, "redis", None):
         raw.setdefault("state", {}).update(backend="redis", url=args.redis)
+    if getattr(args, "workers_salt", None) and not raw.get("security", {}).get(
+        "backend_header_salt"
+    ):
+        raw.setdefault("security", {})["backend_header_salt"] = args.workers_salt
     return parse_config(raw, source="command line")
 
 
@@ -99,7 +107,7 @@ def configure_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
 
 
-def _reloadable_app(args: argparse.Namespace) -> GatewayApp:
+def _reloadable_app(args: argparse.Namespace, workers: WorkerContext | None = None) -> GatewayApp:
     """The gateway from the config, flags and variables, reloaded from them on SIGHUP,
     `POST /admin/reload` and (`--watch-config`) when the file changes."""
     from gateway.app import build_app
@@ -107,7 +115,7 @@ def _reloadable_app(args: argparse.Namespace) -> GatewayApp:
 
     if args.watch_config is not None and not args.watch_config > 0:
         raise ConfigError(f"--watch-config: {args.watch_config} is not a positive interval")
-    app = build_app(_effective_config(args))
+    app = build_app(_effective_config(args), workers)
     load = functools.partial(_effective_config, args)
     app.reloader = ConfigReloader(load, app.reconfigure, args.config, args.watch_config)
     return app
@@ -116,13 +124,93 @@ def _reloadable_app(args: argparse.Namespace) -> GatewayApp:
 def _serve(args: argparse.Namespace) -> int:
     from gateway.serve import run_gateway
 
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers: {args.workers} is not between 1 and {MAX_WORKERS}")
     configure_logging(args)
+    if args.workers > 1:
+        return _serve_workers(args)
     app = _reloadable_app(args)
     cfg = app.config
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)
     return run_gateway(app, cfg.server, args.log_level)
+
+
+def _serve_workers(args: argparse.Namespace) -> int:
+    """`serve --workers N`: check the config, hold the ports, fork the workers."""
+    from gateway.workers.listen import reserve
+    from gateway.workers.master import Master
+
+    cfg = _effective_config(args)  # a bad file fails here, once, not in every worker
+    _check_routing(cfg)
+    server = cfg.server
+    if server.record_path is not None:
+        raise ConfigError("--record (server.record_path) cannot be used with --workers > 1")
+    if server.port:
+        check_can_listen(server.host, [server.port])
+    check_admin_port(cfg)
+    # Every worker tags a backend alike in x-kvgate-backend (the default key is per process).
+    args.workers_salt = secrets.token_hex(32)
+    held = []
+    try:
+        args.port, sockets = reserve(server.host, server.port)
+        held += sockets
+        if server.admin_port is not None:
+            args.admin_port, sockets = reserve(server.admin_host or server.host, server.admin_port)
+            held += sockets
+    except OSError as exc:
+        for s in held:
+            s.close()
+        raise ListenError(f"cannot listen on {server.host}: {exc}") from None
+    host = f"[{server.host}]" if ":" in server.host else server.host
+    scheme = "https" if server.tls_cert_file else "http"
+    master = Master(
+        args.workers,
+        functools.partial(_serve_worker, args),
+        label=f"{scheme}://{host}:{args.port}",
+        close_in_workers=held,
+    )
+    try:
+        return master.run()
+    finally:
+        for s in held:
+            s.close()
+
+
+def _check_routing(cfg: GatewayConfig) -> None:
+    """ConfigError if the routing profiles cannot be built (pure: no thread, no socket)."""
+    import random
+    import time
+
+    from routing.registry import PluginError
+    from scoring.stack import build_routing_stack
+
+    try:
+        build_routing_stack(cfg.routing, time.monotonic, random.Random())
+    except (PluginError, ValueError) as exc:
+        raise ConfigError(f"routing: {exc}") from None
+
+
+def _serve_worker(args: argparse.Namespace, ctx: WorkerContext) -> int:
+    """One worker of `serve --workers N` (in the forked process): its gateway, on its own
+    socket of the shared port."""
+    from gateway.log_format import tag_worker
+    from gateway.serve import run_gateway
+    from gateway.workers.listen import listening_sockets
+
+    tag_worker(ctx.index)
+    try:
+        app = _reloadable_app(args, ctx)
+        server = app.config.server
+        sockets = listening_sockets(server.host, server.port)
+    except ConfigError as exc:
+        print(f"kvgate: worker {ctx.index}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kvgate: worker {ctx.index}: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return run_gateway(app, server, args.log_level, sockets=sockets, on_started=ctx.notify_started)
 
 
 def check_admin_port(cfg: GatewayConfig) -> None:

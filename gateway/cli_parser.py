@@ -69,6 +69,15 @@ SIGTERM drains: /ready answers 503 while requests are served for server.drain_de
 and streams still open then end with an SSE error event; exit status 0. Ctrl+C skips the
 delay. Set terminationGracePeriodSeconds above the sum of the two.
 
+--workers N forks N gateway processes that each bind --port (SO_REUSEPORT: the kernel
+spreads connections over them) and route as one: placements, failover withdrawals, backend
+forgets, TTFT lines, in-flight requests and queued prefill go between them through Redis
+with --redis, else over Unix sockets between the workers. /metrics on any of them is the
+whole gateway's (counters summed, gauges per worker), an admin change through one is made
+by all, and SIGTERM, SIGINT and SIGHUP to the master reach every worker. Per-key rate
+limits apply per worker (admission's in-flight cap counts every worker's requests). --record
+cannot be combined with it.
+
 At runtime, the admin API adds (POST /admin/backends, a backends: entry as JSON), drains
 (POST /admin/backends/ID/drain) and removes (DELETE /admin/backends/ID) backends without
 dropping requests; /docs on --admin-port describes it. SIGHUP, POST /admin/reload or a
@@ -226,6 +235,14 @@ def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="URL",
         help="share routing state with the other gateways using this Redis server, e.g. "
         "redis://10.0.0.9:6379/0 (config state.backend redis, state.url)",
+    )
+    s.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=1,
+        help="run N gateway processes on the port, e.g. one per core (default 1); they share "
+        "routing state through --redis if set, else between themselves (see below)",
     )
     _add_process_args(s)
     add_env_vars(s)

@@ -103,6 +103,7 @@ class FrontDoor:
             self.admin.digest is not None or not self.keys.enabled
         )
         self.listener: AdminListener | None = None  # while open, with admin_port
+        self.reuse_port = False  # a worker of `serve --workers N`: the admin port is shared
         self._sighup = False
         self._on_sighup: Callable[[], None] | None = None
 
@@ -121,7 +122,9 @@ class FrontDoor:
         if self.admin_port is not None:
             from gateway.admin_app import admin_listener  # FastAPI is imported only if used
 
-            self.listener = admin_listener(source, self.admin, self.admin_port)
+            self.listener = admin_listener(
+                source, self.admin, self.admin_port, reuse_port=self.reuse_port
+            )
             await self.listener.start()
 
     def _sighup_received(self) -> None:

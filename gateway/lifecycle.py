@@ -19,7 +19,9 @@ probe fails and the endpoints update):
 A second SIGTERM skips what is left of the delay; SIGINT (Ctrl+C) skips it altogether and
 goes straight to step 2, a second SIGINT forces the exit (uvicorn's behaviour).
 `GatewayServer` is `uvicorn.Server` with its signal handling and task wait adapted; the
-delay is checked on uvicorn's 0.1 s tick, so no timer is set from a signal handler.
+delay is checked on uvicorn's 0.1 s tick, so no timer is set from a signal handler. A worker
+of `kvgate serve --workers N` gets the same sequence from the master, which passes each
+signal on to every worker (`gateway.workers.master`).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import asyncio
 import contextvars
 import logging
 import signal
+import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import TypeVar
 
@@ -116,7 +119,12 @@ class GatewayServer(uvicorn.Server):
     """uvicorn's server with the drain sequence of this module."""
 
     def __init__(
-        self, config: uvicorn.Config, drain: Drain, drain_delay_s: float, grace_s: float
+        self,
+        config: uvicorn.Config,
+        drain: Drain,
+        drain_delay_s: float,
+        grace_s: float,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         # uvicorn's own deadline is the backstop; the grace is kept here.
         config.timeout_graceful_shutdown = int(grace_s + _END_S + 1)
@@ -125,6 +133,16 @@ class GatewayServer(uvicorn.Server):
         self.drain_delay_s = drain_delay_s
         self.grace_s = grace_s
         self._drain_since: float | None = None
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if not self.started:
+            return
+        if sockets is not None:  # uvicorn says where it listens only for sockets it bound
+            self._log_started_message(sockets)
+        if self._on_started is not None:
+            self._on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGTERM:

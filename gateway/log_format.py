@@ -5,7 +5,9 @@ json: one JSON object per line, `{"ts": "2026-12-01T10:00:00.123Z", "level": "in
 "logger": "gateway.app", "message": "...", "request_id": "..." or null, ...}` followed by the
 record's extra fields (`logging`'s `extra=`) and `exc_info` (the traceback, as one string).
 A message that is a `LogFields` (the access log's) puts its fields on the line itself, with
-its `event` as the message; in text it is shown as one JSON object, as before.
+its `event` as the message; in text it is shown as one JSON object, as before. A worker of
+`kvgate serve --workers N` says which it is: `worker N: message` in text, `"worker": N` in
+json (`tag_worker`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 import orjson
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+WORKER_TEXT_FORMAT = (
+    "%(asctime)s %(levelname)s %(name)s [%(request_id)s] worker %(worker)s: %(message)s"
+)
 _NO_REQUEST = "-"  # what the request id contextvar holds outside a request
 # Attributes every record has, and those formatters or uvicorn add: not extra fields.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -68,6 +73,24 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
         return orjson.dumps(out, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+class _WorkerFilter(logging.Filter):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
+def tag_worker(index: int) -> None:
+    """In worker `index`: every line of the root handlers says so."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkerFilter(index))
+        if not isinstance(handler.formatter, JsonFormatter):
+            handler.setFormatter(logging.Formatter(WORKER_TEXT_FORMAT))
 
 
 def _fields_of(record: logging.LogRecord) -> LogFields | None:

@@ -12,12 +12,16 @@ With a tokenizer for the model, a request also carries its token-block keys
 `PreciseIndex`. A dispatch to such a backend records the precise index's prediction of the
 cached tokens and speculates the request's keys there until its events arrive; the answer's
 cached tokens then grade that prediction (`precise_hits`: exact, over or under).
+
+With shared state (`gateway.state`), every change made here to the index and the TTFT model
+is also told to the `sink`, which carries it to the other gateways.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.inference_request import InferenceRequest
 from gateway.prompt_bytes import prompt_bytes
@@ -56,6 +60,23 @@ class PreciseHits:
     events_only_exact: int = 0  # the events alone (no speculation) predicted exactly
 
 
+class StateSink(Protocol):
+    """Where the tracker tells its changes to the routing state (`gateway.state.SharedState`);
+    none of these may do I/O."""
+
+    def placed(self, backend_id: str, request: RoutingRequest) -> None: ...
+
+    def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None: ...
+
+    def evicted(self, backend_id: str, request: RoutingRequest, weight: int) -> None: ...
+
+    def forgotten(self, backend_id: str) -> None: ...
+
+    def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None: ...
+
+    def load_changed(self) -> None: ...
+
+
 class PrefixTracker:
     """The shared feed, fed from inference requests and pool backends."""
 
@@ -67,8 +88,7 @@ class PrefixTracker:
         self._hits: dict[str, CacheHits] = {}
         # Backends seen reporting cached tokens: vLLM then leaves the details null for none.
         self._reporting: set[str] = set()
-        # Told each dispatch (backend id, request), e.g. to share it with other gateways.
-        self.on_dispatch: Callable[[str, RoutingRequest], None] | None = None
+        self.sink: StateSink | None = None  # shared state: told every change
 
     @property
     def cache_hits(self) -> Mapping[str, CacheHits]:
@@ -102,9 +122,9 @@ class PrefixTracker:
         """`request` goes to `backend`: count its predicted prefill there, teach the index."""
         m = backend.metrics
         kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
-        d = self.feed.dispatch(backend, request, now, kv)
-        if self.on_dispatch is not None:
-            self.on_dispatch(backend.id, request)
+        d = self.feed.dispatch(backend, request, now, kv, backend.remote_pending_prefill_tokens)
+        if self.sink is not None:
+            self.sink.placed(backend.id, request)
         size = self.precise.block_size(backend.id)
         if size is not None and request.prompt_tokens > 0:
             keys = request.keys_for(size)
@@ -116,11 +136,23 @@ class PrefixTracker:
         return d
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
+        settled = d.settled
         self.feed.first_token(d, ttft_s)
+        if self.sink is not None and ttft_s is not None and not settled:
+            self.sink.ttft(d.endpoint.id, d.work_tokens, ttft_s)
+
+    def ended(self, d: Dispatch[Backend]) -> None:
+        """`d`'s request is over (its in-flight count already taken back): its prefill, if
+        not yet settled, is; and the shared state hears that the load changed."""
+        self.feed.first_token(d, None)
+        if self.sink is not None:
+            self.sink.load_changed()
 
     def withdraw(self, d: Dispatch[Backend]) -> None:
         """`d` failed (or was refused): the backend did not take the prompt."""
-        self.feed.withdraw(d)
+        dropped = self.feed.withdraw(d)
+        if self.sink is not None and dropped and d.request is not None:
+            self.sink.withdrawn(d.endpoint.id, d.request, d.matched)
 
     def observe(self, d: Dispatch[Backend], usage: Usage | None) -> CacheCheck | None:
         """The backend answered `d` with `usage`: check the index's prediction, correcting it
@@ -153,6 +185,8 @@ class PrefixTracker:
         if check.evicted_weight:
             hits.corrections += 1
             hits.dropped_entries += check.dropped_entries
+            if self.sink is not None and d.request is not None and self.feed.current(d):
+                self.sink.evicted(backend.id, d.request, check.evicted_weight)
         return check
 
     def _grade(
@@ -174,3 +208,5 @@ class PrefixTracker:
 
     def forget(self, backend_id: str) -> None:
         self.feed.forget(backend_id)
+        if self.sink is not None:
+            self.sink.forgotten(backend_id)

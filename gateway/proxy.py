@@ -350,9 +350,8 @@ class Proxy:
         return dispatch
 
     def _end(self, dispatch: Dispatch[Backend]) -> None:
-        self._prefix.first_token(dispatch, None)  # settles the prefill count if not yet done
-        backend = dispatch.endpoint
-        backend.in_flight -= 1
+        dispatch.endpoint.in_flight -= 1
+        self._prefix.ended(dispatch)  # settles the prefill count if not yet done
 
     def _failed(self, backend: Backend, err: UpstreamError, detail: str) -> None:
         self._metrics.upstream_errors.labels(backend.id, error_kind(err)).inc()

@@ -22,8 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from gateway.config import GatewayConfig
 from gateway.inference_request import InferenceRequest
 from gateway.prompt_bytes import prompt_bytes
+from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
 from scoring.prefix_hash import hash_fixed_blocks, prefix_seed
 from sim.traces.recorded import encode_header, encode_request
 from sim.traces.request import TraceRequest
@@ -147,3 +149,16 @@ class TraceRecorder:
             log.error("cannot write the trace to %s, recording stopped: %s", self.path, exc)
             self._broken = True
             self._failed_lines += len(lines)
+
+
+def recorder_for(config: GatewayConfig, clock: Callable[[], float]) -> TraceRecorder | None:
+    """The recorder `server.record_path` asks for, or None."""
+    if config.server.record_path is None:
+        return None
+    prefix = config.routing.prefix
+    return TraceRecorder(
+        config.server.record_path,
+        block_tokens=prefix.block_tokens or DEFAULT_BLOCK_TOKENS,
+        chars_per_token=prefix.chars_per_token,
+        clock=clock,
+    )

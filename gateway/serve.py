@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import socket
 import ssl
+from collections.abc import Callable
 
 import uvicorn
 
@@ -22,8 +24,17 @@ from gateway.http.tls import ReloadingTls
 from gateway.lifecycle import GatewayServer
 
 
-def run_gateway(app: GatewayApp, server: ServerSection, log_level: str) -> int:
-    """Serve `app` until a signal ends it; the process exit status."""
+def run_gateway(
+    app: GatewayApp,
+    server: ServerSection,
+    log_level: str,
+    *,
+    sockets: list[socket.socket] | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> int:
+    """Serve `app` until a signal ends it; the process exit status. `sockets`: listening
+    sockets to serve on instead of binding `server.host`/`port` (a worker's own, bound with
+    SO_REUSEPORT); `on_started` is called once the server serves."""
     tls = _tls(server)
     events = ServerEvents()
     protocol = server_protocol(ServerLimits.from_config(server), events)
@@ -53,13 +64,15 @@ def run_gateway(app: GatewayApp, server: ServerSection, log_level: str) -> int:
     config.load()
     if tls is not None:
         config.ssl = tls.listener  # uvicorn's own context cannot be reloaded
-    gateway_server = GatewayServer(config, app.drain, server.drain_delay_s, server.shutdown_grace_s)
+    gateway_server = GatewayServer(
+        config, app.drain, server.drain_delay_s, server.shutdown_grace_s, on_started
+    )
     # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
     gc.collect()
     gc.freeze()
     # SIGINT is re-raised by uvicorn after its graceful shutdown; a failed start-up exits 3.
     with contextlib.suppress(KeyboardInterrupt):
-        gateway_server.run()
+        gateway_server.run(sockets=sockets)
     return 0
 
 

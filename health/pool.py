@@ -40,6 +40,7 @@ _SNAPSHOT_FIELDS = frozenset(
         "in_flight",
         "pending_prefill_tokens",
         "remote_in_flight",
+        "remote_pending_prefill_tokens",
         "draining",
     }
 )
@@ -72,7 +73,9 @@ class Backend:
     in_flight: int = 0
     dispatched: int = 0
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens not yet prefilled
-    remote_in_flight: int = 0  # the other gateways' requests in flight here (shared leases)
+    # The other gateways' requests in flight here and prefill queued (shared load reports).
+    remote_in_flight: int = 0
+    remote_pending_prefill_tokens: int = 0
     discovered_at: float | None = None
     draining: bool = False  # out of rotation (an operator's drain): health reads DRAINING
     # Told when `model_cards` is assigned (the pool's cache of LoRA adapters depends on them).
@@ -127,6 +130,7 @@ class Backend:
             in_flight=self.in_flight,
             pending_prefill_tokens=self.pending_prefill_tokens,
             remote_in_flight=self.remote_in_flight,
+            remote_pending_prefill_tokens=self.remote_pending_prefill_tokens,
         )
         object.__setattr__(self, "_snap", snap)
         object.__setattr__(self, "_snap_at", now)

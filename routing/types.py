@@ -64,9 +64,10 @@ class EndpointSnapshot:
     metrics: EngineMetrics | None = None
     in_flight: int = 0  # requests the gateway has dispatched and not yet seen finish
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens awaiting a first token
-    # Requests the other gateway replicas have in flight there (their shared leases, `state:`
-    # redis); 0 without shared state.
+    # What the other gateway replicas (or sibling workers) have in flight there and queued
+    # for prefill, as their shared load reports last said; 0 without shared state.
     remote_in_flight: int = 0
+    remote_pending_prefill_tokens: int = 0
 
     @property
     def healthy(self) -> bool:

@@ -327,8 +327,9 @@ def check_unique_models(entries: list[TokenizerEntry]) -> list[TokenizerEntry]:
 
 class StateSection(_Section):
     """Where the gateway's routing state is shared with other gateway replicas: `memory`
-    keeps it in this process alone; `redis` replicates placements (and in-flight leases)
-    through a Redis server, while decisions keep reading the local mirror."""
+    keeps it in this process (and its sibling workers, `serve --workers N`); `redis`
+    replicates it through a Redis server (placements, withdrawals, forgets, TTFT points,
+    in-flight requests and queued prefill), while decisions keep reading the local mirror."""
 
     backend: Literal["memory", "redis"] = Field(
         "memory", description="memory: this process only; redis: shared through `url`"
@@ -340,7 +341,7 @@ class StateSection(_Section):
         "kvgate",
         min_length=1,
         pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="key prefix; keys are namespaced further by pool and model",
+        description="key prefix; keys are namespaced further by pool (hashes by model)",
     )
 
     @field_validator("url")

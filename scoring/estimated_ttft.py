@@ -3,7 +3,7 @@
 For endpoint e, with m_e prompt blocks it probably holds (from the `PrefixIndex`):
 
     uncached_e = max(0, token_estimate − covered_chars(m_e) / chars_per_token)
-    work_e     = uncached_e + pending_prefill_tokens_e      (its queued prefill, in tokens)
+    work_e     = uncached_e + pending_e                     (its queued prefill, in tokens)
     ttft_e     = overhead_s(e) + prefill_token_s(e) × work_e
     cost_e     = ttft_e + eviction_weight × prefill_token_s(e) × displaced_e
     score(e)   = min_e' cost_e' / cost_e                      (1 for the fastest)
@@ -19,7 +19,9 @@ one whose oldest entries were used once. `eviction_weight` 0 leaves it out.
 The coefficients come from an `OnlineTtftModel` (the configured prior until the gateway has
 learned each endpoint's line from observed TTFTs). So a replica holding the prefix wins
 exactly while its queue costs less than recomputing the prompt elsewhere, with no ad-hoc
-weights. Queued work the gateway did not send itself (other gateway replicas) is not seen.
+weights. `pending_e` is the prefill this gateway sent there and awaits a first token for,
+plus what the other gateway replicas report of theirs (`remote_pending_prefill_tokens`,
+shared state; 0 without it); queued work of other clients is not seen.
 
 With `cache_view: precise` the uncached tokens come from the `CacheView` instead: exact
 (`prompt_tokens − cached_tokens(d_e)`) for an endpoint whose KV-cache events reach the
@@ -96,7 +98,8 @@ class EstimatedTtftScorer:
             work = list(map(uncached.__getitem__, depths))
         # predict(work), inlined: this runs per endpoint per request.
         est = [
-            c.overhead_s + c.prefill_token_s * (u + e.pending_prefill_tokens)
+            c.overhead_s
+            + c.prefill_token_s * (u + e.pending_prefill_tokens + e.remote_pending_prefill_tokens)
             for c, u, e in zip(lines, work, endpoints, strict=True)
         ]
         block_chars = request.prefix_block_chars

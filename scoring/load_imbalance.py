@@ -1,9 +1,10 @@
 """`load-imbalance-filter`: when load is badly skewed, drop the hot spots.
 
-Load: load(e) = e.in_flight + e.metrics.waiting, the second term 0 when unknown. `in_flight`
-is the gateway's own, always fresh count of requests it sent to e; `waiting` adds the queue
-built by other routers and clients. A request of ours still queued counts twice, on purpose:
-queued requests are the load that hurts latency.
+Load: load(e) = e.in_flight + e.remote_in_flight + e.metrics.waiting, the last term 0 when
+unknown. `in_flight` is the gateway's own, always fresh count of requests it sent to e,
+`remote_in_flight` the other gateway replicas' (shared state; 0 without it); `waiting` adds
+the queue built by other routers and clients. A request of ours still queued counts twice,
+on purpose: queued requests are the load that hurts latency.
 
 Rule (SGLang's cache_aware balance gate, applied per candidate): with min_load the lowest load
 among the candidates, a candidate is a hot spot when
@@ -50,10 +51,10 @@ from routing.params import Bounds
 
 
 def load(endpoint: EndpointSnapshot) -> int:
-    """Requests in flight from this gateway plus the engine's reported waiting queue."""
+    """Requests in flight from the gateways plus the engine's reported waiting queue."""
     m = endpoint.metrics
     waiting = m.waiting if m is not None and m.waiting is not None else 0
-    return endpoint.in_flight + waiting
+    return endpoint.in_flight + endpoint.remote_in_flight + waiting
 
 
 class LoadImbalanceFilter:
@@ -81,7 +82,9 @@ class LoadImbalanceFilter:
             return []
         # `load(e)` inlined: this runs for every candidate of every request.
         loads = [
-            e.in_flight + (0 if (m := e.metrics) is None or (w := m.waiting) is None else w)
+            e.in_flight
+            + e.remote_in_flight
+            + (0 if (m := e.metrics) is None or (w := m.waiting) is None else w)
             for e in endpoints
         ]
         distinct = set(loads)  # few distinct values: min and max over those

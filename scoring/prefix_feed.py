@@ -10,7 +10,8 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   configured `capacity_blocks`);
 - `first_token` — the endpoint answered: the pending prefill is taken off again and the TTFT
   (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
-  `work_tokens` counts the request's own uncached tokens plus the prefill queued before it;
+  `work_tokens` counts the request's own uncached tokens plus the prefill queued before it
+  (by this gateway, and by the others when they share their load);
 - `forget` — an endpoint went away: the index drops what it held;
 - `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
   the blocks its dispatch added are taken back, so a failover teaches only the replica that
@@ -146,16 +147,23 @@ class PrefixFeed:
         return self._block_chars
 
     def dispatch(
-        self, endpoint: E, request: RoutingRequest, now: float, kv_tokens: int | None
+        self,
+        endpoint: E,
+        request: RoutingRequest,
+        now: float,
+        kv_tokens: int | None,
+        queued_elsewhere: int = 0,
     ) -> Dispatch[E]:
         """`request` goes to `endpoint` at `now`; `kv_tokens`: the endpoint's KV capacity in
-        tokens as last scraped (None: not known yet)."""
+        tokens as last scraped (None: not known yet); `queued_elsewhere`: prefill tokens other
+        gateways sent there and await a first token for (shared state), which the request
+        waits for too."""
         hashes = request.prefix_hashes
         block_chars = request.prefix_block_chars
         matched = self.index.match(hashes, (endpoint.id,))[endpoint.id] if hashes else 0
         cached = covered_chars(matched, block_chars) / self._section.chars_per_token
         uncached = max(0, int(request.token_estimate - cached))
-        work = uncached + endpoint.pending_prefill_tokens
+        work = uncached + endpoint.pending_prefill_tokens + queued_elsewhere
         endpoint.pending_prefill_tokens += uncached
         if hashes:
             self._record(endpoint.id, hashes, block_chars, kv_tokens)
@@ -182,6 +190,10 @@ class PrefixFeed:
         if r is None or not r.prefix_hashes or d.epoch != self._epoch:
             return 0
         return self.index.drop(d.endpoint.id, r.prefix_hashes, d.matched)
+
+    def current(self, d: Dispatch[Any]) -> bool:
+        """Whether `d`'s hashes are still cut in the feed's block size."""
+        return d.epoch == self._epoch
 
     def observe_cached(
         self,

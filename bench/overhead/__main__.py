@@ -12,7 +12,8 @@ percentiles), CPU seconds per 1,000 requests of the router's process tree (/proc
 utime+stime, reaped children included) and the tree's peak RSS (VmHWM).
 
 Everything shares this machine's cores (with wrk and the stubs, whose CPU is recorded too):
-compare targets measured in the same run, not across runs. Writes `overhead.json`,
+compare targets measured in the same run, not across runs; `--rounds N` sweeps every target
+N times in a rotated order and reports medians (`rounds.py`). Writes `overhead.json`,
 `added_p99.png` and `throughput.png` to `--out` (default out/bench).
 """
 
@@ -33,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from bench import REPO_ROOT
 from bench.overhead.report import print_row, summarise, write_outputs
+from bench.overhead.rounds import rotated, write_rounds
 from bench.overhead.usage import usage
 from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
-from sim.live.processes import ChildProcess, free_port
+from sim.live.processes import ChildProcess, free_port, start_redis, wait_for_workers
 
 if TYPE_CHECKING:
     from bench.peers import PeerInstall
@@ -69,6 +71,7 @@ class Settings:
     stream_fraction: float
     replicas: int
     out: Path
+    rounds: int = 1
 
 
 @dataclass(slots=True)
@@ -106,7 +109,9 @@ def start_stub_fleet(replicas: int, log_path: Path) -> StubFleet:
 
 @contextlib.contextmanager
 def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
-    """Start the router named by `spec` (`direct`, `kvgate:POLICY`, `PEER[:POLICY]`)."""
+    """Start the router named by `spec` (`direct`, `kvgate:POLICY`, `PEER[:POLICY]`;
+    `kvgate+wN+redis:POLICY` adds `--workers N` and `--redis` with a redis-server of its
+    own, whose CPU is not the router's)."""
     if spec == "direct":
         stubs = fleet.process
         yield Target("direct", fleet.urls[0], stubs.pid, command=stubs.command)
@@ -121,7 +126,12 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
             yield Target(spec, url, proc.pid, command=proc.command)
         return
     name, _, source = name.partition("@")
+    name, *options = name.split("+")
     install = ensure_peer(name)
+    if options:
+        with _kvgate_with(options, install, fleet, policy, logs) as target:
+            yield dataclasses.replace(target, name=spec)
+        return
     if source:  # `kvgate@DIR:POLICY`: kvgate from another source tree, for before/after runs
         proc, url = _start_kvgate_from(source, install, fleet, policy, logs)
         with proc:
@@ -133,6 +143,39 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
     with proc:
         headers = PEER_HEADERS.get(name, {})
         yield Target(spec, url, proc.pid, install.version, proc.command, headers)
+
+
+@contextlib.contextmanager
+def _kvgate_with(
+    options: list[str], install: PeerInstall, fleet: StubFleet, policy: str, logs: Path
+) -> Iterator[Target]:
+    """kvgate with `wN` (`--workers N`) and `redis` (`--redis`, a fresh redis-server)."""
+    from bench.peers import start_peer
+
+    if install.name != "kvgate" or any(o != "redis" and not o[1:].isdigit() for o in options):
+        raise ValueError(f"options {options}: only kvgate takes wN and redis")
+    extra: list[str] = []
+    workers = next((int(o[1:]) for o in options if o.startswith("w")), 1)
+    with contextlib.ExitStack() as stack:
+        if "redis" in options:
+            redis, url = start_redis(logs / f"redis-{'-'.join(options)}.log")
+            stack.enter_context(redis)
+            extra += ["--redis", url]
+        if workers > 1:
+            extra += ["--workers", str(workers)]
+        proc, url = start_peer(
+            install,
+            worker_urls=fleet.urls,
+            model=MODEL,
+            policy=policy or "default",
+            out_dir=logs,
+            log_name=f"kvgate-{'-'.join(options)}-{policy}",
+            extra_args=extra,
+        )
+        stack.enter_context(proc)
+        if workers > 1:  # all of them listening, or the first takes every connection
+            wait_for_workers(url, workers)
+        yield Target("", url, proc.pid, install.version, proc.command)
 
 
 def _start_kvgate_from(
@@ -245,9 +288,10 @@ def _parse(argv: Sequence[str] | None) -> Settings:
     p.add_argument(
         "--targets",
         default=",".join(DEFAULT_TARGETS),
-        help="comma-separated: direct, kvgate:POLICY, kvgate+otel:POLICY (tracing on, "
-        "exporting over OTLP to a sink), sglang-router, vllm-router, litellm "
-        "(PEER:POLICY picks a peer's policy)",
+        help="comma-separated: direct, kvgate:POLICY, sglang-router, vllm-router, "
+        "litellm (PEER:POLICY picks a peer's policy); kvgate+w2:POLICY runs --workers 2, "
+        "kvgate+redis:POLICY shares state through a redis-server of its own, "
+        "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink",
     )
     p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")
@@ -260,6 +304,12 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         "--quick", action="store_true", help="3 s per rate, rates 25,100,250,500,1000,2000"
     )
     p.add_argument("--out", default="out/bench", help="output directory (default out/bench)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="sweep every target this many times, the order rotated (bench/overhead/rounds.py)",
+    )
     a = p.parse_args(argv)
     rates = tuple(float(r) for r in a.rates.split(",") if r)
     duration = a.duration
@@ -278,6 +328,7 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         a.stream_fraction,
         a.replicas,
         Path(a.out),
+        max(1, a.rounds),
     )
 
 
@@ -292,21 +343,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     fleet = start_stub_fleet(settings.replicas, settings.out / "logs" / "stub-engine.log")
-    measured: list[dict[str, Any]] = []
-    failed: dict[str, str] = {}
+    reports: list[dict[str, Any]] = []
     try:
-        for i, spec in enumerate(settings.targets, 1):
-            print(f"[{i}/{total}] {spec}", file=sys.stderr, flush=True)
-            try:
-                measured.append(measure_target(spec, fleet, settings, wrk))
-            except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
-                print(f"  {spec} failed: {exc}", file=sys.stderr)
-                failed[spec] = str(exc)[-2000:]
+        for r in range(settings.rounds):
+            if settings.rounds > 1:
+                print(f"round {r + 1}/{settings.rounds}", file=sys.stderr, flush=True)
+            measured, failed = _sweep(rotated(settings.targets, r), fleet, settings, wrk)
+            reports.append(summarise(measured, failed, settings, fleet.process.command))
     finally:
         fleet.process.stop()
-    report = summarise(measured, failed, settings, fleet.process.command)
-    write_outputs(report, settings.out)
-    return 1 if failed else 0
+    if settings.rounds > 1:
+        write_rounds(reports, settings.out)
+    else:
+        write_outputs(reports[0], settings.out)
+    return 1 if any(rep["failed"] for rep in reports) else 0
+
+
+def _sweep(
+    targets: Sequence[str], fleet: StubFleet, settings: Settings, wrk: str
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every target's sweep of the rates, one after the other."""
+    measured: list[dict[str, Any]] = []
+    failed: dict[str, str] = {}
+    for i, spec in enumerate(targets, 1):
+        print(f"[{i}/{len(targets)}] {spec}", file=sys.stderr, flush=True)
+        try:
+            measured.append(measure_target(spec, fleet, settings, wrk))
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
+            print(f"  {spec} failed: {exc}", file=sys.stderr)
+            failed[spec] = str(exc)[-2000:]
+    return measured, failed
 
 
 if __name__ == "__main__":

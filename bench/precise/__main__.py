@@ -63,6 +63,8 @@ async def _main(args: argparse.Namespace) -> int:
             gateways=args.gateways,
             events=not args.no_events,
             redis=args.redis,
+            spread=args.spread,
+            workers=args.workers,
         )
         rows.append(row)
         g = row["precise"]
@@ -77,6 +79,8 @@ async def _main(args: argparse.Namespace) -> int:
         "fleet": {"replicas": spec.replicas, "profile": spec.profile, "kv_tokens": spec.kv_tokens},
         "slowdown": args.slowdown,
         "gateways": args.gateways,
+        "workers": args.workers,
+        "spread": args.spread,
         "events": not args.no_events,
         "redis": args.redis,
         "rows": rows,
@@ -101,7 +105,18 @@ def main(argv: list[str]) -> int:
         "--gateways",
         type=int,
         default=1,
-        help="kvgate gateways sharing only the engines' events, clients spread round-robin",
+        help="kvgate gateways sharing only the engines' events (or --redis), which the "
+        "clients spread over themselves (--spread)",
+    )
+    p.add_argument(
+        "--spread",
+        choices=["client", "request"],
+        default="client",
+        help="client: client i sends to gateway i mod n (default); request: every request "
+        "to the next gateway",
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, help="kvgate serve --workers N for each gateway"
     )
     p.add_argument(
         "--no-events", action="store_true", help="the fleet publishes no KV-cache events"

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.redis_outage import RedisOutage
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.live import MODEL, workload
+from sim.live.client import Fronts
 from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
-from sim.live.processes import HOST, start_gateway, start_redis
+from sim.live.processes import HOST, start_gateway, start_redis, wait_for_workers
 
 TOKENIZER_CONFIG = """\
 # The engines' own /tokenize: prompts keyed exactly as the emulator caches them.
@@ -92,39 +94,48 @@ def gateway_router(  # type: ignore[no-untyped-def]
     config_extra: str = "",
     gateways: int = 1,
     redis: bool = False,
+    spread: str = "client",
+    workers: int = 1,
+    outage: RedisOutage | None = None,
 ):
     """kvgate with `policy`, following the fleet's events (if it publishes them); with
     `gateways` > 1, that many gateways sharing nothing but the engines' events — or, with
-    `redis`, their routing state through a fresh `redis-server` — behind a round-robin kvgate
-    that spreads the clients over them. On exit (before they stop) their /admin/backends
-    and the replicas' caches go into `state`."""
+    `redis`, their routing state through a fresh `redis-server` — which the clients spread
+    over themselves (`spread`: `client`, client i to gateway i mod n; `request`, every
+    request to the next gateway); `workers`: `kvgate serve --workers N` each; `outage`: the
+    redis-server killed and started again during the run (`bench.redis_outage`). On exit
+    (before they stop) their /admin/backends and the replicas' caches go into `state`."""
 
     @contextlib.contextmanager
     def start(site: RouterSite) -> Iterator[Router]:
         with contextlib.ExitStack() as stack:
             text = (TOKENIZER_CONFIG if events.events else "") + config_extra
             if redis:
-                redis_proc, url = start_redis(site.log_dir / f"{site.tag}-redis.log")
+                redis_proc, redis_url = start_redis(site.log_dir / f"{site.tag}-redis.log")
                 stack.enter_context(redis_proc)
-                text += f"\nstate:\n  backend: redis\n  url: {url}\n"
+                text += f"\nstate:\n  backend: redis\n  url: {redis_url}\n"
             config = site.log_dir / f"{site.tag}-kvgate.yaml"
             config.write_text(text)
             extra = ["--config", str(config)]
+            if workers > 1:
+                extra += ["--workers", str(workers)]
             backends = events.backends(site.replica_urls)
             urls = []
             for g in range(gateways):
                 log = site.log_dir / f"{site.tag}-gateway{g}.log"
                 process, url = start_gateway(backends, policy, log, extra)
                 stack.enter_context(process)
+                if workers > 1:
+                    wait_for_workers(url, workers)
                 urls.append(url)
-            front, command = urls[0], tuple(process.command)
-            if gateways > 1:
-                log = site.log_dir / f"{site.tag}-splitter.log"
-                splitter, front = start_gateway(urls, "round-robin", log)
-                stack.enter_context(splitter)
+            fronts = Fronts(tuple(urls), "request" if spread == "request" else "client")
             time.sleep(1.0)  # a few scrapes, and the subscribers connected
+            if outage is not None and redis:
+                logs = site.log_dir / site.tag
+                logs.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(outage.during(redis_proc, redis_url, site.replica_urls, logs))
             try:
-                yield Router(front, {}, command)
+                yield Router(urls[0], {}, tuple(process.command), fronts=fronts)
             finally:
                 time.sleep(0.5)  # the last events in
                 state["backends"] = [
@@ -170,6 +181,9 @@ async def run(
     gateways: int = 1,
     events: bool = True,
     redis: bool = False,
+    spread: str = "client",
+    workers: int = 1,
+    outage: RedisOutage | None = None,
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     fleet = EventFleet(spec, slowdown, events)
@@ -178,10 +192,19 @@ async def run(
     result = await run_experiment(
         fleet.fleet(),
         gateway_router(
-            fleet, policy, state, config_extra=config_extra, gateways=gateways, redis=redis
+            fleet,
+            policy,
+            state,
+            config_extra=config_extra,
+            gateways=gateways,
+            redis=redis,
+            spread=spread,
+            workers=workers,
+            outage=outage,
         ),
         traffic,
-        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}{'-redis' if redis else ''}",
+        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}w{workers}"
+        + ("-redis" if redis else ""),
         log_dir=log_dir,
         progress_every_s=15.0,
     )
@@ -190,8 +213,11 @@ async def run(
         "seed": seed,
         "policy": policy,
         "gateways": gateways,
+        "workers": workers,
+        "spread": spread,
         "events": events,
         "redis": redis,
         **result.figures(),
         "precise": grade(state),
+        **({"outage": outage.result} if outage is not None else {}),
     }

@@ -1,10 +1,24 @@
-"""Placement entries of the shared stream: encoding and decoding, pure.
+"""Shared-state events and their wire form, pure: what one gateway tells the others.
 
-One entry is one dispatch: which gateway made it (`g`), to which backend (`b`), the routing
-block size in prompt bytes its hashes were cut with (`c`; a gateway whose block size differs
-cannot use them), the wall-clock time it was made in milliseconds (`t`; only for measuring
-replication lag), and the chained block hashes (`h`), packed as little-endian unsigned 64-bit
-integers, 8 bytes a block.
+An event is one change a gateway made to its own routing state, which the others apply to
+their mirrors (`gateway.state.mirror`):
+
+| `k`       | event        | the others                                                    |
+|-----------|--------------|---------------------------------------------------------------|
+| `p`, none | `Placement`  | record `hashes` for `backend` in their prefix index           |
+| `w`       | `Withdrawal` | drop `hashes[start:]` for `backend` (a failed attempt)        |
+| `e`       | `Eviction`   | evict `weight` base blocks of its oldest entries but `hashes` |
+| `f`       | `Forget`     | forget everything about `backend`'s cache (it went down)      |
+| `t`       | `TtftPoints` | teach their TTFT model each `(backend, work tokens, ttft s)`  |
+
+Fields, all bytes (a Redis stream entry as XADD takes it and XREAD gives it back): `g` the
+gateway, `k` the kind, `b` the backend, `c` the routing block size in prompt bytes the
+hashes were cut with (a gateway whose size differs cannot use them), `t` the wall-clock
+time in ms, to the µs (for measuring replication lag only), `h` chained block hashes packed as
+little-endian unsigned 64-bit integers (8 bytes a block), `s` the withdrawal's start or the
+eviction's weight, `d` the TTFT points (msgpack). An entry without `k` is a placement (the
+first version's only kind). The channels send events in batches (`pack_events`: a msgpack
+array of the events' fields), one Redis stream entry or one frame between workers each.
 """
 
 from __future__ import annotations
@@ -12,6 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import msgpack  # type: ignore[import-untyped]
 
 _HASH = struct.Struct("<Q")
 MASK64 = (1 << 64) - 1
@@ -25,36 +41,123 @@ class Placement:
     backend: str
     block_chars: int
     hashes: tuple[int, ...]
-    at_ms: int  # wall clock when dispatched
+    at_ms: float  # wall clock when dispatched
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """`backend` did not take the request after all: it holds none of `hashes[start:]`."""
+
+    gateway: str
+    backend: str
+    block_chars: int
+    hashes: tuple[int, ...]
+    start: int
+    at_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """`backend` evidently evicted `weight` base blocks the index counted as held (its
+    answer said so); `hashes` (the request's own, held again) are spared."""
+
+    gateway: str
+    backend: str
+    block_chars: int
+    hashes: tuple[int, ...]
+    weight: int
+    at_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """`backend` went down: its cache may be gone."""
+
+    gateway: str
+    backend: str
+    at_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TtftPoints:
+    """TTFTs a gateway observed: (backend, work tokens, seconds) each."""
+
+    gateway: str
+    points: tuple[tuple[str, float, float], ...]
+    at_ms: float
+
+
+Event = Placement | Withdrawal | Eviction | Forget | TtftPoints
 
 
 class BadEntryError(ValueError):
-    """A stream entry is not a placement (another writer, or another version)."""
+    """A stream entry is not an event (another writer, or another version)."""
 
 
-def encode(p: Placement) -> dict[bytes, bytes]:
+def encode(e: Event) -> dict[bytes, bytes]:
     """The entry's fields as XADD takes them."""
-    return {
-        b"g": p.gateway.encode(),
-        b"b": p.backend.encode(),
-        b"c": str(p.block_chars).encode(),
-        b"t": str(p.at_ms).encode(),
-        b"h": pack_hashes(p.hashes),
-    }
+    fields = {b"g": e.gateway.encode(), b"t": repr(float(e.at_ms)).encode()}
+    if isinstance(e, TtftPoints):
+        fields[b"k"] = b"t"
+        fields[b"d"] = msgpack.packb([list(p) for p in e.points])
+        return fields
+    fields[b"b"] = e.backend.encode()
+    if isinstance(e, Forget):
+        fields[b"k"] = b"f"
+        return fields
+    fields[b"c"] = str(e.block_chars).encode()
+    fields[b"h"] = pack_hashes(e.hashes)
+    if isinstance(e, Placement):
+        fields[b"k"] = b"p"
+    elif isinstance(e, Withdrawal):
+        fields[b"k"], fields[b"s"] = b"w", str(e.start).encode()
+    else:
+        fields[b"k"], fields[b"s"] = b"e", str(e.weight).encode()
+    return fields
 
 
-def decode(fields: Mapping[bytes, bytes]) -> Placement:
-    """A placement from an entry's fields as XREAD returns them (bytes, not decoded)."""
+def decode(fields: Mapping[bytes, bytes]) -> Event:
+    """An event from an entry's fields as XREAD returns them (bytes, not decoded)."""
     try:
-        return Placement(
-            gateway=fields[b"g"].decode(),
-            backend=fields[b"b"].decode(),
-            block_chars=int(fields[b"c"]),
-            hashes=unpack_hashes(fields[b"h"]),
-            at_ms=int(fields[b"t"]),
+        return _decode(fields)
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise BadEntryError(f"not a shared-state entry: {exc!r}") from None
+
+
+def _decode(f: Mapping[bytes, bytes]) -> Event:
+    kind, gateway, at_ms = f.get(b"k", b"p"), f[b"g"].decode(), float(f[b"t"])
+    if kind == b"t":
+        points = tuple(
+            (str(b), float(w), float(s)) for b, w, s in msgpack.unpackb(f[b"d"], use_list=False)
         )
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
-        raise BadEntryError(f"not a placement entry: {exc}") from None
+        return TtftPoints(gateway, points, at_ms)
+    backend = f[b"b"].decode()
+    if kind == b"f":
+        return Forget(gateway, backend, at_ms)
+    chars, hashes = int(f[b"c"]), unpack_hashes(f[b"h"])
+    if kind == b"p":
+        return Placement(gateway, backend, chars, hashes, at_ms)
+    if kind == b"w":
+        return Withdrawal(gateway, backend, chars, hashes, int(f[b"s"]), at_ms)
+    if kind == b"e":
+        return Eviction(gateway, backend, chars, hashes, int(f[b"s"]), at_ms)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def pack_events(events: Sequence[Event]) -> bytes:
+    """A batch of events as one blob (msgpack: an array of their fields)."""
+    return bytes(msgpack.packb([encode(e) for e in events]))
+
+
+def unpack_events(data: bytes) -> list[dict[bytes, bytes]]:
+    """A batch's events' fields, each to `decode` on its own (a bad one is skipped alone)."""
+    try:
+        fields = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadEntryError(f"not a batch of events: {exc!r}") from None
+    if not isinstance(fields, list) or not all(isinstance(f, dict) for f in fields):
+        raise BadEntryError("not a batch of events: not an array of maps")
+    return fields
 
 
 def pack_hashes(hashes: Sequence[int]) -> bytes:

@@ -1,9 +1,15 @@
-"""What the app wires for `state:`: a no-op for `memory`, Redis replication for `redis`.
+"""What the app wires for shared routing state: nothing, Redis, or the workers' own channel.
 
-`SharedState.note_dispatch` is the hook the prefix tracker calls on each local dispatch (no
-I/O); `attach` adds the state loops to the app's supervisor; `state()` is the `state` entry of
-`/ready` and `/admin/backends`; `degraded` is true while Redis is configured but not
-answering. The stream key is `{namespace}:{pool}:placements`, where the pool is the
+The channel: `redis` when `state.backend` is redis (every gateway and every worker a peer);
+`workers` between the workers of one `kvgate serve --workers N` with `state.backend: memory`
+(`gateway.state.local`); none for a lone memory gateway, where every hook is a no-op and no
+loop runs. The prefix tracker tells each local change (`placed`, `withdrawn`, `evicted`,
+`forgotten`, `ttft`; no I/O: queued in the `Outbox`); the channel's loops carry them to the
+others, whose `Mirror` applies them; in-flight and queued prefill go as load reports
+(`LoadSharing`). `state()` is the `state` entry of `/ready` and `/admin/backends`; `degraded`
+is true while Redis is configured but not answering. Redis keys: each gateway's stream
+`{namespace}:{pool}:events:{gateway}`, their list `{namespace}:{pool}:streams` and the
+channels `{namespace}:{pool}:load:{gateway}`, the pool being the
 InferencePool's name (`discovery.pool`) or `static`; the model needs no key of its own,
 since every block hash is seeded with the model name (`scoring.prefix_hash.prefix_seed`).
 """
@@ -13,21 +19,28 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
-from gateway.state.codec import Placement
-from gateway.state.leases import InFlightLeases, LocalCounts
+from gateway.state.codec import Eviction, Forget, Placement, Withdrawal
 from gateway.state.link import LinkSettings, RedisLink
-from gateway.state.placements import PlacementReplicator
+from gateway.state.load import Counts, LoadSharing
+from gateway.state.local import LocalMesh, SiblingLinks
+from gateway.state.mirror import Mirror
+from gateway.state.outbox import EventCounters, Outbox, now_ms
+from gateway.state.pubsub import LoadChannel
+from gateway.state.stream import EventStream
 from gateway.supervisor import Supervisor
 from routing.types import RoutingRequest
 from scoring.config import StateSection
 from scoring.prefix_index import PrefixIndex
+from scoring.ttft_model import OnlineTtftModel
 
 PUBLISH_LOOP = "state-publish"
 APPLY_LOOP = "state-apply"
-LEASE_LOOP = "state-in-flight"
+LOAD_LOOP = "state-load"
+MESH_LOOP = "state-workers"
+Channel = Literal["redis", "workers"]
 
 
 class SharedState:
@@ -41,84 +54,134 @@ class SharedState:
         block_chars: Callable[[], int],
         known_backend: Callable[[str], bool],
         *,
-        in_flight: LocalCounts | None = None,
-        on_remote_in_flight: Callable[[Mapping[str, int]], None] = lambda remote: None,
+        ttft_model: OnlineTtftModel | None = None,
+        local_load: Callable[[], Counts] | None = None,
+        on_remote_load: Callable[[Counts], None] = lambda remote: None,
+        siblings: SiblingLinks | None = None,
+        refresh_block_chars: Callable[[], int] | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
         self.backend = section.backend
         self.gateway_id = gateway_id or _gateway_id()
-        self._index = index
-        self._block_chars = block_chars
-        self._known = known_backend
+        self.counters = EventCounters()
+        self.outbox = Outbox(self.gateway_id, self.counters)
+        self.mirror = Mirror(
+            self.gateway_id,
+            self.counters,
+            index,
+            block_chars,
+            known_backend,
+            ttft_model=ttft_model,
+            refresh_block_chars=refresh_block_chars,
+        )
+        self.channel: Channel | None = None
         self.link: RedisLink | None = None
-        self.placements: PlacementReplicator | None = None
-        self.leases: InFlightLeases | None = None
+        self.stream: EventStream | None = None
+        self.mesh: LocalMesh | None = None
+        self.load: LoadSharing | None = None
+        self._load_channel: LoadChannel | None = None
+        if (section.backend == "redis" or siblings is not None) and local_load is not None:
+            self.load = LoadSharing(self.gateway_id, local_load, on_remote_load)
         if section.backend == "redis":
+            self.channel = "redis"
             self.link = RedisLink(link_settings or LinkSettings(section.url))
             prefix = f"{section.namespace}:{pool}"
-            self.placements = PlacementReplicator(
-                self.link, f"{prefix}:placements", self.gateway_id, self._apply
+            if self.load is not None:
+                self._load_channel = LoadChannel(self.link, prefix, self.gateway_id, self.load)
+            channel = self._load_channel
+            self.stream = EventStream(
+                self.link,
+                prefix,
+                self.gateway_id,
+                self.outbox,
+                self.mirror,
+                load=(channel.load, channel.channel) if channel is not None else None,
             )
-            if in_flight is not None:
-                self.leases = InFlightLeases(
-                    self.link, prefix, self.gateway_id, in_flight, on_remote_in_flight
-                )
+        elif siblings is not None:
+            self.channel = "workers"
+            self.mesh = LocalMesh(siblings, self.outbox, self.mirror, self.load)
 
-    def remote_in_flight(self) -> Mapping[str, int]:
+    @property
+    def active(self) -> bool:
+        """Whether anything is shared (else the hooks need not be called at all)."""
+        return self.channel is not None
+
+    def remote_in_flight(self) -> dict[str, int]:
         """Backend id → requests the other gateways have in flight there (empty: unknown)."""
-        return self.leases.remote if self.leases is not None else {}
+        if self.load is None:
+            return {}
+        return {b: n for b, (n, _) in self.load.remote.items() if n}
 
     @property
     def settled(self) -> bool:
         """Whether the gateway may report ready as far as shared state goes: the mirror has
         read the stream's history (or Redis failed: then local state it is)."""
-        if self.link is None or self.placements is None:
+        if self.link is None or self.stream is None:
             return True
-        return self.placements.warmed or self.link.outages > 0
+        return self.stream.warmed or self.link.outages > 0
 
     @property
     def degraded(self) -> bool:
         return self.link is not None and not self.link.up
 
-    def note_dispatch(self, backend_id: str, request: RoutingRequest) -> None:
-        """A local dispatch: queued for the other gateways (request path: no I/O)."""
-        if self.placements is not None and request.prefix_hashes:
-            self.placements.note(backend_id, request.prefix_hashes, request.prefix_block_chars)
+    # -- the local changes (request path: no I/O) ----------------------------------------
+    def placed(self, backend_id: str, request: RoutingRequest) -> None:
+        if request.prefix_hashes:
+            self.outbox.put(
+                Placement(
+                    self.gateway_id,
+                    backend_id,
+                    request.prefix_block_chars,
+                    request.prefix_hashes,
+                    now_ms(),
+                )
+            )
 
-    def _apply(self, p: Placement) -> bool:
-        """Another gateway's placement into the local index, if it means anything here."""
-        if p.block_chars != self._block_chars() or not p.hashes or not self._known(p.backend):
-            return False
-        self._index.record(p.backend, p.hashes)
-        return True
+    def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None:
+        hashes, chars = request.prefix_hashes, request.prefix_block_chars
+        self.outbox.put(Withdrawal(self.gateway_id, backend_id, chars, hashes, start, now_ms()))
 
+    def evicted(self, backend_id: str, request: RoutingRequest, weight: int) -> None:
+        hashes, chars = request.prefix_hashes, request.prefix_block_chars
+        self.outbox.put(Eviction(self.gateway_id, backend_id, chars, hashes, weight, now_ms()))
+
+    def forgotten(self, backend_id: str) -> None:
+        self.outbox.put(Forget(self.gateway_id, backend_id, now_ms()))
+
+    def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None:
+        self.outbox.add_ttft(backend_id, work_tokens, ttft_s)
+
+    def load_changed(self) -> None:
+        """A request ended: the load report should go now, not at the next interval."""
+        self.outbox.poke()
+
+    def receive_local(self, payload: bytes) -> None:
+        """A sibling worker's frame (`gateway.workers.siblings`)."""
+        if self.mesh is not None:
+            self.mesh.receive(payload)
+
+    # -- wiring ---------------------------------------------------------------------------
     def attach(self, loops: Supervisor) -> None:
-        if self.placements is not None:
-            loops.add(PUBLISH_LOOP, self.placements.publish)
-            loops.add(APPLY_LOOP, self.placements.apply)
-        if self.leases is not None:
-            loops.add(LEASE_LOOP, self.leases.run)
+        if self.stream is not None:
+            loops.add(PUBLISH_LOOP, self.stream.publish)
+            loops.add(APPLY_LOOP, self.stream.apply)
+        if self._load_channel is not None:
+            loops.add(LOAD_LOOP, self._load_channel.run)
+        if self.mesh is not None:
+            loops.add(MESH_LOOP, self.mesh.run)
 
     def state(self) -> dict[str, Any]:
         """The `state` entry of `/ready` and `/admin/backends`."""
-        if self.link is None or self.placements is None:
+        if self.channel is None:
             return {"backend": "memory"}
-        c = self.placements.counters
-        leases = self.leases
-        in_flight = (
-            {"peers": leases.peers, "remote": dict(leases.remote)} if leases is not None else None
-        )
-        return {
-            "backend": "redis",
+        c = self.counters
+        state: dict[str, Any] = {
+            "backend": self.backend,
+            "channel": self.channel,
             "gateway_id": self.gateway_id,
-            "redis_up": self.link.up,
             "degraded": self.degraded,
-            "warmed": self.placements.warmed,
-            "outages": self.link.outages,
-            "last_error": self.link.last_error,
-            "stream": self.placements.stream,
-            "placements": {
+            "events": {
                 "queued": c.queued,
                 "published": c.published,
                 "dropped": c.dropped,
@@ -127,8 +190,26 @@ class SharedState:
                 "skipped": c.skipped,
                 "lag_ms_last": c.lag_ms_last,
             },
-            "in_flight": in_flight,
+            "load": self._load_state(),
         }
+        if self.link is not None and self.stream is not None:
+            state.update(
+                redis_up=self.link.up,
+                warmed=self.stream.warmed,
+                outages=self.link.outages,
+                last_error=self.link.last_error,
+                stream=self.stream.stream,
+            )
+        return state
+
+    def _load_state(self) -> dict[str, Any] | None:
+        load = self.load
+        if load is None:
+            return None
+        remote = {
+            b: {"in_flight": n, "pending_prefill_tokens": p} for b, (n, p) in load.remote.items()
+        }
+        return {"peers": load.peers, "sent": load.sent, "received": load.received, "remote": remote}
 
     async def aclose(self) -> None:
         if self.link is not None:
@@ -138,24 +219,3 @@ class SharedState:
 def _gateway_id() -> str:
     """Unique per process: host, pid and a random suffix (a restarted pid is a new one)."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def build_shared_state(
-    section: StateSection,
-    pool: str | None,
-    index: PrefixIndex,
-    block_chars: Callable[[], int],
-    known_backend: Callable[[str], bool],
-    *,
-    in_flight: LocalCounts,
-    on_remote_in_flight: Callable[[Mapping[str, int]], None],
-) -> SharedState:
-    return SharedState(
-        section,
-        pool or "static",
-        index,
-        block_chars,
-        known_backend,
-        in_flight=in_flight,
-        on_remote_in_flight=on_remote_in_flight,
-    )

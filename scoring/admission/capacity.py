@@ -3,8 +3,10 @@
 Two sources, as configured (`admission.max_in_flight_per_backend`):
 
 - `InFlightCap` (the cap set): room = healthy backends × cap − requests admitted and not yet
-  finished. The gateway counts its own admissions, so a burst cannot overshoot between a
-  grant and the proxy's own per-backend count. With no healthy backend room is unbounded:
+  finished − the other gateways' requests in flight on the healthy backends (shared state:
+  `remote_in_flight`, 0 without it), so the cap holds for gateways that share their load.
+  The gateway counts its own admissions, so a burst cannot overshoot between a grant and the
+  proxy's own per-backend count. With no healthy backend room is unbounded:
   the router answers 503 at once, and waiting would only delay that answer.
 - `SaturationBudget` (no cap: the engines say): a healthy backend whose metrics show more
   than `queue_threshold` waiting requests or a KV usage above `kv_threshold` (the
@@ -44,10 +46,11 @@ class InFlightCap:
         self.max_per_backend = max_per_backend
 
     def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None:
-        healthy = sum(1 for e in endpoints if e.healthy)
+        healthy = [e for e in endpoints if e.healthy]
         if not healthy:
             return None  # the router answers 503 at once; a wait in the queue only delays it
-        return max(0, healthy * self.max_per_backend - admitted)
+        elsewhere = sum(e.remote_in_flight for e in healthy)
+        return max(0, len(healthy) * self.max_per_backend - admitted - elsewhere)
 
     def took(self) -> None:
         pass  # `admitted` counts it

@@ -7,6 +7,10 @@ other depends on the system under test. Open loop
 (`run_open_loop`): each request is sent at its scheduled time whatever happened before.
 Every request streams, so the time to first token is measured as a client sees it; the gaps
 between streamed chunks are kept too.
+
+Several front ends (`Fronts`: gateway replicas with no balancer between them and the clients)
+are spread over by the clients themselves: `client` (client i sends to front i mod n, so a
+conversation stays on one front), or `request` (every request to the next front in turn).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 import orjson
@@ -39,6 +44,41 @@ class RequestResult:
     itls_s: tuple[float, ...] = ()  # gaps between streamed output chunks
 
 
+@dataclass(frozen=True, slots=True)
+class Fronts:
+    """Several front ends the clients spread over themselves (see the module docstring)."""
+
+    urls: tuple[str, ...]
+    spread: Literal["client", "request"] = "client"
+
+
+Pick = Callable[[], httpx.AsyncClient]  # the connection pool the next request goes through
+
+
+@contextlib.asynccontextmanager
+async def _pickers(
+    target: str | Fronts, limits: httpx.Limits, timeout_s: float
+) -> AsyncIterator[Callable[[int], Pick]]:
+    """`picker(i)`: what client (or conversation) `i` sends through."""
+    fronts = target if isinstance(target, Fronts) else Fronts((target,))
+    async with contextlib.AsyncExitStack() as stack:
+        pools = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits)
+            )
+            for url in fronts.urls
+        ]
+        turn = itertools.count()
+
+        def picker(i: int) -> Pick:
+            if fronts.spread == "request":
+                return lambda: pools[next(turn) % len(pools)]
+            pool = pools[i % len(pools)]
+            return lambda: pool
+
+        yield picker
+
+
 @dataclass(slots=True)
 class RunStats:
     """What a run has done so far: finished requests and how many are in flight."""
@@ -52,7 +92,7 @@ class RunStats:
 
 
 async def run_closed_loop(
-    base_url: str,
+    base_url: str | Fronts,
     model: str,
     conversations: list[Conversation],
     stats: RunStats,
@@ -64,23 +104,23 @@ async def run_closed_loop(
     With `clients`, that many clients take the conversations in order, each the next one
     once its last one ended (start offsets are then ignored)."""
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(base_url=base_url, timeout=120.0, limits=limits) as client:
+    async with _pickers(base_url, limits, 120.0) as picker:
         t0 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             if clients is not None:
                 queue = iter(conversations)  # shared: each conversation is taken once
-                for _ in range(clients):
-                    tg.create_task(_client(client, model, queue, stats, headers_for))
+                for i in range(clients):
+                    tg.create_task(_client(picker(i), model, queue, stats, headers_for))
                 return
-            for conv in conversations:
+            for i, conv in enumerate(conversations):
                 headers = dict(headers_for(conv))
                 tg.create_task(
-                    _conversation(client, model, conv, t0=t0, stats=stats, headers=headers)
+                    _conversation(picker(i), model, conv, t0=t0, stats=stats, headers=headers)
                 )
 
 
 async def _client(
-    client: httpx.AsyncClient,
+    client: Pick,
     model: str,
     queue: Iterator[Conversation],
     stats: RunStats,
@@ -91,7 +131,7 @@ async def _client(
 
 
 async def _conversation(
-    client: httpx.AsyncClient,
+    client: Pick,
     model: str,
     conv: Conversation,
     *,
@@ -104,7 +144,7 @@ async def _conversation(
 
 
 async def _chat(
-    client: httpx.AsyncClient,
+    client: Pick,
     model: str,
     conv: Conversation,
     *,
@@ -122,7 +162,7 @@ async def _chat(
         }
         stats.in_flight += 1
         try:
-            result, answer = await _turn(client, body, conv.id, headers)
+            result, answer = await _turn(client(), body, conv.id, headers)
         finally:
             stats.in_flight -= 1
         stats.results.append(result)
@@ -175,20 +215,22 @@ def _gaps(stamps: list[float]) -> tuple[float, ...]:
 
 
 async def run_open_loop(
-    base_url: str,
+    base_url: str | Fronts,
     requests: list[TimedRequest],
     stats: RunStats,
     headers: Mapping[str, str] | None = None,
 ) -> None:
-    """Each request sent at its time, with `headers` added to its own."""
+    """Each request sent at its time, with `headers` added to its own (over several fronts:
+    round-robin by request, whatever the spread)."""
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
     common = {"content-type": "application/json", **(headers or {})}
-    async with httpx.AsyncClient(base_url=base_url, timeout=600.0, limits=limits) as client:
+    async with _pickers(base_url, limits, 600.0) as picker:
         t0 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             for i, req in enumerate(requests):
                 await asyncio.sleep(max(0.0, t0 + req.at_s - time.monotonic()))
                 headers = {**common, **req.headers}
+                client = picker(i)()
                 tg.create_task(_timed(client, req, f"req-{i}", stats=stats, headers=headers))
 
 

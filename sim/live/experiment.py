@@ -27,6 +27,7 @@ from typing import Protocol
 import httpx
 
 from sim.live.client import (
+    Fronts,
     RequestResult,
     RunStats,
     report_progress,
@@ -38,8 +39,8 @@ from sim.live.scrape import ReplicaReport, scrape_replicas
 from sim.percentile import percentile
 from sim.workloads import Conversation, TimedRequest
 
-# (router URL, headers every request must carry, where results go)
-Send = Callable[[str, Mapping[str, str], RunStats], Awaitable[None]]
+# (router URL or front ends, headers every request must carry, where results go)
+Send = Callable[[str | Fronts, Mapping[str, str], RunStats], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ def closed_loop(
     """Chats sent closed loop, each request carrying its conversation's `x-session-id`; with
     `clients`, by that many clients in turn (`run_closed_loop`)."""
 
-    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+    async def send(url: str | Fronts, headers: Mapping[str, str], stats: RunStats) -> None:
         await run_closed_loop(
             url,
             model,
@@ -73,7 +74,7 @@ def closed_loop(
 def open_loop(name: str, requests: list[TimedRequest]) -> Workload:
     """Requests sent open loop, at their times."""
 
-    async def send(url: str, headers: Mapping[str, str], stats: RunStats) -> None:
+    async def send(url: str | Fronts, headers: Mapping[str, str], stats: RunStats) -> None:
         await run_open_loop(url, requests, stats, headers)
 
     return Workload(name, len(requests), send)
@@ -127,11 +128,14 @@ class RouterSite:
 
 @dataclass(frozen=True, slots=True)
 class Router:
-    """A running router: its URL, the headers every request must carry, its command line."""
+    """A running router: its URL, the headers every request must carry, its command line;
+    `fronts`: several front ends the clients spread over themselves (then `url` is the
+    first)."""
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()
+    fronts: Fronts | None = None
 
 
 # Starts a router when entered, stops it on exit; blocking (run in a worker thread).
@@ -209,6 +213,7 @@ class ExperimentResult:
             "max_mean_share": self.max_mean_share,
             "requests_per_replica": self.requests_per_replica,
             "throughput_rps": self.throughput_rps,
+            "engine_ttft_mean_s": self.engine_ttft_mean_s,
             "wall_s": self.wall_s,
             "command": list(self.router.command),
         }
@@ -237,6 +242,14 @@ class ExperimentResult:
         shares = self.requests_per_replica
         mean = sum(shares) / len(shares) if shares else 0.0
         return max(shares) / mean if mean else math.nan
+
+    @property
+    def engine_ttft_mean_s(self) -> float:
+        """Mean TTFT as the replicas measured it (their histogram), without the router and
+        the client: where it moves less than the client's, the difference is outside the
+        engines."""
+        n = sum(r.ttft_count for r in self.replicas)
+        return sum(r.ttft_sum_s for r in self.replicas) / n if n else math.nan
 
     @property
     def throughput_rps(self) -> float:
@@ -282,7 +295,7 @@ async def _measure(
         )
         t0 = time.monotonic()
         try:
-            await workload.send(router.url, router.headers, stats)
+            await workload.send(router.fronts or router.url, router.headers, stats)
         finally:
             done.set()
             await ticker

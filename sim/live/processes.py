@@ -230,10 +230,10 @@ def start_emulator(
     return child, urls
 
 
-def start_redis(log_path: Path) -> tuple[ChildProcess, str]:
-    """A fresh `redis-server` on a free port, no persistence; the process and its URL, once
-    it accepts connections (for runs whose gateways share state: `state: redis`)."""
-    port = free_port()
+def start_redis(log_path: Path, port: int = 0) -> tuple[ChildProcess, str]:
+    """A fresh `redis-server` on `port` (0: a free one), no persistence; the process and its
+    URL, once it accepts connections (for runs whose gateways share state: `state: redis`)."""
+    port = port or free_port()
     command = ["redis-server", "--port", str(port), "--bind", HOST]
     command += ["--save", "", "--appendonly", "no"]
     child = ChildProcess(command, log_path).start()
@@ -243,6 +243,25 @@ def start_redis(log_path: Path) -> tuple[ChildProcess, str]:
         child.stop()
         raise
     return child, f"redis://{HOST}:{port}/0"
+
+
+def wait_for_workers(url: str, count: int, timeout_s: float = 60.0) -> None:
+    """Until `count` distinct workers of a `kvgate serve --workers N` at `url` answer
+    `/ready` with 200 (a new connection each time: the kernel spreads them over the workers,
+    and one that is not listening yet gets none)."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}: {len(seen)} of {count} workers ready after {timeout_s} s")
+        with (
+            contextlib.suppress(httpx.HTTPError, KeyError, ValueError),
+            httpx.Client(timeout=2.0) as client,
+        ):
+            r = client.get(url + "/ready")
+            if r.status_code == 200:
+                seen.add(int(r.json()["worker"]["index"]))
+        time.sleep(0.02)
 
 
 def start_gateway(

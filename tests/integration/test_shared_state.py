@@ -1,8 +1,9 @@
 """Two gateways sharing routing state through a real redis-server (`state.backend: redis`).
 
 A prompt routed by gateway A shows as held, on the backend A chose, in gateway B's
-`/admin/route`; with Redis killed both keep answering (on local state) and say degraded;
-with Redis back, replication resumes.
+`/admin/route`; A's requests in flight and their queued prefill count in B's snapshots, a
+backend A found down is forgotten by B, A's TTFTs teach B's model; with Redis killed both
+keep answering (on local state) and say degraded; with Redis back, replication resumes.
 """
 
 from __future__ import annotations
@@ -86,14 +87,14 @@ def test_a_placement_made_by_one_gateway_is_known_to_the_other(
     assert [n for backend, n in matched.items() if backend != chosen] == [0]
     # B routes the same prompt where A sent it, and A learns nothing back from itself.
     assert _send(b, body) == chosen
-    wait_until(lambda: b.get("/admin/backends").json()["state"]["placements"]["published"] == 1)
+    wait_until(lambda: b.get("/admin/backends").json()["state"]["events"]["published"] == 1)
     state_b = b.get("/admin/backends").json()["state"]
     assert state_b["backend"] == "redis" and not state_b["degraded"]
-    assert (state_b["placements"]["received"], state_b["placements"]["applied"]) == (1, 1)
-    wait_until(lambda: a.get("/admin/backends").json()["state"]["placements"]["received"] == 1)
+    assert (state_b["events"]["received"], state_b["events"]["applied"]) == (1, 1)
+    wait_until(lambda: a.get("/admin/backends").json()["state"]["events"]["received"] == 1)
     metrics = a.get("/metrics").text
     assert "kvgate_state_redis_up 1.0" in metrics
-    assert "kvgate_state_placements_published_total 1.0" in metrics
+    assert "kvgate_state_events_published_total 1.0" in metrics
 
 
 def test_redis_down_routes_on_local_state_and_resumes_when_back(
@@ -122,7 +123,7 @@ def test_redis_down_routes_on_local_state_and_resumes_when_back(
     wait_until(lambda: _matched(a, body)[chosen] > 0, within=5)
 
 
-def test_the_other_gateways_in_flight_requests_are_counted_while_their_lease_lasts(
+def test_the_other_gateways_in_flight_requests_and_queued_prefill_count_while_reported(
     redis_server: RedisServer, start_gateway: StartGateway, fake_engines: StartEngines
 ) -> None:
     urls = [s.url for _, s in fake_engines(2, ttft_delay=2.5)]
@@ -131,16 +132,49 @@ def test_the_other_gateways_in_flight_requests_are_counted_while_their_lease_las
         pending = pool.submit(_send, a, _chat(3))
         wait_until(lambda: sum(b.in_flight for b in app_a.pool) == 1)
         busy = next(b.id for b in app_a.pool if b.in_flight)
-        wait_until(lambda: app_b.shared.remote_in_flight() == {busy: 1}, within=3)
-        assert app_b.shared.leases is not None and app_b.shared.leases.peers == 1
+        queued = app_a.pool.find(busy).pending_prefill_tokens  # type: ignore[union-attr]
+        assert queued > 0
+        started = time.monotonic()
+        wait_until(lambda: app_b.shared.remote_in_flight() == {busy: 1}, within=2)
+        assert time.monotonic() - started < 0.5  # reports go out as the counts change
+        assert app_b.shared.load is not None and app_b.shared.load.peers == 1
         assert app_a.shared.remote_in_flight() == {}  # B has nothing in flight
-        # B's in-flight scorer sees A's request on that backend.
-        backend_b = app_b.pool.find(busy)
-        assert backend_b is not None and backend_b.snapshot(app_b.clock()).remote_in_flight == 1
-        assert backend_b.in_flight == 0
+        # B's scorers see A's request and its prefill on that backend.
+        snap = app_b.pool.find(busy).snapshot(app_b.clock())  # type: ignore[union-attr]
+        assert (snap.remote_in_flight, snap.remote_pending_prefill_tokens) == (1, queued)
+        assert (snap.in_flight, snap.pending_prefill_tokens) == (0, 0)
         assert pending.result() == busy
-    wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=3)
-    assert all(b.remote_in_flight == 0 for b in app_b.pool)
+    wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=2)
+    assert all(b.remote_in_flight == b.remote_pending_prefill_tokens == 0 for b in app_b.pool)
+
+
+def test_a_backend_one_gateway_found_down_is_forgotten_by_the_other(
+    pair: list[tuple[GatewayApp, httpx.Client]],
+) -> None:
+    (app_a, a), (_, b) = pair
+    body = _chat(11)
+    chosen = _send(a, body)
+    wait_until(lambda: _matched(b, body)[chosen] > 0, within=5)
+    app_a._backend_down(chosen)  # what A's prober does when the backend stops answering
+    wait_until(lambda: _matched(b, body)[chosen] == 0, within=5)
+
+
+def test_the_ttfts_one_gateway_sees_teach_the_others_model(
+    pair: list[tuple[GatewayApp, httpx.Client]],
+) -> None:
+    (app_a, a), (app_b, _) = pair
+    for i in range(12):
+        body = {**_chat(300 + i % 3), "stream": True}
+        with a.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            r.read()
+    learned = [b.id for b in app_a.pool if b.id in app_a.ttft_model._fit]
+    assert learned  # A fitted a line for some backend ...
+    for backend in learned:  # ... and B holds the same line, from A's points
+        wait_until(lambda backend=backend: backend in app_b.ttft_model._fit, within=5)
+        a_line, b_line = (m.ttft_model.coefficients(backend) for m in (app_a, app_b))
+        assert b_line.overhead_s == pytest.approx(a_line.overhead_s)
+        assert b_line.prefill_token_s == pytest.approx(a_line.prefill_token_s)
 
 
 def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
@@ -151,7 +185,7 @@ def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
     (app_a, a), _ = pair
     body = _chat(5)
     chosen = _send(a, body)
-    wait_until(lambda: a.get("/admin/backends").json()["state"]["placements"]["published"] == 1)
+    wait_until(lambda: a.get("/admin/backends").json()["state"]["events"]["published"] == 1)
     urls = [b.spec.url for b in app_a.pool]
     [(_, server_c)] = _gateways(start_gateway, urls, redis_server, n=1)
     with httpx.Client(base_url=server_c.url, timeout=10) as c:

@@ -339,3 +339,28 @@ def test_admin_port_equal_to_the_api_port_is_refused() -> None:
 def test_help_lists_hash_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert "hash-key" in _help(capsys)
     assert "--admin-port" in _help(capsys, "serve")
+
+
+def test_workers_come_from_the_flag_or_kvgate_workers_and_default_to_one() -> None:
+    def parse(env: dict[str, str], *argv: str) -> int:
+        return int(build_parser(env).parse_args(["serve", *argv]).workers)
+
+    assert parse({}) == 1
+    assert parse({"KVGATE_WORKERS": "4"}) == 4
+    assert parse({"KVGATE_WORKERS": "4"}, "--workers", "2") == 2
+
+
+@pytest.mark.parametrize("n", ["0", "-1", "257"])
+def test_a_worker_count_out_of_range_fails_the_start_with_status_2(
+    n: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--backend", "http://127.0.0.1:1", "--workers", n], environ={}) == 2
+    assert f"--workers: {n} is not between 1 and 256" in capsys.readouterr().err
+
+
+def test_workers_refuse_a_trace_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--backend", "http://127.0.0.1:1", "--port", "0", "--workers", "2"]
+    assert main([*argv, "--record", str(tmp_path / "t.jsonl")], environ={}) == 2
+    assert "cannot be used with --workers" in capsys.readouterr().err

@@ -2,18 +2,45 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.state.codec import BadEntryError, Placement, decode, encode, pack_hashes
+from gateway.state.codec import (
+    BadEntryError,
+    Event,
+    Eviction,
+    Forget,
+    Placement,
+    TtftPoints,
+    Withdrawal,
+    decode,
+    encode,
+    pack_hashes,
+)
+
+EVENTS: list[Event] = [
+    Placement("gw-1", "10.0.0.5:8000", 64, (0, 1, 2**64 - 1, 123456789), 1_700_000_000_000),
+    Withdrawal("gw-1", "b", 64, (5, 6, 7), 1, 12),
+    Eviction("gw-1", "b", 32, (8,), 40, 13),
+    Forget("gw-2", "b", 14),
+    TtftPoints("gw-2", (("b", 1200.0, 0.25), ("c", 0.0, 0.01)), 15),
+]
 
 
-def test_a_placement_survives_the_round_trip() -> None:
-    p = Placement("gw-1", "10.0.0.5:8000", 64, (0, 1, 2**64 - 1, 123456789), 1_700_000_000_000)
-    fields = encode(p)
-    assert len(fields[b"h"]) == 8 * 4  # 8 bytes a block
-    assert decode(fields) == p
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+def test_every_event_survives_the_round_trip(event: Event) -> None:
+    assert decode(encode(event)) == event
+
+
+def test_hashes_take_8_bytes_a_block() -> None:
+    assert len(encode(EVENTS[0])[b"h"]) == 8 * 4
+
+
+def test_an_entry_without_a_kind_is_a_placement_of_the_first_version() -> None:
+    fields = encode(EVENTS[0])
+    del fields[b"k"]
+    assert decode(fields) == EVENTS[0]
 
 
 def test_no_hashes_is_an_empty_tuple() -> None:
-    assert decode(encode(Placement("g", "b", 64, (), 0))).hashes == ()
+    assert decode(encode(Placement("g", "b", 64, (), 0))).hashes == ()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -23,10 +50,13 @@ def test_no_hashes_is_an_empty_tuple() -> None:
         {b"g": b"g", b"b": b"b", b"c": b"sixty", b"t": b"0", b"h": b""},
         {b"g": b"g", b"b": b"b", b"c": b"64", b"t": b"0", b"h": b"\x00" * 7},
         {b"g": b"\xff", b"b": b"b", b"c": b"64", b"t": b"0", b"h": b""},
+        {b"k": b"z", b"g": b"g", b"b": b"b", b"c": b"64", b"t": b"0", b"h": b""},
+        {b"k": b"t", b"g": b"g", b"t": b"0", b"d": b"\xc1"},  # not msgpack
+        {b"k": b"w", b"g": b"g", b"b": b"b", b"c": b"64", b"t": b"0", b"h": b""},  # no start
     ],
 )
-def test_an_entry_that_is_not_a_placement_is_refused(fields: dict[bytes, bytes]) -> None:
-    with pytest.raises(BadEntryError, match="not a placement entry"):
+def test_an_entry_that_is_not_an_event_is_refused(fields: dict[bytes, bytes]) -> None:
+    with pytest.raises(BadEntryError, match="not a shared-state entry"):
         decode(fields)
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from gateway.state.codec import Placement
+from typing import Any
+
+from gateway.state.codec import Forget, Placement, TtftPoints, Withdrawal
 from gateway.state.shared import SharedState
 from gateway.supervisor import Supervisor
 from routing.types import RoutingRequest
@@ -8,37 +10,58 @@ from scoring.config import StateSection
 from scoring.prefix_index import PrefixIndex
 
 
-def _shared(backend: str, index: PrefixIndex) -> SharedState:
-    section = StateSection(backend=backend, url="redis://127.0.0.1:1/0", namespace="ns")
-    return SharedState(section, "pool", index, lambda: 64, lambda b: b in {"b1", "b2"})
+class _Links:
+    async def connect(self) -> None:
+        return None
+
+    def broadcast(self, payload: bytes) -> None:
+        return None
+
+
+def _shared(backend: str, index: PrefixIndex, **kw: Any) -> SharedState:
+    section = StateSection(backend=backend, url="redis://127.0.0.1:1/0", namespace="ns")  # type: ignore[arg-type]
+    return SharedState(
+        section, "pool", index, lambda: 64, lambda b: b in {"b1", "b2"}, gateway_id="me", **kw
+    )
+
+
+def _request(*hashes: int) -> RoutingRequest:
+    return RoutingRequest(model="m", prefix_hashes=hashes, prefix_block_chars=64)
 
 
 def test_memory_shares_nothing_and_adds_no_loop() -> None:
     s = _shared("memory", PrefixIndex())
-    s.note_dispatch("b1", RoutingRequest(model="m", prefix_hashes=(1, 2), prefix_block_chars=64))
     loops = Supervisor()
     s.attach(loops)
-    assert loops.states() == {}
-    assert s.state() == {"backend": "memory"} and not s.degraded
+    assert not s.active and loops.states() == {}
+    assert s.state() == {"backend": "memory"} and not s.degraded and s.settled
 
 
-def test_redis_queues_dispatches_and_is_degraded_until_redis_answers() -> None:
-    s = _shared("redis", PrefixIndex())
-    assert s.placements is not None and s.placements.stream == "ns:pool:placements"
-    s.note_dispatch("b1", RoutingRequest(model="m", prefix_hashes=(1, 2), prefix_block_chars=64))
-    s.note_dispatch("b1", RoutingRequest(model="m"))  # no prompt blocks: nothing to share
-    assert s.placements.counters.queued == 1
+def test_redis_queues_the_changes_and_is_degraded_until_redis_answers() -> None:
+    s = _shared("redis", PrefixIndex(), local_load=dict)
+    assert s.active and s.channel == "redis"
+    assert s.stream is not None and s.stream.stream == "ns:pool:events:me"
+    s.placed("b1", _request(1, 2))
+    s.placed("b1", _request())  # no prompt blocks: nothing to share
+    s.withdrawn("b1", _request(1, 2), 1)
+    s.forgotten("b2")
+    s.ttft("b1", 100.0, 0.05)
+    s.ttft("b2", 200.0, 0.07)
+    batch = s.outbox.take(10)
+    assert [type(e) for e in batch] == [Placement, Withdrawal, Forget, TtftPoints]
+    assert batch[-1].points == (("b1", 100.0, 0.05), ("b2", 200.0, 0.07))  # type: ignore[union-attr]
     loops = Supervisor()
     s.attach(loops)
-    assert set(loops.states()) == {"state-publish", "state-apply"}
-    assert s.degraded and s.state()["redis_up"] is False
+    assert set(loops.states()) == {"state-publish", "state-apply", "state-load"}
+    state = s.state()
+    assert s.degraded and state["redis_up"] is False and state["channel"] == "redis"
+    assert not s.settled  # the stream's history not read yet, and Redis never failed
 
 
-def test_another_gateways_placement_lands_in_the_index_when_it_means_something_here() -> None:
-    index = PrefixIndex()
-    s = _shared("redis", index)
-    assert s._apply(Placement("other", "b1", 64, (1, 2, 3), 0))
-    assert index.match((1, 2, 3), ("b1", "b2")) == {"b1": 3, "b2": 0}
-    assert not s._apply(Placement("other", "b1", 32, (4,), 0))  # cut in another block size
-    assert not s._apply(Placement("other", "gone", 64, (5,), 0))  # not a backend here
-    assert index.blocks("b1") == 3
+def test_sibling_workers_share_over_their_own_channel_without_redis() -> None:
+    s = _shared("memory", PrefixIndex(), local_load=dict, siblings=_Links())
+    assert s.active and s.channel == "workers" and s.settled and not s.degraded
+    loops = Supervisor()
+    s.attach(loops)
+    assert set(loops.states()) == {"state-workers"}
+    assert s.state()["load"] == {"peers": 0, "sent": 0, "received": 0, "remote": {}}

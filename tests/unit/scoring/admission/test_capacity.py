@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from routing.types import EndpointSnapshot, EngineMetrics, Health
 from scoring.admission import InFlightCap, SaturationBudget
 
@@ -24,6 +26,13 @@ def test_in_flight_cap_counts_healthy_backends_only() -> None:
     assert cap.room(eps, admitted=0) == 8
     assert cap.room(eps, admitted=7) == 1
     assert cap.room(eps, admitted=9) == 0
+
+
+def test_in_flight_cap_counts_the_other_gateways_requests_too() -> None:
+    cap = InFlightCap(4)
+    eps = [replace(_ep("a"), remote_in_flight=3), _ep("b"), _ep("c", health=Health.UNHEALTHY)]
+    eps[2] = replace(eps[2], remote_in_flight=50)  # not a candidate: its load does not count
+    assert cap.room(eps, admitted=2) == 8 - 2 - 3
 
 
 def test_in_flight_cap_without_a_healthy_backend_holds_nothing_back() -> None:

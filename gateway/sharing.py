@@ -1,0 +1,69 @@
+"""The app's shared routing state and sibling workers, wired (`state:`, `--workers N`).
+
+`build_sharing` gives the `SharedState` (Redis with `state.backend: redis`; the workers'
+own channel between the workers of one `kvgate serve --workers N`; nothing for a lone
+in-memory gateway) and, in a worker, its `WorkerPeers`. The prefix tracker tells the shared
+state its changes only when something is shared, so a lone gateway's request path pays
+nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import Any
+
+from gateway.config import GatewayConfig
+from gateway.prefix import PrefixTracker
+from gateway.state import SharedState
+from gateway.state.load import Counts
+from gateway.workers.context import WorkerContext
+from gateway.workers.peers import WorkerPeers
+from health.pool import BackendPool
+from scoring.stack import RoutingStack
+
+
+def build_sharing(
+    config: GatewayConfig,
+    stack: RoutingStack,
+    pool: BackendPool,
+    prefix: PrefixTracker,
+    *,
+    workers: WorkerContext | None,
+    own_metrics: Callable[[], bytes],
+    apply_admin: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]],
+) -> tuple[SharedState, WorkerPeers | None]:
+    peers = None
+    if workers is not None:
+        peers = WorkerPeers(
+            workers,
+            lambda frame: shared.receive_local(frame),  # noqa: PLW0108 (built below)
+            own_metrics,
+            apply_admin,
+        )
+    shared = SharedState(
+        config.state,
+        config.discovery.pool or "static",
+        stack.index,
+        lambda: stack.feed.block_chars(()),
+        lambda backend_id: pool.find(backend_id) is not None,
+        ttft_model=stack.ttft_model,
+        local_load=lambda: {b.id: (b.in_flight, b.pending_prefill_tokens) for b in pool},
+        on_remote_load=partial(set_remote_load, pool),
+        siblings=peers.siblings if peers is not None else None,
+        refresh_block_chars=lambda: stack.feed.block_chars(pool.snapshots()),
+    )
+    if shared.active:
+        prefix.sink = shared
+    return shared, peers
+
+
+def set_remote_load(pool: BackendPool, remote: Counts) -> None:
+    """The other gateways' in-flight requests and queued prefill per backend, as the pool's
+    backends show them to the scheduler."""
+    for b in pool:
+        n, p = remote.get(b.id, (0, 0))
+        if b.remote_in_flight != n:
+            b.remote_in_flight = n
+        if b.remote_pending_prefill_tokens != p:
+            b.remote_pending_prefill_tokens = p
