@@ -10,7 +10,7 @@ from typing import Any
 from bench.calibrate.compare import CellComparison, summarize
 from bench.calibrate.errors import ErrorSummary
 from bench.calibrate.fit import Coefficients
-from sim.engine.types import EngineConfig
+from sim.engine.types import EngineConfig, FrontEnd
 
 
 def error_line(name: str, s: ErrorSummary) -> str:
@@ -61,11 +61,11 @@ def profile_json(
         f"error of per-request TTFT and mean ITL, each written as a sum of replayed engine "
         f"steps. Held-back cells, engine model vs measured: TTFT median |err| "
         f"{t['median_abs']:.1%}, p90 {t['p90_abs']:.1%}; mean ITL median |err| "
-        f"{i['median_abs']:.1%}, p90 {i['p90_abs']:.1%}. Outside the engine, and so not part "
-        f"of this profile, vLLM's API server added to each TTFT request_overhead_s = "
-        f"{coef.request_overhead_s:.4g} s (HTTP, first chunk) and took frontend_s = "
-        f"{coef.frontend_s:.4g} s of serial work per request before the engine saw it (a "
-        f"burst of n requests reaches the engine over ~(n-1)·frontend_s). num_blocks is the "
+        f"{i['median_abs']:.1%}, p90 {i['p90_abs']:.1%}. Outside the engine's steps, vLLM's API "
+        f"server added to each TTFT request_overhead_s = {coef.request_overhead_s:.4g} s "
+        f"(HTTP, first chunk) and took frontend_s = {coef.frontend_s:.4g} s of serial work "
+        f"per request before the engine saw it (a burst of n requests reaches the engine over "
+        f"~(n-1)·frontend_s): the profile's `frontend`. num_blocks is the "
         f"server's num_gpu_blocks with VLLM_CPU_KVCACHE_SPACE={meta['kv_cache_gib']} GiB."
     )
     return {
@@ -77,6 +77,7 @@ def profile_json(
         "source": source,
         "config": asdict(config),
         "timing": asdict(coef.timing),
+        "frontend": asdict(FrontEnd(coef.request_overhead_s, coef.frontend_s)),
     }
 
 

@@ -1,5 +1,8 @@
 """Values of the engine model: configuration, step-time coefficients, profiles, step results.
 
+A profile also carries its API server's cost (`FrontEnd`): time a request's TTFT includes
+outside the engine's steps.
+
 The step-time model is linear in four features of a step (see `StepFeatures`):
 
     t = overhead_s
@@ -55,14 +58,32 @@ class StepTimeCoefficients:
 
 
 @dataclass(frozen=True, slots=True)
+class FrontEnd:
+    """The engine's API server, between the gateway and the engine's steps.
+
+    Each request takes `frontend_s` of serial work (HTTP parsing, input processing; one queue
+    per engine, first come first served) before the engine sees it, and its first token
+    reaches the gateway `request_overhead_s` after the step that made it ends (HTTP, the
+    first chunk). Request i dispatched at d_i reaches the engine at
+        a_i = max(d_i, a_{i-1}) + frontend_s,
+    and its TTFT is first_token_i − arrival_i + request_overhead_s. Zero: a bare engine.
+    """
+
+    request_overhead_s: float = 0.0
+    frontend_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class EngineProfile:
-    """A named hardware/model profile: capacity, timing, and where the numbers come from."""
+    """A named hardware/model profile: capacity, timing, API server cost, and where the
+    numbers come from."""
 
     name: str
     description: str
     source: str
     config: EngineConfig
     timing: StepTimeCoefficients
+    frontend: FrontEnd = FrontEnd()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Offline replay: a trace through the gateway's own routing code onto simulated engines.
 
-- `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing), and
-  `ClosedLoop`, users whose next turn follows their last one's answer
+- `simulator`: `Replay`, the discrete-event loop (virtual clock, event heap, routing)
+- `closed_loop`: `ClosedLoop`, users whose next turn follows their last one's answer
 - `replica`: one engine model on the clock, and what a metrics scrape of it reads
 - `gateways`: several gateways in front of the fleet, their routing state shared or not
 - `oracle_index`: the oracle's prefix index, read from the engines' KV caches

@@ -108,6 +108,15 @@ def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
         help="virtual seconds from a step's end until its KV-cache events reach the precise "
         "index (profiles that read it, e.g. precise-prefix; default %(default)s)",
     )
+    p.add_argument(
+        "--gateway-overhead",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds the gateway, the network and the client add to every TTFT and latency, "
+        "beyond the engine profile's API server (default %(default)s; `make fidelity` "
+        "measures it)",
+    )
 
 
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -3,8 +3,9 @@
 At equal times, a step's end (its tokens reach the gateway) comes before a batch of KV-cache
 events reaching the precise index, then another gateway's state change reaching the rest
 (`sim.replay.gateways`), all before an arrival (which is routed with what the gateways know
-by then), and an arrival before the engine starts its next step, so a request arriving
-exactly at a step boundary joins the step that starts then.
+by then), and an arrival (at the gateway, then at the engine, past its API server's queue)
+before the engine starts its next step, so a request reaching the engine exactly at a step
+boundary joins the step that starts then.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ class Kind(IntEnum):
     KV_EVENTS = 1
     SYNC = 2
     ARRIVAL = 3
-    STEP_START = 4
-    SAMPLE = 5
+    ENGINE_ARRIVAL = 4
+    STEP_START = 5
+    SAMPLE = 6
 
 
 class EventQueue:

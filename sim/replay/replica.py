@@ -56,12 +56,19 @@ class SimReplica:
         self.in_flight = 0
         self.dispatched = 0
         self.pending_prefill_tokens = 0
+        self.frontend_free_at = 0.0  # when its API server has worked through its queue
         self.current: Segment | None = None
         self.start_pending = False
         self.event_token = 0  # bumped when the current segment's end moves
         self._history: deque[Segment] = deque()
         self._initial = self._gauges()
         self._metrics_cache: tuple[float, EngineMetrics] | None = None
+
+    def through_frontend(self, now: float, frontend_s: float) -> float:
+        """When a request dispatched `now` reaches the engine, past its API server's queue
+        (`frontend_s` of serial work a request; `sim.engine.types.FrontEnd`)."""
+        self.frontend_free_at = max(now, self.frontend_free_at) + frontend_s
+        return self.frontend_free_at
 
     def _gauges(self) -> Gauges:
         return Gauges._make(self.engine.load())

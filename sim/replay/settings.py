@@ -51,6 +51,9 @@ class SimSettings:
     spread: str = "request"
     shared: bool = True
     sync_delay_s: float = DEFAULT_SYNC_DELAY_S
+    # What the gateway, the network and the client add to every request's TTFT and latency
+    # beyond the engine and its API server (`EngineProfile.frontend`), in seconds.
+    gateway_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -64,8 +67,9 @@ class SimSettings:
             raise ValueError("gateways must be >= 1")
         if self.spread not in SPREADS:
             raise ValueError(f"spread must be one of {', '.join(SPREADS)}")
-        if not self.sync_delay_s >= 0:
-            raise ValueError("sync_delay_s must be >= 0")
+        for name in ("sync_delay_s", "gateway_overhead_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

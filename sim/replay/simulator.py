@@ -29,8 +29,12 @@ engine first applies the decode steps it started by then, so the oracle reads th
 that stepping one step at a time would show). Perfect signals are not a better policy by
 themselves: the profile's weights still trade affinity against load.
 
-Tokens reach the gateway at the end of the step that makes them; a request's TTFT and
-latency are measured from its arrival (the gateway adds no delay).
+Tokens reach the gateway at the end of the step that makes them. A request reaches its
+engine at once, or, when the profile's API server takes `frontend_s` a request, after its
+turn in that server's queue (`EngineProfile.frontend`). A request's TTFT and latency run
+from its arrival at the gateway to its token's end of step, plus the profile's
+`request_overhead_s` and `SimSettings.gateway_overhead_s`: time outside the engines that
+delays what the client sees but not the engines nor the gateway's counters.
 
 With a `ClosedLoop`, arrivals are not the trace's: `users` users take the chats in order,
 each sending a chat's next turn `think_s` after the previous turn's last token (a turn the
@@ -56,6 +60,7 @@ from scoring.prefix_feed import Dispatch, kv_tokens
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
+from sim.replay.closed_loop import ClosedLoop, turns_of
 from sim.replay.events import EventQueue, Kind
 from sim.replay.gateways import Counters, SimGateway, Spread, StateMirror, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
@@ -88,21 +93,6 @@ class ReplayObserver(Protocol):
     def finished(self, now: float, request_id: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedLoop:
-    """Arrivals made by users instead of the trace (see the module docstring)."""
-
-    users: int
-    chats: tuple[tuple[int, ...], ...]  # each chat's turns as trace indices, in turn order
-    think_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.users < 1:
-            raise ValueError("a closed loop needs users >= 1")
-        if not self.think_s >= 0:
-            raise ValueError("think_s must be >= 0")
-
-
 @dataclass(slots=True)
 class _Live:
     """A request between its arrival and its last token."""
@@ -112,6 +102,7 @@ class _Live:
     dispatch: Dispatch[Counters]
     output_tokens: int
     gateway: int
+    hashes: Sequence[int] = ()  # its prompt's engine block hashes, until it reaches the engine
     first_at: float = math.nan
     last_at: float = math.nan
 
@@ -155,15 +146,8 @@ class Replay:
         if loop is None and any(a.arrival_s > b.arrival_s for a, b in pairwise(trace)):
             raise ValueError("the trace must be in arrival order")
         self._loop = loop
-        # Closed loop: trace index → (chat, turn), and the next chat a free user takes.
-        self._turn_of = (
-            {i: (c, k) for c, turns in enumerate(loop.chats) for k, i in enumerate(turns)}
-            if loop is not None
-            else {}
-        )
-        if len(self._turn_of) != (len(trace) if loop is not None else 0):
-            raise ValueError("a closed loop's chats must list every trace index once")
-        self._next_chat = 0
+        self._turn_of = turns_of(loop, len(trace))
+        self._next_chat = 0  # the next chat a free user takes
         self.now = 0.0
         self._trace = trace
         self._spec = PolicySpec.parse(policy)
@@ -217,6 +201,9 @@ class Replay:
                 self.gateways, settings.sync_delay_s, section.ttft.learn, self._sync_due
             )
         self._cpt = section.prefix.chars_per_token
+        self._frontend = profile.frontend
+        # From the engine's first (and last) token to the client's: added to TTFT and latency.
+        self._outside_s = profile.frontend.request_overhead_s + settings.gateway_overhead_s
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
         self._log = RequestLog()
@@ -261,6 +248,7 @@ class Replay:
             self._kv_events,
             self._sync,
             self._arrival,
+            self._engine_arrival,
             self._step_start,
             self._sample,
         ]
@@ -305,10 +293,11 @@ class Replay:
             return
         chat, turn = self._turn_of[i]
         turns = loop.chats[chat]
+        seen = self.now + self._outside_s  # the user sees the last token this much later
         if turn + 1 < len(turns):
-            self._queue.push(self.now + loop.think_s, Kind.ARRIVAL, turns[turn + 1])
+            self._queue.push(seen + loop.think_s, Kind.ARRIVAL, turns[turn + 1])
         else:
-            self._next_chat_of_user(self.now)
+            self._next_chat_of_user(seen)
 
     def _next_chat_of_user(self, at: float) -> None:
         assert self._loop is not None
@@ -375,11 +364,31 @@ class Replay:
                 pending=dispatch.uncached_tokens,
                 blocks=routing_request.prefix_hashes,
             )
+        live = _Live(position, self.now, dispatch, output, g)
+        self._live[rid] = live
+        if self._frontend.frontend_s > 0:
+            live.hashes = engine_hashes
+            at = replica.through_frontend(self.now, self._frontend.frontend_s)
+            self._queue.push(at, Kind.ENGINE_ARRIVAL, i)
+        else:
+            self._enter_engine(rid, request.input_tokens, engine_hashes, live)
+
+    def _engine_arrival(self, i: int, _token: int) -> None:
+        rid = str(i)
+        live = self._live[rid]
+        hashes, live.hashes = live.hashes, ()
+        self._enter_engine(rid, self._trace[i].input_tokens, hashes, live)
+
+    def _enter_engine(
+        self, rid: str, input_tokens: int, engine_hashes: Sequence[int], live: _Live
+    ) -> None:
+        """The request reaches its engine now: it joins the engine's next step."""
+        position = live.replica
+        replica = self.replicas[position]
         new_end = replica.cut(self.now)
         if new_end is not None:
             self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
-        replica.engine.add_request_hashed(rid, request.input_tokens, engine_hashes, output)
-        self._live[rid] = _Live(position, self.now, dispatch, output, g)
+        replica.engine.add_request_hashed(rid, input_tokens, engine_hashes, live.output_tokens)
         if not replica.busy and not replica.start_pending:
             replica.start_pending = True
             self._queue.push(self.now, Kind.STEP_START, position)
@@ -488,7 +497,8 @@ class Replay:
                 request = live[token.request_id]
                 if token.index == 0:
                     request.first_at = now
-                    self._settle(request, now - request.dispatch.at)
+                    seen = now - request.dispatch.at + self._frontend.request_overhead_s
+                    self._settle(request, seen)
                     if self._observer is not None:
                         self._observer.first_token(now, token.request_id)
                 else:
@@ -537,8 +547,12 @@ class Replay:
             self._observer.finished(now, rid)
         n = request.output_tokens
         itl = (now - request.first_at) / (n - 1) if n > 1 else math.nan
+        outside = self._outside_s
         self._log.add(
-            request.first_at - request.arrival, now - request.arrival, itl, request.replica
+            request.first_at - request.arrival + outside,
+            now - request.arrival + outside,
+            itl,
+            request.replica,
         )
         del self._live[rid]
         self._last_token_at = now

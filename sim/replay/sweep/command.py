@@ -85,6 +85,7 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
         slo_ttft_s=args.slo_ttft,
         slo_itl_s=args.slo_itl,
         kv_event_delay_s=args.kv_event_delay,
+        gateway_overhead_s=args.gateway_overhead,
         **load_config(args.config),
     )
     points, notes = expand_grid(

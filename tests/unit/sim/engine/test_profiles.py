@@ -14,7 +14,7 @@ from sim.engine.profiles import (
     load_profiles,
     parse_profile,
 )
-from sim.engine.types import StepFeatures
+from sim.engine.types import FrontEnd, StepFeatures
 
 MOCKER_KV_TOKENS = 16384 * 64
 
@@ -122,12 +122,22 @@ def test_profile_files_next_to_the_module_join_the_registry(tmp_path: Path) -> N
         (_profile_json(timing={"overhead_s": 0.1}), r"profile: .*prefill_token_s"),
         (_profile_json(timing={**_profile_json()["timing"], "attention_s": -1}), "attention_s"),
         (_profile_json(name=3), r"profile\.name"),
+        (_profile_json(frontend={"frontend_s": -0.1}), r"profile\.frontend\.frontend_s"),
+        (_profile_json(frontend={"queue_s": 0.1}), r"profile\.frontend: unknown field"),
         ([], "expected an object"),
     ],
 )
 def test_parse_profile_names_the_bad_field(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_profile(data)
+
+
+def test_the_front_end_is_optional_and_read_when_given() -> None:
+    assert parse_profile(_profile_json()).frontend == FrontEnd()
+    given = {"request_overhead_s": 0.02, "frontend_s": 0.005}
+    assert parse_profile(_profile_json(frontend=given)).frontend == FrontEnd(0.02, 0.005)
+    measured = get_profile("vllm-cpu-tiny").frontend
+    assert measured.request_overhead_s > 0 and measured.frontend_s > 0
 
 
 def test_load_profile_file_reports_bad_json(tmp_path: Path) -> None:
