@@ -1,4 +1,4 @@
-"""`python -m bench fidelity`: live vs simulated, per policy (see `bench.fidelity`)."""
+"""`python -m bench fidelity`: live vs simulated, per case and policy (see `bench.fidelity`)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,18 @@ import argparse
 import asyncio
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from bench.fidelity.check import PolicyCheck, check_policy
-from bench.fidelity.live import LiveFleet, run_live
+from bench.fidelity.live import SETTLE_SCRAPES, LiveFleet, run_live
+from bench.fidelity.probe import Overheads, probe_overheads
 from bench.fidelity.report import format_report, write_json, write_plot
-from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed
-from sim.engine.profiles import get_profile
+from bench.fidelity.workload import CASES, MODEL, Case, FidelitySettings, build_case
+from sim.engine.types import EngineProfile, FrontEnd
 from sim.live.experiment import Fleet
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay import SimSettings, load_config
@@ -28,83 +29,118 @@ def _log(text: str) -> None:
 
 
 async def run_check(s: FidelitySettings) -> tuple[list[PolicyCheck], dict[str, Any]]:
-    profile = slowed(get_profile(s.profile), s.slowdown)
-    trace = build_trace(s, profile.config.block_size)
-    requests = timed_requests(trace, MODEL, include_usage=True)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     config_path = s.out_dir / "gateway.yaml"
     config_path.write_text(yaml.safe_dump(s.gateway_config), encoding="utf-8")
-    sim_settings = SimSettings(replicas=s.replicas, seed=s.sim_seed, **load_config(config_path))
-    fleet = LiveFleet(
-        Fleet(s.replicas, s.profile, MODEL, speedup=1 / s.slowdown),
+    base = SimSettings(replicas=s.replicas, seed=s.sim_seed, **load_config(config_path))
+    settle_s = SETTLE_SCRAPES * base.scrape_interval_s
+    cases = [build_case(s, name) for name in s.cases]
+    speedup = 1 / s.slowdown
+    mooncake = build_case(replace(s, mooncake_requests=0), "mooncake")  # its fleet, no trace
+    _log(f"fidelity: probing the time outside the engines ({s.replicas} idle replicas)")
+    overheads = await probe_overheads(
+        Fleet(s.replicas, mooncake.profile_name, MODEL, speedup, mooncake.emulator_args),
         config_path,
-        sim_settings.scrape_interval_s,
+        settle_s,
         s.out_dir,
+        mooncake.profile.config.block_size,
     )
-    span = trace[-1].arrival_s if trace else 0.0
     _log(
-        f"fidelity: {len(trace)} requests ({s.sessions} chats of {s.turns} turns, "
-        f"{s.tenants} tenants) over {span:.0f} s; {s.replicas} replicas of {s.profile!r}"
-        f"{f' slowed {s.slowdown:g}x' if s.slowdown != 1 else ''}; "
-        f"policies {', '.join(s.policies)}; config {config_path}"
+        f"  straight to a replica +{overheads.engine_overhead_s * 1000:.1f} ms, the gateway "
+        f"+{overheads.gateway_overhead_s * 1000:.1f} ms "
+        f"+{overheads.gateway_overhead_token_s * 1e6:.2f} us a prompt token"
+    )
+    settings = replace(
+        base,
+        gateway_overhead_s=overheads.gateway_overhead_s,
+        gateway_overhead_token_s=overheads.gateway_overhead_token_s,
+    )
+    frontend = FrontEnd(request_overhead_s=overheads.engine_overhead_s)
+    checks = []
+    for case in cases:
+        fleet = LiveFleet(
+            Fleet(s.replicas, case.profile_name, MODEL, speedup, case.emulator_args),
+            config_path,
+            settings.scrape_interval_s,
+            s.out_dir,
+        )
+        profile = replace(case.profile, frontend=frontend)
+        checks += await _run_case(s, case, profile, settings, fleet)
+    header = _header(s, cases, overheads)
+    return checks, header
+
+
+async def _run_case(
+    s: FidelitySettings, case: Case, profile: EngineProfile, settings: SimSettings, fleet: LiveFleet
+) -> list[PolicyCheck]:
+    """Live and simulated runs of `case`, one per policy; `profile`: the simulated engines'."""
+    requests = timed_requests(case.trace, MODEL, include_usage=True)
+    span = case.trace[-1].arrival_s if case.trace else 0.0
+    _log(
+        f"{case.name}: {len(case.trace)} requests over {span:.0f} s; {s.replicas} replicas "
+        f"of {case.profile_name!r}{f' slowed {s.slowdown:g}x' if s.slowdown != 1 else ''}; "
+        f"policies {', '.join(s.policies)}"
     )
     checks = []
     for policy in s.policies:
-        _log(f"{policy}: live run")
-        live = await run_live(fleet, policy, requests)
+        _log(f"{case.name} {policy}: live run")
+        live = await run_live(fleet, policy, requests, tag=case.name)
         started = time.perf_counter()
-        check = check_policy(live, trace, profile, sim_settings)
+        check = check_policy(live, case.trace, profile, settings, case.name)
         _log(
-            f"{policy}: simulated the trace and the recording in "
+            f"{case.name} {policy}: simulated the trace and the recording in "
             f"{time.perf_counter() - started:.2f} s; mean TTFT live "
             f"{check.live_metrics.ttft_mean_s * 1000:.0f} ms, sim "
             f"{check.sim.metrics.ttft_mean_s * 1000:.0f} ms, sim on recording "
             f"{check.recorded.metrics.ttft_mean_s * 1000:.0f} ms"
         )
         checks.append(check)
-    return checks, _header(s, len(trace), span, profile.config.block_size)
+    return checks
 
 
-def _header(s: FidelitySettings, requests: int, span_s: float, block_tokens: int) -> dict[str, Any]:
+def _header(s: FidelitySettings, cases: list[Case], overheads: Overheads) -> dict[str, Any]:
     """What `fidelity.json` says about the run besides the per-policy results."""
     return {
-        "trace": {
-            "generator": "sim.workloads.open_loop_chats",
-            "requests": requests,
-            "span_s": span_s,
-            **{k: getattr(s, k) for k in _TRACE_FIELDS},
-            "block_tokens": block_tokens,
+        "cases": {
+            c.name: {
+                "requests": len(c.trace),
+                "span_s": c.trace[-1].arrival_s if c.trace else 0.0,
+                "profile": c.profile_name,
+                "emulator_args": list(c.emulator_args),
+                "block_tokens": c.profile.config.block_size,
+            }
+            for c in cases
         },
-        "replicas": s.replicas,
-        "profile": s.profile,
-        "slowdown": s.slowdown,
+        "settings": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in asdict(s).items()
+            if k != "gateway_config"
+        },
         "gateway_config": s.gateway_config,
-        "sim_seed": s.sim_seed,
+        "overheads": asdict(overheads),
     }
-
-
-_TRACE_FIELDS = (
-    "seed",
-    "sessions",
-    "turns",
-    "tenants",
-    "rate_per_s",
-    "think_s",
-    "system_tokens",
-    "user_tokens",
-    "output_tokens",
-)
 
 
 def _parse(argv: list[str] | None) -> FidelitySettings:
     d = FidelitySettings()
     p = argparse.ArgumentParser(prog="python -m bench fidelity", description=__doc__)
     p.add_argument("--policies", default=",".join(d.policies))
+    p.add_argument("--cases", default=",".join(d.cases), help=f"of {', '.join(CASES)}")
     p.add_argument("--replicas", type=int, default=d.replicas)
-    p.add_argument("--profile", default=d.profile, help="engine profile of both sides")
+    p.add_argument("--profile", default=d.profile, help="engine profile of the chats case")
     p.add_argument("--sessions", type=int, default=d.sessions, help="chats in the trace")
     p.add_argument("--rate", type=float, default=d.rate_per_s, help="chats started per second")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the trace")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the chats trace")
+    p.add_argument("--traces", default=str(d.traces), help="folder of the Mooncake trace")
+    p.add_argument(
+        "--mooncake-requests", type=int, default=d.mooncake_requests, help="first N of the trace"
+    )
+    p.add_argument(
+        "--mooncake-rate-scale",
+        type=float,
+        default=d.mooncake_rate_scale,
+        help="Mooncake arrivals X times faster than recorded (default %(default)g)",
+    )
     p.add_argument(
         "--slowdown",
         type=float,
@@ -113,15 +149,18 @@ def _parse(argv: list[str] | None) -> FidelitySettings:
     )
     p.add_argument("--out", default=str(d.out_dir))
     a = p.parse_args(argv)
-    policies = tuple(x for x in a.policies.split(",") if x)
     return replace(
         d,
-        policies=policies,
+        policies=tuple(x for x in a.policies.split(",") if x),
+        cases=tuple(x for x in a.cases.split(",") if x),
         replicas=a.replicas,
         profile=a.profile,
         sessions=a.sessions,
         rate_per_s=a.rate,
         seed=a.seed,
+        traces=Path(a.traces),
+        mooncake_requests=a.mooncake_requests,
+        mooncake_rate_scale=a.mooncake_rate_scale,
         slowdown=a.slowdown,
         out_dir=Path(a.out),
     )
@@ -133,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     checks, header = asyncio.run(run_check(settings))
     header["wall_s"] = time.monotonic() - started
     print()
-    print(format_report(checks))
+    print(format_report(checks, header["overheads"]))
     paths = [write_json(header, checks, settings.out_dir)]
     try:
         paths.append(write_plot(checks, settings.out_dir))

@@ -58,8 +58,10 @@ class LiveFleet:
     out_dir: Path
 
 
-async def run_live(setup: LiveFleet, policy: str, requests: list[TimedRequest]) -> LiveRun:
-    record = setup.out_dir / f"recorded-{policy}.jsonl"
+async def run_live(
+    setup: LiveFleet, policy: str, requests: list[TimedRequest], tag: str = "chats"
+) -> LiveRun:
+    record = setup.out_dir / f"recorded-{tag}-{policy}.jsonl"
     record.unlink(missing_ok=True)  # the gateway appends
     extra = ("--config", str(setup.config_path), "--record", str(record))
     # The gateway stops (flushing the recording) before run_experiment returns.
@@ -67,7 +69,7 @@ async def run_live(setup: LiveFleet, policy: str, requests: list[TimedRequest]) 
         setup.fleet,
         kvgate_router(policy, extra, settle_s=SETTLE_SCRAPES * setup.scrape_interval_s),
         open_loop("trace", requests),
-        label=f"live-{policy}",
+        label=f"live-{tag}-{policy}",
         log_dir=setup.out_dir / "logs",
         progress_every_s=PROGRESS_EVERY_S,
     )

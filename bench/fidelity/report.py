@@ -13,12 +13,15 @@ from bench.fidelity.check import PolicyCheck
 from bench.fidelity.compare import Errors, RunMetrics
 from sim.plots import pyplot
 
+BOUND = 0.10  # the target: mean and p90 TTFT within 10% of live, from trace and recording
+
 EXPLANATION = """\
 live:           client-side TTFT through the gateway; hit rate from the replicas' own
                 vllm:prefix_cache_hits/queries counters (deltas over the run)
 sim: trace      the simulator on the trace the load generator sent, at its scheduled times
 sim: recording  the simulator on the file `kvgate serve --record` wrote during the live run
                 (arrivals as the gateway saw them; token counts and block hashes, no text)
+                both add the probed time outside the engines to every TTFT
 err:            |sim - live| / live; hit rate also as |sim - live| in percentage points"""
 
 
@@ -28,7 +31,7 @@ def _pct(x: float) -> str:
 
 def _row(policy: str, label: str, m: RunMetrics, e: Errors | None) -> str:
     cells = (
-        f"{policy:<14}{label:<16}{m.requests:>5}{m.ttft_mean_s:>10.3f}{m.ttft_p90_s:>9.3f}"
+        f"{policy:<24}{label:<16}{m.requests:>5}{m.ttft_mean_s:>10.3f}{m.ttft_p90_s:>9.3f}"
         f"{_pct(m.hit_rate):>8}"
     )
     if e is None:
@@ -44,30 +47,71 @@ def _notes(c: PolicyCheck) -> list[str]:
     ms = 1000
     match = "equal" if c.recorded_tokens_match else "DIFFER from"
     return [
-        f"{c.policy}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
-        f"{c.live.load_average:.1f}; engines' own mean "
-        f"TTFT {c.live.engine_ttft_mean_s * ms:.1f} ms (sim vs it: {_pct(c.engine_ttft_error)})",
+        f"{_name(c)}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
+        f"{c.live.load_average:.1f}; engines' own mean TTFT "
+        f"{c.live.engine_ttft_mean_s * ms:.1f} ms (simulated engines vs it: "
+        f"{_pct(c.engine_ttft_error)})",
         f"  engines' mean ITL {c.live.engine_itl_mean_s * ms:.1f} ms vs simulated "
         f"{c.sim.itl_mean_s * ms:.1f} ms: emulated steps ran {c.step_stretch:.2f}x as long as "
         "modelled",
         f"  HTTP + gateway + client add {c.client_overhead_s * ms:.1f} ms a request "
-        "(client mean - engines' mean; not modelled)",
+        f"(client mean - engines' mean); modelled from the probe: "
+        f"{c.modelled_outside_s * ms:.1f} ms",
         f"  arrivals at the gateway jitter {c.jitter.mean_s * ms:.1f} ms mean, "
         f"{c.jitter.p99_s * ms:.1f} ms p99, {c.jitter.max_s * ms:.1f} ms max",
         f"  recording: {c.recorded_requests} requests, token counts {match} the trace's",
     ]
 
 
-def format_report(checks: Sequence[PolicyCheck]) -> str:
+def _name(c: PolicyCheck) -> str:
+    return f"{c.case}/{c.policy}"
+
+
+def _verdict(checks: Sequence[PolicyCheck]) -> str:
+    """Which TTFT errors exceed BOUND (NaN counts as exceeding)."""
+    over = [
+        f"{_name(c)} {label} {what} {_pct(err)}"
+        for c in checks
+        for label, e in (("trace", c.sim_errors), ("recording", c.recorded_errors))
+        for what, err in (("mean", e.ttft_mean), ("p90", e.ttft_p90))
+        if not err <= BOUND
+    ]
+    if not over:
+        return f"every TTFT mean and p90 error within {BOUND:.0%}"
+    return f"over {BOUND:.0%}: " + "; ".join(over)
+
+
+def _probe(overheads: dict[str, Any]) -> str:
+    ms = 1000
+
+    def run(name: str) -> str:
+        client, engines = overheads[name]
+        return f"{client * ms:.1f} vs {engines * ms:.1f} ms"
+
+    return (
+        f"probe ({overheads['requests']} requests a run, one at a time, idle fleet; client "
+        f"mean TTFT vs the engines'): small prompts straight to a replica "
+        f"{run('small_direct')}, through the gateway {run('small_gateway')}, long prompts "
+        f"through the gateway {run('long_gateway')}: the emulator's API server "
+        f"+{overheads['engine_overhead_s'] * ms:.1f} ms, the gateway "
+        f"+{overheads['gateway_overhead_s'] * ms:.1f} ms "
+        f"+{overheads['gateway_overhead_token_s'] * 1e6:.2f} us a prompt token"
+    )
+
+
+def format_report(checks: Sequence[PolicyCheck], overheads: dict[str, Any] | None = None) -> str:
     header = (
-        f"{'policy':<14}{'run':<16}{'reqs':>5}{'TTFT mean':>10}{'p90':>9}{'hit':>8}"
+        f"{'case/policy':<24}{'run':<16}{'reqs':>5}{'TTFT mean':>10}{'p90':>9}{'hit':>8}"
         f"{'err mean':>10}{'err p90':>9}{'err hit':>9}"
     )
     lines = [header, "-" * (len(header) + 11)]
     for c in checks:
-        lines.append(_row(c.policy, "live", c.live_metrics, None))
-        lines.append(_row(c.policy, "sim: trace", c.sim.metrics, c.sim_errors))
-        lines.append(_row(c.policy, "sim: recording", c.recorded.metrics, c.recorded_errors))
+        lines.append(_row(_name(c), "live", c.live_metrics, None))
+        lines.append(_row(_name(c), "sim: trace", c.sim.metrics, c.sim_errors))
+        lines.append(_row(_name(c), "sim: recording", c.recorded.metrics, c.recorded_errors))
+    lines += ["", _verdict(checks)]
+    if overheads is not None:
+        lines += ["", _probe(overheads)]
     for c in checks:
         lines += ["", *_notes(c)]
     return "\n".join(lines) + "\n\n" + EXPLANATION
@@ -94,7 +138,9 @@ def _errors(e: Errors) -> dict[str, float]:
 def check_json(c: PolicyCheck) -> dict[str, Any]:
     live = c.live
     return {
+        "case": c.case,
         "policy": c.policy,
+        "modelled_outside_s": c.modelled_outside_s,
         "live": {
             **_metrics(c.live_metrics),
             "errors": live.errors,
@@ -113,7 +159,7 @@ def check_json(c: PolicyCheck) -> dict[str, Any]:
             **_metrics(c.sim.metrics),
             "requests_per_replica": list(c.sim.requests_per_replica),
             "errors_vs_live": _errors(c.sim_errors),
-            "ttft_mean_rel_vs_engines": c.engine_ttft_error,
+            "engines_ttft_mean_rel_vs_engines": c.engine_ttft_error,
             "itl_mean_s": c.sim.itl_mean_s,
         },
         "sim_recording": {
@@ -159,9 +205,12 @@ def write_plot(checks: Sequence[PolicyCheck], out_dir: Path) -> Path:
     from matplotlib.ticker import NullFormatter
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    n = max(1, len(checks))
-    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
-    for ax, c in zip(axes[0], checks, strict=False):
+    cases = list(dict.fromkeys(c.case for c in checks))
+    policies = list(dict.fromkeys(c.policy for c in checks))
+    rows, cols = max(1, len(cases)), max(1, len(policies))
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
+    for c in checks:
+        ax = axes[cases.index(c.case)][policies.index(c.policy)]
         curves = (
             ("live (client)", c.live.ttfts_s, c.live_metrics, "-"),
             ("sim: trace", c.sim.ttfts_s, c.sim.metrics, "--"),
@@ -174,7 +223,7 @@ def write_plot(checks: Sequence[PolicyCheck], out_dir: Path) -> Path:
                 ax.step(xs, ys, style, where="post", label=text)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on short ranges
-        ax.set_title(f"{c.policy}: TTFT, live vs simulated")
+        ax.set_title(f"{_name(c)}: TTFT, live vs simulated")
         ax.set_xlabel("time to first token (s, log scale)")
         ax.set_ylabel("fraction of requests")
         ax.grid(True, which="both", alpha=0.3)

@@ -1,11 +1,16 @@
-"""The fidelity check's settings and trace.
+"""The fidelity check's settings and its two cases.
 
-The trace is seeded open-loop synthetic chats of tenants with long shared system prompts
-(`sim.workloads.open_loop_chats`), in blocks of the engine's own KV block size. The live run
-sends each request as a streaming `/v1/completions` call whose prompt is token ids
-synthesised from the block ids (`sim.workloads.timed_requests`: equal ids, equal tokens), so
-the emulated engines see exactly the prefix sharing the simulator replays, with no tokenizer
-in between, and the gateway, hashing token ids at 4 bytes a token, sees it too.
+- **chats**: seeded open-loop synthetic chats of tenants with long shared system prompts
+  (`sim.workloads.open_loop_chats`), in blocks of the engine's own KV block size, on `demo`
+  replicas.
+- **mooncake**: the first requests of the Mooncake FAST'25 conversation trace that fit a
+  32k context, output capped, time-compressed so that round-robin runs near saturation on
+  `h100-llama3-8b` replicas with a contended cache (16,384 blocks of 16 tokens each).
+
+The live run sends each request as a streaming `/v1/completions` call whose prompt is token
+ids synthesised from the block ids (`sim.workloads.timed_requests`: equal ids, equal
+tokens), so the emulated engines see exactly the prefix sharing the simulator replays, with
+no tokenizer in between, and the gateway, hashing token ids at 4 bytes a token, sees it too.
 """
 
 from __future__ import annotations
@@ -13,20 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile, StepTimeCoefficients
-from sim.traces import TraceRequest, time_scaled
+from sim.traces import TraceRequest, load_mooncake, time_scaled
 from sim.workloads import open_loop_chats
 
 MODEL = "kvgate-fidelity"
+CASES = ("chats", "mooncake")
+MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"
 
 
 @dataclass(frozen=True, slots=True)
 class FidelitySettings:
-    """Fleet, policies and workload of one fidelity check (defaults: `make fidelity`)."""
+    """Fleet, policies and workloads of one fidelity check (defaults: `make fidelity`)."""
 
     replicas: int = 4
     profile: str = "demo"
     policies: tuple[str, ...] = ("round-robin", "prefix-aware")
+    cases: tuple[str, ...] = CASES
     out_dir: Path = Path("out/fidelity")
     seed: int = 1
     sessions: int = 40
@@ -37,9 +46,19 @@ class FidelitySettings:
     system_tokens: int = 1500
     user_tokens: int = 100
     output_tokens: int = 24
+    # The Mooncake case: the first `mooncake_requests` of the trace (those that fit the
+    # context), outputs capped, `mooncake_rate_scale` times faster than recorded (before the
+    # slowdown), on `mooncake_profile` with this many KV blocks and this context.
+    traces: Path = Path("../shared/traces")
+    mooncake_requests: int = 560
+    mooncake_rate_scale: float = 2.0
+    mooncake_max_output: int = 16
+    mooncake_profile: str = "h100-llama3-8b"
+    mooncake_num_blocks: int = 16384
+    mooncake_max_model_len: int = 32768
     sim_seed: int = 0  # the simulator's scrape phases and random pickers
     # Engines and arrivals this many times slower on both sides: the same utilisation, with
-    # a smaller share of TTFT in HTTP overhead and CPU contention, which are not modelled.
+    # a smaller share of TTFT in HTTP overhead and CPU contention.
     slowdown: float = 3.0
     gateway_config: dict[str, object] = field(
         default_factory=lambda: {
@@ -49,6 +68,27 @@ class FidelitySettings:
             "server": {"access_log": False},
         }
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One workload on one fleet: the trace, the profile both sides run (already slowed),
+    and the emulator's extra arguments that make its engines that profile."""
+
+    name: str
+    trace: list[TraceRequest]
+    profile_name: str
+    profile: EngineProfile
+    emulator_args: tuple[str, ...] = ()
+
+
+def build_case(s: FidelitySettings, name: str) -> Case:
+    if name == "chats":
+        profile = slowed(get_profile(s.profile), s.slowdown)
+        return Case(name, build_trace(s, profile.config.block_size), s.profile, profile)
+    if name == "mooncake":
+        return _mooncake(s)
+    raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
 
 
 def build_trace(s: FidelitySettings, block_tokens: int) -> list[TraceRequest]:
@@ -66,6 +106,29 @@ def build_trace(s: FidelitySettings, block_tokens: int) -> list[TraceRequest]:
         model=MODEL,
     )
     return trace if s.slowdown == 1 else time_scaled(trace, 1 / s.slowdown)
+
+
+def _mooncake(s: FidelitySettings) -> Case:
+    base = get_profile(s.mooncake_profile)
+    config = replace(
+        base.config, num_blocks=s.mooncake_num_blocks, max_model_len=s.mooncake_max_model_len
+    )
+    cap = s.mooncake_max_output
+    trace = [
+        replace(r, output_tokens=min(r.output_tokens, cap), model=MODEL)
+        for r in load_mooncake(s.traces / MOONCAKE_TRACE, limit=s.mooncake_requests)
+        if r.input_tokens + cap <= config.max_model_len
+    ]
+    args: tuple[str, ...] = ("--num-gpu-blocks", str(config.num_blocks))
+    args += ("--max-model-len", str(config.max_model_len))
+    profile = slowed(replace(base, config=config), s.slowdown)
+    return Case(
+        "mooncake",
+        time_scaled(trace, s.mooncake_rate_scale / s.slowdown),
+        s.mooncake_profile,
+        profile,
+        args,
+    )
 
 
 def slowed(profile: EngineProfile, factor: float) -> EngineProfile:

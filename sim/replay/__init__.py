@@ -14,9 +14,10 @@
   or on a Ray cluster, and the best one named
 """
 
+from sim.replay.closed_loop import ClosedLoop
 from sim.replay.report import PolicySummary, summarize
 from sim.replay.settings import PolicySpec, SimSettings, load_config
-from sim.replay.simulator import ClosedLoop, Replay, ReplayResult
+from sim.replay.simulator import Replay, ReplayResult
 
 __all__ = [
     "ClosedLoop",

@@ -52,8 +52,10 @@ class SimSettings:
     shared: bool = True
     sync_delay_s: float = DEFAULT_SYNC_DELAY_S
     # What the gateway, the network and the client add to every request's TTFT and latency
-    # beyond the engine and its API server (`EngineProfile.frontend`), in seconds.
+    # beyond the engine and its API server (`EngineProfile.frontend`), in seconds, plus so
+    # much per prompt token (request bodies parsed, hashed and sent on).
     gateway_overhead_s: float = 0.0
+    gateway_overhead_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -67,7 +69,7 @@ class SimSettings:
             raise ValueError("gateways must be >= 1")
         if self.spread not in SPREADS:
             raise ValueError(f"spread must be one of {', '.join(SPREADS)}")
-        for name in ("sync_delay_s", "gateway_overhead_s"):
+        for name in ("sync_delay_s", "gateway_overhead_s", "gateway_overhead_token_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0")
 

@@ -33,8 +33,9 @@ Tokens reach the gateway at the end of the step that makes them. A request reach
 engine at once, or, when the profile's API server takes `frontend_s` a request, after its
 turn in that server's queue (`EngineProfile.frontend`). A request's TTFT and latency run
 from its arrival at the gateway to its token's end of step, plus the profile's
-`request_overhead_s` and `SimSettings.gateway_overhead_s`: time outside the engines that
-delays what the client sees but not the engines nor the gateway's counters.
+`request_overhead_s` and `SimSettings.gateway_overhead_s` (+ `gateway_overhead_token_s` a
+prompt token): time outside the engines that delays what the client sees but not the
+engines nor the gateway's counters.
 
 With a `ClosedLoop`, arrivals are not the trace's: `users` users take the chats in order,
 each sending a chat's next turn `think_s` after the previous turn's last token (a turn the
@@ -203,7 +204,10 @@ class Replay:
         self._cpt = section.prefix.chars_per_token
         self._frontend = profile.frontend
         # From the engine's first (and last) token to the client's: added to TTFT and latency.
-        self._outside_s = profile.frontend.request_overhead_s + settings.gateway_overhead_s
+        self._outside = (
+            profile.frontend.request_overhead_s + settings.gateway_overhead_s,
+            settings.gateway_overhead_token_s,
+        )
         self._queue = EventQueue()
         self._live: dict[str, _Live] = {}
         self._log = RequestLog()
@@ -293,7 +297,7 @@ class Replay:
             return
         chat, turn = self._turn_of[i]
         turns = loop.chats[chat]
-        seen = self.now + self._outside_s  # the user sees the last token this much later
+        seen = self.now + self._outside_s(i)  # the user sees the last token this much later
         if turn + 1 < len(turns):
             self._queue.push(seen + loop.think_s, Kind.ARRIVAL, turns[turn + 1])
         else:
@@ -547,7 +551,7 @@ class Replay:
             self._observer.finished(now, rid)
         n = request.output_tokens
         itl = (now - request.first_at) / (n - 1) if n > 1 else math.nan
-        outside = self._outside_s
+        outside = self._outside_s(int(rid))
         self._log.add(
             request.first_at - request.arrival + outside,
             now - request.arrival + outside,
@@ -557,6 +561,11 @@ class Replay:
         del self._live[rid]
         self._last_token_at = now
         self._turn_done(int(rid))
+
+    def _outside_s(self, i: int) -> float:
+        """Time outside the engines that request `i`'s client sees on top of theirs."""
+        fixed, per_token = self._outside
+        return fixed + per_token * self._trace[i].input_tokens
 
     def _result(self) -> ReplayResult:
         stats = [r.engine.stats() for r in self.replicas]

@@ -141,7 +141,7 @@ def test_report_table_json_and_plot(tmp_path: Path) -> None:
     check = _check(tmp_path)
     text = format_report([check])
     rows = [line.split() for line in text.splitlines()[2:5]]
-    assert [r[0] for r in rows] == ["prefix-aware"] * 3
+    assert [r[0] for r in rows] == ["chats/prefix-aware"] * 3
     assert [r[1:3] for r in rows] == [["live", str(check.live_metrics.requests)],
                                       ["sim:", "trace"], ["sim:", "recording"]]  # fmt: skip
     assert f"{check.sim_errors.ttft_mean:.1%}" in rows[1]

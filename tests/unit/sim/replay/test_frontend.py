@@ -53,6 +53,17 @@ def test_fast_forward_changes_nothing_behind_a_front_end(policy: str) -> None:
     assert list(fast.log.ttft_s) == pytest.approx(list(stepped.log.ttft_s))
 
 
+def test_the_per_token_overhead_grows_with_the_prompt() -> None:
+    trace = tenant_trace(60, seed=1)
+    bare = _run(trace, "round-robin")
+    longer = _run(trace, "round-robin", gateway_overhead_token_s=1e-5)
+    assert longer.dispatched == bare.dispatched
+    extra = 1e-5 * sum(r.input_tokens for r in trace)  # the log is in completion order
+    assert sum(longer.log.ttft_s) == pytest.approx(sum(bare.log.ttft_s) + extra)
+
+
 def test_a_negative_gateway_overhead_is_refused() -> None:
     with pytest.raises(ValueError, match="gateway_overhead_s"):
         SimSettings(gateway_overhead_s=-0.001)
+    with pytest.raises(ValueError, match="gateway_overhead_token_s"):
+        SimSettings(gateway_overhead_token_s=-1e-6)
