@@ -59,6 +59,28 @@ class Overheads:
     long_gateway: tuple[float, float]
     requests: int  # per run
 
+    @classmethod
+    def of(
+        cls,
+        small_direct: tuple[float, float],
+        small_gateway: tuple[float, float],
+        long_gateway: tuple[float, float],
+        requests: int = 0,
+    ) -> Overheads:
+        """The terms from the three runs' (client mean, engines' mean); none below 0."""
+        engine = max(0.0, small_direct[0] - small_direct[1])
+        small = small_gateway[0] - small_gateway[1]
+        long = long_gateway[0] - long_gateway[1]
+        return cls(
+            engine_overhead_s=engine,
+            gateway_overhead_s=max(0.0, small - engine),
+            gateway_overhead_token_s=max(0.0, (long - small) / (LONG_TOKENS - SMALL_TOKENS)),
+            small_direct=small_direct,
+            small_gateway=small_gateway,
+            long_gateway=long_gateway,
+            requests=requests,
+        )
+
 
 def probe_requests(model: str, tokens: int, block_tokens: int) -> list[TraceRequest]:
     """`tokens`-token prompts of their own (no prefix shared), one every GAP_S[tokens]."""
@@ -98,19 +120,7 @@ async def probe_overheads(
     ):
         requests = timed_requests(probe_requests(fleet.model, tokens, block_tokens), fleet.model)
         runs.append(await _run(fleet, router, requests, label, out_dir))
-    small_direct, small_gateway, long_gateway = runs
-    engine = max(0.0, small_direct[0] - small_direct[1])
-    small = small_gateway[0] - small_gateway[1]
-    long = long_gateway[0] - long_gateway[1]
-    return Overheads(
-        engine_overhead_s=engine,
-        gateway_overhead_s=max(0.0, small - engine),
-        gateway_overhead_token_s=max(0.0, (long - small) / (LONG_TOKENS - SMALL_TOKENS)),
-        small_direct=small_direct,
-        small_gateway=small_gateway,
-        long_gateway=long_gateway,
-        requests=PROBE_REQUESTS,
-    )
+    return Overheads.of(*runs, requests=PROBE_REQUESTS)
 
 
 async def _run(

@@ -117,6 +117,13 @@ def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
         "beyond the engine profile's API server (default %(default)s; `make fidelity` "
         "measures it)",
     )
+    p.add_argument(
+        "--gateway-overhead-token",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds added on top of --gateway-overhead per prompt token (default %(default)s)",
+    )
 
 
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

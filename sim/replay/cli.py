@@ -149,6 +149,7 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         slo_itl_s=args.slo_itl,
         kv_event_delay_s=args.kv_event_delay,
         gateway_overhead_s=args.gateway_overhead,
+        gateway_overhead_token_s=args.gateway_overhead_token,
         **gateway_settings(args),
         **load_config(args.config),
     )

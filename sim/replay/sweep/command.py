@@ -86,6 +86,7 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
         slo_itl_s=args.slo_itl,
         kv_event_delay_s=args.kv_event_delay,
         gateway_overhead_s=args.gateway_overhead,
+        gateway_overhead_token_s=args.gateway_overhead_token,
         **load_config(args.config),
     )
     points, notes = expand_grid(

@@ -19,14 +19,23 @@ from bench.fidelity.compare import (
     relative_error,
 )
 from bench.fidelity.live import LiveRun
+from bench.fidelity.probe import LONG_TOKENS, SMALL_TOKENS, Overheads, probe_requests
 from bench.fidelity.report import format_report, write_json, write_plot
-from bench.fidelity.workload import MODEL, FidelitySettings, build_trace, slowed
+from bench.fidelity.workload import (
+    MODEL,
+    MOONCAKE_TRACE,
+    FidelitySettings,
+    build_case,
+    build_trace,
+    slowed,
+)
 from sim.engine.profiles import get_profile
 from sim.live.scrape import ReplicaReport
 from sim.replay import SimSettings
 from sim.traces import TraceRequest, prompt_token_ids
 from sim.traces.recorded import encode_header, encode_request
 from sim.workloads import timed_requests
+from tests.unit.sim.replay.equivalence import mooncake_slice
 
 
 def test_relative_error_is_the_distance_over_the_live_value() -> None:
@@ -180,3 +189,43 @@ def test_slowdown_stretches_arrivals_and_steps_alike() -> None:
     assert three.timing.overhead_s == pytest.approx(3 * demo.timing.overhead_s)
     assert three.timing.prefill_token_s == pytest.approx(3 * demo.timing.prefill_token_s)
     assert three.timing.kv_read_token_s == pytest.approx(3 * demo.timing.kv_read_token_s)
+
+
+def test_the_mooncake_case_fits_its_fleet(tmp_path: Path) -> None:
+    original = mooncake_slice(tmp_path, 200)
+    (tmp_path / "conversation_1500.jsonl").rename(tmp_path / MOONCAKE_TRACE)
+    s = FidelitySettings(traces=tmp_path, mooncake_requests=200)
+    case = build_case(s, "mooncake")
+    config = case.profile.config
+    assert (config.num_blocks, config.max_model_len) == (16384, 32768)
+    assert case.emulator_args == ("--num-gpu-blocks", "16384", "--max-model-len", "32768")
+    h100 = get_profile("h100-llama3-8b").timing
+    assert case.profile.timing.prefill_token_s == pytest.approx(3 * h100.prefill_token_s)
+    kept = [r for r in original if r.input_tokens + 16 <= 32768]
+    assert 0 < len(case.trace) == len(kept) < len(original)
+    assert all(r.output_tokens <= 16 for r in case.trace)
+    # Twice as fast as recorded, three times slower on both sides: 1.5x the recorded gaps.
+    assert case.trace[-1].arrival_s == pytest.approx(1.5 * kept[-1].arrival_s)
+    with pytest.raises(ValueError, match="unknown case"):
+        build_case(s, "nonsense")
+
+
+def test_the_probe_splits_the_time_outside_the_engines() -> None:
+    long_extra = 0.004 + 0.010 + 1e-6 * (LONG_TOKENS - SMALL_TOKENS)
+    o = Overheads.of((0.104, 0.100), (0.214, 0.200), (0.5 + long_extra, 0.5))
+    assert o.engine_overhead_s == pytest.approx(0.004)
+    assert o.gateway_overhead_s == pytest.approx(0.010)
+    assert o.gateway_overhead_token_s == pytest.approx(1e-6)
+    assert Overheads.of((0.1, 0.2), (0.1, 0.2), (0.1, 0.2)).gateway_overhead_token_s == 0.0
+    small = probe_requests(MODEL, SMALL_TOKENS, 16)
+    assert len({r.hash_ids for r in small}) == len(small)  # no prefix shared
+    assert all(r.input_tokens == SMALL_TOKENS for r in small)
+
+
+def test_the_engines_error_leaves_out_the_modelled_outside_time(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    shifted = replace(check, modelled_outside_s=0.01)
+    engines = check.sim.metrics.ttft_mean_s - 0.01
+    assert shifted.engine_ttft_error == pytest.approx(
+        relative_error(engines, check.live.engine_ttft_mean_s)
+    )

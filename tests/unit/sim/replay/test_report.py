@@ -84,6 +84,7 @@ def test_kvgate_sim_writes_the_table_summary_and_plots(tmp_path: Path) -> None:
         seed=0,
         kv_event_delay=0.005,
         gateway_overhead=0.0,
+        gateway_overhead_token=0.0,
     )
     assert run_sim(args, out) == 0
     text = out.getvalue()
