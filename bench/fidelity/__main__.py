@@ -139,7 +139,8 @@ def _parse(argv: list[str] | None) -> FidelitySettings:
         "--mooncake-rate-scale",
         type=float,
         default=d.mooncake_rate_scale,
-        help="Mooncake arrivals X times faster than recorded (default %(default)g)",
+        help="Mooncake arrivals X times faster than recorded, for engines at full speed "
+        "(default %(default)g; divided by --slowdown)",
     )
     p.add_argument(
         "--slowdown",

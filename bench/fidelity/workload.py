@@ -47,11 +47,12 @@ class FidelitySettings:
     user_tokens: int = 100
     output_tokens: int = 24
     # The Mooncake case: the first `mooncake_requests` of the trace (those that fit the
-    # context), outputs capped, `mooncake_rate_scale` times faster than recorded (before the
-    # slowdown), on `mooncake_profile` with this many KV blocks and this context.
+    # context), outputs capped, `mooncake_rate_scale` times faster than recorded for engines
+    # at full speed (so arrivals run rate_scale / slowdown times faster), on
+    # `mooncake_profile` with this many KV blocks and this context.
     traces: Path = Path("../shared/traces")
     mooncake_requests: int = 560
-    mooncake_rate_scale: float = 2.0
+    mooncake_rate_scale: float = 6.0
     mooncake_max_output: int = 16
     mooncake_profile: str = "h100-llama3-8b"
     mooncake_num_blocks: int = 16384
