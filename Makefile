@@ -60,7 +60,8 @@ ROUTING_ROUTERS := kvgate:round-robin,kvgate:least-load,kvgate:session,kvgate:pr
 bench-routing: $(STAMP)
 	$(BIN)/python -m bench quality --routers $(ROUTING_ROUTERS) --out out/bench-routing
 
-# Live vs simulated, same trace and policies: ~5 min; writes out/fidelity/fidelity.json and a PNG.
+# Live vs simulated, same traces and policies (synthetic chats; a loaded Mooncake slice): ~10 min;
+# writes out/fidelity/fidelity.json and a PNG.
 fidelity: $(STAMP)
 	$(BIN)/python -m bench fidelity
 
