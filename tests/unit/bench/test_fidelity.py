@@ -194,7 +194,7 @@ def test_slowdown_stretches_arrivals_and_steps_alike() -> None:
 def test_the_mooncake_case_fits_its_fleet(tmp_path: Path) -> None:
     original = mooncake_slice(tmp_path, 200)
     (tmp_path / "conversation_1500.jsonl").rename(tmp_path / MOONCAKE_TRACE)
-    s = FidelitySettings(traces=tmp_path, mooncake_requests=200)
+    s = FidelitySettings(traces=tmp_path, mooncake_requests=200, mooncake_rate_scale=6.0)
     case = build_case(s, "mooncake")
     config = case.profile.config
     assert (config.num_blocks, config.max_model_len) == (16384, 32768)
