@@ -120,7 +120,8 @@ async def probe_overheads(
     ):
         requests = timed_requests(probe_requests(fleet.model, tokens, block_tokens), fleet.model)
         runs.append(await _run(fleet, router, requests, label, out_dir))
-    return Overheads.of(*runs, requests=PROBE_REQUESTS)
+    small_direct, small_gateway, long_gateway = runs
+    return Overheads.of(small_direct, small_gateway, long_gateway, PROBE_REQUESTS)
 
 
 async def _run(
