@@ -4,7 +4,8 @@
   (`sim.workloads.open_loop_chats`), in blocks of the engine's own KV block size, on `demo`
   replicas.
 - **mooncake**: the first requests of the Mooncake FAST'25 conversation trace that fit a
-  32k context, output capped, time-compressed so that round-robin runs loaded (~70% of the
+  32k context, output capped, the requests of a burst (one timestamp) sent 10 ms apart in
+  trace order, time-compressed so that round-robin runs loaded (~70% of the
   throughput it reaches with everything queued; nearer saturation its p90 is a lottery
   over the arrival order, decision 0017) on `h100-llama3-8b` replicas with a contended
   cache (16,384 blocks of 16 tokens each).
@@ -59,6 +60,9 @@ class FidelitySettings:
     mooncake_profile: str = "h100-llama3-8b"
     mooncake_num_blocks: int = 16384
     mooncake_max_model_len: int = 32768
+    # Requests with the same timestamp (the trace's bursts) are sent this far apart, in trace
+    # order, so the gateway sees them in that order (seconds, as sent).
+    burst_gap_s: float = 0.01
     sim_seed: int = 0  # the simulator's scrape phases and random pickers
     # Engines and arrivals this many times slower on both sides: the same utilisation, with
     # a smaller share of TTFT in HTTP overhead and CPU contention.
@@ -127,11 +131,23 @@ def _mooncake(s: FidelitySettings) -> Case:
     profile = slowed(replace(base, config=config), s.slowdown)
     return Case(
         "mooncake",
-        time_scaled(trace, s.mooncake_rate_scale / s.slowdown),
+        spread_bursts(time_scaled(trace, s.mooncake_rate_scale / s.slowdown), s.burst_gap_s),
         s.mooncake_profile,
         profile,
         args,
     )
+
+
+def spread_bursts(trace: list[TraceRequest], gap_s: float) -> list[TraceRequest]:
+    """Each request that shares its arrival with the one before it, `gap_s` after it.
+
+    Sent at once, a burst reaches the gateway in an order of the client's connections (and
+    round-robin's placement, near load, with it); spread, in the trace's."""
+    out: list[TraceRequest] = []
+    for r in trace:
+        late = out and r.arrival_s <= out[-1].arrival_s
+        out.append(replace(r, arrival_s=out[-1].arrival_s + gap_s) if late else r)
+    return out
 
 
 def slowed(profile: EngineProfile, factor: float) -> EngineProfile:

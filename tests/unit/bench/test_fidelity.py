@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 import orjson
@@ -28,6 +29,7 @@ from bench.fidelity.workload import (
     build_case,
     build_trace,
     slowed,
+    spread_bursts,
 )
 from sim.engine.profiles import get_profile
 from sim.live.scrape import ReplicaReport
@@ -204,8 +206,11 @@ def test_the_mooncake_case_fits_its_fleet(tmp_path: Path) -> None:
     kept = [r for r in original if r.input_tokens + 16 <= 32768]
     assert 0 < len(case.trace) == len(kept) < len(original)
     assert all(r.output_tokens <= 16 for r in case.trace)
-    # 6x as fast as recorded, three times slower on both sides: half the recorded gaps.
-    assert case.trace[-1].arrival_s == pytest.approx(0.5 * kept[-1].arrival_s)
+    # 6x as fast as recorded, three times slower on both sides: half the recorded gaps;
+    # the requests of a burst 10 ms apart, in trace order.
+    assert [r.input_tokens for r in case.trace] == [r.input_tokens for r in kept]
+    assert case.trace[-1].arrival_s == pytest.approx(0.5 * kept[-1].arrival_s, abs=0.5)
+    assert all(b.arrival_s - a.arrival_s >= 0.01 - 1e-9 for a, b in pairwise(case.trace))
     with pytest.raises(ValueError, match="unknown case"):
         build_case(s, "nonsense")
 
@@ -229,3 +234,14 @@ def test_the_engines_error_leaves_out_the_modelled_outside_time(tmp_path: Path) 
     assert shifted.engine_ttft_error == pytest.approx(
         relative_error(engines, check.live.engine_ttft_mean_s)
     )
+
+
+def test_a_burst_is_spread_in_trace_order() -> None:
+    burst = [TraceRequest(t, n, 1, ()) for t, n in ((0.0, 1), (0.0, 2), (0.0, 3), (1.0, 4))]
+    spread = spread_bursts(burst, 0.01)
+    assert [(r.arrival_s, r.input_tokens) for r in spread] == [
+        (0.0, 1),
+        (0.01, 2),
+        (0.02, 3),
+        (1.0, 4),
+    ]
