@@ -148,6 +148,7 @@ class GatewayApp:
             workers=workers,
             own_metrics=self.metrics_page,
             apply_admin=lambda op: self.operations.apply(op),  # noqa: PLW0108 (built below)
+            clock=clock,
         )
         self.metrics.registry.register(SharedStateCollector(self.shared))
         readmit = probe_readmit_s(h)

@@ -138,7 +138,7 @@ class PrefixTracker:
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
         settled = d.settled
         self.feed.first_token(d, ttft_s)
-        if self.sink is not None and ttft_s is not None and not settled:
+        if self.sink is not None and ttft_s is not None and not settled and not d.blind:
             self.sink.ttft(d.endpoint.id, d.work_tokens, ttft_s)
 
     def ended(self, d: Dispatch[Backend]) -> None:

@@ -9,6 +9,7 @@ nothing for it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
@@ -17,9 +18,11 @@ from gateway.config import GatewayConfig
 from gateway.prefix import PrefixTracker
 from gateway.state import SharedState
 from gateway.state.load import Counts
+from gateway.state.outbox import now_ms
 from gateway.workers.context import WorkerContext
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
+from scoring.prefix_feed import PrefixFeed
 from scoring.stack import RoutingStack
 
 
@@ -32,6 +35,7 @@ def build_sharing(
     workers: WorkerContext | None,
     own_metrics: Callable[[], bytes],
     apply_admin: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]],
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[SharedState, WorkerPeers | None]:
     peers = None
     if workers is not None:
@@ -52,10 +56,17 @@ def build_sharing(
         on_remote_load=partial(set_remote_load, pool),
         siblings=peers.siblings if peers is not None else None,
         refresh_block_chars=lambda: stack.feed.block_chars(pool.snapshots()),
+        remote_dispatch=partial(mark_blind, stack.feed, clock),
     )
     if shared.active:
         prefix.sink = shared
     return shared, peers
+
+
+def mark_blind(feed: PrefixFeed, clock: Callable[[], float], backend: str, at_ms: float) -> None:
+    """Another gateway dispatched to `backend` at wall time `at_ms`: the feed's dispatches
+    there since then (on the app's `clock`) did not count its prefill."""
+    feed.remote_dispatch(backend, clock() - max(0.0, now_ms() - at_ms) / 1000)
 
 
 def set_remote_load(pool: BackendPool, remote: Counts) -> None:

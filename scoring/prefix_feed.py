@@ -12,6 +12,12 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
   `work_tokens` counts the request's own uncached tokens plus the prefill queued before it
   (by this gateway, and by the others when they share their load);
+- `remote_dispatch` — another gateway sent a request to the endpoint at a time this feed
+  learns only later (shared state arrives a few ms late): its unsettled dispatches there
+  sent since then waited for prefill their `work_tokens` did not count, so their TTFTs are
+  not learnt (`Dispatch.blind`). Learnt, they taught lines two to three times too steep
+  after every burst of simultaneous requests, steering requests away from replicas that held
+  their prefixes (docs/decisions/0018-gateway-parity.md);
 - `forget` — an endpoint went away: the index drops what it held;
 - `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
   the blocks its dispatch added are taken back, so a failover teaches only the replica that
@@ -83,6 +89,7 @@ class Dispatch(Generic[E]):
     epoch: int = 0  # the feed's block size generation: after a change the hashes mean nothing
     precise_cached: int | None = None  # cached tokens the precise index predicted (None: no view)
     precise_cached_events: int | None = None  # the same from the events alone (no speculation)
+    blind: bool = False  # another gateway's earlier dispatch was unseen: work_tokens too low
 
 
 def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:
@@ -106,6 +113,8 @@ class PrefixFeed:
         self._epoch = 0
         self._prompt_bytes = 0.0  # decayed sums of prompt bytes and engine tokens
         self._prompt_tokens = 0.0
+        # Per endpoint, the dispatches awaiting their first token, by id().
+        self._unsettled: dict[str, dict[int, Dispatch[Any]]] = {}
 
     def _chars(self, tokens: int) -> int:
         return max(1, round(tokens * self._section.chars_per_token))
@@ -167,7 +176,9 @@ class PrefixFeed:
         endpoint.pending_prefill_tokens += uncached
         if hashes:
             self._record(endpoint.id, hashes, block_chars, kv_tokens)
-        return Dispatch(endpoint, now, uncached, work, False, request, matched, self._epoch)
+        d = Dispatch(endpoint, now, uncached, work, False, request, matched, self._epoch)
+        self._unsettled.setdefault(endpoint.id, {})[id(d)] = d
+        return d
 
     def first_token(self, d: Dispatch[Any], ttft_s: float | None) -> None:
         """The endpoint answered (`ttft_s` measured from dispatch when known): its prefill
@@ -176,8 +187,22 @@ class PrefixFeed:
             return
         d.settled = True
         d.endpoint.pending_prefill_tokens -= d.uncached_tokens
-        if ttft_s is not None and self._ttft_model is not None:
+        waiting = self._unsettled.get(d.endpoint.id)
+        if waiting is not None:
+            waiting.pop(id(d), None)
+        if ttft_s is not None and self._ttft_model is not None and not d.blind:
             self._ttft_model.observe(d.endpoint.id, d.work_tokens, ttft_s)
+
+    def remote_dispatch(self, endpoint_id: str, at: float) -> int:
+        """Another gateway dispatched to `endpoint_id` at `at` (this feed's clock), which
+        this feed learns only now: mark its unsettled dispatches there since `at` blind.
+        Returns how many were marked."""
+        marked = 0
+        for d in self._unsettled.get(endpoint_id, {}).values():
+            if d.at >= at and not d.blind:
+                d.blind = True
+                marked += 1
+        return marked
 
     def forget(self, endpoint_id: str) -> None:
         self.index.remove_replica(endpoint_id)

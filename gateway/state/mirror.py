@@ -8,7 +8,9 @@ Events this gateway sent itself, events for a backend not in this gateway's pool
 hashes cut in another block size are skipped and counted. A gateway learns the routing block
 size from the engines' metrics when it next routes; hashes of another size first make it
 look again (`refresh_block_chars`), so a gateway that has not routed yet takes its peers'
-placements.
+placements. A placement applied live is also handed to `remote_dispatch` (backend, wall
+time in ms): this gateway's own dispatches there since then counted too little queued
+prefill (`PrefixFeed.remote_dispatch`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Mirror:
         *,
         ttft_model: OnlineTtftModel | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
+        remote_dispatch: Callable[[str, float], None] | None = None,
         lag_samples: int = 4096,
     ) -> None:
         self.gateway_id = gateway_id
@@ -44,6 +47,7 @@ class Mirror:
         self._refresh = refresh_block_chars
         self._known = known_backend
         self._ttft = ttft_model
+        self._remote_dispatch = remote_dispatch
         # Recent (made elsewhere → applied here) lags in ms, for measurement.
         self.lags_ms: deque[float] = deque(maxlen=lag_samples)
 
@@ -60,6 +64,8 @@ class Mirror:
         if live:
             c.lag_ms_last = lag = now_ms() - event.at_ms
             self.lags_ms.append(lag)
+            if self._remote_dispatch is not None and isinstance(event, Placement):
+                self._remote_dispatch(event.backend, event.at_ms)
 
     def _apply(self, e: Event) -> bool:
         if isinstance(e, TtftPoints):

@@ -59,6 +59,7 @@ class SharedState:
         on_remote_load: Callable[[Counts], None] = lambda remote: None,
         siblings: SiblingLinks | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
+        remote_dispatch: Callable[[str, float], None] | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -74,6 +75,7 @@ class SharedState:
             known_backend,
             ttft_model=ttft_model,
             refresh_block_chars=refresh_block_chars,
+            remote_dispatch=remote_dispatch,
         )
         self.channel: Channel | None = None
         self.link: RedisLink | None = None

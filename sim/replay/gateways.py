@@ -18,9 +18,12 @@ first token or a completion — the blocks its prefix feed records for the chose
 (with the replica's capacity), +1/−1 in-flight, ± the request's predicted uncached prefill
 tokens, the (work tokens, TTFT) point its TTFT model learns from — reaches every other
 gateway's state `sync_delay_s` virtual seconds later, in order, as a mirror replicated
-through Redis would; at 0 it is applied at once. Without sharing each gateway learns only
-from its own dispatches and answers. The precise index is not a gateway's own: the engines'
-KV events feed it alike for every gateway (the replay keeps one, speculations included).
+through Redis would; at 0 it is applied at once. A dispatch that arrives late marks the
+receiving gateway's own dispatches to that replica made since then blind
+(`PrefixFeed.remote_dispatch`): their TTFTs waited for prefill they did not count.
+Without sharing each gateway learns only from its own dispatches and answers. The precise
+index is not a gateway's own: the engines' KV events feed it alike for every gateway (the
+replay keeps one, speculations included).
 """
 
 from __future__ import annotations
@@ -153,8 +156,9 @@ class Spread:
 
 
 # (source gateway, replica position, Δ in-flight, Δ pending prefill, blocks recorded, the
-# replica's capacity in the source's index, a TTFT observation (work tokens, seconds) or None)
-_Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | None]
+# replica's capacity in the source's index, a TTFT observation (work tokens, seconds) or None,
+# when it was published)
+_Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | None, float]
 
 
 class StateMirror:
@@ -208,6 +212,7 @@ class StateMirror:
             blocks,
             capacity,
             ttft if self._learn else None,
+            now,
         )
         if self._delay == 0:
             self._apply(update)
@@ -224,11 +229,14 @@ class StateMirror:
         return len(self._updates)
 
     def _apply(self, update: _Update) -> None:
-        source, position, in_flight, pending, blocks, capacity, ttft = update
+        source, position, in_flight, pending, blocks, capacity, ttft, at = update
         replica_id = self._gateways[source].views[position].id
+        late = self._delay > 0 and in_flight > 0  # a dispatch the others did not see at once
         for g, gateway in enumerate(self._gateways):
             if g == source:
                 continue
+            if late:
+                gateway.stack.feed.remote_dispatch(replica_id, at)
             view = gateway.views[position]
             view.in_flight += in_flight
             view.pending_prefill_tokens += pending

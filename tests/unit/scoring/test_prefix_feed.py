@@ -9,6 +9,7 @@ from scoring.cache_check import CacheCheck
 from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS, PrefixFeed, kv_tokens
 from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 from scoring.profiles import PrefixSection
+from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 @dataclass
@@ -185,3 +186,32 @@ def test_no_correction_after_the_block_size_changed() -> None:
     check = feed.observe_cached(d, 160, 0)
     assert check is not None and check.evicted_weight > 0 and check.dropped_entries == 0
     assert feed.index.blocks("a") == 10
+
+
+class _Points(OnlineTtftModel):
+    """Records the points it is taught."""
+
+    def __init__(self) -> None:
+        super().__init__(TtftCoefficients(0.02, 2e-4))
+        self.points: list[tuple[str, float, float]] = []
+
+    def observe(self, endpoint: str, work_tokens: float, ttft_s: float) -> None:
+        self.points.append((endpoint, work_tokens, ttft_s))
+
+
+def test_a_dispatch_blind_to_an_earlier_remote_one_teaches_no_ttft() -> None:
+    model = _Points()
+    feed = PrefixFeed(PrefixSection(), PrefixIndex(), model)
+    a, b = Endpoint("a"), Endpoint("b")
+    before = feed.dispatch(a, _request(4, 64, 100), 1.0, kv_tokens=None)
+    blind = feed.dispatch(a, _request(4, 64, 100), 2.0, kv_tokens=None)
+    elsewhere = feed.dispatch(b, _request(4, 64, 100), 2.0, kv_tokens=None)
+    # Another gateway sent a request to `a` at 1.5, heard of only now.
+    assert feed.remote_dispatch("a", 1.5) == 1
+    assert (before.blind, blind.blind, elsewhere.blind) == (False, True, False)
+    feed.first_token(blind, 0.9)
+    assert model.points == []  # not learnt
+    assert blind.settled and a.pending_prefill_tokens == before.uncached_tokens
+    feed.first_token(before, 0.1)
+    assert [p[0] for p in model.points] == ["a"]
+    assert feed.remote_dispatch("a", 0.0) == 0  # settled dispatches are not marked again
