@@ -12,9 +12,9 @@ STAMP := $(VENV)/.installed
 OTEL_PROTO_FIX = $(BIN)/pip install --quiet --force-reinstall --no-deps \
 	"opentelemetry-proto==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 
-# setup.py compiles sim/engine/kv_cache_native.pyx (Cython, fetched by pip into the build
-# environment) in place: editing it reinstalls.
-$(STAMP): pyproject.toml setup.py sim/engine/kv_cache_native.pyx
+# setup.py compiles sim/engine/kv_cache_native.pyx and gateway/tracing/otlp_native.pyx
+# (Cython, fetched by pip into the build environment) in place: editing one reinstalls.
+$(STAMP): pyproject.toml setup.py sim/engine/kv_cache_native.pyx gateway/tracing/otlp_native.pyx
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,plots]'
@@ -142,3 +142,4 @@ test-vllm: $(STAMP)
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
 	rm -f sim/engine/kv_cache_native.c sim/engine/kv_cache_native.*.so
+	rm -f gateway/tracing/otlp_native.c gateway/tracing/otlp_native.*.so

@@ -1,8 +1,10 @@
-"""Build hook for the one compiled module: `sim.engine.kv_cache_native` (Cython).
+"""Build hook for the compiled modules (Cython): `sim.engine.kv_cache_native` and
+`gateway.tracing.otlp_native`.
 
-Everything else is in pyproject.toml. The extension is optional: where it cannot be built
-(no C compiler), the install goes on without it and the simulator runs its pure-Python KV
-cache, which is the reference the compiled one is tested against.
+Everything else is in pyproject.toml. The extensions are optional: where they cannot be
+built (no C compiler), the install goes on without them and kvgate runs their pure-Python
+references (the simulator's KV cache, the OTLP span encoder), which the compiled ones are
+tested against.
 """
 
 from Cython.Build import cythonize
@@ -16,7 +18,13 @@ setup(
                 ["sim/engine/kv_cache_native.pyx"],
                 optional=True,
                 extra_compile_args=["-O2"],
-            )
+            ),
+            Extension(
+                "gateway.tracing.otlp_native",
+                ["gateway/tracing/otlp_native.pyx"],
+                optional=True,
+                extra_compile_args=["-O2"],
+            ),
         ],
         compiler_directives={"language_level": "3"},
     )

@@ -1,6 +1,6 @@
-"""The export side: a queue the request path appends finished traces to, a background
-loop that encodes them in batches (`otlp_wire`), and the SDK's official OTLP exporters,
-gRPC or HTTP/protobuf, sending each batch from a worker thread.
+"""The export side: each finished request's spans encoded as it ends (`otlp_native`, or
+its reference `otlp_wire`), a queue of them, and a background loop that hands batches to
+the SDK's official OTLP exporters, gRPC or HTTP/protobuf, in a worker thread.
 
 The batching follows the SDK's BatchSpanProcessor and its `OTEL_BSP_*` variables: an export
 every `OTEL_BSP_SCHEDULE_DELAY` ms, or sooner once `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans
@@ -20,7 +20,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,12 +33,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from gateway.tracing.otlp_wire import SpanEncoder
-from gateway.tracing.spans import FinishedTrace
+from gateway.tracing.otlp_wire import AttrValue, SpanEncoder
+from gateway.tracing.spans import Outcome, RequestTrace
 
 log = logging.getLogger(__name__)
 SPANS_PER_REQUEST = 3
-_CHUNK = 16  # traces encoded between two turns of the event loop (~0.2 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +49,25 @@ class EncodedSpans:
 
     def __len__(self) -> int:  # what the exporters' own metrics count
         return self.spans
+
+
+class RequestEncoder(Protocol):
+    """`otlp_wire.SpanEncoder` or its compiled twin `otlp_native.NativeSpanEncoder`."""
+
+    def request(self, trace: RequestTrace, outcome: Outcome) -> tuple[bytes, int]: ...
+
+    def batch(self, spans: Iterable[bytes]) -> bytes: ...
+
+
+def span_encoder(resource: Mapping[str, AttrValue], scope: str, version: str) -> RequestEncoder:
+    """The compiled encoder when it is built (`pip install` with a C compiler), else the
+    pure-Python reference, which writes the same bytes ~10x slower."""
+    try:
+        from gateway.tracing.otlp_native import NativeSpanEncoder
+    except ImportError:
+        log.warning("gateway.tracing.otlp_native is not built: encoding spans in Python")
+        return SpanEncoder(resource, scope, version)
+    return NativeSpanEncoder(resource, scope, version)
 
 
 class SpanSender(Protocol):
@@ -129,21 +147,22 @@ class BatchSettings:
 
 
 class BatchExport:
-    """Finished traces queued by the request path (`add`), encoded in batches by `run` (a
-    background loop on the event loop) and sent by the exporter in a worker thread.
+    """Each finished request encoded by the request path (`add`), queued as bytes, and sent
+    in batches by `run` (a background loop) through the exporter in a worker thread.
 
-    Why the encoding runs on the event loop: measured at 500 requests/s on 2 cores, a thread
-    encoding beside the event loop cost twice its own CPU (the event loop's thread slowed
-    by as much again: the GIL changing hands, caches), and encoding each request as it ends
-    cost four times what a batch costs (cold caches). A batch is encoded in chunks of
-    `_CHUNK` traces (~0.2 ms), so a request waits at most that long.
+    Why encode as each request ends: compiled, it costs a few µs and frees the request's
+    objects at once, and what waits in the queue is one `bytes` the garbage collector does
+    not track (decisions/0015). A thread encoding beside the event loop cost twice its own
+    CPU (the GIL changing hands).
     """
 
-    def __init__(self, encoder: SpanEncoder, exporter: SpanSender, settings: BatchSettings) -> None:
+    def __init__(
+        self, encoder: RequestEncoder, exporter: SpanSender, settings: BatchSettings
+    ) -> None:
         self._encoder = encoder
         self._exporter = exporter
         self._settings = settings
-        self._queue: collections.deque[FinishedTrace] = collections.deque()
+        self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
         self._max_queued = max(1, settings.max_queue_spans // SPANS_PER_REQUEST)
         self._batch = max(1, settings.max_batch_spans // SPANS_PER_REQUEST)
         self._wake: asyncio.Event | None = None  # while `run` runs
@@ -151,15 +170,21 @@ class BatchExport:
         self.exported = 0  # spans the exporter took
         self.failed = 0  # spans of failed exports
 
-    def add(self, trace: FinishedTrace) -> None:
-        """Queue a finished trace (the request path: an append, sometimes a wake-up)."""
+    def add(self, trace: RequestTrace, outcome: Outcome) -> None:
+        """Encode and queue a finished request's spans (the request path: the encoding, an
+        append, sometimes a wake-up)."""
         queue = self._queue
         if len(queue) >= self._max_queued:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.warning("trace export queue full: %d traces dropped", self.dropped)
             return
-        queue.append(trace)
+        try:
+            queue.append(self._encoder.request(trace, outcome))
+        except Exception:  # a trace must never fail its request
+            self.failed += SPANS_PER_REQUEST
+            log.exception("encoding the spans of %s failed", trace.name)
+            return
         if len(queue) >= self._batch and self._wake is not None:
             self._wake.set()
 
@@ -193,32 +218,24 @@ class BatchExport:
             await self._export_batch()
 
     async def _export_batch(self) -> None:
-        queue, batch = self._queue, list[FinishedTrace]()
-        while queue and len(batch) < self._batch:
-            batch.append(queue.popleft())
-        if not batch:
+        queue, chunks, spans = self._queue, list[bytes](), 0
+        while queue and len(chunks) < self._batch:
+            chunk, n = queue.popleft()
+            chunks.append(chunk)
+            spans += n
+        if not chunks:
             return
         try:
-            payload, spans = await self._encode(batch)
+            payload = self._encoder.batch(chunks)
             result = await asyncio.to_thread(self._exporter.export, EncodedSpans(payload, spans))
             ok = result is SpanExportResult.SUCCESS
         except Exception:  # the loop must outlive any one batch
-            log.exception("exporting %d traces failed", len(batch))
-            ok, spans = False, len(batch) * SPANS_PER_REQUEST
+            log.exception("exporting %d traces failed", len(chunks))
+            ok = False
         if ok:
             self.exported += spans
         else:
             self.failed += spans
-
-    async def _encode(self, batch: list[FinishedTrace]) -> tuple[bytes, int]:
-        encoder, chunks, spans = self._encoder, [], 0
-        for i, trace in enumerate(batch, 1):
-            chunk, n = encoder.spans(trace)
-            chunks.append(chunk)
-            spans += n
-            if i % _CHUNK == 0:
-                await asyncio.sleep(0)  # requests waiting get their turn
-        return encoder.batch(chunks), spans
 
 
 def make_exporter(protocol: str) -> SpanSender:
@@ -231,4 +248,6 @@ def make_exporter(protocol: str) -> SpanSender:
     return exporters[protocol]()
 
 
-__all__: Sequence[str] = ("BatchExport", "BatchSettings", "EncodedSpans", "make_exporter")
+__all__: Sequence[str] = (
+    "BatchExport", "BatchSettings", "EncodedSpans", "make_exporter", "span_encoder",
+)  # fmt: skip

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from gateway.tracing.context import SAMPLED
-from gateway.tracing.spans import FinishedTrace
+from gateway.tracing.spans import FinishedTrace, Outcome, RequestTrace, finished
 
 AttrValue = str | bool | int | float | Sequence[str] | Sequence[float]
 
@@ -138,10 +138,15 @@ class SpanEncoder:
         attrs = b"".join(key_value(k, v, tag=0x0A) for k, v in resource.items())
         self._resource = field(0x0A, attrs)  # ResourceSpans.resource
         self._scope = field(0x0A, field(0x0A, scope.encode()) + field(0x12, version.encode()))
-        self._server = _Repeated(_SERVER_KEYS)
-        self._route = _Repeated(_ROUTE_KEYS)
-        self._upstream = _Repeated(_UPSTREAM_KEYS)
+        self._server = _Repeated(SERVER_KEYS)
+        self._route = _Repeated(ROUTE_KEYS)
+        self._upstream = _Repeated(UPSTREAM_KEYS)
         self._names: dict[str, bytes] = {}
+
+    def request(self, trace: RequestTrace, outcome: Outcome) -> tuple[bytes, int]:
+        """A finished request's spans, encoded, and how many (what the export queue holds;
+        `otlp_native.NativeSpanEncoder.request` writes the same bytes)."""
+        return self.spans(finished(trace, outcome))
 
     def encode(self, traces: Iterable[FinishedTrace]) -> tuple[bytes, int]:
         """An export request of `traces`, and how many spans it holds."""
@@ -216,15 +221,15 @@ class SpanEncoder:
             (t.method, t.path, t.status, t.model, t.stream, t.backend, t.client, error)
         )
         if t.request_id is not None:
-            out += key_value("kvgate.request_id", t.request_id)
+            out += key_value(REQUEST_ID, t.request_id)
         if t.ttft_s is not None:
-            out += double_attr("kvgate.ttft_s", t.ttft_s)
+            out += double_attr(TTFT, t.ttft_s)
         if t.input_tokens is not None:
-            out += int_attr("gen_ai.usage.input_tokens", t.input_tokens)
+            out += int_attr(INPUT_TOKENS, t.input_tokens)
         if t.output_tokens is not None:
-            out += int_attr("gen_ai.usage.output_tokens", t.output_tokens)
+            out += int_attr(OUTPUT_TOKENS, t.output_tokens)
         if t.cached_tokens is not None:
-            out += int_attr("gen_ai.usage.cache_read.input_tokens", t.cached_tokens)
+            out += int_attr(CACHED_TOKENS, t.cached_tokens)
         return out
 
     def _first_token(self, t: FinishedTrace) -> bytes:
@@ -237,24 +242,31 @@ class SpanEncoder:
     def _route_attrs(self, t: FinishedTrace) -> bytes:
         out = self._route.get(
             (t.policy, t.target, t.candidates, t.filtered_out or None, t.top_backends or None)
-        ) + int_attr("kvgate.prefix.blocks", t.prefix_blocks)  # fmt: skip
+        ) + int_attr(PREFIX_BLOCKS, t.prefix_blocks)  # fmt: skip
         if t.matched_blocks is not None:
-            out += int_attr("kvgate.prefix.matched_blocks", t.matched_blocks)
+            out += int_attr(MATCHED_BLOCKS, t.matched_blocks)
         if t.top_scores:
-            out += doubles_attr("kvgate.route.top_scores", t.top_scores)
+            out += doubles_attr(TOP_SCORES_KEY, t.top_scores)
         return out
 
 
-_SERVER_KEYS = (
+# Attribute keys, in the order the spans carry them (values None are left out). The sets
+# of values that repeat from request to request first, then one key per varying value.
+SERVER_KEYS = (
     "http.request.method", "url.path", "http.response.status_code", "gen_ai.request.model",
     "kvgate.stream", "kvgate.backend", "client.address", "error.type",
 )  # fmt: skip
-_ROUTE_KEYS = ("kvgate.policy", "kvgate.backend", "kvgate.route.candidates",
-               "kvgate.route.filtered_out", "kvgate.route.top_backends")  # fmt: skip
-_UPSTREAM_KEYS = (
+ROUTE_KEYS = ("kvgate.policy", "kvgate.backend", "kvgate.route.candidates",
+              "kvgate.route.filtered_out", "kvgate.route.top_backends")  # fmt: skip
+UPSTREAM_KEYS = (
     "http.request.method", "server.address", "server.port", "kvgate.backend",
     "kvgate.attempt", "http.response.status_code", "error.type",
 )  # fmt: skip
+REQUEST_ID, TTFT = "kvgate.request_id", "kvgate.ttft_s"
+INPUT_TOKENS, OUTPUT_TOKENS = "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"
+CACHED_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+PREFIX_BLOCKS, MATCHED_BLOCKS = "kvgate.prefix.blocks", "kvgate.prefix.matched_blocks"
+TOP_SCORES_KEY = "kvgate.route.top_scores"
 _KINDS = {k: bytes((0x30, k)) for k in (KIND_INTERNAL, KIND_SERVER, KIND_CLIENT)}
 _FIRST_TOKEN_NAME = field(0x12, FIRST_TOKEN_EVENT.encode())
 _FIRST_TOKEN_HEAD = bytes((0x5A, 9 + len(_FIRST_TOKEN_NAME), 0x09))  # Span.events, time

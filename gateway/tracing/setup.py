@@ -73,8 +73,12 @@ class Tracing:
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
 
-            from gateway.tracing.export import BatchExport, BatchSettings, make_exporter
-            from gateway.tracing.otlp_wire import SpanEncoder
+            from gateway.tracing.export import (
+                BatchExport,
+                BatchSettings,
+                make_exporter,
+                span_encoder,
+            )
         except ImportError as exc:
             raise ConfigError(
                 f"OTEL_TRACES_EXPORTER is set but OpenTelemetry is not installed ({exc}): "
@@ -88,7 +92,7 @@ class Tracing:
         # The SDK's provider reads OTEL_TRACES_SAMPLER(_ARG); only its sampler is used.
         self.sampler = TracerProvider(resource=resource).sampler
         version = _version()
-        encoder = SpanEncoder(dict(resource.attributes), SCOPE, version)  # type: ignore[arg-type]
+        encoder = span_encoder(dict(resource.attributes), SCOPE, version)  # type: ignore[arg-type]
         self.protocol = settings.protocol
         self.export = BatchExport(
             encoder, make_exporter(settings.protocol), BatchSettings.from_env(environ)

@@ -1,12 +1,12 @@
 """What the request path records for its spans: ids, times (ns since the epoch) and what
-the request did. Nothing is formatted or validated here: the export thread turns each
-`FinishedTrace` into OTLP spans (`otlp_wire`).
+the request did. Nothing is formatted or validated here.
 
-A `RequestTrace` is filled by one request's task; `Tracer.finish` flattens it into a
-`FinishedTrace` of plain values (one object the garbage collector tracks; its upstream
-attempts are plain tuples, which it stops tracking), which waits in the export queue for
-up to `OTEL_BSP_SCHEDULE_DELAY`. Keeping the request's objects alive that long instead
-cost more in collections than the spans themselves (measured: decisions/0012).
+A `RequestTrace` is filled by one request's task; `Tracer.finish` hands it with its
+`Outcome` to the export queue, which encodes its spans into OTLP bytes at once
+(`otlp_native`, compiled; or its reference `otlp_wire`, which reads the request flattened
+by `finished` into a `FinishedTrace` of plain values). The request's objects are freed as
+it ends: keeping them queued until the export cost more in garbage collection than the
+spans themselves (decisions/0015).
 """
 
 from __future__ import annotations
@@ -189,12 +189,13 @@ def finished(t: RequestTrace, o: Outcome) -> FinishedTrace:
 
 class Tracer:
     """Starts and finishes request traces: `sample(trace_id, parent, name)` decides (the
-    SDK's sampler), `sink` receives each finished sampled trace (the export queue)."""
+    SDK's sampler), `sink(trace, outcome)` receives each finished sampled trace (the export
+    queue, which encodes it at once)."""
 
     def __init__(
         self,
         sample: Callable[[int, RemoteParent | None, str], bool],
-        sink: Callable[[FinishedTrace], None],
+        sink: Callable[[RequestTrace, Outcome], None],
         ids: random.Random | None = None,
     ) -> None:
         self._sample = sample
@@ -220,4 +221,4 @@ class Tracer:
         trace.end_ns = _now()
         trace._ids = None
         if trace.sampled:
-            self._sink(finished(trace, outcome))
+            self._sink(trace, outcome)

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from gateway.tracing.export import BatchExport, BatchSettings, EncodedSpans, GrpcExporter
 from gateway.tracing.otlp_wire import SpanEncoder
-from gateway.tracing.spans import FinishedTrace, Outcome, Tracer
+from gateway.tracing.spans import Outcome, RequestTrace, Tracer
 
 
 class Recorder:
@@ -24,9 +24,9 @@ class Recorder:
         self.shut = True
 
 
-def _traces(n: int) -> list[FinishedTrace]:
-    out: list[FinishedTrace] = []
-    tracer = Tracer(lambda *_: True, out.append, random.Random(7))
+def _traces(n: int) -> list[tuple[RequestTrace, Outcome]]:
+    out: list[tuple[RequestTrace, Outcome]] = []
+    tracer = Tracer(lambda *_: True, lambda t, o: out.append((t, o)), random.Random(7))
     for _ in range(n):
         t = tracer.start("POST", "/v1/completions", None, None)
         tracer.finish(t, Outcome(400, None, False, None, None, "bad body"))  # server span only
@@ -43,7 +43,7 @@ async def test_a_full_batch_is_sent_at_once_and_close_sends_the_rest() -> None:
     loop = asyncio.create_task(export.run())
     await asyncio.sleep(0)
     for t in _traces(25):  # 30 spans a batch: 10 requests counted at 3 spans each
-        export.add(t)
+        export.add(*t)
     for _ in range(50):
         if len(rec.batches) == 2:
             break
@@ -61,7 +61,7 @@ async def test_the_delay_sends_what_waits_and_a_full_queue_drops() -> None:
     export, rec = _export(BatchSettings(schedule_delay_s=0.05, max_queue_spans=12))
     loop = asyncio.create_task(export.run())
     for t in _traces(6):
-        export.add(t)
+        export.add(*t)
     assert export.dropped == 2  # room for 12 // 3 requests
     await asyncio.sleep(0.2)
     assert [b.spans for b in rec.batches] == [4]

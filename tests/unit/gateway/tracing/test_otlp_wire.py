@@ -9,7 +9,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from bench.otlp_receiver import value_of
 from gateway.tracing.otlp_wire import SpanEncoder, varint
-from gateway.tracing.spans import FinishedTrace, Outcome, Tracer
+from gateway.tracing.spans import FinishedTrace, Outcome, RequestTrace, Tracer, finished
 from gateway.usage import Usage
 from routing.types import Decision, EndpointScores, ScoreTable
 
@@ -28,7 +28,11 @@ def _trace(
     *, parent: str | None, status: int = 200, table: bool = True, seed: int = 1
 ) -> FinishedTrace:
     got: list[FinishedTrace] = []
-    tracer = Tracer(lambda *_: True, got.append, random.Random(seed))
+
+    def sink(trace: RequestTrace, outcome: Outcome) -> None:
+        got.append(finished(trace, outcome))
+
+    tracer = Tracer(lambda *_: True, sink, random.Random(seed))
     t = tracer.start("POST", "/v1/chat/completions", parent, "k=v" if parent else None)
     t.route_started()
     t.routed(_decision(table), 7)
@@ -40,8 +44,8 @@ def _trace(
     t.backend = "a"
     error = "the upstream backend failed" if status >= 500 else None
     tracer.finish(t, Outcome(status, "m", True, 0.25, Usage(100, 64, 3), error, "1.2.3.4", "r1"))
-    [finished] = got
-    return finished
+    [flat] = got
+    return flat
 
 
 def _decode(*traces: FinishedTrace) -> tuple[ExportTraceServiceRequest, list[Span]]:

@@ -70,7 +70,7 @@ def test_an_unsampled_request_queues_nothing_but_still_propagates() -> None:
     from gateway.tracing.spans import Tracer
 
     queued: list[object] = []
-    tracer = Tracer(lambda *_: False, queued.append, random.Random(3))
+    tracer = Tracer(lambda *_: False, lambda t, o: queued.append(t), random.Random(3))
     header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     t = tracer.start("POST", "/v1/chat/completions", header, "a=b")
     span = t.upstream("e1", "http://127.0.0.1:1", 1)
