@@ -12,9 +12,10 @@ With 8 requests sent at once the last one reaches the engine ~7 × frontend_s af
 the engine model itself has no such stage. Before that queue, `shared_s` of work a request is
 interleaved among all requests in the server at once (processor sharing: the event loop
 switches between them at every await), so with n sent together even the first leaves it
-only after n × shared_s: `shared_done`; sent_i above is then when request i leaves it. The result keeps every step's
-start and features, so the fit can write any request's TTFT or ITL as a linear function of
-the coefficients (see `fit.py`), and the evaluation can read predicted times directly.
+only after n × shared_s: `shared_done`; sent_i above is then when request i leaves it.
+The result keeps every step's start and features, so the fit can write any request's TTFT
+or ITL as a linear function of the coefficients (see `fit.py`), and the evaluation can read
+predicted times directly.
 """
 
 from __future__ import annotations

@@ -82,9 +82,7 @@ def profile_json(
         "source": source,
         "config": asdict(config),
         "timing": asdict(coef.timing),
-        "frontend": asdict(
-            FrontEnd(coef.request_overhead_s + coef.shared_s, coef.frontend_s)
-        ),
+        "frontend": asdict(FrontEnd(coef.request_overhead_s + coef.shared_s, coef.frontend_s)),
     }
 
 
