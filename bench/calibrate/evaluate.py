@@ -29,6 +29,7 @@ def compare_cell(
             coef.timing,
             vocab_size=vocab_size,
             frontend_s=coef.frontend_s,
+            shared_s=coef.shared_s,
         )
         measured = by_first_token(rep.requests)
         m_ttft.append([r.ttft_s for r in measured])

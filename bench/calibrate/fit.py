@@ -1,9 +1,11 @@
 """Fit the engine model's step-time coefficients to measured TTFTs and inter-token latencies.
 
 Unknowns: the five `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
-beyond the engine's steps: HTTP, the first SSE chunk) and `frontend_s` (the API server's
-serial work per request before the engine sees it; see `replay.py`). The last two are not
-part of an engine profile; the evaluation uses them and the report states them.
+beyond the engine's steps: HTTP, the first SSE chunk), `frontend_s` (the API server's
+serial work per request before the engine sees it) and `shared_s` (its work per request
+interleaved among the requests it holds; see `replay.py`). The profile's `frontend` carries
+the first two (with shared_s added to request_overhead_s: the simulator has no interleaved
+stage); the evaluation uses all three and the report states them.
 
 Every repetition of a training cell gives rows of a linear system. Replaying its burst
 through the engine model (`replay.py`) says which steps ran between a request's arrival and
@@ -30,7 +32,8 @@ Rows are scaled to relative error (see `solve`), so non-negative least squares w
 gap as much as a 1 s TTFT; the per-request rows of a burst of c requests weigh 1/c each, so
 every repetition of every cell counts the same. Measured and replayed requests of a burst are
 paired by the order of their first tokens. `frontend_s` changes the schedule, not just a row,
-so it is chosen from a few candidates by a robust score, each candidate fitted for two rounds.
+so it is chosen — with `shared_s` — from a few candidates by a robust score, each candidate
+fitted for two rounds.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Coefficients:
     timing: StepTimeCoefficients
     request_overhead_s: float
     frontend_s: float = 0.0  # the API server's serial work per request (replay.py); not in NNLS
+    shared_s: float = 0.0  # its interleaved work per request (replay.py); not in NNLS
 
     def vector(self) -> tuple[float, ...]:
         t = self.timing
@@ -73,7 +77,7 @@ class Coefficients:
         )
 
     @classmethod
-    def of(cls, x: list[float], frontend_s: float = 0.0) -> Coefficients:
+    def of(cls, x: list[float], frontend_s: float = 0.0, shared_s: float = 0.0) -> Coefficients:
         timing = StepTimeCoefficients(
             overhead_s=x[0],
             prefill_token_s=x[1],
@@ -81,7 +85,7 @@ class Coefficients:
             decode_seq_s=x[3],
             kv_read_token_s=x[4],
         )
-        return cls(timing=timing, request_overhead_s=x[5], frontend_s=frontend_s)
+        return cls(timing=timing, request_overhead_s=x[5], frontend_s=frontend_s, shared_s=shared_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,7 @@ def replay_observations(
                 coef.timing,
                 vocab_size=vocab_size,
                 frontend_s=coef.frontend_s,
+                shared_s=coef.shared_s,
             )
             spans = [_spans(replay, r) for r in replay.requests]
             share = 1 / len(spans)
@@ -245,7 +250,9 @@ def _mean(spans: list[Span]) -> Span:
     return row, sum(o for _, o in spans) / n
 
 
-def solve(obs: list[Observation], frontend_s: float = 0.0, trim: float = 3.0) -> Coefficients:
+def solve(
+    obs: list[Observation], frontend_s: float = 0.0, trim: float = 3.0, shared_s: float = 0.0
+) -> Coefficients:
     """Relative least squares, robustly.
 
     Dividing each row by its measured value biases the fit low when measurements are noisy
@@ -256,38 +263,43 @@ def solve(obs: list[Observation], frontend_s: float = 0.0, trim: float = 3.0) ->
     are dropped and the whole is solved again: a stalled stream or a burst of other work on
     the machine should not bend the fit.
     """
-    coef = _reweighted(obs, frontend_s)
+    coef = _reweighted(obs, frontend_s, shared_s)
     residuals = [abs(o.predict(coef) - o.measured_s) / o.measured_s for o in obs]
     limit = max(trim * statistics.median(residuals), 0.15) if residuals else 0.0
     kept = [o for o, r in zip(obs, residuals, strict=True) if r <= limit]
     if len(kept) < len(obs) and len(kept) >= NUM_UNKNOWNS:
         log.debug("dropped %d of %d rows as outliers", len(obs) - len(kept), len(obs))
-        coef = _reweighted(kept, frontend_s)
+        coef = _reweighted(kept, frontend_s, shared_s)
     return coef
 
 
-def _reweighted(obs: list[Observation], frontend_s: float, rounds: int = 4) -> Coefficients:
+def _reweighted(
+    obs: list[Observation], frontend_s: float, shared_s: float, rounds: int = 4
+) -> Coefficients:
     scale = [o.measured_s for o in obs]
-    coef = _nnls(obs, scale, frontend_s)
+    coef = _nnls(obs, scale, frontend_s, shared_s)
     for _ in range(rounds):
         scale = [
             math.sqrt(p * o.measured_s) if (p := o.predict(coef)) > 0 else o.measured_s for o in obs
         ]
-        coef = _nnls(obs, scale, frontend_s)
+        coef = _nnls(obs, scale, frontend_s, shared_s)
     return coef
 
 
-def _nnls(obs: list[Observation], scale_s: list[float], frontend_s: float) -> Coefficients:
+def _nnls(
+    obs: list[Observation], scale_s: list[float], frontend_s: float, shared_s: float
+) -> Coefficients:
     """min Σ weight · ((row·x + offset − measured) / scale)², x ≥ 0."""
     k = [math.sqrt(o.weight) / sc for o, sc in zip(obs, scale_s, strict=True)]
     rows = [[v * ki for v in o.row] for o, ki in zip(obs, k, strict=True)]
     target = [(o.measured_s - o.offset_s) * ki for o, ki in zip(obs, k, strict=True)]
-    return Coefficients.of(nnls(rows, target), frontend_s)
+    return Coefficients.of(nnls(rows, target), frontend_s, shared_s)
 
 
 # Candidates for the API server's per-request work; it shapes the schedule, so it is chosen
 # by trying each (two replay-and-solve rounds apiece) rather than by least squares.
 FRONTEND_CANDIDATES_S = (0.0, 0.002, 0.004, 0.006, 0.008, 0.010, 0.013, 0.016)
+SHARED_CANDIDATES_S = (0.0, 0.002, 0.004, 0.006)
 
 
 def fit(
@@ -296,6 +308,7 @@ def fit(
     vocab_size: int,
     *,
     frontend_candidates: tuple[float, ...] = FRONTEND_CANDIDATES_S,
+    shared_candidates: tuple[float, ...] = SHARED_CANDIDATES_S,
     max_rounds: int = 6,
     tolerance: float = 0.01,
 ) -> tuple[Coefficients, list[Observation]]:
@@ -305,12 +318,15 @@ def fit(
     log.info("first guess: %s", first)
     best: tuple[float, Coefficients] | None = None
     for frontend_s in frontend_candidates:
-        start = dataclasses.replace(first, frontend_s=frontend_s)
-        coef, obs = _rounds(records, config, vocab_size, start, max_rounds=2, tolerance=tolerance)
-        score = robust_score(obs, coef)
-        log.info("frontend_s %.3f: score %.5f", frontend_s, score)
-        if best is None or score < best[0]:
-            best = (score, coef)
+        for shared_s in shared_candidates:
+            start = dataclasses.replace(first, frontend_s=frontend_s, shared_s=shared_s)
+            coef, obs = _rounds(
+                records, config, vocab_size, start, max_rounds=2, tolerance=tolerance
+            )
+            score = robust_score(obs, coef)
+            log.info("frontend_s %.3f, shared_s %.3f: score %.5f", frontend_s, shared_s, score)
+            if best is None or score < best[0]:
+                best = (score, coef)
     assert best is not None
     return _rounds(records, config, vocab_size, best[1], max_rounds=max_rounds, tolerance=tolerance)
 
@@ -335,7 +351,7 @@ def _rounds(
     obs: list[Observation] = []
     for n in range(max_rounds):
         obs = replay_observations(records, config, coef, vocab_size)
-        new = solve(obs, coef.frontend_s)
+        new = solve(obs, coef.frontend_s, shared_s=coef.shared_s)
         moved = max(abs(o.predict(new) - o.predict(coef)) / o.measured_s for o in obs)
         log.debug("fit round %d: %s (predictions moved ≤ %.1f%%)", n + 1, new, moved * 100)
         coef = new

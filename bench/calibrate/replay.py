@@ -9,13 +9,18 @@ parsing and input processing one at a time (one Python event loop): `frontend_s`
 per request, in a FIFO queue, so request i reaches the engine at
     arrival_i = max(sent_i, arrival_{i−1}) + frontend_s.
 With 8 requests sent at once the last one reaches the engine ~7 × frontend_s after the first;
-the engine model itself has no such stage. The result keeps every step's
-start and features, so the fit can write any request's TTFT or ITL as a linear function of
-the coefficients (see `fit.py`), and the evaluation can read predicted times directly.
+the engine model itself has no such stage. Before that queue, `shared_s` of work a request is
+interleaved among all requests in the server at once (processor sharing: the event loop
+switches between them at every await), so with n sent together even the first leaves it
+only after n × shared_s: `shared_done`; sent_i above is then when request i leaves it.
+The result keeps every step's start and features, so the fit can write any request's TTFT
+or ITL as a linear function of the coefficients (see `fit.py`), and the evaluation can read
+predicted times directly.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -83,6 +88,7 @@ def replay_burst(
     *,
     vocab_size: int,
     frontend_s: float = 0.0,
+    shared_s: float = 0.0,
     seed: int = 0,
 ) -> BurstReplay:
     """Replay `cell` with request i (in send order) sent at sorted(sent_s)[i]."""
@@ -96,7 +102,7 @@ def replay_burst(
     if len(sent) != len(burst.prompts):
         raise ValueError(f"{cell.key}: {len(sent)} send times for {len(burst.prompts)} prompts")
     arrivals: list[float] = []
-    for t in sent:
+    for t in shared_done(sent, shared_s):
         arrivals.append(max(t, arrivals[-1] if arrivals else t) + frontend_s)
     pending = list(enumerate(zip(arrivals, burst.prompts, strict=True)))
     output = tuple(range(3, 3 + cell.output_len))
@@ -124,3 +130,33 @@ def replay_burst(
     ]
     replayed.sort(key=lambda r: (r.first_step, r.arrival_s))
     return BurstReplay(steps=tuple(steps), requests=tuple(replayed))
+
+
+def shared_done(sent: list[float], work_s: float) -> list[float]:
+    """When each request (sorted by send time) finishes `work_s` of work shared equally among
+    all requests in the stage (processor sharing: an event loop interleaving them)."""
+    if work_s <= 0:
+        return list(sent)
+    n = len(sent)
+    done = [0.0] * n
+    left: dict[int, float] = {}
+    now = sent[0] if sent else 0.0
+    nxt = 0
+    while nxt < n or left:
+        arrive = sent[nxt] if nxt < n else math.inf
+        if left:
+            k = len(left)
+            finish = now + min(left.values()) * k
+            until = min(finish, arrive)
+            for i in left:
+                left[i] -= (until - now) / k
+            now = until
+            for i in [i for i, w in left.items() if w <= 1e-12]:
+                done[i] = now
+                del left[i]
+        else:
+            now = arrive
+        while nxt < n and sent[nxt] <= now:
+            left[nxt] = work_s
+            nxt += 1
+    return done

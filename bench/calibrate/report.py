@@ -36,6 +36,7 @@ def build_report(
             **asdict(coef.timing),
             "request_overhead_s": coef.request_overhead_s,
             "frontend_s": coef.frontend_s,
+            "shared_s": coef.shared_s,
         },
         "held_back": {k: v.to_json() for k, v in summarize(test).items()},
         "train": {k: v.to_json() for k, v in summarize(train).items()},
@@ -65,7 +66,11 @@ def profile_json(
         f"server added to each TTFT request_overhead_s = {coef.request_overhead_s:.4g} s "
         f"(HTTP, first chunk) and took frontend_s = {coef.frontend_s:.4g} s of serial work "
         f"per request before the engine saw it (a burst of n requests reaches the engine over "
-        f"~(n-1)·frontend_s): the profile's `frontend`. num_blocks is the "
+        f"~(n-1)·frontend_s), after shared_s = {coef.shared_s:.4g} s a request of work "
+        f"interleaved among all requests in it (a burst of n sent at once leaves it after "
+        f"~n·shared_s). The profile's `frontend` has no interleaved stage: its "
+        f"request_overhead_s is request_overhead_s + shared_s (what one request alone "
+        f"pays). num_blocks is the "
         f"server's num_gpu_blocks with VLLM_CPU_KVCACHE_SPACE={meta['kv_cache_gib']} GiB."
     )
     return {
@@ -77,7 +82,7 @@ def profile_json(
         "source": source,
         "config": asdict(config),
         "timing": asdict(coef.timing),
-        "frontend": asdict(FrontEnd(coef.request_overhead_s, coef.frontend_s)),
+        "frontend": asdict(FrontEnd(coef.request_overhead_s + coef.shared_s, coef.frontend_s)),
     }
 
 

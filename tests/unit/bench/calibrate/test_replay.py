@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from bench.calibrate.grid import Cell
-from bench.calibrate.replay import replay_burst
+from bench.calibrate.replay import replay_burst, shared_done
 from sim.engine.types import EngineConfig, StepTimeCoefficients
 
 CONFIG = EngineConfig(
@@ -54,3 +54,25 @@ def test_the_frontend_spaces_out_a_burst() -> None:
     first = min(replay.requests, key=lambda r: r.arrival_s)
     # The client-side TTFT includes the frontend; the engine-side one does not.
     assert replay.ttft_s(first) == pytest.approx(0.005 + replay.engine_ttft_s(first))
+
+
+def test_shared_work_is_interleaved_among_the_requests_in_it() -> None:
+    assert shared_done([0.0, 0.0, 0.0], 0.004) == pytest.approx([0.012] * 3)
+    assert shared_done([0.0, 0.010], 0.004) == pytest.approx([0.004, 0.014])
+    # Alone for 2 ms, then two share the server: 2 ms of work left each takes 4 ms.
+    assert shared_done([0.0, 0.002], 0.004) == pytest.approx([0.006, 0.008])
+    assert shared_done([0.0, 0.001], 0.0) == [0.0, 0.001]
+
+
+def test_a_burst_reaches_the_engine_after_the_shared_then_the_serial_work() -> None:
+    replay = replay_burst(
+        Cell(64, 0.0, 2, 2),
+        [0.0, 0.0],
+        CONFIG,
+        TIMING,
+        vocab_size=1000,
+        frontend_s=0.005,
+        shared_s=0.003,
+    )
+    arrivals = sorted(r.arrival_s for r in replay.requests)
+    assert arrivals == pytest.approx([0.006 + 0.005, 0.006 + 0.010])

@@ -137,7 +137,8 @@ def test_the_front_end_is_optional_and_read_when_given() -> None:
     given = {"request_overhead_s": 0.02, "frontend_s": 0.005}
     assert parse_profile(_profile_json(frontend=given)).frontend == FrontEnd(0.02, 0.005)
     measured = get_profile("vllm-cpu-tiny").frontend
-    assert measured.request_overhead_s > 0 and measured.frontend_s > 0
+    # Fitted 2026-12-04: a burst's wait in the API server is shared work, not a FIFO.
+    assert measured.request_overhead_s > 0 and measured.frontend_s >= 0
 
 
 def test_load_profile_file_reports_bad_json(tmp_path: Path) -> None:
