@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.tracing.context import RemoteParent
-from gateway.tracing.spans import Tracer
+from gateway.tracing.sampling import ALWAYS, NEVER, Bounds
+from gateway.tracing.spans import Sample, Tracer
 from scoring.config import ConfigError
 
 if TYPE_CHECKING:
@@ -97,7 +98,8 @@ class Tracing:
         self.export = BatchExport(
             encoder, make_exporter(settings.protocol), BatchSettings.from_env(environ)
         )
-        self.tracer = Tracer(_sampling(self.sampler), self.export.add)
+        bounds = static_bounds(self.sampler)
+        self.tracer = Tracer(bounds or _sampling(self.sampler), self.export.add)
 
     async def run(self) -> None:
         """The export loop (a background loop of the gateway)."""
@@ -109,7 +111,46 @@ class Tracing:
         await self.export.close()
 
 
-def _sampling(sampler: Sampler) -> Callable[[int, RemoteParent | None, str], bool]:
+def static_bounds(sampler: Sampler) -> Bounds | None:
+    """The SDK's sampler as `Bounds` when it decides by the SDK's own code for the
+    standard samplers (all that `OTEL_TRACES_SAMPLER` names), else None (`sampling`)."""
+    from opentelemetry.sdk.trace.sampling import ParentBased
+
+    if not _decides_as(sampler, ParentBased):
+        bound = _bound(sampler)
+        return Bounds.same(bound) if bound is not None else None
+    assert isinstance(sampler, ParentBased)
+    # A request's parent can only be remote: the local-parent samplers never decide.
+    root = _bound(sampler._root)
+    parent_sampled = _bound(sampler._remote_parent_sampled)
+    parent_unsampled = _bound(sampler._remote_parent_not_sampled)
+    if root is None or parent_sampled is None or parent_unsampled is None:
+        return None
+    return Bounds(root, parent_sampled, parent_unsampled)
+
+
+def _decides_as(sampler: Sampler, kind: type[Sampler]) -> bool:
+    """`sampler` is a `kind` whose `should_sample` is `kind`'s own."""
+    return isinstance(sampler, kind) and type(sampler).should_sample is kind.should_sample
+
+
+def _bound(sampler: Sampler) -> int | None:
+    from opentelemetry.sdk.trace.sampling import Decision, StaticSampler, TraceIdRatioBased
+
+    if _decides_as(sampler, TraceIdRatioBased):
+        assert isinstance(sampler, TraceIdRatioBased)
+        return sampler.bound
+    if _decides_as(sampler, StaticSampler):
+        assert isinstance(sampler, StaticSampler)
+        decision = sampler._decision
+        if decision is Decision.RECORD_AND_SAMPLE:
+            return ALWAYS
+        if decision is Decision.DROP:
+            return NEVER
+    return None  # RECORD_ONLY (recorded, not exported: kvgate has no use for it), or another
+
+
+def _sampling(sampler: Sampler) -> Sample:
     """`sampler.should_sample` as the tracer calls it: once per request, for the server
     span (its routing and upstream spans follow that decision, as a parent-based sampler
     would decide them)."""

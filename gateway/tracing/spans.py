@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gateway.tracing.context import RemoteParent, parse_traceparent, traceparent
+from gateway.tracing.sampling import LOW_64, Bounds
 from gateway.usage import Usage
 from routing.types import Decision, ScoreTable
 
@@ -187,18 +188,23 @@ def finished(t: RequestTrace, o: Outcome) -> FinishedTrace:
     )  # fmt: skip
 
 
+Sample = Callable[[int, RemoteParent | None, str], bool]  # (trace_id, parent, name)
+
+
 class Tracer:
-    """Starts and finishes request traces: `sample(trace_id, parent, name)` decides (the
-    SDK's sampler), `sink(trace, outcome)` receives each finished sampled trace (the export
-    queue, which encodes it at once)."""
+    """Starts and finishes request traces. `sample` decides: `Bounds` read once from the
+    SDK's sampler (`sampling`), or, for a sampler of another kind, a call per request;
+    `sink(trace, outcome)` receives each finished sampled trace (the export queue, which
+    encodes it at once)."""
 
     def __init__(
         self,
-        sample: Callable[[int, RemoteParent | None, str], bool],
+        sample: Bounds | Sample,
         sink: Callable[[RequestTrace, Outcome], None],
         ids: random.Random | None = None,
     ) -> None:
-        self._sample = sample
+        self._bounds = sample if isinstance(sample, Bounds) else None
+        self._sample = None if isinstance(sample, Bounds) else sample
         self._sink = sink
         self._ids = ids or random.Random()
 
@@ -210,7 +216,13 @@ class Tracer:
         ids = self._ids
         trace_id = parent.trace_id if parent is not None else ids.getrandbits(128) or 1
         name = f"{method} {path}"
-        sampled = self._sample(trace_id, parent, name)
+        if (bounds := self._bounds) is None:
+            assert self._sample is not None
+            sampled = self._sample(trace_id, parent, name)
+        elif parent is None:  # the common case, inline
+            sampled = trace_id & LOW_64 < bounds.root
+        else:
+            sampled = bounds.sampled(trace_id, parent)
         return RequestTrace(
             name, method, path, trace_id, ids.getrandbits(64) or 1, sampled, parent, _now(),
             _ids=ids,
