@@ -1,6 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""`otlp_wire.SpanEncoder.request` compiled: a finished request's spans written from its
-`RequestTrace` and `Outcome` straight into one C buffer, then copied out as one `bytes`.
+"""The request path's tracing compiled: `spans.Tracer`, `RequestTrace` and `UpstreamSpan`
+(`NativeTracer`, `NativeTrace`, `NativeUpstream`: the same fields and methods, C fields and
+the C clock), and `otlp_wire.SpanEncoder.request`: a finished request's spans written from
+its `NativeTrace` and `Outcome` straight into one C buffer, then copied out as one `bytes`.
+The encoder reads the trace's C fields, not Python attributes; a pure-Python `RequestTrace`
+is copied into a `NativeTrace` first (tests, and the reference tracer's traces).
 
 The pure-Python `SpanEncoder` is the reference: this writes the same bytes, field for field
 (`tests/unit/gateway/tracing/test_otlp_native.py` compares them), without the flattened
@@ -17,7 +21,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
-from gateway.tracing.context import SAMPLED
+from gateway.tracing.context import SAMPLED, parse_traceparent, traceparent
+from gateway.tracing.sampling import LOW_64, Bounds
 from gateway.tracing.otlp_wire import (
     CACHED_TOKENS, FIRST_TOKEN_EVENT, INPUT_TOKENS, KIND_CLIENT, KIND_INTERNAL, KIND_SERVER,
     MATCHED_BLOCKS, OUTPUT_TOKENS, PREFIX_BLOCKS, REQUEST_ID, ROUTE_KEYS, ROUTE_SPAN,
@@ -29,6 +34,169 @@ from routing.types import ScoreTable
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec* tp)
+    int CLOCK_REALTIME
+
+
+cdef inline int64_t _now() noexcept nogil:
+    """`time.time_ns()` (the same clock: CLOCK_REALTIME)."""
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+# -- the request path ------------------------------------------------------------------------
+
+
+cdef class NativeUpstream:
+    """`spans.UpstreamSpan` compiled: one attempt to send the request to a backend."""
+
+    cdef public uint64_t span_id
+    cdef public str backend, url
+    cdef public int attempt
+    cdef public int64_t start_ns, end_ns
+    cdef public int status  # the backend's answer; 0: none (an error instead)
+    cdef public object error  # str | None
+
+    def __init__(self, uint64_t span_id, str backend, str url, int attempt, int64_t start_ns,
+                 int64_t end_ns=0, int status=0, error=None):
+        self.span_id, self.backend, self.url, self.attempt = span_id, backend, url, attempt
+        self.start_ns, self.end_ns, self.status, self.error = start_ns, end_ns, status, error
+
+
+cdef class NativeTrace:
+    """`spans.RequestTrace` compiled: one request's spans (same fields, same methods)."""
+
+    cdef public str name, method, path
+    cdef public object trace_id  # 128 bits
+    cdef public uint64_t server_id
+    cdef public bint sampled
+    cdef public object parent  # RemoteParent | None
+    cdef public int64_t start_ns, end_ns
+    cdef public uint64_t route_id
+    cdef public int64_t route_start_ns, route_end_ns
+    cdef public object decision  # Decision | None
+    cdef public object prefix_blocks  # int
+    cdef public object matched_blocks  # int | None
+    cdef public object backend  # str | None
+    cdef public list upstreams  # of NativeUpstream, or None
+    cdef public object _ids  # random.Random | None
+
+    def __init__(self, str name, str method, str path, trace_id, uint64_t server_id,
+                 bint sampled, parent, int64_t start_ns, int64_t end_ns=0,
+                 uint64_t route_id=0, int64_t route_start_ns=0, int64_t route_end_ns=0,
+                 decision=None, prefix_blocks=0, matched_blocks=None, backend=None,
+                 list upstreams=None, _ids=None):
+        self.name, self.method, self.path = name, method, path
+        self.trace_id, self.server_id, self.sampled = trace_id, server_id, sampled
+        self.parent, self.start_ns, self.end_ns = parent, start_ns, end_ns
+        self.route_id, self.route_start_ns, self.route_end_ns = (
+            route_id, route_start_ns, route_end_ns
+        )
+        self.decision, self.prefix_blocks, self.matched_blocks = (
+            decision, prefix_blocks, matched_blocks
+        )
+        self.backend, self.upstreams, self._ids = backend, upstreams, _ids
+
+    def route_started(self):
+        self.route_start_ns = _now()
+
+    def routed(self, decision, prefix_blocks):
+        """The routing span ends with this decision."""
+        self.route_end_ns = _now()
+        self.route_id = self._new_id()
+        self.decision, self.prefix_blocks = decision, prefix_blocks
+
+    def upstream(self, str backend, str url, int attempt):
+        cdef NativeUpstream span = NativeUpstream.__new__(NativeUpstream)
+        span.span_id, span.backend, span.url, span.attempt = self._new_id(), backend, url, attempt
+        span.start_ns = _now()
+        if self.upstreams is None:
+            self.upstreams = [span]
+        else:
+            self.upstreams.append(span)
+        return span
+
+    def propagation(self, parent_id):
+        """`traceparent` (and the caller's `tracestate`) naming span `parent_id` as the
+        parent, for the engine."""
+        out = [(b"traceparent", traceparent(self.trace_id, parent_id, self.sampled))]
+        parent = self.parent
+        if parent is not None and parent.state:
+            out.append((b"tracestate", parent.state.encode("latin-1")))
+        return out
+
+    cdef uint64_t _new_id(self) except? 0:
+        cdef uint64_t n = self._ids.getrandbits(64)
+        return n or 1
+
+
+cdef class NativeTracer:
+    """`spans.Tracer` compiled: starts `NativeTrace`s and finishes them."""
+
+    cdef object _bounds, _root, _sample, _sink, _ids
+
+    def __init__(self, sample, sink, ids=None):
+        self._bounds = sample if isinstance(sample, Bounds) else None
+        self._root = sample.root if isinstance(sample, Bounds) else None
+        self._sample = None if isinstance(sample, Bounds) else sample
+        self._sink = sink
+        if ids is None:
+            import random
+            ids = random.Random()
+        self._ids = ids
+
+    def start(self, str method, str path, parent_header, state_header):
+        """The server span of a request whose headers carry `traceparent`/`tracestate`."""
+        cdef NativeTrace t = NativeTrace.__new__(NativeTrace)
+        parent = parse_traceparent(parent_header, state_header) if parent_header else None
+        ids = self._ids
+        trace_id = parent.trace_id if parent is not None else ids.getrandbits(128) or 1
+        name = method + " " + path
+        if self._bounds is None:
+            sampled = self._sample(trace_id, parent, name)
+        elif parent is None:
+            sampled = trace_id & LOW_64 < self._root
+        else:
+            sampled = self._bounds.sampled(trace_id, parent)
+        cdef uint64_t server_id = ids.getrandbits(64)
+        t.name, t.method, t.path, t.trace_id = name, method, path, trace_id
+        t.server_id, t.sampled, t.parent = server_id or 1, sampled, parent
+        t.prefix_blocks, t._ids = 0, ids
+        t.start_ns = _now()
+        return t
+
+    def finish(self, NativeTrace trace, outcome):
+        """The server span ends: queued for export when sampled."""
+        trace.end_ns = _now()
+        trace._ids = None
+        if trace.sampled:
+            self._sink(trace, outcome)
+
+
+cdef NativeTrace _native(trace):
+    """A pure-Python `RequestTrace` copied into a `NativeTrace`."""
+    if type(trace) is NativeTrace:
+        return trace
+    upstreams = None
+    if trace.upstreams is not None:
+        upstreams = [
+            a if type(a) is NativeUpstream else NativeUpstream(
+                a.span_id, a.backend, a.url, a.attempt, a.start_ns, a.end_ns, a.status, a.error)
+            for a in trace.upstreams
+        ]
+    return NativeTrace(
+        trace.name, trace.method, trace.path, trace.trace_id, trace.server_id, trace.sampled,
+        trace.parent, trace.start_ns, trace.end_ns, trace.route_id, trace.route_start_ns,
+        trace.route_end_ns, trace.decision, trace.prefix_blocks, trace.matched_blocks,
+        trace.backend, upstreams,
+    )
 
 cdef enum:
     HAS_IS_REMOTE = 0x100  # Span.flags: the parent is known to be remote, or not
@@ -265,8 +433,10 @@ cdef class NativeSpanEncoder:
 
     # -- spans ---------------------------------------------------------------------------
 
-    def request(self, trace, outcome):
+    def request(self, trace_, outcome):
         """`SpanEncoder.request(trace, outcome)`: the spans' bytes, and how many."""
+        cdef NativeTrace trace = _native(trace_)
+        cdef NativeUpstream a
         cdef uint64_t flags = SAMPLED if trace.sampled else 0
         cdef uint64_t server_id = trace.server_id, parent_id = 0, start_ns = trace.start_ns
         cdef bytes trace_id = b"\x0a\x10" + trace.trace_id.to_bytes(16, "big")
@@ -328,7 +498,7 @@ cdef class NativeSpanEncoder:
             self._bytes(state)
         return self._id(0x22, parent)
 
-    cdef int _server_attrs(self, trace, outcome) except -1:
+    cdef int _server_attrs(self, NativeTrace trace, outcome) except -1:
         cdef int status = outcome.status
         usage = outcome.usage
         self._attrs(self._server_keys, (
@@ -348,7 +518,7 @@ cdef class NativeSpanEncoder:
                 self._int_attr(self._k_cached, usage.cached_tokens)
         return 0
 
-    cdef int _route_attrs(self, trace, d) except -1:
+    cdef int _route_attrs(self, NativeTrace trace, d) except -1:
         cdef double scores[MAX_TOP]
         cdef Py_ssize_t start, item, i
         top = _top(d, scores)
@@ -373,8 +543,8 @@ cdef class NativeSpanEncoder:
             self._close(start)
         return 0
 
-    cdef int _upstream(self, trace, a, bytes trace_id, bytes state, uint64_t server_id,
-                       uint64_t flags) except -1:
+    cdef int _upstream(self, NativeTrace trace, NativeUpstream a, bytes trace_id, bytes state,
+                       uint64_t server_id, uint64_t flags) except -1:
         cdef int status = a.status
         error = a.error
         cdef bint failed = error is not None or status >= 400
@@ -387,8 +557,7 @@ cdef class NativeSpanEncoder:
         self._bytes(self._address(a.url))
         if a.backend is not None:
             self._attr(keys[3], a.backend)
-        if a.attempt is not None:
-            self._attr(keys[4], a.attempt)
+        self._attr(keys[4], a.attempt)
         if status:
             self._attr(keys[5], status)
         if failed:

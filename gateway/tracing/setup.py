@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.tracing.context import RemoteParent
 from gateway.tracing.sampling import ALWAYS, NEVER, Bounds
-from gateway.tracing.spans import Sample, Tracer
+from gateway.tracing.spans import Outcome, RequestTrace, Sample, Tracer
 from scoring.config import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler
+
+    from gateway.tracing.otlp_native import NativeTracer
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ class Tracing:
             encoder, make_exporter(settings.protocol), BatchSettings.from_env(environ)
         )
         bounds = static_bounds(self.sampler)
-        self.tracer = Tracer(bounds or _sampling(self.sampler), self.export.add)
+        self.tracer = new_tracer(bounds or _sampling(self.sampler), self.export.add)
 
     async def run(self) -> None:
         """The export loop (a background loop of the gateway)."""
@@ -109,6 +111,17 @@ class Tracing:
     async def close(self) -> None:
         """Export what is left, then stop the exporter."""
         await self.export.close()
+
+
+def new_tracer(
+    sample: Bounds | Sample, sink: Callable[[RequestTrace, Outcome], None]
+) -> Tracer | NativeTracer:
+    """The compiled tracer when it is built (with the compiled encoder), else `Tracer`."""
+    try:
+        from gateway.tracing.otlp_native import NativeTracer
+    except ImportError:
+        return Tracer(sample, sink)
+    return NativeTracer(sample, sink)
 
 
 def static_bounds(sampler: Sampler) -> Bounds | None:

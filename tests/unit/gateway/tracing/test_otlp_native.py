@@ -1,15 +1,21 @@
-"""The compiled span encoder against its pure-Python reference, byte for byte."""
+"""The compiled tracer and span encoder against their pure-Python references: the same
+traces, the same bytes."""
 
 from __future__ import annotations
 
 import random
+import time
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.tracing.export import span_encoder
-from gateway.tracing.otlp_native import NativeSpanEncoder
+from gateway.tracing.otlp_native import NativeSpanEncoder, NativeTracer
 from gateway.tracing.otlp_wire import SpanEncoder
+from gateway.tracing.sampling import ALWAYS, NEVER, Bounds
+from gateway.tracing.setup import new_tracer
 from gateway.tracing.spans import Outcome, RequestTrace, Tracer
 from gateway.usage import Usage
 from routing.types import Decision, EndpointScores, ScoreTable
@@ -38,7 +44,7 @@ def decisions(draw: st.DrawFn) -> Decision:
 @st.composite
 def requests(draw: st.DrawFn) -> tuple[RequestTrace, Outcome]:
     kept: list[tuple[RequestTrace, Outcome]] = []
-    tracer = Tracer(
+    tracer = draw(st.sampled_from([Tracer, NativeTracer]))(  # the reference's, or compiled
         lambda *_: draw(st.booleans()),
         lambda t, o: kept.append((t, o)),
         random.Random(draw(st.integers(0, 99))),
@@ -80,5 +86,56 @@ def test_the_compiled_encoder_writes_the_references_bytes(
     assert native.batch([chunk, chunk]) == reference.batch([chunk, chunk])
 
 
-def test_the_compiled_encoder_is_built_and_chosen() -> None:
+def test_the_compiled_encoder_and_tracer_are_built_and_chosen() -> None:
     assert isinstance(span_encoder(RESOURCE, "kvgate", "1.0"), NativeSpanEncoder)
+    assert isinstance(new_tracer(Bounds.same(ALWAYS), lambda t, o: None), NativeTracer)
+
+
+FIELDS = (
+    "name", "method", "path", "trace_id", "server_id", "sampled", "parent", "route_id",
+    "decision", "prefix_blocks", "matched_blocks", "backend",
+)  # fmt: skip
+UPSTREAM_FIELDS = ("span_id", "backend", "url", "attempt", "status", "error")
+
+
+def _script(tracer: Tracer | NativeTracer, parent: str | None, state: str | None) -> Any:
+    """One request's tracing calls, as the gateway makes them; what they leave."""
+    d = Decision("prefix-aware", ("a", "b"), (EndpointScores("a", {}, 1.0),))
+    before = time.time_ns()
+    t = tracer.start("POST", "/v1/chat/completions", parent, state)
+    t.route_started()
+    t.routed(d, 7)
+    t.matched_blocks = 5
+    first = t.upstream("a", "http://10.0.0.1:8000", 1)
+    first.status, first.error, first.end_ns = 503, "bad gateway", time.time_ns()
+    second = t.upstream("b", "http://10.0.0.2:8000", 2)
+    second.status, second.end_ns = 200, time.time_ns()
+    headers = t.propagation(second.span_id)
+    t.backend = "b"
+    tracer.finish(t, Outcome(200, "m", True, 0.5, None, None))
+    after = time.time_ns()
+    times = [t.start_ns, t.route_start_ns, t.route_end_ns, t.end_ns]
+    spans = t.upstreams or []
+    times += [x for s in spans for x in (s.start_ns, s.end_ns)]
+    assert all(before <= x <= after for x in times)
+    assert t.start_ns <= t.route_start_ns <= t.route_end_ns <= spans[0].start_ns
+    assert spans[0].start_ns <= spans[1].start_ns <= t.end_ns
+    return (
+        [getattr(t, f) for f in FIELDS],
+        [[getattr(s, f) for f in UPSTREAM_FIELDS] for s in spans],
+        headers,
+    )
+
+
+@pytest.mark.parametrize("parent", [None, TRACEPARENT, TRACEPARENT[:-2] + "00", "junk"])
+@pytest.mark.parametrize("state", [None, "k=v"])
+@pytest.mark.parametrize("sample", [Bounds(ALWAYS, ALWAYS, NEVER), Bounds.same(NEVER)])
+def test_the_compiled_tracer_records_what_the_reference_does(
+    parent: str | None, state: str | None, sample: Bounds
+) -> None:
+    kept: list[object] = []
+    sink = kept.append
+    reference = _script(Tracer(sample, lambda t, o: sink(t), random.Random(5)), parent, state)
+    compiled = _script(NativeTracer(sample, lambda t, o: sink(t), random.Random(5)), parent, state)
+    assert compiled == reference
+    assert len(kept) in (0, 2)  # sampled (and queued) by both, or by neither

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from gateway.tracing.context import RemoteParent
+from gateway.tracing.otlp_native import NativeTracer
 from gateway.tracing.sampling import ALWAYS, NEVER, Bounds, ratio_bound
 from gateway.tracing.setup import static_bounds
 from gateway.tracing.spans import Outcome, RequestTrace, Tracer
@@ -86,11 +87,16 @@ def test_every_standard_sampler_is_read_as_bounds_that_decide_as_it_does(
     decides_alike()
 
 
-def _tracer(bounds: Bounds, seed: int = 7) -> Tracer:
-    return Tracer(bounds, lambda t, o: None, random.Random(seed))
+@pytest.fixture(params=[Tracer, NativeTracer], ids=["reference", "compiled"])
+def tracer_class(request: pytest.FixtureRequest) -> type[Tracer | NativeTracer]:
+    return request.param  # type: ignore[no-any-return]
 
 
-def _start(tracer: Tracer, traceparent: str | None = None) -> RequestTrace:
+def _tracer(bounds: Bounds, cls: type[Tracer | NativeTracer]) -> Tracer | NativeTracer:
+    return cls(bounds, lambda t, o: None, random.Random(7))
+
+
+def _start(tracer: Tracer | NativeTracer, traceparent: str | None = None) -> RequestTrace:
     return tracer.start("POST", "/v1/completions", traceparent, None)
 
 
@@ -113,10 +119,11 @@ def test_the_static_samplers(
     sampled_parent: bool,
     unsampled_parent: bool,
     monkeypatch: pytest.MonkeyPatch,
+    tracer_class: type[Tracer | NativeTracer],
 ) -> None:
     bounds = static_bounds(_sdk_sampler(monkeypatch, name, None))
     assert bounds is not None
-    tracer = _tracer(bounds)
+    tracer = _tracer(bounds, tracer_class)
     assert all(_start(tracer).sampled is root for _ in range(50))
     assert _start(tracer, SAMPLED_PARENT).sampled is sampled_parent
     assert _start(tracer, UNSAMPLED_PARENT).sampled is unsampled_parent
@@ -125,11 +132,11 @@ def test_the_static_samplers(
 
 
 def test_the_ratio_sampler_keeps_its_share_of_traces_by_their_ids(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tracer_class: type[Tracer | NativeTracer]
 ) -> None:
     bounds = static_bounds(_sdk_sampler(monkeypatch, "traceidratio", "0.25"))
     assert bounds == Bounds.same(ratio_bound(0.25)) == Bounds.same(1 << 62)
-    tracer = _tracer(bounds)
+    tracer = _tracer(bounds, tracer_class)
     traces = [_start(tracer) for _ in range(4000)]
     share = sum(t.sampled for t in traces) / len(traces)
     assert 0.2 < share < 0.3
@@ -140,10 +147,12 @@ def test_the_ratio_sampler_keeps_its_share_of_traces_by_their_ids(
     assert _start(tracer, low).sampled and not _start(tracer, high).sampled
 
 
-def test_the_parent_based_ratio_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_parent_based_ratio_sampler(
+    monkeypatch: pytest.MonkeyPatch, tracer_class: type[Tracer | NativeTracer]
+) -> None:
     bounds = static_bounds(_sdk_sampler(monkeypatch, "parentbased_traceidratio", "0.1"))
     assert bounds == Bounds(ratio_bound(0.1), ALWAYS, NEVER)
-    tracer = _tracer(bounds)
+    tracer = _tracer(bounds, tracer_class)
     share = sum(_start(tracer).sampled for _ in range(4000)) / 4000
     assert 0.07 < share < 0.13
     high = "00-4bf92f3577b34da6" + "f" * 16 + "-00f067aa0ba902b7-01"
@@ -167,7 +176,8 @@ class _ByName(Sampler):
 class _Inverted(TraceIdRatioBased):
     def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
         result = super().should_sample(*args, **kwargs)
-        flipped = Decision.DROP if result.decision.is_sampled() else Decision.RECORD_AND_SAMPLE
+        sampled = result.decision is Decision.RECORD_AND_SAMPLE
+        flipped = Decision.DROP if sampled else Decision.RECORD_AND_SAMPLE
         return SamplingResult(flipped)
 
 
@@ -185,11 +195,11 @@ def test_another_sampler_is_not_read_as_bounds(sampler: Sampler) -> None:
     assert static_bounds(sampler) is None
 
 
-def test_another_sampler_is_asked_per_request() -> None:
+def test_another_sampler_is_asked_per_request(tracer_class: type[Tracer | NativeTracer]) -> None:
     from gateway.tracing.setup import _sampling
 
     queued: list[RequestTrace] = []
-    tracer = Tracer(_sampling(_ByName()), lambda t, o: queued.append(t), random.Random(1))
+    tracer = tracer_class(_sampling(_ByName()), lambda t, o: queued.append(t), random.Random(1))
     kept = tracer.start("POST", "/v1/completions", None, None)
     dropped = tracer.start("POST", "/v1/chat/completions", None, None)
     assert kept.sampled and not dropped.sampled
