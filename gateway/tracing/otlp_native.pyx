@@ -21,7 +21,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
-from gateway.tracing.context import SAMPLED, parse_traceparent, traceparent
+from gateway.tracing.context import SAMPLED, parse_traceparent
 from gateway.tracing.sampling import LOW_64, Bounds
 from gateway.tracing.otlp_wire import (
     CACHED_TOKENS, FIRST_TOKEN_EVENT, INPUT_TOKENS, KIND_CLIENT, KIND_INTERNAL, KIND_SERVER,
@@ -123,10 +123,10 @@ cdef class NativeTrace:
             self.upstreams.append(span)
         return span
 
-    def propagation(self, parent_id):
+    def propagation(self, uint64_t parent_id):
         """`traceparent` (and the caller's `tracestate`) naming span `parent_id` as the
         parent, for the engine."""
-        out = [(b"traceparent", traceparent(self.trace_id, parent_id, self.sampled))]
+        out = [(b"traceparent", _traceparent(self.trace_id, parent_id, self.sampled))]
         parent = self.parent
         if parent is not None and parent.state:
             out.append((b"tracestate", parent.state.encode("latin-1")))
@@ -135,6 +135,29 @@ cdef class NativeTrace:
     cdef uint64_t _new_id(self) except? 0:
         cdef uint64_t n = self._ids.getrandbits(64)
         return n or 1
+
+
+cdef bytes _traceparent(trace_id, uint64_t span_id, bint sampled):
+    """`context.traceparent`, written in C."""
+    cdef char out[55]
+    cdef uint64_t hi = trace_id >> 64, lo = trace_id & LOW_64
+    memcpy(out, b"00-", 3)
+    _hex64(out + 3, hi)
+    _hex64(out + 19, lo)
+    out[35] = 45  # -
+    _hex64(out + 36, span_id)
+    memcpy(out + 52, b"-01" if sampled else b"-00", 3)
+    return PyBytes_FromStringAndSize(out, 55)
+
+
+cdef const char* HEX = b"0123456789abcdef"
+
+
+cdef inline void _hex64(char* out, uint64_t n) noexcept:
+    cdef int i
+    for i in range(15, -1, -1):
+        out[i] = HEX[n & 0xF]
+        n >>= 4
 
 
 cdef class NativeTracer:
@@ -523,8 +546,13 @@ cdef class NativeSpanEncoder:
         cdef Py_ssize_t start, item, i
         top = _top(d, scores)
         filtered = len(d.filtered_out)
+        ranked, scored = d.ranked, d.scores
         self._attrs(self._route_keys, (
-            d.profile, d.target, len(d.scores), filtered or None, top or None,
+            d.profile,
+            ranked[0] if ranked else None,  # d.target, without a Python call
+            len(scored.ids) if type(scored) is ScoreTable else len(scored),
+            filtered or None,
+            top or None,
         ))
         self._int_attr(self._k_blocks, trace.prefix_blocks)
         if trace.matched_blocks is not None:
@@ -588,7 +616,7 @@ cdef list _top(d, double* scores):
     cdef list top = []
     s = d.scores
     ranked = d.ranked
-    table = isinstance(s, ScoreTable)
+    table = type(s) is ScoreTable or isinstance(s, ScoreTable)  # an ABC: slow to ask
     ids = s.ids if table else None
     n = len(ids) if table else len(s)
     for i in range(min(len(ranked), TOP_SCORES)):
