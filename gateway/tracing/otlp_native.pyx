@@ -16,6 +16,7 @@ a byte in the rare case that its length needs two (128 bytes or more).
 Not thread-safe (one buffer): the tracer calls it from the event loop only.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
@@ -54,6 +55,7 @@ cdef inline int64_t _now() noexcept nogil:
 # -- the request path ------------------------------------------------------------------------
 
 
+@cython.no_gc  # holds no object that could lead back to it: the collector need not track it
 cdef class NativeUpstream:
     """`spans.UpstreamSpan` compiled: one attempt to send the request to a backend."""
 
@@ -70,6 +72,7 @@ cdef class NativeUpstream:
         self.start_ns, self.end_ns, self.status, self.error = start_ns, end_ns, status, error
 
 
+@cython.no_gc  # nor does a trace (its decision, parent, upstreams and ids never name it)
 cdef class NativeTrace:
     """`spans.RequestTrace` compiled: one request's spans (same fields, same methods)."""
 
