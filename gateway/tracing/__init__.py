@@ -15,10 +15,11 @@ plain values (`spans.RequestTrace`, compiled as `otlp_native.NativeTrace`; ~1.5 
 request's spans are encoded as it ends straight into OTLP protobuf bytes (`otlp_native`,
 compiled; `otlp_wire` is its reference), a background loop (`export.BatchExport`) batches
 them, and the SDK's official OTLP exporters (gRPC or HTTP/protobuf) send those from a worker
-thread with their own retries, headers, TLS and compression. The SDK also supplies the sampler (`OTEL_TRACES_SAMPLER`), the resource
-(`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) and the exporters' `OTEL_EXPORTER_OTLP_*`
-settings; its standard samplers are read once as bounds on the trace id (`sampling`), not
-asked per request. See docs/decisions/0015-tracing.md and 0020-tracing-request-path.md.
+thread with their own retries, headers, TLS and compression. The SDK also supplies the
+sampler (`OTEL_TRACES_SAMPLER`; its standard samplers are read once as bounds on the trace
+id, `sampling`, not asked per request), the resource (`OTEL_SERVICE_NAME`,
+`OTEL_RESOURCE_ATTRIBUTES`) and the exporters' `OTEL_EXPORTER_OTLP_*` settings. See
+docs/decisions/0015-tracing.md and 0020-tracing-request-path.md.
 
 `setup.build_tracer(environ)` is the entry point: None when tracing is off, so a request
 pays one `is None` test. Only `setup` and `export` import opentelemetry (the `otel` extra).

@@ -154,9 +154,13 @@ class SpanEncoder:
         return self.batch(c for c, _ in chunks), sum(n for _, n in chunks)
 
     def batch(self, spans: Iterable[bytes]) -> bytes:
-        """An `ExportTraceServiceRequest` of requests' encoded spans."""
-        scope_spans = field(0x12, self._scope + b"".join(spans))
-        return field(0x0A, self._resource + scope_spans)
+        """An `ExportTraceServiceRequest` of requests' encoded spans: one join, the lengths
+        computed first (a batch is ~1 KB a request; each copy of it costs)."""
+        parts = [b"", self._resource, b"", self._scope, *spans]
+        scope_len = sum(map(len, parts)) - len(self._resource)
+        parts[2] = bytes((0x12,)) + varint(scope_len)  # ScopeSpans, in ResourceSpans
+        parts[0] = bytes((0x0A,)) + varint(len(self._resource) + len(parts[2]) + scope_len)
+        return b"".join(parts)
 
     def spans(self, t: FinishedTrace) -> tuple[bytes, int]:
         """One request's spans, encoded (`ScopeSpans.spans` fields), and how many."""
