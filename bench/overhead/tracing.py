@@ -7,11 +7,11 @@ the receiver (`kvgate+otel:POLICY`: `OTEL_TRACES_EXPORTER=otlp`, every request s
 run for the whole bench; in each round each gets its own wrk run at `--rate` (the overhead
 bench's open-loop chat requests, half streaming), the two runs at the same time, so that
 what else the shared machine does in a round weighs on both alike (run one after the other,
-rounds of the same gateway differed by ±15% on a busy machine). CPU is
-each kvgate process's own (its export thread and gRPC threads included), net of its idle
-use, per 1,000 requests; the receiver's is not counted. Reported: per round and median, the
-traced/untraced ratio of CPU per request, latency percentiles, and the spans the receiver
-got (which must be 3 a request). Writes `tracing.json` and `tracing.png` to `--out`.
+rounds of the same gateway differed by ±15% on a busy machine). CPU is each kvgate
+process's own (its export thread and gRPC threads included; the kernel's process CPU clock,
+in ns), net of its idle use, per 1,000 requests; the receiver's is not counted. Reported:
+per round and median, the traced/untraced ratio of CPU per request, latency percentiles,
+and the spans the receiver got (which must be 3 a request). Writes `tracing.json` and `tracing.png` to `--out`.
 
 `kvgate+otel:POLICY` is also a target of `python -m bench overhead` (`launch_traced`).
 """
@@ -155,23 +155,35 @@ def _parse(argv: Sequence[str] | None) -> Settings:
     )  # fmt: skip
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds of process `pid` so far (all its threads, exited ones included), read in
+    ns from the kernel's CPU clock of that process (the id `clock_getcpuclockid` gives);
+    /proc's 10 ms ticks where it cannot be read. Ticks were too coarse for the idle CPU:
+    2-6 of them in 3 s, and one more or less moved a run's net ratio by ~1.5 points
+    (decisions/0020)."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9  # CPUCLOCK_SCHED, process
+    except OSError:
+        return usage(pid).cpu_s
+
+
 def _idle_cpu(pid: int, seconds: float) -> float:
-    before = usage(pid).cpu_s
+    before = cpu_s(pid)
     time.sleep(seconds)
-    return (usage(pid).cpu_s - before) / seconds
+    return (cpu_s(pid) - before) / seconds
 
 
 def _one_run(wrk: str, url: str, pid: int, idle: float, s: Settings) -> dict[str, Any]:
-    before, threads = usage(pid).cpu_s, thread_cpu(pid)
+    before, threads = cpu_s(pid), thread_cpu(pid)  # threads: in ticks (another process's
+    # threads have no CPU clock to read)
     t0 = time.perf_counter()
     result = run_wrk(
         wrk, url, rate=s.rate, duration_s=s.duration_s, connections=s.connections,
         model=MODEL, stream_fraction=0.5,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    cpu = usage(pid).cpu_s - before
-    after = thread_cpu(pid)
-    main = after.get(pid, 0.0) - threads.get(pid, 0.0)
+    cpu = cpu_s(pid) - before
+    main = thread_cpu(pid).get(pid, 0.0) - threads.get(pid, 0.0)
     n = max(1, result.requests)
     return {
         **asdict(result),
