@@ -11,7 +11,8 @@ rounds of the same gateway differed by ±15% on a busy machine). CPU is each kvg
 process's own (its export thread and gRPC threads included; the kernel's process CPU clock,
 in ns), net of its idle use, per 1,000 requests; the receiver's is not counted. Reported:
 per round and median, the traced/untraced ratio of CPU per request, latency percentiles,
-and the spans the receiver got (which must be 3 a request). Writes `tracing.json` and `tracing.png` to `--out`.
+and the spans the receiver got (which must be 3 a request). Writes `tracing.json` and
+`tracing.png` to `--out`.
 
 `kvgate+otel:POLICY` is also a target of `python -m bench overhead` (`launch_traced`).
 """
