@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import multiprocessing
 import os
 import platform
 import random
@@ -40,7 +41,7 @@ from bench.calibrate.measure import measure_grid, save_measurements, warm_up
 from bench.calibrate.plot import plot
 from bench.calibrate.records import CellRecord, cell_from_json
 from bench.calibrate.report import build_report, error_line, profile_json, write_json
-from bench.calibrate.server import ServerSettings, vllm_server
+from bench.calibrate.server import ServerSettings, set_autogroup_nice, vllm_server
 from bench.calibrate.tinymodel import MODELS, write_model_dir
 from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_python
 from sim.engine.types import EngineConfig
@@ -134,15 +135,63 @@ def collect(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[C
         path = out / "measurements.json"
         niceness = _raise_priority(args.nice)
         meta["niceness"] = niceness
+        # vLLM inherits this process's niceness (`nice -n` on top would add to it). Where the
+        # kernel shares the CPU among sessions first (autogroups), niceness counts only inside
+        # a session, so vLLM's session and the measuring client's get the nice value too:
+        # see `_measure_in_own_session`.
         with vllm_server(
-            venv_python(venv), out / "model", settings, out / "vllm.log", niceness
+            venv_python(venv),
+            out / "model",
+            settings,
+            out / "vllm.log",
+            autogroup_nice=niceness or None,
         ) as url:
+            if niceness:
+                measure = (url, grid, spec.vocab_size, meta, path)
+                return _measure_in_own_session(measure, niceness)
             records = asyncio.run(_measure(url, grid, spec.vocab_size, meta, path))
         return meta, records
     finally:
         if created and not args.keep_venv:
             log.info("removing %s (use --keep-venv to keep it)", venv)
             shutil.rmtree(venv, ignore_errors=True)
+
+
+MeasureArgs = tuple[str, GridSpec, int, dict[str, Any], Path]  # `_measure`'s arguments
+
+
+def _measure_in_own_session(
+    measure: MeasureArgs, niceness: int
+) -> tuple[dict[str, Any], list[CellRecord]]:
+    """`_measure(*measure)` from a child process in a session of its own, with `niceness`
+    for its autogroup; the measurements come back through the file `measure[4]`.
+
+    With autogroups each session gets an equal share of the CPU whatever its processes'
+    niceness, so the client would compete as an equal with other shells' work and at a
+    tenth of the weight of vLLM's reniced session. It cannot leave its own session (it may
+    lead its process group, and the terminal's Ctrl-C must still reach it), so a child
+    measures; Ctrl-C or SIGTERM here stops the child.
+    """
+    child = multiprocessing.get_context("fork").Process(
+        target=_measure_child, args=(measure, niceness), daemon=True
+    )
+    child.start()
+    try:
+        child.join()
+    finally:
+        if child.is_alive():
+            child.terminate()
+            child.join(10)
+    if child.exitcode != 0:
+        raise RuntimeError(f"the measuring process failed (exit code {child.exitcode})")
+    return load_measurements(measure[4])
+
+
+def _measure_child(measure: MeasureArgs, niceness: int) -> None:
+    os.setsid()
+    if not set_autogroup_nice(os.getpid(), niceness):
+        log.warning("cannot set the measuring session's autogroup nice to %d", niceness)
+    asyncio.run(_measure(*measure))
 
 
 async def _measure(
@@ -220,6 +269,7 @@ def analyse(
         enable_prefix_caching=True,
     )
     vocab = int(meta["model_spec"]["vocab_size"])
+    records = _drop_stalls(records, meta)
     train = [r for r in records if not grid.is_test(r.cell)]
     log.info("fitting on %d cells, holding back %d", len(train), len(records) - len(train))
     fit_started = time.monotonic()
@@ -238,6 +288,23 @@ def analyse(
     if plot(comparisons, out / "calibration.png", title):
         log.info("plot written to %s", out / "calibration.png")
     _print_summary(coef_table(report["coefficients"]), comparisons)
+
+
+def _drop_stalls(records: list[CellRecord], meta: dict[str, Any]) -> list[CellRecord]:
+    """Each cell without its stalled repetitions (`Repetition.stalled`), and without the
+    cells that have none left; the counts go into `meta` (and so into the report)."""
+    clean = [r.without_stalls() for r in records]
+    total = sum(len(r.repetitions) for r in records)
+    dropped = total - sum(len(r.repetitions) for r in clean)
+    empty = sorted(r.cell.key for r in clean if not r.repetitions)
+    meta["stalled_repetitions"] = {"dropped": dropped, "of": total, "cells_left_out": empty}
+    log.info(
+        "left out %d of %d repetitions as stalled; cells with none left: %s",
+        dropped,
+        total,
+        ", ".join(empty) or "none",
+    )
+    return [r for r in clean if r.repetitions]
 
 
 def coef_table(coefficients: dict[str, float]) -> str:
@@ -266,7 +333,7 @@ def _print_summary(coefs: str, comparisons: list[Any]) -> None:
 
 
 def _raise_priority(niceness: int) -> int:
-    """Renice this process (the client) and return the niceness to start vLLM with."""
+    """Renice this process (the client; vLLM, its child, inherits it); the niceness set."""
     if niceness == 0:
         return 0
     try:

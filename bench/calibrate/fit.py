@@ -1,6 +1,6 @@
 """Fit the engine model's step-time coefficients to measured TTFTs and inter-token latencies.
 
-Unknowns: the five `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
+Unknowns: the six `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
 beyond the engine's steps: HTTP, the first SSE chunk), `frontend_s` (the API server's
 serial work per request before the engine sees it) and `shared_s` (its work per request
 interleaved among the requests it holds; see `replay.py`). The profile's `frontend` carries
@@ -55,7 +55,7 @@ TTFT = "ttft"  # client side, per request
 ITL = "itl"  # client side, per request
 ENGINE_TTFT = "engine-ttft"  # vLLM's queue + prefill time, mean over a burst
 ENGINE_ITL = "engine-itl"  # vLLM's inter-token latency, mean over a burst
-NUM_UNKNOWNS = 6
+NUM_UNKNOWNS = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ class Coefficients:
             t.attention_s,
             t.decode_seq_s,
             t.kv_read_token_s,
+            t.context_attention_s,
             self.request_overhead_s,
         )
 
@@ -84,8 +85,9 @@ class Coefficients:
             attention_s=x[2],
             decode_seq_s=x[3],
             kv_read_token_s=x[4],
+            context_attention_s=x[5],
         )
-        return cls(timing=timing, request_overhead_s=x[5], frontend_s=frontend_s, shared_s=shared_s)
+        return cls(timing=timing, request_overhead_s=x[6], frontend_s=frontend_s, shared_s=shared_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,20 +112,25 @@ def step_row(steps: int, f: StepFeatures, request_overhead: float = 0.0) -> tupl
         float(f.attention_pairs),
         float(f.decode_seqs),
         float(f.kv_tokens_read),
+        float(f.context_pairs),
         request_overhead,
     )
 
 
 def prefill_steps(prompt_len: int, cached: int, chunk_budget: int) -> tuple[int, StepFeatures]:
     """Steps and summed features of prefilling prompt_len − cached tokens alone."""
-    steps = pairs = 0
+    steps = pairs = context = 0
     done = cached
     while done < prompt_len:
         chunk = min(chunk_budget, prompt_len - done)
+        context += chunk * done
         done += chunk
         pairs += chunk * done
         steps += 1
-    return max(steps, 1), StepFeatures(prefill_tokens=prompt_len - cached, attention_pairs=pairs)
+    features = StepFeatures(
+        prefill_tokens=prompt_len - cached, attention_pairs=pairs, context_pairs=context
+    )
+    return max(steps, 1), features
 
 
 def closed_form_observations(records: list[CellRecord], chunk_budget: int) -> list[Observation]:
@@ -241,7 +248,7 @@ def _sum_rows(replay: BurstReplay, lo: int, hi: int) -> tuple[float, ...]:
 
 
 def _with_overhead(row: tuple[float, ...]) -> tuple[float, ...]:
-    return (*row[:5], 1.0)
+    return (*row[:-1], 1.0)
 
 
 def _mean(spans: list[Span]) -> Span:

@@ -24,6 +24,9 @@ from bench.calibrate.records import CellRecord, Repetition, ServerTimes, cell_to
 log = logging.getLogger(__name__)
 
 PAUSE_S = 0.3  # between bursts, so each starts on an idle engine
+# Repetitions measured beyond `repeats` at most per cell, in place of stalled ones
+# (`Repetition.stalled`); all are saved, stalled ones included.
+MAX_EXTRA_REPEATS = 5
 
 
 async def warm_up(client: httpx.AsyncClient, model: str, vocab: int, rng: random.Random) -> None:
@@ -48,19 +51,24 @@ async def measure_grid(
     done: list[CellRecord] = []
     started = time.monotonic()
     for n, cell in enumerate(order, 1):
-        reps = [await _burst(client, model, cell, vocab, rng) for _ in range(repeats)]
+        reps: list[Repetition] = []
+        while sum(not r.stalled for r in reps) < repeats and len(reps) < (
+            repeats + MAX_EXTRA_REPEATS
+        ):
+            reps.append(await _burst(client, model, cell, vocab, rng))
         done.append(CellRecord(cell=cell, repetitions=tuple(reps)))
         save(done)
         elapsed = time.monotonic() - started
         ttfts = sorted(r.ttft_s for rep in reps for r in rep.requests)
         log.info(
-            "[%d/%d] %s  ttft %.1f-%.1f ms  cached %s  (%.0f s elapsed, ~%.0f s left)",
+            "[%d/%d] %s  ttft %.1f-%.1f ms  cached %s  stalled %d  (%.0f s elapsed, ~%.0f s left)",
             n,
             len(order),
             cell.key,
             ttfts[0] * 1e3,
             ttfts[-1] * 1e3,
             sorted({r.cached_tokens for rep in reps for r in rep.requests}),
+            sum(r.stalled for r in reps),
             elapsed,
             elapsed / n * (len(order) - n),
         )

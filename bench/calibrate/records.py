@@ -81,11 +81,35 @@ class ServerTimes:
         )
 
 
+# A stream that spans less than this fraction of (tokens − 1) × vLLM's own mean inter-token
+# latency arrived in one piece (see `Repetition.stalled`).
+STALL_FRACTION = 0.25
+
+
 @dataclass(frozen=True, slots=True)
 class Repetition:
     requests: tuple[RequestRecord, ...]
     warmup_cached_tokens: tuple[int, ...] = ()
     server: ServerTimes | None = None
+
+    @property
+    def stalled(self) -> bool:
+        """Some stream of the burst reached the client in one piece, long after vLLM made its
+        tokens: its last token came less than STALL_FRACTION × (tokens − 1) × vLLM's own mean
+        inter-token latency after its first (32 tokens 1.5 ms apart, all within 1 ms).
+
+        On a machine with two busy cores the client or vLLM's API server is then held off
+        the CPU while the engine runs (vLLM's engine core busy-waits for its worker), and the
+        TTFT it records is that wait, not the server's latency. Judged from the stream's
+        shape against the server's own figures only, never from a prediction."""
+        itl = self.server.mean_itl_s if self.server is not None else None
+        if not itl:
+            return False
+        for r in self.requests:
+            (t0, n0), (t1, n1) = r.chunks[0], r.chunks[-1]
+            if n1 - n0 >= 2 and t1 - t0 < STALL_FRACTION * (n1 - n0) * itl:
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +119,10 @@ class CellRecord:
 
     def requests(self) -> list[RequestRecord]:
         return [r for rep in self.repetitions for r in rep.requests]
+
+    def without_stalls(self) -> CellRecord:
+        """The repetitions that did not stall (see `Repetition.stalled`)."""
+        return CellRecord(self.cell, tuple(r for r in self.repetitions if not r.stalled))
 
 
 def cell_to_json(rec: CellRecord) -> dict[str, Any]:

@@ -60,7 +60,9 @@ def profile_json(
         f"Grid: {meta['grid']}; streaming /v1/completions with token-id prompts, "
         f"ignore_eos, timed on the client. Non-negative least squares on squared relative "
         f"error of per-request TTFT and mean ITL, each written as a sum of replayed engine "
-        f"steps. Held-back cells, engine model vs measured: TTFT median |err| "
+        f"steps, whose features include a prefill chunk's pairs with the context cached "
+        f"before it (context_attention_s).{_stalls_sentence(meta)} Held-back cells, engine "
+        f"model vs measured: TTFT median |err| "
         f"{t['median_abs']:.1%}, p90 {t['p90_abs']:.1%}; mean ITL median |err| "
         f"{i['median_abs']:.1%}, p90 {i['p90_abs']:.1%}. Outside the engine's steps, vLLM's API "
         f"server added to each TTFT request_overhead_s = {coef.request_overhead_s:.4g} s "
@@ -84,6 +86,18 @@ def profile_json(
         "timing": asdict(coef.timing),
         "frontend": asdict(FrontEnd(coef.request_overhead_s + coef.shared_s, coef.frontend_s)),
     }
+
+
+def _stalls_sentence(meta: dict[str, Any]) -> str:
+    stalls = meta.get("stalled_repetitions")
+    if not stalls:
+        return ""
+    return (
+        f" Left out as stalled ({stalls['dropped']} of {stalls['of']} repetitions): bursts in "
+        f"which a stream reached the client in one piece, its tokens less than a quarter of "
+        f"vLLM's own inter-token latency apart (the client or the API server held off the "
+        f"busy cores)."
+    )
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -135,6 +135,20 @@ class ServerSettings:
         ]
 
 
+def set_autogroup_nice(pid: int, niceness: int) -> bool:
+    """Set the nice value of the scheduler autogroup `pid` belongs to; False if impossible.
+
+    With autogroups on (`/proc/sys/kernel/sched_autogroup_enabled`, the default of most
+    distributions) the kernel first shares the CPU equally among sessions and only then by
+    niceness inside each: a process's own niceness does not make other sessions' work yield
+    to it, its autogroup's does. The vLLM server runs in a session of its own."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")
+    except OSError:
+        return False
+    return True
+
+
 @contextmanager
 def vllm_server(
     python: Path,
@@ -143,9 +157,13 @@ def vllm_server(
     log_path: Path,
     niceness: int = 0,
     *,
+    autogroup_nice: int | None = None,
     ready_timeout_s: float = 300.0,
 ) -> Iterator[str]:
-    """`with vllm_server(...) as url:` — started and healthy inside, stopped after."""
+    """`with vllm_server(...) as url:` — started and healthy inside, stopped after.
+
+    `niceness` is added to this process's for the server (`nice -n`); `autogroup_nice`, if
+    given, is set for the server's session (`set_autogroup_nice`)."""
     port = free_port()
     cmd = [str(python), *settings.args(model_dir, port)]
     if niceness:
@@ -157,6 +175,8 @@ def vllm_server(
         cmd, log_path, env=settings.env(), stop_signal=signal.SIGTERM, stop_timeout_s=20
     )
     with server.start():
+        if autogroup_nice is not None and not set_autogroup_nice(server.pid, autogroup_nice):
+            log.warning("cannot set the vLLM session's autogroup nice to %d", autogroup_nice)
         server.wait_for_http(url + "/health", timeout_s=ready_timeout_s, interval_s=0.5)
         log.info("vLLM healthy")
         yield url

@@ -16,7 +16,9 @@ its block k (k ≥ i) at the earliest
                         + attention_s × (F((k+1)·B) − F(i·B)) ],   F(x) = x(x+1)/2,
 
 one step's overhead plus the prefill and attention of the tokens from block i to the end
-of block k (each token attends to at least every token up to itself; B tokens a block).
+of block k (each token attends to at least every token up to itself; B tokens a block;
+a profile's `context_attention_s`, which prices pairs with context cached before a chunk,
+is left out here: a non-negative term, so the bound stays a bound).
 Every term separates into a part of i and a part of k, so a running minimum over i gives
 every block's instant in one pass. A burst of requests for one new prefix thus waits for
 the prefix's computation, as any fleet must, instead of finding it cached a step after
@@ -47,8 +49,11 @@ def alone_ttft(profile: EngineProfile, cached: int, total: int) -> float:
     t = 0.0
     while pos < total:
         chunk = min(budget, total - pos)
-        pos += chunk
-        t += timing.step_time(StepFeatures(prefill_tokens=chunk, attention_pairs=chunk * pos))
+        before, pos = pos, pos + chunk
+        features = StepFeatures(
+            prefill_tokens=chunk, attention_pairs=chunk * pos, context_pairs=chunk * before
+        )
+        t += timing.step_time(features)
     return t
 
 

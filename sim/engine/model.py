@@ -12,7 +12,8 @@ clock by each step's `duration_s`. A step:
 3. frees the blocks of requests that emitted their last token (they stay cached);
 4. prices the step with the linear model of `StepTimeCoefficients` over its features:
    P, uncached prompt (or recompute) tokens; A = Σ chunk_len × (context before + chunk_len);
-   D, decoding sequences; K = Σ their context lengths including the token being decoded.
+   D, decoding sequences; K = Σ their context lengths including the token being decoded;
+   C = Σ chunk_len × context before (the prefill's pairs with tokens already cached).
 
 With `kv_events=True` the model records its cache's changes (`sim.engine.kv_events`);
 the caller collects them after each step with `take_kv_events()`. `native` picks the KV
@@ -248,7 +249,7 @@ class EngineModel:
         )
 
     def _compute(self, plan: StepPlan) -> tuple[StepFeatures, list[TokenEvent]]:
-        prefill_tokens = attention_pairs = decode_seqs = kv_tokens_read = 0
+        prefill_tokens = attention_pairs = decode_seqs = kv_tokens_read = context_pairs = 0
         tokens: list[TokenEvent] = []
         finished: list[EngineRequest] = []
         for chunk in plan.chunks:
@@ -257,6 +258,7 @@ class EngineModel:
             if chunk.prefill:
                 prefill_tokens += chunk.num_tokens
                 attention_pairs += chunk.num_tokens * computed
+                context_pairs += chunk.num_tokens * chunk.num_computed_before
             else:
                 decode_seqs += 1
                 kv_tokens_read += computed
@@ -273,5 +275,7 @@ class EngineModel:
                 del self._requests[request.request_id]
         self._generation_tokens += len(tokens)
         self._scheduler.finish(finished)
-        features = StepFeatures(prefill_tokens, attention_pairs, decode_seqs, kv_tokens_read)
+        features = StepFeatures(
+            prefill_tokens, attention_pairs, decode_seqs, kv_tokens_read, context_pairs
+        )
         return features, tokens

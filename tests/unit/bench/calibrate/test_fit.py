@@ -31,6 +31,7 @@ TRUTH = Coefficients(
         attention_s=4e-8,
         decode_seq_s=2e-4,
         kv_read_token_s=1e-7,
+        context_attention_s=6e-8,
     ),
     request_overhead_s=0.02,
     frontend_s=0.008,
@@ -101,6 +102,7 @@ def test_prefill_steps_chunks_by_the_budget() -> None:
     assert steps == 2
     assert f.prefill_tokens == 2000
     assert f.attention_pairs == 1024 * 1524 + 976 * 2500
+    assert f.context_pairs == 1024 * 500 + 976 * 1524
     assert prefill_steps(100, 100, 1024)[0] == 1
 
 

@@ -61,3 +61,25 @@ def test_json_round_trip() -> None:
         (Repetition((request(((0.05, 1), (0.06, 2))),), (32,), server),),
     )
     assert cell_from_json(json.loads(json.dumps(cell_to_json(rec)))) == rec
+
+
+def repetition(*streams: tuple[tuple[float, int], ...], itl_s: float = 0.002) -> Repetition:
+    server = ServerTimes(len(streams), itl_s * 31 * len(streams), 31 * len(streams), 0, 0, 0)
+    return Repetition(requests=tuple(request(c) for c in streams), server=server)
+
+
+def test_a_stream_that_arrives_in_one_piece_stalls_its_repetition() -> None:
+    flowing = ((0.010, 1), (0.012, 2), (0.072, 32))  # 31 gaps in 62 ms: vLLM's pace
+    lumped = ((0.190, 1), (0.1905, 2), (0.191, 32))  # all 32 tokens within 1 ms
+    assert not repetition(flowing, flowing).stalled
+    assert repetition(flowing, lumped).stalled
+    # Without vLLM's own inter-token latency there is nothing to judge by.
+    assert not Repetition(requests=(request(lumped),)).stalled
+
+
+def test_without_stalls_keeps_the_other_repetitions() -> None:
+    flowing = ((0.010, 1), (0.072, 32))
+    lumped = ((0.190, 1), (0.191, 32))
+    cell = Cell(64, 0.5, 1, 32)
+    rec = CellRecord(cell, (repetition(flowing), repetition(lumped), repetition(flowing)))
+    assert rec.without_stalls().repetitions == (repetition(flowing), repetition(flowing))

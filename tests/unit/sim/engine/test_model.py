@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -64,6 +65,28 @@ def test_attention_pairs_of_chunks_use_the_context_before_them() -> None:
     steps = run(model).steps
     # Chunks of 40, 40, 20 tokens after 0, 40, 80 computed ones.
     assert [s.features.attention_pairs for s in steps] == [40 * 40, 40 * 80, 20 * 100]
+
+
+def test_context_pairs_count_the_tokens_cached_before_each_chunk() -> None:
+    model = make_model(block_size=16, num_blocks=64, max_num_batched_tokens=40)
+    model.add_request("r", list(range(100)), [1])
+    chunks = run(model).steps
+    assert [s.features.context_pairs for s in chunks] == [0, 40 * 40, 20 * 80]
+    # A prefix-cache hit is context too: 64 of the 70 tokens are cached (4 blocks of 16).
+    model.add_request("hit", [*range(64), 7, 7, 7, 7, 7, 7], [1])
+    (step,) = run(model).steps
+    assert step.features == StepFeatures(
+        prefill_tokens=6, attention_pairs=6 * 70, context_pairs=6 * 64
+    )
+
+
+def test_context_attention_prices_only_the_pairs_with_cached_context() -> None:
+    timing = dataclasses.replace(TIMING, context_attention_s=1e-6)
+    f = StepFeatures(prefill_tokens=6, attention_pairs=6 * 70, context_pairs=6 * 64)
+    assert timing.step_time(f) == pytest.approx(TIMING.step_time(f) + 1e-6 * 6 * 64)
+    # Zero by default, so a profile without it prices steps exactly as before the term.
+    assert TIMING.context_attention_s == 0.0
+    assert TIMING.step_time(f) == TIMING.step_time(dataclasses.replace(f, context_pairs=0))
 
 
 def test_ttft_grows_with_uncached_tokens() -> None:

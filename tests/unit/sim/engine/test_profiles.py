@@ -141,6 +141,17 @@ def test_the_front_end_is_optional_and_read_when_given() -> None:
     assert measured.request_overhead_s > 0 and measured.frontend_s >= 0
 
 
+def test_context_attention_is_optional_and_zero_in_the_builtin_profiles() -> None:
+    assert parse_profile(_profile_json()).timing.context_attention_s == 0.0
+    timing = {**_profile_json()["timing"], "context_attention_s": 1e-8}
+    assert parse_profile(_profile_json(timing=timing)).timing.context_attention_s == 1e-8
+    for name in ("h100-llama3-8b", "a100-llama3-8b", "demo"):
+        assert get_profile(name).timing.context_attention_s == 0.0
+    # Measured (2026-12-04): a prefill token's pairs with cached context cost more than
+    # the in-chunk pairs that `attention_s` prices.
+    assert get_profile("vllm-cpu-tiny").timing.context_attention_s > 0
+
+
 def test_load_profile_file_reports_bad_json(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text("{", encoding="utf-8")
