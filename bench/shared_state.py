@@ -135,7 +135,7 @@ async def _writer(channel: str, where: str, args: argparse.Namespace) -> dict[st
         await asyncio.sleep(max(0.0, start + i / args.rate - time.monotonic()))
         hashes = tuple(rng.getrandbits(64) for _ in range(args.blocks))
         request = RoutingRequest(model="m", prefix_hashes=hashes, prefix_block_chars=BLOCK_CHARS)
-        shared.placed(rng.choice(BACKENDS), request)
+        shared.placed(rng.choice(BACKENDS), request, args.blocks * 16)
         state["in_flight"] += 1
         changed.append(time.time())
     c = shared.counters
@@ -163,7 +163,7 @@ async def _memory(url: str, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(n):
         hashes = tuple(rng.getrandbits(64) for _ in range(args.blocks))
         request = RoutingRequest(model="m", prefix_hashes=hashes, prefix_block_chars=BLOCK_CHARS)
-        shared.placed(rng.choice(BACKENDS), request)
+        shared.placed(rng.choice(BACKENDS), request, args.blocks * 16)
         await _until(lambda: c.queued - c.published <= 1000)  # within the queue's bound
     await _until(lambda: c.published + c.dropped >= n)
     task.cancel()
@@ -211,7 +211,7 @@ def _note_cost(args: argparse.Namespace) -> dict[str, float]:
         if i % 5000 == 0:
             shared.outbox.take(10_000)  # keep the queue below its bound, as the sender would
         t0 = time.perf_counter_ns()
-        shared.placed("b1", requests[i % 1000])
+        shared.placed("b1", requests[i % 1000], 512)
         times.append((time.perf_counter_ns() - t0) / 1000)
     return {
         "p50": _pct(times, 50),

@@ -64,7 +64,7 @@ class StateSink(Protocol):
     """Where the tracker tells its changes to the routing state (`gateway.state.SharedState`);
     none of these may do I/O."""
 
-    def placed(self, backend_id: str, request: RoutingRequest) -> None: ...
+    def placed(self, backend_id: str, request: RoutingRequest, uncached_tokens: int) -> None: ...
 
     def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None: ...
 
@@ -124,7 +124,7 @@ class PrefixTracker:
         kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
         d = self.feed.dispatch(backend, request, now, kv, backend.remote_pending_prefill_tokens)
         if self.sink is not None:
-            self.sink.placed(backend.id, request)
+            self.sink.placed(backend.id, request, d.uncached_tokens)
         size = self.precise.block_size(backend.id)
         if size is not None and request.prompt_tokens > 0:
             keys = request.keys_for(size)

@@ -56,17 +56,20 @@ def build_sharing(
         on_remote_load=partial(set_remote_load, pool),
         siblings=peers.siblings if peers is not None else None,
         refresh_block_chars=lambda: stack.feed.block_chars(pool.snapshots()),
-        remote_dispatch=partial(mark_blind, stack.feed, clock),
+        remote_dispatch=partial(late_dispatch, stack.feed, clock),
     )
     if shared.active:
         prefix.sink = shared
     return shared, peers
 
 
-def mark_blind(feed: PrefixFeed, clock: Callable[[], float], backend: str, at_ms: float) -> None:
-    """Another gateway dispatched to `backend` at wall time `at_ms`: the feed's dispatches
-    there since then (on the app's `clock`) did not count its prefill."""
-    feed.remote_dispatch(backend, clock() - max(0.0, now_ms() - at_ms) / 1000)
+def late_dispatch(
+    feed: PrefixFeed, clock: Callable[[], float], backend: str, at_ms: float, tokens: int | None
+) -> None:
+    """Another gateway dispatched `tokens` uncached prompt tokens (None: not known) to
+    `backend` at wall time `at_ms`: the feed's dispatches there since then (on the app's
+    `clock`) did not count that prefill."""
+    feed.remote_dispatch(backend, clock() - max(0.0, now_ms() - at_ms) / 1000, tokens)
 
 
 def set_remote_load(pool: BackendPool, remote: Counts) -> None:

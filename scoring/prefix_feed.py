@@ -14,10 +14,12 @@ It owns the bookkeeping that outlives a request, and is the one place that feeds
   (by this gateway, and by the others when they share their load);
 - `remote_dispatch` — another gateway sent a request to the endpoint at a time this feed
   learns only later (shared state arrives a few ms late): its unsettled dispatches there
-  sent since then waited for prefill their `work_tokens` did not count, so their TTFTs are
-  not learnt (`Dispatch.blind`). Learnt, they taught lines two to three times too steep
-  after every burst of simultaneous requests, steering requests away from replicas that held
-  their prefixes (docs/decisions/0018-gateway-parity.md);
+  sent since then waited for prefill their `work_tokens` did not count. With the remote
+  request's predicted uncached tokens, they are added to those dispatches' `work_tokens`;
+  without (a peer that does not send them), their TTFTs are not learnt (`Dispatch.blind`).
+  Learnt uncorrected, they taught lines two to three times too steep after every burst of
+  simultaneous requests, steering requests away from replicas that held their prefixes
+  (docs/decisions/0018-gateway-parity.md, 0021-late-dispatch-work.md);
 - `forget` — an endpoint went away: the index drops what it held;
 - `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
   the blocks its dispatch added are taken back, so a failover teaches only the replica that
@@ -193,15 +195,21 @@ class PrefixFeed:
         if ttft_s is not None and self._ttft_model is not None and not d.blind:
             self._ttft_model.observe(d.endpoint.id, d.work_tokens, ttft_s)
 
-    def remote_dispatch(self, endpoint_id: str, at: float) -> int:
-        """Another gateway dispatched to `endpoint_id` at `at` (this feed's clock), which
-        this feed learns only now: mark its unsettled dispatches there since `at` blind.
-        Returns how many were marked."""
+    def remote_dispatch(self, endpoint_id: str, at: float, tokens: int | None = None) -> int:
+        """Another gateway dispatched a request of `tokens` predicted uncached prompt tokens
+        (None: not known) to `endpoint_id` at `at` (this feed's clock), which this feed
+        learns only now: its unsettled dispatches there since `at` waited for that prefill
+        too. Count it in their work, or, not knowing it, mark them blind. Returns how many
+        dispatches were corrected or marked."""
         marked = 0
         for d in self._unsettled.get(endpoint_id, {}).values():
-            if d.at >= at and not d.blind:
+            if d.at < at or d.blind:
+                continue
+            if tokens is None:
                 d.blind = True
-                marked += 1
+            else:
+                d.work_tokens += tokens
+            marked += 1
         return marked
 
     def forget(self, endpoint_id: str) -> None:

@@ -16,9 +16,11 @@ gateway, `k` the kind, `b` the backend, `c` the routing block size in prompt byt
 hashes were cut with (a gateway whose size differs cannot use them), `t` the wall-clock
 time in ms, to the µs (for measuring replication lag only), `h` chained block hashes packed as
 little-endian unsigned 64-bit integers (8 bytes a block), `s` the withdrawal's start or the
-eviction's weight, `d` the TTFT points (msgpack). An entry without `k` is a placement (the
-first version's only kind). The channels send events in batches (`pack_events`: a msgpack
-array of the events' fields), one Redis stream entry or one frame between workers each.
+eviction's weight, `d` the TTFT points (msgpack), `u` a placement's predicted uncached prompt
+tokens (absent from older gateways: the others then only know that work was unseen). An entry
+without `k` is a placement (the first version's only kind). The channels send events in
+batches (`pack_events`: a msgpack array of the events' fields), one Redis stream entry or one
+frame between workers each.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Placement:
     block_chars: int
     hashes: tuple[int, ...]
     at_ms: float  # wall clock when dispatched
+    tokens: int | None = None  # its predicted uncached prompt tokens (None: not sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,8 @@ def encode(e: Event) -> dict[bytes, bytes]:
     fields[b"h"] = pack_hashes(e.hashes)
     if isinstance(e, Placement):
         fields[b"k"] = b"p"
+        if e.tokens is not None:
+            fields[b"u"] = str(e.tokens).encode()
     elif isinstance(e, Withdrawal):
         fields[b"k"], fields[b"s"] = b"w", str(e.start).encode()
     else:
@@ -136,7 +141,8 @@ def _decode(f: Mapping[bytes, bytes]) -> Event:
         return Forget(gateway, backend, at_ms)
     chars, hashes = int(f[b"c"]), unpack_hashes(f[b"h"])
     if kind == b"p":
-        return Placement(gateway, backend, chars, hashes, at_ms)
+        tokens = int(f[b"u"]) if b"u" in f else None
+        return Placement(gateway, backend, chars, hashes, at_ms, tokens)
     if kind == b"w":
         return Withdrawal(gateway, backend, chars, hashes, int(f[b"s"]), at_ms)
     if kind == b"e":

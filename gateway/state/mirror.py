@@ -9,8 +9,8 @@ hashes cut in another block size are skipped and counted. A gateway learns the r
 size from the engines' metrics when it next routes; hashes of another size first make it
 look again (`refresh_block_chars`), so a gateway that has not routed yet takes its peers'
 placements. A placement applied live is also handed to `remote_dispatch` (backend, wall
-time in ms): this gateway's own dispatches there since then counted too little queued
-prefill (`PrefixFeed.remote_dispatch`).
+time in ms, its predicted uncached tokens or None): this gateway's own dispatches there since
+then counted too little queued prefill (`PrefixFeed.remote_dispatch`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Mirror:
         *,
         ttft_model: OnlineTtftModel | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
-        remote_dispatch: Callable[[str, float], None] | None = None,
+        remote_dispatch: Callable[[str, float, int | None], None] | None = None,
         lag_samples: int = 4096,
     ) -> None:
         self.gateway_id = gateway_id
@@ -65,7 +65,7 @@ class Mirror:
             c.lag_ms_last = lag = now_ms() - event.at_ms
             self.lags_ms.append(lag)
             if self._remote_dispatch is not None and isinstance(event, Placement):
-                self._remote_dispatch(event.backend, event.at_ms)
+                self._remote_dispatch(event.backend, event.at_ms, event.tokens)
 
     def _apply(self, e: Event) -> bool:
         if isinstance(e, TtftPoints):

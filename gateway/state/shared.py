@@ -59,7 +59,7 @@ class SharedState:
         on_remote_load: Callable[[Counts], None] = lambda remote: None,
         siblings: SiblingLinks | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
-        remote_dispatch: Callable[[str, float], None] | None = None,
+        remote_dispatch: Callable[[str, float, int | None], None] | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -128,7 +128,7 @@ class SharedState:
         return self.link is not None and not self.link.up
 
     # -- the local changes (request path: no I/O) ----------------------------------------
-    def placed(self, backend_id: str, request: RoutingRequest) -> None:
+    def placed(self, backend_id: str, request: RoutingRequest, uncached_tokens: int) -> None:
         if request.prefix_hashes:
             self.outbox.put(
                 Placement(
@@ -137,6 +137,7 @@ class SharedState:
                     request.prefix_block_chars,
                     request.prefix_hashes,
                     now_ms(),
+                    uncached_tokens,
                 )
             )
 

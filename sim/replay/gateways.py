@@ -18,9 +18,9 @@ first token or a completion — the blocks its prefix feed records for the chose
 (with the replica's capacity), +1/−1 in-flight, ± the request's predicted uncached prefill
 tokens, the (work tokens, TTFT) point its TTFT model learns from — reaches every other
 gateway's state `sync_delay_s` virtual seconds later, in order, as a mirror replicated
-through Redis would; at 0 it is applied at once. A dispatch that arrives late marks the
-receiving gateway's own dispatches to that replica made since then blind
-(`PrefixFeed.remote_dispatch`): their TTFTs waited for prefill they did not count.
+through Redis would; at 0 it is applied at once. When a dispatch arrives late, the
+receiving gateway's own dispatches to that replica made since then waited for its predicted
+uncached prefill too: `PrefixFeed.remote_dispatch` adds it to their work.
 Without sharing each gateway learns only from its own dispatches and answers. The precise
 index is not a gateway's own: the engines' KV events feed it alike for every gateway (the
 replay keeps one, speculations included).
@@ -236,7 +236,7 @@ class StateMirror:
             if g == source:
                 continue
             if late:
-                gateway.stack.feed.remote_dispatch(replica_id, at)
+                gateway.stack.feed.remote_dispatch(replica_id, at, pending)
             view = gateway.views[position]
             view.in_flight += in_flight
             view.pending_prefill_tokens += pending

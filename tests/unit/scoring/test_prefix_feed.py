@@ -215,3 +215,20 @@ def test_a_dispatch_blind_to_an_earlier_remote_one_teaches_no_ttft() -> None:
     feed.first_token(before, 0.1)
     assert [p[0] for p in model.points] == ["a"]
     assert feed.remote_dispatch("a", 0.0) == 0  # settled dispatches are not marked again
+
+
+def test_a_late_remote_dispatch_of_known_size_is_counted_in_the_work() -> None:
+    model = _Points()
+    feed = PrefixFeed(PrefixSection(), PrefixIndex(), model)
+    a = Endpoint("a")
+    before = feed.dispatch(a, _request(4, 64, 100), 1.0, kv_tokens=None)
+    after = feed.dispatch(a, _request(4, 64, 100), 2.0, kv_tokens=None)
+    work = after.work_tokens
+    # Another gateway sent a request of 300 uncached tokens to `a` at 1.5, heard of only now.
+    assert feed.remote_dispatch("a", 1.5, 300) == 1
+    assert (before.blind, after.blind) == (False, False)
+    assert (before.work_tokens, after.work_tokens) == (100, work + 300)
+    own = before.uncached_tokens + after.uncached_tokens
+    assert a.pending_prefill_tokens == own  # this gateway's own count: unchanged
+    feed.first_token(after, 0.9)
+    assert model.points == [("a", work + 300, 0.9)]

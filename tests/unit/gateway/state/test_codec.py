@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.state.codec import (
@@ -17,6 +19,7 @@ from gateway.state.codec import (
 
 EVENTS: list[Event] = [
     Placement("gw-1", "10.0.0.5:8000", 64, (0, 1, 2**64 - 1, 123456789), 1_700_000_000_000),
+    Placement("gw-1", "b", 64, (3, 4), 11, 1536),  # with its uncached tokens
     Withdrawal("gw-1", "b", 64, (5, 6, 7), 1, 12),
     Eviction("gw-1", "b", 32, (8,), 40, 13),
     Forget("gw-2", "b", 14),
@@ -37,6 +40,12 @@ def test_an_entry_without_a_kind_is_a_placement_of_the_first_version() -> None:
     fields = encode(EVENTS[0])
     del fields[b"k"]
     assert decode(fields) == EVENTS[0]
+
+
+def test_a_placement_without_tokens_says_so() -> None:
+    fields = encode(EVENTS[1])
+    del fields[b"u"]  # an older gateway's
+    assert decode(fields) == replace(EVENTS[1], tokens=None)  # type: ignore[type-var]
 
 
 def test_no_hashes_is_an_empty_tuple() -> None:

@@ -93,17 +93,18 @@ def test_hashes_of_another_size_make_the_gateway_look_at_its_block_size_again() 
 
 
 def test_a_live_placement_is_handed_on_as_a_remote_dispatch() -> None:
-    seen: list[tuple[str, float]] = []
+    seen: list[tuple[str, float, int | None]] = []
     m = Mirror(
         "me",
         EventCounters(),
         PrefixIndex(),
         lambda: 64,
         lambda b: b == "b1",
-        remote_dispatch=lambda backend, at_ms: seen.append((backend, at_ms)),
+        remote_dispatch=lambda backend, at_ms, tokens: seen.append((backend, at_ms, tokens)),
     )
-    m.apply(Placement("other", "b1", 64, (1, 2), 123.0))
-    m.apply(Placement("other", "b1", 64, (3,), 456.0), live=False)  # history: long settled
-    m.apply(Placement("other", "gone", 64, (4,), 789.0))  # not a backend here
-    m.apply(Placement("me", "b1", 64, (5,), 1.0))  # its own
-    assert seen == [("b1", 123.0)]
+    m.apply(Placement("other", "b1", 64, (1, 2), 123.0, 700))
+    m.apply(Placement("old", "b1", 64, (1, 2), 124.0))  # a peer that does not send tokens
+    m.apply(Placement("other", "b1", 64, (3,), 456.0, 5), live=False)  # history: long settled
+    m.apply(Placement("other", "gone", 64, (4,), 789.0, 5))  # not a backend here
+    m.apply(Placement("me", "b1", 64, (5,), 1.0, 5))  # its own
+    assert seen == [("b1", 123.0, 700), ("b1", 124.0, None)]

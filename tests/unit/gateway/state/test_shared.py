@@ -41,14 +41,15 @@ def test_redis_queues_the_changes_and_is_degraded_until_redis_answers() -> None:
     s = _shared("redis", PrefixIndex(), local_load=dict)
     assert s.active and s.channel == "redis"
     assert s.stream is not None and s.stream.stream == "ns:pool:events:me"
-    s.placed("b1", _request(1, 2))
-    s.placed("b1", _request())  # no prompt blocks: nothing to share
+    s.placed("b1", _request(1, 2), 40)
+    s.placed("b1", _request(), 0)  # no prompt blocks: nothing to share
     s.withdrawn("b1", _request(1, 2), 1)
     s.forgotten("b2")
     s.ttft("b1", 100.0, 0.05)
     s.ttft("b2", 200.0, 0.07)
     batch = s.outbox.take(10)
     assert [type(e) for e in batch] == [Placement, Withdrawal, Forget, TtftPoints]
+    assert batch[0].tokens == 40  # type: ignore[union-attr]
     assert batch[-1].points == (("b1", 100.0, 0.05), ("b2", 200.0, 0.07))  # type: ignore[union-attr]
     loops = Supervisor()
     s.attach(loops)
