@@ -136,10 +136,9 @@ class PrefixTracker:
         return d
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
-        settled = d.settled
-        self.feed.first_token(d, ttft_s)
-        if self.sink is not None and ttft_s is not None and not settled and not d.blind:
-            self.sink.ttft(d.endpoint.id, d.work_tokens, ttft_s)
+        point = self.feed.first_token(d, ttft_s)
+        if self.sink is not None and point is not None:
+            self.sink.ttft(d.endpoint.id, *point)
 
     def ended(self, d: Dispatch[Backend]) -> None:
         """`d`'s request is over (its in-flight count already taken back): its prefill, if

@@ -182,18 +182,23 @@ class PrefixFeed:
         self._unsettled.setdefault(endpoint.id, {})[id(d)] = d
         return d
 
-    def first_token(self, d: Dispatch[Any], ttft_s: float | None) -> None:
+    def first_token(self, d: Dispatch[Any], ttft_s: float | None) -> tuple[int, float] | None:
         """The endpoint answered (`ttft_s` measured from dispatch when known): its prefill
-        for this request is done. Settling twice is a no-op."""
+        for this request is done. Returns the point `(work tokens, TTFT)` the answer teaches
+        (learnt here, and for the caller to share), or None: settled before, no TTFT, or a
+        blind dispatch. Settling twice is a no-op."""
         if d.settled:
-            return
+            return None
         d.settled = True
         d.endpoint.pending_prefill_tokens -= d.uncached_tokens
         waiting = self._unsettled.get(d.endpoint.id)
         if waiting is not None:
             waiting.pop(id(d), None)
-        if ttft_s is not None and self._ttft_model is not None and not d.blind:
+        if ttft_s is None or d.blind:
+            return None
+        if self._ttft_model is not None:
             self._ttft_model.observe(d.endpoint.id, d.work_tokens, ttft_s)
+        return d.work_tokens, ttft_s
 
     def remote_dispatch(self, endpoint_id: str, at: float, tokens: int | None = None) -> int:
         """Another gateway dispatched a request of `tokens` predicted uncached prompt tokens

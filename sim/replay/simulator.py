@@ -533,9 +533,8 @@ class Replay:
         dispatch = request.dispatch
         if dispatch.settled:
             return
-        self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
+        seen = self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
         if self.mirror is not None:
-            seen = None if ttft_s is None or dispatch.blind else (dispatch.work_tokens, ttft_s)
             pending = -dispatch.uncached_tokens
             self.mirror.publish(
                 self.now, request.gateway, request.replica, pending=pending, ttft=seen
