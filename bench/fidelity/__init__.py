@@ -1,8 +1,9 @@
 """The fidelity check (`make fidelity`): does the simulator predict the live system?
 
 Each case's trace (`workload`: synthetic chats, a Mooncake slice at ~70% of round-robin's
-throughput, the same slice at ~91%) runs twice per policy: live, through `kvgate serve` in front of `kvgate emulate` replicas (child processes;
-TTFT measured by the client, hit rate from the replicas' own counters), and simulated,
+throughput, the same slice at ~91%) runs twice per policy: live, through `kvgate serve` in
+front of `kvgate emulate` replicas (child processes; TTFT measured by the client, hit rate
+from the replicas' own counters), and simulated,
 through `sim.replay` with the same engine profile, replica count, policy and gateway config
 file, plus the time outside the engines that a probe of the idle fleet measured first
 (`probe`). The file the gateway recorded during the live run is simulated too (the record →

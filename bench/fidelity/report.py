@@ -45,12 +45,12 @@ def _row(policy: str, label: str, m: RunMetrics, e: Errors | None) -> str:
     )
 
 
-def _notes(c: PolicyCheck) -> list[str]:
+def _notes(c: PolicyCheck, label: str) -> list[str]:
     """Where the TTFT error comes from, and what the recording held."""
     ms = 1000
     match = "equal" if c.recorded_tokens_match else "DIFFER from"
     return [
-        f"{_name(c)}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
+        f"{label}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
         f"{c.live.load_average:.1f}; engines' own mean TTFT "
         f"{c.live.engine_ttft_mean_s * ms:.1f} ms (simulated engines vs it: "
         f"{_pct(c.engine_ttft_error)})",
@@ -138,8 +138,10 @@ def format_report(checks: Sequence[PolicyCheck], overheads: dict[str, Any] | Non
     lines += ["", _verdict(checks)]
     if overheads is not None:
         lines += ["", _probe(overheads)]
-    for c in checks:
-        lines += ["", *_notes(c)]
+    for g in series(checks):
+        for c in g.checks:
+            label = _name(c) + (f" #{c.repetition + 1}" if len(g.checks) > 1 else "")
+            lines += ["", *_notes(c, label)]
     return "\n".join(lines) + "\n\n" + EXPLANATION
 
 

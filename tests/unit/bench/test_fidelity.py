@@ -317,6 +317,7 @@ def test_repetitions_are_judged_on_their_means(tmp_path: Path) -> None:
     ]
     assert labels[6:] == ["live, mean of", "sim: trace, mean", "sim: rec., mean"]
     assert f"{both.sim_errors.ttft_mean:.1%}" in text.splitlines()[9]
+    assert "\nchats/prefix-aware #2: live " in text and "\nmooncake/prefix-aware: live " in text
     doc = orjson.loads(write_json({}, [check, slower, other], tmp_path / "out").read_bytes())
     assert [(s["case"], s["runs"]) for s in doc["series"]] == [("chats", 2), ("mooncake", 1)]
     assert doc["series"][0]["live"]["ttft_mean_s"] == pytest.approx(live.ttft_mean_s)
