@@ -60,10 +60,11 @@ ROUTING_ROUTERS := kvgate:round-robin,kvgate:least-load,kvgate:session,kvgate:pr
 bench-routing: $(STAMP)
 	$(BIN)/python -m bench quality --routers $(ROUTING_ROUTERS) --out out/bench-routing
 
-# Live vs simulated, same traces and policies (synthetic chats; a loaded Mooncake slice): ~10 min;
-# writes out/fidelity/fidelity.json and a PNG.
+# Live vs simulated, same traces and policies (synthetic chats; a Mooncake slice at ~70% of
+# round-robin's throughput; the same slice at ~91%, 3 runs a policy): ~20 min;
+# writes out/fidelity/fidelity.json and a PNG. FIDELITY_ARGS='--cases loaded': that case only.
 fidelity: $(STAMP)
-	$(BIN)/python -m bench fidelity
+	$(BIN)/python -m bench fidelity $(FIDELITY_ARGS)
 
 # kvgate vs sglang-router, vllm-router and LiteLLM (installed into .venv-peers/ on first use):
 # quality, overhead, decision; ~45 min (BENCH_ARGS=--quick: ~10); writes out/bench/.

@@ -73,28 +73,34 @@ async def run_check(s: FidelitySettings) -> tuple[list[PolicyCheck], dict[str, A
 async def _run_case(
     s: FidelitySettings, case: Case, profile: EngineProfile, settings: SimSettings, fleet: LiveFleet
 ) -> list[PolicyCheck]:
-    """Live and simulated runs of `case`, one per policy; `profile`: the simulated engines'."""
-    requests = timed_requests(case.trace, MODEL, include_usage=True)
+    """Live and simulated runs of `case`, one per policy and repetition (the repetitions
+    outermost, so that a slow stretch of the machine falls on every policy alike);
+    `profile`: the simulated engines'."""
     span = case.trace[-1].arrival_s if case.trace else 0.0
+    runs = f"; {case.repeats} runs each" if case.repeats > 1 else ""
     _log(
         f"{case.name}: {len(case.trace)} requests over {span:.0f} s; {s.replicas} replicas "
         f"of {case.profile_name!r}{f' slowed {s.slowdown:g}x' if s.slowdown != 1 else ''}; "
-        f"policies {', '.join(s.policies)}"
+        f"policies {', '.join(s.policies)}{runs}"
     )
     checks = []
-    for policy in s.policies:
-        _log(f"{case.name} {policy}: live run")
-        live = await run_live(fleet, policy, requests, tag=case.name)
-        started = time.perf_counter()
-        check = check_policy(live, case.trace, profile, settings, case.name)
-        _log(
-            f"{case.name} {policy}: simulated the trace and the recording in "
-            f"{time.perf_counter() - started:.2f} s; mean TTFT live "
-            f"{check.live_metrics.ttft_mean_s * 1000:.0f} ms, sim "
-            f"{check.sim.metrics.ttft_mean_s * 1000:.0f} ms, sim on recording "
-            f"{check.recorded.metrics.ttft_mean_s * 1000:.0f} ms"
-        )
-        checks.append(check)
+    for k in range(case.repeats):
+        trace = case.repetition(k)
+        requests = timed_requests(trace, MODEL, include_usage=True)
+        tag = f"{case.name}-{k + 1}" if case.repeats > 1 else case.name
+        for policy in s.policies:
+            _log(f"{tag} {policy}: live run")
+            live = await run_live(fleet, policy, requests, tag=tag)
+            started = time.perf_counter()
+            check = check_policy(live, trace, profile, settings, case.name, repetition=k)
+            _log(
+                f"{tag} {policy}: simulated the trace and the recording in "
+                f"{time.perf_counter() - started:.2f} s; mean TTFT live "
+                f"{check.live_metrics.ttft_mean_s * 1000:.0f} ms, sim "
+                f"{check.sim.metrics.ttft_mean_s * 1000:.0f} ms, sim on recording "
+                f"{check.recorded.metrics.ttft_mean_s * 1000:.0f} ms"
+            )
+            checks.append(check)
     return checks
 
 
@@ -108,6 +114,8 @@ def _header(s: FidelitySettings, cases: list[Case], overheads: Overheads) -> dic
                 "profile": c.profile_name,
                 "emulator_args": list(c.emulator_args),
                 "block_tokens": c.profile.config.block_size,
+                "repeats": c.repeats,
+                "jitter_s": c.jitter_s,
             }
             for c in cases
         },
@@ -143,6 +151,26 @@ def _parse(argv: list[str] | None) -> FidelitySettings:
         "(default %(default)g; divided by --slowdown)",
     )
     p.add_argument(
+        "--loaded-rate-scale",
+        type=float,
+        default=d.loaded_rate_scale,
+        help="the loaded case's Mooncake arrivals X times faster than recorded, for engines "
+        "at full speed (default %(default)g)",
+    )
+    p.add_argument(
+        "--loaded-repeats",
+        type=int,
+        default=d.loaded_repeats,
+        help="live runs per policy in the loaded case (default %(default)d)",
+    )
+    p.add_argument(
+        "--loaded-jitter",
+        type=float,
+        default=d.loaded_jitter_s,
+        help="each loaded repetition's arrivals shifted by up to S seconds, seeded by the "
+        "repetition (default %(default)g)",
+    )
+    p.add_argument(
         "--slowdown",
         type=float,
         default=d.slowdown,
@@ -162,6 +190,9 @@ def _parse(argv: list[str] | None) -> FidelitySettings:
         traces=Path(a.traces),
         mooncake_requests=a.mooncake_requests,
         mooncake_rate_scale=a.mooncake_rate_scale,
+        loaded_rate_scale=a.loaded_rate_scale,
+        loaded_repeats=a.loaded_repeats,
+        loaded_jitter_s=a.loaded_jitter,
         slowdown=a.slowdown,
         out_dir=Path(a.out),
     )

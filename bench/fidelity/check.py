@@ -6,6 +6,9 @@ of what the gateway recorded during the live run.
 - **sim: recording** replays the file `kvgate serve --record` wrote during the live run: the
   arrivals as the gateway saw them, token counts and block hashes as recorded, never the
   prompt. This is the record → simulate round trip an operator would use.
+
+A case with repetitions (`PolicySeries`) has one such check per repetition, and is judged
+on the means over them (`compare.averaged`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from bench.fidelity.compare import (
     Errors,
     RunMetrics,
     arrival_jitter,
+    averaged,
     compare,
     relative_error,
 )
@@ -68,6 +72,7 @@ class PolicyCheck:
     jitter: ArrivalJitter  # of the recorded arrivals around the schedule (NaN: counts differ)
     case: str = "chats"  # the workload (`bench.fidelity.workload`)
     modelled_outside_s: float = 0.0  # what the simulation adds to a TTFT outside the engines
+    repetition: int = 0  # of the case's repetitions (`Case.repetition`)
 
     @property
     def sim_errors(self) -> Errors:
@@ -98,12 +103,58 @@ class PolicyCheck:
         return relative_error(engines, self.live.engine_ttft_mean_s)
 
 
+@dataclass(frozen=True, slots=True)
+class PolicySeries:
+    """One policy's checks on one case, one per repetition, and the figures it is judged on:
+    each side's mean over the repetitions of each run's figures."""
+
+    checks: tuple[PolicyCheck, ...]
+
+    @property
+    def case(self) -> str:
+        return self.checks[0].case
+
+    @property
+    def policy(self) -> str:
+        return self.checks[0].policy
+
+    @property
+    def live_metrics(self) -> RunMetrics:
+        return averaged([c.live_metrics for c in self.checks])
+
+    @property
+    def sim_metrics(self) -> RunMetrics:
+        return averaged([c.sim.metrics for c in self.checks])
+
+    @property
+    def recorded_metrics(self) -> RunMetrics:
+        return averaged([c.recorded.metrics for c in self.checks])
+
+    @property
+    def sim_errors(self) -> Errors:
+        return compare(self.live_metrics, self.sim_metrics)
+
+    @property
+    def recorded_errors(self) -> Errors:
+        return compare(self.live_metrics, self.recorded_metrics)
+
+
+def series(checks: Sequence[PolicyCheck]) -> list[PolicySeries]:
+    """`checks` grouped by (case, policy), in order of first appearance."""
+    groups: dict[tuple[str, str], list[PolicyCheck]] = {}
+    for c in checks:
+        groups.setdefault((c.case, c.policy), []).append(c)
+    return [PolicySeries(tuple(g)) for g in groups.values()]
+
+
 def check_policy(
     live: LiveRun,
     trace: Sequence[TraceRequest],
     profile: EngineProfile,
     settings: SimSettings,
     case: str = "chats",
+    *,
+    repetition: int = 0,
 ) -> PolicyCheck:
     """Simulate `trace` and the live run's recording with the live run's policy."""
     recording = load_trace(live.record_path)
@@ -119,6 +170,7 @@ def check_policy(
         jitter=_jitter(trace, recording),
         case=case,
         modelled_outside_s=_outside_mean_s(trace, profile, settings),
+        repetition=repetition,
     )
 
 

@@ -4,7 +4,9 @@ Both sides are reduced the same way: mean and 90th percentile (nearest rank) of 
 requests' TTFTs, and the prefix-cache hit rate as the engines count it (hit tokens over
 looked-up tokens, summed over the replicas). The relative error of a figure is
 |sim − live| / live; for the hit rate the absolute difference in percentage points is
-given too, since a relative error of a small hit rate says little.
+given too, since a relative error of a small hit rate says little. Several runs of one
+side (a case's repetitions) are compared as one: the mean over the runs of each run's
+figure (`averaged`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,21 @@ class RunMetrics:
             ttft_p90_s=percentile(ordered, 90),
             hit_rate=hits / queries if queries else math.nan,
         )
+
+
+def averaged(runs: Sequence[RunMetrics]) -> RunMetrics:
+    """Runs as one: the mean over `runs` of each run's mean TTFT, p90 TTFT and hit rate
+    (`requests`: their total). Not the figures of the pooled TTFTs: a p90 of pooled runs
+    would weigh a long run more, and each run's p90 is what one run is judged on."""
+    if not runs:
+        return RunMetrics(0, math.nan, math.nan, math.nan)
+    n = len(runs)
+    return RunMetrics(
+        requests=sum(r.requests for r in runs),
+        ttft_mean_s=sum(r.ttft_mean_s for r in runs) / n,
+        ttft_p90_s=sum(r.ttft_p90_s for r in runs) / n,
+        hit_rate=sum(r.hit_rate for r in runs) / n,
+    )
 
 
 @dataclass(frozen=True, slots=True)

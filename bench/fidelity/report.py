@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from bench.fidelity.check import PolicyCheck
+from bench.fidelity.check import PolicyCheck, PolicySeries, series
 from bench.fidelity.compare import Errors, RunMetrics
 from sim.plots import pyplot
 
@@ -22,7 +22,10 @@ sim: trace      the simulator on the trace the load generator sent, at its sched
 sim: recording  the simulator on the file `kvgate serve --record` wrote during the live run
                 (arrivals as the gateway saw them; token counts and block hashes, no text)
                 both add the probed time outside the engines to every TTFT
-err:            |sim - live| / live; hit rate also as |sim - live| in percentage points"""
+err:            |sim - live| / live; hit rate also as |sim - live| in percentage points
+#k, mean of N:  a case run N times per policy (each with its own arrival jitter, the same on
+                both sides): its runs, then the mean over them of each run's mean, p90 and
+                hit rate, which the 10% bound applies to"""
 
 
 def _pct(x: float) -> str:
@@ -31,7 +34,7 @@ def _pct(x: float) -> str:
 
 def _row(policy: str, label: str, m: RunMetrics, e: Errors | None) -> str:
     cells = (
-        f"{policy:<24}{label:<16}{m.requests:>5}{m.ttft_mean_s:>10.3f}{m.ttft_p90_s:>9.3f}"
+        f"{policy:<24}{label:<22}{m.requests:>5}{m.ttft_mean_s:>10.3f}{m.ttft_p90_s:>9.3f}"
         f"{_pct(m.hit_rate):>8}"
     )
     if e is None:
@@ -42,12 +45,12 @@ def _row(policy: str, label: str, m: RunMetrics, e: Errors | None) -> str:
     )
 
 
-def _notes(c: PolicyCheck) -> list[str]:
+def _notes(c: PolicyCheck, label: str) -> list[str]:
     """Where the TTFT error comes from, and what the recording held."""
     ms = 1000
     match = "equal" if c.recorded_tokens_match else "DIFFER from"
     return [
-        f"{_name(c)}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
+        f"{label}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
         f"{c.live.load_average:.1f}; engines' own mean TTFT "
         f"{c.live.engine_ttft_mean_s * ms:.1f} ms (simulated engines vs it: "
         f"{_pct(c.engine_ttft_error)})",
@@ -63,15 +66,40 @@ def _notes(c: PolicyCheck) -> list[str]:
     ]
 
 
-def _name(c: PolicyCheck) -> str:
+def _name(c: PolicyCheck | PolicySeries) -> str:
     return f"{c.case}/{c.policy}"
 
 
+def _rows(g: PolicySeries) -> list[str]:
+    """A single run's three rows; for repetitions, each run's (#k) and then their means."""
+    name, n = _name(g), len(g.checks)
+    if n == 1:
+        c = g.checks[0]
+        return [
+            _row(name, "live", c.live_metrics, None),
+            _row(name, "sim: trace", c.sim.metrics, c.sim_errors),
+            _row(name, "sim: recording", c.recorded.metrics, c.recorded_errors),
+        ]
+    lines = []
+    for c in g.checks:
+        k = f" #{c.repetition + 1}"
+        lines += [
+            _row(name, "live" + k, c.live_metrics, None),
+            _row(name, "sim: trace" + k, c.sim.metrics, c.sim_errors),
+            _row(name, "sim: recording" + k, c.recorded.metrics, c.recorded_errors),
+        ]
+    lines.append(_row(name, f"live, mean of {n}", g.live_metrics, None))
+    lines.append(_row(name, f"sim: trace, mean of {n}", g.sim_metrics, g.sim_errors))
+    lines.append(_row(name, f"sim: rec., mean of {n}", g.recorded_metrics, g.recorded_errors))
+    return lines
+
+
 def _verdict(checks: Sequence[PolicyCheck]) -> str:
-    """Which TTFT errors exceed BOUND (NaN counts as exceeding)."""
+    """Which TTFT errors exceed BOUND (NaN counts as exceeding); a case with repetitions is
+    judged on the means over them."""
     over = [
         f"{_name(c)} {label} {what} {_pct(err)}"
-        for c in checks
+        for c in series(checks)
         for label, e in (("trace", c.sim_errors), ("recording", c.recorded_errors))
         for what, err in (("mean", e.ttft_mean), ("p90", e.ttft_p90))
         if not err <= BOUND
@@ -101,19 +129,19 @@ def _probe(overheads: dict[str, Any]) -> str:
 
 def format_report(checks: Sequence[PolicyCheck], overheads: dict[str, Any] | None = None) -> str:
     header = (
-        f"{'case/policy':<24}{'run':<16}{'reqs':>5}{'TTFT mean':>10}{'p90':>9}{'hit':>8}"
+        f"{'case/policy':<24}{'run':<22}{'reqs':>5}{'TTFT mean':>10}{'p90':>9}{'hit':>8}"
         f"{'err mean':>10}{'err p90':>9}{'err hit':>9}"
     )
     lines = [header, "-" * (len(header) + 11)]
-    for c in checks:
-        lines.append(_row(_name(c), "live", c.live_metrics, None))
-        lines.append(_row(_name(c), "sim: trace", c.sim.metrics, c.sim_errors))
-        lines.append(_row(_name(c), "sim: recording", c.recorded.metrics, c.recorded_errors))
+    for g in series(checks):
+        lines += _rows(g)
     lines += ["", _verdict(checks)]
     if overheads is not None:
         lines += ["", _probe(overheads)]
-    for c in checks:
-        lines += ["", *_notes(c)]
+    for g in series(checks):
+        for c in g.checks:
+            label = _name(c) + (f" #{c.repetition + 1}" if len(g.checks) > 1 else "")
+            lines += ["", *_notes(c, label)]
     return "\n".join(lines) + "\n\n" + EXPLANATION
 
 
@@ -140,6 +168,7 @@ def check_json(c: PolicyCheck) -> dict[str, Any]:
     return {
         "case": c.case,
         "policy": c.policy,
+        "repetition": c.repetition,
         "modelled_outside_s": c.modelled_outside_s,
         "live": {
             **_metrics(c.live_metrics),
@@ -180,6 +209,36 @@ def check_json(c: PolicyCheck) -> dict[str, Any]:
     }
 
 
+def series_json(g: PolicySeries) -> dict[str, Any]:
+    """What a (case, policy) is judged on: each side's means over its runs, the errors of
+    those, and the range of each run's mean and p90 TTFT."""
+
+    def side(runs: list[RunMetrics], m: RunMetrics) -> dict[str, Any]:
+        return {
+            **_metrics(m),
+            "ttft_mean_s_range": [
+                min(r.ttft_mean_s for r in runs),
+                max(r.ttft_mean_s for r in runs),
+            ],
+            "ttft_p90_s_range": [min(r.ttft_p90_s for r in runs), max(r.ttft_p90_s for r in runs)],
+        }
+
+    return {
+        "case": g.case,
+        "policy": g.policy,
+        "runs": len(g.checks),
+        "live": side([c.live_metrics for c in g.checks], g.live_metrics),
+        "sim_trace": {
+            **side([c.sim.metrics for c in g.checks], g.sim_metrics),
+            "errors_vs_live": _errors(g.sim_errors),
+        },
+        "sim_recording": {
+            **side([c.recorded.metrics for c in g.checks], g.recorded_metrics),
+            "errors_vs_live": _errors(g.recorded_errors),
+        },
+    }
+
+
 def _clean(value: Any) -> Any:
     """NaN as null: JSON has no NaN."""
     if isinstance(value, float) and math.isnan(value):
@@ -194,7 +253,13 @@ def _clean(value: Any) -> Any:
 def write_json(header: dict[str, Any], checks: Sequence[PolicyCheck], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "fidelity.json"
-    doc = _clean({**header, "policies": [check_json(c) for c in checks]})
+    doc = _clean(
+        {
+            **header,
+            "series": [series_json(g) for g in series(checks)],
+            "policies": [check_json(c) for c in checks],
+        }
+    )
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return path
 
@@ -209,18 +274,20 @@ def write_plot(checks: Sequence[PolicyCheck], out_dir: Path) -> Path:
     policies = list(dict.fromkeys(c.policy for c in checks))
     rows, cols = max(1, len(cases)), max(1, len(policies))
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
-    for c in checks:
+    for c in checks:  # a case's repetitions share a panel, one curve each; the first labelled
         ax = axes[cases.index(c.case)][policies.index(c.policy)]
         curves = (
-            ("live (client)", c.live.ttfts_s, c.live_metrics, "-"),
-            ("sim: trace", c.sim.ttfts_s, c.sim.metrics, "--"),
-            ("sim: recording", c.recorded.ttfts_s, c.recorded.metrics, ":"),
+            ("live (client)", c.live.ttfts_s, c.live_metrics, "-", "C0"),
+            ("sim: trace", c.sim.ttfts_s, c.sim.metrics, "--", "C1"),
+            ("sim: recording", c.recorded.ttfts_s, c.recorded.metrics, ":", "C2"),
         )
-        for label, xs, m, style in curves:
+        for label, xs, m, style, color in curves:
             if xs:
                 ys = [(i + 1) / len(xs) for i in range(len(xs))]
                 text = f"{label}: mean {m.ttft_mean_s * 1000:.0f} ms, hit {_pct(m.hit_rate)}"
-                ax.step(xs, ys, style, where="post", label=text)
+                if c.repetition:
+                    text = "_nolegend_"
+                ax.step(xs, ys, style, color=color, where="post", label=text, alpha=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on short ranges
         ax.set_title(f"{_name(c)}: TTFT, live vs simulated")

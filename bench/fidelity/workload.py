@@ -9,6 +9,12 @@
   throughput it reaches with everything queued; nearer saturation its p90 is a lottery
   over the arrival order, decision 0017) on `h100-llama3-8b` replicas with a contended
   cache (16,384 blocks of 16 tokens each).
+- **loaded**: the same slice and fleet at 6x the recorded rate (~91% of round-robin's
+  throughput with everything queued), run `loaded_repeats` times per policy, each
+  repetition's arrivals shifted by its own seeded 0–5 ms (`jittered`; order within a burst
+  kept). Both sides see each repetition's trace, and the check compares the mean over the
+  repetitions of each run's mean and p90 TTFT (decision 0023): near saturation one run of
+  a load-aware policy is one draw of its placements, which ms of timing change.
 
 The live run sends each request as a streaming `/v1/completions` call whose prompt is token
 ids synthesised from the block ids (`sim.workloads.timed_requests`: equal ids, equal
@@ -18,6 +24,7 @@ no tokenizer in between, and the gateway, hashing token ids at 4 bytes a token, 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -27,7 +34,7 @@ from sim.traces import TraceRequest, load_mooncake, time_scaled
 from sim.workloads import open_loop_chats
 
 MODEL = "kvgate-fidelity"
-CASES = ("chats", "mooncake")
+CASES = ("chats", "mooncake", "loaded")
 MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"
 
 
@@ -63,6 +70,12 @@ class FidelitySettings:
     # Requests with the same timestamp (the trace's bursts) are sent this far apart, in trace
     # order, so the gateway sees them in that order (seconds, as sent).
     burst_gap_s: float = 0.01
+    # The loaded case: the Mooncake slice this many times faster than recorded (for engines
+    # at full speed), `loaded_repeats` live runs and simulations per policy, each
+    # repetition's arrivals shifted by up to `loaded_jitter_s` (seeded by the repetition).
+    loaded_rate_scale: float = 6.0  # ~91% of round-robin's throughput (decision 0023)
+    loaded_repeats: int = 3
+    loaded_jitter_s: float = 0.005
     sim_seed: int = 0  # the simulator's scrape phases and random pickers
     # Engines and arrivals this many times slower on both sides: the same utilisation, with
     # a smaller share of TTFT in HTTP overhead and CPU contention.
@@ -87,6 +100,12 @@ class Case:
     profile_name: str
     profile: EngineProfile
     emulator_args: tuple[str, ...] = ()
+    repeats: int = 1  # live runs (and simulations) per policy
+    jitter_s: float = 0.0  # each repetition's arrivals shifted by up to this much
+
+    def repetition(self, k: int) -> list[TraceRequest]:
+        """The trace repetition `k` sends and simulates: `trace`, jittered with seed `k`."""
+        return jittered(self.trace, self.jitter_s, k) if self.jitter_s > 0 else self.trace
 
 
 def build_case(s: FidelitySettings, name: str) -> Case:
@@ -95,6 +114,9 @@ def build_case(s: FidelitySettings, name: str) -> Case:
         return Case(name, build_trace(s, profile.config.block_size), s.profile, profile)
     if name == "mooncake":
         return _mooncake(s)
+    if name == "loaded":
+        case = _mooncake(replace(s, mooncake_rate_scale=s.loaded_rate_scale))
+        return replace(case, name="loaded", repeats=s.loaded_repeats, jitter_s=s.loaded_jitter_s)
     raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
 
 
@@ -148,6 +170,16 @@ def spread_bursts(trace: list[TraceRequest], gap_s: float) -> list[TraceRequest]
         late = out and r.arrival_s <= out[-1].arrival_s
         out.append(replace(r, arrival_s=out[-1].arrival_s + gap_s) if late else r)
     return out
+
+
+def jittered(trace: list[TraceRequest], max_s: float, seed: int) -> list[TraceRequest]:
+    """Each arrival `uniform(0, max_s)` later (`random.Random(seed)`), in arrival order.
+
+    Below the burst gap the order within a burst stays the trace's; it gives both sides
+    the same new draw of the ms-scale timing that a live run never repeats."""
+    rng = random.Random(seed)
+    shifted = [replace(r, arrival_s=r.arrival_s + rng.uniform(0, max_s)) for r in trace]
+    return sorted(shifted, key=lambda r: r.arrival_s)
 
 
 def slowed(profile: EngineProfile, factor: float) -> EngineProfile:

@@ -11,11 +11,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.fidelity.check import PolicyCheck, SimRun, check_policy
+from bench.fidelity.check import PolicyCheck, SimRun, check_policy, series
 from bench.fidelity.compare import (
     Errors,
     RunMetrics,
     arrival_jitter,
+    averaged,
     compare,
     relative_error,
 )
@@ -28,6 +29,7 @@ from bench.fidelity.workload import (
     FidelitySettings,
     build_case,
     build_trace,
+    jittered,
     slowed,
     spread_bursts,
 )
@@ -245,3 +247,83 @@ def test_a_burst_is_spread_in_trace_order() -> None:
         (0.02, 3),
         (1.0, 4),
     ]
+
+
+def test_runs_averaged_are_the_means_of_each_runs_figures() -> None:
+    a = RunMetrics(10, ttft_mean_s=1.0, ttft_p90_s=2.0, hit_rate=0.1)
+    b = RunMetrics(12, ttft_mean_s=2.0, ttft_p90_s=5.0, hit_rate=0.3)
+    m = averaged([a, b])
+    assert (m.requests, m.ttft_mean_s, m.ttft_p90_s) == (22, 1.5, 3.5)
+    assert m.hit_rate == pytest.approx(0.2)
+    assert averaged([a]) == a
+    assert math.isnan(averaged([]).ttft_p90_s)
+
+
+def test_jitter_is_seeded_bounded_and_keeps_a_burst_in_order() -> None:
+    burst = [TraceRequest(t, n, 1, ()) for t, n in ((0.0, 1), (0.0, 2), (0.0, 3), (1.0, 4))]
+    trace = spread_bursts(burst, 0.01)
+    one, again, other = (
+        jittered(trace, 0.005, 1),
+        jittered(trace, 0.005, 1),
+        jittered(trace, 0.005, 2),
+    )
+    assert one == again and one != other
+    assert [r.input_tokens for r in one] == [1, 2, 3, 4]
+    for r, j in zip(trace, one, strict=True):
+        assert 0 <= j.arrival_s - r.arrival_s < 0.005
+        assert replace(j, arrival_s=r.arrival_s) == r
+
+
+def test_the_loaded_case_is_the_mooncake_slice_faster_with_jittered_repetitions(
+    tmp_path: Path,
+) -> None:
+    mooncake_slice(tmp_path, 200)
+    (tmp_path / "conversation_1500.jsonl").rename(tmp_path / MOONCAKE_TRACE)
+    s = FidelitySettings(traces=tmp_path, mooncake_requests=200, loaded_repeats=2)
+    light, loaded = build_case(s, "mooncake"), build_case(s, "loaded")
+    assert (light.repeats, light.jitter_s, loaded.repeats, loaded.jitter_s) == (1, 0.0, 2, 0.005)
+    assert light.repetition(1) is light.trace
+    assert loaded.profile == light.profile and loaded.emulator_args == light.emulator_args
+    assert [r.input_tokens for r in loaded.trace] == [r.input_tokens for r in light.trace]
+    # 6x against 4.5x the recorded rate; bursts still 10 ms apart
+    assert loaded.trace[-1].arrival_s == pytest.approx(light.trace[-1].arrival_s * 4.5 / 6, abs=0.5)
+    assert all(b.arrival_s - a.arrival_s >= 0.01 - 1e-9 for a, b in pairwise(loaded.trace))
+    first, second = loaded.repetition(0), loaded.repetition(1)
+    assert first == jittered(loaded.trace, 0.005, 0) and first != second
+    assert [r.input_tokens for r in first] == [r.input_tokens for r in loaded.trace]
+
+
+def test_repetitions_are_judged_on_their_means(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    slower = replace(
+        check,
+        repetition=1,
+        live=replace(check.live, ttfts_s=tuple(2 * t for t in check.live.ttfts_s)),
+    )
+    other = replace(check, case="mooncake")
+    groups = series([check, slower, other])
+    assert [(g.case, len(g.checks)) for g in groups] == [("chats", 2), ("mooncake", 1)]
+    both = groups[0]
+    live = averaged([check.live_metrics, slower.live_metrics])
+    assert both.live_metrics == live
+    assert both.sim_errors == compare(live, averaged([check.sim.metrics, slower.sim.metrics]))
+    assert groups[1].recorded_errors == other.recorded_errors
+    text = format_report([check, slower, other])
+    labels = [" ".join(line.split()[1:4]) for line in text.splitlines()[2:11]]
+    assert labels[:3] == [
+        f"live #1 {check.live_metrics.requests}",
+        "sim: trace #1",
+        "sim: recording #1",
+    ]
+    assert labels[6:] == ["live, mean of", "sim: trace, mean", "sim: rec., mean"]
+    assert f"{both.sim_errors.ttft_mean:.1%}" in text.splitlines()[9]
+    assert "\nchats/prefix-aware #2: live " in text and "\nmooncake/prefix-aware: live " in text
+    doc = orjson.loads(write_json({}, [check, slower, other], tmp_path / "out").read_bytes())
+    assert [(s["case"], s["runs"]) for s in doc["series"]] == [("chats", 2), ("mooncake", 1)]
+    assert doc["series"][0]["live"]["ttft_mean_s"] == pytest.approx(live.ttft_mean_s)
+    assert doc["series"][0]["live"]["ttft_p90_s_range"] == [
+        check.live_metrics.ttft_p90_s,
+        slower.live_metrics.ttft_p90_s,
+    ]
+    assert [p["repetition"] for p in doc["policies"]] == [0, 1, 0]
+    assert write_plot([check, slower, other], tmp_path / "out").exists()
