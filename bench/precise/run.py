@@ -97,13 +97,16 @@ def gateway_router(  # type: ignore[no-untyped-def]
     spread: str = "client",
     workers: int = 1,
     outage: RedisOutage | None = None,
+    front: int | None = None,
 ):
     """kvgate with `policy`, following the fleet's events (if it publishes them); with
     `gateways` > 1, that many gateways sharing nothing but the engines' events — or, with
     `redis`, their routing state through a fresh `redis-server` — which the clients spread
     over themselves (`spread`: `client`, client i to gateway i mod n; `request`, every
     request to the next gateway); `workers`: `kvgate serve --workers N` each; `outage`: the
-    redis-server killed and started again during the run (`bench.redis_outage`). On exit
+    redis-server killed and started again during the run (`bench.redis_outage`); `front`: the
+    clients all send to that gateway alone (the others run, share and scrape, but route
+    nothing). On exit
     (before they stop) their /admin/backends and the replicas' caches go into `state`."""
 
     @contextlib.contextmanager
@@ -128,7 +131,10 @@ def gateway_router(  # type: ignore[no-untyped-def]
                 if workers > 1:
                     wait_for_workers(url, workers)
                 urls.append(url)
-            fronts = Fronts(tuple(urls), "request" if spread == "request" else "client")
+            fronts = Fronts(
+                tuple(urls) if front is None else (urls[front],),
+                "request" if spread == "request" else "client",
+            )
             time.sleep(1.0)  # a few scrapes, and the subscribers connected
             if outage is not None and redis:
                 logs = site.log_dir / site.tag
@@ -184,6 +190,7 @@ async def run(
     spread: str = "client",
     workers: int = 1,
     outage: RedisOutage | None = None,
+    front: int | None = None,
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     fleet = EventFleet(spec, slowdown, events)
@@ -201,6 +208,7 @@ async def run(
             spread=spread,
             workers=workers,
             outage=outage,
+            front=front,
         ),
         traffic,
         label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}w{workers}"
