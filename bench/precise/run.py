@@ -15,6 +15,7 @@ from typing import Any
 from bench.redis_outage import RedisOutage
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.live import MODEL, workload
+from bench.regime.simulate import saturation_rps
 from sim.live.client import Fronts
 from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
 from sim.live.processes import HOST, start_gateway, start_redis, wait_for_workers
@@ -195,7 +196,10 @@ async def run(
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     fleet = EventFleet(spec, slowdown, events)
     state: dict[str, Any] = {}
-    traffic = workload(cell, spec, seed, 1.0, slowdown)
+    # An open loop's rate is a share of round-robin's saturation rate (simulated, as the
+    # regime map does); a closed loop's clients set their own pace.
+    saturation = 1.0 if cell.loop == "closed" else saturation_rps(cell, spec, seed)
+    traffic = workload(cell, spec, seed, saturation, slowdown)
     result = await run_experiment(
         fleet.fleet(),
         gateway_router(
