@@ -2,9 +2,9 @@
 
 Each gateway appends its own events to its own stream `{prefix}:events:{gateway}` and lists
 that stream in the sorted set `{prefix}:streams` (score: when it started or last wrote, unix
-ms); the others read every stream listed there but their own. So no gateway reads its own events back
-(a lone gateway reads nothing), and a gateway that died leaves its placements readable for
-`retention_s` (its stream expires then, and drops out of the list).
+ms); the others read every stream listed there but their own. So no gateway reads its own
+events back (a lone gateway reads nothing), and a gateway that died leaves its placements
+readable for `retention_s` (its stream expires then, and drops out of the list).
 
 `publish` waits for the `Outbox`, lets events gather for `min_gap_s` after the last write
 (5 ms: a round trip costs the gateway ~0.1 ms of CPU in redis-py, so at most 200 a second),
