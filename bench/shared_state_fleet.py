@@ -2,7 +2,10 @@
 on the regime map's multi-tenant chats.
 
 Each run is one cell of the regime map (`bench.regime.grid`: 144 chats of a tenant
-population sized against the fleet's KV, a closed loop of 16 clients) on a fresh
+population sized against the fleet's KV, a closed loop of 16 clients, `pP-POP-closed16`; or
+chats starting as an open loop at 50% or 90% of round-robin's saturation rate,
+`pP-POP-open50`, `-open90`, where no opening burst of every client's first prompt at once
+hits the cold caches) on a fresh
 `kvgate emulate` fleet (`--replicas`, profile demo, no KV events), through one of these
 setups (`bench.precise.run`), prefix-aware:
 
@@ -10,6 +13,10 @@ setups (`bench.precise.run`), prefix-aware:
 - `none`: `--gateways` gateways sharing nothing;
 - `redis`: the same sharing their routing state through a redis-server of their own;
 - `workers`: one `kvgate serve --workers N` (N = `--gateways`), sharing over its own channel;
+- `control`: as `redis`, but every client sends to the first gateway: the other N − 1 run,
+  scrape the fleet and share their (empty) state, and route nothing. Against `one` it
+  measures what running N gateway processes costs on this machine (CPU shared with the
+  fleet and the clients), apart from how they route;
 - `outage`: as `redis`, with the redis-server killed `--outage-at` s into the run and started
   again (empty) on the same port `--outage-for` s later (`bench.redis_outage`): the replicas'
   hit rate before, during and after.
@@ -40,7 +47,7 @@ from bench.precise.run import run
 from bench.redis_outage import RedisOutage
 from bench.regime.grid import CLIENTS, Cell, FleetSpec
 
-SETUPS = ("one", "none", "redis", "workers", "outage")
+SETUPS = ("one", "none", "redis", "control", "workers", "outage")
 
 
 def _cells(names: str) -> list[Cell]:
@@ -48,6 +55,11 @@ def _cells(names: str) -> list[Cell]:
         Cell(p, pop, "closed", clients=CLIENTS)
         for p in (0.25, 1.5, 4.0)
         for pop in ("uniform", "zipf", "hot")
+    ] + [
+        Cell(p, pop, "open", load=load)
+        for p in (0.25, 1.5, 4.0)
+        for pop in ("uniform", "zipf", "hot")
+        for load in (0.5, 0.9)
     ]
     chosen = [c for c in every if c.name in names.split(",")]
     if not chosen:
@@ -69,10 +81,11 @@ async def _one(
         log_dir=logs,
         gateways=1 if setup in ("one", "workers") else n,
         events=False,
-        redis=setup in ("redis", "outage"),
+        redis=setup in ("redis", "outage", "control"),
         spread=args.spread,
         workers=n if setup == "workers" else 1,
         outage=outage,
+        front=0 if setup == "control" else None,
     )
     return {"setup": setup, **row}
 
@@ -175,7 +188,11 @@ def simulate(args: argparse.Namespace) -> int:
         for seed in (int(s) for s in args.seeds.split(",")):
             sat = regime_sim.saturation_rps(cell, fleet, seed)
             chats = family.chats(cell.family(fleet, seed, sat))
-            trace, turns = family.closed_loop_trace(chats, fleet.block_tokens)
+            if cell.loop == "closed":
+                trace, turns = family.closed_loop_trace(chats, fleet.block_tokens)
+            else:
+                arrivals = cell.open_arrivals(chats, sat, seed)
+                trace, turns = family.chat_trace(chats, arrivals, fleet.block_tokens), ()
             for name, n, delay, shared in runs:
                 settings = SimSettings(
                     replicas=fleet.replicas,
@@ -185,7 +202,7 @@ def simulate(args: argparse.Namespace) -> int:
                     shared=shared,
                     spread=spread,
                 )
-                loop = ClosedLoop(cell.clients, turns)
+                loop = ClosedLoop(cell.clients, turns) if cell.loop == "closed" else None
                 result = Replay(
                     trace, "prefix-aware", get_profile(fleet.profile), settings, loop=loop
                 ).run()

@@ -15,6 +15,7 @@ from typing import Any
 from bench.redis_outage import RedisOutage
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.live import MODEL, workload
+from bench.regime.simulate import saturation_rps
 from sim.live.client import Fronts
 from sim.live.experiment import Fleet, Router, RouterSite, run_experiment
 from sim.live.processes import HOST, start_gateway, start_redis, wait_for_workers
@@ -97,13 +98,16 @@ def gateway_router(  # type: ignore[no-untyped-def]
     spread: str = "client",
     workers: int = 1,
     outage: RedisOutage | None = None,
+    front: int | None = None,
 ):
     """kvgate with `policy`, following the fleet's events (if it publishes them); with
     `gateways` > 1, that many gateways sharing nothing but the engines' events — or, with
     `redis`, their routing state through a fresh `redis-server` — which the clients spread
     over themselves (`spread`: `client`, client i to gateway i mod n; `request`, every
     request to the next gateway); `workers`: `kvgate serve --workers N` each; `outage`: the
-    redis-server killed and started again during the run (`bench.redis_outage`). On exit
+    redis-server killed and started again during the run (`bench.redis_outage`); `front`: the
+    clients all send to that gateway alone (the others run, share and scrape, but route
+    nothing). On exit
     (before they stop) their /admin/backends and the replicas' caches go into `state`."""
 
     @contextlib.contextmanager
@@ -128,7 +132,10 @@ def gateway_router(  # type: ignore[no-untyped-def]
                 if workers > 1:
                     wait_for_workers(url, workers)
                 urls.append(url)
-            fronts = Fronts(tuple(urls), "request" if spread == "request" else "client")
+            fronts = Fronts(
+                tuple(urls) if front is None else (urls[front],),
+                "request" if spread == "request" else "client",
+            )
             time.sleep(1.0)  # a few scrapes, and the subscribers connected
             if outage is not None and redis:
                 logs = site.log_dir / site.tag
@@ -184,11 +191,15 @@ async def run(
     spread: str = "client",
     workers: int = 1,
     outage: RedisOutage | None = None,
+    front: int | None = None,
 ) -> dict[str, Any]:
     """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
     fleet = EventFleet(spec, slowdown, events)
     state: dict[str, Any] = {}
-    traffic = workload(cell, spec, seed, 1.0, slowdown)
+    # An open loop's rate is a share of round-robin's saturation rate (simulated, as the
+    # regime map does); a closed loop's clients set their own pace.
+    saturation = 1.0 if cell.loop == "closed" else saturation_rps(cell, spec, seed)
+    traffic = workload(cell, spec, seed, saturation, slowdown)
     result = await run_experiment(
         fleet.fleet(),
         gateway_router(
@@ -201,6 +212,7 @@ async def run(
             spread=spread,
             workers=workers,
             outage=outage,
+            front=front,
         ),
         traffic,
         label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}w{workers}"

@@ -1,10 +1,10 @@
 """Shared-state events through Redis streams: one stream per gateway, the publish and apply loops.
 
 Each gateway appends its own events to its own stream `{prefix}:events:{gateway}` and lists
-that stream in the sorted set `{prefix}:streams` (score: when it last wrote, unix ms); the
-others read every stream listed there but their own. So no gateway reads its own events back
-(a lone gateway reads nothing), and a gateway that died leaves its placements readable for
-`retention_s` (its stream expires then, and drops out of the list).
+that stream in the sorted set `{prefix}:streams` (score: when it started or last wrote, unix
+ms); the others read every stream listed there but their own. So no gateway reads its own
+events back (a lone gateway reads nothing), and a gateway that died leaves its placements
+readable for `retention_s` (its stream expires then, and drops out of the list).
 
 `publish` waits for the `Outbox`, lets events gather for `min_gap_s` after the last write
 (5 ms: a round trip costs the gateway ~0.1 ms of CPU in redis-py, so at most 200 a second),
@@ -20,7 +20,11 @@ off in each (a stream seen for the first time from its start), and hands every e
 `Mirror`. At start it reads without blocking until no stream has more (`warmed`: the gateway
 reports ready then), so a gateway that joins warms its mirror from the others' bounded
 history. The list is looked up again every 0.1 s at most, so a new gateway's stream is found
-within the block plus 0.1 s. After
+within the block plus 0.1 s; a gateway lists its stream as it starts, before its first write
+(reading a stream that does not exist yet waits for its first entry), so when traffic starts
+the others are already reading it — listed only with its first entry, the first events of
+every gateway reached the others up to ~350 ms late, blind through a cold start's burst
+(issue 17). After
 an outage both loops reconnect with backoff (`RedisLink.attempt`) and carry on from their
 last ids; entries written while this gateway could not read are caught up, as far as the
 streams still hold them. Each stream is in its writer's order: a `Forget` read from history
@@ -87,6 +91,11 @@ class EventStream:
     async def publish(self) -> None:
         """Runs until cancelled: the outbox, in pipelined batches, to this gateway's stream."""
         outbox = self._outbox
+        # Listed before its first write, so the others already read it when it comes: a
+        # stream listed only with its first entry is found by the others after their next
+        # look at the list, up to a blocked read (250 ms) plus `list_every_s` later — and a
+        # gateway writes first when traffic starts, when it matters most (issue 17).
+        await self.link.attempt(self._register, self._timeout())
         while True:
             await outbox.wait()
             gap = self._sent_at + self._min_gap_s - time.monotonic()
@@ -105,6 +114,13 @@ class EventStream:
                     self._load[0].resend()
                 continue
             outbox.sent(events)
+
+    async def _register(self) -> bool:
+        """This gateway's stream in the registry (it exists once written; reading a stream
+        that does not exist yet waits for its first entry)."""
+        now_ms = int(time.time() * 1000)
+        await self.link.commands.zadd(self.registry, {self.stream: now_ms})
+        return True  # the first write sets the stream's expiry and lists it again
 
     async def _write(self, events: list[Event], report: LoadReport | None) -> bool:
         now = time.time()

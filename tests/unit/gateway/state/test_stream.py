@@ -58,6 +58,7 @@ class _FakeLink:
         self.settings = LinkSettings("redis://test", block_ms=10)
         self.down = False
         self.written: list[list[tuple[str, Any]]] = []
+        self.registered: list[tuple[str, dict[str, int]]] = []  # ZADDs outside a pipeline
         self.listed = [OWN]
         self.reads: list[dict[str, list[tuple[bytes, dict[bytes, bytes]]]]] = []
         self.asked: list[dict[str, bytes]] = []
@@ -66,6 +67,10 @@ class _FakeLink:
 
     def pipeline(self, transaction: bool) -> _Pipeline:
         return _Pipeline(self)
+
+    async def zadd(self, key: str, mapping: dict[str, int]) -> int:
+        self.registered.append((key, dict(mapping)))
+        return 1
 
     async def zrangebyscore(self, key: str, low: object, high: object) -> list[bytes]:
         return [k.encode() for k in self.listed]
@@ -210,4 +215,19 @@ async def test_a_poke_sends_the_changed_load_report_alone_and_nothing_when_uncha
     counts["b"] = (0, 0)
     outbox.poke()
     await async_wait_until(lambda: len(link.written) == 2)
+    await _stop(task)
+
+
+async def test_a_gateway_lists_its_stream_before_its_first_write() -> None:
+    link = _FakeLink()
+    s = _stream(link)
+    task = asyncio.create_task(s.publish())
+    await async_wait_until(lambda: bool(link.registered))
+    assert link.written == []  # nothing written yet, and already listed for the others
+    [(key, members)] = link.registered
+    assert (key, list(members)) == ("ns:static:streams", [OWN])
+    _note(s, "b", [1])
+    await async_wait_until(lambda: len(link.written) == 1)
+    names = [name for name, _ in link.written[0]]
+    assert "pexpire" in names  # the first write sets the stream's expiry
     await _stop(task)

@@ -1,0 +1,62 @@
+"""`python -m bench shared-state-fleet`: its cells, its setups, its simulated runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import shared_state_fleet as ssf
+
+
+def test_closed_and_open_cells_are_known_by_name() -> None:
+    closed, open_ = ssf._cells("p1.5-hot-closed16,p0.25-zipf-open50")
+    assert (closed.loop, closed.clients) == ("closed", 16)
+    assert (open_.loop, open_.load, open_.pressure) == ("open", 0.5, 0.25)
+    with pytest.raises(SystemExit, match="no cell"):
+        ssf._cells("p9-zipf-open50")
+
+
+@pytest.mark.parametrize(
+    ("setup", "gateways", "redis", "front"),
+    [("one", 1, False, None), ("redis", 4, True, None), ("control", 4, True, 0)],
+)
+def test_the_control_setup_runs_every_gateway_but_sends_to_the_first(
+    monkeypatch: pytest.MonkeyPatch, setup: str, gateways: int, redis: bool, front: int | None
+) -> None:
+    seen: dict[str, Any] = {}
+
+    async def fake_run(cell: object, spec: object, policy: str, **kw: Any) -> dict[str, Any]:
+        seen.update(kw)
+        return {"hit_rate": 0.5}
+
+    monkeypatch.setattr(ssf, "run", fake_run)
+    args = argparse.Namespace(
+        gateways=4, replicas=4, outage_at=5.0, outage_for=5.0, slowdown=1.0, spread="client"
+    )
+    [cell] = ssf._cells("p1.5-hot-closed16")
+    row = asyncio.run(ssf._one(setup, cell, 1, args, Path(".")))
+    assert row["setup"] == setup
+    assert (seen["gateways"], seen["redis"], seen["front"]) == (gateways, redis, front)
+
+
+def test_an_open_loop_cell_is_simulated_with_and_without_sharing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = argparse.Namespace(
+        gateways=2,
+        replicas=2,
+        spread="client",
+        sim_delays="0.001",
+        cells="p0.25-zipf-open50",
+        seeds="1",
+    )
+    assert ssf.simulate(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "open50" in line]
+    assert [r.split("|")[3].strip() for r in rows] == ["one", "shared, 1 ms", "nothing shared"]
+    for r in rows:
+        hit = float(r.split("|")[4].strip().rstrip("%"))
+        assert 0 < hit <= 100
