@@ -37,6 +37,8 @@ def build_report(
             "request_overhead_s": coef.request_overhead_s,
             "frontend_s": coef.frontend_s,
             "shared_s": coef.shared_s,
+            "burst_request_s": coef.burst_request_s,
+            "burst_token_s": coef.burst_token_s,
         },
         "held_back": {k: v.to_json() for k, v in summarize(test).items()},
         "train": {k: v.to_json() for k, v in summarize(train).items()},
