@@ -72,9 +72,11 @@ def profile_json(
         f"per request before the engine saw it (a burst of n requests reaches the engine over "
         f"~(n-1)·frontend_s), after shared_s = {coef.shared_s:.4g} s a request of work "
         f"interleaved among all requests in it (a burst of n sent at once leaves it after "
-        f"~n·shared_s). The profile's `frontend` has no interleaved stage: its "
-        f"request_overhead_s is request_overhead_s + shared_s (what one request alone "
-        f"pays). num_blocks is the "
+        f"~n·shared_s). A request sent with others paid besides burst_request_s = "
+        f"{coef.burst_request_s:.4g} s per other request and burst_token_s = "
+        f"{coef.burst_token_s:.4g} s per prompt token of theirs. The profile's `frontend` has "
+        f"neither the interleaved stage nor the burst terms: its request_overhead_s is "
+        f"request_overhead_s + shared_s (what one request alone pays). num_blocks is the "
         f"server's num_gpu_blocks with VLLM_CPU_KVCACHE_SPACE={meta['kv_cache_gib']} GiB."
     )
     return {
