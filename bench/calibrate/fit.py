@@ -55,7 +55,7 @@ TTFT = "ttft"  # client side, per request
 ITL = "itl"  # client side, per request
 ENGINE_TTFT = "engine-ttft"  # vLLM's queue + prefill time, mean over a burst
 ENGINE_ITL = "engine-itl"  # vLLM's inter-token latency, mean over a burst
-NUM_UNKNOWNS = 9
+NUM_UNKNOWNS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,7 @@ class Coefficients:
             t.decode_seq_s,
             t.kv_read_token_s,
             t.context_attention_s,
+            t.prefill_seq_s,
             self.request_overhead_s,
             self.burst_request_s,
             self.burst_token_s,
@@ -99,14 +100,15 @@ class Coefficients:
             decode_seq_s=x[3],
             kv_read_token_s=x[4],
             context_attention_s=x[5],
+            prefill_seq_s=x[6],
         )
         return cls(
             timing=timing,
-            request_overhead_s=x[6],
+            request_overhead_s=x[7],
             frontend_s=frontend_s,
             shared_s=shared_s,
-            burst_request_s=x[7],
-            burst_token_s=x[8],
+            burst_request_s=x[8],
+            burst_token_s=x[9],
         )
 
 
@@ -145,6 +147,7 @@ def step_row(
         float(f.decode_seqs),
         float(f.kv_tokens_read),
         float(f.context_pairs),
+        float(f.prefill_seqs),
         request_overhead,
         *burst,
     )
@@ -161,7 +164,10 @@ def prefill_steps(prompt_len: int, cached: int, chunk_budget: int) -> tuple[int,
         pairs += chunk * done
         steps += 1
     features = StepFeatures(
-        prefill_tokens=prompt_len - cached, attention_pairs=pairs, context_pairs=context
+        prefill_tokens=prompt_len - cached,
+        attention_pairs=pairs,
+        context_pairs=context,
+        prefill_seqs=max(steps, 1),
     )
     return max(steps, 1), features
 
