@@ -278,6 +278,11 @@ class EngineModel:
         self._generation_tokens += len(tokens)
         self._scheduler.finish(finished)
         features = StepFeatures(
-            prefill_tokens, attention_pairs, decode_seqs, kv_tokens_read, context_pairs, prefill_seqs
+            prefill_tokens,
+            attention_pairs,
+            decode_seqs,
+            kv_tokens_read,
+            context_pairs,
+            prefill_seqs,
         )
         return features, tokens
