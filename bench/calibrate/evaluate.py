@@ -33,7 +33,9 @@ def compare_cell(
         )
         measured = by_first_token(rep.requests)
         m_ttft.append([r.ttft_s for r in measured])
-        p_ttft.append([replay.ttft_s(r) + coef.request_overhead_s for r in replay.requests])
+        n = len(replay.requests)
+        overhead = coef.request_overhead_s + coef.burst_overhead_s(n, n * rec.cell.prompt_len)
+        p_ttft.append([replay.ttft_s(r) + overhead for r in replay.requests])
         itl_pairs = [
             (m, p)
             for r, q in zip(measured, replay.requests, strict=True)

@@ -1,11 +1,14 @@
 """Fit the engine model's step-time coefficients to measured TTFTs and inter-token latencies.
 
-Unknowns: the six `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
-beyond the engine's steps: HTTP, the first SSE chunk), `frontend_s` (the API server's
-serial work per request before the engine sees it) and `shared_s` (its work per request
-interleaved among the requests it holds; see `replay.py`). The profile's `frontend` carries
-the first two (with shared_s added to request_overhead_s: the simulator has no interleaved
-stage); the evaluation uses all three and the report states them.
+Unknowns: the seven `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
+beyond the engine's steps: HTTP, the first SSE chunk), `burst_request_s` and `burst_token_s`
+(what it pays besides for each other request of its burst and each prompt token of theirs:
+the API server's work on them), `frontend_s` (the API server's serial work per request
+before the engine sees it; held at 0, see FRONTEND_CANDIDATES_S) and `shared_s` (its work
+per request interleaved among the requests it holds; see `replay.py`). The profile's
+`frontend` carries request_overhead_s and frontend_s (with shared_s added to
+request_overhead_s: the simulator has no interleaved stage and no burst terms); the
+evaluation uses them all and the report states them.
 
 Every repetition of a training cell gives rows of a linear system. Replaying its burst
 through the engine model (`replay.py`) says which steps ran between a request's arrival and
@@ -55,7 +58,7 @@ TTFT = "ttft"  # client side, per request
 ITL = "itl"  # client side, per request
 ENGINE_TTFT = "engine-ttft"  # vLLM's queue + prefill time, mean over a burst
 ENGINE_ITL = "engine-itl"  # vLLM's inter-token latency, mean over a burst
-NUM_UNKNOWNS = 7
+NUM_UNKNOWNS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,17 @@ class Coefficients:
     request_overhead_s: float
     frontend_s: float = 0.0  # the API server's serial work per request (replay.py); not in NNLS
     shared_s: float = 0.0  # its interleaved work per request (replay.py); not in NNLS
+    # What client TTFT pays for the other requests of its burst, beyond the engine's steps
+    # (the API server's work on them before and after the engine): per other request and per
+    # prompt token of the other requests. Zero for a request alone.
+    burst_request_s: float = 0.0
+    burst_token_s: float = 0.0
+
+    def burst_overhead_s(self, burst: int, prompt_tokens: int) -> float:
+        """What a request of a burst of `burst` requests of `prompt_tokens` in all pays beyond
+        request_overhead_s; prompt_tokens counts the request's own (see `burst_columns`)."""
+        others, other_tokens = burst_columns(burst, prompt_tokens)
+        return self.burst_request_s * others + self.burst_token_s * other_tokens
 
     def vector(self) -> tuple[float, ...]:
         t = self.timing
@@ -74,7 +88,10 @@ class Coefficients:
             t.decode_seq_s,
             t.kv_read_token_s,
             t.context_attention_s,
+            t.prefill_seq_s,
             self.request_overhead_s,
+            self.burst_request_s,
+            self.burst_token_s,
         )
 
     @classmethod
@@ -86,8 +103,16 @@ class Coefficients:
             decode_seq_s=x[3],
             kv_read_token_s=x[4],
             context_attention_s=x[5],
+            prefill_seq_s=x[6],
         )
-        return cls(timing=timing, request_overhead_s=x[6], frontend_s=frontend_s, shared_s=shared_s)
+        return cls(
+            timing=timing,
+            request_overhead_s=x[7],
+            frontend_s=frontend_s,
+            shared_s=shared_s,
+            burst_request_s=x[8],
+            burst_token_s=x[9],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +130,19 @@ class Observation:
         return self.offset_s + sum(a * b for a, b in zip(self.row, coef.vector(), strict=True))
 
 
-def step_row(steps: int, f: StepFeatures, request_overhead: float = 0.0) -> tuple[float, ...]:
+def burst_columns(burst: int, prompt_tokens: int) -> tuple[float, float]:
+    """(other requests, their prompt tokens) for a request of a burst of `burst` requests with
+    `prompt_tokens` prompt tokens in all, every request of it the same length."""
+    others = burst - 1
+    return float(others), float(prompt_tokens * others / burst) if burst else 0.0
+
+
+def step_row(
+    steps: int,
+    f: StepFeatures,
+    request_overhead: float = 0.0,
+    burst: tuple[float, float] = (0.0, 0.0),
+) -> tuple[float, ...]:
     return (
         float(steps),
         float(f.prefill_tokens),
@@ -113,7 +150,9 @@ def step_row(steps: int, f: StepFeatures, request_overhead: float = 0.0) -> tupl
         float(f.decode_seqs),
         float(f.kv_tokens_read),
         float(f.context_pairs),
+        float(f.prefill_seqs),
         request_overhead,
+        *burst,
     )
 
 
@@ -128,7 +167,10 @@ def prefill_steps(prompt_len: int, cached: int, chunk_budget: int) -> tuple[int,
         pairs += chunk * done
         steps += 1
     features = StepFeatures(
-        prefill_tokens=prompt_len - cached, attention_pairs=pairs, context_pairs=context
+        prefill_tokens=prompt_len - cached,
+        attention_pairs=pairs,
+        context_pairs=context,
+        prefill_seqs=max(steps, 1),
     )
     return max(steps, 1), features
 
@@ -161,7 +203,11 @@ def by_first_token(requests: tuple[RequestRecord, ...]) -> list[RequestRecord]:
 
 
 def replay_observations(
-    records: list[CellRecord], config: EngineConfig, coef: Coefficients, vocab_size: int
+    records: list[CellRecord],
+    config: EngineConfig,
+    coef: Coefficients,
+    vocab_size: int,
+    burst_terms: bool = True,
 ) -> list[Observation]:
     """Rows for every repetition of `records`, from a replay with `coef` (see module doc)."""
     out: list[Observation] = []
@@ -180,11 +226,11 @@ def replay_observations(
             )
             spans = [_spans(replay, r) for r in replay.requests]
             share = 1 / len(spans)
+            burst = burst_columns(len(spans), len(spans) * rec.cell.prompt_len)
             for measured, sp in zip(by_first_token(rep.requests), spans, strict=True):
                 row, offset = sp.ttft
-                out.append(
-                    Observation(TTFT, key, _with_overhead(row), offset, measured.ttft_s, share)
-                )
+                ttft_row = _with_overhead(row, burst if burst_terms else (0.0, 0.0))
+                out.append(Observation(TTFT, key, ttft_row, offset, measured.ttft_s, share))
                 if rep.server is None and sp.itl is not None and measured.mean_itl_s:
                     itl = Observation(ITL, key, sp.itl[0], sp.itl[1], measured.mean_itl_s, share)
                     out.append(itl)
@@ -247,8 +293,8 @@ def _sum_rows(replay: BurstReplay, lo: int, hi: int) -> tuple[float, ...]:
     return tuple(total)
 
 
-def _with_overhead(row: tuple[float, ...]) -> tuple[float, ...]:
-    return (*row[:-1], 1.0)
+def _with_overhead(row: tuple[float, ...], burst: tuple[float, float]) -> tuple[float, ...]:
+    return (*row[:-3], 1.0, *burst)
 
 
 def _mean(spans: list[Span]) -> Span:
@@ -304,8 +350,12 @@ def _nnls(
 
 
 # Candidates for the API server's per-request work; it shapes the schedule, so it is chosen
-# by trying each (two replay-and-solve rounds apiece) rather than by least squares.
-FRONTEND_CANDIDATES_S = (0.0, 0.002, 0.004, 0.006, 0.008, 0.010, 0.013, 0.016)
+# by trying each (two replay-and-solve rounds apiece) rather than by least squares. The
+# serial (FIFO) stage is held at 0 (decision 0024): a burst's first tokens come together, as
+# when the engine takes the whole burst in at once, and a FIFO stage that lets the first
+# requests of a burst into an earlier step fitted the training cells better and the held-back
+# ones worse (p90 22.9% against 10.4% on the same measurements).
+FRONTEND_CANDIDATES_S = (0.0,)
 SHARED_CANDIDATES_S = (0.0, 0.002, 0.004, 0.006)
 
 
@@ -318,6 +368,7 @@ def fit(
     shared_candidates: tuple[float, ...] = SHARED_CANDIDATES_S,
     max_rounds: int = 6,
     tolerance: float = 0.01,
+    burst_terms: bool = True,
 ) -> tuple[Coefficients, list[Observation]]:
     """Pick frontend_s by a robust score, then alternate replay and solve until no prediction
     moves by more than `tolerance`."""
@@ -328,14 +379,28 @@ def fit(
         for shared_s in shared_candidates:
             start = dataclasses.replace(first, frontend_s=frontend_s, shared_s=shared_s)
             coef, obs = _rounds(
-                records, config, vocab_size, start, max_rounds=2, tolerance=tolerance
+                records,
+                config,
+                vocab_size,
+                start,
+                max_rounds=2,
+                tolerance=tolerance,
+                burst_terms=burst_terms,
             )
             score = robust_score(obs, coef)
             log.info("frontend_s %.3f, shared_s %.3f: score %.5f", frontend_s, shared_s, score)
             if best is None or score < best[0]:
                 best = (score, coef)
     assert best is not None
-    return _rounds(records, config, vocab_size, best[1], max_rounds=max_rounds, tolerance=tolerance)
+    return _rounds(
+        records,
+        config,
+        vocab_size,
+        best[1],
+        max_rounds=max_rounds,
+        tolerance=tolerance,
+        burst_terms=burst_terms,
+    )
 
 
 def robust_score(obs: list[Observation], coef: Coefficients) -> float:
@@ -354,10 +419,11 @@ def _rounds(
     *,
     max_rounds: int,
     tolerance: float,
+    burst_terms: bool = True,
 ) -> tuple[Coefficients, list[Observation]]:
     obs: list[Observation] = []
     for n in range(max_rounds):
-        obs = replay_observations(records, config, coef, vocab_size)
+        obs = replay_observations(records, config, coef, vocab_size, burst_terms)
         new = solve(obs, coef.frontend_s, shared_s=coef.shared_s)
         moved = max(abs(o.predict(new) - o.predict(coef)) / o.measured_s for o in obs)
         log.debug("fit round %d: %s (predictions moved ≤ %.1f%%)", n + 1, new, moved * 100)

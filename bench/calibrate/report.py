@@ -37,6 +37,8 @@ def build_report(
             "request_overhead_s": coef.request_overhead_s,
             "frontend_s": coef.frontend_s,
             "shared_s": coef.shared_s,
+            "burst_request_s": coef.burst_request_s,
+            "burst_token_s": coef.burst_token_s,
         },
         "held_back": {k: v.to_json() for k, v in summarize(test).items()},
         "train": {k: v.to_json() for k, v in summarize(train).items()},
@@ -61,7 +63,8 @@ def profile_json(
         f"ignore_eos, timed on the client. Non-negative least squares on squared relative "
         f"error of per-request TTFT and mean ITL, each written as a sum of replayed engine "
         f"steps, whose features include a prefill chunk's pairs with the context cached "
-        f"before it (context_attention_s).{_stalls_sentence(meta)} Held-back cells, engine "
+        f"before it (context_attention_s) and the sequences prefilling "
+        f"(prefill_seq_s).{_stalls_sentence(meta)} Held-back cells, engine "
         f"model vs measured: TTFT median |err| "
         f"{t['median_abs']:.1%}, p90 {t['p90_abs']:.1%}; mean ITL median |err| "
         f"{i['median_abs']:.1%}, p90 {i['p90_abs']:.1%}. Outside the engine's steps, vLLM's API "
@@ -70,9 +73,11 @@ def profile_json(
         f"per request before the engine saw it (a burst of n requests reaches the engine over "
         f"~(n-1)·frontend_s), after shared_s = {coef.shared_s:.4g} s a request of work "
         f"interleaved among all requests in it (a burst of n sent at once leaves it after "
-        f"~n·shared_s). The profile's `frontend` has no interleaved stage: its "
-        f"request_overhead_s is request_overhead_s + shared_s (what one request alone "
-        f"pays). num_blocks is the "
+        f"~n·shared_s). A request sent with others paid besides burst_request_s = "
+        f"{coef.burst_request_s:.4g} s per other request and burst_token_s = "
+        f"{coef.burst_token_s:.4g} s per prompt token of theirs. The profile's `frontend` has "
+        f"neither the interleaved stage nor the burst terms: its request_overhead_s is "
+        f"request_overhead_s + shared_s (what one request alone pays). num_blocks is the "
         f"server's num_gpu_blocks with VLLM_CPU_KVCACHE_SPACE={meta['kv_cache_gib']} GiB."
     )
     return {

@@ -17,8 +17,9 @@ its block k (k ≥ i) at the earliest
 
 one step's overhead plus the prefill and attention of the tokens from block i to the end
 of block k (each token attends to at least every token up to itself; B tokens a block;
-a profile's `context_attention_s`, which prices pairs with context cached before a chunk,
-is left out here: a non-negative term, so the bound stays a bound).
+a profile's `context_attention_s`, which prices pairs with context cached before a chunk, and
+`prefill_seq_s`, a prefilling sequence's own cost, are
+left out here: non-negative terms, so the bound stays a bound).
 Every term separates into a part of i and a part of k, so a running minimum over i gives
 every block's instant in one pass. A burst of requests for one new prefix thus waits for
 the prefix's computation, as any fleet must, instead of finding it cached a step after
@@ -51,7 +52,10 @@ def alone_ttft(profile: EngineProfile, cached: int, total: int) -> float:
         chunk = min(budget, total - pos)
         before, pos = pos, pos + chunk
         features = StepFeatures(
-            prefill_tokens=chunk, attention_pairs=chunk * pos, context_pairs=chunk * before
+            prefill_tokens=chunk,
+            attention_pairs=chunk * pos,
+            context_pairs=chunk * before,
+            prefill_seqs=1,
         )
         t += timing.step_time(features)
     return t

@@ -250,6 +250,7 @@ class EngineModel:
 
     def _compute(self, plan: StepPlan) -> tuple[StepFeatures, list[TokenEvent]]:
         prefill_tokens = attention_pairs = decode_seqs = kv_tokens_read = context_pairs = 0
+        prefill_seqs = 0
         tokens: list[TokenEvent] = []
         finished: list[EngineRequest] = []
         for chunk in plan.chunks:
@@ -259,6 +260,7 @@ class EngineModel:
                 prefill_tokens += chunk.num_tokens
                 attention_pairs += chunk.num_tokens * computed
                 context_pairs += chunk.num_tokens * chunk.num_computed_before
+                prefill_seqs += 1
             else:
                 decode_seqs += 1
                 kv_tokens_read += computed
@@ -276,6 +278,11 @@ class EngineModel:
         self._generation_tokens += len(tokens)
         self._scheduler.finish(finished)
         features = StepFeatures(
-            prefill_tokens, attention_pairs, decode_seqs, kv_tokens_read, context_pairs
+            prefill_tokens,
+            attention_pairs,
+            decode_seqs,
+            kv_tokens_read,
+            context_pairs,
+            prefill_seqs,
         )
         return features, tokens

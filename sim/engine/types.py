@@ -3,7 +3,7 @@
 A profile also carries its API server's cost (`FrontEnd`): time a request's TTFT includes
 outside the engine's steps.
 
-The step-time model is linear in five features of a step (see `StepFeatures`):
+The step-time model is linear in six features of a step (see `StepFeatures`):
 
     t = overhead_s
       + prefill_token_s · P     P: uncached prompt tokens computed in the step
@@ -11,12 +11,15 @@ The step-time model is linear in five features of a step (see `StepFeatures`):
       + decode_seq_s    · D     D: sequences decoding one token in the step
       + kv_read_token_s · K     K: Σ context length (KV tokens read) of the decoding sequences
       + context_attention_s · C C: Σ over prefill chunks of chunk_len × context_len_before_chunk
+      + prefill_seq_s   · S     S: prefill chunks in the step (sequences prefilling)
 
 A counts every (new token, context token) pair once, as if each token attended to the whole
 chunk; causal attention computes chunk_len × before + chunk_len·(chunk_len + 1)/2 pairs, so a
 chunk over a long cached prefix costs relatively more than A says. C (pairs with the context
 already in the cache: a prefix-cache hit or earlier chunks) lets a fit price those pairs on
 their own; `context_attention_s` is 0 unless a profile sets it (the built-in profiles do not).
+S prices what a prefilling sequence costs besides its tokens (its own metadata, sampling
+its first token); `prefill_seq_s` is 0 unless a profile sets it (decision 0024).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class StepFeatures:
     decode_seqs: int = 0
     kv_tokens_read: int = 0
     context_pairs: int = 0
+    prefill_seqs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class StepTimeCoefficients:
     decode_seq_s: float
     kv_read_token_s: float
     context_attention_s: float = 0.0
+    prefill_seq_s: float = 0.0
 
     def step_time(self, f: StepFeatures) -> float:
         return (
@@ -64,6 +69,7 @@ class StepTimeCoefficients:
             + self.decode_seq_s * f.decode_seqs
             + self.kv_read_token_s * f.kv_tokens_read
             + self.context_attention_s * f.context_pairs
+            + self.prefill_seq_s * f.prefill_seqs
         )
 
 

@@ -35,6 +35,8 @@ TRUTH = Coefficients(
     ),
     request_overhead_s=0.02,
     frontend_s=0.008,
+    burst_request_s=0.003,
+    burst_token_s=2e-6,
 )
 CELLS = [Cell(p, h, c, 8) for p in (64, 512, 1536) for h in (0.0, 0.5) for c in (1, 3)]
 
@@ -46,8 +48,9 @@ def synthetic(cell: Cell, arrivals: list[float], with_server: bool = True) -> Re
     )
     requests = []
     itl_sum = engine_ttft_sum = 0.0
+    burst = TRUTH.burst_overhead_s(cell.concurrency, cell.concurrency * cell.prompt_len)
     for i, r in enumerate(replay.requests):
-        ttft = replay.ttft_s(r) + TRUTH.request_overhead_s
+        ttft = replay.ttft_s(r) + TRUTH.request_overhead_s + burst
         itl = replay.mean_itl_s(r)
         assert itl is not None
         chunks = ((ttft, 1), (ttft + itl * (cell.output_len - 1), cell.output_len))
@@ -114,3 +117,16 @@ def test_rows_of_a_burst_share_one_unit_of_weight() -> None:
             assert o.weight == pytest.approx(1 / c)
         else:
             assert o.weight == 1.0
+
+
+def test_burst_terms_are_zero_for_a_request_alone() -> None:
+    assert TRUTH.burst_overhead_s(1, 4096) == 0.0
+    # three requests of 512 tokens: two others, 1,024 prompt tokens of theirs
+    assert TRUTH.burst_overhead_s(3, 1536) == pytest.approx(2 * 0.003 + 1024 * 2e-6)
+
+
+def test_without_burst_terms_the_fit_leaves_them_at_zero() -> None:
+    coef, obs = fit(records(), CONFIG, VOCAB, frontend_candidates=(0.008,), burst_terms=False)
+    assert coef.burst_request_s == 0.0
+    assert coef.burst_token_s == 0.0
+    assert all(o.row[-2:] == (0.0, 0.0) for o in obs)

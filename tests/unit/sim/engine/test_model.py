@@ -49,7 +49,7 @@ def test_the_first_token_ends_the_step_that_completes_the_prefill() -> None:
     assert len(result.steps) == 3
     first, second, third = result.steps
     assert [(t.index, t.token_id, t.finished) for t in first.tokens] == [(0, 11, False)]
-    assert first.features == StepFeatures(prefill_tokens=30, attention_pairs=900)
+    assert first.features == StepFeatures(prefill_tokens=30, attention_pairs=900, prefill_seqs=1)
     # Decode steps read the prompt, the earlier outputs and the token being decoded.
     assert second.features == StepFeatures(decode_seqs=1, kv_tokens_read=31)
     assert third.features == StepFeatures(decode_seqs=1, kv_tokens_read=32)
@@ -76,7 +76,7 @@ def test_context_pairs_count_the_tokens_cached_before_each_chunk() -> None:
     model.add_request("hit", [*range(64), 7, 7, 7, 7, 7, 7], [1])
     (step,) = run(model).steps
     assert step.features == StepFeatures(
-        prefill_tokens=6, attention_pairs=6 * 70, context_pairs=6 * 64
+        prefill_tokens=6, attention_pairs=6 * 70, context_pairs=6 * 64, prefill_seqs=1
     )
 
 
@@ -87,6 +87,23 @@ def test_context_attention_prices_only_the_pairs_with_cached_context() -> None:
     # Zero by default, so a profile without it prices steps exactly as before the term.
     assert TIMING.context_attention_s == 0.0
     assert TIMING.step_time(f) == TIMING.step_time(dataclasses.replace(f, context_pairs=0))
+
+
+def test_prefill_seqs_count_the_sequences_prefilling_in_a_step() -> None:
+    model = make_model(block_size=16, num_blocks=64, max_num_batched_tokens=4096)
+    for i in range(3):
+        model.add_request(f"r{i}", list(range(100 * i, 100 * i + 50)), [1, 2])
+    first, second = run(model).steps
+    assert first.features.prefill_seqs == 3  # three prompts, one step
+    assert second.features == StepFeatures(decode_seqs=3, kv_tokens_read=3 * 51)
+
+
+def test_prefill_seq_s_prices_each_prefilling_sequence_and_defaults_to_zero() -> None:
+    timing = dataclasses.replace(TIMING, prefill_seq_s=1e-3)
+    f = StepFeatures(prefill_tokens=6, attention_pairs=6 * 70, prefill_seqs=2)
+    assert timing.step_time(f) == pytest.approx(TIMING.step_time(f) + 2e-3)
+    assert TIMING.prefill_seq_s == 0.0
+    assert TIMING.step_time(f) == TIMING.step_time(dataclasses.replace(f, prefill_seqs=0))
 
 
 def test_ttft_grows_with_uncached_tokens() -> None:
