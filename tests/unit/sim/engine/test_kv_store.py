@@ -46,6 +46,19 @@ def test_the_compiled_cache_checks_its_arguments_as_the_reference_does() -> None
         assert cache.reset_prefix_cache() and cache.num_cached_blocks == 0
 
 
+def test_caches_of_any_size_hand_out_their_own_block_ids() -> None:
+    # The compiled caches share one list of block-id ints, grown for the largest: a cache
+    # made before a larger one, or after it, still hands out exactly its own ids.
+    caches = [new_kv_cache(n, 4, native) for n in (5, 300, 9) for native in (False, True)]
+    for cache in caches:
+        n = cache.num_blocks
+        blocks = cache.allocate(n, list(range(1000, 1000 + n)))
+        assert blocks == list(range(n))
+        assert cache.cached_blocks(list(range(1000, 1000 + n + 1))) == blocks
+        cache.free(blocks)
+        assert cache.eviction_order() == blocks[::-1] and cache.num_free_blocks == n
+
+
 def test_hashes_wider_than_64_bits_are_cached_and_evicted_as_the_reference_does() -> None:
     wide = [2**64 * 32 + k for k in range(6)] + [-(2**70) - 1]
     logs = []
