@@ -70,27 +70,26 @@ def _name(c: PolicyCheck | PolicySeries) -> str:
     return f"{c.case}/{c.policy}"
 
 
+def _run(c: PolicyCheck, runs: int) -> str:
+    """` #k` for repetition k of a case run `runs` times, else nothing."""
+    return f" #{c.repetition + 1}" if runs > 1 else ""
+
+
 def _rows(g: PolicySeries) -> list[str]:
-    """A single run's three rows; for repetitions, each run's (#k) and then their means."""
+    """Each run's three rows (`#k` for repetitions), then, for repetitions, their means."""
     name, n = _name(g), len(g.checks)
-    if n == 1:
-        c = g.checks[0]
-        return [
-            _row(name, "live", c.live_metrics, None),
-            _row(name, "sim: trace", c.sim.metrics, c.sim_errors),
-            _row(name, "sim: recording", c.recorded.metrics, c.recorded_errors),
-        ]
     lines = []
     for c in g.checks:
-        k = f" #{c.repetition + 1}"
+        k = _run(c, n)
         lines += [
             _row(name, "live" + k, c.live_metrics, None),
             _row(name, "sim: trace" + k, c.sim.metrics, c.sim_errors),
             _row(name, "sim: recording" + k, c.recorded.metrics, c.recorded_errors),
         ]
-    lines.append(_row(name, f"live, mean of {n}", g.live_metrics, None))
-    lines.append(_row(name, f"sim: trace, mean of {n}", g.sim_metrics, g.sim_errors))
-    lines.append(_row(name, f"sim: rec., mean of {n}", g.recorded_metrics, g.recorded_errors))
+    if n > 1:
+        lines.append(_row(name, f"live, mean of {n}", g.live_metrics, None))
+        lines.append(_row(name, f"sim: trace, mean of {n}", g.sim_metrics, g.sim_errors))
+        lines.append(_row(name, f"sim: rec., mean of {n}", g.recorded_metrics, g.recorded_errors))
     return lines
 
 
@@ -140,8 +139,7 @@ def format_report(checks: Sequence[PolicyCheck], overheads: dict[str, Any] | Non
         lines += ["", _probe(overheads)]
     for g in series(checks):
         for c in g.checks:
-            label = _name(c) + (f" #{c.repetition + 1}" if len(g.checks) > 1 else "")
-            lines += ["", *_notes(c, label)]
+            lines += ["", *_notes(c, _name(c) + _run(c, len(g.checks)))]
     return "\n".join(lines) + "\n\n" + EXPLANATION
 
 
