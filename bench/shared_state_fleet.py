@@ -23,13 +23,17 @@ setups (`bench.precise.run`), prefix-aware:
 
 The clients spread over the gateways themselves, as the issue says (`--spread client`:
 client i sends to gateway i mod N, so a chat stays on one gateway; `request`: every request
-to the next one); no balancer hop in between. Prints a table per cell (hit rate, mean and
+to the next one; an open loop has no clients, its requests go round-robin either way); no
+balancer hop in between. Each run also prints what every gateway measured of the others'
+changes reaching it (`/admin/backends` `state`: the events' and the load reports' lag, p50 /
+p99 ms). Prints a table per cell (hit rate, mean and
 p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's in the
 same seed) and writes `shared_state_fleet.json` and a PNG to `--out`.
 
 `--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
 lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
---sync-delay S`; sessions sticky to a gateway for `--spread client`), and N sharing nothing.
+--sync-delay S`; a closed loop's sessions sticky to a gateway for `--spread client`, an
+open loop's requests round-robin, as live), and N sharing nothing.
 """
 
 from __future__ import annotations
@@ -88,6 +92,21 @@ async def _one(
         front=0 if setup == "control" else None,
     )
     return {"setup": setup, **row}
+
+
+def lag_line(sharing: dict[str, Any] | None) -> str:
+    """The run's sharing lags, gateway by gateway (p50/p99 ms), or "" when nothing was shared."""
+    if not sharing:
+        return ""
+
+    def fmt(lags: list[dict[str, Any] | None] | None) -> str:
+        parts = [f"{s['p50']:.1f}/{s['p99']:.1f}" if s and s.get("n") else "—" for s in lags or []]
+        return " ".join(parts) or "—"
+
+    return (
+        f"lag p50/p99 ms per gateway: events {fmt(sharing.get('events_lag_ms'))}; "
+        f"load reports {fmt(sharing.get('load_lag_ms'))}"
+    )
 
 
 def _range(values: list[float], fmt: str) -> str:
@@ -175,7 +194,6 @@ def simulate(args: argparse.Namespace) -> int:
     from sim.workloads import family
 
     fleet = FleetSpec(replicas=args.replicas, profile="demo")
-    spread = "session" if args.spread == "client" else "request"
     delays = [float(d) for d in args.sim_delays.split(",") if d]
     runs = [("one", 1, 0.0, True)] + [
         (f"shared, {d * 1000:g} ms", args.gateways, d, True) for d in delays
@@ -193,6 +211,10 @@ def simulate(args: argparse.Namespace) -> int:
             else:
                 arrivals = cell.open_arrivals(chats, sat, seed)
                 trace, turns = family.chat_trace(chats, arrivals, fleet.block_tokens), ()
+            # As the live clients spread: a closed loop's client keeps its chats on one
+            # gateway; an open loop's requests go round-robin whatever `--spread` says.
+            sticky = args.spread == "client" and cell.loop == "closed"
+            spread = "session" if sticky else "request"
             for name, n, delay, shared in runs:
                 settings = SimSettings(
                     replicas=fleet.replicas,
@@ -238,6 +260,8 @@ async def _main(args: argparse.Namespace) -> int:
             f"errors {row['errors']}" + (f", outage {row['outage']}" if "outage" in row else ""),
             flush=True,
         )
+        if lags := lag_line(row.get("sharing")):
+            print(f"  {lags}", flush=True)
     doc = {
         "command": ["python", "-m", "bench", "shared-state-fleet", *sys.argv[1:]],
         "params": vars(args),

@@ -145,9 +145,9 @@ def gateway_router(  # type: ignore[no-untyped-def]
                 yield Router(urls[0], {}, tuple(process.command), fronts=fronts)
             finally:
                 time.sleep(0.5)  # the last events in
-                state["backends"] = [
-                    b for url in urls for b in _get_json(url + "/admin/backends")["backends"]
-                ]
+                answers = [_get_json(url + "/admin/backends") for url in urls]
+                state["backends"] = [b for a in answers for b in a["backends"]]
+                state["shared"] = [a.get("state") or {} for a in answers]
                 if events.events:
                     state["caches"] = [
                         len(_get_json(u + "/kvgate/cache")["block_hashes"])
@@ -173,6 +173,19 @@ def grade(state: dict[str, Any]) -> dict[str, Any]:
         "events_only_exact_share": total["events_only_exact"] / n if n else None,
         "index_blocks": index_blocks,
         "engine_cached_blocks": state.get("caches", []),
+    }
+
+
+def sharing_lags(state: dict[str, Any]) -> dict[str, Any] | None:
+    """What each gateway measured of the others' state reaching it (`/admin/backends`
+    `state`): the events' and the load reports' lags (ms: n, p50, p90, p99, max), gateway by
+    gateway; None when nothing was shared."""
+    shared = [s for s in state.get("shared", []) if s.get("channel")]
+    if not shared:
+        return None
+    return {
+        "events_lag_ms": [(s.get("events") or {}).get("lag_ms") for s in shared],
+        "load_lag_ms": [(s.get("load") or {}).get("lag_ms") for s in shared],
     }
 
 
@@ -231,5 +244,6 @@ async def run(
         "redis": redis,
         **result.figures(),
         "precise": grade(state),
+        "sharing": sharing_lags(state),
         **({"outage": outage.result} if outage is not None else {}),
     }

@@ -60,3 +60,23 @@ def test_an_open_loop_cell_is_simulated_with_and_without_sharing(
     for r in rows:
         hit = float(r.split("|")[4].strip().rstrip("%"))
         assert 0 < hit <= 100
+
+
+def test_a_run_tells_each_gateways_sharing_lags() -> None:
+    from bench.precise.run import sharing_lags
+
+    assert sharing_lags({}) is None
+    assert sharing_lags({"shared": [{"backend": "memory"}]}) is None  # one gateway, nothing
+    lag = {"n": 3, "p50": 1.25, "p90": 4.0, "p99": 6.5, "max": 6.5}
+    empty = {"n": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    state = {
+        "shared": [
+            {"channel": "redis", "events": {"lag_ms": lag}, "load": {"lag_ms": empty}},
+            {"channel": "redis", "events": {"lag_ms": empty}, "load": None},
+        ]
+    }
+    sharing = sharing_lags(state)
+    assert sharing == {"events_lag_ms": [lag, empty], "load_lag_ms": [empty, None]}
+    line = ssf.lag_line(sharing)
+    assert line == "lag p50/p99 ms per gateway: events 1.2/6.5 —; load reports — —"
+    assert ssf.lag_line(None) == ""
