@@ -27,8 +27,17 @@ to the next one; an open loop has no clients, its requests go round-robin either
 balancer hop in between. Each run also prints what every gateway measured of the others'
 changes reaching it (`/admin/backends` `state`: the events' and the load reports' lag, p50 /
 p99 ms). Prints a table per cell (hit rate, mean and
-p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's in the
-same seed) and writes `shared_state_fleet.json` and a PNG to `--out`.
+p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's mean
+in the same seed, the TTFT ratio's mean ± standard error) and writes
+`shared_state_fleet.json` and a PNG to `--out`.
+
+`--jitters 1,2,3` runs each open-loop seed once per jitter seed, every request sent
+`uniform(0, --jitter-ms)` later (5 ms by default; `bench.regime.live.workload`): the same
+chats and schedule with a fresh draw of the ms-scale timing that live runs never repeat.
+One gateway's own runs, divided by their mean, then show how far one gateway's outcome
+moves with that timing alone — the noise four gateways' TTFT is judged against. (One
+gateway repeats an unjittered run almost exactly, sd ≤ 3%, yet a tie broken the other way
+sends a tenant to another replica and the run down another path.)
 
 `--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
 lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
@@ -72,7 +81,13 @@ def _cells(names: str) -> list[Cell]:
 
 
 async def _one(
-    setup: str, cell: Cell, seed: int, args: argparse.Namespace, logs: Path
+    setup: str,
+    cell: Cell,
+    seed: int,
+    args: argparse.Namespace,
+    logs: Path,
+    *,
+    jitter: int | None = None,
 ) -> dict[str, Any]:
     n = args.gateways
     outage = RedisOutage(args.outage_at, args.outage_for) if setup == "outage" else None
@@ -90,6 +105,7 @@ async def _one(
         workers=n if setup == "workers" else 1,
         outage=outage,
         front=0 if setup == "control" else None,
+        jitter=None if jitter is None else (args.jitter_ms / 1000, jitter),
     )
     return {"setup": setup, **row}
 
@@ -116,27 +132,51 @@ def _range(values: list[float], fmt: str) -> str:
     return f"{mean:{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
+def one_gateway_means(rows: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[float, float]]:
+    """(cell, seed) → one gateway's mean hit rate and mean TTFT over its runs (several with
+    `--jitters`): what every run of that cell and seed is divided by, one gateway's own runs
+    too, whose ratios are then the noise of one gateway's outcome over arrival jitter."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["setup"] == "one":
+            runs.setdefault((r["cell"], r["seed"]), []).append(r)
+    return {
+        key: (
+            statistics.fmean(r["hit_rate"] for r in rs),
+            statistics.fmean(r["ttft_mean_s"] for r in rs),
+        )
+        for key, rs in runs.items()
+    }
+
+
+def _spread(values: list[float]) -> str:
+    """Mean ± standard error (with two values or more), and the range."""
+    if len(values) < 2:
+        return _range(values, ".2f")
+    se = statistics.stdev(values) / len(values) ** 0.5
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {se:.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| cell | setup | hit rate | ÷ one gateway | mean TTFT s | ÷ one gateway | p90 TTFT s "
         "| errors |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    base = {(r["cell"], r["seed"]): r for r in rows if r["setup"] == "one"}
+    base = one_gateway_means(rows)
     for cell in dict.fromkeys(r["cell"] for r in rows):
         for setup in SETUPS:
             rs = [r for r in rows if r["cell"] == cell and r["setup"] == setup]
             if not rs:
                 continue
             ones = [base.get((cell, r["seed"])) for r in rs]
-            hit_ratio = [r["hit_rate"] / o["hit_rate"] for r, o in zip(rs, ones, strict=True) if o]
-            ttft_ratio = [
-                r["ttft_mean_s"] / o["ttft_mean_s"] for r, o in zip(rs, ones, strict=True) if o
-            ]
+            hit_ratio = [r["hit_rate"] / o[0] for r, o in zip(rs, ones, strict=True) if o]
+            ttft_ratio = [r["ttft_mean_s"] / o[1] for r, o in zip(rs, ones, strict=True) if o]
             lines.append(
                 f"| {cell} | {setup} | {_range([r['hit_rate'] * 100 for r in rs], '.1f')} % "
                 f"| {_range(hit_ratio, '.3f')} | {_range([r['ttft_mean_s'] for r in rs], '.3f')} "
-                f"| {_range(ttft_ratio, '.2f')} | {_range([r['ttft_p90_s'] for r in rs], '.3f')} "
+                f"| {_spread(ttft_ratio)} | {_range([r['ttft_p90_s'] for r in rs], '.3f')} "
                 f"| {sum(r['errors'] for r in rs)} |"
             )
     for r in rows:
@@ -178,7 +218,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                     ys.append(statistics.fmean(vals))
             ax.bar(xs, ys, width, label=setup)
         ax.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(cells))])
-        ax.set_xticklabels(cells, fontsize=8)
+        ax.set_xticklabels(cells, fontsize=8, rotation=25, ha="right")
         ax.set_title(label)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -241,19 +281,23 @@ async def _main(args: argparse.Namespace) -> int:
     setups = [s for s in args.setups.split(",") if s]
     if unknown := [s for s in setups if s not in SETUPS]:
         raise SystemExit(f"unknown setups {unknown}; known: {', '.join(SETUPS)}")
+    jitters: list[int | None] = [int(j) for j in args.jitters.split(",") if j] or [None]
     todo = [
-        (cell, seed, setup)
+        (cell, seed, jitter, setup)
         for cell in _cells(args.cells)
         for seed in (int(s) for s in args.seeds.split(","))
+        for jitter in (jitters if cell.loop == "open" else [None])
         for setup in setups
     ]
     rows = []
-    for i, (cell, seed, setup) in enumerate(todo, 1):
+    for i, (cell, seed, jitter, setup) in enumerate(todo, 1):
         print(
-            f"[fleet {time.strftime('%H:%M:%S')}] {i}/{len(todo)}: {cell.name} seed {seed} {setup}",
+            f"[fleet {time.strftime('%H:%M:%S')}] {i}/{len(todo)}: {cell.name} seed {seed} "
+            + ("" if jitter is None else f"jitter {jitter} ")
+            + setup,
             flush=True,
         )
-        row = await _one(setup, cell, seed, args, out / "logs")
+        row = await _one(setup, cell, seed, args, out / "logs", jitter=jitter)
         rows.append(row)
         print(
             f"  hit {row['hit_rate']:.1%}, mean TTFT {row['ttft_mean_s']:.3f} s, "
@@ -287,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slowdown", type=float, default=1.0, help="engines this many times slower")
     p.add_argument("--outage-at", type=float, default=5.0, help="s into the run Redis is killed")
     p.add_argument("--outage-for", type=float, default=5.0, help="s it stays down")
+    p.add_argument(
+        "--jitters",
+        default="",
+        help="open loops: run each seed once per jitter seed (comma-separated), each request "
+        "sent up to --jitter-ms later",
+    )
+    p.add_argument("--jitter-ms", type=float, default=5.0)
     p.add_argument("--out", default="out/bench/shared-state-fleet")
     p.add_argument(
         "--sim-delays", default="", help="simulate instead: sync delays (s), e.g. 0,0.005"

@@ -205,14 +205,16 @@ async def run(
     workers: int = 1,
     outage: RedisOutage | None = None,
     front: int | None = None,
+    jitter: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
+    """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events;
+    `jitter`: an open loop's arrivals jittered (max seconds, seed: `bench.regime.live`)."""
     fleet = EventFleet(spec, slowdown, events)
     state: dict[str, Any] = {}
     # An open loop's rate is a share of round-robin's saturation rate (simulated, as the
     # regime map does); a closed loop's clients set their own pace.
     saturation = 1.0 if cell.loop == "closed" else saturation_rps(cell, spec, seed)
-    traffic = workload(cell, spec, seed, saturation, slowdown)
+    traffic = workload(cell, spec, seed, saturation, slowdown, jitter=jitter)
     result = await run_experiment(
         fleet.fleet(),
         gateway_router(
@@ -228,14 +230,15 @@ async def run(
             front=front,
         ),
         traffic,
-        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}w{workers}"
-        + ("-redis" if redis else ""),
+        label=f"{cell.name}-s{seed}{'' if jitter is None else f'j{jitter[1]}'}"
+        f"/kvgate-{policy}-g{gateways}w{workers}" + ("-redis" if redis else ""),
         log_dir=log_dir,
         progress_every_s=15.0,
     )
     return {
         "cell": cell.name,
         "seed": seed,
+        "jitter": None if jitter is None else {"max_s": jitter[0], "seed": jitter[1]},
         "policy": policy,
         "gateways": gateways,
         "workers": workers,
