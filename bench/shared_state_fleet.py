@@ -23,13 +23,26 @@ setups (`bench.precise.run`), prefix-aware:
 
 The clients spread over the gateways themselves, as the issue says (`--spread client`:
 client i sends to gateway i mod N, so a chat stays on one gateway; `request`: every request
-to the next one); no balancer hop in between. Prints a table per cell (hit rate, mean and
-p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's in the
-same seed) and writes `shared_state_fleet.json` and a PNG to `--out`.
+to the next one; an open loop has no clients, its requests go round-robin either way); no
+balancer hop in between. Each run also prints what every gateway measured of the others'
+changes reaching it (`/admin/backends` `state`: the events' and the load reports' lag, p50 /
+p99 ms). Prints a table per cell (hit rate, mean and
+p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's mean
+in the same seed, the TTFT ratio's mean ± standard error) and writes
+`shared_state_fleet.json` and a PNG to `--out`.
+
+`--jitters 1,2,3` runs each open-loop seed once per jitter seed, every request sent
+`uniform(0, --jitter-ms)` later (5 ms by default; `bench.regime.live.workload`): the same
+chats and schedule with a fresh draw of the ms-scale timing that live runs never repeat.
+One gateway's own runs, divided by their mean, then show how far one gateway's outcome
+moves with that timing alone — the noise four gateways' TTFT is judged against. (One
+gateway repeats an unjittered run almost exactly, sd ≤ 3%, yet a tie broken the other way
+sends a tenant to another replica and the run down another path.)
 
 `--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
 lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
---sync-delay S`; sessions sticky to a gateway for `--spread client`), and N sharing nothing.
+--sync-delay S`; a closed loop's sessions sticky to a gateway for `--spread client`, an
+open loop's requests round-robin, as live), and N sharing nothing.
 """
 
 from __future__ import annotations
@@ -68,7 +81,13 @@ def _cells(names: str) -> list[Cell]:
 
 
 async def _one(
-    setup: str, cell: Cell, seed: int, args: argparse.Namespace, logs: Path
+    setup: str,
+    cell: Cell,
+    seed: int,
+    args: argparse.Namespace,
+    logs: Path,
+    *,
+    jitter: int | None = None,
 ) -> dict[str, Any]:
     n = args.gateways
     outage = RedisOutage(args.outage_at, args.outage_for) if setup == "outage" else None
@@ -86,8 +105,24 @@ async def _one(
         workers=n if setup == "workers" else 1,
         outage=outage,
         front=0 if setup == "control" else None,
+        jitter=None if jitter is None else (args.jitter_ms / 1000, jitter),
     )
     return {"setup": setup, **row}
+
+
+def lag_line(sharing: dict[str, Any] | None) -> str:
+    """The run's sharing lags, gateway by gateway (p50/p99 ms), or "" when nothing was shared."""
+    if not sharing:
+        return ""
+
+    def fmt(lags: list[dict[str, Any] | None] | None) -> str:
+        parts = [f"{s['p50']:.1f}/{s['p99']:.1f}" if s and s.get("n") else "—" for s in lags or []]
+        return " ".join(parts) or "—"
+
+    return (
+        f"lag p50/p99 ms per gateway: events {fmt(sharing.get('events_lag_ms'))}; "
+        f"load reports {fmt(sharing.get('load_lag_ms'))}"
+    )
 
 
 def _range(values: list[float], fmt: str) -> str:
@@ -97,27 +132,51 @@ def _range(values: list[float], fmt: str) -> str:
     return f"{mean:{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
+def one_gateway_means(rows: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[float, float]]:
+    """(cell, seed) → one gateway's mean hit rate and mean TTFT over its runs (several with
+    `--jitters`): what every run of that cell and seed is divided by, one gateway's own runs
+    too, whose ratios are then the noise of one gateway's outcome over arrival jitter."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["setup"] == "one":
+            runs.setdefault((r["cell"], r["seed"]), []).append(r)
+    return {
+        key: (
+            statistics.fmean(r["hit_rate"] for r in rs),
+            statistics.fmean(r["ttft_mean_s"] for r in rs),
+        )
+        for key, rs in runs.items()
+    }
+
+
+def _spread(values: list[float]) -> str:
+    """Mean ± standard error (with two values or more), and the range."""
+    if len(values) < 2:
+        return _range(values, ".2f")
+    se = statistics.stdev(values) / len(values) ** 0.5
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {se:.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| cell | setup | hit rate | ÷ one gateway | mean TTFT s | ÷ one gateway | p90 TTFT s "
         "| errors |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    base = {(r["cell"], r["seed"]): r for r in rows if r["setup"] == "one"}
+    base = one_gateway_means(rows)
     for cell in dict.fromkeys(r["cell"] for r in rows):
         for setup in SETUPS:
             rs = [r for r in rows if r["cell"] == cell and r["setup"] == setup]
             if not rs:
                 continue
             ones = [base.get((cell, r["seed"])) for r in rs]
-            hit_ratio = [r["hit_rate"] / o["hit_rate"] for r, o in zip(rs, ones, strict=True) if o]
-            ttft_ratio = [
-                r["ttft_mean_s"] / o["ttft_mean_s"] for r, o in zip(rs, ones, strict=True) if o
-            ]
+            hit_ratio = [r["hit_rate"] / o[0] for r, o in zip(rs, ones, strict=True) if o]
+            ttft_ratio = [r["ttft_mean_s"] / o[1] for r, o in zip(rs, ones, strict=True) if o]
             lines.append(
                 f"| {cell} | {setup} | {_range([r['hit_rate'] * 100 for r in rs], '.1f')} % "
                 f"| {_range(hit_ratio, '.3f')} | {_range([r['ttft_mean_s'] for r in rs], '.3f')} "
-                f"| {_range(ttft_ratio, '.2f')} | {_range([r['ttft_p90_s'] for r in rs], '.3f')} "
+                f"| {_spread(ttft_ratio)} | {_range([r['ttft_p90_s'] for r in rs], '.3f')} "
                 f"| {sum(r['errors'] for r in rs)} |"
             )
     for r in rows:
@@ -159,7 +218,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                     ys.append(statistics.fmean(vals))
             ax.bar(xs, ys, width, label=setup)
         ax.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(cells))])
-        ax.set_xticklabels(cells, fontsize=8)
+        ax.set_xticklabels(cells, fontsize=8, rotation=25, ha="right")
         ax.set_title(label)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -175,7 +234,6 @@ def simulate(args: argparse.Namespace) -> int:
     from sim.workloads import family
 
     fleet = FleetSpec(replicas=args.replicas, profile="demo")
-    spread = "session" if args.spread == "client" else "request"
     delays = [float(d) for d in args.sim_delays.split(",") if d]
     runs = [("one", 1, 0.0, True)] + [
         (f"shared, {d * 1000:g} ms", args.gateways, d, True) for d in delays
@@ -193,6 +251,10 @@ def simulate(args: argparse.Namespace) -> int:
             else:
                 arrivals = cell.open_arrivals(chats, sat, seed)
                 trace, turns = family.chat_trace(chats, arrivals, fleet.block_tokens), ()
+            # As the live clients spread: a closed loop's client keeps its chats on one
+            # gateway; an open loop's requests go round-robin whatever `--spread` says.
+            sticky = args.spread == "client" and cell.loop == "closed"
+            spread = "session" if sticky else "request"
             for name, n, delay, shared in runs:
                 settings = SimSettings(
                     replicas=fleet.replicas,
@@ -219,25 +281,31 @@ async def _main(args: argparse.Namespace) -> int:
     setups = [s for s in args.setups.split(",") if s]
     if unknown := [s for s in setups if s not in SETUPS]:
         raise SystemExit(f"unknown setups {unknown}; known: {', '.join(SETUPS)}")
+    jitters: list[int | None] = [int(j) for j in args.jitters.split(",") if j] or [None]
     todo = [
-        (cell, seed, setup)
+        (cell, seed, jitter, setup)
         for cell in _cells(args.cells)
         for seed in (int(s) for s in args.seeds.split(","))
+        for jitter in (jitters if cell.loop == "open" else [None])
         for setup in setups
     ]
     rows = []
-    for i, (cell, seed, setup) in enumerate(todo, 1):
+    for i, (cell, seed, jitter, setup) in enumerate(todo, 1):
         print(
-            f"[fleet {time.strftime('%H:%M:%S')}] {i}/{len(todo)}: {cell.name} seed {seed} {setup}",
+            f"[fleet {time.strftime('%H:%M:%S')}] {i}/{len(todo)}: {cell.name} seed {seed} "
+            + ("" if jitter is None else f"jitter {jitter} ")
+            + setup,
             flush=True,
         )
-        row = await _one(setup, cell, seed, args, out / "logs")
+        row = await _one(setup, cell, seed, args, out / "logs", jitter=jitter)
         rows.append(row)
         print(
             f"  hit {row['hit_rate']:.1%}, mean TTFT {row['ttft_mean_s']:.3f} s, "
             f"errors {row['errors']}" + (f", outage {row['outage']}" if "outage" in row else ""),
             flush=True,
         )
+        if lags := lag_line(row.get("sharing")):
+            print(f"  {lags}", flush=True)
     doc = {
         "command": ["python", "-m", "bench", "shared-state-fleet", *sys.argv[1:]],
         "params": vars(args),
@@ -263,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slowdown", type=float, default=1.0, help="engines this many times slower")
     p.add_argument("--outage-at", type=float, default=5.0, help="s into the run Redis is killed")
     p.add_argument("--outage-for", type=float, default=5.0, help="s it stays down")
+    p.add_argument(
+        "--jitters",
+        default="",
+        help="open loops: run each seed once per jitter seed (comma-separated), each request "
+        "sent up to --jitter-ms later",
+    )
+    p.add_argument("--jitter-ms", type=float, default=5.0)
     p.add_argument("--out", default="out/bench/shared-state-fleet")
     p.add_argument(
         "--sim-delays", default="", help="simulate instead: sync delays (s), e.g. 0,0.005"

@@ -136,9 +136,18 @@ class PrefixTracker:
         return d
 
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
+        """`d`'s first token came: its predicted prefill left the backend's queue, which the
+        other gateways hear now (with the TTFT point it teaches, if any), not with this
+        gateway's next event or load interval: counting a finished prefill as queued for up to
+        50 ms steered their dispatches away from the replica that holds the prefix."""
+        settling = not d.settled
         point = self.feed.first_token(d, ttft_s)
-        if self.sink is not None and point is not None:
+        if self.sink is None:
+            return
+        if point is not None:
             self.sink.ttft(d.endpoint.id, *point)
+        elif settling:
+            self.sink.load_changed()
 
     def ended(self, d: Dispatch[Backend]) -> None:
         """`d`'s request is over (its in-flight count already taken back): its prefill, if

@@ -10,7 +10,7 @@ nothing for it.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -22,7 +22,7 @@ from gateway.state.outbox import now_ms
 from gateway.workers.context import WorkerContext
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
-from scoring.prefix_feed import PrefixFeed
+from scoring.prefix_feed import PrefixFeed, kv_tokens
 from scoring.stack import RoutingStack
 
 
@@ -57,6 +57,7 @@ def build_sharing(
         siblings=peers.siblings if peers is not None else None,
         refresh_block_chars=lambda: stack.feed.block_chars(pool.snapshots()),
         remote_dispatch=partial(late_dispatch, stack.feed, clock),
+        record_placement=partial(remote_placement, stack.feed, pool),
     )
     if shared.active:
         prefix.sink = shared
@@ -70,6 +71,17 @@ def late_dispatch(
     `backend` at wall time `at_ms`: the feed's dispatches there since then (on the app's
     `clock`) did not count that prefill."""
     feed.remote_dispatch(backend, clock() - max(0.0, now_ms() - at_ms) / 1000, tokens)
+
+
+def remote_placement(
+    feed: PrefixFeed, pool: BackendPool, backend: str, hashes: Sequence[int], block_chars: int
+) -> None:
+    """Another gateway sent `backend` these blocks: recorded as this gateway's own dispatch
+    records them, bounded by the backend's KV size as this gateway last scraped it."""
+    b = pool.find(backend)
+    m = b.metrics if b is not None else None
+    kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
+    feed.record(backend, hashes, block_chars, kv)
 
 
 def set_remote_load(pool: BackendPool, remote: Counts) -> None:

@@ -177,7 +177,7 @@ class PrefixFeed:
         work = uncached + endpoint.pending_prefill_tokens + queued_elsewhere
         endpoint.pending_prefill_tokens += uncached
         if hashes:
-            self._record(endpoint.id, hashes, block_chars, kv_tokens)
+            self.record(endpoint.id, hashes, block_chars, kv_tokens)
         d = Dispatch(endpoint, now, uncached, work, False, request, matched, self._epoch)
         self._unsettled.setdefault(endpoint.id, {})[id(d)] = d
         return d
@@ -262,9 +262,13 @@ class PrefixFeed:
         dropped = self.index.evict_oldest(d.endpoint.id, check.evicted_weight, r.prefix_hashes)
         return replace(check, dropped_entries=dropped)
 
-    def _record(
+    def record(
         self, endpoint_id: str, hashes: Sequence[int], block_chars: int, kv_tokens: int | None
     ) -> None:
+        """The endpoint was given these blocks (by this gateway's dispatch, or by another
+        gateway's, which the shared state's mirror records here): into the index, bounded by
+        the endpoint's capacity (`kv_tokens`, None: not known yet; or the configured one), so a
+        replica another gateway fills evicts in this index too, not only where it was sent."""
         section = self._section
         if section.capacity_blocks is not None:
             # Configured in blocks of the feed's own size; the hashes may be cut finer.

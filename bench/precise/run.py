@@ -145,9 +145,9 @@ def gateway_router(  # type: ignore[no-untyped-def]
                 yield Router(urls[0], {}, tuple(process.command), fronts=fronts)
             finally:
                 time.sleep(0.5)  # the last events in
-                state["backends"] = [
-                    b for url in urls for b in _get_json(url + "/admin/backends")["backends"]
-                ]
+                answers = [_get_json(url + "/admin/backends") for url in urls]
+                state["backends"] = [b for a in answers for b in a["backends"]]
+                state["shared"] = [a.get("state") or {} for a in answers]
                 if events.events:
                     state["caches"] = [
                         len(_get_json(u + "/kvgate/cache")["block_hashes"])
@@ -176,6 +176,19 @@ def grade(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def sharing_lags(state: dict[str, Any]) -> dict[str, Any] | None:
+    """What each gateway measured of the others' state reaching it (`/admin/backends`
+    `state`): the events' and the load reports' lags (ms: n, p50, p90, p99, max), gateway by
+    gateway; None when nothing was shared."""
+    shared = [s for s in state.get("shared", []) if s.get("channel")]
+    if not shared:
+        return None
+    return {
+        "events_lag_ms": [(s.get("events") or {}).get("lag_ms") for s in shared],
+        "load_lag_ms": [(s.get("load") or {}).get("lag_ms") for s in shared],
+    }
+
+
 async def run(
     cell: Cell,
     spec: FleetSpec,
@@ -192,14 +205,16 @@ async def run(
     workers: int = 1,
     outage: RedisOutage | None = None,
     front: int | None = None,
+    jitter: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events."""
+    """`cell`'s chats (seed `seed`) through kvgate `policy` on a fresh fleet with events;
+    `jitter`: an open loop's arrivals jittered (max seconds, seed: `bench.regime.live`)."""
     fleet = EventFleet(spec, slowdown, events)
     state: dict[str, Any] = {}
     # An open loop's rate is a share of round-robin's saturation rate (simulated, as the
     # regime map does); a closed loop's clients set their own pace.
     saturation = 1.0 if cell.loop == "closed" else saturation_rps(cell, spec, seed)
-    traffic = workload(cell, spec, seed, saturation, slowdown)
+    traffic = workload(cell, spec, seed, saturation, slowdown, jitter=jitter)
     result = await run_experiment(
         fleet.fleet(),
         gateway_router(
@@ -215,14 +230,15 @@ async def run(
             front=front,
         ),
         traffic,
-        label=f"{cell.name}-s{seed}/kvgate-{policy}-g{gateways}w{workers}"
-        + ("-redis" if redis else ""),
+        label=f"{cell.name}-s{seed}{'' if jitter is None else f'j{jitter[1]}'}"
+        f"/kvgate-{policy}-g{gateways}w{workers}" + ("-redis" if redis else ""),
         log_dir=log_dir,
         progress_every_s=15.0,
     )
     return {
         "cell": cell.name,
         "seed": seed,
+        "jitter": None if jitter is None else {"max_s": jitter[0], "seed": jitter[1]},
         "policy": policy,
         "gateways": gateways,
         "workers": workers,
@@ -231,5 +247,6 @@ async def run(
         "redis": redis,
         **result.figures(),
         "precise": grade(state),
+        "sharing": sharing_lags(state),
         **({"outage": outage.result} if outage is not None else {}),
     }

@@ -11,6 +11,8 @@ the 2-core machine's own CPU contention (see `bench.fidelity`).
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +27,40 @@ from sim.live.experiment import (
     run_experiment,
 )
 from sim.workloads import family
+from sim.workloads.open_loop import TimedRequest
 
 MODEL = "kvgate-regime"
 PROGRESS_EVERY_S = 10.0
 
 
 def workload(
-    cell: Cell, fleet: FleetSpec, seed: int, saturation_rps: float, slowdown: float
+    cell: Cell,
+    fleet: FleetSpec,
+    seed: int,
+    saturation_rps: float,
+    slowdown: float,
+    *,
+    jitter: tuple[float, int] | None = None,
 ) -> Workload:
-    """The cell's chats as live traffic; an open loop's rate is `load` × saturation."""
+    """The cell's chats as live traffic; an open loop's rate is `load` × saturation.
+    `jitter` (max seconds, seed): each open-loop request sent `uniform(0, max)` later
+    (`random.Random(seed)`), so a run's ms-scale timing is a fresh draw that repeats exactly
+    with the same seed; a closed loop has no schedule to jitter."""
     chats = family.chats(cell.family(fleet, seed, saturation_rps))
     if cell.loop == "closed":
         return closed_loop(cell.name, MODEL, family.conversations(chats), clients=cell.clients)
     arrivals = cell.open_arrivals(chats, saturation_rps, seed, slowdown)
-    return open_loop(cell.name, family.chat_requests(chats, arrivals, MODEL))
+    requests = family.chat_requests(chats, arrivals, MODEL)
+    if jitter is not None:
+        requests = jittered_requests(requests, *jitter)
+    return open_loop(cell.name, requests)
+
+
+def jittered_requests(requests: list[TimedRequest], max_s: float, seed: int) -> list[TimedRequest]:
+    """Each request `uniform(0, max_s)` later, in the new order of their times."""
+    rng = random.Random(seed)
+    shifted = [replace(r, at_s=r.at_s + rng.uniform(0, max_s)) for r in requests]
+    return sorted(shifted, key=lambda r: r.at_s)
 
 
 async def run_router(

@@ -8,7 +8,11 @@ Events this gateway sent itself, events for a backend not in this gateway's pool
 hashes cut in another block size are skipped and counted. A gateway learns the routing block
 size from the engines' metrics when it next routes; hashes of another size first make it
 look again (`refresh_block_chars`), so a gateway that has not routed yet takes its peers'
-placements. A placement applied live is also handed to `remote_dispatch` (backend, wall
+placements. A placement goes through `record` when given (the app's: the prefix feed's,
+bounded by the replica's capacity from this gateway's own scrape of it, as a local dispatch is
+— without it, a replica this gateway had not sent anything to yet was unbounded here, kept
+blocks the engine had evicted and looked empty to the cache-headroom scorer); else straight
+into the index. A placement applied live is also handed to `remote_dispatch` (backend, wall
 time in ms, its predicted uncached tokens or None): this gateway's own dispatches there since
 then counted too little queued prefill (`PrefixFeed.remote_dispatch`).
 """
@@ -16,7 +20,7 @@ then counted too little queued prefill (`PrefixFeed.remote_dispatch`).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway.state.codec import Event, Eviction, Forget, Placement, TtftPoints, Withdrawal
 from gateway.state.outbox import EventCounters, now_ms
@@ -38,6 +42,7 @@ class Mirror:
         ttft_model: OnlineTtftModel | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
         remote_dispatch: Callable[[str, float, int | None], None] | None = None,
+        record: Callable[[str, Sequence[int], int], None] | None = None,
         lag_samples: int = 4096,
     ) -> None:
         self.gateway_id = gateway_id
@@ -48,6 +53,7 @@ class Mirror:
         self._known = known_backend
         self._ttft = ttft_model
         self._remote_dispatch = remote_dispatch
+        self._record = record
         # Recent (made elsewhere → applied here) lags in ms, for measurement.
         self.lags_ms: deque[float] = deque(maxlen=lag_samples)
 
@@ -78,7 +84,10 @@ class Mirror:
         if not e.hashes or not self._same_size(e.block_chars):
             return False
         if isinstance(e, Placement):
-            self._index.record(e.backend, e.hashes)
+            if self._record is not None:
+                self._record(e.backend, e.hashes, e.block_chars)
+            else:
+                self._index.record(e.backend, e.hashes)
         elif isinstance(e, Withdrawal):
             self._index.drop(e.backend, e.hashes, e.start)
         elif isinstance(e, Eviction):

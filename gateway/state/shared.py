@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from gateway.state.codec import Eviction, Forget, Placement, Withdrawal
@@ -35,6 +35,7 @@ from routing.types import RoutingRequest
 from scoring.config import StateSection
 from scoring.prefix_index import PrefixIndex
 from scoring.ttft_model import OnlineTtftModel
+from sim.percentile import percentile
 
 PUBLISH_LOOP = "state-publish"
 APPLY_LOOP = "state-apply"
@@ -60,6 +61,7 @@ class SharedState:
         siblings: SiblingLinks | None = None,
         refresh_block_chars: Callable[[], int] | None = None,
         remote_dispatch: Callable[[str, float, int | None], None] | None = None,
+        record_placement: Callable[[str, Sequence[int], int], None] | None = None,
         gateway_id: str | None = None,
         link_settings: LinkSettings | None = None,
     ) -> None:
@@ -76,6 +78,7 @@ class SharedState:
             ttft_model=ttft_model,
             refresh_block_chars=refresh_block_chars,
             remote_dispatch=remote_dispatch,
+            record=record_placement,
         )
         self.channel: Channel | None = None
         self.link: RedisLink | None = None
@@ -192,6 +195,7 @@ class SharedState:
                 "applied": c.applied,
                 "skipped": c.skipped,
                 "lag_ms_last": c.lag_ms_last,
+                "lag_ms": lag_summary(self.mirror.lags_ms),
             },
             "load": self._load_state(),
         }
@@ -212,11 +216,27 @@ class SharedState:
         remote = {
             b: {"in_flight": n, "pending_prefill_tokens": p} for b, (n, p) in load.remote.items()
         }
-        return {"peers": load.peers, "sent": load.sent, "received": load.received, "remote": remote}
+        return {
+            "peers": load.peers,
+            "sent": load.sent,
+            "received": load.received,
+            "lag_ms": lag_summary(load.lags_ms),
+            "remote": remote,
+        }
 
     async def aclose(self) -> None:
         if self.link is not None:
             await self.link.aclose()
+
+
+def lag_summary(lags_ms: Iterable[float]) -> dict[str, float | int | None]:
+    """The recent lags (made or sent by another gateway → applied here, wall clock, ms):
+    how many, their median, p90, p99 and maximum (None while there are none)."""
+    lags = list(lags_ms)
+    if not lags:
+        return {"n": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    figures = {f"p{p}": round(percentile(lags, p), 3) for p in (50, 90, 99)}
+    return {"n": len(lags), **figures, "max": round(max(lags), 3)}
 
 
 def _gateway_id() -> str:

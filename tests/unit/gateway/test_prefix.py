@@ -141,6 +141,53 @@ def test_first_token_settles_once_and_feeds_the_model_only_with_a_ttft() -> None
     assert model.seen == [("a", streamed.work_tokens, 0.25)]
 
 
+class RecordingSink:
+    """The shared state's hooks, recorded (`gateway.prefix.StateSink`)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def placed(self, backend_id: str, request: RoutingRequest, uncached_tokens: int) -> None:
+        self.calls.append(("placed", backend_id))
+
+    def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None:
+        self.calls.append(("withdrawn", backend_id))
+
+    def evicted(self, backend_id: str, request: RoutingRequest, weight: int) -> None:
+        self.calls.append(("evicted", backend_id))
+
+    def forgotten(self, backend_id: str) -> None:
+        self.calls.append(("forgotten", backend_id))
+
+    def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None:
+        self.calls.append(("ttft", backend_id, ttft_s))
+
+    def load_changed(self) -> None:
+        self.calls.append(("load_changed",))
+
+
+def test_a_settled_prefill_is_told_to_the_other_gateways_at_once() -> None:
+    # The pending prefill a first token settles leaves the shared load report now: with a
+    # TTFT point (which wakes the sender) or, without one (not streamed, or a blind
+    # dispatch), as a load change; settling again tells nothing.
+    tracker = _tracker(RecordingModel())
+    sink = tracker.sink = RecordingSink()
+    backend = _backend("a")
+    req = _routing(tracker)
+    streamed, other, blind = (tracker.dispatch(backend, req, NOW) for _ in range(3))
+    blind.blind = True
+    sink.calls.clear()
+    tracker.first_token(streamed, 0.25)
+    assert sink.calls == [("ttft", "a", 0.25)]
+    tracker.first_token(other, None)
+    tracker.first_token(blind, 0.5)
+    assert sink.calls[1:] == [("load_changed",), ("load_changed",)]
+    tracker.first_token(other, 0.4)
+    tracker.ended(other)  # a request's end is a load change of its own
+    assert sink.calls[3:] == [("load_changed",)]
+    assert backend.pending_prefill_tokens == 0
+
+
 def test_first_token_without_a_model_still_settles() -> None:
     tracker = _tracker(None)
     backend = _backend("a")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.state.codec import Forget, Placement, TtftPoints, Withdrawal
-from gateway.state.shared import SharedState
+from gateway.state.shared import SharedState, lag_summary
 from gateway.supervisor import Supervisor
 from routing.types import RoutingRequest
 from scoring.config import StateSection
@@ -59,10 +59,32 @@ def test_redis_queues_the_changes_and_is_degraded_until_redis_answers() -> None:
     assert not s.settled  # the stream's history not read yet, and Redis never failed
 
 
+def test_the_state_tells_how_late_the_others_changes_arrive() -> None:
+    s = _shared("redis", PrefixIndex(), local_load=dict)
+    state = s.state()
+    none = {"n": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    assert state["events"]["lag_ms"] == none and state["load"]["lag_ms"] == none
+    s.mirror.lags_ms.extend(float(v) for v in range(1, 11))
+    assert s.load is not None
+    s.load.lags_ms.extend([2.5, 0.5])
+    state = s.state()
+    assert state["events"]["lag_ms"] == {"n": 10, "p50": 5.0, "p90": 9.0, "p99": 10.0, "max": 10.0}
+    assert state["load"]["lag_ms"] == {"n": 2, "p50": 0.5, "p90": 2.5, "p99": 2.5, "max": 2.5}
+    assert lag_summary([1.23456]) == {
+        "n": 1,
+        "p50": 1.235,
+        "p90": 1.235,
+        "p99": 1.235,
+        "max": 1.235,
+    }
+
+
 def test_sibling_workers_share_over_their_own_channel_without_redis() -> None:
     s = _shared("memory", PrefixIndex(), local_load=dict, siblings=_Links())
     assert s.active and s.channel == "workers" and s.settled and not s.degraded
     loops = Supervisor()
     s.attach(loops)
     assert set(loops.states()) == {"state-workers"}
-    assert s.state()["load"] == {"peers": 0, "sent": 0, "received": 0, "remote": {}}
+    load = s.state()["load"]
+    assert load.pop("lag_ms")["n"] == 0
+    assert load == {"peers": 0, "sent": 0, "received": 0, "remote": {}}
