@@ -26,10 +26,9 @@ client i sends to gateway i mod N, so a chat stays on one gateway; `request`: ev
 to the next one; an open loop has no clients, its requests go round-robin either way); no
 balancer hop in between. Each run also prints what every gateway measured of the others'
 changes reaching it (`/admin/backends` `state`: the events' and the load reports' lag, p50 /
-p99 ms). Prints a table per cell (hit rate, mean and
-p90 TTFT, errors; the range over seeds; hit rate and TTFT as ratios to one gateway's mean
-in the same seed, the TTFT ratio's mean ± standard error) and writes
-`shared_state_fleet.json` and a PNG to `--out`.
+p99 ms). Prints a table per cell (hit rate, mean and p90 TTFT, errors; the range over
+seeds; hit rate and TTFT as ratios to one gateway's mean in the same seed, the TTFT ratio's
+mean ± standard error) and writes `shared_state_fleet.json` and a PNG to `--out`.
 
 `--jitters 1,2,3` runs each open-loop seed once per jitter seed, every request sent
 `uniform(0, --jitter-ms)` later (5 ms by default; `bench.regime.live.workload`): the same

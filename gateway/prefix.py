@@ -138,8 +138,7 @@ class PrefixTracker:
     def first_token(self, d: Dispatch[Backend], ttft_s: float | None) -> None:
         """`d`'s first token came: its predicted prefill left the backend's queue, which the
         other gateways hear now (with the TTFT point it teaches, if any), not with this
-        gateway's next event or load interval: counting a finished prefill as queued for up to
-        50 ms steered their dispatches away from the replica that holds the prefix."""
+        gateway's next event or load interval (up to 50 ms later)."""
         settling = not d.settled
         point = self.feed.first_token(d, ttft_s)
         if self.sink is None:
