@@ -24,10 +24,10 @@ no tokenizer in between, and the gateway, hashing token ids at 4 bytes a token, 
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from bench.jitter import jittered
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile, StepTimeCoefficients
 from sim.traces import TraceRequest, load_mooncake, time_scaled
@@ -170,16 +170,6 @@ def spread_bursts(trace: list[TraceRequest], gap_s: float) -> list[TraceRequest]
         late = out and r.arrival_s <= out[-1].arrival_s
         out.append(replace(r, arrival_s=out[-1].arrival_s + gap_s) if late else r)
     return out
-
-
-def jittered(trace: list[TraceRequest], max_s: float, seed: int) -> list[TraceRequest]:
-    """Each arrival `uniform(0, max_s)` later (`random.Random(seed)`), in arrival order.
-
-    Below the burst gap the order within a burst stays the trace's; it gives both sides
-    the same new draw of the ms-scale timing that a live run never repeats."""
-    rng = random.Random(seed)
-    shifted = [replace(r, arrival_s=r.arrival_s + rng.uniform(0, max_s)) for r in trace]
-    return sorted(shifted, key=lambda r: r.arrival_s)
 
 
 def slowed(profile: EngineProfile, factor: float) -> EngineProfile:

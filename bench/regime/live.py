@@ -11,11 +11,10 @@ the 2-core machine's own CPU contention (see `bench.fidelity`).
 
 from __future__ import annotations
 
-import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.jitter import jittered
 from bench.peers import PeerInstall, peer_router
 from bench.regime.grid import Cell, FleetSpec
 from sim.live.experiment import (
@@ -27,7 +26,6 @@ from sim.live.experiment import (
     run_experiment,
 )
 from sim.workloads import family
-from sim.workloads.open_loop import TimedRequest
 
 MODEL = "kvgate-regime"
 PROGRESS_EVERY_S = 10.0
@@ -43,24 +41,17 @@ def workload(
     jitter: tuple[float, int] | None = None,
 ) -> Workload:
     """The cell's chats as live traffic; an open loop's rate is `load` × saturation.
-    `jitter` (max seconds, seed): each open-loop request sent `uniform(0, max)` later
-    (`random.Random(seed)`), so a run's ms-scale timing is a fresh draw that repeats exactly
-    with the same seed; a closed loop has no schedule to jitter."""
+    `jitter` (max seconds, seed): each open-loop request sent up to `max` later
+    (`bench.jitter`), a fresh draw of the run's ms-scale timing that repeats exactly with the
+    same seed; a closed loop has no schedule to jitter."""
     chats = family.chats(cell.family(fleet, seed, saturation_rps))
     if cell.loop == "closed":
         return closed_loop(cell.name, MODEL, family.conversations(chats), clients=cell.clients)
     arrivals = cell.open_arrivals(chats, saturation_rps, seed, slowdown)
     requests = family.chat_requests(chats, arrivals, MODEL)
     if jitter is not None:
-        requests = jittered_requests(requests, *jitter)
+        requests = jittered(requests, *jitter, at="at_s")
     return open_loop(cell.name, requests)
-
-
-def jittered_requests(requests: list[TimedRequest], max_s: float, seed: int) -> list[TimedRequest]:
-    """Each request `uniform(0, max_s)` later, in the new order of their times."""
-    rng = random.Random(seed)
-    shifted = [replace(r, at_s=r.at_s + rng.uniform(0, max_s)) for r in requests]
-    return sorted(shifted, key=lambda r: r.at_s)
 
 
 async def run_router(
