@@ -77,6 +77,13 @@ class StateSink(Protocol):
     def load_changed(self) -> None: ...
 
 
+def backend_kv_tokens(backend: Backend) -> int | None:
+    """The backend's KV capacity in tokens as last scraped (None: not reported yet): what
+    bounds its entries in the prefix index, for this gateway's dispatches and the others'."""
+    m = backend.metrics
+    return kv_tokens(m.num_blocks, m.block_size) if m is not None else None
+
+
 class PrefixTracker:
     """The shared feed, fed from inference requests and pool backends."""
 
@@ -120,8 +127,7 @@ class PrefixTracker:
 
     def dispatch(self, backend: Backend, request: RoutingRequest, now: float) -> Dispatch[Backend]:
         """`request` goes to `backend`: count its predicted prefill there, teach the index."""
-        m = backend.metrics
-        kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
+        kv = backend_kv_tokens(backend)
         d = self.feed.dispatch(backend, request, now, kv, backend.remote_pending_prefill_tokens)
         if self.sink is not None:
             self.sink.placed(backend.id, request, d.uncached_tokens)

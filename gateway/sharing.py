@@ -15,14 +15,14 @@ from functools import partial
 from typing import Any
 
 from gateway.config import GatewayConfig
-from gateway.prefix import PrefixTracker
+from gateway.prefix import PrefixTracker, backend_kv_tokens
 from gateway.state import SharedState
 from gateway.state.load import Counts
 from gateway.state.outbox import now_ms
 from gateway.workers.context import WorkerContext
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
-from scoring.prefix_feed import PrefixFeed, kv_tokens
+from scoring.prefix_feed import PrefixFeed
 from scoring.stack import RoutingStack
 
 
@@ -79,9 +79,7 @@ def remote_placement(
     """Another gateway sent `backend` these blocks: recorded as this gateway's own dispatch
     records them, bounded by the backend's KV size as this gateway last scraped it."""
     b = pool.find(backend)
-    m = b.metrics if b is not None else None
-    kv = kv_tokens(m.num_blocks, m.block_size) if m is not None else None
-    feed.record(backend, hashes, block_chars, kv)
+    feed.record(backend, hashes, block_chars, backend_kv_tokens(b) if b is not None else None)
 
 
 def set_remote_load(pool: BackendPool, remote: Counts) -> None:

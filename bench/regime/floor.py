@@ -18,8 +18,8 @@ its block k (k ≥ i) at the earliest
 one step's overhead plus the prefill and attention of the tokens from block i to the end
 of block k (each token attends to at least every token up to itself; B tokens a block;
 a profile's `context_attention_s`, which prices pairs with context cached before a chunk, and
-`prefill_seq_s`, a prefilling sequence's own cost, are
-left out here: non-negative terms, so the bound stays a bound).
+`prefill_seq_s`, a prefilling sequence's own cost, are left out here: non-negative terms,
+so the bound stays a bound).
 Every term separates into a part of i and a part of k, so a running minimum over i gives
 every block's instant in one pass. A burst of requests for one new prefix thus waits for
 the prefix's computation, as any fleet must, instead of finding it cached a step after

@@ -5,7 +5,7 @@ their mirrors (`gateway.state.mirror`):
 
 | `k`       | event        | the others                                                    |
 |-----------|--------------|---------------------------------------------------------------|
-| `p`, none | `Placement`  | record `hashes` for `backend` in their prefix index           |
+| `p`, none | `Placement`  | record `hashes` for `backend`, bounded by its KV size         |
 | `w`       | `Withdrawal` | drop `hashes[start:]` for `backend` (a failed attempt)        |
 | `e`       | `Eviction`   | evict `weight` base blocks of its oldest entries but `hashes` |
 | `f`       | `Forget`     | forget everything about `backend`'s cache (it went down)      |

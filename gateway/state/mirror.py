@@ -53,7 +53,7 @@ class Mirror:
         self._known = known_backend
         self._ttft = ttft_model
         self._remote_dispatch = remote_dispatch
-        self._record = record
+        self._record = record or (lambda backend, hashes, chars: index.record(backend, hashes))
         # Recent (made elsewhere → applied here) lags in ms, for measurement.
         self.lags_ms: deque[float] = deque(maxlen=lag_samples)
 
@@ -84,10 +84,7 @@ class Mirror:
         if not e.hashes or not self._same_size(e.block_chars):
             return False
         if isinstance(e, Placement):
-            if self._record is not None:
-                self._record(e.backend, e.hashes, e.block_chars)
-            else:
-                self._index.record(e.backend, e.hashes)
+            self._record(e.backend, e.hashes, e.block_chars)
         elif isinstance(e, Withdrawal):
             self._index.drop(e.backend, e.hashes, e.start)
         elif isinstance(e, Eviction):
