@@ -3,7 +3,7 @@
 Not part of what users install (pyproject's package list leaves `bench` out): run it from a
 checkout, at the repository's root, as `python -m bench SUBCOMMAND` (see `bench.__main__`).
 It builds on the installed library: `sim.live` runs the experiments, `sim.workloads` makes
-the workloads, `sim.percentile` is the percentile rule.
+the workloads, `routing.percentile` is the percentile rule.
 
 Where the lab finds things: `REPO_ROOT` is the checkout this package sits in, found from
 the package's own location; trace files are looked up in `--traces DIR`, by default

@@ -8,7 +8,7 @@ lookup inside its scorers, the other scorers and the picker) and the dispatch bo
 (the chosen replica's match for pending prefill, and recording the blocks in the index) —
 for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The stack is the one
 both the gateway and the simulator build (`scoring.stack.build_routing_stack`); the steps are
-those of `gateway.router.RequestRouter.route` and `scoring.prefix_feed.PrefixFeed.dispatch`,
+those of `gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch`,
 timed one by one (without the pending-prefill bookkeeping, which would need first tokens).
 
 Between decisions the chosen replica gains a request in flight and a random busy one loses
@@ -47,12 +47,12 @@ import orjson
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
 from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, Scheduler
+from routing.config.profiles import RoutingSection
+from routing.percentile import percentile
 from routing.types import Health
-from scoring.prefix_hash import hash_blocks, prefix_seed
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import RoutingSection
 from scoring.stack import build_routing_stack
-from sim.percentile import percentile
+from scoring.state.prefix_hash import hash_blocks, prefix_seed
+from scoring.state.prefix_index import PrefixIndex
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 MODEL = "bench-model"
@@ -246,7 +246,7 @@ def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> 
 
 
 def percentiles_us(ns: list[int], prefix: str = "") -> dict[str, float]:
-    """Median, p90 and p99 of nanosecond timings, in µs (nearest rank, `sim.percentile`)."""
+    """Median, p90 and p99 of nanosecond timings, in µs (nearest rank, `routing.percentile`)."""
     return {
         f"{prefix}median_us": percentile(ns, 50) / 1000,
         f"{prefix}p90_us": percentile(ns, 90) / 1000,

@@ -24,7 +24,7 @@ import msgpack  # type: ignore[import-untyped]
 
 from adapters.kv_events import decode_message
 from routing.kv_events import BlockStored
-from scoring.precise_index import PreciseIndex
+from scoring.state.precise_index import PreciseIndex
 
 _TOPIC = b"kv-events"
 

@@ -42,11 +42,11 @@ from gateway.state.shared import SharedState
 from gateway.supervisor import Supervisor
 from gateway.workers.context import WorkerContext
 from gateway.workers.siblings import Siblings
+from routing.config.schema import StateSection
+from routing.percentile import percentile
 from routing.types import RoutingRequest
-from scoring.config import StateSection
-from scoring.prefix_index import PrefixIndex
+from scoring.state.prefix_index import PrefixIndex
 from sim.live.processes import start_redis
-from sim.percentile import percentile
 
 BLOCK_CHARS = 64
 BACKENDS = ("b1", "b2", "b3", "b4")

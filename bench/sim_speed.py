@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from bench import DEFAULT_TRACES, TRACES_HELP
+from routing.traces import TraceRequest, load_trace
 from sim.engine.kv_store import NATIVE_BUILT
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 from sim.replay import Replay, ReplayResult, SimSettings
 from sim.replay.cli import fit_profile, with_block_size
-from sim.traces import TraceRequest, load_trace
 
 MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"
 

@@ -14,11 +14,11 @@ from gateway.prefix import CacheHits, PreciseHits
 from gateway.router import RequestRouter, Route
 from health.pool import BackendPool
 from routing.types import EngineMetrics
-from scoring.cache_view import CacheView
-from scoring.estimated_ttft import displaced_tokens
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_index import PrefixIndex
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from scoring.scorers.estimated_ttft import displaced_tokens
+from scoring.state.cache_view import CacheView
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 def backends_state(

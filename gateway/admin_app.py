@@ -30,7 +30,6 @@ from starlette.exceptions import HTTPException
 
 from gateway.admin_ops import AdminOperations, parse_backend_entry
 from gateway.asgi import Receive, Scope, Send, TrackedSend, send_bytes
-from gateway.config import BackendEntry, GatewayConfig, ServerSection
 from gateway.errors import (
     BadRequestError,
     GatewayError,
@@ -42,6 +41,7 @@ from gateway.errors import (
 from gateway.front_door import AdminAccess
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
+from routing.config.schema import BackendEntry, GatewayConfig, ServerSection
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,6 @@ from gateway.asgi import (
     read_body,
     send_json,
 )
-from gateway.config import BackendEntry, ConfigError
 from gateway.config_reload import ConfigReloader
 from gateway.errors import (
     BadRequestError,
@@ -53,6 +52,7 @@ from gateway.errors import (
     NotFoundError,
 )
 from gateway.runtime_backends import RuntimeBackends
+from routing.config.schema import BackendEntry, ConfigError
 
 BACKENDS = "/admin/backends"
 RELOAD = "/admin/reload"

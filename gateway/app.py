@@ -37,7 +37,6 @@ from gateway.asgi import (
     send_bytes,
     send_json,
 )
-from gateway.config import ConfigError, GatewayConfig
 from gateway.config_reload import ConfigReloader, LiveConfig
 from gateway.errors import (
     ClientDisconnectedError,
@@ -75,9 +74,9 @@ from health.discovery.kube_api import KubeConnection, resolve_connection
 from health.pool import BackendPool
 from health.prober import Prober
 from health.scraper import Scraper
+from routing.config.schema import ConfigError, GatewayConfig
 from routing.registry import PluginError
-from scoring.profiles import build_scheduler
-from scoring.stack import build_routing_stack
+from scoring.stack import build_routing_stack, build_scheduler
 
 if TYPE_CHECKING:
     from gateway.workers.context import WorkerContext

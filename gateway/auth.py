@@ -33,7 +33,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import AuthenticationError
-from scoring.config import ApiKeyEntry, SecuritySection, check_unique_keys
+from routing.config.schema import ApiKeyEntry, SecuritySection, check_unique_keys
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.cli_parser import build_parser
-from gateway.config import (
-    ConfigError,
-    GatewayConfig,
-    load_config,
-    parse_backend_arg,
-    parse_config,
-)
+from gateway.config import parse_backend_arg
+from routing.config.schema import ConfigError, GatewayConfig, load_config, parse_config
 from sim.emulator.lora import LoraSettings
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scoring.config import ConfigError
+from routing.config.schema import ConfigError
 
 PREFIX = "KVGATE_"
 _LIST_SEPARATOR = re.compile(r"\s+|,(?=https?://)")

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.cli_env import add_env_vars, apply_env
-from scoring.config import ConfigError
-from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from routing.config.profiles import BUILTIN_PROFILES, RoutingSection
+from routing.config.schema import ConfigError
 from sim.emulator.lora import LoraSettings
 from sim.replay.arguments import add_sim_parser
 

@@ -1,40 +1,10 @@
-"""Config as the gateway's command line sees it: the shared schema, plus `--backend` parsing.
-
-The schema and loader live in `scoring.config` (the simulator reads the same file).
-"""
+"""`--backend URL,...` as a `backends:` entry of the config file."""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
-from scoring.config import (
-    BackendEntry,
-    ConfigError,
-    DiscoverySection,
-    EngineType,
-    GatewayConfig,
-    HealthSection,
-    ServerSection,
-    UpstreamSection,
-    format_validation_error,
-    load_config,
-    parse_config,
-)
-
-__all__ = [
-    "BackendEntry",
-    "ConfigError",
-    "DiscoverySection",
-    "EngineType",
-    "GatewayConfig",
-    "HealthSection",
-    "ServerSection",
-    "UpstreamSection",
-    "format_validation_error",
-    "load_config",
-    "parse_backend_arg",
-    "parse_config",
-]
+from routing.config.schema import BackendEntry, ConfigError, format_validation_error
 
 
 def parse_backend_arg(arg: str) -> BackendEntry:

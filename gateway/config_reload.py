@@ -28,16 +28,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.config import ConfigError, GatewayConfig, HealthSection
 from gateway.health_settings import health_policy, probe_readmit_s, probe_settings, scrape_settings
 from gateway.router import RequestRouter
 from gateway.runtime_backends import RuntimeBackends
 from health.pool import BackendPool
 from health.prober import Prober
 from health.scraper import Scraper
+from routing.config.profiles import RoutingSection
+from routing.config.schema import ConfigError, GatewayConfig, HealthSection
 from routing.registry import PluginError
 from routing.scheduler import Scheduler
-from scoring.profiles import RoutingSection
 
 log = logging.getLogger(__name__)
 

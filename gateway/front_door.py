@@ -31,7 +31,7 @@ from gateway.asgi import Scope
 from gateway.auth import ANONYMOUS, KeyStore, Principal, authenticate, build_key_store, matches
 from gateway.errors import AuthenticationError, NotFoundError
 from gateway.header_policy import HeaderPolicy, build_header_policy
-from scoring.config import ConfigError, GatewayConfig
+from routing.config.schema import ConfigError, GatewayConfig
 
 if TYPE_CHECKING:
     from gateway.admin_app import AdminListener, AdminSource

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.asgi import Headers, Scope
-from scoring.config import SecuritySection
+from routing.config.schema import SecuritySection
 
 UPSTREAM_KEY_ENV = "KVGATE_UPSTREAM_API_KEY"
 OPAQUE_ID_HEX = 12

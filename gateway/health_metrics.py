@@ -27,8 +27,8 @@ from prometheus_client.registry import Collector
 from gateway.prefix import PreciseHits
 from health.kv_events import KvEventSubscriber
 from health.pool import BackendPool
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_index import PrefixIndex
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_index import PrefixIndex
 
 _KV_COUNTERS = (
     ("batches", "KV-event batches delivered (replayed ones included)"),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.config import HealthSection
 from health.prober import ProbeSettings
 from health.scraper import ScrapeSettings
 from health.state import HealthPolicy
+from routing.config.schema import HealthSection
 
 
 def health_policy(h: HealthSection) -> HealthPolicy:

@@ -16,7 +16,7 @@ import logging
 from gateway.supervisor import Supervisor
 from health.discovery.endpoints import KvEventsSource
 from health.kv_events import KvEventsSettings, KvEventSubscriber, OnBatch
-from scoring.precise_index import PreciseIndex
+from scoring.state.precise_index import PreciseIndex
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from routing.types import Decision
-from scoring.cache_check import CacheCheck
+from scoring.state.cache_check import CacheCheck
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 OTHER_MODEL = "other"

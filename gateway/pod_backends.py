@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from gateway.config import DiscoverySection
 from gateway.kv_event_loops import KvEventLoops, source_settings
 from health.discovery.endpoints import Endpoint
 from health.discovery.informer import WatchSettings
@@ -26,6 +25,7 @@ from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
 from health.kv_events import KvEventsSettings
 from health.pool import BackendPool, BackendSpec
+from routing.config.schema import DiscoverySection
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Prefix tracking at the edge: the gateway's side of the shared `scoring.prefix_feed`.
+"""Prefix tracking at the edge: the gateway's side of the shared `scoring.state.prefix_feed`.
 
 The gateway hashes each request's prompt bytes (`gateway.prompt_bytes`) into routing blocks of
 the feed's size, and tells the feed each dispatch with the backend's KV size as last scraped.
@@ -28,11 +28,11 @@ from gateway.prompt_bytes import prompt_bytes
 from gateway.usage import Usage
 from health.pool import Backend
 from routing.types import EndpointSnapshot, RoutingRequest
-from scoring.cache_check import CacheCheck
-from scoring.precise_index import PreciseIndex, cached_tokens
-from scoring.prefix_feed import Dispatch, PrefixFeed, kv_tokens
-from scoring.prefix_hash import hash_blocks, prefix_seed
-from scoring.token_blocks import root_key, token_block_keys
+from scoring.state.cache_check import CacheCheck
+from scoring.state.precise_index import PreciseIndex, cached_tokens
+from scoring.state.prefix_feed import Dispatch, PrefixFeed, kv_tokens
+from scoring.state.prefix_hash import hash_blocks, prefix_seed
+from scoring.state.token_blocks import root_key, token_block_keys
 
 
 @dataclass(slots=True)

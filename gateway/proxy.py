@@ -53,7 +53,7 @@ from gateway.usage import (
     ask_for_usage,
 )
 from health.pool import Backend, BackendPool
-from scoring.prefix_feed import Dispatch
+from scoring.state.prefix_feed import Dispatch
 
 log = logging.getLogger(__name__)
 

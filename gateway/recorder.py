@@ -1,7 +1,7 @@
 """Recording live traffic as a kvgate trace (`kvgate serve --record FILE`, `server.record_path`).
 
 The format (a header line, then one JSON line per completed request, never prompt text) is
-specified in `sim.traces.recorded`, which also loads it. `open()` runs at start-up, so a bad
+specified in `routing.traces.recorded`, which also loads it. `open()` runs at start-up, so a bad
 path stops the gateway at once. Per completed request the app calls `record()`: it hashes
 the prompt in fixed blocks and appends one encoded line to a buffer in memory, with no I/O
 on the request path. `run()`, a task in the app's lifespan task group, writes the buffer out
@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from gateway.config import GatewayConfig
 from gateway.inference_request import InferenceRequest
 from gateway.prompt_bytes import prompt_bytes
-from scoring.prefix_feed import DEFAULT_BLOCK_TOKENS
-from scoring.prefix_hash import hash_fixed_blocks, prefix_seed
-from sim.traces.recorded import encode_header, encode_request
-from sim.traces.request import TraceRequest
+from routing.config.schema import GatewayConfig
+from routing.traces.recorded import encode_header, encode_request
+from routing.traces.request import TraceRequest
+from scoring.state.prefix_feed import DEFAULT_BLOCK_TOKENS
+from scoring.state.prefix_hash import hash_fixed_blocks, prefix_seed
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from gateway.errors import ModelNotFoundError, NoHealthyBackendError, UnknownPol
 from gateway.inference_request import InferenceRequest, session_key
 from gateway.prefix import PrefixTracker
 from health.pool import BackendPool
+from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
-from scoring.profiles import RoutingSection
 
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60

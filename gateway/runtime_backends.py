@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.config import BackendEntry
 from gateway.errors import ConflictError, NotFoundError
 from gateway.kv_event_loops import KvEventLoops
 from health.kv_events import KvEventsSettings
 from health.pool import Backend, BackendPool, BackendSpec
+from routing.config.schema import BackendEntry
 
 log = logging.getLogger(__name__)
 Owner = Literal["config", "admin", "discovery"]

@@ -16,12 +16,12 @@ from collections.abc import Callable
 import uvicorn
 
 from gateway.app import GatewayApp
-from gateway.config import ConfigError, ServerSection
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
 from gateway.http.server_metrics import ServerEventsCollector
 from gateway.http.tls import ReloadingTls
 from gateway.lifecycle import GatewayServer
+from routing.config.schema import ConfigError, ServerSection
 
 
 def run_gateway(

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from gateway.config import GatewayConfig
 from gateway.prefix import PrefixTracker, backend_kv_tokens
 from gateway.state import SharedState
 from gateway.state.load import Counts
@@ -22,8 +21,9 @@ from gateway.state.outbox import now_ms
 from gateway.workers.context import WorkerContext
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
-from scoring.prefix_feed import PrefixFeed
+from routing.config.schema import GatewayConfig
 from scoring.stack import RoutingStack
+from scoring.state.prefix_feed import PrefixFeed
 
 
 def build_sharing(

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.asgi import Headers
-from gateway.config import UpstreamSection
 from gateway.errors import (
     GatewayOverloadedError,
     UpstreamConnectError,
@@ -23,6 +22,7 @@ from gateway.header_policy import HeaderPolicy
 from gateway.http import http1
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.retry_budget import RetryBudget
+from routing.config.schema import UpstreamSection
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the client library sets itself.
 HOP_BY_HOP = frozenset(

@@ -89,7 +89,7 @@ class RoutingRequest:
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=_empty)  # routing headers, lower-case
     prompt_tokens: int = 0  # the prompt's exact length in the model's tokens (0: not known)
-    # The prompt's token-block keys (`scoring.token_blocks`) per engine block size:
+    # The prompt's token-block keys (`scoring.state.token_blocks`) per engine block size:
     # (block_size, keys) pairs; empty without a tokenizer for the model.
     token_keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
 

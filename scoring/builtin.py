@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from routing import PluginRegistry
-from scoring.in_flight import InFlightScorer
-from scoring.kv_utilization import KvUtilizationScorer
-from scoring.load_imbalance import LoadImbalanceFilter
-from scoring.lora_affinity import LoraAffinityScorer
-from scoring.max_score import MaxScorePicker
-from scoring.power_of_two import PowerOfTwoPicker
-from scoring.queue_depth import QueueDepthScorer
-from scoring.random_picker import RandomPicker
-from scoring.round_robin import RoundRobinPicker
-from scoring.running_requests import RunningRequestsScorer
-from scoring.saturation import SaturationFilter
-from scoring.session_affinity import SessionAffinityScorer
-from scoring.softmax import SoftmaxPicker
-from scoring.weighted_random import WeightedRandomPicker
+from scoring.filters.load_imbalance import LoadImbalanceFilter
+from scoring.filters.saturation import SaturationFilter
+from scoring.pickers.max_score import MaxScorePicker
+from scoring.pickers.power_of_two import PowerOfTwoPicker
+from scoring.pickers.random_picker import RandomPicker
+from scoring.pickers.round_robin import RoundRobinPicker
+from scoring.pickers.softmax import SoftmaxPicker
+from scoring.pickers.weighted_random import WeightedRandomPicker
+from scoring.scorers.in_flight import InFlightScorer
+from scoring.scorers.kv_utilization import KvUtilizationScorer
+from scoring.scorers.lora_affinity import LoraAffinityScorer
+from scoring.scorers.queue_depth import QueueDepthScorer
+from scoring.scorers.running_requests import RunningRequestsScorer
+from scoring.scorers.session_affinity import SessionAffinityScorer
 
 
 def register_builtins(registry: PluginRegistry) -> None:

@@ -27,17 +27,17 @@ from collections.abc import Sequence
 
 from routing.scheduler import Profile
 from routing.types import Decision, RoutingRequest, ScoreTable
-from scoring.cache_headroom import CacheHeadroomScorer
-from scoring.estimated_ttft import EstimatedTtftScorer
-from scoring.in_flight import InFlightScorer
-from scoring.kv_utilization import KvUtilizationScorer
-from scoring.lora_affinity import LoraAffinityScorer
-from scoring.precise_prefix import PrecisePrefixScorer
-from scoring.prefix_index import PrefixIndex
-from scoring.prefix_match import PrefixMatchScorer
-from scoring.queue_depth import QueueDepthScorer
-from scoring.running_requests import RunningRequestsScorer
-from scoring.session_affinity import SessionAffinityScorer
+from scoring.scorers.cache_headroom import CacheHeadroomScorer
+from scoring.scorers.estimated_ttft import EstimatedTtftScorer
+from scoring.scorers.in_flight import InFlightScorer
+from scoring.scorers.kv_utilization import KvUtilizationScorer
+from scoring.scorers.lora_affinity import LoraAffinityScorer
+from scoring.scorers.precise_prefix import PrecisePrefixScorer
+from scoring.scorers.prefix_match import PrefixMatchScorer
+from scoring.scorers.queue_depth import QueueDepthScorer
+from scoring.scorers.running_requests import RunningRequestsScorer
+from scoring.scorers.session_affinity import SessionAffinityScorer
+from scoring.state.prefix_index import PrefixIndex
 
 REASONS = (
     "only_candidate",

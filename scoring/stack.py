@@ -9,17 +9,20 @@ the simulator) and may pass its own index (the simulator's oracle reads the engi
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-from routing import PluginRegistry, Scheduler
+from routing import PluginRegistry, Profile, Scheduler, WeightedScorer
+from routing.config.profiles import ProfileSpec, RoutingSection, effective_profiles
+from routing.registry import PluginError
 from scoring.builtin import register_builtins
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_feed import PrefixFeed
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import RoutingSection, build_scheduler
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_feed import PrefixFeed
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +60,39 @@ def build_routing_stack(
     scheduler = build_scheduler(section, registry, clock, rng)
     feed = PrefixFeed(section.prefix, index, ttft_model if t.learn else None)
     return RoutingStack(registry, scheduler, index, ttft_model, feed, precise)
+
+
+def build_scheduler(
+    section: RoutingSection,
+    registry: PluginRegistry,
+    clock: Callable[[], float],
+    rng: random.Random,
+) -> Scheduler:
+    """Instantiate every effective profile (fresh plugins per profile) into a Scheduler."""
+    profiles = {
+        name: _build_profile(name, spec, registry)
+        for name, spec in effective_profiles(section).items()
+    }
+    return Scheduler(profiles, section.policy, clock, rng)
+
+
+def _build_profile(name: str, spec: ProfileSpec, registry: PluginRegistry) -> Profile:
+    try:
+        filters = tuple(
+            registry.make_filter(f.type, f.instance_name, _frozen(f.params)) for f in spec.filters
+        )
+        scorers = tuple(
+            WeightedScorer(
+                registry.make_scorer(s.type, s.instance_name, _frozen(s.params)), s.weight
+            )
+            for s in spec.scorers
+        )
+        p = spec.picker
+        picker = registry.make_picker(p.type, p.instance_name, _frozen(p.params))
+    except PluginError as exc:
+        raise PluginError(f"profile {name!r}: {exc}") from exc
+    return Profile(name=name, picker=picker, filters=filters, scorers=scorers)
+
+
+def _frozen(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(params))  # plugins get a read-only copy, never the spec's dict

@@ -10,14 +10,14 @@ simulator each create those objects, feed them, and register these plugins with 
 from __future__ import annotations
 
 from routing import PluginRegistry
-from scoring.cache_headroom import CacheHeadroomScorer
-from scoring.cache_view import CacheView
-from scoring.estimated_ttft import EstimatedTtftScorer
-from scoring.precise_index import PreciseIndex
-from scoring.precise_prefix import PrecisePrefixScorer
-from scoring.prefix_index import PrefixIndex
-from scoring.prefix_match import PrefixMatchScorer
-from scoring.ttft_model import OnlineTtftModel
+from scoring.scorers.cache_headroom import CacheHeadroomScorer
+from scoring.scorers.estimated_ttft import EstimatedTtftScorer
+from scoring.scorers.precise_prefix import PrecisePrefixScorer
+from scoring.scorers.prefix_match import PrefixMatchScorer
+from scoring.state.cache_view import CacheView
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel
 
 
 def register_stateful_plugins(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.admission.load import Shot
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.plots import PlotsUnavailable, pyplot
 
 TARGET_TTFT_RATIO = 2.0

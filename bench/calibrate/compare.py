@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.calibrate.errors import ErrorSummary, relative_error
 from bench.calibrate.grid import Cell
-from sim.percentile import percentile
+from routing.percentile import percentile
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Relative errors and their percentiles (nearest rank, `sim.percentile`), as the calibration
+"""Relative errors and their percentiles (nearest rank, `routing.percentile`), as the calibration
 report states them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 
 
 def relative_error(predicted: float, measured: float) -> float:

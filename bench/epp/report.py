@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.plots import PlotsUnavailable, pyplot
 
 _MS = 1e3

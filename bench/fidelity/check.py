@@ -28,9 +28,9 @@ from bench.fidelity.compare import (
     relative_error,
 )
 from bench.fidelity.live import LiveRun
+from routing.traces import TraceRequest, load_trace
 from sim.engine.types import EngineProfile
 from sim.replay import Replay, SimSettings
-from sim.traces import TraceRequest, load_trace
 
 
 @dataclass(frozen=True, slots=True)

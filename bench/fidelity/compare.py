@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 
 
 @dataclass(frozen=True, slots=True)

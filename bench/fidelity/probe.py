@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from routing.traces import TraceRequest
 from sim.live.experiment import (
     Fleet,
     Router,
@@ -35,7 +36,6 @@ from sim.live.experiment import (
     open_loop,
     run_experiment,
 )
-from sim.traces import TraceRequest
 from sim.workloads import TimedRequest, timed_requests
 
 PROBE_REQUESTS = 16  # of each size

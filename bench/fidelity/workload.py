@@ -28,9 +28,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from bench.jitter import jittered
+from routing.traces import TraceRequest, load_mooncake
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile, StepTimeCoefficients
-from sim.traces import TraceRequest, load_mooncake, time_scaled
+from sim.traces import time_scaled
 from sim.workloads import open_loop_chats
 
 MODEL = "kvgate-fidelity"

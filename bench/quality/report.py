@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from bench.peers import PeerInstall
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 KVGATE = ("kvgate", "prefix-aware")

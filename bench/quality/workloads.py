@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from routing.traces import load_mooncake
 from sim.live.experiment import Fleet, Workload, closed_loop, open_loop
-from sim.traces import load_mooncake, time_scaled
+from sim.traces import time_scaled
 from sim.workloads import closed_loop_chats, timed_requests
 
 MODEL = "kvgate-bench"

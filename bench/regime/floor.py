@@ -38,8 +38,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from routing.traces import TraceRequest
 from sim.engine.types import EngineProfile, StepFeatures, StepTimeCoefficients
-from sim.traces import TraceRequest
 
 
 def alone_ttft(profile: EngineProfile, cached: int, total: int) -> float:

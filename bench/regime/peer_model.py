@@ -35,10 +35,10 @@ from routing import (
     ScoreColumn,
     endpoint_ids,
 )
+from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from routing.params import Bounds
-from scoring.prefix_hash import covered_chars
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
+from scoring.state.prefix_hash import covered_chars
+from scoring.state.prefix_index import PrefixIndex
 
 PROFILE = "sglang-model"  # the profile the simulator runs for `sglang-router:cache_aware`
 SCORER = "sglang-cache-aware-model"

@@ -36,11 +36,11 @@ from typing import Any
 from bench.regime import floor, peer_model
 from bench.regime.grid import Cell, FleetSpec
 from routing import RoutingRequest
-from scoring.profiles import RoutingSection
+from routing.config.profiles import RoutingSection
+from routing.percentile import percentile
+from routing.traces import TraceRequest
 from sim.engine.profiles import get_profile
-from sim.percentile import percentile
 from sim.replay import ClosedLoop, Replay, ReplayResult, SimSettings
-from sim.traces import TraceRequest
 from sim.workloads import family
 
 SATURATION_CHATS = 192

@@ -23,8 +23,8 @@ from gateway.tokens.engine import EngineTokenizer
 from gateway.tokens.local import load_local_tokenizer
 from gateway.tokens.protocol import PromptTokenizer
 from gateway.tokens.transport import HttpxPoster, JsonPoster, UpstreamPoster
+from routing.percentile import percentile
 from sim.live.processes import start_emulator
-from sim.percentile import percentile
 
 MODEL = "bench-tokenize"
 Prompts = list[list[dict[str, Any]]]

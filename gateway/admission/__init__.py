@@ -1,6 +1,6 @@
 """Admission control in the gateway: who goes to the fleet now, who waits, who is turned away.
 
-The decisions are made by the pure core in `scoring.admission`; this package binds it to
+The decisions are made by the pure core in `routing.admission`; this package binds it to
 requests (identity, futures, client disconnects), to Prometheus and to the config
 (`build_admission`).
 """
@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 from gateway.admission.controller import AdmissionController
 from gateway.admission.metrics import AdmissionMetrics
 from health.pool import BackendPool
+from routing.admission.capacity import Capacity, InFlightCap, SaturationBudget
+from routing.config.schema import GatewayConfig
 from routing.scheduler import Scheduler
-from scoring.admission.capacity import Capacity, InFlightCap, SaturationBudget
-from scoring.config import GatewayConfig
-from scoring.saturation import SaturationFilter
+from scoring.filters.saturation import SaturationFilter
 
 __all__ = ["AdmissionController", "build_admission"]
 

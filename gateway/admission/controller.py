@@ -2,7 +2,7 @@
 
 `acquire` runs after the request is parsed and before it is routed: the key's rate limits
 first (429 `requests`/`tokens`), then a place in the fleet. A request is admitted at once
-when nobody waits and the fleet has room (`scoring.admission.capacity`); else it joins the
+when nobody waits and the fleet has room (`routing.admission.capacity`); else it joins the
 `FairQueue`, which holds no more requests than can reach service before their deadline
 (`ServiceRate.drained_within`), and waits until `pump` grants it, its deadline passes (503
 `queue_timeout`) or its client leaves (499, it leaves the queue). One that finds no place
@@ -29,9 +29,9 @@ from gateway.asgi import Receive, Scope, disconnect_signal, run_until_disconnect
 from gateway.errors import GatewayError, QueueTimeoutError, ShedError
 from gateway.proxy import RequestRecord
 from health.pool import BackendPool
-from scoring.admission import FairQueue, KeyLimiter, ServiceRate, Ticket
-from scoring.admission.capacity import Capacity
-from scoring.config import AdmissionSection
+from routing.admission import FairQueue, KeyLimiter, ServiceRate, Ticket
+from routing.admission.capacity import Capacity
+from routing.config.schema import AdmissionSection
 
 GRANT_SCOPE_KEY = "kvgate.admission"
 # Places kept from tenants above their share while a lighter one is active: its next request

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import BadRequestError
-from scoring.config import AdmissionSection
+from routing.config.schema import AdmissionSection
 
 PRINCIPAL_SCOPE_KEY = "kvgate.principal"
 ANONYMOUS = "anonymous"

@@ -14,7 +14,7 @@ import math
 from gateway.admission.identity import Identity
 from gateway.admission.metrics import AdmissionMetrics
 from gateway.errors import KeyRateLimitError
-from scoring.admission import KeyLimiter, LimitState
+from routing.admission import KeyLimiter, LimitState
 
 _PER_MIN = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)"}
 

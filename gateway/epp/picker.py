@@ -31,7 +31,7 @@ from gateway.usage import (
 )
 from health.pool import Backend
 from routing.types import RoutingRequest
-from scoring.prefix_feed import Dispatch
+from scoring.state.prefix_feed import Dispatch
 
 _FAILURE_STATUSES = frozenset({502, 503, 504})
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from gateway.config import ServerSection
 from gateway.errors import GatewayError, HeaderFieldsTooLargeError, RequestTimeoutError
+from routing.config.schema import ServerSection
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 

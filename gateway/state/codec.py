@@ -1,7 +1,7 @@
 """Shared-state events and their wire form, pure: what one gateway tells the others.
 
 An event is one change a gateway made to its own routing state, which the others apply to
-their mirrors (`gateway.state.mirror`):
+their mirrors (`scoring.state.mirror`):
 
 | `k`       | event        | the others                                                    |
 |-----------|--------------|---------------------------------------------------------------|
@@ -27,70 +27,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import msgpack  # type: ignore[import-untyped]
 
+from scoring.state.events import Event, Eviction, Forget, Placement, TtftPoints, Withdrawal
+
 _HASH = struct.Struct("<Q")
 MASK64 = (1 << 64) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """A request with these block hashes went to `backend` (from gateway `gateway`)."""
-
-    gateway: str
-    backend: str
-    block_chars: int
-    hashes: tuple[int, ...]
-    at_ms: float  # wall clock when dispatched
-    tokens: int | None = None  # its predicted uncached prompt tokens (None: not sent)
-
-
-@dataclass(frozen=True, slots=True)
-class Withdrawal:
-    """`backend` did not take the request after all: it holds none of `hashes[start:]`."""
-
-    gateway: str
-    backend: str
-    block_chars: int
-    hashes: tuple[int, ...]
-    start: int
-    at_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """`backend` evidently evicted `weight` base blocks the index counted as held (its
-    answer said so); `hashes` (the request's own, held again) are spared."""
-
-    gateway: str
-    backend: str
-    block_chars: int
-    hashes: tuple[int, ...]
-    weight: int
-    at_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class Forget:
-    """`backend` went down: its cache may be gone."""
-
-    gateway: str
-    backend: str
-    at_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class TtftPoints:
-    """TTFTs a gateway observed: (backend, work tokens, seconds) each."""
-
-    gateway: str
-    points: tuple[tuple[str, float, float], ...]
-    at_ms: float
-
-
-Event = Placement | Withdrawal | Eviction | Forget | TtftPoints
 
 
 class BadEntryError(ValueError):

@@ -26,8 +26,8 @@ import msgpack  # type: ignore[import-untyped]
 
 from gateway.state.codec import BadEntryError, decode, pack_events, unpack_events
 from gateway.state.load import LoadSharing, decode_report, encode_report
-from gateway.state.mirror import Mirror
 from gateway.state.outbox import Outbox
+from scoring.state.mirror import Mirror
 
 log = logging.getLogger(__name__)
 

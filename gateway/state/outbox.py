@@ -13,22 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
 
-from gateway.state.codec import Event, TtftPoints
-
-
-@dataclass(slots=True)
-class EventCounters:
-    """Totals since start, for `/admin/backends` and the metrics."""
-
-    queued: int = 0  # local events noted
-    published: int = 0  # of those, sent to the other gateways (or the stream)
-    dropped: int = 0  # of those, lost to a full queue
-    received: int = 0  # events read from other gateways
-    applied: int = 0  # of those, applied to the local mirror
-    skipped: int = 0  # of those, unusable here (unknown backend, other block size, bad entry)
-    lag_ms_last: float | None = None  # made elsewhere → applied here, the last event
+from scoring.state.events import Event, EventCounters, TtftPoints
 
 
 class Outbox:

@@ -11,7 +11,7 @@ is true while Redis is configured but not answering. Redis keys: each gateway's 
 `{namespace}:{pool}:events:{gateway}`, their list `{namespace}:{pool}:streams` and the
 channels `{namespace}:{pool}:load:{gateway}`, the pool being the
 InferencePool's name (`discovery.pool`) or `static`; the model needs no key of its own,
-since every block hash is seeded with the model name (`scoring.prefix_hash.prefix_seed`).
+since every block hash is seeded with the model name (`scoring.state.prefix_hash.prefix_seed`).
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
-from gateway.state.codec import Eviction, Forget, Placement, Withdrawal
 from gateway.state.link import LinkSettings, RedisLink
 from gateway.state.load import Counts, LoadSharing
 from gateway.state.local import LocalMesh, SiblingLinks
-from gateway.state.mirror import Mirror
-from gateway.state.outbox import EventCounters, Outbox, now_ms
+from gateway.state.outbox import Outbox, now_ms
 from gateway.state.pubsub import LoadChannel
 from gateway.state.stream import EventStream
 from gateway.supervisor import Supervisor
+from routing.config.schema import StateSection
+from routing.percentile import percentile
 from routing.types import RoutingRequest
-from scoring.config import StateSection
-from scoring.prefix_index import PrefixIndex
-from scoring.ttft_model import OnlineTtftModel
-from sim.percentile import percentile
+from scoring.state.events import EventCounters, Eviction, Forget, Placement, Withdrawal
+from scoring.state.mirror import Mirror
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel
 
 PUBLISH_LOOP = "state-publish"
 APPLY_LOOP = "state-apply"
@@ -79,6 +79,7 @@ class SharedState:
             refresh_block_chars=refresh_block_chars,
             remote_dispatch=remote_dispatch,
             record=record_placement,
+            clock_ms=now_ms,
         )
         self.channel: Channel | None = None
         self.link: RedisLink | None = None

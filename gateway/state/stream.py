@@ -41,11 +41,12 @@ from typing import Any, cast
 
 from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
 
-from gateway.state.codec import BadEntryError, Event, decode, pack_events, unpack_events
+from gateway.state.codec import BadEntryError, decode, pack_events, unpack_events
 from gateway.state.link import RedisLink
 from gateway.state.load import LoadReport, LoadSharing, encode_report
-from gateway.state.mirror import Mirror
 from gateway.state.outbox import Outbox
+from scoring.state.events import Event
+from scoring.state.mirror import Mirror
 
 log = logging.getLogger(__name__)
 _RENEW_S = 1.0

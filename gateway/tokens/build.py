@@ -18,7 +18,7 @@ from gateway.tokens.engine import EngineTokenizer, PickBackend
 from gateway.tokens.local import MissingExtraError, load_local_tokenizer
 from gateway.tokens.protocol import PromptTokenizer, TokenizerCounters
 from gateway.tokens.transport import JsonPoster, UpstreamPoster
-from scoring.config import ConfigError, TokenizerEntry
+from routing.config.schema import ConfigError, TokenizerEntry
 
 ANY_MODEL = "*"
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from gateway.tracing.context import RemoteParent
 from gateway.tracing.sampling import ALWAYS, NEVER, Bounds
 from gateway.tracing.spans import Outcome, RequestTrace, Sample, Tracer
-from scoring.config import ConfigError
+from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler

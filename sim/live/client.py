@@ -27,7 +27,7 @@ from typing import Literal
 import httpx
 import orjson
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.workloads import Conversation, TimedRequest
 
 

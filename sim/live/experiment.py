@@ -9,7 +9,7 @@ the router, then releases the fleet. The
 result is typed: every request as the client saw it, each replica's counters over the run
 (deltas of the two scrapes), and the figures every report shows: the prefix-cache hit rate
 as the replicas count it (hit tokens / looked-up tokens, summed over replicas) and client
-TTFT percentiles of the requests that succeeded (nearest rank, `sim.percentile`).
+TTFT percentiles of the requests that succeeded (nearest rank, `routing.percentile`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Protocol
 
 import httpx
 
+from routing.percentile import percentile
 from sim.live.client import (
     Fronts,
     RequestResult,
@@ -36,7 +37,6 @@ from sim.live.client import (
 )
 from sim.live.processes import start_emulator, start_gateway
 from sim.live.scrape import ReplicaReport, scrape_replicas
-from sim.percentile import percentile
 from sim.workloads import Conversation, TimedRequest
 
 # (router URL or front ends, headers every request must carry, where results go)

@@ -46,9 +46,9 @@ arguments (or no Ray cluster at the address), 3 if a run was lost on the cluster
 
 def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     """The options `kvgate sim` and `kvgate sim sweep` share: trace, engines, config, SLO."""
+    from routing.traces.load import FORMATS
     from sim.engine.profiles import PROFILES
     from sim.replay.settings import DEFAULT_KV_EVENT_DELAY_S
-    from sim.traces.load import FORMATS
 
     p.add_argument(
         "--trace",

@@ -12,7 +12,7 @@ i + 1 blocks. Two views are derived from them, both keeping that meaning:
   blocks past the ids (Azure traces have none) are the request's own: hash((−1 − salt, b)).
 - **Routing blocks** (`routing_prefix_hashes`): what `gateway.prefix` would hash. The
   gateway hashes full blocks only and, past 128 blocks, doubles the block size every 128
-  blocks (`scoring.prefix_hash`); scorers convert matched blocks to characters with that
+  blocks (`scoring.state.prefix_hash`); scorers convert matched blocks to characters with that
   schedule. So the trace's fixed blocks are regrouped the same way: routing block g spans
   base blocks [lo, hi) of the schedule and is named by the id of base block hi − 1 (ids are
   chained, so that id names the whole span). With `prefix_block_chars = block_tokens ×
@@ -24,8 +24,8 @@ i + 1 blocks. Two views are derived from them, both keeping that meaning:
 
 from __future__ import annotations
 
-from scoring.prefix_hash import GROUP
-from sim.traces import TraceRequest
+from routing.traces import TraceRequest
+from scoring.state.prefix_hash import GROUP
 
 
 def engine_block_hashes(request: TraceRequest, block_size: int, salt: int) -> list[int]:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from routing.traces import FORMATS, TraceRequest, load_trace
 from sim.engine.kv_store import NATIVE_BUILT
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
@@ -20,7 +21,7 @@ from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay.report import PolicySummary, format_table, summarize, write_plots, write_summary
 from sim.replay.settings import SimSettings, load_config
 from sim.replay.simulator import Replay, ReplayResult
-from sim.traces import FORMATS, TraceRequest, load_trace, time_scaled
+from sim.traces import time_scaled
 
 DEFAULT_POLICIES = ("round-robin", "least-load", "prefix-aware", "oracle")
 DEFAULT_PROFILE = "h100-llama3-8b"

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from routing import PluginRegistry
+from routing.traces import TraceRequest
 from routing.types import EndpointSnapshot, EngineMetrics
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_index import PrefixIndex
 from scoring.stack import RoutingStack, build_routing_stack
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_index import PrefixIndex
 from sim.replay.settings import SPREADS, SimSettings
-from sim.traces import TraceRequest
 
 
 class Counters(Protocol):

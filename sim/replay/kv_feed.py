@@ -13,7 +13,7 @@ dispatch counts and hit rates).
 
 Keys: trace requests reach the engines as block hashes (`EngineModel.add_request_hashed`),
 so their events carry no token ids and the index keys those blocks by their engine hashes
-(`scoring.precise_index`). A request's keys are then its engine block hashes as the events
+(`scoring.state.precise_index`). A request's keys are then its engine block hashes as the events
 carry them (`external_hash`: unsigned 64-bit), in the engines' block size, and its exact
 prompt length is the trace's. After dispatch the keys are speculated on the chosen replica,
 as the gateway does.
@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from routing.config.profiles import RoutingSection, effective_profiles
 from routing.kv_events import KvEvent
-from scoring.precise_index import PreciseIndex
-from scoring.profiles import RoutingSection, effective_profiles
+from scoring.state.precise_index import PreciseIndex
 from sim.engine.kv_events import external_hash
 
 PRECISE_SCORERS = frozenset({"precise-prefix-scorer"})

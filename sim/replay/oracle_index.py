@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from scoring.prefix_hash import blocks_covered_by
-from scoring.prefix_index import PrefixIndex
+from scoring.state.prefix_hash import blocks_covered_by
+from scoring.state.prefix_index import PrefixIndex
 from sim.engine.model import EngineModel
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.plots import pyplot
 from sim.replay.settings import SimSettings
 from sim.replay.simulator import ReplayResult

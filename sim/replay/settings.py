@@ -1,7 +1,7 @@
 """What one replay needs besides the trace: fleet, engine profile, gateway signals, SLO.
 
 `load_config` reads the gateway's own YAML file with the gateway's own schema and loader
-(`scoring.config`): its `routing:` section and, from `health:`, the two settings that shape
+(`routing.config.schema`): its `routing:` section and, from `health:`, the two settings that shape
 what routing sees, `scrape_interval_s` and `metrics_stale_after_s` (their defaults are the
 gateway's). Other sections are validated but are the gateway's business.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scoring.config import HealthSection
-from scoring.config import load_config as load_gateway_config
-from scoring.profiles import RoutingSection
+from routing.config.profiles import RoutingSection
+from routing.config.schema import HealthSection
+from routing.config.schema import load_config as load_gateway_config
 
 _HEALTH = HealthSection()  # the gateway's defaults for the scrape cadence and staleness
 ORACLE = "oracle"
@@ -94,7 +94,7 @@ class PolicySpec:
 def load_config(path: str | Path | None) -> dict[str, Any]:
     """SimSettings keyword arguments from the gateway's config file (empty without one).
 
-    The file is validated whole by the gateway's own schema (`scoring.config`); the
+    The file is validated whole by the gateway's own schema (`routing.config.schema`); the
     simulator takes `routing:` and the two `health:` settings that shape what routing sees.
     """
     if path is None:

@@ -11,8 +11,8 @@ gateway's own. What the scheduler sees is what a live gateway would see:
   `health.pool` applies);
 - the gateway's own in-flight counts and pending prefill, updated at once;
 - the prefix index and TTFT model, fed at dispatch and first token by the gateway's own
-  `scoring.prefix_feed.PrefixFeed`;
-- for a profile that reads it, the precise index (`scoring.precise_index`), fed with the
+  `scoring.state.prefix_feed.PrefixFeed`;
+- for a profile that reads it, the precise index (`scoring.state.precise_index`), fed with the
   engines' KV-cache events `kv_event_delay_s` after each step (`sim.replay.kv_feed`), and
   speculated on at dispatch.
 
@@ -55,9 +55,10 @@ from itertools import pairwise
 from typing import Protocol
 
 from routing import PluginRegistry
+from routing.traces import TraceRequest
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_feed import Dispatch, kv_tokens
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_feed import Dispatch, kv_tokens
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
@@ -69,7 +70,6 @@ from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
 from sim.replay.replica import Segment, SimReplica
 from sim.replay.settings import PolicySpec, SimSettings
-from sim.traces import TraceRequest
 
 DEFAULT_MODEL = "sim"
 CLOSED_LOOP_SPAN_S = 60.0  # a closed loop's timeline: samples every span / timeline_points

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import xxhash
 
-from sim.traces.request import TraceRequest
+from routing.traces.request import TraceRequest
 
 _VOCAB_BASE, _VOCAB_SPAN = 1000, 30000
 

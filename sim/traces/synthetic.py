@@ -24,7 +24,7 @@ import random
 from collections.abc import Hashable
 from dataclasses import replace
 
-from sim.traces.request import TraceRequest
+from routing.traces.request import TraceRequest
 
 Piece = tuple[Hashable, int, int]  # (what the tokens are, from, to)
 

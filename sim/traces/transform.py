@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sim.traces.request import TraceRequest
+from routing.traces.request import TraceRequest
 
 
 def time_scaled(requests: Sequence[TraceRequest], factor: float) -> list[TraceRequest]:

@@ -43,9 +43,9 @@ from functools import cache
 
 import orjson
 
+from routing.traces import TraceRequest
 from sim.emulator.openai_api import render_chat
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.traces import TraceRequest
 from sim.workloads.closed_loop import Conversation
 from sim.workloads.open_loop import TimedRequest
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from routing.traces import TraceRequest
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.traces import TraceRequest, multi_turn_sessions, prompt_token_ids
+from sim.traces import multi_turn_sessions, prompt_token_ids
 
 
 @dataclass(frozen=True, slots=True)

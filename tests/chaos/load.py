@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 import orjson
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 
 CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hello there, how are you"}]}
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 from tests.chaos.checks import CHAT, assert_survived, chat, is_openai_error
 from tests.chaos.conftest import StartGateway
 from tests.chaos.load import judge_stream

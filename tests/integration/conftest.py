@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.app import GatewayApp, build_app
-from gateway.config import parse_config
+from routing.config.schema import parse_config
 from tests.support.fixture_types import ServeApp
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerThread

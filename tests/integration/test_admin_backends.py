@@ -14,8 +14,8 @@ import yaml
 
 from gateway.app import build_app
 from gateway.auth import hash_key
-from gateway.config import load_config
 from gateway.config_reload import ConfigReloader
+from routing.config.schema import load_config
 from tests.integration.conftest import FAST_HEALTH, StartGateway
 from tests.support.fixture_types import ServeApp, StartEngines
 from tests.support.waiting import wait_until

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.app import build_app
 from gateway.auth import hash_key
-from gateway.config import parse_config
+from routing.config.schema import parse_config
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.tokenizer import BuiltinTokenizer

@@ -287,7 +287,7 @@ def test_openai_client_through_gateway_sees_cache_hits(
     import openai
 
     from gateway.app import build_app
-    from gateway.config import parse_config
+    from routing.config.schema import parse_config
 
     servers = [start_replica()[1] for _ in range(2)]
     app = build_app(parse_config({

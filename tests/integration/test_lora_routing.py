@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from gateway.app import build_app
-from gateway.config import load_config
+from routing.config.schema import load_config
 from sim.emulator.app import EmulatorApp
 from sim.emulator.lora import LoraSettings
 from sim.emulator.replica import Replica

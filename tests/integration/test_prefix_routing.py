@@ -8,7 +8,7 @@ from dataclasses import replace
 import httpx
 
 from gateway.app import build_app
-from gateway.config import parse_config
+from routing.config.schema import parse_config
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile

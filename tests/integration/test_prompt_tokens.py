@@ -17,7 +17,7 @@ from gateway.inference_request import InferenceRequest, parse_inference_body
 from gateway.tokens import PromptTokenizer, build_tokenizers
 from gateway.tokens.engine import EngineTokenizer
 from gateway.tokens.transport import HttpxPoster
-from scoring.config import parse_config
+from routing.config.schema import parse_config
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.emulator.server import make_tokenizer

@@ -14,13 +14,13 @@ import httpx
 import orjson
 
 from gateway.prompt_bytes import prompt_bytes
+from routing.traces import detect_format, load_trace
 from sim.emulator.app import EmulatorApp
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer
 from sim.live.scrape import parse_vllm_metrics
 from sim.replay import Replay, SimSettings
-from sim.traces import detect_format, load_trace
 from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import ServeApp

@@ -11,7 +11,7 @@ import httpx
 import orjson
 
 from gateway.prompt_bytes import prompt_bytes
-from sim.traces import load_trace
+from routing.traces import load_trace
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import StartEngines
 

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 from gateway.app import GatewayApp, build_app
-from gateway.config import parse_config
 from gateway.http.server import server_protocol
+from routing.config.schema import parse_config
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import StartEngines
 from tests.support.servers import ServerThread, dead_url

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from gateway.app import GatewayApp
-from gateway.config import BackendEntry, GatewayConfig, HealthSection
 from gateway.proxy import Proxy
 from gateway.router import RequestRouter
 from health.pool import Backend
+from routing.config.profiles import RoutingSection
+from routing.config.schema import BackendEntry, GatewayConfig, HealthSection
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest
-from scoring.prefix_feed import Dispatch
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import RoutingSection
+from scoring.state.prefix_feed import Dispatch
+from scoring.state.prefix_index import PrefixIndex
 from sim.replay import Replay, SimSettings
 from tests.unit.sim.replay.synthetic import SMALL, tenant_trace
 

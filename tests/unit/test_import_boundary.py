@@ -33,7 +33,7 @@ FORBIDDEN = frozenset(
 
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
-for name in ("routing", "scoring", "scoring.builtin", "scoring.profiles", "sim.engine",
+for name in ("routing", "scoring", "scoring.builtin", "routing.config.profiles", "sim.engine",
              "sim.workloads", "sim.replay"):
     importlib.import_module(name)
 walked = []
@@ -87,7 +87,7 @@ def test_routing_and_scoring_load_no_web_library() -> None:
     assert isinstance(result, dict)
     # The walk really visited the plugin modules (else the check below proves nothing).
     walked = set(result["walked"])
-    assert {"routing.scheduler", "scoring.round_robin", "sim.engine.model"} <= walked
+    assert {"routing.scheduler", "scoring.pickers.round_robin", "sim.engine.model"} <= walked
     assert {"sim.replay.simulator", "sim.replay.cli", "sim.replay.sweep.ray_runner"} <= walked
     assert sorted(_top_level(result["loaded"]) & (FORBIDDEN | {"ray"})) == []
     assert "gateway" not in _top_level(result["loaded"])  # the simulator reuses no gateway code

@@ -1,7 +1,7 @@
 """The precise index fed by a real vLLM's KV-cache events, and requests checked against it.
 
 `EventTracker` runs a `health.kv_events.KvEventSubscriber` whose callback applies every batch
-to a `scoring.precise_index.PreciseIndex` and counts the events. `Prober` sends requests one
+to a `scoring.state.precise_index.PreciseIndex` and counts the events. `Prober` sends requests one
 at a time; before each it waits until the index has caught up with the previous request,
 predicts the cached prompt tokens from the index (`depth` of the prompt's token-block keys,
 through `cached_tokens`) and compares with the response's
@@ -29,8 +29,8 @@ import httpx
 from adapters.kv_events import KvEventBatch
 from health.kv_events import KvEventsSettings, KvEventSubscriber
 from routing.kv_events import BlockRemoved, BlockStored
-from scoring.precise_index import PreciseIndex, cached_tokens
-from scoring.token_blocks import root_key, token_block_keys
+from scoring.state.precise_index import PreciseIndex, cached_tokens
+from scoring.state.token_blocks import root_key, token_block_keys
 
 BACKEND = "vllm-0"
 

@@ -269,7 +269,7 @@ def _check(figures: dict[str, Any], tracker: EventTracker) -> None:
     assert figures["by_phase"]["chat"]["with_hits"] > 0
     assert figures["index"]["reannounced_blocks"] > 0  # report mode "full" was exercised
     # What the index still gets wrong there: a one-block re-announcement, which it cannot tell
-    # from a second copy (see scoring/precise_index.py): the block stays held after eviction.
+    # from a second copy (see scoring/state/precise_index.py): the block stays held after eviction.
     for m in figures["mismatches"]:
         if m["phase"] == "report-full":
             assert m["delta"] == figures["block_size"], m

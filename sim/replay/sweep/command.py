@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from routing.traces import TraceRequest
 from sim.engine.types import EngineProfile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay.cli import load_inputs
@@ -46,7 +47,7 @@ from sim.replay.sweep.report import (
     write_sweep_plot,
 )
 from sim.replay.sweep.runners import RunSpec, SweepRunner, open_runner
-from sim.traces import TraceRequest, time_scaled
+from sim.traces import time_scaled
 
 DEFAULT_POLICIES = "round-robin,least-load,prefix-aware"
 DEFAULT_OBJECTIVE = "max:goodput"

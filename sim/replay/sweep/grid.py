@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scoring.profiles import ProfileSpec, RoutingSection, effective_profiles
+from routing.config.profiles import ProfileSpec, RoutingSection, effective_profiles
 from sim.replay.settings import PolicySpec
 
 Weights = tuple[tuple[str, float], ...]  # (scorer instance name, weight), in --weights order

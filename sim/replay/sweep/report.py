@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import yaml
 
-from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
+from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from sim.plots import pyplot
 from sim.replay.sweep.grid import policy_profile, with_weights
 from sim.replay.sweep.rank import (

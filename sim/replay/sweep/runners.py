@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, TextIO
 
+from routing.traces import TraceRequest
 from sim.engine.types import EngineProfile
 from sim.replay.cli import replay_policy
 from sim.replay.report import PolicySummary, summarize
 from sim.replay.settings import SimSettings
-from sim.traces import TraceRequest
 
 Traces = Mapping[float, Sequence[TraceRequest]]  # the trace at each rate scale of the grid
 

@@ -33,11 +33,12 @@ from bench.fidelity.workload import (
     slowed,
     spread_bursts,
 )
+from routing.traces import TraceRequest
+from routing.traces.recorded import encode_header, encode_request
 from sim.engine.profiles import get_profile
 from sim.live.scrape import ReplicaReport
 from sim.replay import SimSettings
-from sim.traces import TraceRequest, prompt_token_ids
-from sim.traces.recorded import encode_header, encode_request
+from sim.traces import prompt_token_ids
 from sim.workloads import timed_requests
 from tests.unit.sim.replay.equivalence import mooncake_slice
 

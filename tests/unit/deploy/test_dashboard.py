@@ -21,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
-from gateway.config import parse_config
+from routing.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "kvgate-dashboard.json"

@@ -23,8 +23,8 @@ import yaml
 
 from gateway.app import build_app
 from gateway.cli import _effective_config, build_parser
-from gateway.config import parse_config
 from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT, kv_events_sources
+from routing.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"

@@ -18,7 +18,7 @@ from gateway.auth import (
     load_keys_file,
 )
 from gateway.errors import AuthenticationError
-from scoring.config import ApiKeyEntry, SecuritySection
+from routing.config.schema import ApiKeyEntry, SecuritySection
 
 
 class Clock:

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import ListenError, _effective_config, build_parser, check_admin_port, main
-from gateway.config import ConfigError, GatewayConfig, load_config
-from scoring.profiles import BUILTIN_PROFILES, RoutingSection
+from routing.config.profiles import BUILTIN_PROFILES, RoutingSection
+from routing.config.schema import ConfigError, GatewayConfig, load_config
+from routing.traces.load import FORMATS
 from sim.demo import DEMO_POLICIES
 from sim.emulator.lora import LoraSettings
 from sim.engine.profiles import PROFILES
 from sim.replay import cli as replay_cli
 from sim.replay import sweep
-from sim.traces.load import FORMATS
 
 REFERENCE = Path(__file__).resolve().parents[3] / "deploy" / "kvgate.yaml"
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from gateway.app import GatewayApp, build_app
-from gateway.config import ConfigError, GatewayConfig, load_config, parse_config
 from gateway.config_reload import ConfigReloader, changed_fields, is_live
 from health.prober import Prober, ProbeSettings
 from health.scraper import Scraper, ScrapeSettings
+from routing.config.schema import ConfigError, GatewayConfig, load_config, parse_config
 from tests.support.waiting import async_wait_until
 
 BASE: dict[str, Any] = {

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from gateway.app import build_app
-from gateway.config import parse_config
 from gateway.inference_request import parse_inference_body
 from gateway.usage import Usage
+from routing.config.schema import parse_config
 from routing.types import EngineMetrics
 
 MAX_COUNT = 2**53  # adapters.metric_map: larger counts are unknown

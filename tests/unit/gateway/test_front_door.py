@@ -10,8 +10,8 @@ import pytest
 
 from gateway.app import GatewayApp, build_app
 from gateway.auth import ANONYMOUS, Principal, hash_key
-from gateway.config import ConfigError, parse_config
 from gateway.front_door import FrontDoor
+from routing.config.schema import ConfigError, parse_config
 from tests.support.asgi_types import Message
 
 ADMIN_SHA = hash_key("admin-key")

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.header_policy import HeaderPolicy, build_header_policy, client_address, opaque_id
 from gateway.upstream import request_headers
-from scoring.config import SecuritySection
+from routing.config.schema import SecuritySection
 
 RAW = [
     (b"Authorization", b"Bearer client-key"),

@@ -10,9 +10,9 @@ from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
 from routing.kv_events import BlockStored
 from routing.types import EngineMetrics
-from scoring.precise_index import ENTRY_BYTES as PRECISE_ENTRY_BYTES
-from scoring.precise_index import PreciseIndex
-from scoring.prefix_index import ENTRY_BYTES, PrefixIndex
+from scoring.state.precise_index import ENTRY_BYTES as PRECISE_ENTRY_BYTES
+from scoring.state.precise_index import PreciseIndex
+from scoring.state.prefix_index import ENTRY_BYTES, PrefixIndex
 
 
 def _page(pool: BackendPool, kv: dict[str, KvEventSubscriber], now: float) -> str:

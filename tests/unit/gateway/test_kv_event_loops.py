@@ -4,12 +4,12 @@ supervisor's report and the precise index (no sockets: the supervisor is not run
 from __future__ import annotations
 
 from gateway.app import GatewayApp, build_app
-from gateway.config import parse_config
 from gateway.kv_event_loops import source_settings
 from gateway.supervisor import Supervisor
 from health.discovery.endpoints import KvEventsSource
 from health.kv_events import KvEventsSettings
 from health.pool import BackendSpec
+from routing.config.schema import parse_config
 from routing.kv_events import BlockStored
 
 POD = "10.0.0.1:8000"

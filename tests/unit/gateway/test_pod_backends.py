@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.app import build_app
-from gateway.config import ConfigError, parse_config
 from health.pool import BackendSpec
+from routing.config.schema import ConfigError, parse_config
 
 
 def test_discovered_backends_are_added_and_removed_configured_ones_kept() -> None:

@@ -10,12 +10,12 @@ from gateway.prompt_bytes import prompt_bytes
 from gateway.usage import Usage
 from health.pool import Backend, BackendSpec
 from health.state import HealthPolicy, HealthState
+from routing.config.profiles import PrefixSection
 from routing.types import EndpointSnapshot, EngineMetrics, RoutingRequest
-from scoring.prefix_feed import PrefixFeed
-from scoring.prefix_hash import hash_blocks, prefix_seed
-from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
-from scoring.profiles import PrefixSection
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
+from scoring.state.prefix_feed import PrefixFeed
+from scoring.state.prefix_hash import hash_blocks, prefix_seed
+from scoring.state.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 
 NOW = 1_000.0
 MESSAGES = [{"role": "user", "content": "tell me a story " * 100}]  # 1,606 bytes

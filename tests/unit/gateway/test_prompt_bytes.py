@@ -10,7 +10,7 @@ from gateway import prompt_bytes as prompt_bytes_module
 from gateway.errors import BadRequestError
 from gateway.inference_request import parse_inference_body
 from gateway.prompt_bytes import prompt_bytes
-from scoring.prefix_hash import GROUP, hash_blocks, prefix_seed
+from scoring.state.prefix_hash import GROUP, hash_blocks, prefix_seed
 
 SEED = prefix_seed("m")
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 20}

@@ -10,8 +10,8 @@ import pytest
 from gateway.cli import _effective_config, build_parser
 from gateway.inference_request import InferenceRequest, parse_inference_body
 from gateway.recorder import TraceRecorder
-from sim.traces import TraceRequest, load_recorded
-from sim.traces.recorded import encode_request
+from routing.traces import TraceRequest, load_recorded
+from routing.traces.recorded import encode_request
 
 SYSTEM = "You are a helpful assistant for the quarterly planning of the orchard. " * 4
 

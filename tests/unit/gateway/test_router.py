@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from gateway.app import GatewayApp
-from gateway.config import parse_config
 from gateway.errors import NoHealthyBackendError
 from gateway.inference_request import parse_inference_body
+from routing.config.schema import parse_config
 from routing.types import EngineMetrics
 
 BASE = {"id": "llama", "object": "model", "root": "/models/llama", "parent": None}

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from gateway.app import GatewayApp, build_app
-from gateway.config import BackendEntry, parse_config
 from gateway.errors import ConflictError, NotFoundError
 from health.pool import BackendSpec
+from routing.config.schema import BackendEntry, parse_config
 from routing.types import Health
 
 

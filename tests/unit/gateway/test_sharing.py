@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from gateway.sharing import remote_placement
-from gateway.state.codec import Placement
-from gateway.state.mirror import Mirror
-from gateway.state.outbox import EventCounters, now_ms
+from gateway.state.outbox import now_ms
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
+from routing.config.profiles import PrefixSection
 from routing.types import EngineMetrics
-from scoring.prefix_feed import PrefixFeed
-from scoring.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
-from scoring.profiles import PrefixSection
+from scoring.state.events import EventCounters, Placement
+from scoring.state.mirror import Mirror
+from scoring.state.prefix_feed import PrefixFeed
+from scoring.state.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 
 
 def _setup() -> tuple[BackendPool, PrefixFeed, Mirror]:

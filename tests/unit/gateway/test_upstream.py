@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import UpstreamSection
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamFirstByteTimeoutError,
@@ -21,6 +20,7 @@ from gateway.upstream import (
     request_headers,
     response_headers,
 )
+from routing.config.schema import UpstreamSection
 
 
 def _names(headers: list[tuple[bytes, bytes]]) -> list[bytes]:

@@ -16,9 +16,9 @@ from routing import (
     SchedulingContext,
 )
 from scoring.builtin import register_builtins
-from scoring.prefix_index import PrefixIndex
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 
 def endpoint(endpoint_id: str, in_flight: int = 0) -> EndpointSnapshot:

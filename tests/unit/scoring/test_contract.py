@@ -29,10 +29,10 @@ from routing import (
     SchedulingContext,
 )
 from scoring.builtin import register_builtins
-from scoring.prefix_hash import hash_blocks, prefix_seed
-from scoring.prefix_index import PrefixIndex
+from scoring.state.prefix_hash import hash_blocks, prefix_seed
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 
 PARAMS: dict[str, dict[str, Any]] = {}  # type name -> params needed to construct it
 CASES = 30

@@ -6,10 +6,10 @@ import random
 from dataclasses import replace
 
 from routing import EndpointSnapshot, RoutingRequest, Scheduler
+from routing.config.profiles import RoutingSection
 from routing.scheduler import Profile, WeightedScorer
 from routing.types import Decision
 from scoring.decision_reason import REASONS, DecisionReasons
-from scoring.profiles import RoutingSection
 from scoring.stack import RoutingStack, build_routing_stack
 from tests.unit.scoring.helpers import endpoint
 

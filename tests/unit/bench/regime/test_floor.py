@@ -7,8 +7,8 @@ import pytest
 from bench.regime.floor import alone_ttft, floors
 from bench.regime.grid import Cell, FleetSpec
 from bench.regime.simulate import closed_loop, replay
+from routing.traces import TraceRequest
 from sim.engine.profiles import get_profile
-from sim.traces import TraceRequest
 from sim.workloads import family
 
 FLEET = FleetSpec(replicas=2)

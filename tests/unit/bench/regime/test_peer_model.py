@@ -6,7 +6,7 @@ import random
 
 from bench.regime.peer_model import SglangCacheAwareModel, SglangParams
 from routing import EndpointSnapshot, RoutingRequest, SchedulingContext
-from scoring.prefix_index import PrefixIndex
+from scoring.state.prefix_index import PrefixIndex
 
 CTX = SchedulingContext(clock=lambda: 0.0, rng=random.Random(0))
 

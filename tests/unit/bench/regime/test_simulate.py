@@ -14,7 +14,7 @@ from bench.regime.simulate import (
     saturation_rps,
     simulate_cell,
 )
-from sim.traces import TraceRequest
+from routing.traces import TraceRequest
 from sim.workloads import family
 
 FLEET = FleetSpec(replicas=2)

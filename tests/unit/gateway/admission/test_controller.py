@@ -17,8 +17,8 @@ from gateway.proxy import RequestRecord
 from gateway.usage import Usage
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
-from scoring.admission import InFlightCap
-from scoring.config import AdmissionSection
+from routing.admission import InFlightCap
+from routing.config.schema import AdmissionSection
 
 
 class Clock:

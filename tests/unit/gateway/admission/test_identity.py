@@ -10,7 +10,7 @@ import pytest
 from gateway.admission.identity import Identifier, Identity
 from gateway.admission.limits import format_duration
 from gateway.errors import BadRequestError
-from scoring.config import AdmissionSection
+from routing.config.schema import AdmissionSection
 
 
 @dataclass(frozen=True)

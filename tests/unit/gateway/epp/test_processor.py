@@ -10,10 +10,10 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from gateway.app import GatewayApp
-from gateway.config import parse_config
 from gateway.epp import messages as msg
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import RequestStream
+from routing.config.schema import parse_config
 
 MODEL = "m"
 BODY = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi " * 40}]})

@@ -8,9 +8,9 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from gateway.app import PROBE_LOOP, build_app
-from gateway.config import parse_config
 from gateway.epp.server import _report_readiness
 from gateway.supervisor import Supervisor
+from routing.config.schema import parse_config
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -4,18 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.state.codec import (
-    BadEntryError,
-    Event,
-    Eviction,
-    Forget,
-    Placement,
-    TtftPoints,
-    Withdrawal,
-    decode,
-    encode,
-    pack_hashes,
-)
+from gateway.state.codec import BadEntryError, decode, encode, pack_hashes
+from scoring.state.events import Event, Eviction, Forget, Placement, TtftPoints, Withdrawal
 
 EVENTS: list[Event] = [
     Placement("gw-1", "10.0.0.5:8000", 64, (0, 1, 2**64 - 1, 123456789), 1_700_000_000_000),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gateway.state.codec import Placement
 from gateway.state.load import LoadSharing
 from gateway.state.local import LocalMesh
-from gateway.state.mirror import Mirror
-from gateway.state.outbox import EventCounters, Outbox
-from scoring.prefix_index import PrefixIndex
+from gateway.state.outbox import Outbox
+from scoring.state.events import EventCounters, Placement
+from scoring.state.mirror import Mirror
+from scoring.state.prefix_index import PrefixIndex
 
 
 class _Wire:

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.state.codec import Forget, Placement, TtftPoints, Withdrawal
 from gateway.state.shared import SharedState, lag_summary
 from gateway.supervisor import Supervisor
+from routing.config.schema import StateSection
 from routing.types import RoutingRequest
-from scoring.config import StateSection
-from scoring.prefix_index import PrefixIndex
+from scoring.state.events import Forget, Placement, TtftPoints, Withdrawal
+from scoring.state.prefix_index import PrefixIndex
 
 
 class _Links:

@@ -9,12 +9,13 @@ from typing import Any, TypeVar, cast
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from gateway.state.codec import Event, Forget, Placement, pack_events, unpack_events
+from gateway.state.codec import pack_events, unpack_events
 from gateway.state.link import LinkSettings, RedisLink
-from gateway.state.mirror import Mirror
-from gateway.state.outbox import EventCounters, Outbox
+from gateway.state.outbox import Outbox
 from gateway.state.stream import EventStream
-from scoring.prefix_index import PrefixIndex
+from scoring.state.events import Event, EventCounters, Forget, Placement
+from scoring.state.mirror import Mirror
+from scoring.state.prefix_index import PrefixIndex
 from tests.support.waiting import async_wait_until
 
 T = TypeVar("T")

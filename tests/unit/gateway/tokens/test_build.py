@@ -10,7 +10,7 @@ import pytest
 from gateway.tokens import build_tokenizers
 from gateway.tokens.engine import EngineTokenizer
 from gateway.tokens.local import LocalTokenizer
-from scoring.config import ConfigError, TokenizerEntry, parse_config
+from routing.config.schema import ConfigError, TokenizerEntry, parse_config
 from tests.support.tokenizer_files import CHATML, write_model_dir
 
 

@@ -7,7 +7,7 @@ import pytest
 from gateway.tracing.context import parse_traceparent
 from gateway.tracing.setup import Tracing, build_tracing, tracing_settings
 from gateway.tracing.spans import Outcome
-from scoring.config import ConfigError
+from routing.config.schema import ConfigError
 
 ON = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from routing.kv_events import KvEvent
+from routing.traces import TraceRequest, load_trace
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest
 from sim.engine.model import EngineModel
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
 from sim.replay import Replay, SimSettings
 from sim.replay.cli import fit_profile, with_block_size
-from sim.traces import TraceRequest, load_trace
 
 SLICE = Path(__file__).resolve().parents[3] / "fixtures" / "mooncake" / "conversation_1500.jsonl.xz"
 

@@ -6,10 +6,10 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from routing import PluginRegistry, SchedulingContext
+from routing.config.profiles import RoutingSection
+from routing.traces import TraceRequest
 from routing.types import EndpointSnapshot, RoutingRequest
-from scoring.profiles import RoutingSection
 from sim.engine.types import EngineConfig, EngineProfile, StepTimeCoefficients
-from sim.traces import TraceRequest
 
 BLOCK_TOKENS = 64  # trace blocks of 4 engine blocks
 Register = Callable[[PluginRegistry], None]

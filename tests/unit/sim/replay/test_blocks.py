@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from scoring.prefix_hash import blocks_covered_by as routing_blocks_within
-from scoring.prefix_hash import covered_chars
+from routing.traces import TraceRequest
+from scoring.state.prefix_hash import blocks_covered_by as routing_blocks_within
+from scoring.state.prefix_hash import covered_chars
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
-from sim.traces import TraceRequest
 
 
 def _request(ids: list[int], tokens: int, block_tokens: int = 512) -> TraceRequest:

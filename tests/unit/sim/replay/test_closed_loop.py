@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from routing.traces import TraceRequest
 from sim.replay import ClosedLoop, Replay, SimSettings
-from sim.traces import TraceRequest
 from tests.unit.sim.replay.synthetic import SMALL
 
 

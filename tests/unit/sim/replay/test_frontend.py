@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from routing.traces import TraceRequest
 from sim.engine.types import FrontEnd
 from sim.replay import Replay, ReplayResult, SimSettings
-from sim.traces import TraceRequest
 from tests.unit.sim.replay.synthetic import BLOCK_TOKENS, SMALL, tenant_trace
 
 BARE = FrontEnd()

@@ -16,14 +16,14 @@ import pytest
 import sim.replay.cli
 import sim.replay.gateways
 from gateway.cli import build_parser
+from routing.config.profiles import RoutingSection
+from routing.traces import TraceRequest
+from routing.traces.recorded import encode_header, encode_request
 from routing.types import RoutingRequest
-from scoring.profiles import RoutingSection
 from scoring.stack import RoutingStack
 from sim.plots import PlotsUnavailable
 from sim.replay import Replay, ReplayResult, SimSettings
 from sim.replay.gateways import ReplicaView, SimGateway, Spread, StateMirror, build_gateways
-from sim.traces import TraceRequest
-from sim.traces.recorded import encode_header, encode_request
 from sim.workloads import family
 from tests.unit.sim.replay.synthetic import SMALL, recording, tenant_trace
 

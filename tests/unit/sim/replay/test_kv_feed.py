@@ -11,13 +11,13 @@ import orjson
 import pytest
 
 from gateway.cli import build_parser
+from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
+from routing.traces import TraceRequest
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest
-from scoring.profiles import PluginSpec, ProfileSpec, RoutingSection
 from sim.engine.kv_events import external_hash
 from sim.replay import Replay, SimSettings
 from sim.replay.cli import run_sim
 from sim.replay.kv_feed import needs_precise
-from sim.traces import TraceRequest
 from tests.unit.sim.replay.synthetic import BLOCK_TOKENS, SMALL, tenant_trace
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from routing.traces import load_trace
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
-from sim.traces import load_trace
 
 TRACE = (
     Path(__file__).resolve().parents[4]

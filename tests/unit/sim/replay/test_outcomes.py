@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from sim.percentile import percentile
+from routing.percentile import percentile
 from sim.replay.outcomes import LatencyHistogram
 
 

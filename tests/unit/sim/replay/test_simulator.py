@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
+from routing.traces import TraceRequest
 from sim.replay import Replay, ReplayResult, SimSettings
-from sim.traces import TraceRequest
 from tests.unit.sim.replay.synthetic import SMALL, recording, tenant_trace
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from sim.traces import TraceRequest, block_token_ids, prompt_token_ids
+from routing.traces import TraceRequest
+from sim.traces import block_token_ids, prompt_token_ids
 
 
 def test_shared_ids_give_shared_tokens() -> None:

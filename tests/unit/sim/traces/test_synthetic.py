@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from sim.traces import TraceRequest, agentic_loops, multi_turn_sessions, tenant_requests
+from routing.traces import TraceRequest
+from sim.traces import agentic_loops, multi_turn_sessions, tenant_requests
 
 Generator = Callable[..., list[TraceRequest]]
 SMALL: list[tuple[Generator, dict[str, int]]] = [

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.traces import TraceRequest, merged, slice_count, slice_time, time_scaled
+from routing.traces import TraceRequest
+from sim.traces import merged, slice_count, slice_time, time_scaled
 
 
 def _trace(*arrivals: float) -> list[TraceRequest]:

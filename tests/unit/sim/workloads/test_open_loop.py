@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from routing.traces import TraceRequest
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.traces import TraceRequest, prompt_token_ids
+from sim.traces import prompt_token_ids
 from sim.workloads import open_loop_chats, text_prompt, timed_requests
 
 

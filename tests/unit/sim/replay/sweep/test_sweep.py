@@ -14,11 +14,12 @@ import yaml
 
 from gateway.cli import build_parser, main
 from routing import PluginRegistry
+from routing.config.profiles import RoutingSection, effective_profiles
 from scoring.builtin import register_builtins
-from scoring.prefix_index import PrefixIndex
-from scoring.profiles import RoutingSection, build_scheduler, effective_profiles
+from scoring.stack import build_scheduler
+from scoring.state.prefix_index import PrefixIndex
+from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
 from scoring.stateful_plugins import register_stateful_plugins
-from scoring.ttft_model import OnlineTtftModel, TtftCoefficients
 from sim.replay import Replay, SimSettings, summarize
 from sim.replay.report import PolicySummary
 from sim.replay.sweep import run_sweep

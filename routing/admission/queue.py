@@ -1,0 +1,199 @@
+"""`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
+
+Fairness is max-min over admission rates: the queue keeps each tenant's recent admissions
+(`usage`, a `TenantUsage`, fed by `pop` and by `started` for requests admitted without
+queueing), and a tenant's load is its usage plus its requests waiting. A tenant asking for
+less than an equal share keeps a lower usage than the others, so it is served first and
+never pays for their floods. (Counting requests in service instead was tried: it moves with
+every generation's length, and a light tenant whose demand is near its share lost ties.)
+
+Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
+control); within a band, the backlogged tenant of least usage, ties broken by the least
+virtual service (each pop adds the request's `cost` to its tenant's; a tenant that becomes
+backlogged starts at the band's virtual time, the service of the last request popped), then
+that tenant's oldest request. Tenants of equal load take turns.
+
+Bound (`push` when `limit` requests wait: `max_queue`, or fewer when the caller knows how
+many can be served before their deadline): the victim is the newest request of the most
+loaded tenant waiting in the lowest non-empty band. An arrival of a higher band evicts it;
+an arrival of that same band evicts it only if its own tenant's load is smaller, else the
+arrival itself is shed. An arrival below every waiting band is shed. So under a flood the
+flooding tenant pays for new requests with its own waiting ones and a light tenant still
+gets in (fq_codel drops from the fattest flow for the same reason).
+
+Deadlines: each request carries one; `expire(now)` removes the requests past theirs (a
+heap of deadlines, stale entries skipped lazily).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from routing.admission.usage import TenantUsage
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """A request waiting in the queue (identity matters: each one is its own)."""
+
+    id: int
+    tenant: str
+    band: int  # 0 is the highest priority
+    cost: float
+    enqueued: float
+    deadline: float
+    queued: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """What `push` did: the queued ticket (None: the arrival was shed) and whom it evicted."""
+
+    ticket: Ticket | None
+    evicted: Ticket | None = None
+
+
+@dataclass(slots=True)
+class _Band:
+    waiting: dict[str, deque[Ticket]] = field(default_factory=dict)  # backlogged tenants
+    service: dict[str, float] = field(default_factory=dict)  # their virtual service
+    vtime: float = 0.0
+    size: int = 0
+
+
+class FairQueue:
+    """Requests waiting for capacity, `bands` priority levels, at most `max_queue` of them."""
+
+    def __init__(self, bands: int, max_queue: int, half_life_s: float = 5.0) -> None:
+        """`half_life_s`: how fast past admissions stop counting towards a tenant's load."""
+        if bands < 1:
+            raise ValueError("bands must be >= 1")
+        self.max_queue = max_queue
+        self.usage = TenantUsage(half_life_s)
+        self._bands = [_Band() for _ in range(bands)]
+        self._waiting: Counter[str] = Counter()  # per tenant, over all bands
+        self._deadlines: list[tuple[float, int, Ticket]] = []
+        self._ids = itertools.count()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def band_sizes(self) -> list[int]:
+        return [b.size for b in self._bands]
+
+    def load(self, tenant: str, now: float) -> float:
+        """The tenant's recent admissions (decayed) plus its requests waiting."""
+        return self.usage.get(tenant, now) + self._waiting[tenant]
+
+    def push(
+        self,
+        tenant: str,
+        band: int,
+        now: float,
+        timeout_s: float,
+        *,
+        cost: float = 1.0,
+        limit: int | None = None,
+    ) -> Push:
+        """Queue a request, or shed it (`Push.ticket` None) when `limit` (at most
+        `max_queue`) requests wait and the arrival is the one to go; `Push.evicted` is a
+        waiting request it displaced."""
+        bound = self.max_queue if limit is None else min(limit, self.max_queue)
+        evicted = None
+        if self._size >= bound:
+            victim = self._victim(tenant, band, now)
+            if victim is None:
+                return Push(None)
+            self._take(victim)
+            evicted = victim
+        ticket = Ticket(next(self._ids), tenant, band, cost, now, now + timeout_s)
+        b = self._bands[band]
+        queue = b.waiting.get(tenant)
+        if queue is None:
+            queue = b.waiting[tenant] = deque()
+            b.service[tenant] = b.vtime  # joins at the band's virtual time
+        queue.append(ticket)
+        b.size += 1
+        self._size += 1
+        self._waiting[tenant] += 1
+        heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
+        return Push(ticket, evicted)
+
+    def peek(self, now: float) -> Ticket | None:
+        """The request `pop` would return, left in the queue."""
+        for b in self._bands:
+            if b.size:
+                tenant = min(b.waiting, key=lambda t: (self.usage.get(t, now), b.service[t]))
+                return b.waiting[tenant][0]
+        return None
+
+    def pop(self, now: float) -> Ticket | None:
+        """The next request to admit, taken out of the queue and counted in usage."""
+        ticket = self.peek(now)
+        if ticket is None:
+            return None
+        b = self._bands[ticket.band]
+        b.vtime = b.service[ticket.tenant]
+        b.service[ticket.tenant] += ticket.cost
+        self._take(ticket)
+        self.usage.add(ticket.tenant, now)
+        return ticket
+
+    def started(self, tenant: str, now: float) -> None:
+        """A request of `tenant` was admitted without waiting."""
+        self.usage.add(tenant, now)
+
+    def remove(self, ticket: Ticket) -> bool:
+        """Take a waiting request out (its client left); False if it no longer waits."""
+        if not ticket.queued:
+            return False
+        self._take(ticket)
+        return True
+
+    def expire(self, now: float) -> list[Ticket]:
+        """Remove and return the requests whose deadline is before `now`."""
+        expired = []
+        heap = self._deadlines
+        while heap and heap[0][0] < now:
+            _, _, ticket = heapq.heappop(heap)
+            if ticket.queued:
+                self._take(ticket)
+                expired.append(ticket)
+        return expired
+
+    def _victim(self, tenant: str, band: int, now: float) -> Ticket | None:
+        lowest = max((i for i, b in enumerate(self._bands) if b.size), default=None)
+        if lowest is None or lowest < band:
+            return None
+        b = self._bands[lowest]
+        heaviest = max(b.waiting, key=lambda t: self.load(t, now))
+        if lowest == band and self.load(tenant, now) >= self.load(heaviest, now):
+            return None  # the arrival's tenant is (or ties) the most loaded: it pays
+        return b.waiting[heaviest][-1]
+
+    def _take(self, ticket: Ticket) -> None:
+        b = self._bands[ticket.band]
+        queue = b.waiting[ticket.tenant]
+        if queue[0] is ticket:
+            queue.popleft()
+        elif queue[-1] is ticket:
+            queue.pop()
+        else:
+            queue.remove(ticket)
+        if not queue:
+            del b.waiting[ticket.tenant]
+            del b.service[ticket.tenant]
+        ticket.queued = False
+        b.size -= 1
+        self._size -= 1
+        self._waiting[ticket.tenant] -= 1
+        if not self._waiting[ticket.tenant]:
+            del self._waiting[ticket.tenant]
+        if len(self._deadlines) > 2 * self._size + 64:  # drop the stale entries now and then
+            live = [e for e in self._deadlines if e[2].queued]
+            heapq.heapify(live)
+            self._deadlines = live

@@ -1,0 +1,1 @@
+"""Filters: drop candidates before scoring (one plugin per module)."""

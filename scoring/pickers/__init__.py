@@ -1,0 +1,1 @@
+"""Pickers: rank the scored candidates (one plugin per module)."""

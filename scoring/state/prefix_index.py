@@ -1,0 +1,402 @@
+"""Which prompt-prefix blocks each replica probably holds in its KV cache.
+
+A data structure, not a plugin: the gateway (and the simulator) feed it from routing
+decisions — every block of a request is recorded for the replica it was sent to — and the
+prefix scorer reads it. Per replica the blocks live in an LRU bounded by that replica's KV
+capacity (in base blocks, see `scoring.state.prefix_hash.block_weight`), so the index forgets
+roughly when the engine does. A global map from block hash to the replicas holding it makes a
+match cost O(matched blocks), whatever the number of replicas.
+
+A request's blocks are touched tail first, so its head blocks are the most recently used and
+evicted last: what remains of a prefix is always its beginning, as in vLLM's free queue.
+
+Holder sets are immutable and shared: every block a replica alone holds points at that
+replica's one-element set. The blocks updated together by one record (or eviction) take their
+holders as one `_Run`: the new set and those blocks' hashes in prompt order. Consecutive
+blocks of a prompt therefore mostly point at the same run, and a match jumps over a whole run
+at once: one lookup, then one comparison of the prompt's next hashes with the run's (in C,
+over memory laid out in order). A later change to a run's head or tail shortens it; any other
+change makes it stale, and a match steps block by block through a stale run's blocks. The
+index is large and cold in the CPU cache, so a lookup per block, not Python work, was what a
+match cost.
+
+Memory on CPython 3.11: about 150 bytes per block held by one replica (its 64-bit int, an
+OrderedDict entry, a hash → run entry and its place in the run; the holder sets are shared),
+about 115 bytes per (block, replica) pair when two replicas share the blocks;
+`tests/unit/scoring/test_prefix_index.py` measures it. `memory_bytes` estimates a replica's
+share from that figure (`ENTRY_BYTES`), for the metrics: counting real bytes would walk the
+index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate, groupby, islice, repeat
+
+from scoring.state.prefix_hash import GROUP
+
+DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
+ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
+
+
+class _Run:
+    """Blocks that took the same holders in one update: their hashes in prompt order. While
+    `intact`, every one of those hashes maps to this run."""
+
+    __slots__ = ("hashes", "holders", "intact")
+
+    def __init__(self, hashes: tuple[int, ...], holders: frozenset[str]) -> None:
+        self.hashes = hashes
+        self.holders = holders
+        self.intact = True
+
+    def detach(self, blocks: tuple[int, ...]) -> None:
+        """`blocks` (in prompt order) now map elsewhere. A head or a tail leaves the rest of
+        the run intact (the usual case: a replica gains a prompt's head, or evicts its tail);
+        anything else makes it stale."""
+        if not self.intact:
+            return
+        k, hashes = len(blocks), self.hashes
+        if hashes[len(hashes) - k :] == blocks:
+            self.hashes = hashes[: len(hashes) - k]
+        elif hashes[:k] == blocks:
+            self.hashes = hashes[k:]
+        else:
+            self.intact = False
+
+
+def _same_run(hashes: tuple[int, ...], i: int, run: _Run) -> int:
+    """How many blocks from `hashes[i]` on (at least 1) map to `run`, as far as the prompt
+    and the run agree block for block; 1 for a stale run (the next block is looked up)."""
+    ordered = run.hashes
+    if not run.intact or len(ordered) < 2:
+        return 1
+    try:
+        j = 0 if ordered[0] == hashes[i] else ordered.index(hashes[i])  # intact: it is there
+    except ValueError:  # never, while runs stay consistent; then a plain step is still right
+        return 1
+    hi = min(len(hashes) - i, len(ordered) - j)
+    if hashes[i : i + hi] == ordered[j : j + hi]:  # the usual case: to the end of either
+        return hi
+    lo = 1  # the first lo blocks agree, the first hi do not: bisect, comparing new blocks only
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if hashes[i + lo : i + mid] == ordered[j + lo : j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+_Last = tuple[tuple[int, ...], int, tuple[str, ...], dict[str, int], list[int]]
+
+
+class PrefixIndex:
+    """Per-replica LRU of block hashes, plus hash → replicas for matching."""
+
+    def __init__(self, default_capacity_blocks: int = DEFAULT_CAPACITY_BLOCKS) -> None:
+        if default_capacity_blocks < 1:
+            raise ValueError("default_capacity_blocks must be >= 1")
+        self._default_capacity = default_capacity_blocks
+        self._lru: dict[str, OrderedDict[int, int]] = {}  # replica → hash → weight
+        self._weight: dict[str, int] = {}
+        self._capacity: dict[str, int] = {}
+        self._fill: dict[str, float] = {}  # replica → fill(replica), for the replicas with weight
+        # replica → hash → times a request found that entry held (entries never reused: absent)
+        self._reuses: dict[str, Counter[int]] = {}
+        self._holders: dict[int, _Run] = {}
+        self._solo: dict[str, frozenset[str]] = {}  # replica → {replica}, the one instance
+        self._version = 0  # bumped whenever a block gains or loses a holder
+        # The last match over many replicas, for the other scorers of the same cycle and the
+        # one-replica match at dispatch: (hashes, version, replicas asked, answer, answer in
+        # the order asked, filled on first use).
+        self._last: _Last | None = None
+
+    def capacity(self, replica: str) -> int:
+        return self._capacity.get(replica, self._default_capacity)
+
+    def set_capacity(self, replica: str, blocks: int) -> None:
+        """Bound a replica's entries (in base blocks), e.g. from its reported KV size."""
+        self._capacity[replica] = max(1, blocks)
+        self._evict(replica)
+        self._refill(replica)
+
+    def _refill(self, replica: str) -> None:
+        # `fill`, kept up to date for `fill_list` (read per candidate of every request).
+        x = self._weight.get(replica, 0) / self.capacity(replica)
+        self._fill[replica] = x if x < 1.0 else 1.0
+
+    def fill(self, replica: str) -> float:
+        """How full the replica's tracked cache is, 0..1 (in base blocks of its capacity)."""
+        capacity = self._capacity.get(replica, self._default_capacity)
+        return min(1.0, self._weight.get(replica, 0) / capacity)
+
+    def blocks(self, replica: str) -> int:
+        """Entries tracked for a replica."""
+        return len(self._lru.get(replica, ()))
+
+    def memory_bytes(self, replica: str) -> int:
+        """Estimated bytes of the replica's entries (`ENTRY_BYTES` each; blocks two replicas
+        share cost each of them somewhat less, so this errs high)."""
+        return self.blocks(replica) * ENTRY_BYTES
+
+    def fills(self, replicas: Iterable[str]) -> dict[str, float]:
+        """`fill` of each replica."""
+        replicas = list(replicas)
+        return dict(zip(replicas, self.fill_list(replicas), strict=True))
+
+    def fill_list(self, replicas: Sequence[str]) -> list[float]:
+        """`fill` of each replica, in order."""
+        if type(self).fill is not PrefixIndex.fill:  # a subclass answers differently
+            return [self.fill(r) for r in replicas]
+        return list(map(self._fill.get, replicas, repeat(0.0)))  # no weight: 0 / capacity
+
+    def record(self, replica: str, hashes: Sequence[int]) -> None:
+        """The replica was sent a request with these block hashes: it will hold them."""
+        lru = self._lru.get(replica)
+        if lru is None:
+            lru = self._lru[replica] = OrderedDict()
+            self._weight[replica] = 0
+        # One pass touching each entry once: the LRU is large and cold in the CPU cache, so
+        # memory accesses, not Python steps, set the cost (bulk passes in C measured slower).
+        # The head the last match found on this replica is held: it is only moved, in C.
+        move_to_end = lru.move_to_end
+        held = self._held_head(replica, hashes)
+        fresh = []
+        reused = []
+        added = 0
+        for i in range(len(hashes) - 1, held - 1, -1):  # tail first: the head ends most recent
+            h = hashes[i]
+            if h in lru:
+                move_to_end(h)
+                reused.append(h)
+            else:
+                lru[h] = w = 1 << (i // GROUP)  # block_weight(i), inlined: a hot loop
+                added += w
+                fresh.append(h)
+        if held or reused:
+            reuses = self._reuses.get(replica)
+            if reuses is None:
+                reuses = self._reuses[replica] = Counter()
+            if held:
+                deque(map(move_to_end, hashes[held - 1 :: -1]), maxlen=0)
+                reuses.update(hashes[:held])  # counted in C
+            reuses.update(reused)
+        if added:
+            self._weight[replica] += added
+            self._add_holder(replica, fresh)
+            self._evict(replica)
+            self._refill(replica)
+
+    def _held_head(self, replica: str, hashes: Sequence[int]) -> int:
+        """Leading blocks of `hashes` the replica holds, as the last match (if still valid for
+        these very hashes) found; 0 when unknown."""
+        last = self._last
+        if last is None or last[0] is not hashes or last[1] != self._version:
+            return 0
+        return last[3].get(replica, 0)
+
+    def match(self, hashes: Sequence[int], replicas: Iterable[str]) -> dict[str, int]:
+        """For each replica, how many leading blocks of `hashes` it holds."""
+        asked = replicas if type(replicas) is tuple else tuple(replicas)
+        last = self._last
+        if last is not None and last[0] is hashes and last[1] == self._version:
+            known = last[3]
+            if asked is last[2] or asked == last[2]:  # the next scorer of the same cycle
+                return dict(known)
+            if all(map(known.__contains__, asked)):  # e.g. the dispatch after the scoring
+                return {r: known[r] for r in asked}
+        matched = self._match(hashes, asked)
+        if type(hashes) is tuple and len(asked) > 1:  # a tuple is immutable: identity will do
+            self._last = (hashes, self._version, asked, matched, [])
+            return dict(matched)
+        return matched
+
+    def match_list(self, hashes: Sequence[int], replicas: Sequence[str]) -> list[int]:
+        """`match`, as a list in the order of `replicas`."""
+        asked = replicas if type(replicas) is tuple else tuple(replicas)
+        last = self._last
+        if not (
+            last is not None
+            and last[0] is hashes
+            and last[1] == self._version
+            and (asked is last[2] or asked == last[2])
+        ):
+            matched = self.match(hashes, asked)
+            last = self._last
+            if last is None or last[0] is not hashes or last[2] is not asked:  # not kept
+                return list(map(matched.__getitem__, asked))
+        depths = last[4]  # filled once per cycle, copied out
+        if not depths and asked:
+            depths.extend(map(last[3].__getitem__, asked))
+        return list(depths)
+
+    def _match(self, hashes: Sequence[int], replicas: Sequence[str]) -> dict[str, int]:
+        if type(hashes) is not tuple:
+            hashes = tuple(hashes)
+        alive = set(replicas)
+        matched: dict[str, int] = {}
+        get = self._holders.get
+        depth, n = 0, len(hashes)
+        # Run by run: the replicas that drop out do so at a run's first block.
+        while depth < n and alive:
+            run = get(hashes[depth])
+            if run is None:
+                break
+            if not alive <= run.holders:
+                matched.update(dict.fromkeys(alive - run.holders, depth))
+                alive &= run.holders
+            depth += _same_run(hashes, depth, run)
+        matched.update(dict.fromkeys(alive, depth))
+        return matched
+
+    def clear(self) -> None:
+        """Forget everything (the block size changed, so every hash did)."""
+        self._version += 1
+        self._lru.clear()
+        self._weight.clear()
+        self._fill.clear()
+        self._holders.clear()
+        self._reuses.clear()
+
+    def remove_replica(self, replica: str) -> None:
+        """Forget a replica (it left the pool, or restarted with an empty cache)."""
+        self._reuses.pop(replica, None)
+        self._drop_holder(replica, list(self._lru.pop(replica, ())))
+        self._weight.pop(replica, None)
+        self._fill.pop(replica, None)
+        self._capacity.pop(replica, None)
+        self._solo.pop(replica, None)
+
+    def drop(self, replica: str, hashes: Sequence[int], start: int = 0) -> int:
+        """The replica does not hold `hashes[start:]` after all (e.g. the request recorded for
+        it failed there): it stops holding those it holds. Returns how many it dropped.
+        Costs O(len(hashes) − start); the rest of the index is untouched."""
+        lru = self._lru.get(replica)
+        if not lru:
+            return 0
+        gone = [h for h in hashes[start:] if h in lru]
+        if not gone:
+            return 0
+        self._weight[replica] -= sum(map(lru.pop, gone))
+        gone.reverse()  # tails before heads, as evictions pass them
+        self._drop_holder(replica, gone)
+        self._refill(replica)
+        return len(gone)
+
+    def evict_oldest(self, replica: str, weight: int, spare: Iterable[int] = ()) -> int:
+        """Evict the replica's least recently recorded entries, at least `weight` base blocks
+        of them (or all), passing over the hashes in `spare`: what the engine evicted to make
+        room for blocks the index had wrongly counted as held. Returns the entries evicted.
+        Costs O(entries evicted + spared ones met)."""
+        lru = self._lru.get(replica)
+        if not lru or weight <= 0:
+            return 0
+        keep = set(spare)
+        gone: list[int] = []
+        total = 0
+        for h, w in lru.items():
+            if total >= weight:
+                break
+            if h not in keep:
+                gone.append(h)
+                total += w
+        if not gone:
+            return 0
+        self._weight[replica] -= sum(map(lru.pop, gone))
+        self._drop_holder(replica, gone)  # oldest first
+        self._refill(replica)
+        return len(gone)
+
+    def reuses(self, replica: str, block: int) -> int:
+        """How many requests found `block` held on the replica since it was stored there."""
+        counts = self._reuses.get(replica)
+        return counts.get(block, 0) if counts else 0
+
+    def displaced(self, replica: str, new_weight: int, spare: Sequence[int] = ()) -> float:
+        """What storing `new_weight` more base blocks on the replica would evict, valued:
+        its least recently used entries, as many as exceed the capacity (passing over the
+        hashes in `spare`, which the same request touches), each weighing its base blocks
+        × r ÷ (r + 1) for an entry requests have found held r times (0 for an entry never
+        reused, ½ for one reused once, → 1 for a popular prefix). Costs O(entries
+        displaced); 0.0 at once when the replica has room."""
+        lru = self._lru.get(replica)
+        if not lru:
+            return 0.0
+        excess = self._weight[replica] + new_weight - self.capacity(replica)
+        if excess <= 0:
+            return 0.0
+        counts: Mapping[int, int] = self._reuses.get(replica) or {}
+        keep = set(spare) if spare else ()
+        total = 0
+        value = 0.0
+        for h, w in lru.items():
+            if total >= excess:
+                break
+            if h in keep:
+                continue
+            total += w
+            r = counts.get(h)
+            if r:
+                value += w * r / (r + 1)
+        return value
+
+    def _evict(self, replica: str) -> None:
+        lru = self._lru.get(replica)
+        if lru is None:
+            return
+        weight = self._weight[replica]
+        excess = weight - self.capacity(replica)
+        if excess <= 0:
+            return
+        count = 0  # the oldest entries whose weights first add up to the excess (or all)
+        for count, total in enumerate(accumulate(lru.values()), 1):  # noqa: B007
+            if total >= excess:
+                break
+        evicted = list(islice(lru, count))
+        self._weight[replica] = weight - sum(map(lru.pop, evicted))
+        self._drop_holder(replica, evicted)
+
+    def _add_holder(self, replica: str, hashes: list[int]) -> None:
+        """`hashes` (a request's new blocks on `replica`, tail first) gain it as a holder."""
+        solo = self._solo.get(replica)
+        if solo is None:
+            solo = self._solo[replica] = frozenset((replica,))
+        self._version += 1
+        holders_of = self._holders
+        start = 0
+        # One new run per run of blocks that shared their holders, assigned in bulk.
+        for old, blocks in groupby(list(map(holders_of.get, hashes))):
+            end = start + len(list(blocks))
+            run = hashes[start:end]
+            ordered = tuple(reversed(run))
+            if old is None:
+                grown = solo
+            else:
+                old.detach(ordered)
+                grown = old.holders | solo
+            holders_of.update(zip(run, repeat(_Run(ordered, grown))))
+            start = end
+
+    def _drop_holder(self, replica: str, hashes: list[int]) -> None:
+        """`hashes` (oldest first: tails before heads) lose `replica` as a holder."""
+        self._version += 1
+        reuses = self._reuses.get(replica)
+        if reuses:
+            deque(map(reuses.pop, hashes, repeat(None)), maxlen=0)
+        gone = frozenset((replica,))
+        holders_of = self._holders
+        start = 0
+        for old, blocks in groupby(list(map(holders_of.get, hashes))):
+            end = start + len(list(blocks))
+            if old is not None:
+                run = hashes[start:end]
+                ordered = tuple(reversed(run))
+                old.detach(ordered)
+                rest = old.holders - gone
+                if rest:
+                    holders_of.update(zip(run, repeat(_Run(ordered, rest))))
+                else:
+                    deque(map(holders_of.__delitem__, run), maxlen=0)
+            start = end
