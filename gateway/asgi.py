@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -114,12 +114,22 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
-class DisconnectSignal(Protocol):
-    """What `gateway.http.server` puts in the scope: `disconnected`, and a `callback` it runs
-    when the client goes away before the response is complete."""
+class DisconnectSignal:
+    """The `kvgate.disconnect` scope extension: set when the client goes away before its
+    response is complete, running `callback` then. The server's protocol
+    (`gateway.http.uvicorn_protocol`) puts one in each request's scope and fires it."""
 
-    disconnected: bool
-    callback: Callable[[], None] | None
+    __slots__ = ("callback", "disconnected")
+
+    def __init__(self) -> None:
+        self.disconnected = False
+        self.callback: Callable[[], None] | None = None
+
+    def fire(self) -> None:
+        if not self.disconnected:
+            self.disconnected = True
+            if self.callback is not None:
+                self.callback()
 
 
 def disconnect_signal(scope: Scope) -> DisconnectSignal | None:

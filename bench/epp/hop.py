@@ -16,7 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.overhead.__main__ import MODEL, StubFleet, Target, launch, start_stub_fleet
+from bench.overhead.__main__ import Target, launch
+from bench.overhead.fleet import MODEL, StubFleet, start_stub_fleet
 from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
 from sim.live.envoy import start_envoy, start_epp
 

@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import REPO_ROOT
+from bench.overhead.fleet import MODEL, StubFleet, start_stub_fleet
 from bench.overhead.report import print_row, summarise, write_outputs
 from bench.overhead.rounds import rotated, write_rounds
+from bench.overhead.tracing import launch_traced
 from bench.overhead.usage import usage
 from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
 from sim.live.processes import ChildProcess, free_port, start_redis, wait_for_workers
@@ -55,7 +56,6 @@ DEFAULT_TARGETS = (
 # From LiteLLM's range (tens per second) to past every router's saturation on 2 cores (a
 # target stops at its first rate not sustained, so the high rates cost only the fastest).
 DEFAULT_RATES = (25, 100, 250, 375, 500, 750, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000)
-MODEL = "bench"
 
 
 @dataclass(slots=True)
@@ -86,27 +86,6 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)  # what every request must carry
 
 
-@dataclass(frozen=True, slots=True)
-class StubFleet:
-    """The stub replicas, all in one child process."""
-
-    process: ChildProcess
-    urls: tuple[str, ...]
-
-
-def start_stub_fleet(replicas: int, log_path: Path) -> StubFleet:
-    """`python -m bench.overhead.engine` (bench/ on its path, as it is not installed)."""
-    cmd = [sys.executable, "-m", "bench.overhead.engine", "--replicas", str(replicas)]
-    cmd += ["--model", MODEL]
-    process = ChildProcess(cmd, log_path, env={"PYTHONPATH": str(REPO_ROOT)}).start()
-    try:
-        found = process.wait_for_line(r"^replica \d+: (http://\S+)", replicas, timeout_s=30.0)
-    except BaseException:
-        process.stop()
-        raise
-    return StubFleet(process, tuple(m.group(1) for m in found))
-
-
 @contextlib.contextmanager
 def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
     """Start the router named by `spec` (`direct`, `kvgate:POLICY`, `PEER[:POLICY]`;
@@ -120,8 +99,6 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
 
     name, _, policy = spec.partition(":")
     if name == "kvgate+otel":  # tracing on, exporting to a discarding OTLP receiver
-        from bench.overhead.tracing import launch_traced
-
         with launch_traced(policy or "prefix-aware", fleet.urls, logs) as (proc, url, _):
             yield Target(spec, url, proc.pid, command=proc.command)
         return

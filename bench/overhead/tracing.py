@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import REPO_ROOT
+from bench.overhead.fleet import MODEL, start_stub_fleet
 from bench.overhead.usage import thread_cpu, usage
 from bench.overhead.wrk import ensure_wrk, run_wrk
 from sim.live.processes import ChildProcess, free_port, gateway_command
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 TRACED = "kvgate+otel"
-MODEL = "bench"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +201,6 @@ def _one_run(wrk: str, url: str, pid: int, idle: float, s: Settings) -> dict[str
 
 def measure(s: Settings) -> dict[str, Any]:
     """Both gateways up at once; `s.rounds` rounds of one run each, order rotated."""
-    from bench.overhead.__main__ import start_stub_fleet
-
     wrk = ensure_wrk()
     logs = s.out / "logs"
     plain, traced = f"kvgate:{s.policy}", f"{TRACED}:{s.policy}"

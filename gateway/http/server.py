@@ -8,13 +8,15 @@ both invisible to HTTP clients:
 - Writes made in one event-loop step leave in one `write()` system call. uvicorn writes the
   response head as soon as `http.response.start` is sent and the body with the next message;
   each write to a loopback socket costs a system call and a wake-up of the reader. Here
-  writes are gathered and flushed at the end of the current loop step (`call_soon`), so a
-  response whose body is already at hand goes out in one segment, while nothing waits
-  longer than the step that wrote it: streamed chunks still leave one by one as they come.
+  writes are gathered and flushed at the end of the current loop step (`call_soon`, in
+  `gateway.http.coalescing`), so a response whose body is already at hand goes out in one
+  segment, while nothing waits longer than the step that wrote it: streamed chunks still
+  leave one by one as they come.
 - A client disconnect is also announced through the ASGI scope extension
-  `kvgate.disconnect` (a `DisconnectSignal`), a callback run from `connection_lost`. Without
-  it the app can only learn of a disconnect by keeping a second task parked in `receive()`
-  for every request (`gateway.asgi.run_until_disconnect` falls back to that elsewhere).
+  `kvgate.disconnect` (a `gateway.asgi.DisconnectSignal`), fired from `connection_lost`.
+  Without it the app can only learn of a disconnect by keeping a second task parked in
+  `receive()` for every request (`gateway.asgi.run_until_disconnect` falls back to that
+  elsewhere).
 
 The same protocol enforces the server limits (`gateway.http.limits`: header, body and
 idle timeouts, header size and count, the connection cap).
@@ -29,8 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import uvicorn
 
@@ -63,63 +64,3 @@ def server_protocol(
         "; ".join(missing),
     )
     return "auto"
-
-
-class DisconnectSignal:
-    """Set when the client goes away before its response is complete; runs `callback` then."""
-
-    __slots__ = ("callback", "disconnected")
-
-    def __init__(self) -> None:
-        self.disconnected = False
-        self.callback: Callable[[], None] | None = None
-
-    def fire(self) -> None:
-        if not self.disconnected:
-            self.disconnected = True
-            if self.callback is not None:
-                self.callback()
-
-
-class CoalescingTransport:
-    """Wraps a transport: the writes of one loop step are joined and written once, at its
-    end; everything else is passed through (closing flushes first)."""
-
-    __slots__ = ("_loop", "_pending", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] | None = None
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pending is None:
-            self._pending = [bytes(data)]
-            self._loop.call_soon(self._flush)
-        else:
-            self._pending.append(bytes(data))
-
-    def writelines(self, lines: Any) -> None:
-        for data in lines:
-            self.write(data)
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending and not self._transport.is_closing():
-            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def write_eof(self) -> None:
-        self._flush()
-        self._transport.write_eof()
-
-    def get_write_buffer_size(self) -> int:
-        pending = sum(map(len, self._pending)) if self._pending else 0
-        return pending + self._transport.get_write_buffer_size()
-
-    def __getattr__(self, name: str) -> Any:
-        # is_closing, abort, get_extra_info, pause/resume_reading, set_protocol, ...
-        return getattr(self._transport, name)

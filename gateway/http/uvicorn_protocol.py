@@ -19,8 +19,9 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from gateway.asgi import DISCONNECT_EXTENSION
+from gateway.asgi import DISCONNECT_EXTENSION, DisconnectSignal
 from gateway.errors import GatewayError
+from gateway.http.coalescing import CoalescingTransport
 from gateway.http.limits import (
     HeadTooLarge,
     ServerEvents,
@@ -30,7 +31,6 @@ from gateway.http.limits import (
     raw_error_response,
     request_timeout,
 )
-from gateway.http.server import CoalescingTransport, DisconnectSignal
 
 log = logging.getLogger(__name__)
 _EXTENDED = (

@@ -126,7 +126,7 @@ def load_local_tokenizer(
     try:
         tokenizers = importlib.import_module("tokenizers")
         importlib.import_module("jinja2")
-        from gateway.tokens import chat_template as templates
+        from gateway.tokens.chat_template import ChatTemplate, special_tokens, template_source
     except ImportError as exc:
         raise MissingExtraError(
             "a local tokenizer needs the tokens extra: pip install 'kvgate[tokens]'"
@@ -140,10 +140,10 @@ def load_local_tokenizer(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tokenizer = tokenizers.Tokenizer.from_file(str(file))
     config = _read_config(directory / "tokenizer_config.json")
-    source = _template_source(directory, templates.template_source(config), chat_template)
+    source = _template_source(directory, template_source(config), chat_template)
     template = None
     if source is not None:
-        template = templates.ChatTemplate(source, templates.special_tokens(config))
+        template = ChatTemplate(source, special_tokens(config))
     else:
         logger.warning("tokenizer %s has no chat template: chat prompts stay approximate", path)
     return LocalTokenizer(tokenizer, template, offload_bytes)

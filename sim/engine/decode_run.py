@@ -38,9 +38,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.engine.batch_scheduler import BatchScheduler
 from sim.engine.block_runs import Piece, add_irregular, clipped, shifted
 from sim.engine.request import EngineRequest
-from sim.engine.scheduler import Scheduler
 from sim.engine.types import StepTimeCoefficients
 
 
@@ -129,7 +129,7 @@ _NEVER = _HeadGuard(frozenset(), None)
 
 
 def plan(
-    scheduler: Scheduler, timing: StepTimeCoefficients, max_duration_s: float, version: int
+    scheduler: BatchScheduler, timing: StepTimeCoefficients, max_duration_s: float, version: int
 ) -> DecodeRun | None:
     """The longest decode-only run from the current state, or None if the next step is not
     one (a prefill, an admission or a preemption is due)."""
@@ -182,7 +182,7 @@ def plan(
     )
 
 
-def _head_guard(scheduler: Scheduler, budget: int) -> _HeadGuard | None:
+def _head_guard(scheduler: BatchScheduler, budget: int) -> _HeadGuard | None:
     """None if the waiting head would be admitted now; else what could change that."""
     config = scheduler.config
     if not scheduler.waiting or budget <= 0 or len(scheduler.running) >= config.max_num_seqs:
@@ -200,7 +200,7 @@ def _head_guard(scheduler: Scheduler, budget: int) -> _HeadGuard | None:
     total = request.num_computed + cached + min(request.num_tokens - cached, budget)
     required = -(-total // bs) - len(request.blocks) - len(hits)
     evictable = kv.evictable(hits)
-    # As Scheduler._allocate decides: touching a free hit uses up a free block too.
+    # As BatchScheduler._allocate decides: touching a free hit uses up a free block too.
     need = max(required, 0) + len(evictable) if hits else required
     if need <= kv.num_free_blocks:
         return None
@@ -209,7 +209,7 @@ def _head_guard(scheduler: Scheduler, budget: int) -> _HeadGuard | None:
 
 
 def _cut(
-    scheduler: Scheduler,
+    scheduler: BatchScheduler,
     phases: list[int],
     order: list[int],
     steps: int,
@@ -285,7 +285,7 @@ def _hand_out(
             add_irregular(request.runs, start, len(request.blocks))
 
 
-def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineRequest]:
+def apply(scheduler: BatchScheduler, run: DecodeRun, steps: int) -> list[EngineRequest]:
     """Commit the first `steps` steps of `run`; returns the requests that finished."""
     kv = scheduler.kv_cache
     running = scheduler.running
@@ -320,7 +320,7 @@ def apply(scheduler: Scheduler, run: DecodeRun, steps: int) -> list[EngineReques
     return finished
 
 
-def _commit_each(scheduler: Scheduler, steps: int) -> None:
+def _commit_each(scheduler: BatchScheduler, steps: int) -> None:
     """`apply`'s commits request by request (the same cache in the end), so that each
     request's stored blocks are recorded with their tokens."""
     bs = scheduler.config.block_size

@@ -4,7 +4,7 @@
 offline replayer) adds requests, calls `step()` while `has_work()`, and advances its own
 clock by each step's `duration_s`. A step:
 
-1. plans the batch (`Scheduler.schedule`: running requests, then admissions, with
+1. plans the batch (`BatchScheduler.schedule`: running requests, then admissions, with
    preemption when blocks run out);
 2. computes it: every scheduled request advances `num_computed`; one that reaches its
    known tokens samples the next output token, emitted at the end of the step (the first,
@@ -32,11 +32,11 @@ from collections.abc import Sequence
 
 from routing.kv_events import KvEvent
 from sim.engine import decode_run
+from sim.engine.batch_scheduler import BatchScheduler, StepPlan
 from sim.engine.decode_run import DecodeRun
 from sim.engine.kv_events import KVEventLog
 from sim.engine.kv_store import KVCache
 from sim.engine.request import EngineRequest
-from sim.engine.scheduler import Scheduler, StepPlan
 from sim.engine.types import (
     EngineConfig,
     EngineProfile,
@@ -73,7 +73,7 @@ class EngineModel:
         _check_config(config)
         self.config = config
         self.timing = timing
-        self._scheduler = Scheduler(config, native)
+        self._scheduler = BatchScheduler(config, native)
         if kv_events:
             self._scheduler.kv_cache.events = KVEventLog(config.block_size)
         self._requests: dict[str, EngineRequest] = {}

@@ -1,6 +1,6 @@
 """`kvgate sim sweep`: one trace replayed over a grid of configurations, the best one named.
 
-- `command`: the command (`run_sweep`): plan, run, rank, report, with progress lines
+- `command`: `run_sweep` (plan, run, rank, report, with progress lines), `open_runner`
 - `grid`: policies × scorer weights × replica counts × rate scales, and weight overrides
 - `rank`: objectives, SLO constraints, tie-breaks; the best run
 - `report`: the ranked table, the best run as a `routing:` snippet, sweep.json, sweep.png

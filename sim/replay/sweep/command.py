@@ -40,13 +40,14 @@ from sim.replay.sweep.rank import (
     metric_value,
     rank,
 )
+from sim.replay.sweep.ray_runner import RayRunner
 from sim.replay.sweep.report import (
     best_routing_yaml,
     format_ranking,
     write_sweep_json,
     write_sweep_plot,
 )
-from sim.replay.sweep.runners import RunSpec, SweepRunner, open_runner
+from sim.replay.sweep.runners import LocalRunner, RunSpec, SweepRunner
 from sim.traces import time_scaled
 
 DEFAULT_POLICIES = "round-robin,least-load,prefix-aware"
@@ -100,6 +101,14 @@ def plan_sweep(args: argparse.Namespace) -> SweepPlan:
     return SweepPlan(
         tuple(points), tuple(notes), base, objective, tie_break, constraints, args.jobs, ray
     )
+
+
+def open_runner(jobs: int, ray_address: str | None, out: TextIO | None = None) -> SweepRunner:
+    """The runner the command line asks for: Ray when `ray_address` is not None ("" for the
+    local instance), else local; ValueError (naming the extra) when Ray is not installed."""
+    if ray_address is None:
+        return LocalRunner(jobs, out)
+    return RayRunner(ray_address, out)
 
 
 def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

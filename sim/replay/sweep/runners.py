@@ -1,5 +1,5 @@
-"""Where the runs of a sweep execute: in this process, in local worker processes, or on a Ray
-cluster (`ray_runner`).
+"""Where the runs of a sweep execute: in this process or in local worker processes; on a Ray
+cluster in `ray_runner` (`command.open_runner` picks one).
 
 Every runner calls `run_point` with the same inputs — the trace at the run's rate scale, the
 engine profile, the run's policy and settings — and a replay depends on nothing else (virtual
@@ -102,13 +102,3 @@ class LocalRunner:
             }
             for future in as_completed(futures):
                 yield futures[future], future.result()
-
-
-def open_runner(jobs: int, ray_address: str | None, out: TextIO | None = None) -> SweepRunner:
-    """The runner the command line asks for: Ray when `ray_address` is not None ("" for the
-    local instance), else local; ValueError (naming the extra) when Ray is not installed."""
-    if ray_address is None:
-        return LocalRunner(jobs, out)
-    from sim.replay.sweep.ray_runner import RayRunner
-
-    return RayRunner(ray_address, out)

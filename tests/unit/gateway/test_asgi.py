@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -9,6 +8,7 @@ import pytest
 
 from gateway.asgi import (
     DISCONNECT_EXTENSION,
+    DisconnectSignal,
     Message,
     TrackedSend,
     disconnect_signal,
@@ -198,21 +198,18 @@ async def test_disconnect_after_the_response_finished_cancels_nothing() -> None:
 # -- run_until_disconnect with the server's disconnect signal ------------------------------
 
 
-class Signal:
-    """What `gateway.asgi.DisconnectSignal` offers: a flag and a callback slot."""
-
-    def __init__(self) -> None:
-        self.disconnected = False
-        self.callback: Callable[[], None] | None = None
-
-    def fire(self) -> None:
-        self.disconnected = True
-        if self.callback is not None:
-            self.callback()
+def test_disconnect_signal_fires_once() -> None:
+    calls: list[str] = []
+    signal = DisconnectSignal()
+    signal.fire()  # nobody listening yet: remembered
+    assert signal.disconnected
+    signal.callback = lambda: calls.append("x")
+    signal.fire()
+    assert calls == []  # fired already
 
 
 async def test_signal_disconnect_cancels_work_without_a_watcher_task() -> None:
-    signal, receive = Signal(), FakeReceive()
+    signal, receive = DisconnectSignal(), FakeReceive()
     started = asyncio.Event()
     events: list[str] = []
 
@@ -238,7 +235,7 @@ async def test_signal_disconnect_cancels_work_without_a_watcher_task() -> None:
 
 
 async def test_signal_work_finishes_first() -> None:
-    signal = Signal()
+    signal = DisconnectSignal()
 
     async def work() -> None:
         await asyncio.sleep(0)
@@ -249,7 +246,7 @@ async def test_signal_work_finishes_first() -> None:
 
 
 async def test_signal_already_disconnected_sends_nothing() -> None:
-    signal = Signal()
+    signal = DisconnectSignal()
     signal.fire()
     ran: list[str] = []
 
@@ -261,7 +258,7 @@ async def test_signal_already_disconnected_sends_nothing() -> None:
 
 
 async def test_signal_disconnect_after_the_response_finished_cancels_nothing() -> None:
-    signal = Signal()
+    signal = DisconnectSignal()
     events: list[str] = []
 
     async def work() -> None:
@@ -274,7 +271,7 @@ async def test_signal_disconnect_after_the_response_finished_cancels_nothing() -
 
 
 def test_disconnect_signal_from_the_scope() -> None:
-    signal = Signal()
+    signal = DisconnectSignal()
     assert disconnect_signal({"extensions": {DISCONNECT_EXTENSION: signal}}) is signal
     assert disconnect_signal({"extensions": {}}) is None
     assert disconnect_signal({}) is None

@@ -1,9 +1,8 @@
-"""The server side without sockets: coalesced writes, the disconnect signal, and the choice
-of protocol when uvicorn's internals are missing."""
+"""The choice of the server's protocol at start-up, and the fallback when uvicorn's internals
+are missing."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from typing import Any
@@ -12,79 +11,8 @@ import pytest
 from uvicorn.protocols.http import httptools_impl
 
 import gateway.http
-from gateway.http.server import CoalescingTransport, DisconnectSignal, server_protocol
+from gateway.http.server import server_protocol
 from gateway.http.uvicorn_protocol import GatewayHttpProtocol
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert not self.closed
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str) -> str:
-        return f"info:{name}"
-
-
-def _wrap(inner: RecordingTransport) -> CoalescingTransport:
-    transport: Any = inner
-    return CoalescingTransport(transport, asyncio.get_running_loop())
-
-
-async def test_writes_of_one_step_leave_in_one_write() -> None:
-    inner = RecordingTransport()
-    t = _wrap(inner)
-    t.write(b"HTTP/1.1 200 OK\r\n\r\n")
-    t.write(b"body")
-    assert inner.writes == []
-    assert t.get_write_buffer_size() == len(b"HTTP/1.1 200 OK\r\n\r\nbody")
-    await asyncio.sleep(0)
-    assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
-    t.write(b"next")  # a later step: its own write
-    await asyncio.sleep(0)
-    assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"next"]
-
-
-async def test_close_flushes_first_and_later_writes_are_dropped() -> None:
-    inner = RecordingTransport()
-    t = _wrap(inner)
-    t.write(b"last")
-    t.close()
-    assert (inner.writes, inner.closed) == ([b"last"], True)
-    t.write(b"too late")
-    await asyncio.sleep(0)
-    assert inner.writes == [b"last"]
-
-
-async def test_other_calls_pass_through() -> None:
-    t = _wrap(RecordingTransport())
-    assert t.get_extra_info("peername") == "info:peername"
-    assert not t.is_closing()
-
-
-def test_disconnect_signal_fires_once() -> None:
-    calls: list[str] = []
-    signal = DisconnectSignal()
-    signal.fire()  # nobody listening yet: remembered
-    assert signal.disconnected
-    signal.callback = lambda: calls.append("x")
-    signal.fire()
-    assert calls == []  # fired already
-
-
-# -- choosing the protocol at start-up ------------------------------------------------------
 
 
 def test_the_gateway_protocol_is_served_when_uvicorn_has_its_internals(

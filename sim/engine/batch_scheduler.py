@@ -55,7 +55,7 @@ class StepPlan:
     preempted: list[str] = field(default_factory=list)
 
 
-class Scheduler:
+class BatchScheduler:
     """Waiting queue, running list, the KV cache and the counters vLLM keeps beside them."""
 
     def __init__(self, config: EngineConfig, native: bool | None = None) -> None:

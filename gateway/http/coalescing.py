@@ -1,0 +1,51 @@
+"""`CoalescingTransport`: the writes of one event-loop step leave in one `write()` system
+call (`gateway.http.server` says why); the server's protocol wraps each connection in one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class CoalescingTransport:
+    """Wraps a transport: the writes of one loop step are joined and written once, at its
+    end; everything else is passed through (closing flushes first)."""
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pending is None:
+            self._pending = [bytes(data)]
+            self._loop.call_soon(self._flush)
+        else:
+            self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        pending = sum(map(len, self._pending)) if self._pending else 0
+        return pending + self._transport.get_write_buffer_size()
+
+    def __getattr__(self, name: str) -> Any:
+        # is_closing, abort, get_extra_info, pause/resume_reading, set_protocol, ...
+        return getattr(self._transport, name)
