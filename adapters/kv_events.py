@@ -2,16 +2,14 @@
 
 Wire format (vLLM's `ZmqEventPublisher`): a multipart message `[topic, seq, payload]`, `seq`
 an 8-byte big-endian unsigned integer, `payload` msgpack `[timestamp, [event, ...], dp_rank]`
-(the rank may be absent; newer vLLM may send the batch as a map `{ts, events,
-data_parallel_rank}`). Each event comes in one of two encodings, both accepted:
+(the rank may be absent, or the batch a map `{ts, events, data_parallel_rank}`). Each event is
+either a map with a `type` key (vLLM 0.32: `{"type": "BlockStored", "block_hashes": [...],
+...}`) or a positional array tagged by its type name (older vLLM, some peers):
+`["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]`,
+`["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]`, trailing fields possibly
+missing (older versions had no `medium`) or extra (newer ones append more).
 
-- a map with a `type` key (vLLM 0.32): `{"type": "BlockStored", "block_hashes": [...], ...}`;
-- a positional array tagged by its type name (older vLLM, some peers):
-  `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]`,
-  `["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]`; trailing fields may be
-  missing (older versions had no `medium`) or extra (newer ones append more).
-
-Block hashes are unsigned 64-bit ints, or bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`), kept
+Block hashes are unsigned 64-bit ints, or bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`) kept
 as the int of their last 8 bytes big-endian. Unknown event types are skipped and counted in
 `KvEventBatch.skipped`; anything else malformed raises `KvEventDecodeError`.
 """

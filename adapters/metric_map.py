@@ -1,23 +1,18 @@
 """An engine adapter driven by a table: which Prometheus series feed which `EngineMetrics` field.
 
-Each field lists candidate `Source`s in order of preference; the first one present in a
-scrape wins and the rest are ignored, so a renamed metric is one more entry in the table
-(vLLM's `vllm:kv_cache_usage_perc` after its v0 name `vllm:gpu_cache_usage_perc`).
+Each field lists candidate `Source`s in order of preference; the first present in a scrape
+wins, so a renamed metric is one more entry (vLLM's `vllm:kv_cache_usage_perc` after its v0
+name `vllm:gpu_cache_usage_perc`). Several series of one metric (data-parallel engines,
+`engine="0"`, `"1"`, …) are combined: waiting, running and blocks summed, KV usage averaged,
+block size the first.
 
-Several series of one metric (data-parallel engines labelled `engine="0"`, `"1"`, …) are
-combined: waiting, running and blocks are summed, KV usage is averaged, block size is the
-first. NaN and ±Inf samples, and labels that are not integers (`"None"`), count as absent.
-
-A page is a backend's word, not ours: parsing never raises on what it holds. A count (or a
-sum of counts) beyond 2^53, the largest integer a float holds exactly, an integer label of
-any length beyond it, and a KV usage whose mean overflows count as unknown. A block size
-outside 1–4096 tokens, or not an integer, is ignored and logged once per value (engines use
-1–256; hybrid models a few hundred).
-
-LoRA (vLLM's convention): a gauge whose labels `running_lora_adapters` and
-`waiting_lora_adapters` hold comma-separated adapter names and `max_lora` the slot count.
-The engine sets it to the current time under new labels each step and never removes old
-series, so the series with the largest value is the current one.
+A page is a backend's word, not ours: parsing never raises on it. NaN and ±Inf samples,
+labels that are not integers (`"None"`), counts or integer labels beyond 2^53 (the largest
+integer a float holds exactly) and a KV usage whose mean overflows count as absent; a block
+size outside 1–4096 tokens, or not an integer, is ignored and logged once per value. LoRA
+(vLLM's convention): a gauge whose labels `running_lora_adapters` and `waiting_lora_adapters`
+hold comma-separated names and `max_lora` the slot count; the engine sets it to the current
+time under new labels each step and never removes old series, so the largest value is current.
 """
 
 from __future__ import annotations

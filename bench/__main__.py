@@ -1,51 +1,16 @@
 """`python -m bench SUBCOMMAND [ARGS]`: kvgate's benchmarks, calibration and fidelity check.
 
-Run from the repository's root (`bench` is not installed). Subcommands:
+Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
+`--help` (their modules are listed in `SUBCOMMANDS`):
 
-  quality    the same workloads through kvgate and peer routers, each in front of a fresh
-             emulated fleet: TTFT, hit rate, load share (`bench.quality`; `make bench-routing`
-             is its kvgate-only router list)
-  overhead   the latency and CPU each router adds under open-loop load (`bench.overhead`)
-  decision   one routing decision, timed (`bench.decision`)
-  calibrate  measure real vLLM (CPU) and fit the engine model (`bench.calibrate`)
-  fidelity   live against simulated, same trace and policies (`bench.fidelity`)
-  regime     kvgate's default against sglang-router, vllm-router and kvgate's other
-             policies over a grid of cache pressure × popularity × load, live and
-             simulated; ratio heat maps (`bench.regime`; `make bench-regime`)
-  vllm-pressure  routers in front of two real vLLM CPU servers with a small KV cache,
-             multi-tenant chats under cache pressure (`bench.vllm_pressure`;
-             `make bench-vllm`)
-  epp        Envoy + kvgate epp against Envoy round-robin and kvgate as the front door:
-             hit rate, TTFT, and the latency the picker's hop adds at 200 req/s
-             (`bench.epp`; `make bench-epp`)
-  admission  a burst of 10x capacity from tenants of unequal demand on an emulated fleet:
-             shed fraction, admitted TTFT against unloaded, shares against fair shares
-             (`bench.admission`; `make bench-admission`)
-  kv-events  KV-event decoding and precise-index throughput, events/s on one core, and
-             the index's memory per block (`bench.kv_events`)
-  precise    the precise (KV-event-fed) index against the emulator: exact predictions of
-             cached tokens, and precise-prefix against the default on pressure cells
-             (`bench.precise`; `make bench-precise`)
-  tokenize   what tokenizer-exact prompt ids cost per request: local tokenizer.json +
-             chat template, and an engine's /tokenize with the gateway's cache
-             (`bench.tokenize`)
-  shared-state  how stale one gateway's view of another's state is (through a real
-             redis-server or between workers), and Redis memory per tracked block
-             (`bench.shared_state`)
-  shared-state-fleet  N gateways (or workers) sharing nothing, sharing through Redis, one
-             gateway, and a Redis outage mid-run, on multi-tenant chats: hit rate and
-             TTFT (`bench.shared_state_fleet`)
-  dashboard  the Grafana dashboard's panels rendered from a live run's metrics (emulated
-             replicas, `kvgate serve`, chats with a surge): a PNG laid out like the
-             dashboard and the series as JSON (`bench.dashboard`)
-  sweep-runners  one `kvgate sim sweep` grid of 32 runs with --jobs 1, --jobs 2 and --ray:
-             wall times, and the same results from each (`bench.sweep_runners`)
-  sim-speed  CPU seconds of one `kvgate sim` replay of the Mooncake trace per policy, the
-             compiled KV cache against the pure-Python reference (`bench.sim_speed`)
-  tracing-overhead  kvgate's CPU per request with OTLP tracing on against off, side by
-             side at 500 req/s over the overhead bench's stubs (`bench.overhead.tracing`)
-  all        quality, overhead and decision in turn; takes only `--quick`, passed on to the
-             subcommands that have it
+- routing and admission: quality (against peer routers), regime (a grid of regimes, live and
+  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise;
+- cost: overhead (latency and CPU a router adds), decision (one routing decision),
+  tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events;
+- the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
+  sim-speed, sweep-runners;
+- several gateways: shared-state, shared-state-fleet; and dashboard (Grafana panels rendered);
+- all: quality, overhead and decision in turn; takes only `--quick`, passed to those with it.
 
 Arguments after the subcommand go to it: `python -m bench quality --help`.
 """

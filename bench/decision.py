@@ -1,31 +1,18 @@
 """Microbenchmark of one routing decision, as the gateway makes it for one request.
 
-`python -m bench decision [--out out/bench/decision]` times, per request: the pool's
-endpoint snapshots and the healthy candidates serving the model (`health.pool`, as the
-gateway takes them for every request), hashing the prompt's canonical bytes into chained
-prefix blocks (seed included), the default `prefix-aware` profile (filters, the prefix
-lookup inside its scorers, the other scorers and the picker) and the dispatch bookkeeping
-(the chosen replica's match for pending prefill, and recording the blocks in the index) —
-for prompts of 1k, 8k and 128k tokens over 8, 64 and 512 replicas. The stack is the one
-both the gateway and the simulator build (`scoring.stack.build_routing_stack`); the steps are
-those of `gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch`,
-timed one by one (without the pending-prefill bookkeeping, which would need first tokens).
+`python -m bench decision [--out out/bench/decision]` times the steps of
+`gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch`, one
+by one, on the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the
+pool's snapshots and the healthy candidates), hash (the prompt's chained prefix blocks),
+schedule (the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
+bookkeeping, without pending prefill) and `decision` = hash + schedule, for prompts of 1k, 8k
+and 128k tokens over 8, 64 and 512 replicas.
 
-Between decisions the chosen replica gains a request in flight and a random busy one loses
-one, and every 25 decisions all replicas report new engine metrics (a scrape round), so the
-snapshots change as they do under live load. The TTFT model has learned every replica's
-line from a dozen observations, as in a gateway that has served traffic.
-
-Each cell gets a fresh, warm index: every replica already holds several prompts (16 tenants'
-shared system prompts followed by private conversation text), and most queries continue one
-of those conversations (a partial match on the replica that served it, the tenant's system
-prompt on many others) while the rest open a new one. Every query has a fresh tail, so what
-the timed decision records is new to the index, as in live traffic. Timings are
-`perf_counter_ns` per decision, with the garbage collector enabled (its pauses are part of a
-live decision) after a collect and freeze of the warm state. Prints a table (the whole, then
-the median of each stage: snapshot, hash, schedule, record, and `decision` = hash +
-schedule, what issue 6 times as a decision: hashing, index lookup and scoring), writes
-`decision.json` and `decision.png` to `--out`.
+Load moves between decisions (in-flight counts; a scrape round every 25), the TTFT model has
+learnt every replica's line, and each cell's index is warm (16 tenants' system prompts and
+conversations; most queries continue one, each with a fresh tail). `perf_counter_ns` per
+decision, garbage collector on after a collect and freeze of the warm state. Prints a table
+of medians; writes `decision.json` and `decision.png` to `--out`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
-"""`python -m bench shared-state`: how stale one gateway's view of another's state is, and what
-the sharing costs.
+"""`python -m bench shared-state`: how stale one gateway's view of another's is, and its cost.
 
-Gateway A's and gateway B's `SharedState` (the objects `kvgate serve` wires) run in two
-processes, sharing through `--channel redis` (a `redis-server` this benchmark starts: what
-`state.backend: redis` does) or `--channel workers` (the Unix-socket channel between the
-workers of one `kvgate serve --workers N`). A notes `--dispatches` placements of `--blocks`
-block hashes each at `--rate` per second, as its prefix tracker does on each dispatch, and
-its in-flight count on one backend changes with each dispatch. Measured at B (wall clock,
-one machine):
+Gateways A and B (`SharedState`, as `kvgate serve` wires it) run in two processes, sharing
+through `--channel redis` (a `redis-server` this benchmark starts) or `--channel workers` (the
+Unix-socket channel of `kvgate serve --workers N`). A notes `--dispatches` placements of
+`--blocks` block hashes each at `--rate` per second, its in-flight count on one backend
+changing with each. Measured at B (wall clock, one machine):
 
 - event lag: from A's dispatch to B's index holding its blocks, p50/p90/p99/max;
-- load staleness: from A's in-flight count changing to B's view of it showing that count
-  or a later one (the wait for the next report plus the channel's delay), and the share of
-  A's counts B saw as such (reports coalesce changes closer than the interval).
-
-With Redis also the memory: the stream's `MEMORY USAGE` and the server's `used_memory`
-growth after `--memory-entries` more placements, per placement and per tracked block; and
-what noting a dispatch costs on the request path (µs). Prints one JSON object.
+- load staleness: from A's in-flight count changing to B showing it or a later one, and the
+  share of A's counts B saw (reports coalesce changes closer than the interval);
+- with Redis, memory (the stream's `MEMORY USAGE`, `used_memory` growth over
+  `--memory-entries` more placements, per placement and per block) and what noting a dispatch
+  costs on the request path (µs). Prints one JSON object.
 """
 
 from __future__ import annotations

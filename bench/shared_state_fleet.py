@@ -1,47 +1,18 @@
-"""`python -m bench shared-state-fleet`: N gateways sharing routing state against one gateway,
-on the regime map's multi-tenant chats.
+"""`python -m bench shared-state-fleet`: N gateways sharing routing state against one gateway.
 
-Each run is one cell of the regime map (`bench.regime.grid`: 144 chats of a tenant
-population sized against the fleet's KV, a closed loop of 16 clients, `pP-POP-closed16`; or
-chats starting as an open loop at 50% or 90% of round-robin's saturation rate,
-`pP-POP-open50`, `-open90`, where no opening burst of every client's first prompt at once
-hits the cold caches) on a fresh
-`kvgate emulate` fleet (`--replicas`, profile demo, no KV events), through one of these
-setups (`bench.precise.run`), prefix-aware:
-
-- `one`: one gateway;
-- `none`: `--gateways` gateways sharing nothing;
-- `redis`: the same sharing their routing state through a redis-server of their own;
-- `workers`: one `kvgate serve --workers N` (N = `--gateways`), sharing over its own channel;
-- `control`: as `redis`, but every client sends to the first gateway: the other N − 1 run,
-  scrape the fleet and share their (empty) state, and route nothing. Against `one` it
-  measures what running N gateway processes costs on this machine (CPU shared with the
-  fleet and the clients), apart from how they route;
-- `outage`: as `redis`, with the redis-server killed `--outage-at` s into the run and started
-  again (empty) on the same port `--outage-for` s later (`bench.redis_outage`): the replicas'
-  hit rate before, during and after.
-
-The clients spread over the gateways themselves, as the issue says (`--spread client`:
-client i sends to gateway i mod N, so a chat stays on one gateway; `request`: every request
-to the next one; an open loop has no clients, its requests go round-robin either way); no
-balancer hop in between. Each run also prints what every gateway measured of the others'
-changes reaching it (`/admin/backends` `state`: the events' and the load reports' lag, p50 /
-p99 ms). Prints a table per cell (hit rate, mean and p90 TTFT, errors; the range over
-seeds; hit rate and TTFT as ratios to one gateway's mean in the same seed, the TTFT ratio's
-mean ± standard error) and writes `shared_state_fleet.json` and a PNG to `--out`.
-
-`--jitters 1,2,3` runs each open-loop seed once per jitter seed, every request sent
-`uniform(0, --jitter-ms)` later (5 ms by default; `bench.regime.live.workload`): the same
-chats and schedule with a fresh draw of the ms-scale timing that live runs never repeat.
-One gateway's own runs, divided by their mean, then show how far one gateway's outcome
-moves with that timing alone — the noise four gateways' TTFT is judged against. (One
-gateway repeats an unjittered run almost exactly, sd ≤ 3%, yet a tie broken the other way
-sends a tenant to another replica and the run down another path.)
-
-`--sim-delays 0,0.001,0.005` runs the same cells in the simulator instead (virtual time, no
-lock needed): one gateway, then N gateways sharing with each delay (`kvgate sim --gateways N
---sync-delay S`; a closed loop's sessions sticky to a gateway for `--spread client`, an
-open loop's requests round-robin, as live), and N sharing nothing.
+Each run is a regime-map cell (`bench.regime.grid`: 144 chats in a closed loop of 16 clients,
+`pP-POP-closed16`, or an open loop at 50% or 90% of round-robin's saturation, `-open50`,
+`-open90`) on a fresh `kvgate emulate` fleet, prefix-aware, in a setup of `bench.precise.run`:
+`one` gateway; `none`, `--gateways` sharing nothing; `redis`, sharing through a redis-server;
+`workers`, `kvgate serve --workers N`; `control`, as `redis` but every client on the first
+gateway (what N processes cost here); `outage`, as `redis` with the redis-server killed
+`--outage-at` s in and restarted empty `--outage-for` s later. Clients spread over the
+gateways (`--spread client`: client i to gateway i mod N; `request`: each request to the
+next). Prints per cell hit rate, mean and p90 TTFT, errors, ratios to one gateway's in the
+same seed and each gateway's lag of the others' changes; writes `shared_state_fleet.json` and
+a PNG to `--out`. `--jitters 1,2,3` reruns open-loop seeds with requests up to `--jitter-ms`
+late (docs/decisions/0026-mirror-bounded-by-kv-size.md); `--sim-delays 0,0.005` runs the same
+cells in the simulator (`kvgate sim --gateways N --sync-delay S`).
 """
 
 from __future__ import annotations

@@ -4,24 +4,14 @@
 prefix `topic`), decodes each message (`adapters.kv_events`) and hands every batch, in
 sequence order, to the synchronous `on_batch(backend_id, batch)`.
 
-Sequence numbers: vLLM numbers its batches 0, 1, 2, ... per publisher. A batch numbered past
-`last + 1` is a gap: with a `replay` endpoint the subscriber asks vLLM's ROUTER socket for
-the missing batches (DEALER sends `[b"", start_seq]`, 8 bytes big-endian; vLLM 0.32 answers
-one `[b"", topic, seq, payload]` per buffered batch with `seq >= start_seq`, then
-`[b"", b"", -1, b""]`; the same without the topic frame is accepted too),
-delivers those below the live one, and counts what the replay could not supply as `missed`.
-Without `replay` the gap is counted and the stream goes on. A number at or below `last` is a
-duplicate when equal, else a restarted publisher (counted in `restarts`; its cache is new).
-A subscriber that joins a stream already past batch 0 asks the replay socket for the batches
-before it too (what the engine cached before the gateway started). Whenever the stream can no
-longer account for the engine's whole cache (batches lost, a restarted publisher), the
-optional `on_lost(backend_id)` is called before the next batch is delivered.
-
-Transport: libzmq reconnects a SUB socket by itself, with exponential backoff from
-`backoff_first_s` to `backoff_max_s` (RECONNECT_IVL / _MAX), and heartbeats detect a dead TCP
-peer. A socket error closes the sockets and starts over after the same doubling backoff. A
-message that does not decode, or a callback that raises, is counted and logged (rate-limited)
-and never stops the stream. Cancelling `run()` closes the sockets; it never blocks the loop.
+Batches are numbered 0, 1, 2, ... per publisher. A number past `last + 1` is a gap, filled from
+the `replay` endpoint if any (what it cannot supply counts as `missed`), else counted; one
+equal to `last` is a duplicate, one below it a restarted publisher (`restarts`). A subscriber that
+joins past batch 0 replays what came before. Whenever the stream can no longer account for
+the engine's whole cache, `on_lost(backend_id)` is called before the next batch. libzmq
+reconnects with backoff (`backoff_first_s` to `backoff_max_s`), a socket error restarts with
+the same; a bad message or a raising callback is counted and logged, never fatal. Cancelling
+`run()` closes the sockets. Replay wire: docs/decisions/0010-precise-index.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Engine metric scraping: one polling loop per backend that exports metrics.
 
 Each loop sends `GET {url}{adapter.metrics_path}` every `interval_s` (timeout `timeout_s`),
-the adapter chosen by the backend's configured engine, and stores the parsed, immutable
-`EngineMetrics` on the backend, replacing the previous object. A failed scrape leaves the
-old metrics in place and counts one `scrape_errors`; the pool's snapshots stop showing
-metrics once they are older than `stale_after_s` (GIE's 200 ms), so a backend whose
-scrapes keep failing looks "unknown" to the scorers rather than idle. Backends whose
+the adapter chosen by the backend's engine, and stores the parsed, immutable `EngineMetrics`
+on the backend. Snapshots stop showing metrics older than `stale_after_s` (GIE's 200 ms), so a
+backend whose scrapes keep failing looks "unknown" to the scorers, not idle. Backends whose
 engine exports no metrics (`openai`) are not polled.
 
 Any failure of one backend's scrape (no answer, a page over `max_bytes`, a page the adapter
-cannot read, or a bug the page triggers) is that backend's scrape error: counted, logged
-once and then at most once a minute while it lasts, and never raised into the loop, so one
-odd page cannot stop the scraping of the others.
-
-A page byte-identical to the backend's previous one is not parsed again: its metrics are the
-previous ones, stamped with the new `scraped_at` (adapters parse a page as a pure function of
-its text). An idle engine serves the same page scrape after scrape, 20 times a second.
+cannot read, a bug the page triggers) leaves its old metrics, counts one `scrape_errors`, is
+logged once and then at most once a minute while it lasts, and never stops the loop. A page
+byte-identical to the previous one is not parsed again (adapters are pure functions of the
+page): its metrics are the previous ones, stamped with the new `scraped_at`.
 """
 
 from __future__ import annotations

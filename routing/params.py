@@ -8,12 +8,11 @@ with its type, its default and, for a number, its bounds in `Annotated`:
         temperature: Annotated[float, Bounds(gt=0.0)] = 0.1
 
 `ParamSchema(Params).parse(raw)` turns a parsed YAML mapping into a `Params`, or raises
-ValueError naming the parameter and what it must be. An unknown key is rejected, listing the
-accepted ones. A `float` is a real finite number within its bounds (an int is converted; a bool
-is not a number; an int too large for a float is rejected); an `int` is an int within its
-bounds; a `bool` is true or false; a `str` is a string; a `Literal[...]` or `Enum` field takes
-one of its values. A field without a default is required. `ParamSchema.specs` describes each
-parameter (name, type, default, bounds) for docs.
+ValueError naming the parameter and what it must be; an unknown key is rejected, listing the
+accepted ones. A `float` is a finite real within its bounds (an int is converted; a bool is not
+a number; an int too large for a float is rejected); an `int` an int within its bounds; a
+`bool` true or false; a `str` a string; a `Literal[...]` or `Enum` one of its values. A field
+without a default is required. `ParamSchema.specs` describes each parameter for docs.
 """
 
 from __future__ import annotations

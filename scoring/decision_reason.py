@@ -1,24 +1,18 @@
 """Why a decision chose its target, as one word from a small fixed set (`REASONS`).
 
-For metrics (`kvgate_routing_decisions_total{reason}`) and the dry run's explanation: every
-decision gets one reason, so the label stays bounded whatever the profiles are.
+Every decision gets one reason, for metrics (`kvgate_routing_decisions_total{reason}`) and the
+dry run, so the label stays bounded whatever the profiles. With w the chosen endpoint and r the
+runner-up (the other candidate with the highest total):
 
-With w the chosen endpoint and r the runner-up (the other candidate with the highest total):
-
-- `only_candidate`: one candidate was scored and none were filtered out (one backend serves
-  the model, or only one is healthy); `filtered`: filters cut several candidates to one.
-- `picker`: total(w) ≤ total(r), so the scores did not decide: a tie the picker broke, or a
-  picker that does not take the best (round-robin, random, power-of-two, softmax).
-- otherwise the scorer with the largest weighted lead weight_s × (score_s(w) − score_s(r))
-  decided, and its kind is the reason: `prefix` (prefix-match, precise-prefix), `session`,
-  `lora`, `load` (in-flight, queue depth, running requests, KV utilisation, cache headroom).
-  The estimated-TTFT scorer trades cache and load in one unit, so its lead counts as
-  `prefix` when w holds more of the prompt's leading blocks than r (the prefix index's
-  match, already computed by the cycle's scorers), else `load`. A scorer of a type not
-  listed here gives `other`.
-
-Costs a few list reads per decision; the per-profile weights and kinds are worked out once
-per profile object (a reloaded config brings new ones).
+- `only_candidate`: one candidate scored, none filtered out; `filtered`: filters cut several
+  candidates to one.
+- `picker`: total(w) ≤ total(r): a tie the picker broke, or a picker that does not take the
+  best (round-robin, random, power-of-two, softmax).
+- otherwise the kind of the scorer with the largest weighted lead weight_s × (score_s(w) −
+  score_s(r)): `prefix` (prefix-match, precise-prefix), `session`, `lora`, `load` (in-flight,
+  queue depth, running requests, KV utilisation, cache headroom); estimated TTFT counts as
+  `prefix` when w holds more of the prompt's leading blocks than r, else `load`; a scorer type
+  not listed gives `other`. Weights and kinds are worked out once per profile object.
 """
 
 from __future__ import annotations

@@ -1,42 +1,17 @@
 """Fit the engine model's step-time coefficients to measured TTFTs and inter-token latencies.
 
-Unknowns: the seven `StepTimeCoefficients`, `request_overhead_s` (what client TTFT pays once
-beyond the engine's steps: HTTP, the first SSE chunk), `burst_request_s` and `burst_token_s`
-(what it pays besides for each other request of its burst and each prompt token of theirs:
-the API server's work on them), `frontend_s` (the API server's serial work per request
-before the engine sees it; held at 0, see FRONTEND_CANDIDATES_S) and `shared_s` (its work
-per request interleaved among the requests it holds; see `replay.py`). The profile's
-`frontend` carries request_overhead_s and frontend_s (with shared_s added to
-request_overhead_s: the simulator has no interleaved stage and no burst terms); the
-evaluation uses them all and the report states them.
-
-Every repetition of a training cell gives rows of a linear system. Replaying its burst
-through the engine model (`replay.py`) says which steps ran between a request's arrival and
-its first token, and between its first and last token, so
+Unknowns: the seven `StepTimeCoefficients`, `request_overhead_s` (client TTFT beyond the
+engine's steps), `burst_request_s` and `burst_token_s` (per other request of the burst and per
+prompt token of theirs), `frontend_s` (held at 0, see FRONTEND_CANDIDATES_S) and `shared_s`
+(`replay.py`); the profile's `frontend` gets request_overhead_s (+ shared_s) and frontend_s.
+Replaying each repetition of a training cell (`replay.py`) says which steps ran before a
+request's first token and between its first and last, so every row is linear:
 
     measured ≈ Σ_{those steps} step_time(features) (+ request_overhead_s) + offset
 
-where offset (idle waits for arrivals, an arrival inside a running step) is read off the
-replay. Rows:
-- client TTFT of each request (with request_overhead_s);
-- vLLM's own mean queue + prefill time and mean inter-token latency over the burst (from its
-  Prometheus histograms, which use engine-core timestamps; the queue time starts at the step
-  boundary where the engine core takes the request in): these time the engine alone and
-  do not suffer from the server's streaming stalling now and then on the busy machine, when
-  several tokens reach the client at once. Without them, per-request client ITLs are used.
-
-Both are linear in the coefficients once the schedule is fixed. The schedule depends a little
-on the coefficients (which late arrivals make it into a step), so the fit alternates: replay
-with the current coefficients, solve, replay again, until the coefficients settle. The first
-guess comes from concurrency-1 cells in closed form (one prefill step; decode steps of one
-sequence).
-
-Rows are scaled to relative error (see `solve`), so non-negative least squares weighs a 5 ms
-gap as much as a 1 s TTFT; the per-request rows of a burst of c requests weigh 1/c each, so
-every repetition of every cell counts the same. Measured and replayed requests of a burst are
-paired by the order of their first tokens. `frontend_s` changes the schedule, not just a row,
-so it is chosen — with `shared_s` — from a few candidates by a robust score, each candidate
-fitted for two rounds.
+Rows: each request's client TTFT; vLLM's own mean queue + prefill time and mean ITL over the
+burst (else per-request client ITLs). Replays and non-negative least squares on relative
+errors alternate until the coefficients settle (docs/decisions/0024-calibration-burst-terms.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """Replay one measured burst through the engine model in virtual time.
 
-The burst is rebuilt with the same structure — warm-up prompts first (run to completion, so
-their blocks are cached), then the measured prompts sent at the client's measured send
-offsets — and stepped until every request has its last token.
+The burst is rebuilt as measured — warm-up prompts first, run to completion so their blocks
+are cached, then the measured prompts at the client's measured send offsets — and stepped
+until every request has its last token. vLLM's API server, in front of the engine, is two
+stages: `shared_s` of work a request interleaved among all requests in the server (processor
+sharing: with n sent together even the first leaves after n × shared_s, `shared_done`), then
+a FIFO of `frontend_s` each, so request i reaches the engine at
 
-Between client and engine sits vLLM's API server, which takes each request through HTTP
-parsing and input processing one at a time (one Python event loop): `frontend_s` of its work
-per request, in a FIFO queue, so request i reaches the engine at
-    arrival_i = max(sent_i, arrival_{i−1}) + frontend_s.
-With 8 requests sent at once the last one reaches the engine ~7 × frontend_s after the first;
-the engine model itself has no such stage. Before that queue, `shared_s` of work a request is
-interleaved among all requests in the server at once (processor sharing: the event loop
-switches between them at every await), so with n sent together even the first leaves it
-only after n × shared_s: `shared_done`; sent_i above is then when request i leaves it.
-The result keeps every step's start and features, so the fit can write any request's TTFT
-or ITL as a linear function of the coefficients (see `fit.py`), and the evaluation can read
-predicted times directly.
+    arrival_i = max(sent_i, arrival_{i−1}) + frontend_s     (sent_i: when it left the first)
+
+The result keeps every step's start and features, so the fit can write any request's TTFT or
+ITL as a linear function of the coefficients (`fit.py`), and the evaluation can read predicted
+times directly.
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """The probe that calibrates the simulator's terms for time outside the engines.
 
-Before the live runs, requests are sent one at a time (each done before the next) to an
-idle fleet of the `mooncake` case three times: small prompts straight to one replica, small
-prompts through the gateway, long prompts through the gateway. Each run gives the client's
-mean TTFT and, from the replicas' TTFT histogram, the engines' own mean over the same
-requests; with o = client mean − engines' mean,
+Before the live runs, requests go one at a time to an idle fleet of the `mooncake` case, three
+times: small prompts straight to one replica, small and long prompts through the gateway. With
+o = a run's client mean TTFT − the engines' own mean (their TTFT histogram, same requests):
 
-    engine_overhead_s        = o(small, straight to a replica): the emulator's HTTP
-                               handling and the client (the profile's
-                               `FrontEnd.request_overhead_s`)
-    gateway_overhead_s       = o(small, gateway) − engine_overhead_s: the gateway's own time
-                               and its second hop (`SimSettings.gateway_overhead_s`)
+    engine_overhead_s        = o(small, straight)      (`FrontEnd.request_overhead_s`)
+    gateway_overhead_s       = o(small, gateway) − engine_overhead_s
+                               (`SimSettings.gateway_overhead_s`: its own time, second hop)
     gateway_overhead_token_s = (o(long, gateway) − o(small, gateway)) / (long − small
                                tokens): bodies parsed, hashed and sent on, per prompt token
 
 No figure of the runs the check compares goes into them. The emulator's serial work per
-request (`FrontEnd.frontend_s`) is not probed: an idle probe cannot tell it from a fixed
-overhead; it stays 0.
+request (`FrontEnd.frontend_s`) is not probed, an idle probe cannot tell it from a fixed
+overhead: it stays 0.
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
-"""The fidelity check's settings and its two cases.
+"""The fidelity check's settings and its cases.
 
 - **chats**: seeded open-loop synthetic chats of tenants with long shared system prompts
-  (`sim.workloads.open_loop_chats`), in blocks of the engine's own KV block size, on `demo`
-  replicas.
-- **mooncake**: the first requests of the Mooncake FAST'25 conversation trace that fit a
-  32k context, output capped, the requests of a burst (one timestamp) sent 10 ms apart in
-  trace order, time-compressed so that round-robin runs loaded (~70% of the
-  throughput it reaches with everything queued; nearer saturation its p90 is a lottery
-  over the arrival order, decision 0017) on `h100-llama3-8b` replicas with a contended
-  cache (16,384 blocks of 16 tokens each).
-- **loaded**: the same slice and fleet at 6x the recorded rate (~91% of round-robin's
-  throughput with everything queued), run `loaded_repeats` times per policy, each
-  repetition's arrivals shifted by its own seeded 0–5 ms (`jittered`; order within a burst
-  kept). Both sides see each repetition's trace, and the check compares the mean over the
-  repetitions of each run's mean and p90 TTFT (decision 0023): near saturation one run of
-  a load-aware policy is one draw of its placements, which ms of timing change.
+  (`sim.workloads.open_loop_chats`), in the engine's own KV block size, on `demo` replicas.
+- **mooncake**: the first requests of the Mooncake FAST'25 conversation trace that fit a 32k
+  context, output capped, a burst's requests (one timestamp) sent 10 ms apart in trace order,
+  time-compressed to ~70% of round-robin's throughput with everything queued, on
+  `h100-llama3-8b` replicas with a contended cache (16,384 blocks of 16 tokens each).
+- **loaded**: the same at 6x the recorded rate (~91%), run `loaded_repeats` times per policy,
+  each repetition's arrivals shifted by its own seeded 0–5 ms (`jittered`; order within a
+  burst kept), judged on the means (docs/decisions/0023-fidelity-near-saturation.md).
 
-The live run sends each request as a streaming `/v1/completions` call whose prompt is token
-ids synthesised from the block ids (`sim.workloads.timed_requests`: equal ids, equal
-tokens), so the emulated engines see exactly the prefix sharing the simulator replays, with
-no tokenizer in between, and the gateway, hashing token ids at 4 bytes a token, sees it too.
+Live, each request is a streaming `/v1/completions` call whose prompt is token ids synthesised
+from the block ids (`sim.workloads.timed_requests`: equal ids, equal tokens), so the engines,
+and the gateway hashing token ids at 4 bytes a token, see exactly the sharing simulated.
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """`python -m bench quality`: routing quality of kvgate against peer routers.
 
 The same workloads go through each router in turn — kvgate `prefix-aware` and `round-robin`,
-SGLang's router (`cache_aware`), vllm-router (`cache_aware`, its default; its `kv_aware`
-needs the engines' ZMQ KV events) and LiteLLM's proxy (`simple-shuffle`) — each in front of
-a fresh emulated fleet (one `kvgate emulate` process, restarted between runs so every
-router starts from cold caches), one live experiment each (`sim.live.experiment`).
-`make bench-routing` is the same benchmark with kvgate's policies as the routers
-(`--routers kvgate:round-robin,kvgate:session,...`). Workloads, at rates that put
-round-robin near saturation:
+SGLang's router and vllm-router (`cache_aware`), LiteLLM's proxy (`simple-shuffle`) — each in
+front of a fresh emulated fleet (one `kvgate emulate` process, restarted so every router
+starts cold), one live experiment each (`sim.live.experiment`); `make bench-routing` runs
+kvgate's policies as the routers (`--routers kvgate:round-robin,kvgate:session,...`).
+Workloads, at rates that put round-robin near saturation: synthetic, closed-loop multi-turn
+chats of tenants sharing long system prompts (`demo` profile); mooncake, the first N requests
+of the FAST'25 conversation trace (`--traces DIR`) at their own rate on `h100-llama3-8b`
+slowed 10×, prompts synthesised as text from the hash ids (SGLang's router refuses token ids).
 
-- synthetic: closed-loop multi-turn chats of tenants that share long system prompts
-  (`demo` profile);
-- mooncake: open loop, the first N requests of the FAST'25 conversation trace at their own rate on
-  `h100-llama3-8b` timing slowed 10× (the same as compressing time 10× against that engine),
-  prompts synthesised from the hash ids as text (shared ids → shared words), since SGLang's
-  router refuses token-id prompts. The trace is read from `--traces DIR`.
-
-Per router: client-side TTFT p50/p90/p99/mean and inter-chunk ITL p50/p99, the prefix hit
-rate the replicas report (deltas of `vllm:prefix_cache_hits_total / queries_total`), each
-replica's request share, errors; written to `OUT/quality.json` (with peer versions and
-exact command lines) and `OUT/quality_ttft_cdf.png`, and printed with the issue's targets.
+Per router: client TTFT p50/p90/p99/mean, inter-chunk ITL p50/p99, the replicas' prefix hit
+rate, each replica's request share, errors; written to `OUT/quality.json` (with peer versions
+and exact command lines) and `OUT/quality_ttft_cdf.png`, and printed against the targets.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """`python -m bench regime`: kvgate's default against other routers over a grid of regimes.
 
-Each cell of the grid (`bench.regime.grid`: cache pressure × tenant popularity × traffic)
-is a workload of `sim.workloads.family` — tenants' chats that share their tenant's system
-prompt — run live through every router in front of a fresh emulated fleet
-(`--mode live`), replayed in the simulator with every kvgate policy among the routers and
-a model of sglang-router's algorithm (`--mode sim`; `bench.regime.peer_model`), or both
-from the same seed. Simulated rows carry each run's TTFT floor (`bench.regime.floor`), a
-per-request lower bound no router can beat. Load is
-relative to round-robin's saturation throughput, measured per cell in the simulator.
-Writes `OUT/regime.json` (settings, cells, every row's TTFT mean/p50/p90, hit rate,
-max/mean load share and errors, and the ratios of kvgate's default to sglang-router and
-round-robin) and heat maps of those ratios (`OUT/heatmap_<mode>_vs_<baseline>.png`).
-`--quick` runs the issue's measured cell and a high-reuse cell only; the full grid's axes
-are arguments (`--pressures`, `--loads`, ...). Peers are installed into `.venv-peers/` on
-first use.
+Each cell of the grid (`bench.regime.grid`: cache pressure × tenant popularity × traffic) is
+a workload of `sim.workloads.family`, run live through every router in front of a fresh
+emulated fleet (`--mode live`), replayed in the simulator with every kvgate policy and a model
+of sglang-router (`--mode sim`; `bench.regime.peer_model`), or both from the same seed.
+Simulated rows carry each run's TTFT floor (`bench.regime.floor`). Load is relative to
+round-robin's saturation throughput, measured per cell in the simulator. Writes
+`OUT/regime.json` (settings, cells, every row's TTFT mean/p50/p90, hit rate, max/mean load
+share and errors, and the ratios of kvgate's default to sglang-router and round-robin) and
+heat maps of those ratios (`OUT/heatmap_<mode>_vs_<baseline>.png`). `--quick` runs two cells
+(`bench.regime.grid`); the axes are arguments (`--pressures`, `--loads`, ...). Peers are
+installed into `.venv-peers/` on first use.
 """
 
 from __future__ import annotations

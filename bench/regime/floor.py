@@ -1,36 +1,18 @@
 """The TTFT floor: a lower bound on each request's TTFT that no router can beat.
 
-For a request r arriving at a_r, any router's TTFT is at least
-
     floor_r = min over j of [ max(0, ready_j − a_r) + alone(j blocks cached, r's prompt) ]
 
-where `alone(c, n)` is the time an idle engine takes from a request's arrival to its first
-token when the first c tokens of its n-token prompt are cached (chunked as the engine
-chunks, `max_num_batched_tokens` a step, with the engine model's step times), and
-`ready_j` is the earliest instant at which r's first j prompt blocks could all be cached
-anywhere. A block exists only once a request holding it has computed the prompt up to
-it, in order: a request q arriving at a_q whose first i blocks are ready at R_i can have
-its block k (k ≥ i) at the earliest
+for a request r arriving at a_r (the run's own arrivals). `alone(c, n)`: an idle engine's time
+from arrival to first token with c of n prompt tokens cached (chunked as the engine does, at
+the model's step times). `ready_j`: the earliest instant r's first j blocks could be cached
+anywhere; a request q arriving at a_q with its first i blocks ready at R_i has block k ≥ i at
 
     min over i ≤ k of [ max(a_q, R_i) + overhead_s + prefill_token_s × (k+1−i)·B
-                        + attention_s × (F((k+1)·B) − F(i·B)) ],   F(x) = x(x+1)/2,
+                        + attention_s × (F((k+1)·B) − F(i·B)) ],   F(x) = x(x+1)/2
 
-one step's overhead plus the prefill and attention of the tokens from block i to the end
-of block k (each token attends to at least every token up to itself; B tokens a block;
-a profile's `context_attention_s`, which prices pairs with context cached before a chunk, and
-`prefill_seq_s`, a prefilling sequence's own cost, are left out here: non-negative terms,
-so the bound stays a bound).
-Every term separates into a part of i and a part of k, so a running minimum over i gives
-every block's instant in one pass. A burst of requests for one new prefix thus waits for
-the prefix's computation, as any fleet must, instead of finding it cached a step after
-the first arrival. The bound is per request, so it holds for every order statistic too:
-no router's mean or p90 TTFT is below the floors' mean or p90. It ignores what a real
-fleet cannot avoid — queueing behind other requests, finite caches and their evictions,
-decode steps sharing the engine — so real routers sit above it; how far above says how
-much room routing still has.
-
-Arrivals are the run's own: fixed for an open loop, and in a closed loop the instants the
-router's own run sent each request (a faster router sends sooner).
+(B tokens a block; one pass with a running minimum over i; `context_attention_s` and
+`prefill_seq_s` left out: non-negative). Per request, hence for every order statistic; it
+ignores queueing, finite caches and decode steps (docs/decisions/0011-regime-map-steady-state.md).
 """
 
 from __future__ import annotations

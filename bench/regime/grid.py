@@ -1,35 +1,18 @@
 """The regime map's cells: which workloads of the family, on which fleet, with what traffic.
 
-A cell is a point of `sim.workloads.family` (cache pressure, popularity, prefix length,
-2–4-turn chats) plus traffic: a closed loop of `clients` users, or an open loop at `load`
-× round-robin's saturation throughput (measured per cell in the simulator, see
-`bench.regime.simulate.saturation_rps`). Tenants follow from the pressure:
-`tenants = pressure × fleet KV tokens / prefix tokens`.
+A cell is a point of `sim.workloads.family` (pressure, popularity, prefix length, 2–4-turn
+chats; `tenants = pressure × fleet KV tokens / prefix tokens`) plus traffic: a closed loop of
+`clients` users, or an open loop at `load` × round-robin's saturation throughput (measured
+per cell, `bench.regime.simulate`). Two slices share the pressure axis (default 0.25, 1.5, 4):
 
-The full grid is two slices that share their pressure axis (default 0.25, 1.5, 4):
+- every popularity (uniform, Zipf, a hot tenant with 30 % of the chats), 144 chats, 16 clients;
+- the hot tenant in open loops at 50 % and 90 % of round-robin's saturation once chats overlap
+  (turns `THINK_S` apart; `offered_load` in `regime.json` averages the whole run), with at
+  least 48 chats and `OPEN_MIN_SPAN_S` of starts.
 
-- every popularity (uniform, Zipf, one hot tenant with 30 % of the chats) in a closed loop
-  of 16 clients, the issue's measured traffic (round-robin runs at 67–99 % of its
-  saturation there in the simulator, more where pressure is high);
-- the hot tenant in an open loop at 50 % and 90 % of round-robin's saturation: the rate
-  of the arrivals once chats overlap (turns `THINK_S` apart); averaged over the whole
-  run, ramp-up and tail included, it is lower (`offered_load` in `regime.json`: 0.3–0.5
-  and 0.7–0.8). Open loops get enough chats to keep starting them for `OPEN_MIN_SPAN_S`.
-
-A closed-loop cell has 144 chats (~430 requests): with 48, every client's first prompt
-arriving at once on empty caches made up a third of the first turns and most of the mean
-TTFT, so the map measured a cold start more than routing. Open loops keep at least 48
-chats and `OPEN_MIN_SPAN_S` of starts (their arrivals do not come in one burst). The chats
-touch only part of the tenants where pressure is high (`pressure_touched` in
-`regime.json`: closed loops 1.15–1.45 where 1.5 is defined, 2.4–3.1 where 4 is; open loops
-1.1 and 1.6).
-
-That is 15 cells. The simulator maps them in about a minute a router and seed; live, each
-router's run of a cell takes 20–40 s with the fleet's start. The axes are arguments
-(`--pressures`, `--loads`, ...). The issue's measured cell is `p1.5-hot-closed16` (4
-replicas, 30 tenants of 2,048-token prompts: 1.5× the fleet's KV capacity);
-`p0.25-uniform-closed16` is the high-reuse cell (5 tenants, every prefix fits on every
-replica). `--quick` runs those two only.
+That is 15 cells; the axes are arguments (`--pressures`, `--loads`, ...). `--quick` runs
+`p1.5-hot-closed16` (4 replicas, 30 tenants × 2,048 tokens: 1.5× the fleet's KV) and the
+high-reuse `p0.25-uniform-closed16` (docs/decisions/0011-regime-map-steady-state.md).
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """SGLang's `cache_aware` router as a model the simulator can run beside kvgate's policies.
 
-The live map runs the real sglang-router; the simulator cannot, so a cell's kvgate ÷
-sglang-router ratio could only be had live (minutes a cell, and noisy). This model lets a
-simulated sweep rank kvgate's variants against the peer too. It follows the algorithm
-sglang-router 0.3.2 documents and its defaults (`launch_router --help`):
+The live map runs the real sglang-router; this model, of sglang-router 0.3.2's documented
+algorithm and defaults (`launch_router --help`), lets a simulated sweep rank kvgate against it:
 
 - load = the router's own requests in flight on each worker;
 - imbalanced when `max_load − min_load > balance_abs_threshold` (64) and `max_load >
   min_load × balance_rel_threshold` (1.5): the least-loaded worker;
 - otherwise the longest prefix match over one approximate tree per worker, fed with every
-  request's prompt at routing time and never with answers: match rate = matched ÷ prompt
-  length; above `cache_threshold` (0.3) the worker that matched most, else the worker
-  whose tree is smallest (the most room, by the router's account).
+  prompt at routing time, never with answers: match rate = matched ÷ prompt length; above
+  `cache_threshold` (0.3) the worker that matched most, else the one with the smallest tree.
 
-Approximations: the tree is kvgate's prefix index with no capacity bound (SGLang's holds
-64M characters and is pruned every 60 s, which never happens in a map's cell), matched in
-kvgate's hashed blocks instead of characters; ties go to the first worker in the
-candidates' order (SGLang takes whichever tenant its tree lists first). The scorer picks
-by itself (1 for its choice, 0 elsewhere) and records the choice as it scores: one
-scoring call per request, as in a replay, not for dry runs.
+Approximations: the tree is kvgate's prefix index, unbounded (SGLang's 64M characters, pruned
+every 60 s, never fill in a cell), in hashed blocks; ties go to the first candidate. The scorer
+picks by itself (1 for its choice, 0 elsewhere), recording it as it scores (not for dry runs).
 """
 
 from __future__ import annotations

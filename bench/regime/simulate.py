@@ -1,29 +1,18 @@
 """The simulated half of the regime map: each cell replayed per kvgate policy (`sim.replay`).
 
-- **Saturation** (`saturation_rps`): round-robin's throughput, in requests per second, in
-  a closed loop (below) of `SATURATION_CLIENTS_PER_REPLICA` clients per replica over
-  `SATURATION_CHATS` of the cell's chats (same seed): enough clients that every replica
-  always has a queue (16, 32, 64 and 128 clients on 4 replicas gave 8.7, 8.5, 8.6 and
-  8.4 requests/s at the issue's cell). An open-loop cell's rate is `load` × this; "load"
-  is thus measured in the engine model, per cell, since the hit rate round-robin gets, and
-  with it the fleet's capacity, depends on pressure and popularity. (A backlog of every
-  request at once took minutes to replay: the engines' waiting queues grow long.)
-- **Closed loop**: C users take the chats in order and send each turn when the previous
-  one is answered (`sim.replay.ClosedLoop`), as the live client does. The answers a live
-  engine writes are stand-ins of the same length here, so a turn hits its previous prompt
-  but not its previous answer.
-- **Open loop**: the same arrivals live and simulated (`Cell.open_arrivals`).
-- **sglang-router**: in the simulator, a model of its `cache_aware` algorithm
-  (`bench.regime.peer_model`), rows marked `model`.
+- **Saturation** (`saturation_rps`): round-robin's throughput in a closed loop of
+  `SATURATION_CLIENTS_PER_REPLICA` clients per replica over `SATURATION_CHATS` of the cell's
+  chats (enough that every replica always has a queue). An open-loop cell's rate is `load` ×
+  this, measured per cell since round-robin's hit rate, hence capacity, depends on the cell.
+- **Closed loop**: C users take the chats in order, each turn sent when the previous one is
+  answered (`sim.replay.ClosedLoop`); answers are stand-ins of the same length, so a turn hits
+  its previous prompt but not its previous answer. **Open loop**: `Cell.open_arrivals`.
+- **sglang-router**: a model of `cache_aware` (`bench.regime.peer_model`), rows marked `model`.
+- **Hit ceiling** (`hit_ceiling`): the hit rate of one unbounded cache fed every request in
+  order, which no router can beat (stand-in answers never hit: live, ~24 tokens a turn more).
 
-- **Hit ceiling** (`hit_ceiling`): the hit rate of one unbounded cache that saw every
-  request of the cell in order, which no router over any fleet can beat: each tenant's
-  first prompt and each turn's new tokens are misses whatever the routing. (The stand-in
-  answers never hit, so a live ceiling is higher by about one answer, 24 tokens, a turn.)
-
-Each replay is the gateway's own routing code on the engine model (`sim.replay.Replay`),
-with default settings (metrics scraped every 50 ms) but the fleet's KV-event delay (for
-profiles that read the precise index).
+Replays run the gateway's routing on the engine model (`sim.replay.Replay`) with default
+settings (metrics every 50 ms) but the fleet's KV-event delay.
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
 """The cells of the real-vLLM pressure bench: multi-tenant chats sized in the engine's tokens.
 
-A cell is a workload of `sim.workloads.family` — `tenants` system prompts of
-`prefix_tokens` tokens, 2–4-turn chats picked by `popularity` — sent closed loop by
-`clients` clients. Pressure is the tenants' prefix tokens over the fleet's KV tokens, as in
-the regime map. The family writes one word per emulator token; the tiny model's tokenizer
-makes `TOKENS_PER_WORD` tokens of such a word, so a cell asks for `words_for` its token
-targets. That ratio is a constant, not measured per run: the tokenizer is trained on the
-repository's own text, so it drifts a little with every commit, and a measured ratio would
-change the chats' text (and the requests) between commits. The bench measures it anyway,
-warns when it strays, and reports each cell's measured prefix length.
+A cell is a workload of `sim.workloads.family` — `tenants` system prompts of `prefix_tokens`
+tokens, 2–4-turn chats picked by `popularity` — sent closed loop by `clients` clients;
+pressure is the tenants' prefix tokens over the fleet's KV tokens, as in the regime map. The
+family writes one word per emulator token, which the tiny model's tokenizer makes
+`TOKENS_PER_WORD` tokens, so a cell asks for `words_for` its token targets. The ratio is a
+constant (the tokenizer is trained on the repository's text, so a measured one would change
+the requests between commits); the bench measures it, warns when it strays, and reports each
+cell's prefix length. Cells, on 2 servers of 96 blocks × 32 tokens (6,144 KV tokens):
 
-Cells, on 2 servers of 96 blocks × 32 tokens (6,144 KV tokens in the fleet):
-
-- `p1.5-hot-closed6`: the issue's measured regime — 10 tenants × ~900 tokens (1.46×), one
-  hot tenant with 30 % of the chats, 6 clients (`--quick` runs this one);
+- `p1.5-hot-closed6`: 10 tenants × ~900 tokens (1.46×), one hot tenant with 30 % of the
+  chats, 6 clients: the measured regime (`--quick` runs this one);
 - `p2.9-uniform-closed6`: 20 tenants alike (2.93×): tighter, and no tenant to favour;
-- `p0.29-uniform-closed6`: 2 tenants (0.29×): every prefix fits on every replica, high reuse.
+- `p0.29-uniform-closed6`: 2 tenants (0.29×): every prefix fits on every replica.
 """
 
 from __future__ import annotations

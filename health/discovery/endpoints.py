@@ -1,21 +1,18 @@
 """From an `InferencePool` and pods to endpoints: pure functions over the API's JSON.
 
-A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its labels
-(an empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and
-no `deletionTimestamp` (terminating pods stop taking new work at once). It yields one
-endpoint per `spec.targetPorts[].number`, `http://IP:PORT`, with the engine type read
-from the pod label `kvgate.dev/engine`, else the label Kubernetes peers read,
+A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its labels (an
+empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and no
+`deletionTimestamp`. It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`,
+with the engine type from the pod label `kvgate.dev/engine`, else
 `inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown).
 
-KV-cache events (vLLM `--kv-events-config`) are read from pod annotations:
-`kvgate.dev/kv-events-port` (the publisher's port: `tcp://POD_IP:PORT`), optional
-`kvgate.dev/kv-events-replay-port` (its replay socket) and `kvgate.dev/kv-events-topic`
-(default empty: every topic). With several target ports (data-parallel ranks, one HTTP
-server each) the i-th target port's engine publishes on PORT + i and replays on
-REPLAY_PORT + i, the offset vLLM gives rank i (`offset_endpoint_port`), so each endpoint
-has its own publisher; the ranks' replay ports must then not overlap the publishers'. An
-invalid annotation is ignored (a bad port: no events; a bad replay port: no replay) and
-reported through `warn(pod, message)`; discovery never fails over one.
+KV-cache events come from pod annotations: `kvgate.dev/kv-events-port` (the publisher,
+`tcp://POD_IP:PORT`), optional `kvgate.dev/kv-events-replay-port` and
+`kvgate.dev/kv-events-topic` (default empty: every topic). The i-th target port (data-parallel
+rank i) publishes on PORT + i and replays on REPLAY_PORT + i, vLLM's offset for rank i
+(`offset_endpoint_port`); the ranks' replay ports must not overlap the publishers'. An invalid
+annotation is ignored (a bad port: no events; a bad replay port: no replay) and reported
+through `warn(pod, message)`; discovery never fails over one.
 """
 
 from __future__ import annotations

@@ -2,22 +2,16 @@
 
 Two sources, as configured (`admission.max_in_flight_per_backend`):
 
-- `InFlightCap` (the cap set): room = healthy backends × cap − requests admitted and not yet
-  finished − the other gateways' requests in flight on the healthy backends (shared state:
-  `remote_in_flight`, 0 without it), so the cap holds for gateways that share their load.
-  The gateway counts its own admissions, so a burst cannot overshoot between a grant and the
-  proxy's own per-backend count. With no healthy backend room is unbounded:
-  the router answers 503 at once, and waiting would only delay that answer.
-- `SaturationBudget` (no cap: the engines say): a healthy backend whose metrics show more
-  than `queue_threshold` waiting requests or a KV usage above `kv_threshold` (the
-  `saturation-filter`'s rule and thresholds) has no room; one below has room for
-  `floor(queue_threshold) + 1 − waiting` more before it would count as saturated. The sum is
-  a budget per scrape: grants spend it, and it is computed afresh only when some backend's
-  metrics are newer (a burst cannot be admitted whole on one stale page), and each request
-  that finishes gives one back (up to the page's budget): it freed a place the page saw
-  taken, so throughput is not capped at one budget per scrape. A backend without
-  metrics counts as an idle one; when no healthy backend reports metrics there is no evidence
-  to hold requests on, and room is unbounded (None), as the filter fails open.
+- `InFlightCap` (a cap set): room = healthy backends × cap − requests admitted and not yet
+  finished − the other gateways' requests in flight on the healthy backends
+  (`remote_in_flight`, 0 without shared state). Admissions are counted at the grant, so a
+  burst cannot overshoot. No healthy backend: room is unbounded (the router answers 503 now).
+- `SaturationBudget` (no cap): a healthy backend past the `saturation-filter`'s thresholds
+  (`queue_threshold` waiting, `kv_threshold` KV usage) has no room, one below has room for
+  `floor(queue_threshold) + 1 − waiting`. The sum is a budget per scrape: grants spend it, it
+  is recomputed only when some backend's metrics are newer (no burst admitted whole on one
+  stale page), and each finished request gives one back, up to the page's budget. A backend
+  without metrics counts as idle; if none reports any, room is unbounded (None).
 """
 
 from __future__ import annotations

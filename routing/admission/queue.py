@@ -1,28 +1,18 @@
 """`FairQueue`: a bounded wait queue with priority bands, per-tenant fairness and deadlines.
 
-Fairness is max-min over admission rates: the queue keeps each tenant's recent admissions
-(`usage`, a `TenantUsage`, fed by `pop` and by `started` for requests admitted without
-queueing), and a tenant's load is its usage plus its requests waiting. A tenant asking for
-less than an equal share keeps a lower usage than the others, so it is served first and
-never pays for their floods. (Counting requests in service instead was tried: it moves with
-every generation's length, and a light tenant whose demand is near its share lost ties.)
+A tenant's load is its recent admissions (`usage`, a `TenantUsage` fed by `pop` and by
+`started` for requests admitted without queueing) plus its requests waiting: max-min fairness
+over admission rates, so a tenant asking for less than an equal share is served first.
 
-Order of service (`pop`): strict priority between bands (band 0 first, as in GIE's flow
-control); within a band, the backlogged tenant of least usage, ties broken by the least
-virtual service (each pop adds the request's `cost` to its tenant's; a tenant that becomes
-backlogged starts at the band's virtual time, the service of the last request popped), then
-that tenant's oldest request. Tenants of equal load take turns.
-
-Bound (`push` when `limit` requests wait: `max_queue`, or fewer when the caller knows how
-many can be served before their deadline): the victim is the newest request of the most
-loaded tenant waiting in the lowest non-empty band. An arrival of a higher band evicts it;
-an arrival of that same band evicts it only if its own tenant's load is smaller, else the
-arrival itself is shed. An arrival below every waiting band is shed. So under a flood the
-flooding tenant pays for new requests with its own waiting ones and a light tenant still
-gets in (fq_codel drops from the fattest flow for the same reason).
-
-Deadlines: each request carries one; `expire(now)` removes the requests past theirs (a
-heap of deadlines, stale entries skipped lazily).
+`pop`: strict priority between bands (band 0 first); within a band the backlogged tenant of
+least usage, ties by least virtual service (each pop adds the request's `cost`; a tenant newly
+backlogged starts at the band's virtual time), then that tenant's oldest request. `push` when
+`limit` requests wait (`max_queue`, or fewer when fewer can meet their deadline): the victim is
+the newest request of the most loaded tenant in the lowest non-empty band; an arrival of a
+higher band evicts it, one of that band only if its own tenant's load is smaller, else the
+arrival is shed; an arrival below every waiting band is shed. So a flooding tenant pays with
+its own waiting requests, as fq_codel drops from the fattest flow. `expire(now)` removes the
+requests past their deadline (a heap, stale entries skipped lazily).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The `routing:` section of the config file and the built-in profiles.
 
-Loading is two-phase. `RoutingSection.model_validate(raw)` checks the shape: unknown keys are
-rejected (`extra="forbid"`) and every error names its field path.
-`scoring.stack.build_scheduler` then turns the validated specs into plugins through the
-registry; a plugin that is unknown or rejects its parameters fails with the profile's name.
+Loading is two-phase: `RoutingSection.model_validate(raw)` checks the shape (unknown keys
+rejected, errors name their field path); `scoring.stack.build_scheduler` then builds the plugins
+through the registry, failing with the profile's name on an unknown plugin or a bad parameter.
 
     routing:
       policy: session                 # default profile

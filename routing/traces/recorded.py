@@ -1,35 +1,18 @@
 """kvgate's own traces: the JSONL that `kvgate serve --record FILE` writes (format version 1).
 
 A header line, then one line per completed inference request (chat, completions, responses;
-not embeddings); keys may come in any order and unknown keys are ignored:
+not embeddings), keys in any order, unknown keys ignored:
 
     {"kvgate_trace": 1, "started_at": "2025-06-01T12:00:00.000000+00:00", "block_tokens": 16,
      "chars_per_token": 4.0, "hash": "xxh3-64 chained, fixed blocks, keyed per recording"}
     {"t": 0.013, "model": "llama", "input_tokens": 812, "output_tokens": 95,
      "block_tokens": 16, "hash_ids": [8461839501729273041, ...], "session": "chat-7"}
 
-Header: `kvgate_trace` is the format version; `started_at` (ISO 8601) is the time of t = 0;
-`block_tokens` is the lines' default block size; other keys are informational.
-
-Request lines:
-- `t`: arrival, seconds since `started_at`. Lines are written as requests complete, so they
-  are in completion order; the loader sorts them by `t`.
-- `model`: the request's `model` field.
-- `input_tokens`: the gateway's estimate of the prompt length (bytes of the prompt's
-  canonical rendering / `chars_per_token`), the same scale as the block ids.
-- `output_tokens`: the response's `usage` (completion_tokens or output_tokens, from a JSON
-  body or a stream's usage chunk); else the number of SSE events that carried content; else 0.
-- `block_tokens`, `hash_ids`: chained xxh3-64 hashes of the full blocks of
-  `block_tokens × chars_per_token` bytes of the canonical prompt rendering
-  (`scoring.state.prefix_hash.hash_fixed_blocks`, seeded by model and cache_salt): an equal id at
-  position i means an identical prefix of i + 1 blocks. Full blocks only, so a later turn's
-  ids start with the earlier turn's. The seed also mixes in a random key per recording that is
-  not stored: ids can be compared within a recording, not tested against a guessed prompt.
-- `session`: the session key (the configured session header, else the body's `user`), or null.
-
-Never any prompt or completion text. A gateway restarted on the same file appends a new
-header and its lines: the loader puts each segment on one timeline by its `started_at`. A
-last line without its newline (a write cut short) is ignored; any other bad line is an error.
+`t` is seconds since `started_at` (lines come in completion order; the loader sorts them);
+`hash_ids` are chained hashes of the prompt's full blocks, comparable within one recording
+only. Never any prompt or completion text. A restarted gateway appends a new header (each
+segment is placed by its `started_at`); a last line cut short is ignored, any other bad line
+is an error. Every field: docs/architecture.md, "Recorded traces".
 """
 
 from __future__ import annotations

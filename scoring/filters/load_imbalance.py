@@ -1,43 +1,18 @@
 """`load-imbalance-filter`: when load is badly skewed, drop the hot spots.
 
-Load: load(e) = e.in_flight + e.remote_in_flight + e.metrics.waiting, the last term 0 when
-unknown. `in_flight` is the gateway's own, always fresh count of requests it sent to e,
-`remote_in_flight` the other gateway replicas' (shared state; 0 without it); `waiting` adds
-the queue built by other routers and clients. A request of ours still queued counts twice,
-on purpose: queued requests are the load that hurts latency.
-
-Rule (SGLang's cache_aware balance gate, applied per candidate): with min_load the lowest load
-among the candidates, a candidate is a hot spot when
+Load: load(e) = e.in_flight + e.remote_in_flight + e.metrics.waiting (the last 0 when
+unknown): requests sent to e by this gateway and by the others (shared state), plus the
+engine's queue, where a queued request of ours counts twice, on purpose. SGLang's cache_aware
+balance gate, per candidate: with min_load the lowest load of the candidates, e is a hot spot if
 
     load - min_load > abs_threshold   and   load > min_load × rel_threshold
 
-and the filter drops the hot spots, keeping the rest in input order; equivalently it keeps
+The filter drops the hot spots and keeps the rest in input order; the least-loaded candidate
+is never one, so the output is never empty. Unlike SGLang it keeps the whole band, so a prefix
+scorer still chooses among it (docs/decisions/0002-default-profile-tuning.md).
 
-    load ≤ max(min_load + abs_threshold, min_load × rel_threshold).
-
-Both conditions grow with load, so SGLang's gate (the same test on max_load) is off exactly
-when no candidate is a hot spot, and then every candidate is kept. When the gate is on, SGLang
-sends the request to the single least-loaded worker; this filter keeps every candidate inside
-the band instead, so a prefix scorer can still pick the best-cached replica among those that
-are not overloaded.
-
-Why: pure prefix routing collapses onto one replica when many prompts share their first
-blocks (a common system prompt): that replica matches best for all of them, its score stays
-the highest, and load scorers of modest weight cannot outvote it. This filter bounds the
-collapse whatever the scorers say: no request goes to an endpoint whose load exceeds both
-min_load + abs_threshold and min_load × rel_threshold.
-
-Never empty: the least-loaded candidate is never a hot spot (its excess over min_load is 0),
-so a non-empty input always gives a non-empty output; the filter fails open by construction.
-
-Unknown metrics (`metrics` None or `waiting` None): the load is the in-flight count alone,
-which may make the endpoint look cooler than it is, but no endpoint is dropped for lack of
-metrics (the load scorers price that doubt).
-
-Parameters: `abs_threshold` (number ≥ 0, default 64) and `rel_threshold` (number ≥ 1, default
-1.5; 1 disables the relative condition), SGLang's defaults, so side-by-side benchmarks compare
-like with like. SGLang applies 64 to engines that batch hundreds of requests; with small
-engines (CPU, a small `max_num_seqs`) lower it, or the filter will rarely act.
+Parameters: `abs_threshold` (number ≥ 0, default 64; lower it for engines that batch few
+requests) and `rel_threshold` (number ≥ 1, default 1.5; 1 disables it), SGLang's defaults.
 """
 
 from __future__ import annotations

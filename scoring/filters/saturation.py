@@ -4,24 +4,15 @@ Formula: a candidate is saturated when its engine metrics are known and
 
     metrics.waiting > queue_threshold   or   metrics.kv_usage > kv_threshold
 
-(a field the engine does not report is not evidence either way). The filter keeps the
-candidates that are not saturated, in their input order. The comparisons are strict, as in
-GIE's saturation detector, so the defaults mean what GIE's mean: up to 5 waiting requests and
-80 % KV usage still count as having capacity; `kv_threshold: 1.0` disables the cache check.
+(a field the engine does not report is not evidence). The filter keeps the unsaturated
+candidates in input order. Comparisons are strict, as in GIE's saturation detector: up to 5
+waiting and 80 % KV usage still count as capacity; `kv_threshold: 1.0` disables the cache
+check. Fails open: if every candidate is saturated, all are returned (holding or shedding is
+admission control's job; the scorers still rank them). Unknown metrics (`metrics` None) are
+not saturation: a filter's verdict is final, so only evidence removes an endpoint (GIE, which
+decides whether to admit at all, is pessimistic); the load scorers price the doubt.
 
-Fails open: if every candidate is saturated, all of them are returned. The request has to go
-somewhere, and holding or shedding it is admission control's job, not a filter's; the scorers
-still rank the saturated endpoints by how saturated they are.
-
-Unknown metrics (`metrics` None) are not treated as saturated. A filter's verdict is final, so
-only evidence should remove an endpoint, and "unknown" mostly means a replica not scraped yet
-or an engine that reports nothing (a generic OpenAI server), which would otherwise be dropped
-for good. The doubt is priced by the load scorers instead (an unknown endpoint ties the worst
-known one). GIE's detector counts stale pods as lacking capacity because it answers a
-different question, whether to admit traffic at all, where pessimism is the safe side.
-
-Parameters: `queue_threshold` (number ≥ 0, default 5), `kv_threshold` (number in [0, 1],
-default 0.8).
+Parameters: `queue_threshold` (number ≥ 0, default 5), `kv_threshold` (in [0, 1], default 0.8).
 """
 
 from __future__ import annotations

@@ -3,26 +3,16 @@
 Formula: with t_i the weighted totals and lo/hi their minimum and maximum over the candidates,
 
     s_i = (t_i - lo) / (hi - lo)                      (so the best is 1, the worst 0)
-    P(target = i) ∝ exp((s_i - 1) / temperature)
+    P(target = i) ∝ exp((s_i - 1) / temperature)      (exponents ≤ 0: no overflow)
 
-Subtracting the best scaled score (1) keeps every exponent ≤ 0, so nothing overflows and the
-best candidate's weight is exactly 1; tiny temperatures underflow the others to 0 harmlessly.
-When hi - lo ≤ 1e-9 (all tied, see `max_score.TIE_TOLERANCE`) the draw is uniform. A NaN
-total gets weight 0. Candidates are sorted by id before the draw with `ctx.rng`, so the
-result depends only on the candidate set and the RNG state. The fallbacks are all the other
-candidates by total descending, ties broken at random (see `max_score.rank_by_total`).
+Uniform when hi - lo ≤ 1e-9 (`max_score.TIE_TOLERANCE`); a NaN total weighs 0. Drawn with
+`ctx.rng` over the candidates sorted by id; the fallbacks are the others by total descending,
+ties broken at random (`max_score.rank_by_total`). Scaled scores d apart have odds
+exp(d / temperature): towards 0 this is `max-score-picker`, large it is `random-picker`.
+Scaling frees the temperature from the scorer weights but stretches any spread to [0, 1]: the
+better of two wins 1 / (1 + exp(-1 / temperature)) however close (as in Dynamo's KV router).
 
-Temperature: two candidates whose scaled scores differ by d have odds exp(d / temperature).
-As temperature → 0 this becomes `max-score-picker`; as it grows the draw tends to uniform
-(`random-picker`). At the default 0.1 the best is e^10 ≈ 22,026 times likelier than the
-worst, and a candidate a tenth of the spread below the best is e ≈ 2.7 times less likely.
-
-Because totals are min-max scaled, the temperature does not depend on the scorer weights, but
-the spread is always stretched to [0, 1]: with two candidates the better one wins with
-probability 1 / (1 + exp(-1 / temperature)) however small their difference. This mirrors the
-Dynamo KV router's softmax over min-max scaled costs.
-
-Parameters: `temperature` (> 0, default 0.1).
+Parameters: `temperature` (> 0, default 0.1: the best e^10 ≈ 22,026 times likelier than the worst).
 """
 
 from __future__ import annotations

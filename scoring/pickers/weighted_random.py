@@ -4,15 +4,11 @@ Formula: with t_i the weighted total of candidate i (a NaN or negative total cou
 
     P(target = i) = t_i / sum_j t_j,   or 1/n for every candidate when every t_j is 0.
 
-The draw uses `ctx.rng` over the candidates sorted by id, so the result depends only on the
-candidate set and the RNG state. The fallbacks are all the other candidates by total
-descending, ties broken at random (see `max_score.rank_by_total`). A candidate whose total is
-0 is never the target unless every total is 0.
-
-Why: unlike `max-score-picker` this spreads requests in proportion to how good each endpoint
-looks, so a burst between metric scrapes does not all land on one endpoint; the price is that
-a clearly worse endpoint still gets its share (totals 0.9 and 0.6 split 60/40). For a sharper
-preference, use `softmax-picker`.
+The draw uses `ctx.rng` over the candidates sorted by id, so it depends only on the candidate
+set and the RNG state; the fallbacks are the others by total descending, ties broken at random
+(`max_score.rank_by_total`). Unlike `max-score-picker` it spreads a burst between scrapes in
+proportion to how good each endpoint looks, at the price of giving a clearly worse one its
+share (totals 0.9 and 0.6 split 60/40); `softmax-picker` is sharper.
 
 Parameters: none.
 """

@@ -1,35 +1,18 @@
 """`estimated-ttft-scorer`: cache affinity and load traded in one unit, seconds of TTFT.
 
-For endpoint e, with m_e prompt blocks it probably holds (from the `PrefixIndex`):
+For endpoint e, with its TTFT line's `overhead_s(e)` and `prefill_token_s(e)` from the
+`OnlineTtftModel` (the prior until learnt) and m_e blocks the `PrefixIndex` says it holds:
 
     uncached_e = max(0, token_estimate − covered_chars(m_e) / chars_per_token)
-    work_e     = uncached_e + pending_e                     (its queued prefill, in tokens)
-    ttft_e     = overhead_s(e) + prefill_token_s(e) × work_e
-    cost_e     = ttft_e + eviction_weight × prefill_token_s(e) × displaced_e
-    score(e)   = min_e' cost_e' / cost_e                      (1 for the fastest)
+    work_e     = uncached_e + pending_e     (prefill queued on e by the gateways, in tokens)
+    cost_e     = overhead_s(e) + prefill_token_s(e) × (work_e + eviction_weight × displaced_e)
+    score(e)   = min_e' cost_e' / cost_e    (1 for the fastest)
 
-`displaced_e` is what storing the request's uncached blocks would evict on e, in tokens of
-the entries its LRU would lose, each valued by how often requests reused it
-(`PrefixIndex.displaced`: r ÷ (r + 1) for an entry found held r times): the recomputation
-that placement is likely to cost later requests. It is 0 where the replica has room, so
-it only decides where every candidate is full, and it steers a new prefix away from the
-replica whose least recently used entries are still popular (a hot tenant's prompt) to
-one whose oldest entries were used once. `eviction_weight` 0 leaves it out.
-
-The coefficients come from an `OnlineTtftModel` (the configured prior until the gateway has
-learned each endpoint's line from observed TTFTs). So a replica holding the prefix wins
-exactly while its queue costs less than recomputing the prompt elsewhere, with no ad-hoc
-weights. `pending_e` is the prefill this gateway sent there and awaits a first token for,
-plus what the other gateway replicas report of theirs (`remote_pending_prefill_tokens`,
-shared state; 0 without it); queued work of other clients is not seen.
-
-With `cache_view: precise` the uncached tokens come from the `CacheView` instead: exact
-(`prompt_tokens − cached_tokens(d_e)`) for an endpoint whose KV-cache events reach the
-`PreciseIndex` when the request has token keys, the formula above for the others.
-
-Parameters: `chars_per_token` (> 0, default 4.0), `eviction_weight` (≥ 0, default 0: off;
-the default profile sets it), `cache_view` (`approximate`, the default, or `precise`). The
-prior coefficients are the model's.
+displaced_e is what storing the uncached blocks would evict on e, in tokens, each entry valued
+r ÷ (r + 1) for r reuses (`PrefixIndex.displaced`; 0 where e has room). Parameters:
+`chars_per_token` (> 0, default 4.0), `eviction_weight` (≥ 0, default 0: off), `cache_view`
+(`approximate`, the default, or `precise`: uncached_e exact where e's KV events reach the
+`PreciseIndex`, see `scoring.state.cache_view`).
 """
 
 from __future__ import annotations

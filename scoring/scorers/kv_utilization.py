@@ -5,13 +5,9 @@ Formula: with u the candidate's `metrics.kv_usage` (fraction of KV blocks in use
 
     score = 1 - u
 
-so an empty cache scores 1.0 and a full one 0.0. The score is absolute, not min-max
-normalised: 10 % against 20 % usage is a small difference and scores as one (GIE's KV scorer
-does the same).
-
-Unknown metrics (`metrics` None, `kv_usage` None or NaN): the endpoint scores the worst score
-among the candidates whose usage is known, or 0.5 if none is known (see
-`scoring.scorers.unknown_metrics`): an unscraped or stale endpoint never outranks a known one here.
+Absolute, not min-max normalised: 10 % against 20 % usage scores as a small difference (as
+GIE's KV scorer does). Unknown usage (`metrics` None, `kv_usage` None or NaN): the worst known
+score, or 0.5 if none is known (`scoring.scorers.unknown_metrics`).
 
 Parameters: none.
 """

@@ -4,17 +4,13 @@ Formula (GIE's LoRA affinity scorer), for the adapter a = `request.lora_adapter`
 candidate with `running_loras` R, `waiting_loras` W and `max_loras` M:
 
     1.0  if a is in R                       (loaded: no adapter swap)
-    0.8  else if M is known and |R ∪ W| < M (a free slot: a can be loaded without eviction)
+    0.8  else if M is known and |R ∪ W| < M (a free slot; adapters waiting take slots first)
     0.6  else if a is in W                  (queued to load: served once a slot frees)
     0.0  otherwise                          (every slot taken by other adapters)
 
-The free slot counts W as well as R, because adapters already waiting to load take the free
-slots first. An engine that does not report M cannot be shown to have a free slot.
-
-No adapter requested (None or ""): every candidate scores 1.0, which is neutral.
-Unknown metrics (`metrics` None): the endpoint scores the worst score among the candidates with
-metrics, or 0.5 if none has any (see `scoring.scorers.unknown_metrics`): an unscraped or stale
-endpoint never outranks one known to hold the adapter.
+No adapter requested (None or ""): every candidate scores 1.0 (neutral). `metrics` None: the
+worst score among the candidates with metrics, or 0.5 if none has any
+(`scoring.scorers.unknown_metrics`).
 
 Parameters: none.
 """

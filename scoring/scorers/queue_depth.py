@@ -5,14 +5,9 @@ the candidates whose `waiting` is known,
 
     score = (max - w) / (max - min),   or 1.0 for every known candidate when max == min.
 
-The shortest queue scores 1.0 and the longest 0.0. Unlike the gateway's own in-flight count,
-`waiting` includes traffic from other routers and clients, but it is only as fresh as the last
-scrape.
-
-Unknown metrics (`metrics` None or `waiting` None): the endpoint scores the worst score among
-the known candidates (0.0 when their queues differ, 1.0 when they are all equal), or 0.5 if
-none is known (see `scoring.scorers.unknown_metrics`): an unscraped or stale endpoint never
-outranks a known one here.
+Unlike the gateway's in-flight count, `waiting` includes traffic from other routers and
+clients, but it is only as fresh as the last scrape. Unknown `waiting` (or `metrics` None):
+the worst known score, or 0.5 if none is known (`scoring.scorers.unknown_metrics`).
 
 Parameters: none.
 """

@@ -5,14 +5,9 @@ min/max taken over the candidates whose `running` is known,
 
     score = (max - r) / (max - min),   or 1.0 for every known candidate when max == min.
 
-The smallest batch scores 1.0 and the largest 0.0. A smaller batch means faster decode steps
-for the new request; pair this with `queue-depth-scorer`, since an engine whose batch is full
-shows its overload in `waiting`, not here.
-
-Unknown metrics (`metrics` None or `running` None): the endpoint scores the worst score among
-the known candidates (0.0 when their batches differ, 1.0 when they are all equal), or 0.5 if
-none is known (see `scoring.scorers.unknown_metrics`): an unscraped or stale endpoint never
-outranks a known one here.
+A smaller batch means faster decode steps; pair this with `queue-depth-scorer`, since a full
+batch shows its overload in `waiting`, not here. Unknown `running` (or `metrics` None): the
+worst known score, or 0.5 if none is known (`scoring.scorers.unknown_metrics`).
 
 Parameters: none.
 """

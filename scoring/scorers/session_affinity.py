@@ -4,19 +4,13 @@ Formula: for session key s and endpoint id e, the weight is
 
     w(s, e) = blake2b(len(s) || s || len(e) || e, digest_size=8) read as an unsigned integer
 
-(UTF-8, lengths as 8-byte big-endian, so no two (s, e) pairs share an input). Candidates are
-ranked by w descending (ties, vanishingly rare, by id); the top one scores 1.0 and the k-th
-fallback (k ≥ 1, 0-based, of n) scores 0.5·(1 − k/n), so the fallbacks keep a consistent
-order too.
-Without a session key (None or "") every candidate scores 0.0, which is neutral.
-
-This is highest-random-weight hashing: adding an endpoint moves only the sessions whose
-weight for it beats their current top (about 1/(n+1) of them), removing one moves only the
-sessions that were on it, and no shared ring state is needed. blake2b is stable across
-processes and machines, unlike Python's salted `hash()`, so gateway replicas agree.
-
-The top endpoint leads every fallback by at least 0.5, whatever n, so with weight 10 against
-a [0,1] load scorer the affinity decides the target outright in a pool of any size.
+(UTF-8, lengths as 8-byte big-endian). Candidates are ranked by w descending (ties by id); the
+top one scores 1.0 and the k-th fallback (k ≥ 1, 0-based, of n) 0.5·(1 − k/n). Without a
+session key (None or "") every candidate scores 0.0 (neutral). Adding an endpoint moves only
+the sessions whose weight for it beats their top (about 1/(n+1)), removing one only its own
+sessions; blake2b, unlike `hash()`, is stable across processes, so gateway replicas agree.
+The top leads every fallback by at least 0.5, so with weight 10 against a [0,1] load scorer
+the affinity decides the target outright.
 
 Parameters: none.
 """

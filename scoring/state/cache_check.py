@@ -1,26 +1,18 @@
 """One request's predicted prompt-cache hit against the one its engine reported.
 
-At dispatch the prefix index said the endpoint held the first `matched` routing blocks of
-the prompt; the engine's answer says `cached` of its `prompt_tokens` came from its prefix
-cache (`usage.prompt_tokens_details.cached_tokens`). Both go on the byte scale of the
-gateway's canonical prompt, the engine's hit covering the same share of it as of its tokens:
+At dispatch the index matched `matched` routing blocks; the engine reports `cached` of its
+`prompt_tokens` as prefix-cache hits. Both go on the byte scale of the canonical prompt:
 
     prompt_chars    = token_estimate × chars_per_token
     predicted_chars = covered_chars(matched, block_chars)
     observed_chars  = cached ÷ prompt_tokens × prompt_chars
     slack           = last matched routing block + one engine block + 10 % × predicted_chars
 
-The engine evidently evicted what the index believed cached when
-`observed_chars + slack < predicted_chars`. The slack absorbs what is no eviction: the index
-counts whole routing blocks, an engine caches only full blocks of its own size and never a
-prompt's last token, and the cached head need not have the prompt's average bytes per token
-(chat-template tokens, the tokenizer). Then `kept` is the number of leading routing blocks
-within `observed_chars + slack`, and blocks `kept..matched`, weighing `evicted_weight` base
-blocks, were gone from the engine.
-
-Reported in the engine's tokens: `predicted_tokens` = predicted_chars ÷ prompt_chars ×
-prompt_tokens (at most prompt_tokens) and `observed_tokens` = cached, so that both sum into
-comparable per-backend totals whatever the tokenizer's bytes per token.
+Evicted when `observed_chars + slack < predicted_chars` (the slack absorbs what is no eviction:
+docs/decisions/0006-engine-cache-feedback.md); then `kept` is the leading routing blocks within
+`observed_chars + slack`, and blocks `kept..matched` (`evicted_weight` base blocks) are gone.
+Totals in the engine's tokens: `predicted_tokens` = predicted_chars ÷ prompt_chars ×
+prompt_tokens (at most prompt_tokens), `observed_tokens` = cached.
 """
 
 from __future__ import annotations

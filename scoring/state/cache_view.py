@@ -1,16 +1,14 @@
-"""Which prompt tokens each endpoint would serve from its cache: exact where the engine
-publishes KV-cache events, estimated elsewhere.
+"""Which prompt tokens each endpoint would serve from cache: exact from KV events, else estimated.
 
 For endpoint e and a request:
 
 - **precise**, when the `PreciseIndex` follows e's events and the request carries token keys
   for e's block size B (`RoutingRequest.keys_for(B)`): with d_e leading keys held (or sent to
-  e within the speculation window),
-  `cached_e = cached_tokens(d_e, prompt_tokens, B)`, `share_e = d_e ÷ len(keys)`;
+  e within the speculation window), `cached_e = cached_tokens(d_e, prompt_tokens, B)`,
+  `share_e = d_e ÷ len(keys)`;
 - **approximate** otherwise (no events from e, no tokenizer for the model, a `cache_salt`):
-  with m_e leading prefix blocks in the `PrefixIndex`,
-  `cached_e = covered_chars(m_e) ÷ chars_per_token`, `share_e = covered_chars(m_e) ÷
-  covered_chars(n)`.
+  with m_e leading prefix blocks in the `PrefixIndex`, `cached_e = covered_chars(m_e) ÷
+  chars_per_token`, `share_e = covered_chars(m_e) ÷ covered_chars(n)`.
 
 The prompt's length is `prompt_tokens` when a tokenizer counted it, else `token_estimate`.
 `source_list` says which answered for each endpoint (shown by `/admin/route`).

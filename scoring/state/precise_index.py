@@ -1,44 +1,18 @@
 """What each engine's prefix cache holds, exactly, as its KV-cache events tell.
 
-A data structure, not a plugin, fed by the gateway (or the simulator) with each backend's
-decoded events and read by the precise scorers. Keys are kvgate's own chained token-block keys
-(`scoring.state.token_blocks`): a `BlockStored` run is keyed from its `token_ids`, chained from the
-key its parent block got (a prompt's first block from the root key of the backend's model, or
-of the LoRA adapter the event names), and the index keeps per backend
+A data structure, not a plugin, fed with each backend's decoded events; the precise scorers
+read it. Keys are kvgate's own chained token-block keys (`scoring.state.token_blocks`): a
+`BlockStored` run is keyed from its `token_ids`, chained from its parent's key (a first block
+from the root key of the backend's model, or of the event's LoRA adapter); a run without token
+ids (the simulator's hashed traces) is keyed by its engine hashes. Per backend: `engine hash →
+own key`, reference-counted, for `BlockRemoved`; `own key → how many engine hashes hold it`,
+which requests match. A run whose parent was never seen, or whose first block carries a cache
+salt, is `orphaned`; `AllBlocksCleared` (or `reset`) empties a backend.
 
-- `engine hash → own key` (with a reference count: vLLM may store the same hash twice and
-  then removes it once per block), so `BlockRemoved`, which carries engine hashes only, can
-  drop the right key;
-  vLLM stores a hash twice when it recomputes a block it holds (a prompt's last block, whose
-  last token is always computed) in a second physical block, evicted on its own. A request
-  with `kv_cache_report_mode: "full"` (vLLM 0.32, in `vllm_xargs`) makes vLLM re-announce its
-  cache hits instead: a `BlockStored` run from the root (no parent) of blocks it already
-  holds, which no `BlockRemoved` ever balances. A root run of two or more blocks all held is
-  taken for such a re-announcement and adds no reference (a genuine copy of a whole root run
-  needs the engine to skip its prefix lookup, e.g. for prompt logprobs); a one-block root run
-  stays ambiguous and counts as a copy (a prompt of exactly one block, all cached);
-- `own key → number of engine hashes holding it`, the set a request's keys are matched
-  against.
-
-A run with no token ids at all comes from a request known by its block hashes only (the
-simulator's hashed traces: `sim.engine.request.EngineRequest.hashed`); the engine's chained
-hash then names the whole prefix, so it is the block's key, and such a request's keys are its
-engine block hashes (as unsigned 64-bit ints). vLLM always sends token ids.
-
-A run whose parent the index never saw (events lost before the subscriber connected) cannot be
-keyed and is counted as `orphaned`; so is a run whose first block carries a cache salt, which
-no request's key can name. `AllBlocksCleared` (or `reset`, after a gap that replay could not
-fill) empties a backend.
-
-Between a dispatch and the events of its prefill a backend already holds what the request
-brings, for every request after it: `speculate` records the request's keys for `ttl_s`
-(seconds of the caller's clock), and a match counts them until they expire or are stored.
-
-Matching is exact: a request's depth on a backend is its number of leading keys held, as the
-engine's own prefix lookup stops at the first miss; `cached_tokens` turns a depth into the
-prompt tokens the engine would report as cached. Pure and synchronous: callers pass the time.
-Memory on CPython 3.11: ~200 bytes per cached block (`bench kv-events` measures it);
-`memory_bytes` estimates a backend's from that figure (`ENTRY_BYTES`), for the metrics.
+`speculate` counts a dispatched request's keys as held for `ttl_s` or until stored. A
+request's depth on a backend is its number of leading keys held; `cached_tokens` turns it into
+the prompt tokens the engine would report cached. Pure and synchronous: callers pass the time.
+Reference counts and vLLM's re-announced hits: docs/decisions/0010-precise-index.md.
 """
 
 from __future__ import annotations

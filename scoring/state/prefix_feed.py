@@ -1,50 +1,18 @@
 """The prefix feed: what the gateway and the simulator both do around each routing decision.
 
-It owns the bookkeeping that outlives a request, and is the one place that feeds it:
+The one place that feeds what outlives a request: the `PrefixIndex`, each endpoint's pending
+prefill and the `OnlineTtftModel` (docs/architecture.md, "The prefix feed"). An endpoint is
+anything with an `id` and a mutable `pending_prefill_tokens`. Pure and synchronous.
 
-- `dispatch` — a request goes to an endpoint: its predicted uncached prompt tokens
-  (prompt estimate minus the blocks the index says the endpoint holds, in tokens) are added
-  to the endpoint's pending prefill, and its routing blocks are recorded in the `PrefixIndex`
-  for that endpoint, whose capacity follows the endpoint's KV size
-  (`num_blocks × block_size × chars_per_token ÷ block_chars` routing blocks, or the
-  configured `capacity_blocks`);
-- `first_token` — the endpoint answered: the pending prefill is taken off again and the TTFT
-  (measured from dispatch) teaches the `OnlineTtftModel` the line `work_tokens → TTFT`, where
-  `work_tokens` counts the request's own uncached tokens plus the prefill queued before it
-  (by this gateway, and by the others when they share their load);
-- `remote_dispatch` — another gateway sent a request to the endpoint at a time this feed
-  learns only later (shared state arrives a few ms late): its unsettled dispatches there
-  sent since then waited for prefill their `work_tokens` did not count. With the remote
-  request's predicted uncached tokens, they are added to those dispatches' `work_tokens`;
-  without (a peer that does not send them), their TTFTs are not learnt (`Dispatch.blind`).
-  Learnt uncorrected, they taught lines two to three times too steep after every burst of
-  simultaneous requests, steering requests away from replicas that held their prefixes
-  (docs/decisions/0018-gateway-parity.md, 0021-late-dispatch-work.md);
-- `forget` — an endpoint went away: the index drops what it held;
-- `withdraw` — the endpoint did not serve the request after all (it failed or refused it):
-  the blocks its dispatch added are taken back, so a failover teaches only the replica that
-  served;
-- `observe_cached` — the engine reported the request's cached prompt tokens: compared with
-  the index's prediction at dispatch (`scoring.state.cache_check`); when the engine evidently
-  evicted blocks the index counted as held, it had to recompute them, and storing them
-  evicted as much again from the front of its LRU: the index evicts the same weight of its
-  oldest entries for that endpoint (not the request's own blocks, which the engine holds
-  again; why: docs/decisions/0006). The gateway calls these two; the simulator, whose
-  requests never fail, does not;
-- `observe_prompt` — the engine counted the request's prompt tokens: the prompt bytes per
-  engine token are learned (a token-weighted running mean), and it is with them, not the
-  configured `chars_per_token`, that an engine's KV capacity in tokens becomes the index's
-  capacity in bytes: a tokenizer that makes 3.3 bytes a token holds a fifth fewer prompt
-  bytes than 4 would say, and an index that thought otherwise would route to prefixes the
-  engine has already evicted;
-- `block_chars` — the routing block size in prompt bytes: `block_tokens × chars_per_token`,
-  where `block_tokens` is configured or follows the engines' KV block size (the smallest
-  reported; `DEFAULT_BLOCK_TOKENS` until one is known). A new size changes every hash, so the
-  index starts over.
-
-The endpoint is anything with an `id` and a mutable `pending_prefill_tokens` (the gateway's
-`health.pool.Backend`, the simulator's `SimReplica`). Pure and synchronous: the caller passes
-the time.
+- `dispatch`: predicted uncached tokens onto pending prefill; routing blocks into the index;
+- `first_token`: pending prefill off; the TTFT teaches the line `work_tokens → TTFT`;
+- `remote_dispatch`: another gateway's dispatch, learnt late, counts in the work of this
+  feed's dispatches sent after it, or, its tokens unknown, makes them blind (not learnt);
+- `forget`: an endpoint went away; `withdraw`: a failed attempt's blocks are taken back;
+- `observe_cached`: an evident eviction (`scoring.state.cache_check`) evicts the same weight of
+  the endpoint's oldest entries (docs/decisions/0006-engine-cache-feedback.md);
+- `observe_prompt`: the prompt bytes per engine token, learnt, turn KV tokens into capacity;
+- `block_chars`: the routing block size, following the engines'; a new size restarts the index.
 """
 
 from __future__ import annotations

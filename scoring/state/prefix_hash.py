@@ -5,15 +5,12 @@ The canonical prompt bytes are cut into blocks and hashed as a chain with xxHash
     h_0 = xxh3_64(block_0, seed = xxh3_64(model ‖ 0x00 ‖ cache_salt))
     h_i = xxh3_64(block_i, seed = h_{i−1})
 
-so a block's hash names the whole prefix up to it, and requests for another model or with
-another `cache_salt` never share a hash. Only full blocks are hashed (engines only cache
-full blocks).
-
-Block sizes grow with position so that hashing stays cheap for very long prompts: the first
-`GROUP` (128) blocks have `block_chars` bytes, the next 128 twice that, then four times, and
-so on. Boundaries depend only on position, so two prompts sharing a prefix share its blocks;
-a 128k-token prompt (~512 KB) makes ~770 blocks instead of 8,000, and the far end of a long
-context is tracked more coarsely, where the exact match length matters least.
+so a block's hash names the whole prefix up to it, and another model or `cache_salt` never
+shares a hash. Only full blocks are hashed (engines only cache full blocks). Block sizes grow
+with position: the first `GROUP` (128) blocks have `block_chars` bytes, the next 128 twice
+that, then four times, and so on. Boundaries depend only on position, so prompts sharing a
+prefix share its blocks; a 128k-token prompt makes ~770 blocks instead of 8,000, tracking the
+far end of a long context, where the exact match length matters least, more coarsely.
 `hash_fixed_blocks` is the same chain without the growth, for recorded traces.
 """
 

@@ -1,31 +1,18 @@
 """Which prompt-prefix blocks each replica probably holds in its KV cache.
 
-A data structure, not a plugin: the gateway (and the simulator) feed it from routing
-decisions — every block of a request is recorded for the replica it was sent to — and the
-prefix scorer reads it. Per replica the blocks live in an LRU bounded by that replica's KV
-capacity (in base blocks, see `scoring.state.prefix_hash.block_weight`), so the index forgets
-roughly when the engine does. A global map from block hash to the replicas holding it makes a
-match cost O(matched blocks), whatever the number of replicas.
+A data structure, not a plugin: the gateway and the simulator record every block of a request
+for the replica it was sent to, and the prefix scorers read it. Per replica the blocks live in
+an LRU bounded by that replica's KV capacity (in base blocks, see
+`scoring.state.prefix_hash.block_weight`), so the index forgets roughly when the engine does;
+a request's blocks are touched tail first, so what remains of a prefix is its beginning (as
+in vLLM's free queue). A global map from block hash to its holders makes a match cost
+O(matched blocks), whatever the number of replicas.
 
-A request's blocks are touched tail first, so its head blocks are the most recently used and
-evicted last: what remains of a prefix is always its beginning, as in vLLM's free queue.
-
-Holder sets are immutable and shared: every block a replica alone holds points at that
-replica's one-element set. The blocks updated together by one record (or eviction) take their
-holders as one `_Run`: the new set and those blocks' hashes in prompt order. Consecutive
-blocks of a prompt therefore mostly point at the same run, and a match jumps over a whole run
-at once: one lookup, then one comparison of the prompt's next hashes with the run's (in C,
-over memory laid out in order). A later change to a run's head or tail shortens it; any other
-change makes it stale, and a match steps block by block through a stale run's blocks. The
-index is large and cold in the CPU cache, so a lookup per block, not Python work, was what a
-match cost.
-
-Memory on CPython 3.11: about 150 bytes per block held by one replica (its 64-bit int, an
-OrderedDict entry, a hash → run entry and its place in the run; the holder sets are shared),
-about 115 bytes per (block, replica) pair when two replicas share the blocks;
-`tests/unit/scoring/test_prefix_index.py` measures it. `memory_bytes` estimates a replica's
-share from that figure (`ENTRY_BYTES`), for the metrics: counting real bytes would walk the
-index.
+Holder sets are immutable and shared. Blocks updated together by one record or eviction share
+one `_Run` (their holders and hashes in order), so a match jumps over a run with one lookup
+and one comparison, and steps block by block only through stale runs
+(docs/decisions/0005-routing-decision-in-python.md). `memory_bytes` is entries × `ENTRY_BYTES`
+(~150 bytes a block on CPython 3.11, which the tests measure), for the metrics.
 """
 
 from __future__ import annotations

@@ -1,20 +1,18 @@
-"""An emulated replica's KV-cache events over ZMQ, on vLLM's wire (`kvgate emulate
---kv-events-port P`).
+"""An emulated replica's KV-cache events over ZMQ, on vLLM 0.32's wire (`--kv-events-port`).
 
-As vLLM 0.32's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`):
+As vLLM's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`):
 
 - a PUB socket sends one multipart message per engine step that changed the cache:
   `[topic, seq (8 bytes, big-endian, unsigned, from 0), msgpack([ts, [event, ...], 0])]`,
   each event a map with a `type` key and vLLM 0.32's fields (`encode_event`);
 - a ROUTER socket (the replay endpoint) keeps the last `buffer_steps` batches. A request is
-  `[identity, b"", start_seq (8 bytes big-endian)]` (a REQ socket sends the empty frame);
-  the answer is one `[identity, b"", topic, seq, payload]` per kept batch with seq ≥
-  start_seq, then `[identity, b"", b"", (-1 as 8 signed bytes), b""]` (the topic frame as
-  vLLM 0.32 sends it, seen by `make test-vllm`). Other frames are dropped, logged.
+  `[identity, b"", start_seq (8 bytes big-endian)]` (a REQ socket sends the empty frame); the
+  answer is one `[identity, b"", topic, seq, payload]` per kept batch with seq ≥ start_seq,
+  then `[identity, b"", b"", (-1 as 8 signed bytes), b""]`, with the topic frame as vLLM 0.32
+  sends it. Other frames are dropped, logged.
 
-Unlike vLLM, which sends from a thread, everything runs on the emulator's event loop
-(`zmq.asyncio`). This module is imported only when events are on: the emulator without
-`--kv-events-port` never loads zmq.
+Everything runs on the emulator's event loop (`zmq.asyncio`; vLLM sends from a thread), and
+zmq is imported only when events are on.
 """
 
 from __future__ import annotations

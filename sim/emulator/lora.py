@@ -1,20 +1,18 @@
 """LoRA adapters on an emulated replica: vLLM's adapter slots, kept in front of the engine model.
 
-A replica serves its base model and the adapters of `LoraSettings.adapters` (`kvgate emulate
---lora NAME ...`). vLLM batches at most `max_loras` distinct adapters at a time; here:
+A replica serves its base model and `LoraSettings.adapters` (`kvgate emulate --lora NAME ...`),
+batching at most `max_loras` distinct adapters at a time, as vLLM:
 
 - an adapter holds one of `max_loras` slots while any of its requests is loading or in the
-  engine model; a request for an adapter without a slot waits until one is free (vLLM keeps
-  it waiting, "deferred"), and counts in `vllm:num_requests_waiting`;
-- an adapter that is not among the `max_loras` most recently used costs `load_s` (modelled
-  seconds, divided by the speedup) when it takes a slot, before its requests enter the engine
-  model (vLLM loads it from disk into its LoRA cache, which holds `max_loras` by default);
+  engine model; a request whose adapter has no slot waits (vLLM: "deferred") and counts in
+  `vllm:num_requests_waiting`;
+- an adapter not among the `max_loras` most recently used costs `load_s` (modelled seconds,
+  divided by the speedup) when it takes a slot, before its requests enter the engine model;
 - an adapter request's prompt is keyed apart in the prefix cache (vLLM's block hashes carry
   the adapter's name), so it hits only blocks computed for the same adapter.
 
 Otherwise an adapter request costs what a base-model request costs. `vllm:lora_requests_info`
-reports as running the adapters with requests in the engine model (vLLM: once scheduled) and
-as waiting those with requests waiting for a slot or the load.
+lists as running the adapters with requests in the engine model, as waiting the others in use.
 """
 
 from __future__ import annotations

@@ -1,35 +1,18 @@
 """Fast-forward through decode-only steps: k steps planned in closed form, applied at once.
 
-When every running request is decoding (one token each, no prefill chunk) and the waiting
-queue's head cannot be admitted, consecutive steps differ only in their KV reads: with D
-decoding sequences reading K₀ context tokens in the first step, step i reads K₀ + D·i, so
+When every running request is decoding and the waiting queue's head cannot be admitted, steps
+differ only in their KV reads: with D sequences reading K₀ context tokens in the first step,
 
     duration(i) = a + b·i,   a = overhead + decode_seq_s·D + kv_read_token_s·K₀,
-                             b = kv_read_token_s·D
-    start(i)    = Σ_{j<i} duration(j) = a·i + b·i(i−1)/2
+                             b = kv_read_token_s·D,   start(i) = a·i + b·i(i−1)/2
 
-A run of k steps is exactly what k calls of `EngineModel.step()` would do, as long as it
-stops at the earliest of:
-
-- the step in which a sequence emits its last token (that step is the run's last);
-- a step whose block allocations would not fit (`step()` would preempt there);
-- a step after which the waiting head might fit: a block allocation evicts one of the head's
-  prefix-cache hits, or a commit caches the block that would extend its hits (nothing else
-  can: allocations only shrink the free queue, and its budget and seat count are constant);
-- the caller's time limit: step i ≥ 1 is included only if start(i) < the limit.
-
-Block allocations come one every `block_size` steps per sequence, at a phase of its own, so
-in the order `step()` makes them (by step, then running position) allocation e belongs to
-the sequence of rank e mod D in (phase, position) order: a run needs no list of events.
-`apply` pops all of a run's blocks at once and hands them out in that order (block ids as
-`step()` would give them), then commits the blocks the run filled, sequence by sequence.
-(`step()` interleaves those commits with the allocations' evictions; the cache ends the
-same unless a hash being committed is also being evicted within the same run, where only
-the order of equivalent duplicate blocks could differ.)
-
-`plan` has no side effects; `apply` commits the first `steps` steps of a plan. A plan is
-valid only while the engine is untouched (`EngineModel` checks a version counter), so a
-caller may plan far ahead and cut the run short when something happens in between.
+A run does exactly what as many `EngineModel.step()` calls would, and stops at the earliest of:
+a step in which a sequence emits its last token (the run's last); a step whose allocations
+would not fit (`step()` would preempt); a step after which the waiting head might fit (an
+allocation evicts one of its prefix hits, or a commit caches the block extending them); the
+caller's time limit (step i ≥ 1 only if start(i) < the limit). `plan` has no side effects and
+holds while the engine is untouched (a version counter); `apply` commits a plan's first `steps`
+steps (a caller may cut a run short) as `step()` would (docs/decisions/0014-simulator-speed.md).
 """
 
 from __future__ import annotations

@@ -1,44 +1,18 @@
 """Paged KV cache with automatic prefix caching, as vLLM v1's `BlockPool` keeps it.
 
-The cache is `num_blocks` blocks of `block_size` token slots. A request holds a list of
-blocks; a block can be shared by several requests (a reference count).
+`num_blocks` blocks of `block_size` tokens, shared by reference count (vLLM v1's `block_pool.py`):
 
-Prefix caching (vLLM v1, `vllm/v1/core/block_pool.py`, `kv_cache_utils.py`):
+- a *full* block is named by a chained hash `h_i = H(h_{i-1}, tokens of block i)` from
+  `ROOT_HASH` (Python's `hash` of a tuple of ints, the same in every 64-bit CPython; vLLM uses
+  sha256), entered in the cached-block map when committed full (`cache_block`); of several
+  blocks with one hash, lookups return the first and the others stay findable;
+- a block whose count drops to 0 keeps its hash at the *tail* of the free queue (`free` goes
+  in reverse, so a request's tail blocks are evicted first); `allocate` pops the *head* and
+  drops its hash (eviction); a hit on a free block takes it out of the queue (`touch`);
+- usage is `1 − free / num_blocks`: cached blocks nobody uses count as free, as in vLLM.
 
-- A *full* block is identified by a chained hash `h_i = H(h_{i-1}, tokens of block i)`, so
-  the same tokens under a different prefix give a different hash. The first block chains
-  from `ROOT_HASH`. vLLM uses sha256 over pickled values; the model uses Python's `hash` of a
-  tuple of ints, which is fast and, unlike `hash(str)`, does not depend on PYTHONHASHSEED:
-  the same tokens give the same hash in every process (on a 64-bit CPython).
-- A block is entered in the cached-block map when it is committed full (`cache_block`). More
-  than one block may carry the same hash (two requests computed it at once); lookups return
-  the first, and the others stay findable when it goes.
-- A block whose reference count drops to 0 is not erased: it goes to the *tail* of the free
-  queue with its hash, and stays a cache hit until it is reused. `free` releases a request's
-  blocks in reverse order, so its tail blocks sit nearer the head and are evicted first.
-- `allocate` pops blocks from the *head* of the free queue (least recently freed first) and
-  drops a popped block's hash from the map: that is eviction.
-- A hit on a block with reference count 0 takes it out of the free queue (`touch`).
-- Usage is `1 − free / num_blocks`: cached blocks nobody uses count as free, as in vLLM's
-  `vllm:kv_cache_usage_perc` (vLLM's reserved null block is not modelled).
-
-Speed: a long prompt is hundreds of blocks, and every one is looked up, allocated,
-committed and freed, so the per-block work is kept to a few list and dict operations.
-Reference counts and hashes are lists indexed by block id; the free queue is a list read
-from a moving head (`sim.engine.free_queue`). A request's blocks are mostly runs of
-consecutive ids, and an operation updates a run with slice assignments; irregular stretches
-go block by block, to the same effect. Where the runs are is carried along rather than
-searched for (`sim.engine.block_runs`: pieces): `allocate_runs` returns the cut of the blocks
-it pops (the queue keeps the cut of what `free` appended), `touch` the cut of the hits, and
-`free` and `cache_blocks` take the cut the caller kept (`EngineRequest.runs`). Lookups read
-a cached run off the per-block hashes, a slice at a time (`cached_blocks`).
-`tests/unit/sim/engine/test_kv_cache_reference.py` checks it block for block against a
-plain implementation, with and without the cuts.
-
-Events (`sim.engine.kv_events`): with a `KVEventLog` in `events`, the cache records each
-hash that enters or leaves it, and a reset; a commit names its `origin` (the request's
-tokens, its block hashes and the index of the first block committed) so that a stored
-event carries the blocks' tokens and parent. Without a log nothing is recorded.
+A `KVEventLog` in `events` records each hash entering or leaving, and resets
+(`sim.engine.kv_events`). Block-id runs kept for speed: docs/decisions/0014-simulator-speed.md.
 """
 
 from __future__ import annotations

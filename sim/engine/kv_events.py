@@ -1,5 +1,4 @@
-"""KV-cache events of the engine model, as vLLM publishes them: what the prefix cache gained
-and lost, collected synchronously (no I/O) until the caller takes them after a step.
+"""KV-cache events of the engine model, as vLLM publishes them, kept until taken after a step.
 
 - `BlockStored`: full blocks that became findable by hash, one event per contiguous run of a
   request's blocks: their hashes, the hash of the request's block before the run (None for
@@ -7,14 +6,11 @@ and lost, collected synchronously (no I/O) until the caller takes them after a s
 - `BlockRemoved`: a hash that left the cache (its last block was evicted), one event each.
 - `AllBlocksCleared`: the prefix cache was reset.
 
-Events follow the *set* of cached hashes: a block committed under a hash that another block
-already carries (two requests computed the same prefix) stores nothing, and evicting one of
-two such blocks removes nothing. vLLM reports those per block instead (a second BlockStored,
-then a BlockRemoved while the hash is still cached), so its subscribers must count
-references; replaying these events into a plain set gives exactly the emulator's cache.
-
-Hashes are the engine's chained hashes as unsigned 64-bit ints (`external_hash`), as vLLM's
-`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES` sends them.
+Events follow the *set* of cached hashes: a block committed under a hash another block already
+carries stores nothing, and evicting one of two such blocks removes nothing (vLLM reports those
+per block, so its subscribers count references); replaying the events into a plain set gives
+exactly the emulator's cache. Hashes are the engine's chained hashes as unsigned 64-bit ints
+(`external_hash`), as vLLM's `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES` sends them.
 """
 
 from __future__ import annotations

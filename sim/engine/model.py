@@ -1,28 +1,18 @@
 """The engine model: vLLM v1's scheduling, paged KV cache and prefix caching, in virtual time.
 
-`EngineModel` is pure: no clock, no I/O, no randomness. A caller (the HTTP emulator, the
-offline replayer) adds requests, calls `step()` while `has_work()`, and advances its own
-clock by each step's `duration_s`. A step:
+`EngineModel` is pure: no clock, no I/O, no randomness. A caller adds requests (`add_request`
+with token ids, or `add_request_hashed` with the hashes of the prompt's full blocks only:
+O(blocks)), calls `step()` while `has_work()`, and advances its clock by each step's
+`duration_s`; `advance()` fast-forwards runs of decode-only steps in closed form
+(`sim.engine.decode_run`), else steps. A step plans the batch (`BatchScheduler.schedule`: running
+requests, then admissions, preempting when blocks run out); advances every scheduled request,
+one that reaches its known tokens emitting a token at the step's end (the first at the end of
+the step completing the prefill); frees the blocks of requests that emitted their last (they
+stay cached); and prices itself, linear in its features (`sim.engine.types`).
 
-1. plans the batch (`BatchScheduler.schedule`: running requests, then admissions, with
-   preemption when blocks run out);
-2. computes it: every scheduled request advances `num_computed`; one that reaches its
-   known tokens samples the next output token, emitted at the end of the step (the first,
-   index 0, at the end of the step that completes the prefill);
-3. frees the blocks of requests that emitted their last token (they stay cached);
-4. prices the step with the linear model of `StepTimeCoefficients` over its features:
-   P, uncached prompt (or recompute) tokens; A = Σ chunk_len × (context before + chunk_len);
-   D, decoding sequences; K = Σ their context lengths including the token being decoded;
-   C = Σ chunk_len × context before (the prefill's pairs with tokens already cached).
-
-With `kv_events=True` the model records its cache's changes (`sim.engine.kv_events`);
-the caller collects them after each step with `take_kv_events()`. `native` picks the KV
-cache (`sim.engine.kv_store`): None, the compiled one if built; False, the Python reference.
-
-Two ways in: `add_request` takes token ids; `add_request_hashed` takes the hashes of the
-prompt's full blocks only, so a long prompt costs O(blocks), not O(tokens). Two ways
-forward: `step()` one step at a time, or `advance()`, which fast-forwards through runs of
-decode-only steps in closed form (`sim.engine.decode_run`) and is otherwise `step()`.
+With `kv_events=True` the cache's changes are recorded (`sim.engine.kv_events`) and taken with
+`take_kv_events()` after each step. `native` picks the KV cache (`sim.engine.kv_store`): None,
+the compiled one if built; False, the Python reference.
 """
 
 from __future__ import annotations

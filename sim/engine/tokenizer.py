@@ -1,23 +1,18 @@
 """Tokenizers for the simulator: a deterministic built-in one and a Hugging Face wrapper.
 
 The engine model, the HTTP emulator and the gateway must turn the same text into the same
-token ids, or prefix hits cannot line up. `BuiltinTokenizer` needs no files and gives
-English text about 4 characters per token, like the BPE tokenizers of real models:
+ids, or prefix hits cannot line up. `BuiltinTokenizer` needs no files and gives English text
+about 4 characters per token:
 
-- Text is cut into pieces: a word (letters and digits) with at most one leading space
-  attached; words longer than 4 characters are cut into 4-character pieces (the leading
-  space stays on the first); a run of whitespace is one piece, except that its last space
-  goes to a following word; every other character (punctuation, `_`, symbols) is a piece.
-  The pieces concatenate back to the text.
-- Ids 0–255 are reserved (special tokens); ids 256–767 are the *generation vocabulary*: 512
-  fixed pieces `" " + word` (consonant-vowel-consonant, lowercase), numbered in order. Any
-  other piece's id is `blake2b(piece) mod (vocab_size − 768) + 768`, a pure function of the
-  text, so every process agrees on it without sharing state.
-- `decode` inverts `encode` through a table of the pieces this instance has seen. Distinct
-  hashed pieces can collide on an id (for N distinct pieces about N²/(2·(vocab_size − 768))
-  pairs); `decode` then returns the piece seen first. Generation-vocabulary ids never
-  collide: text made of them decodes exactly and re-tokenizes to the same ids, so a
-  generated answer fed back in the next turn hits the blocks cached while it was generated.
+- pieces: a word (letters and digits) with at most one leading space, cut into 4-character
+  pieces (the space stays on the first); a whitespace run, its last space going to a following
+  word; every other character alone. The pieces concatenate back to the text.
+- ids 0–255 are reserved; 256–767 are the generation vocabulary, 512 fixed pieces `" " + word`
+  (consonant-vowel-consonant); any other piece is `blake2b(piece) mod (vocab_size − 768) +
+  768`, a pure function of the text, so every process agrees without shared state.
+- `decode` inverts `encode` through the pieces this instance has seen; colliding hashed pieces
+  (about N²/(2·(vocab_size − 768)) pairs for N) decode to the first seen. Generation-vocabulary
+  text round-trips exactly, so an answer fed back hits the blocks cached while generating it.
 """
 
 from __future__ import annotations

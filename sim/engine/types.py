@@ -1,9 +1,6 @@
 """Values of the engine model: configuration, step-time coefficients, profiles, step results.
 
-A profile also carries its API server's cost (`FrontEnd`): time a request's TTFT includes
-outside the engine's steps.
-
-The step-time model is linear in six features of a step (see `StepFeatures`):
+A profile also carries its API server's cost (`FrontEnd`); the step time is (`StepFeatures`):
 
     t = overhead_s
       + prefill_token_s · P     P: uncached prompt tokens computed in the step
@@ -13,13 +10,9 @@ The step-time model is linear in six features of a step (see `StepFeatures`):
       + context_attention_s · C C: Σ over prefill chunks of chunk_len × context_len_before_chunk
       + prefill_seq_s   · S     S: prefill chunks in the step (sequences prefilling)
 
-A counts every (new token, context token) pair once, as if each token attended to the whole
-chunk; causal attention computes chunk_len × before + chunk_len·(chunk_len + 1)/2 pairs, so a
-chunk over a long cached prefix costs relatively more than A says. C (pairs with the context
-already in the cache: a prefix-cache hit or earlier chunks) lets a fit price those pairs on
-their own; `context_attention_s` is 0 unless a profile sets it (the built-in profiles do not).
-S prices what a prefilling sequence costs besides its tokens (its own metadata, sampling
-its first token); `prefill_seq_s` is 0 unless a profile sets it (decision 0024).
+A counts each (new, context) token pair once, as if each token attended to the whole chunk.
+`context_attention_s` and `prefill_seq_s` are 0 unless a profile sets them (built-in ones do
+not): docs/decisions/0019-calibration-context-attention.md, 0024-calibration-burst-terms.md.
 """
 
 from __future__ import annotations

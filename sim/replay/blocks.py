@@ -2,24 +2,17 @@
 
 A trace names its prompt by chained block ids (`TraceRequest.hash_ids`, blocks of
 `block_tokens` tokens; Mooncake: 512): an equal id at position i means an identical prefix of
-i + 1 blocks. Two views are derived from them, both keeping that meaning:
+i + 1 blocks. Both derived views keep that meaning:
 
-- **Engine blocks** (`engine_block_hashes`, for `EngineModel.add_request_hashed`): one hash
-  per full engine block of the prompt. When `block_tokens` is a multiple of the engine's
-  block size (512 = 32 × 16), trace block id h gives engine blocks h·32 + j, j = 0..31:
-  distinct ids give distinct hashes, equal ids equal ones, with no hashing at all. Otherwise
-  engine block b gets hash((id of the trace block holding its last token, b)). Prompt
-  blocks past the ids (Azure traces have none) are the request's own: hash((−1 − salt, b)).
-- **Routing blocks** (`routing_prefix_hashes`): what `gateway.prefix` would hash. The
-  gateway hashes full blocks only and, past 128 blocks, doubles the block size every 128
-  blocks (`scoring.state.prefix_hash`); scorers convert matched blocks to characters with that
-  schedule. So the trace's fixed blocks are regrouped the same way: routing block g spans
-  base blocks [lo, hi) of the schedule and is named by the id of base block hi − 1 (ids are
-  chained, so that id names the whole span). With `prefix_block_chars = block_tokens ×
-  chars_per_token`, `covered_chars(m) / chars_per_token` is then exactly the tokens the
-  first m routing blocks cover, at any length. The gateway's base block is 16 tokens by
-  default; the trace cannot be resolved finer than its own blocks, so the simulated index
-  works in trace blocks (capacities are converted).
+- **Engine blocks** (`engine_block_hashes`): one hash per full engine block. When
+  `block_tokens` is m engine blocks (512 = 32 × 16), trace id h gives engine blocks h·m + j,
+  j < m, with no hashing; otherwise engine block b gets hash((id of the trace block holding its
+  last token, b)). Blocks past the ids (Azure traces have none) are the request's own:
+  hash((−1 − salt, b)).
+- **Routing blocks** (`routing_prefix_hashes`): the trace's blocks regrouped on the gateway's
+  growing block schedule (`scoring.state.prefix_hash`), routing block g spanning base blocks
+  [lo, hi) named by base block hi − 1's id, so `covered_chars(m) / chars_per_token` is exactly
+  the tokens the first m cover; the simulated index works in trace blocks (capacities converted).
 """
 
 from __future__ import annotations

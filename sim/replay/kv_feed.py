@@ -1,26 +1,17 @@
 """The precise index in the simulator: each engine's KV-cache events, delivered after a delay.
 
-The gateway subscribes to every engine's KV-cache events and applies each batch to its
-`PreciseIndex` as it arrives; the replay does the same in virtual time. Each replica's engine
-records its cache's changes (`EngineModel(kv_events=True)`); when a step or a decode run ends
-the replay takes them as one batch (as vLLM publishes once per engine step) and applies it
-`kv_event_delay_s` later (publisher, network and subscriber latency), in order per replica:
-`collect` queues a batch and says when it is due, `deliver` applies the oldest. A
-fast-forwarded decode run publishes once, at its end (a dispatch to its replica ends it after
-the step in progress); its events are the blocks of generated tokens and what their
-allocation evicted (on two of the regime map's p4 cells, `fast_forward=False` gave the same
-dispatch counts and hit rates).
+As the gateway applies each engine's event batches to its `PreciseIndex`, the replay does in
+virtual time: each replica's engine records its cache's changes (`EngineModel(kv_events=True)`);
+when a step or a decode run ends the replay takes them as one batch and applies it
+`kv_event_delay_s` later, in order per replica (`collect` queues a batch and says when it is
+due, `deliver` applies the oldest). A fast-forwarded decode run publishes once, at its end.
 
-Keys: trace requests reach the engines as block hashes (`EngineModel.add_request_hashed`),
-so their events carry no token ids and the index keys those blocks by their engine hashes
-(`scoring.state.precise_index`). A request's keys are then its engine block hashes as the events
-carry them (`external_hash`: unsigned 64-bit), in the engines' block size, and its exact
-prompt length is the trace's. After dispatch the keys are speculated on the chosen replica,
-as the gateway does.
-
-Collection is on when the policy's profile reads the precise view (`needs_precise`) or
-`SimSettings.kv_events` asks for it; otherwise the engines record nothing and a replay costs
-what it did before.
+Trace requests reach the engines as block hashes (`EngineModel.add_request_hashed`), so their
+events carry no token ids and the index keys those blocks by their engine hashes; a request's
+keys are then its engine block hashes (`external_hash`) in the engines' block size, its exact
+prompt length is the trace's, and its keys are speculated on the chosen replica as the gateway
+does. Collection is on when the policy's profile reads the precise view (`needs_precise`) or
+`SimSettings.kv_events` asks for it; otherwise the engines record nothing.
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """Seeded synthetic traces whose prefix sharing is known by construction.
 
-- `tenant_requests`: single requests, each a tenant's system prompt and a user message of
-  its own; all requests of a tenant share the system prompt's full blocks.
+- `tenant_requests`: single requests, each a tenant's system prompt and a user message.
 - `multi_turn_sessions`: chats; turn k + 1's prompt is turn k's prompt, its answer and a new
-  user message, so its ids start with turn k's full-block ids. The sessions of a tenant
-  share its system prompt.
-- `agentic_loops`: tool loops; many short turns (a tool call out, a tool result back) grow
-  one long context on top of a tool-definition prompt that every agent shares.
+  user message. The sessions of a tenant share its system prompt.
+- `agentic_loops`: tool loops; many short turns (a tool call out, a tool result back) grow one
+  long context on top of a tool-definition prompt that every agent shares.
 
-A prompt is a run of segments (a key naming the content, a length). Block i's id is looked
-up from the id of block i − 1 and the pieces of segments inside block i, so ids are chained
-as Mooncake's are: an equal id at position i means an identical prefix of i + 1 blocks. The
-last, partial block has an id too (`len(hash_ids) == ceil(input_tokens / block_tokens)`);
-ids are numbered in order of first appearance. Lengths are drawn uniformly within ± `spread`
-of their means; requests (or sessions) start as a Poisson process, and the turns of a
-session follow each other after exponential gaps measured from the previous turn's arrival
-(a trace knows no service times). Same arguments, same trace.
+A prompt is a run of segments (a key naming the content, a length). Block i's id is looked up
+from block i − 1's id and the pieces of segments inside block i, so, as in Mooncake, an equal
+id at position i means an identical prefix of i + 1 blocks; the last, partial block has an id
+too, and ids are numbered in order of first appearance. Lengths are uniform within ± `spread`
+of their means; requests (or sessions) start as a Poisson process, a session's turns after
+exponential gaps from the previous turn's arrival. Same arguments, same trace.
 """
 
 from __future__ import annotations

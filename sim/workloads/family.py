@@ -1,36 +1,18 @@
 """A parameterised family of multi-tenant chat workloads, for live runs and the simulator.
 
-Each tenant has a system prompt of `prefix_tokens` tokens that every one of its chats
-starts with; a chat has `min_turns`..`max_turns` turns (uniform), each turn a user message
-of `user_tokens` tokens, answered with `output_tokens` tokens. Chats pick their tenant by
-`popularity`:
+Each tenant has a system prompt of `prefix_tokens` tokens that its chats start with; a chat
+has `min_turns`..`max_turns` turns (uniform), user messages of `user_tokens` answered with
+`output_tokens` tokens. Chats pick a tenant by `popularity`: `uniform`; `zipf` (weight
+1 / (k + 1)^`ZIPF_EXPONENT`); `hot` (tenant 0 has `HOT_SHARE` of the chats). Cache pressure is
+`tenants × prefix_tokens / fleet_kv_tokens` (`pressure`; `tenants_for_pressure` inverts it).
 
-- `uniform`: every tenant alike;
-- `zipf`: tenant k with weight 1 / (k + 1)^`ZIPF_EXPONENT`;
-- `hot`: tenant 0 with `HOT_SHARE` of the chats, the others alike.
-
-Cache pressure is the tenants' distinct prefix tokens over the fleet's KV capacity,
-`tenants × prefix_tokens / fleet_kv_tokens` (`pressure`; `tenants_for_pressure` inverts it):
-at 0.25 every prefix fits four times over, at 4 the fleet holds a quarter of them. The
-chats' own turns need cache on top of that.
-
-One seed gives one list of `Chat`s, which is then sent either way:
-
-- live, closed loop: `conversations` (for `sim.live` client pools; the engine's answers
-  are fed back), or open loop: `chat_requests` (streamed chat completions at given times,
-  earlier answers as `Chat.answers`);
-- simulated: `chat_trace`, a `sim.traces.TraceRequest` per turn whose block ids are
-  chained hashes of the very token ids the emulator sees (the messages rendered by its chat
-  template and tokenized by the built-in tokenizer), so live and simulated prompts have the
-  same lengths and the same sharing. Only the answers differ in a closed loop: the engine
-  writes them live, `Chat.answers` stands in for them in the trace (same lengths).
-
-Arrival times: `open_arrivals` (chats start as a Poisson process; turns follow after
-exponential think times) and `closed_arrivals`, which approximates a closed loop of
-`clients` users for the simulator: each user takes the next chat when its last one ended,
-and every request is taken to last `latency_s` (callers iterate that to a fixed point).
-Text is one token per word, drawn from the built-in tokenizer's generation vocabulary
-(~4 characters a token). Pure and seeded.
+One seed gives one list of `Chat`s, sent live (`conversations`, closed loop, the engine's
+answers fed back; `chat_requests`, open loop, `Chat.answers` as earlier answers) or simulated
+(`chat_trace`: block ids chained from the very token ids the emulator sees, so both have the
+same lengths and sharing, `Chat.answers` standing in for live answers). Arrivals:
+`open_arrivals` (Poisson chat starts, exponential think times) or `closed_arrivals` (`clients`
+users each taking the next chat when their last ended, every request lasting `latency_s`;
+callers iterate to a fixed point). Text: one generation-vocabulary word a token. Pure, seeded.
 """
 
 from __future__ import annotations
