@@ -2,8 +2,9 @@
 
 Decisions read this process's `PrefixIndex` and `OnlineTtftModel` synchronously; the
 channels (`gateway.state.stream` through Redis, `gateway.state.local` between the workers of
-one `kvgate serve --workers N`) hand each event they receive to `Mirror.apply`, which makes
-the same change the other gateway made to its own state (`gateway.state.codec` lists them).
+one `kvgate serve --workers N`; the simulator's `sim.replay.sharing` after its sync delay) hand
+each event they receive to `Mirror.apply`, which makes the same change the other gateway made
+to its own state (`gateway.state.codec` lists them).
 Events this gateway sent itself, events for a backend not in this gateway's pool and block
 hashes cut in another block size are skipped and counted. A gateway learns the routing block
 size from the engines' metrics when it next routes; hashes of another size first make it
@@ -14,7 +15,10 @@ bounded by the replica's capacity from this gateway's own scrape of it, as a loc
 blocks the engine had evicted and looked empty to the cache-headroom scorer); else straight
 into the index. A placement applied live is also handed to `remote_dispatch` (backend, wall
 time in ms, its predicted uncached tokens or None): this gateway's own dispatches there since
-then counted too little queued prefill (`PrefixFeed.remote_dispatch`).
+then counted too little queued prefill (`PrefixFeed.remote_dispatch`); one without hashes (a
+prompt shorter than a block: the simulator's trace requests without block ids) is only that.
+Without `block_chars`, hashes of any block size are taken (the simulator's requests keep their
+trace's).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ class Mirror:
         gateway_id: str,
         counters: EventCounters,
         index: PrefixIndex,
-        block_chars: Callable[[], int],
+        block_chars: Callable[[], int] | None,
         known_backend: Callable[[str], bool],
         *,
         ttft_model: OnlineTtftModel | None = None,
@@ -91,6 +95,8 @@ class Mirror:
         if isinstance(e, Forget):
             self._index.remove_replica(e.backend)
             return True
+        if isinstance(e, Placement) and not e.hashes:
+            return True  # nothing to record, but a dispatch all the same
         if not e.hashes or not self._same_size(e.block_chars):
             return False
         if isinstance(e, Placement):
@@ -102,7 +108,7 @@ class Mirror:
         return True
 
     def _same_size(self, block_chars: int) -> bool:
-        if block_chars == self._block_chars():
+        if self._block_chars is None or block_chars == self._block_chars():
             return True
         return self._refresh is not None and block_chars == self._refresh()
 

@@ -2,7 +2,7 @@
 
 At equal times, a step's end (its tokens reach the gateway) comes before a batch of KV-cache
 events reaching the precise index, then another gateway's state change reaching the rest
-(`sim.replay.gateways`), all before an arrival (which is routed with what the gateways know
+(`sim.replay.sharing`), all before an arrival (which is routed with what the gateways know
 by then), and an arrival (at the gateway, then at the engine, past its API server's queue)
 before the engine starts its next step, so a request reaching the engine exactly at a step
 boundary joins the step that starts then.

@@ -13,24 +13,16 @@ Requests reach the gateways by `spread`:
 - `session`: every request of a session (a chat) goes to one gateway (a stable hash of the
   session key; requests without one round-robin), as a sticky load balancer would.
 
-Sharing (`StateMirror`): every change a gateway makes to its own state on a dispatch, a
-first token or a completion — the blocks its prefix feed records for the chosen replica
-(with the replica's capacity), +1/−1 in-flight, ± the request's predicted uncached prefill
-tokens, the (work tokens, TTFT) point its TTFT model learns from — reaches every other
-gateway's state `sync_delay_s` virtual seconds later, in order, as a mirror replicated
-through Redis would; at 0 it is applied at once. When a dispatch arrives late, the
-receiving gateway's own dispatches to that replica made since then waited for its predicted
-uncached prefill too: `PrefixFeed.remote_dispatch` adds it to their work.
-Without sharing each gateway learns only from its own dispatches and answers. The precise
-index is not a gateway's own: the engines' KV events feed it alike for every gateway (the
-replay keeps one, speculations included).
+Their routing state is shared (`sim.replay.sharing`: each change reaches the others after
+a sync delay) or not: then each gateway learns only from its own dispatches and answers. The
+precise index is not a gateway's own: the engines' KV events feed it alike for every gateway
+(the replay keeps one, speculations included).
 """
 
 from __future__ import annotations
 
 import random
 import zlib
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -153,97 +145,3 @@ class Spread:
         g = self._next
         self._next = (g + 1) % self._count
         return g
-
-
-# (source gateway, replica position, Δ in-flight, Δ pending prefill, blocks recorded, the
-# replica's capacity in the source's index, a TTFT observation (work tokens, seconds) or None,
-# when it was published)
-_Update = tuple[int, int, int, int, tuple[int, ...], int, tuple[int, float] | None, float]
-
-
-class StateMirror:
-    """Each gateway's changes to its routing state, on their way to the other gateways."""
-
-    __slots__ = ("_delay", "_due", "_gateways", "_learn", "_share_index", "_updates")
-
-    def __init__(
-        self,
-        gateways: Sequence[SimGateway],
-        delay_s: float,
-        learn: bool,
-        due: Callable[[float], None],
-    ) -> None:
-        """`learn`: the gateways' TTFT models learn (`routing.ttft.learn`), so share their
-        points; `due(t)`: call `deliver` at virtual time t (the replay's event queue)."""
-        if not delay_s >= 0:
-            raise ValueError("the sync delay must be >= 0")
-        self._gateways = gateways
-        self._delay = delay_s
-        # The oracle's index is the engines' caches, one for every gateway: nothing to share.
-        indexes = {id(g.stack.index) for g in gateways}
-        self._share_index = len(indexes) == len(gateways)
-        self._learn = learn
-        self._due = due
-        self._updates: deque[_Update] = deque()
-
-    def publish(
-        self,
-        now: float,
-        source: int,
-        position: int,
-        *,
-        in_flight: int = 0,
-        pending: int = 0,
-        blocks: tuple[int, ...] = (),
-        ttft: tuple[int, float] | None = None,
-    ) -> None:
-        """Gateway `source` changed its state for replica `position` at `now`: the others
-        see it at once (no delay) or when `due` says."""
-        if blocks and self._share_index:
-            replica_id = self._gateways[source].views[position].id
-            capacity = self._gateways[source].stack.index.capacity(replica_id)
-        else:
-            blocks, capacity = (), 0
-        update = (
-            source,
-            position,
-            in_flight,
-            pending,
-            blocks,
-            capacity,
-            ttft if self._learn else None,
-            now,
-        )
-        if self._delay == 0:
-            self._apply(update)
-            return
-        self._updates.append(update)
-        self._due(now + self._delay)
-
-    def deliver(self) -> None:
-        """Apply the oldest published change to every other gateway."""
-        self._apply(self._updates.popleft())
-
-    def pending(self) -> int:
-        """Changes published and not yet delivered."""
-        return len(self._updates)
-
-    def _apply(self, update: _Update) -> None:
-        source, position, in_flight, pending, blocks, capacity, ttft, at = update
-        replica_id = self._gateways[source].views[position].id
-        late = self._delay > 0 and in_flight > 0  # a dispatch the others did not see at once
-        for g, gateway in enumerate(self._gateways):
-            if g == source:
-                continue
-            if late:
-                gateway.stack.feed.remote_dispatch(replica_id, at, pending)
-            view = gateway.views[position]
-            view.in_flight += in_flight
-            view.pending_prefill_tokens += pending
-            if blocks:
-                index = gateway.stack.index
-                if index.capacity(replica_id) != capacity:
-                    index.set_capacity(replica_id, capacity)
-                index.record(replica_id, blocks)
-            if ttft is not None:
-                gateway.stack.ttft_model.observe(replica_id, *ttft)

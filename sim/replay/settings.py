@@ -46,7 +46,7 @@ class SimSettings:
     # Feed the precise index: None, only when the policy's profile reads it.
     kv_events: bool | None = None
     # Gateway replicas in front of the fleet, how requests reach them, and whether (and how
-    # late) each one's routing state reaches the others (`sim.replay.gateways`).
+    # late) each one's routing state reaches the others (`sim.replay.gateways`, `.sharing`).
     gateways: int = 1
     spread: str = "request"
     shared: bool = True

@@ -17,8 +17,8 @@ gateway's own. What the scheduler sees is what a live gateway would see:
   speculated on at dispatch.
 
 With `SimSettings.gateways` > 1, requests are spread over that many gateways, each with its
-own routing stack and counters, their state shared after a delay or not at all
-(`sim.replay.gateways`); one gateway is the gateway as it is.
+own routing stack and counters (`sim.replay.gateways`), their state shared after a delay
+(`sim.replay.sharing`) or not at all; one gateway is the gateway as it is.
 
 An optional `ReplayObserver` sees every decision (with each replica's last scrape), first
 token and completion: enough to drive the gateway's path through the same sequence.
@@ -64,12 +64,13 @@ from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.closed_loop import ClosedLoop, turns_of
 from sim.replay.events import EventQueue, Kind
-from sim.replay.gateways import Counters, SimGateway, Spread, StateMirror, build_gateways
+from sim.replay.gateways import Counters, SimGateway, Spread, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
 from sim.replay.replica import Segment, SimReplica
 from sim.replay.settings import PolicySpec, SimSettings
+from sim.replay.sharing import StateSharing
 
 DEFAULT_MODEL = "sim"
 CLOSED_LOOP_SPAN_S = 60.0  # a closed loop's timeline: samples every span / timeline_points
@@ -196,10 +197,14 @@ class Replay:
             raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
         many = settings.gateways > 1
         self._spread = Spread(settings.gateways, settings.spread) if many else None
-        self.mirror: StateMirror | None = None
+        self.sharing: StateSharing | None = None
         if many and settings.shared:
-            self.mirror = StateMirror(
-                self.gateways, settings.sync_delay_s, section.ttft.learn, self._sync_due
+            self.sharing = StateSharing(
+                self.gateways,
+                settings.sync_delay_s,
+                section.ttft.learn,
+                self._sync_due,
+                self._kv_tokens,
             )
         self._cpt = section.prefix.chars_per_token
         self._frontend = profile.frontend
@@ -346,28 +351,16 @@ class Replay:
             self._observer.decided(self.now, routing_request, snapshots, self._scraped(), decision)
         position = self._position[decision.target]
         replica = self.replicas[position]
-        config = replica.engine.config
-        known = self._last_scrape(replica) is not None
         view = gateway.views[position]
         dispatch = gateway.stack.feed.dispatch(
-            view,
-            routing_request,
-            self.now,
-            kv_tokens(config.num_blocks, config.block_size) if known else None,
+            view, routing_request, self.now, self._kv_tokens(replica.id, self.now)
         )
         if kv_feed is not None:
             self.precise.speculate(replica.id, routing_request.token_keys[0][1], self.now)
         view.in_flight += 1
         replica.dispatched += 1
-        if self.mirror is not None:
-            self.mirror.publish(
-                self.now,
-                g,
-                position,
-                in_flight=1,
-                pending=dispatch.uncached_tokens,
-                blocks=routing_request.prefix_hashes,
-            )
+        if self.sharing is not None:
+            self.sharing.placed(self.now, g, position, routing_request, dispatch.uncached_tokens)
         live = _Live(position, self.now, dispatch, output, g)
         self._live[rid] = live
         if self._frontend.frontend_s > 0:
@@ -434,8 +427,8 @@ class Replay:
         self.kv_feed.deliver(position)
 
     def _sync(self, _subject: int, _token: int) -> None:
-        assert self.mirror is not None
-        self.mirror.deliver()
+        assert self.sharing is not None
+        self.sharing.deliver()
 
     def _sync_due(self, at: float) -> None:
         self._queue.push(at, Kind.SYNC)
@@ -460,6 +453,15 @@ class Replay:
         if self.now < phase:
             return None
         return phase + math.floor((self.now - phase) / interval) * interval
+
+    def _kv_tokens(self, replica_id: str, at: float) -> int | None:
+        """A replica's KV capacity in tokens as the gateways know it at `at` (None: not
+        scraped by then)."""
+        replica = self.replicas[self._position[replica_id]]
+        if at < replica.scrape_phase_s:
+            return None
+        config = replica.engine.config
+        return kv_tokens(config.num_blocks, config.block_size)
 
     def _scraped(self) -> list[EngineMetrics | None]:
         """Each replica's metrics as last scraped, however old."""
@@ -534,18 +536,17 @@ class Replay:
         if dispatch.settled:
             return
         seen = self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
-        if self.mirror is not None:
-            pending = -dispatch.uncached_tokens
-            self.mirror.publish(
-                self.now, request.gateway, request.replica, pending=pending, ttft=seen
+        if self.sharing is not None:
+            self.sharing.first_token(
+                self.now, request.gateway, request.replica, dispatch.uncached_tokens, seen
             )
 
     def _complete(self, rid: str, request: _Live) -> None:
         now = self.now
         request.dispatch.endpoint.in_flight -= 1
         self._settle(request, None)
-        if self.mirror is not None:
-            self.mirror.publish(now, request.gateway, request.replica, in_flight=-1)
+        if self.sharing is not None:
+            self.sharing.ended(now, request.gateway, request.replica)
         if self._observer is not None:
             self._observer.finished(now, rid)
         n = request.output_tokens

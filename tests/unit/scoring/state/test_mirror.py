@@ -119,3 +119,30 @@ def test_a_live_placement_is_handed_on_as_a_remote_dispatch() -> None:
     m.apply(Placement("other", "gone", 64, (4,), 789.0, 5))  # not a backend here
     m.apply(Placement("me", "b1", 64, (5,), 1.0, 5))  # its own
     assert seen == [("b1", 123.0, 700), ("b1", 124.0, None)]
+
+
+def test_a_placement_without_hashes_is_a_dispatch_all_the_same() -> None:
+    seen: list[tuple[str, float, int | None]] = []
+    index = PrefixIndex()
+    m = Mirror(
+        "me",
+        EventCounters(),
+        index,
+        lambda: 64,
+        lambda b: b == "b1",
+        remote_dispatch=lambda backend, at_ms, tokens: seen.append((backend, at_ms, tokens)),
+    )
+    m.apply(Placement("other", "b1", 64, (), 123.0, 9))  # a prompt shorter than a block
+    m.apply(Withdrawal("other", "b1", 64, (), 0, 124.0))  # nothing to take back
+    assert seen == [("b1", 123.0, 9)]
+    assert index.blocks("b1") == 0
+    c = m.counters
+    assert (c.received, c.applied, c.skipped) == (2, 1, 1)
+
+
+def test_without_a_block_size_hashes_of_any_size_are_taken() -> None:
+    index = PrefixIndex()
+    m = Mirror("me", EventCounters(), index, None, lambda b: True)  # the simulator's
+    m.apply(Placement("other", "b1", 64, (1, 2), 0))
+    m.apply(Placement("other", "b1", 2048, (3,), 0))
+    assert index.blocks("b1") == 3

@@ -1,4 +1,4 @@
-"""Several gateways in one replay: spread, the state mirror's delay, determinism, the CLI."""
+"""Several gateways in one replay: spread, sharing late or not at all, determinism, the CLI."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from routing.types import RoutingRequest
 from scoring.stack import RoutingStack
 from sim.plots import PlotsUnavailable
 from sim.replay import Replay, ReplayResult, SimSettings
-from sim.replay.gateways import ReplicaView, SimGateway, Spread, StateMirror, build_gateways
+from sim.replay.gateways import Spread
 from sim.workloads import family
 from tests.unit.sim.replay.synthetic import SMALL, recording, tenant_trace
 
@@ -56,55 +56,6 @@ def test_one_gateway_replays_as_before_whatever_the_sharing_options() -> None:
         {"gateways": 1, "spread": "session", "sync_delay_s": 0.5},
     ):
         assert _fingerprint(_replay(trace, "prefix-aware", **options)) == _fingerprint(alone)
-
-
-def _gateways(delay_s: float, due: list[float]) -> tuple[StateMirror, list[SimGateway]]:
-    replicas = [ReplicaView(f"replica-{i}", f"sim://replica-{i}") for i in range(2)]
-    settings = SimSettings(replicas=2, gateways=2)
-    gateways = build_gateways(
-        settings, lambda: 0.0, random.Random(0), replicas, index=None, register=None, precise=None
-    )
-    return StateMirror(gateways, delay_s, True, due.append), gateways
-
-
-def test_a_placement_reaches_the_other_gateway_only_after_the_delay() -> None:
-    due: list[float] = []
-    mirror, (a, b) = _gateways(0.05, due)
-    blocks = (11, 12, 13)
-    a.stack.index.set_capacity("replica-1", 500)
-    a.stack.index.record("replica-1", blocks)
-    mirror.publish(1.0, 0, 1, in_flight=1, pending=300, blocks=blocks)
-    assert due == [pytest.approx(1.05)]
-    assert mirror.pending() == 1
-    assert b.stack.index.match(blocks, ("replica-1",))["replica-1"] == 0
-    assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (0, 0)
-    mirror.deliver()  # the replay does this at `due`
-    assert b.stack.index.match(blocks, ("replica-1",))["replica-1"] == 3
-    assert b.stack.index.capacity("replica-1") == 500
-    assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (1, 300)
-    assert (b.views[0].in_flight, a.views[1].in_flight) == (0, 0)  # the source counts its own
-    prior = b.stack.ttft_model.coefficients("replica-1")
-    for k in range(10):  # first tokens: A's TTFT points teach B's line too, as late
-        mirror.publish(
-            1.2, 0, 1, pending=-300 if k == 0 else 0, ttft=(1000 + 500 * k, 0.1 + 0.1 * k)
-        )
-    assert b.stack.ttft_model.coefficients("replica-1") == prior
-    mirror.publish(1.3, 0, 1, in_flight=-1)
-    while mirror.pending():
-        mirror.deliver()
-    assert (b.views[1].in_flight, b.views[1].pending_prefill_tokens) == (0, 0)
-    assert b.stack.ttft_model.coefficients("replica-1") != prior
-    assert a.stack.ttft_model.coefficients("replica-1") == prior  # the source learns itself
-
-
-def test_with_no_delay_the_others_see_a_change_at_once() -> None:
-    due: list[float] = []
-    mirror, (a, _) = _gateways(0.0, due)
-    mirror.publish(2.0, 1, 0, in_flight=1, pending=10, blocks=(5,))
-    assert due == []
-    assert a.views[0].in_flight == 1
-    assert a.stack.index.match((5,), ("replica-0",))["replica-0"] == 1
-    assert mirror.pending() == 0
 
 
 def test_requests_spread_round_robin_or_by_session() -> None:
@@ -171,7 +122,7 @@ def test_several_gateways_are_deterministic_and_their_counters_return_to_zero(
     views = [v for g in replay.gateways for v in g.views]
     assert len(views) == 12
     assert all(v.in_flight == 0 and v.pending_prefill_tokens == 0 for v in views)
-    assert replay.mirror is None or replay.mirror.pending() == 0
+    assert replay.sharing is None or replay.sharing.pending() == 0
 
 
 def _family_trace(path: Path) -> Path:
@@ -231,7 +182,7 @@ def test_kvgate_sim_refuses_contradictory_gateway_options(tmp_path: Path) -> Non
 def test_gateways_sharing_at_once_with_one_rng_decide_as_one_gateway(
     policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The mirror replicates every piece of routing state: only the RNGs could tell them apart.
+    # Sharing replicates every piece of routing state: only the RNGs could tell them apart.
     build = sim.replay.gateways.build_routing_stack
     first: list[random.Random] = []
 
