@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("gateway", "routing", "scoring", "health", "adapters", "sim")  # what the wheel holds
+LIBRARY = ("kvgate", "gateway", "routing", "scoring", "health", "adapters", "sim")  # the wheel's
 
 FORBIDDEN = frozenset(
     {
@@ -110,7 +110,7 @@ def test_no_part_of_sim_imports_the_gateway() -> None:
 def test_the_installed_packages_import_neither_the_lab_nor_matplotlib() -> None:
     result = _run(WALK, *LIBRARY)
     assert isinstance(result, dict)
-    assert {"gateway.cli", "sim.live.experiment", "sim.replay.sweep.report"} <= set(
+    assert {"kvgate.cli.serve", "sim.live.experiment", "sim.replay.sweep.report"} <= set(
         result["walked"]
     )
     loaded = _top_level(result["loaded"])
