@@ -22,7 +22,7 @@ from routing.config.schema import (
 )
 from routing.config.yaml_loader import load_yaml
 
-REFERENCE = Path(__file__).resolve().parents[3] / "deploy" / "kvgate.yaml"
+REFERENCE = Path(__file__).resolve().parents[4] / "deploy" / "kvgate.yaml"
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
