@@ -52,7 +52,7 @@ def _sweep(args: argparse.Namespace, name: str, out: Path) -> dict[str, Any]:
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # a local instance on 127.0.0.1 only
     trace = Path(args.traces) / MOONCAKE_TRACE
     command = [
-        sys.executable, "-m", "gateway.cli", "sim", "sweep", "--trace", str(trace),
+        sys.executable, "-m", "kvgate.cli", "sim", "sweep", "--trace", str(trace),
         "--limit", str(args.limit), *GRID, *flags, "--out", str(out / name),
     ]  # fmt: skip
     started = time.perf_counter()

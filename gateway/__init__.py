@@ -1,1 +1,2 @@
-"""The gateway: ASGI app, proxy, admin API and CLI — the composition root of kvgate."""
+"""The gateway: ASGI app, proxy, admin API, metrics and the EPP server (the command line that
+starts it is `kvgate.cli`)."""

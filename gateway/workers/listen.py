@@ -10,7 +10,7 @@ balance.
 The master first `reserve`s the port: a socket bound with SO_REUSEPORT that never listens
 holds the address (port 0 becomes a real port every worker then binds) and takes no
 connection, since only listening sockets receive them. Bound first without SO_REUSEPORT
-(`gateway.cli.check_can_listen`), a port another program holds fails the start instead of
+(`kvgate.cli.listen.check_can_listen`), a port another program holds fails the start instead of
 being shared with it.
 """
 

@@ -8,5 +8,5 @@
 - `client`: send closed-loop chats or open-loop timed requests, time every answer
 - `scrape`: the replicas' vLLM counters
 
-Nothing here imports the gateway: kvgate runs as a child process (`python -m gateway.cli`).
+Nothing here imports the gateway: kvgate runs as a child process (`python -m kvgate.cli`).
 """

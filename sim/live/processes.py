@@ -6,7 +6,7 @@ SIGKILL to the group if the leader has not exited within the timeout, then SIGKI
 is left of the group (workers a server forked may outlive it). Readiness is a log line
 (`wait_for_line`, for programs that print where they listen) or an HTTP answer
 (`wait_for_http`). `start_emulator` and `start_gateway` run `kvgate emulate` and
-`kvgate serve` with this interpreter (`python -m gateway.cli`: a child process, nothing of
+`kvgate serve` with this interpreter (`python -m kvgate.cli`: a child process, nothing of
 the gateway is imported here) on port 0 and read their URLs from the log.
 """
 
@@ -190,7 +190,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 def kvgate_command(*args: str) -> list[str]:
     """`kvgate ARGS` as run by this interpreter."""
-    return [sys.executable, "-m", "gateway.cli", *args]
+    return [sys.executable, "-m", "kvgate.cli", *args]
 
 
 def gateway_command(
@@ -202,7 +202,7 @@ def gateway_command(
     python: str = sys.executable,
 ) -> list[str]:
     """`kvgate serve` on 127.0.0.1:`port` in front of `backends` with routing `policy`."""
-    cmd = [python, "-m", "gateway.cli", "serve", "--host", HOST, "--port", str(port)]
+    cmd = [python, "-m", "kvgate.cli", "serve", "--host", HOST, "--port", str(port)]
     cmd += ["--policy", policy, *extra]
     for url in backends:
         cmd += ["--backend", url]

@@ -1,4 +1,4 @@
-"""The `kvgate sim` and `kvgate sim sweep` command-line options (`gateway.cli` adds them).
+"""The `kvgate sim` and `kvgate sim sweep` command-line options (`kvgate.cli.sim` adds them).
 
 Kept beside the simulator that reads them (`sim.replay.cli.run_sim`,
 `sim.replay.sweep.run_sweep`); engine profiles and trace formats are looked up only when the

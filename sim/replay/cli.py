@@ -1,6 +1,6 @@
 """`kvgate sim`: replay a trace once per policy, print the table, write summary and plots.
 
-`gateway.cli` defines the options and calls `run_sim` (imported only when `sim` runs).
+`kvgate.cli.sim` adds the options and calls `run_sim` (imported only when `sim` runs).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def describe_gateways(settings: SimSettings) -> str:
 
 
 def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """The `kvgate sim` command (argument names as `gateway.cli` defines them)."""
+    """The `kvgate sim` command (argument names as `sim.replay.arguments` defines them)."""
     if args.rate_scale <= 0:
         raise ValueError("--rate-scale must be > 0")
     policies = [p for p in args.policies.split(",") if p] or list(DEFAULT_POLICIES)

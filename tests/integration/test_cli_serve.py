@@ -60,7 +60,7 @@ def test_kvgate_serve_end_to_end(
         [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "kvgate.cli",
             "serve",
             "--port",
             "0",
@@ -113,7 +113,7 @@ def test_kvgate_serve_rejects_bad_config(tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("backends:\n  - url: ftp://x\nupstream:\n  max_attempts: 0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(bad)],
+        [sys.executable, "-m", "kvgate.cli", "serve", "--config", str(bad)],
         check=False,
         capture_output=True,
         text=True,
@@ -144,7 +144,7 @@ def test_busy_port_is_one_line_and_exit_1(argv: list[str]) -> None:
         port = taken.getsockname()[1]
         proc = subprocess.run(
             # The busy port last: --port, or --admin-port with the API port free.
-            [sys.executable, "-m", "gateway.cli", *argv, *_port_flag(argv), str(port)],
+            [sys.executable, "-m", "kvgate.cli", *argv, *_port_flag(argv), str(port)],
             check=False,
             capture_output=True,
             text=True,
@@ -168,7 +168,7 @@ def test_kvgate_serve_admin_port_and_keys_file_reloaded_on_sighup(
     config.write_text(f"security: {{api_keys_file: {keys}}}\n")
     argv = ["serve", "--port", "0", "--admin-port", "0", "--config", str(config)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", *argv, "--backend", s1.url],
+        [sys.executable, "-m", "kvgate.cli", *argv, "--backend", s1.url],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -210,7 +210,7 @@ def test_kvgate_serve_applies_the_server_limits(
         "server:\n  header_timeout_s: 0.3\n  idle_timeout_s: 0.3\n  max_headers: 10\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--config", str(config)],
+        [sys.executable, "-m", "kvgate.cli", "serve", "--port", "0", "--config", str(config)],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

@@ -43,7 +43,7 @@ def _start(
     config = tmp_path / "kvgate.yaml"
     config.write_text(yaml.safe_dump({"backends": [{"url": url}], "server": server}))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--config", str(config)],
+        [sys.executable, "-m", "kvgate.cli", "serve", "--port", "0", "--config", str(config)],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

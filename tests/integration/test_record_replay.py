@@ -116,7 +116,7 @@ def test_recorded_chats_replay_in_the_simulator(
     assert abs(sim_hit_rate - live_hit_rate) < 0.1, (sim_hit_rate, live_hit_rate)
 
     out = tmp_path / "sim"
-    cmd = [sys.executable, "-m", "gateway.cli", "sim", "--trace", str(path)]
+    cmd = [sys.executable, "-m", "kvgate.cli", "sim", "--trace", str(path)]
     cmd += ["--policies", f"{POLICY},round-robin", "--replicas", str(REPLICAS)]
     cmd += ["--profile", "demo", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

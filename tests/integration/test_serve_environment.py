@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from gateway.cli_parser import _version
+from kvgate.cli.options import installed_version
 from sim.live.processes import kvgate_command
 from tests.support.fixture_types import StartEngines
 from tests.support.gateway_process import FAST_HEALTH, GatewayProcess
@@ -70,12 +70,12 @@ def _policy(c: httpx.Client) -> str:
     return policy
 
 
-def test_version_prints_the_installed_version() -> None:
+def test_version_prints_the_installedinstalled_version() -> None:
     done = subprocess.run(
         kvgate_command("--version"), capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 0
-    assert done.stdout == f"kvgate {_version()}\n"
+    assert done.stdout == f"kvgate {installed_version()}\n"
     assert "unknown" not in done.stdout  # the test runs against the installed distribution
 
 

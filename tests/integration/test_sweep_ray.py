@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.cli import build_parser
+from kvgate.cli import build_parser
 from sim.live.processes import free_port
 from sim.replay.sweep import run_sweep
 from sim.replay.sweep.ray_runner import MAX_RETRIES

@@ -62,7 +62,7 @@ def test_serve_https_and_pick_up_a_rotated_certificate(
         [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "kvgate.cli",
             *argv,
             "--tls-cert",
             str(cert),
@@ -97,7 +97,7 @@ def test_a_missing_key_file_is_a_config_error(tmp_path: Path) -> None:
     cert, _ = self_signed(tmp_path, "a")
     tls = ["--tls-cert", str(cert), "--tls-key", str(tmp_path / "missing.key")]
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--backend", "http://127.0.0.1:9", *tls],
+        [sys.executable, "-m", "kvgate.cli", "serve", "--backend", "http://127.0.0.1:9", *tls],
         check=False,
         capture_output=True,
         text=True,

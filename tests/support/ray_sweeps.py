@@ -70,7 +70,7 @@ def local_ray(num_cpus: int = 2, start_timeout_s: float = 120.0) -> Iterator[str
 def run_kvgate(*argv: str, timeout_s: float = 150.0) -> subprocess.CompletedProcess[str]:
     """`kvgate ARGV` in a process of its own, with Ray kept to 127.0.0.1."""
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *argv],
+        [sys.executable, "-m", "kvgate.cli", *argv],
         cwd=REPO,
         env=ray_env(),
         capture_output=True,
@@ -100,7 +100,7 @@ def _killer(mode: str, deaths: Path) -> Callable[..., Any]:
 
 
 def _main(argv: list[str]) -> int:
-    from gateway.cli import main
+    from kvgate.cli import main
     from sim.replay.sweep import command
     from sim.replay.sweep.ray_runner import RayRunner
 

@@ -1,16 +1,20 @@
 """Import boundaries: routing, scoring and the simulator core stay free of web, RPC and
-metrics libraries; no part of `sim` imports the gateway; nothing installed imports the lab
+metrics libraries; no part of `sim` imports the gateway and no part of the gateway `sim`
+(only the command line, `kvgate`, imports both); nothing installed imports the lab
 (`bench/`) or, at import time, matplotlib or Ray (optional extras)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("gateway", "routing", "scoring", "health", "adapters", "sim")  # what the wheel holds
+LIBRARY = ("kvgate", "gateway", "routing", "scoring", "health", "adapters", "sim")  # the wheel's
+# May import both the gateway and the simulator: the command line, the lab and the tests.
+COMPOSITION = frozenset({"kvgate", "bench", "tests"})
 
 FORBIDDEN = frozenset(
     {
@@ -82,6 +86,29 @@ def _top_level(names: object) -> set[str]:
     return {name.split(".")[0] for name in names}
 
 
+def _imported_packages(path: Path) -> set[str]:
+    """The top-level packages a source file imports anywhere (in functions and
+    `TYPE_CHECKING` blocks too); relative imports stay inside their own package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def _imports_by_package() -> dict[str, set[str]]:
+    """Each top-level package of the repository -> what its files import."""
+    packages: dict[str, set[str]] = {}
+    for init in sorted(REPO.glob("*/__init__.py")):
+        package = init.parent
+        packages[package.name] = set().union(
+            *(_imported_packages(path) for path in package.rglob("*.py"))
+        )
+    return packages
+
+
 def test_routing_and_scoring_load_no_web_library() -> None:
     result = _run(IMPORT_ALL)
     assert isinstance(result, dict)
@@ -107,10 +134,35 @@ def test_no_part_of_sim_imports_the_gateway() -> None:
     assert "gateway" not in _top_level(result["loaded"])
 
 
+def test_no_part_of_the_gateway_loads_sim() -> None:
+    result = _run(WALK, "gateway")
+    assert isinstance(result, dict)
+    assert {"gateway.app", "gateway.serve", "gateway.recorder"} <= set(result["walked"])
+    assert "sim" not in _top_level(result["loaded"])
+
+
+def test_no_gateway_file_imports_sim() -> None:
+    files = sorted((REPO / "gateway").rglob("*.py"))
+    assert len(files) > 50  # else the check proves nothing
+    offenders = [str(p.relative_to(REPO)) for p in files if "sim" in _imported_packages(p)]
+    assert offenders == []
+
+
+def test_only_the_command_line_imports_both_the_gateway_and_sim() -> None:
+    packages = _imports_by_package()
+    assert {"gateway", "sim"} <= packages["kvgate"]  # else the check proves nothing
+    both = sorted(
+        name
+        for name, imported in packages.items()
+        if {"gateway", "sim"} <= imported | {name} and name not in COMPOSITION
+    )
+    assert both == []
+
+
 def test_the_installed_packages_import_neither_the_lab_nor_matplotlib() -> None:
     result = _run(WALK, *LIBRARY)
     assert isinstance(result, dict)
-    assert {"gateway.cli", "sim.live.experiment", "sim.replay.sweep.report"} <= set(
+    assert {"kvgate.cli.serve", "sim.live.experiment", "sim.replay.sweep.report"} <= set(
         result["walked"]
     )
     loaded = _top_level(result["loaded"])

@@ -9,7 +9,7 @@ from typing import Any
 from setuptools import find_packages
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("gateway", "routing", "scoring", "health", "adapters", "sim")
+LIBRARY = ("kvgate", "gateway", "routing", "scoring", "health", "adapters", "sim")
 
 
 def _pyproject() -> dict[str, Any]:
@@ -26,6 +26,7 @@ def test_the_wheel_holds_the_library_packages() -> None:
     packages = installed_packages()
     assert set(LIBRARY) <= packages
     assert {"sim.engine", "sim.replay", "sim.live", "sim.workloads", "sim.emulator"} <= packages
+    assert "kvgate.cli" in packages
 
 
 def test_the_lab_and_the_tests_are_not_installed() -> None:

@@ -29,7 +29,7 @@ def _flag(cmd: list[str], flag: str) -> str:
 
 def test_kvgate_serves_each_backend_on_loopback_with_the_policy() -> None:
     cmd = peer_command(_install("kvgate"), port=8123, worker_urls=URLS, model="m", policy="p")
-    assert cmd[:4] == ["/venvs/kvgate/bin/python", "-m", "gateway.cli", "serve"]
+    assert cmd[:4] == ["/venvs/kvgate/bin/python", "-m", "kvgate.cli", "serve"]
     assert _flag(cmd, "--host") == "127.0.0.1"
     assert _flag(cmd, "--port") == "8123"
     assert _flag(cmd, "--policy") == "p"

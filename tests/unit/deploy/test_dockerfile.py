@@ -10,7 +10,7 @@ import shlex
 import tomllib
 from pathlib import Path
 
-from gateway.cli import build_parser
+from kvgate.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "deploy" / "Dockerfile"

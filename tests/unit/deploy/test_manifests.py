@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from gateway.app import build_app
-from gateway.cli import _effective_config, build_parser
 from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT, kv_events_sources
+from kvgate.cli import build_parser
+from kvgate.cli.effective import effective_config
 from routing.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -263,7 +264,7 @@ async def test_the_front_doors_probes_and_args_are_real(tmp_path: Path) -> None:
     config_map = _one(docs, "ConfigMap", "kvgate")
     (tmp_path / "kvgate.yaml").write_text(config_map["data"]["kvgate.yaml"])
     args = [a.replace("/etc/kvgate", str(tmp_path)) for a in container["args"]]
-    cfg = _effective_config(build_parser().parse_args(args))
+    cfg = effective_config(build_parser().parse_args(args))
     assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 8000)
     assert cfg.discovery.pool == _one(docs, "InferencePool")["metadata"]["name"]
     assert container["ports"] == [

@@ -7,9 +7,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.cli import _effective_config, build_parser
 from gateway.inference_request import InferenceRequest, parse_inference_body
 from gateway.recorder import TraceRecorder
+from kvgate.cli import build_parser
+from kvgate.cli.effective import effective_config
 from routing.traces import TraceRequest, load_recorded
 from routing.traces.recorded import encode_request
 
@@ -164,6 +165,6 @@ async def test_a_full_buffer_drops_lines(tmp_path: Path, caplog: pytest.LogCaptu
 
 def test_serve_record_flag_sets_the_config_field() -> None:
     args = build_parser().parse_args(["serve", "--backend", "http://a:1", "--record", "t.jsonl"])
-    assert _effective_config(args).server.record_path == "t.jsonl"
+    assert effective_config(args).server.record_path == "t.jsonl"
     args = build_parser().parse_args(["serve", "--backend", "http://a:1"])
-    assert _effective_config(args).server.record_path is None
+    assert effective_config(args).server.record_path is None

@@ -17,7 +17,7 @@ WITHOUT_MATPLOTLIB = """
 import sys
 sys.modules["matplotlib"] = None
 from pathlib import Path
-from gateway.cli import main
+from kvgate.cli import main
 from sim.demo import write_outputs
 from sim.plots import PlotsUnavailable, pyplot
 

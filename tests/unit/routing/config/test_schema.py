@@ -9,7 +9,6 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.config import parse_backend_arg
 from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from routing.config.schema import (
     BackendEntry,
@@ -274,56 +273,6 @@ def test_kv_events_of_a_backend() -> None:
     assert BackendEntry(url="http://a:8000").kv_events is None
 
 
-def test_parse_backend_arg_url_only() -> None:
-    entry = parse_backend_arg("http://10.0.0.5:8000/")
-    assert entry == BackendEntry(url="http://10.0.0.5:8000")
-    assert (entry.id, entry.engine, entry.models) == (None, "vllm", [])
-
-
-def test_parse_backend_arg_with_every_option() -> None:
-    entry = parse_backend_arg("http://10.0.0.5:8000,engine=sglang,models=llama|qwen,id=gpu-5")
-    assert entry.url == "http://10.0.0.5:8000"
-    assert entry.engine == "sglang"
-    assert entry.models == ["llama", "qwen"]
-    assert entry.id == "gpu-5"
-
-
-def test_parse_backend_arg_kv_events() -> None:
-    entry = parse_backend_arg("http://h:1,kv_events=tcp://h:5557,kv_replay=tcp://h:5558")
-    assert entry.kv_events is not None
-    assert entry.kv_events.endpoint == "tcp://h:5557"
-    assert entry.kv_events.replay == "tcp://h:5558"
-    with pytest.raises(ConfigError, match="kv_events"):
-        parse_backend_arg("http://h:1,kv_replay=tcp://h:5558")  # replay without the publisher
-
-
-@pytest.mark.parametrize(("value", "models"), [("", []), ("a||b|", ["a", "b"]), ("m", ["m"])])
-def test_parse_backend_arg_models_list(value: str, models: list[str]) -> None:
-    assert parse_backend_arg(f"http://h:1,models={value}").models == models
-
-
-@pytest.mark.parametrize("opt", ["foo=bar", "engine", "=vllm", "URL=http://x"])
-def test_parse_backend_arg_rejects_unknown_options(opt: str) -> None:
-    with pytest.raises(
-        ConfigError,
-        match=re.escape("expected key=value with key engine|models|id|kv_events|kv_replay"),
-    ):
-        parse_backend_arg(f"http://h:1,{opt}")
-
-
-def test_parse_backend_arg_bad_engine_names_the_field() -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_backend_arg("http://h:1,engine=tgi")
-    message = str(info.value)
-    assert message.startswith("--backend 'http://h:1,engine=tgi'")
-    assert "  engine:" in message
-
-
-def test_parse_backend_arg_bad_url_names_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"(?m)^  url: .*http:// or https://"):
-        parse_backend_arg("localhost:8000")
-
-
 # -- routing ------------------------------------------------------------------------------
 
 
@@ -402,11 +351,6 @@ def test_duplicate_backend_ids_name_the_entry_and_the_first() -> None:
         "  backends.2.id: duplicate backend id 'gpu': backends.0 has it too",
         "  backends.3.id: duplicate backend id 'b:1' (from its url): backends.1 has it too",
     ]
-
-
-def test_a_bad_backend_flag_url_names_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"(?m)^  url: .*must be a number in 1-65535"):
-        parse_backend_arg("http://127.0.0.1:99999")
 
 
 def test_duplicate_yaml_keys_are_rejected_with_their_line(tmp_path: Path) -> None:

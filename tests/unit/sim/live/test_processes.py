@@ -40,7 +40,7 @@ def test_environment_is_added_to_and_removed_from(
 
 def test_gateway_command_serves_each_backend_on_loopback() -> None:
     cmd = gateway_command(["http://a", "http://b"], "session", port=9, python="py")
-    assert cmd[:4] == ["py", "-m", "gateway.cli", "serve"]
+    assert cmd[:4] == ["py", "-m", "kvgate.cli", "serve"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "9"
     assert cmd[cmd.index("--policy") + 1] == "session"
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--backend"] == ["http://a", "http://b"]

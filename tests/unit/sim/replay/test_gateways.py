@@ -15,7 +15,7 @@ import pytest
 
 import sim.replay.cli
 import sim.replay.gateways
-from gateway.cli import build_parser
+from kvgate.cli import build_parser
 from routing.config.profiles import RoutingSection
 from routing.traces import TraceRequest
 from routing.traces.recorded import encode_header, encode_request

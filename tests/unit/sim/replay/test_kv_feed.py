@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.cli import build_parser
+from kvgate.cli import build_parser
 from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from routing.traces import TraceRequest
 from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest

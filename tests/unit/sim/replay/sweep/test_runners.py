@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser, main
+from kvgate.cli import build_parser, main
 from sim.replay.sweep.command import open_runner
 from sim.replay.sweep.runners import LocalRunner
 from tests.support.sweep_traces import tenant_trace_file

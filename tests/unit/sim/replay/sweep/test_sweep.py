@@ -12,7 +12,7 @@ import orjson
 import pytest
 import yaml
 
-from gateway.cli import build_parser, main
+from kvgate.cli import build_parser, main
 from routing import PluginRegistry
 from routing.config.profiles import RoutingSection, effective_profiles
 from scoring.builtin import register_builtins

@@ -6,8 +6,9 @@ import argparse
 
 import pytest
 
-from gateway.cli import _effective_config, build_parser
-from gateway.cli_env import env_name
+from kvgate.cli import build_parser
+from kvgate.cli.effective import effective_config
+from kvgate.cli.env import env_name
 
 
 def _parse(environ: dict[str, str], *argv: str) -> argparse.Namespace:
@@ -46,7 +47,7 @@ def test_variables_fill_in_flags_and_reach_the_config() -> None:
     }
     args = _parse(environ, "serve", "--backend", "http://a:1")
     assert (args.log_level, args.log_format, args.watch_config) == ("debug", "json", 2.5)
-    cfg = _effective_config(args)
+    cfg = effective_config(args)
     assert (cfg.server.host, cfg.server.port, cfg.server.admin_port) == ("0.0.0.0", 9123, 9124)
     assert cfg.routing.policy == "session"
 
@@ -86,7 +87,7 @@ def test_backend_variable_lists_backends(value: str, urls: list[str] | None) -> 
     args = _parse({"KVGATE_BACKEND": value}, "serve")
     if urls is not None:
         assert args.backend == urls
-    cfg = _effective_config(args)
+    cfg = effective_config(args)
     assert len(cfg.backends) == 2
     if urls is None:
         assert cfg.backends[1].kv_events is not None  # kv_events=tcp:// is not a new backend

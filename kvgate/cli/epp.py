@@ -1,0 +1,74 @@
+"""`kvgate epp`: the gateway's routing as a Gateway API Inference Extension endpoint picker
+(Envoy ext_proc over gRPC), with a gRPC health service and Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from typing import TYPE_CHECKING
+
+from kvgate.cli.env import add_env_vars
+from kvgate.cli.listen import check_can_listen
+from kvgate.cli.options import (
+    ENV_EPILOG,
+    add_discovery_args,
+    add_process_args,
+    add_routing_args,
+)
+from kvgate.cli.startup import configure_logging, reloadable_app
+from routing.config.schema import ConfigError
+
+if TYPE_CHECKING:
+    from kvgate.cli.options import SubParsers
+
+EPILOG = """\
+examples:
+  kvgate epp --backend http://10.0.0.5:8000 --backend http://10.0.0.6:8000
+  kvgate epp --config kvgate.yaml --host 0.0.0.0
+
+Envoy (or a Gateway built on it) calls it over ext_proc for each request; it answers with
+header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
+metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
+Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
+deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a change
+seen by --watch-config) reloads the config file as for `kvgate serve`.
+"""
+
+
+def add_parser(sub: SubParsers) -> None:
+    s = sub.add_parser(
+        "epp",
+        help="run as a Gateway API Inference Extension endpoint picker (Envoy ext_proc)",
+        description="Run the gateway's routing as an endpoint picker: an Envoy ext_proc gRPC "
+        "server that picks the backend for each request, with a gRPC health service "
+        "(liveness, readiness) and Prometheus metrics. Needs kvgate[epp].",
+        epilog=EPILOG + ENV_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_routing_args(s, backend_help="an engine replica (static endpoints); repeat for each")
+    s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
+    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
+    s.add_argument(
+        "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
+    )
+    add_discovery_args(s)
+    add_process_args(s)
+    add_env_vars(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
+        raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
+    import asyncio
+
+    from gateway.epp.server import serve_epp
+    from gateway.epp.settings import EppSettings
+
+    configure_logging(args)
+    app = reloadable_app(args)
+    cfg = app.config
+    ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
+    check_can_listen(cfg.server.host, ports)
+    settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
+    asyncio.run(serve_epp(app, settings))
+    return 0

@@ -1,0 +1,42 @@
+"""What `serve` and `epp` do before they run: logging set up, and the gateway built from the
+config, flags and variables (in `reloadable_app` alone, for every command that runs one)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from kvgate.cli.effective import effective_config
+from routing.config.schema import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayApp
+    from gateway.workers.context import WorkerContext
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Root logging for `serve` and `epp`: one stderr handler, `--log-format` lines."""
+    from gateway.access_log import RequestIdFilter
+    from gateway.log_format import TEXT_FORMAT, JsonFormatter
+
+    handler = logging.StreamHandler()
+    json = args.log_format == "json"
+    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RequestIdFilter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+
+
+def reloadable_app(args: argparse.Namespace, workers: WorkerContext | None = None) -> GatewayApp:
+    """The gateway from the config, flags and variables, reloaded from them on SIGHUP,
+    `POST /admin/reload` and (`--watch-config`) when the file changes."""
+    from gateway.app import build_app
+    from gateway.config_reload import ConfigReloader
+
+    if args.watch_config is not None and not args.watch_config > 0:
+        raise ConfigError(f"--watch-config: {args.watch_config} is not a positive interval")
+    app = build_app(effective_config(args), workers)
+    load = functools.partial(effective_config, args)
+    app.reloader = ConfigReloader(load, app.reconfigure, args.config, args.watch_config)
+    return app
