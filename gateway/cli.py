@@ -112,7 +112,8 @@ def _reloadable_app(args: argparse.Namespace, workers: WorkerContext | None = No
         raise ConfigError(f"--watch-config: {args.watch_config} is not a positive interval")
     app = build_app(_effective_config(args), workers)
     load = functools.partial(_effective_config, args)
-    app.reloader = ConfigReloader(load, app.reconfigure, args.config, args.watch_config)
+    rt = app.runtime
+    rt.reloader = ConfigReloader(load, rt.reconfigure, args.config, args.watch_config)
     return app
 
 
@@ -125,7 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _serve_workers(args)
     app = _reloadable_app(args)
-    cfg = app.config
+    cfg = app.runtime.config
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)
@@ -197,7 +198,7 @@ def _serve_worker(args: argparse.Namespace, ctx: WorkerContext) -> int:
     tag_worker(ctx.index)
     try:
         app = _reloadable_app(args, ctx)
-        server = app.config.server
+        server = app.runtime.config.server
         sockets = listening_sockets(server.host, server.port)
     except ConfigError as exc:
         print(f"kvgate: worker {ctx.index}: {exc}", file=sys.stderr)
@@ -237,11 +238,11 @@ def _epp(args: argparse.Namespace) -> int:
 
     configure_logging(args)
     app = _reloadable_app(args)
-    cfg = app.config
+    cfg = app.runtime.config
     ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
     check_can_listen(cfg.server.host, ports)
     settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
-    asyncio.run(serve_epp(app, settings))
+    asyncio.run(serve_epp(app.runtime, settings))
     return 0
 
 
