@@ -12,7 +12,7 @@ import os
 import random
 
 from gateway.log_format import LogFields
-from gateway.proxy import RequestRecord
+from gateway.request_record import RequestRecord
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 access_log = logging.getLogger("gateway.access")

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 
 from gateway.admin_ops import AdminOperations, parse_backend_entry
 from gateway.asgi import Receive, Scope, Send, TrackedSend, send_bytes
+from gateway.auth import AdminAccess
 from gateway.errors import (
     BadRequestError,
     GatewayError,
@@ -38,7 +39,6 @@ from gateway.errors import (
     PayloadTooLargeError,
     error_body,
 )
-from gateway.front_door import AdminAccess
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
 from routing.config.schema import BackendEntry, GatewayConfig, ServerSection
@@ -56,10 +56,13 @@ _DRY_RUN_BODY = {
 
 
 class AdminSource(Protocol):
-    """What the admin endpoints read: the gateway (`gateway.app.GatewayApp`)."""
+    """What the admin endpoints read (`gateway.admin_view.AdminView`)."""
 
-    config: GatewayConfig
-    operations: AdminOperations
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    @property
+    def operations(self) -> AdminOperations: ...
 
     def backends_state(self) -> dict[str, Any]: ...
 

@@ -33,7 +33,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import AuthenticationError
-from routing.config.schema import ApiKeyEntry, SecuritySection, check_unique_keys
+from routing.config.schema import ApiKeyEntry, GatewayConfig, SecuritySection, check_unique_keys
 
 log = logging.getLogger(__name__)
 
@@ -210,3 +210,25 @@ def authenticate(keys: KeyStore, token: str | None) -> Principal:
             )
         raise AuthenticationError("Incorrect API key provided.")
     return principal
+
+
+ADMIN_KEY_ENV = "KVGATE_ADMIN_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminAccess:
+    """The admin credential: the SHA-256 digest of the admin key, or None (no key)."""
+
+    digest: bytes | None
+
+    def check(self, token: str | None) -> None:
+        if self.digest is not None and not matches(token, self.digest):
+            raise AuthenticationError("a valid admin key is required")
+
+
+def admin_access(config: GatewayConfig, environ: Mapping[str, str]) -> AdminAccess:
+    plain = environ.get(ADMIN_KEY_ENV)
+    if plain:
+        return AdminAccess(hashlib.sha256(plain.encode()).digest())
+    sha = config.security.admin_key_sha256
+    return AdminAccess(bytes.fromhex(sha) if sha else None)

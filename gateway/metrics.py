@@ -9,11 +9,12 @@ sends counts as `"other"` (an empty name, when the body had none, stays empty).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from health.pool import Backend
 from routing.types import Decision
 from scoring.state.cache_check import CacheCheck
 
@@ -196,7 +197,7 @@ class GatewayMetrics:
             ["backend"],
             registry=r,
         )
-        # The front door (gateway/front_door.py): 401s never reach kvgate_requests_total.
+        # Access control (gateway/access_control.py): 401s never reach kvgate_requests_total.
         self.auth_refused = Counter(
             "kvgate_auth_refused_total",
             "Requests refused with 401, by reason (missing_key, invalid_key, admin_key)",
@@ -248,3 +249,10 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def page(self, backends: Iterable[Backend], now: float) -> bytes:
+        """The exposition, with each backend's up and in-flight gauges as of `now`."""
+        for b in backends:
+            self.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
+            self.in_flight.labels(b.id).set(b.in_flight)
+        return self.render()

@@ -38,7 +38,7 @@ def run_gateway(
     tls = _tls(server)
     events = ServerEvents()
     protocol = server_protocol(ServerLimits.from_config(server), events)
-    app.metrics.registry.register(ServerEventsCollector(events))
+    app.runtime.metrics.registry.register(ServerEventsCollector(events))
     config = uvicorn.Config(
         app,
         host=server.host,

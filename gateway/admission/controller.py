@@ -27,7 +27,7 @@ from gateway.admission.limits import check_limits
 from gateway.admission.metrics import AdmissionMetrics
 from gateway.asgi import Receive, Scope, disconnect_signal, run_until_disconnect
 from gateway.errors import GatewayError, QueueTimeoutError, ShedError
-from gateway.proxy import RequestRecord
+from gateway.request_record import RequestRecord
 from health.pool import BackendPool
 from routing.admission import FairQueue, KeyLimiter, ServiceRate, Ticket
 from routing.admission.capacity import Capacity

@@ -1,15 +1,11 @@
-"""The endpoint picker's routing and accounting: the front door's router, prefix tracker and
-load counts, driven by ext_proc events instead of a relayed request.
+"""The endpoint picker's side of a request: ext_proc events mapped onto the `Director`.
 
-Per request (`Exchange`): `pick` parses the body (`parse_inference_body`, as the front door),
-routes it and counts a dispatch to the first-ranked backend; `served` moves that dispatch to
-the endpoint the proxy reports it really used; `response_status`, `response_chunk` and
-`finish` feed status, TTFT (the first response body chunk) and the answer's usage to the same
-places the front door's proxy feeds them. `finish` runs once, whether the stream ended or was
-cancelled, and releases the in-flight count.
-
-Endpoints are `host:port` of each backend's URL, as the proxy connects to them (an
-`ORIGINAL_DST` cluster needs IP addresses there).
+Per request (`Exchange`): `pick` parses the body as the front door does, routes it and
+dispatches it to the first-ranked backend; `served` moves the dispatch to the endpoint the
+proxy reports it really used; `response_status`, `response_chunk` and `finish` are the
+answer's status, events and end, told to the director as the front door's proxy tells them.
+`finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
+backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
 """
 
 from __future__ import annotations
@@ -18,60 +14,45 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from gateway.app import GatewayApp
+from gateway.director import Attempt, Director
 from gateway.errors import GatewayError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, parse_inference_body
-from gateway.tracing.spans import Outcome, RequestTrace
-from gateway.usage import (
-    STREAM_USAGE_APIS,
-    UsageEventFilter,
-    UsageReader,
-    UsageTap,
-    ask_for_usage,
-)
-from health.pool import Backend
-from routing.types import RoutingRequest
-from scoring.state.prefix_feed import Dispatch
-
-_FAILURE_STATUSES = frozenset({502, 503, 504})
+from gateway.request_record import RequestRecord
+from gateway.router import Route
+from gateway.usage import STREAM_USAGE_APIS, UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 
 
 @dataclass(slots=True)
 class Exchange:
     """One request's state between its pick and the end of its response."""
 
-    request_id: str
-    started: float
+    rec: RequestRecord | None  # None: not an inference call (nothing is accounted)
     destination: str  # the header value: ip:port[,fallback...]
-    model: str = ""
-    policy: str = "none"
-    request: RoutingRequest | None = None
-    dispatch: Dispatch[Backend] | None = None
+    route: Route | None = None
+    attempt: Attempt | None = None
     status: int = 0
-    first_chunk_seen: bool = False
     body: bytes | None = None  # the body to forward instead, when it was changed
     reader: UsageReader = field(default_factory=UsageTap)
+    streamed: bool = False  # the answer is an event stream
     done: bool = False
-    stream: bool = False
-    ttft_s: float | None = None
-    trace: RequestTrace | None = None  # its server and routing spans, while tracing is on
 
     def trace_headers(self) -> list[tuple[bytes, bytes]]:
         """`traceparent` (and `tracestate`) for the engine, naming the routing span as its
         parent; none while tracing is off."""
-        t = self.trace
+        t = self.rec.trace if self.rec is not None else None
         return t.propagation(t.route_id) if t is not None and t.route_id else []
 
 
 class EndpointPicker:
-    """Routes ext_proc requests over a `GatewayApp`'s pool with its router and accounting."""
+    """Routes ext_proc requests with the director's router and accounting."""
 
-    def __init__(self, app: GatewayApp, max_fallbacks: int = 2) -> None:
-        self._app = app
+    def __init__(self, director: Director, max_fallbacks: int = 2) -> None:
+        self._director = director
+        self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks
-        backends: list[Backend] = list(app.pool)
-        self._address: dict[str, str] = {b.id: urlsplit(b.spec.url).netloc for b in backends}
-        self._by_address = {a: i for i, a in self._address.items()}
+        self._address: dict[str, str] = {}
+        self._by_address: dict[str, str] = {}
+        self._learn_addresses()
 
     def pick(
         self,
@@ -84,145 +65,108 @@ class EndpointPicker:
         token_ids: list[int] | None = None,
     ) -> Exchange:
         """Route one request; raises a `GatewayError` (400, 404, 503, ...) it cannot."""
-        app = self._app
-        allowed = None if subset is None else {self._by_address.get(a, a) for a in subset}
-        api = API_BY_PATH.get(path.split("?", 1)[0])
+        allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
+        path = path.split("?", 1)[0]
+        api = API_BY_PATH.get(path)
         if api is None:  # not an inference call (e.g. GET /v1/models): any ready endpoint
-            ranked = self._least_busy(allowed)
-            return Exchange(request_id, app.clock(), self._destination(ranked))
-        trace = None
-        if (tracer := app.tracer) is not None:
-            method = headers.get(":method", "POST")
-            trace = tracer.start(
-                method, path.split("?", 1)[0], headers.get("traceparent"), headers.get("tracestate")
-            )
+            return Exchange(None, self._destination(self._least_busy(allowed)))
+        director = self._director
+        method = headers.get(":method", "POST")
+        rec = director.start(method, path, headers, request_id=request_id)
         try:
             req = parse_inference_body(api, body)
-            if trace is not None:
-                trace.route_started()
-            route = app.router.route(req, headers, request_id, subset=allowed, token_ids=token_ids)
+            route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids)
         except GatewayError as exc:
-            if trace is not None and tracer is not None:
-                tracer.finish(trace, Outcome(exc.status, None, False, None, None, exc.message))
+            rec.status, rec.error = exc.status, exc.message
+            director.finish(rec)
             raise
-        decision = route.decision
-        if trace is not None:
-            trace.routed(decision, len(route.request.prefix_hashes))
-        app.metrics.count_decision(decision, route.reason, route.seconds)
-        ex = Exchange(
-            request_id,
-            app.clock(),
-            self._destination(decision.ranked),
-            model=req.model,
-            policy=decision.profile,
-            request=route.request,
-            stream=req.stream,
-            trace=trace,
-        )
+        ex = Exchange(rec, self._destination(route.decision.ranked), route)
         if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
-        ex.dispatch = self._begin(app.pool.get(decision.ranked[0]), route.request)
-        if trace is not None:
-            trace.matched_blocks = ex.dispatch.matched
+        ex.attempt = director.dispatch(rec, route, self._pool.get(route.decision.ranked[0]))
         return ex
 
     async def token_ids(self, path: str, body: bytes) -> list[int] | None:
-        """The prompt's token ids for the precise index, when a tokenizer is configured and
-        some backend's KV events have arrived; None otherwise, or for a body `pick` will
-        refuse (it answers the error)."""
-        app = self._app
+        """The prompt's token ids for the precise index (`Director.token_ids`); None also for
+        a body `pick` will refuse (it answers the error)."""
         api = API_BY_PATH.get(path.split("?", 1)[0])
-        if api is None or not app.tokenizing:
+        if api is None or not self._director.tokenizing:
             return None
         try:
             req = parse_inference_body(api, body)
         except GatewayError:
             return None
-        return await app.token_ids(req)
+        return await self._director.token_ids(req)
 
     def served(self, ex: Exchange, address: str) -> None:
-        """The proxy says `address` served: credit it, withdraw from the one picked if other."""
-        backend_id = self._by_address.get(address)
-        d = ex.dispatch
-        if d is None or ex.request is None or ex.done or backend_id in (None, d.endpoint.id):
+        """The proxy says `address` served: credit it, and if it is not the backend picked,
+        that one was skipped (it refused or failed: a passive failure)."""
+        backend_id = self._backend_at(address)
+        a, rec = ex.attempt, ex.rec
+        if a is None or rec is None or ex.route is None or ex.done:
             return
-        self._app.prefix.withdraw(d)
-        self._end(d)
-        # The proxy moved on from the one picked (it refused or failed): a passive failure.
-        skipped = d.endpoint
-        skipped.state.record_upstream_failure(self._app.pool.now(), "skipped by the proxy")
-        ex.dispatch = self._begin(self._app.pool.get(backend_id), ex.request)
+        if backend_id is None or backend_id == a.endpoint.id:
+            return
+        self._director.skipped(a)
+        ex.attempt = self._director.dispatch(rec, ex.route, self._pool.get(backend_id), 2)
 
     def response_status(self, ex: Exchange, status: int, content_type: str = "") -> None:
         ex.status = status
-        if ex.body is not None and status < 400 and content_type.startswith("text/event-stream"):
+        ex.streamed = content_type.startswith("text/event-stream")
+        if ex.body is not None and status < 400 and ex.streamed:
             ex.reader = UsageEventFilter()  # the usage event we asked for is not relayed
-        d = ex.dispatch
-        if d is None or status < 400:
+        if (a := ex.attempt) is None:
             return
-        self._app.prefix.withdraw(d)  # the engine did not take the prompt
-        if status in _FAILURE_STATUSES:
-            backend = d.endpoint
-            backend.state.record_upstream_failure(self._app.pool.now(), f"answered {status}")
+        self._director.answered(a, status)
+        if not ex.streamed:
+            self._director.settled(a)
 
     def response_chunk(self, ex: Exchange, data: bytes, end: bool) -> bytes:
         """What to relay of this response body chunk (the usage event we added is not)."""
         out = ex.reader.feed(data)
         if end:
             out += ex.reader.finish()
-        d = ex.dispatch
-        if not ex.first_chunk_seen and d is not None and data.strip():
-            ex.first_chunk_seen = True
-            self._first_chunk(ex, d)
+        a, rec = ex.attempt, ex.rec
+        if a is None or rec is None or not ex.streamed or ex.done:
+            return out
+        if b"data:" in out and not out.startswith(b"data: [DONE]"):
+            self._director.event(rec, a)
         return out
-
-    def _first_chunk(self, ex: Exchange, d: Dispatch[Backend]) -> None:
-        now = self._app.clock()
-        ex.ttft_s = now - ex.started
-        self._app.metrics.ttft_by(ex.model, d.endpoint.id).observe(ex.ttft_s)
-        self._app.prefix.first_token(d, now - d.at)
 
     def finish(self, ex: Exchange, completed: bool) -> None:
         """The response ended (`completed`) or the stream was cut: settle the accounting."""
         if ex.done:
             return
         ex.done = True
-        app, d = self._app, ex.dispatch
-        backend = d.endpoint.id if d is not None else "none"
-        status = str(ex.status) if completed and ex.status else "499"
-        app.metrics.requests_by(ex.model, backend, status).inc()
-        usage = ex.reader.usage() if d is not None and completed and 0 < ex.status < 400 else None
-        if ex.trace is not None and app.tracer is not None:
-            ex.trace.backend = d.endpoint.id if d is not None else None
-            outcome = Outcome(int(status), ex.model or None, ex.stream, ex.ttft_s, usage, None)
-            outcome.request_id = ex.request_id
-            app.tracer.finish(ex.trace, outcome)
-        if d is None:
+        rec, a = ex.rec, ex.attempt
+        if rec is None:
             return
-        if usage is not None and usage.prompt_tokens is not None:
-            check = app.prefix.observe(d, usage)
-            if check is not None:
-                app.metrics.count_cache_check(backend, usage.prompt_tokens, check)
-        if completed and 0 < ex.status < 400:
-            d.endpoint.state.record_upstream_success()
-        app.metrics.duration_by(ex.model, backend).observe(app.clock() - ex.started)
-        self._end(d)
-
-    def _begin(self, backend: Backend, request: RoutingRequest) -> Dispatch[Backend]:
-        d = self._app.prefix.dispatch(backend, request, self._app.clock())
-        backend.in_flight += 1
-        backend.dispatched += 1
-        return d
-
-    def _end(self, d: Dispatch[Backend]) -> None:
-        self._app.prefix.first_token(d, None)  # settles the prefill count if not yet done
-        d.endpoint.in_flight -= 1
+        answered = completed and ex.status > 0
+        if a is not None:
+            if answered:
+                self._director.completed(rec, a, ex.status, ex.reader.usage())
+            self._director.end(a)
+        rec.status = ex.status
+        rec.client_gone = not answered
+        self._director.finish(rec)
 
     def _least_busy(self, allowed: set[str] | None) -> tuple[str, ...]:
-        ready = [b for b in self._app.pool.healthy() if allowed is None or b.id in allowed]
+        ready = [b for b in self._pool.healthy() if allowed is None or b.id in allowed]
         if not ready:
             raise NoHealthyBackendError("no healthy backend")
         return tuple(b.id for b in sorted(ready, key=lambda b: b.in_flight))
 
     def _destination(self, ranked: tuple[str, ...] | list[str]) -> str:
-        return ",".join(self._address[i] for i in ranked[: self._max_endpoints])
+        chosen = ranked[: self._max_endpoints]
+        if any(i not in self._address for i in chosen):  # joined the pool since
+            self._learn_addresses()
+        return ",".join(self._address[i] for i in chosen)
+
+    def _backend_at(self, address: str) -> str | None:
+        if address not in self._by_address:
+            self._learn_addresses()
+        return self._by_address.get(address)
+
+    def _learn_addresses(self) -> None:
+        self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
+        self._by_address = {a: i for i, a in self._address.items()}

@@ -24,10 +24,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.app import GatewayApp
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
 from gateway.epp.settings import EppSettings
+from gateway.runtime import Runtime
+from gateway.services import Services
 
 log = logging.getLogger(__name__)
 _READINESS_EVERY_S = 0.5
@@ -35,8 +36,8 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
-    """Serve until SIGINT/SIGTERM."""
+async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
+    """Serve `runtime` until SIGINT/SIGTERM."""
     stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -47,12 +48,14 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    if app.reloader is not None:  # the config file reloaded, as `kvgate serve` does
-        loop.add_signal_handler(signal.SIGHUP, app.reloader.request)
-    health = await app.start_health()
-    picker = EndpointPicker(app, max_fallbacks=max(0, app.config.upstream.max_attempts - 1))
+    if runtime.reloader is not None:  # the config file reloaded, as `kvgate serve` does
+        loop.add_signal_handler(signal.SIGHUP, runtime.reloader.request)
+    cfg = runtime.config
+    services = Services(runtime)
+    await services.start()
+    picker = EndpointPicker(runtime.director, max(0, cfg.upstream.max_attempts - 1))
     # A BUFFERED body comes in one message: room for the largest body the config allows.
-    limit = app.config.server.max_body_bytes + 64 * 1024
+    limit = cfg.server.max_body_bytes + 64 * 1024
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
@@ -60,7 +63,7 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
         ]
     )
     pb_grpc.add_ExternalProcessorServicer_to_server(
-        ExternalProcessor(picker, app.config.server.max_body_bytes), server
+        ExternalProcessor(picker, cfg.server.max_body_bytes), server
     )
     grpc_port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     health_server = grpc.aio.server()
@@ -68,7 +71,7 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(checks, health_server)
     health_port = health_server.add_insecure_port(f"{settings.host}:{settings.health_port}")
     metrics = await asyncio.start_server(
-        lambda r, w: _metrics_client(app, r, w), settings.host, settings.metrics_port
+        lambda r, w: _metrics_client(runtime, r, w), settings.host, settings.metrics_port
     )
     metrics_port = metrics.sockets[0].getsockname()[1]
     await checks.set("liveness", _SERVING)
@@ -78,23 +81,22 @@ async def serve_epp(app: GatewayApp, settings: EppSettings) -> None:
         "kvgate epp: ext_proc on %s:%d, health on %s:%d, metrics on http://%s:%d/metrics; "
         "%d/%d backends healthy, policy %s",
         settings.host, grpc_port, settings.host, health_port, settings.host, metrics_port,
-        len(app.pool.healthy()), len(app.pool), app.scheduler.default_profile,
+        len(runtime.pool.healthy()), len(runtime.pool), runtime.scheduler.default_profile,
     )  # fmt: skip
     try:
-        loops = app.background_loops(health)
-        loops.add("readiness", lambda: _report_readiness(app, checks))
+        loops = services.loops()
+        loops.add("readiness", lambda: _report_readiness(runtime, services, checks))
         async with asyncio.TaskGroup() as tg:
             supervised = tg.create_task(loops.run(), name="loops")
             await stop.wait()
             await checks.enter_graceful_shutdown()  # NOT_SERVING; later sets are ignored
-            await _drain_delay(app.config.server.drain_delay_s, hurry)
+            await _drain_delay(cfg.server.drain_delay_s, hurry)
             supervised.cancel()
     finally:
         metrics.close()
-        await server.stop(app.config.server.shutdown_grace_s)
-        await app.stop_tracing()  # after the last stream: its spans go too
+        await server.stop(cfg.server.shutdown_grace_s)
         await health_server.stop(0)
-        await health.probe_client.aclose()
+        await services.stop()  # after the last stream: its spans go too
 
 
 async def _drain_delay(delay_s: float, hurry: asyncio.Event) -> None:
@@ -107,24 +109,26 @@ async def _drain_delay(delay_s: float, hurry: asyncio.Event) -> None:
         await asyncio.wait_for(hurry.wait(), delay_s)
 
 
-async def _report_readiness(app: GatewayApp, checks: health_aio.HealthServicer) -> None:
+async def _report_readiness(
+    runtime: Runtime, services: Services, checks: health_aio.HealthServicer
+) -> None:
     while True:
         # Not ready while the probes are down: health would be frozen at its last value.
-        status = _SERVING if app.pool.healthy() and app.loops_ok() else _NOT_SERVING
+        status = _SERVING if runtime.pool.healthy() and services.ready() else _NOT_SERVING
         await checks.set("readiness", status)
         await checks.set("", status)
         await asyncio.sleep(_READINESS_EVERY_S)
 
 
 async def _metrics_client(
-    app: GatewayApp, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    runtime: Runtime, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     """A one-request HTTP/1.0 answer: the metrics page on GET /metrics, else 404."""
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
         parts = head.split(b" ", 2)
         if len(parts) > 1 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
-            status, body, kind = b"200 OK", app.metrics_page(), CONTENT_TYPE_LATEST.encode()
+            status, body, kind = b"200 OK", runtime.metrics_page(), CONTENT_TYPE_LATEST.encode()
         else:
             status, body, kind = b"404 Not Found", b"not found\n", b"text/plain"
         writer.write(

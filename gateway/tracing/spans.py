@@ -40,6 +40,14 @@ class UpstreamSpan:
     error: str | None = None
 
 
+def end_span(span: UpstreamSpan, relay_error: str | None) -> None:
+    """The attempt is over; `relay_error` (its answer broke midway) is its error if it had
+    none before."""
+    span.end_ns = _now()
+    if span.error is None and span.status and relay_error is not None:
+        span.error = relay_error
+
+
 @dataclass(slots=True)
 class Outcome:
     """How the request ended, for the server span's attributes."""

@@ -24,9 +24,9 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.app import build_app
+    from gateway.compose import build_runtime
 
     cfg = load_config(args.config)
-    build_app(cfg)  # also instantiates every profile's plugins
+    build_runtime(cfg)  # also instantiates every profile's plugins
     print(cfg.model_dump_json(indent=2))
     return 0

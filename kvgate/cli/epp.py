@@ -15,7 +15,7 @@ from kvgate.cli.options import (
     add_process_args,
     add_routing_args,
 )
-from kvgate.cli.startup import configure_logging, reloadable_app
+from kvgate.cli.startup import configure_logging, reloadable_runtime
 from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -65,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from gateway.epp.settings import EppSettings
 
     configure_logging(args)
-    app = reloadable_app(args)
-    cfg = app.config
+    runtime = reloadable_runtime(args)  # no ASGI app: the picker drives the runtime alone
+    cfg = runtime.config
     ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
     check_can_listen(cfg.server.host, ports)
     settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
-    asyncio.run(serve_epp(app, settings))
+    asyncio.run(serve_epp(runtime, settings))
     return 0

@@ -18,7 +18,7 @@ from kvgate.cli.options import (
     add_process_args,
     add_routing_args,
 )
-from kvgate.cli.startup import configure_logging, reloadable_app
+from kvgate.cli.startup import configure_logging, reloadable_runtime
 from routing.config.schema import ConfigError, GatewayConfig
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gateway.app import GatewayApp
     from gateway.serve import run_gateway
 
     if not 1 <= args.workers <= MAX_WORKERS:
@@ -140,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args)
     if args.workers > 1:
         return _serve_workers(args)
-    app = reloadable_app(args)
-    cfg = app.config
+    app = GatewayApp(reloadable_runtime(args))
+    cfg = app.runtime.config
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)
@@ -206,14 +207,15 @@ def _check_routing(cfg: GatewayConfig) -> None:
 def _serve_worker(args: argparse.Namespace, ctx: WorkerContext) -> int:
     """One worker of `serve --workers N` (in the forked process): its gateway, on its own
     socket of the shared port."""
+    from gateway.app import GatewayApp
     from gateway.log_format import tag_worker
     from gateway.serve import run_gateway
     from gateway.workers.listen import listening_sockets
 
     tag_worker(ctx.index)
     try:
-        app = reloadable_app(args, ctx)
-        server = app.config.server
+        app = GatewayApp(reloadable_runtime(args, ctx), reuse_port=True)
+        server = app.runtime.config.server
         sockets = listening_sockets(server.host, server.port)
     except ConfigError as exc:
         print(f"kvgate: worker {ctx.index}: {exc}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""What `serve` and `epp` do before they run: logging set up, and the gateway built from the
-config, flags and variables (in `reloadable_app` alone, for every command that runs one)."""
+"""What `serve` and `epp` do before they run: logging set up, and the gateway's runtime built
+from the config, flags and variables (in `reloadable_runtime` alone, for every command)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kvgate.cli.effective import effective_config
 from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
-    from gateway.app import GatewayApp
+    from gateway.runtime import Runtime
     from gateway.workers.context import WorkerContext
 
 
@@ -28,15 +28,15 @@ def configure_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
 
 
-def reloadable_app(args: argparse.Namespace, workers: WorkerContext | None = None) -> GatewayApp:
-    """The gateway from the config, flags and variables, reloaded from them on SIGHUP,
-    `POST /admin/reload` and (`--watch-config`) when the file changes."""
-    from gateway.app import build_app
+def reloadable_runtime(args: argparse.Namespace, workers: WorkerContext | None = None) -> Runtime:
+    """The gateway's runtime from the config, flags and variables, reloaded from them on
+    SIGHUP, `POST /admin/reload` and (`--watch-config`) when the file changes."""
+    from gateway.compose import build_runtime
     from gateway.config_reload import ConfigReloader
 
     if args.watch_config is not None and not args.watch_config > 0:
         raise ConfigError(f"--watch-config: {args.watch_config} is not a positive interval")
-    app = build_app(effective_config(args), workers)
+    runtime = build_runtime(effective_config(args), workers=workers)
     load = functools.partial(effective_config, args)
-    app.reloader = ConfigReloader(load, app.reconfigure, args.config, args.watch_config)
-    return app
+    runtime.reloader = ConfigReloader(load, runtime.reconfigure, args.config, args.watch_config)
+    return runtime

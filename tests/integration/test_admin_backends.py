@@ -98,7 +98,7 @@ def test_bad_admin_requests_get_the_same_openai_shaped_errors_on_both_listeners(
     [(_, s1)] = fake_engines(1)
     server = {"max_body_bytes": 4096, **({"admin_port": 0} if listener == "admin-port" else {})}
     app, gw = start_gateway([{"url": s1.url, "id": "one"}], security=SECURITY, server=server)
-    listening = app.front_door.listener
+    listening = app.runtime.access.listener
     url = gw.url if listening is None else f"http://127.0.0.1:{listening.port}"
     with httpx.Client(base_url=url, headers=ADMIN, timeout=10.0) as admin:
         for method, path, kwargs, status, code, text in BAD_REQUESTS:
@@ -132,7 +132,7 @@ def test_drain_routes_new_requests_elsewhere_while_the_stream_in_flight_finishes
     readers = [threading.Thread(target=stream) for _ in range(2)]  # round-robin: one each
     for t in readers:
         t.start()
-    wait_until(lambda: app.pool.get("slow").in_flight == 1)
+    wait_until(lambda: app.runtime.pool.get("slow").in_flight == 1)
     removal = admin.delete("/admin/backends/slow")  # busy: drained, removed when idle
     assert removal.status_code == 202 and removal.json()["backend"]["remove_when_idle"] is True
     assert _ids(admin)["slow"]["draining"] is True
@@ -157,11 +157,13 @@ def test_the_admin_listener_has_the_operations_and_documents_them(
     }
     path.write_text(yaml.safe_dump(raw))
     app = build_app(load_config(path))
-    app.reloader = ConfigReloader(lambda: load_config(path), app.reconfigure, str(path))
+    app.runtime.reloader = ConfigReloader(
+        lambda: load_config(path), app.runtime.reconfigure, str(path)
+    )
     gw = serve_app(app, lifespan="on")
     assert client(gw, headers=ADMIN).post("/admin/backends", json={}).status_code == 404
-    assert app.front_door.listener is not None
-    url = f"http://127.0.0.1:{app.front_door.listener.port}"
+    assert app.runtime.access.listener is not None
+    url = f"http://127.0.0.1:{app.runtime.access.listener.port}"
     assert httpx.post(f"{url}/admin/backends", json={"url": s2.url}).status_code == 401
     with httpx.Client(base_url=url, headers=ADMIN, timeout=10.0) as admin:
         added = admin.post("/admin/backends", json={"url": s2.url, "id": "two"})
@@ -199,13 +201,13 @@ def test_an_unexpected_failure_is_an_openai_shaped_500_and_the_listener_goes_on(
 ) -> None:
     [(_, s1)] = fake_engines(1)
     app, _gw = start_gateway([{"url": s1.url, "id": "one"}], server={"admin_port": 0})
-    assert app.front_door.listener is not None
+    assert app.runtime.access.listener is not None
 
     def broken(backend_id: str) -> dict[str, Any]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(app.operations, "resume", broken)
-    url = f"http://127.0.0.1:{app.front_door.listener.port}"
+    monkeypatch.setattr(app.runtime.operations, "resume", broken)
+    url = f"http://127.0.0.1:{app.runtime.access.listener.port}"
     with httpx.Client(base_url=url, timeout=10.0) as admin:
         answer = admin.post("/admin/backends/one/resume")
         assert answer.status_code == 500

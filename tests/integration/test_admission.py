@@ -58,7 +58,7 @@ async def test_a_burst_over_capacity_is_shed_with_429_and_the_admitted_succeed(
     app, gw = start_gateway(replicas, admission=admission)
     async with httpx.AsyncClient(base_url=gw.url, timeout=30) as client:
         answers = await asyncio.gather(*(_complete(client) for _ in range(40)))  # 10x of 4
-        await async_wait_until(lambda: app.admission.admitted == 0)  # every place came back
+        await async_wait_until(lambda: app.runtime.admission.admitted == 0)  # every place came back
         metrics = (await client.get("/metrics")).text
         state = (await client.get("/admin/backends")).json()["admission"]
     assert state["admitted"] == 0 and state["queue"] == {
@@ -113,11 +113,11 @@ async def test_a_client_leaving_the_queue_is_recorded_499_and_frees_its_place(
     app, gw = start_gateway(replicas[:1], admission=admission)
     async with httpx.AsyncClient(base_url=gw.url, timeout=30) as client:
         holder = asyncio.ensure_future(_complete(client, 40))
-        await async_wait_until(lambda: app.admission.admitted == 1)
+        await async_wait_until(lambda: app.runtime.admission.admitted == 1)
         leaver = asyncio.ensure_future(_complete(client, 2))
-        await async_wait_until(lambda: len(app.admission.queue) == 1)
+        await async_wait_until(lambda: len(app.runtime.admission.queue) == 1)
         leaver.cancel()
-        await async_wait_until(lambda: len(app.admission.queue) == 0)
+        await async_wait_until(lambda: len(app.runtime.admission.queue) == 0)
         assert (await holder).status_code == 200
         metrics = (await client.get("/metrics")).text
     assert _metric(metrics, 'kvgate_requests_total{backend="none",model="emu",status="499"}') == 1

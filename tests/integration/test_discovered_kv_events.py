@@ -70,12 +70,15 @@ def test_a_discovered_pods_events_feed_the_index_until_the_pod_leaves(
 
         api.put(PODS, pod("vllm-0", address.hostname, annotations=notes))  # ready: joins
         wait_until(lambda: http.get("/ready").json()["loops"].get(loop) == "running")
-        assert app.kv_events[backend_id].settings.endpoint == f"tcp://127.0.0.1:{port}"
+        assert (
+            app.runtime.kv_loops.subscribers[backend_id].settings.endpoint
+            == f"tcp://127.0.0.1:{port}"
+        )
         wait_until(lambda: http.get("/ready").status_code == 200)
         _complete(gw.url, 6)  # through the gateway, to the pod's engine
-        wait_until(lambda: app.precise_index.blocks(backend_id) > 0)
+        wait_until(lambda: app.runtime.stack.precise.blocks(backend_id) > 0)
         [state] = http.get("/admin/backends").json()["backends"]
-        assert state["precise_index"]["blocks"] == app.precise_index.blocks(backend_id)
+        assert state["precise_index"]["blocks"] == app.runtime.stack.precise.blocks(backend_id)
         assert state["kv_events"]["batches"] > 0 and state["kv_events"]["decode_errors"] == 0
         assert (
             f'kvgate_kv_events_batches_total{{backend="{backend_id}"}}' in http.get("/metrics").text
@@ -84,14 +87,14 @@ def test_a_discovered_pods_events_feed_the_index_until_the_pod_leaves(
         api.delete(PODS, "vllm-0")  # the pod leaves: its loop and its blocks go
         wait_until(lambda: loop not in http.get("/ready").json()["loops"])
         assert http.get("/admin/backends").json()["backends"] == []
-        assert backend_id not in app.kv_events
-        assert not app.precise_index.tracks(backend_id)
+        assert backend_id not in app.runtime.kv_loops.subscribers
+        assert not app.runtime.stack.precise.tracks(backend_id)
         page = http.get("/metrics").text
         assert f'kvgate_kv_events_batches_total{{backend="{backend_id}"}}' not in page
         assert f'kvgate_precise_index_blocks{{backend="{backend_id}"}}' not in page
         _complete(url, 3, seed=100)  # the engine still publishes, straight to it
         time.sleep(0.5)
-        assert not app.precise_index.tracks(backend_id)  # nobody listens any more
+        assert not app.runtime.stack.precise.tracks(backend_id)  # nobody listens any more
 
 
 async def test_a_publisher_at_an_ipv6_pod_address_is_followed() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import PROBE_LOOP
+from gateway.services import PROBE_LOOP
 from health.prober import Prober
 from tests.integration.conftest import StartGateway
 from tests.support.exchange import Exchange
@@ -53,7 +53,9 @@ def test_an_overflowing_metrics_page_does_not_stop_health_checking(
         assert c.get("/ready").status_code == 200
         odd.page = OVERFLOWING
         # Read as unknown (old code: OverflowError, and every health loop stopped with it).
-        wait_until(lambda: (m := app.pool.get("odd").metrics) is not None and m.waiting is None)
+        wait_until(
+            lambda: (m := app.runtime.pool.get("odd").metrics) is not None and m.waiting is None
+        )
         # Health checking still runs: a backend going down is noticed, by the probe loop.
         good.health_status = 503
         wait_until(lambda: _backend(c, "good")["health"] == "unhealthy")
@@ -100,7 +102,9 @@ def test_a_crashing_probe_loop_is_not_ready_and_leaves_the_scrapes_running(
     wait_until(lambda: c.get("/ready").status_code == 503)
     assert c.get("/ready").json()["loops"][PROBE_LOOP] in ("restarting", "running")
     engine.waiting = 7  # the scrape loop still runs beside the crashing one
-    wait_until(lambda: (m := app.pool.get(s1.url[7:]).metrics) is not None and m.waiting == 7)
+    wait_until(
+        lambda: (m := app.runtime.pool.get(s1.url[7:]).metrics) is not None and m.waiting == 7
+    )
 
 
 def test_client_chosen_model_names_do_not_grow_metrics(

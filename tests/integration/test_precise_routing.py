@@ -37,7 +37,7 @@ def _settled(app: GatewayApp, quiet_s: float = 0.15) -> None:
     """Wait until no KV-event batch arrived for `quiet_s` (the last answer's events are in)."""
     last, since = -1, time.monotonic()
     while time.monotonic() - since < quiet_s:
-        seen = sum(s.counters.batches for s in app.kv_events.values())
+        seen = sum(s.counters.batches for s in app.runtime.kv_loops.subscribers.values())
         if seen != last:
             last, since = seen, time.monotonic()
         time.sleep(0.02)

@@ -113,7 +113,7 @@ async def test_a_client_leaving_mid_upload_is_recorded_as_499(
         await asyncio.sleep(0.1)
         writer.close()
         await async_wait_until(lambda: any("leaver" in r.getMessage() for r in caplog.records))
-        page = app.metrics_page().decode()
+        page = app.runtime.metrics_page().decode()
     entry = next(orjson.loads(r.getMessage()) for r in caplog.records if "leaver" in r.getMessage())
     assert entry["status"] == 499
     assert 'status="499"' in page

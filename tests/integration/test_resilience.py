@@ -35,7 +35,7 @@ def test_client_disconnect_mid_stream_cancels_upstream(
     c.close()  # drop the connection, as a client that goes away does
     wait_until(lambda: engine.cancelled == 1)
     assert engine.completed == 0
-    wait_until(lambda: app.pool.get(s1.url[7:]).in_flight == 0)
+    wait_until(lambda: app.runtime.pool.get(s1.url[7:]).in_flight == 0)
 
 
 def test_client_disconnect_while_waiting_cancels_upstream(
@@ -273,7 +273,7 @@ def test_concurrent_streams_all_complete(
     assert results == [20] * 16
     assert sum(e.completed for e, _ in engines) == 16
     assert min(e.completed for e, _ in engines) >= 4  # least-in-flight spreads the burst
-    wait_until(lambda: all(b.in_flight == 0 for b in app.pool))
+    wait_until(lambda: all(b.in_flight == 0 for b in app.runtime.pool))
 
 
 def test_failed_attempts_teach_the_prefix_index_nothing(

@@ -78,8 +78,8 @@ def test_admin_port_split(fake_engines: StartEngines, start_gateway: StartGatewa
     for method, path in (("GET", "/admin/backends"), ("GET", "/metrics"), ("POST", "/admin/route")):
         assert api.request(method, path, json=CHAT).status_code == 404, path
     assert api.post("/v1/chat/completions", json=CHAT).status_code == 200
-    assert app.front_door.listener is not None
-    with httpx.Client(base_url=f"http://127.0.0.1:{app.front_door.listener.port}") as admin:
+    assert app.runtime.access.listener is not None
+    with httpx.Client(base_url=f"http://127.0.0.1:{app.runtime.access.listener.port}") as admin:
         [state] = admin.get("/admin/backends").json()["backends"]
         assert state["id"] == s1.url[7:]
         metrics = admin.get("/metrics")
@@ -103,8 +103,8 @@ def test_admin_port_asks_for_the_admin_key(
     [(_engine, s1)] = fake_engines(1)
     monkeypatch.setenv("KVGATE_ADMIN_KEY", "admin-secret")
     app, _gw = start_gateway([s1.url], server={"admin_port": 0}, security=KEYS)
-    assert app.front_door.listener is not None
-    with httpx.Client(base_url=f"http://127.0.0.1:{app.front_door.listener.port}") as admin:
+    assert app.runtime.access.listener is not None
+    with httpx.Client(base_url=f"http://127.0.0.1:{app.runtime.access.listener.port}") as admin:
         for headers in ({}, _bearer("key-a"), _bearer("wrong")):
             r = admin.get("/admin/backends", headers=headers)
             assert r.status_code == 401
@@ -195,9 +195,9 @@ def test_admin_port_caps_the_dry_run_body(
 ) -> None:
     [(_engine, s1)] = fake_engines(1)
     app, _gw = start_gateway([s1.url], server={"admin_port": 0, "max_body_bytes": 1000})
-    assert app.front_door.listener is not None
+    assert app.runtime.access.listener is not None
     big = {"model": "m1", "messages": [{"role": "user", "content": "x" * 2000}]}
-    with httpx.Client(base_url=f"http://127.0.0.1:{app.front_door.listener.port}") as admin:
+    with httpx.Client(base_url=f"http://127.0.0.1:{app.runtime.access.listener.port}") as admin:
         r = admin.post("/admin/route", json=big)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "payload_too_large"
@@ -211,8 +211,8 @@ def test_admin_port_has_the_api_ports_server_limits(
     [(_engine, s1)] = fake_engines(1)
     server = {"admin_port": 0, "header_timeout_s": 0.3, "max_headers": 10}
     app, _gw = start_gateway([s1.url], server=server)
-    assert app.front_door.listener is not None
-    port = app.front_door.listener.port
+    assert app.runtime.access.listener is not None
+    port = app.runtime.access.listener.port
     with socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
         assert silent.recv(1024) == b""
     many = b"".join(b"x-%d: v\r\n" % i for i in range(11))

@@ -68,7 +68,9 @@ def pair(
     for app, server in _gateways(start_gateway, urls, redis_server):
         clients.append((app, httpx.Client(base_url=server.url, timeout=10)))
     for app, _ in clients:
-        wait_until(lambda a=app: a.shared.link is not None and a.shared.link.up, within=5)
+        wait_until(
+            lambda a=app: a.runtime.shared.link is not None and a.runtime.shared.link.up, within=5
+        )
     yield clients
     for _, c in clients:
         c.close()
@@ -130,22 +132,24 @@ def test_the_other_gateways_in_flight_requests_and_queued_prefill_count_while_re
     (app_a, server_a), (app_b, _) = _gateways(start_gateway, urls, redis_server)
     with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server_a.url, timeout=10) as a:
         pending = pool.submit(_send, a, _chat(3))
-        wait_until(lambda: sum(b.in_flight for b in app_a.pool) == 1)
-        busy = next(b.id for b in app_a.pool if b.in_flight)
-        queued = app_a.pool.find(busy).pending_prefill_tokens  # type: ignore[union-attr]
+        wait_until(lambda: sum(b.in_flight for b in app_a.runtime.pool) == 1)
+        busy = next(b.id for b in app_a.runtime.pool if b.in_flight)
+        queued = app_a.runtime.pool.find(busy).pending_prefill_tokens  # type: ignore[union-attr]
         assert queued > 0
         started = time.monotonic()
-        wait_until(lambda: app_b.shared.remote_in_flight() == {busy: 1}, within=2)
+        wait_until(lambda: app_b.runtime.shared.remote_in_flight() == {busy: 1}, within=2)
         assert time.monotonic() - started < 0.5  # reports go out as the counts change
-        assert app_b.shared.load is not None and app_b.shared.load.peers == 1
-        assert app_a.shared.remote_in_flight() == {}  # B has nothing in flight
+        assert app_b.runtime.shared.load is not None and app_b.runtime.shared.load.peers == 1
+        assert app_a.runtime.shared.remote_in_flight() == {}  # B has nothing in flight
         # B's scorers see A's request and its prefill on that backend.
-        snap = app_b.pool.find(busy).snapshot(app_b.clock())  # type: ignore[union-attr]
+        snap = app_b.runtime.pool.find(busy).snapshot(app_b.runtime.clock())  # type: ignore[union-attr]
         assert (snap.remote_in_flight, snap.remote_pending_prefill_tokens) == (1, queued)
         assert (snap.in_flight, snap.pending_prefill_tokens) == (0, 0)
         assert pending.result() == busy
-    wait_until(lambda: app_b.shared.remote_in_flight() == {}, within=2)
-    assert all(b.remote_in_flight == b.remote_pending_prefill_tokens == 0 for b in app_b.pool)
+    wait_until(lambda: app_b.runtime.shared.remote_in_flight() == {}, within=2)
+    assert all(
+        b.remote_in_flight == b.remote_pending_prefill_tokens == 0 for b in app_b.runtime.pool
+    )
 
 
 def test_a_backend_one_gateway_found_down_is_forgotten_by_the_other(
@@ -155,7 +159,7 @@ def test_a_backend_one_gateway_found_down_is_forgotten_by_the_other(
     body = _chat(11)
     chosen = _send(a, body)
     wait_until(lambda: _matched(b, body)[chosen] > 0, within=5)
-    app_a._backend_down(chosen)  # what A's prober does when the backend stops answering
+    app_a.services._backend_down(chosen)  # what A's prober does when the backend stops answering
     wait_until(lambda: _matched(b, body)[chosen] == 0, within=5)
 
 
@@ -168,11 +172,11 @@ def test_the_ttfts_one_gateway_sees_teach_the_others_model(
         with a.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200
             r.read()
-    learned = [b.id for b in app_a.pool if b.id in app_a.ttft_model._fit]
+    learned = [b.id for b in app_a.runtime.pool if b.id in app_a.runtime.stack.ttft_model._fit]
     assert learned  # A fitted a line for some backend ...
     for backend in learned:  # ... and B holds the same line, from A's points
-        wait_until(lambda backend=backend: backend in app_b.ttft_model._fit, within=5)
-        a_line, b_line = (m.ttft_model.coefficients(backend) for m in (app_a, app_b))
+        wait_until(lambda backend=backend: backend in app_b.runtime.stack.ttft_model._fit, within=5)
+        a_line, b_line = (m.runtime.stack.ttft_model.coefficients(backend) for m in (app_a, app_b))
         assert b_line.overhead_s == pytest.approx(a_line.overhead_s)
         assert b_line.prefill_token_s == pytest.approx(a_line.prefill_token_s)
 
@@ -186,7 +190,7 @@ def test_a_gateway_that_joins_warms_its_mirror_before_it_is_ready(
     body = _chat(5)
     chosen = _send(a, body)
     wait_until(lambda: a.get("/admin/backends").json()["state"]["events"]["published"] == 1)
-    urls = [b.spec.url for b in app_a.pool]
+    urls = [b.spec.url for b in app_a.runtime.pool]
     [(_, server_c)] = _gateways(start_gateway, urls, redis_server, n=1)
     with httpx.Client(base_url=server_c.url, timeout=10) as c:
         wait_until(lambda: c.get("/ready").status_code == 200, within=5)

@@ -170,7 +170,7 @@ def test_tracing_off_creates_no_spans_and_forwards_the_callers_traceparent(
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     [(engine, server)] = fake_engines(1)
     app, gw = start_gateway([server.url])
-    assert app.tracer is None
+    assert app.runtime.director.tracer is None
     caller = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "v=1"}
     assert _chat(gw.url, caller).status_code == 200
     [seen] = engine.inference_requests()

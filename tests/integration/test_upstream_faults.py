@@ -171,7 +171,7 @@ def test_reused_connection_closed_before_any_byte_is_retried_on_a_fresh_one(
     text = c.get("/metrics").text
     assert "kvgate_upstream_errors_total{" not in text  # not held against the backend
     assert "kvgate_retries_total{" not in text  # not a failover attempt
-    assert app.pool.get(backend.url[7:]).state.last_error is None
+    assert app.runtime.pool.get(backend.url[7:]).state.last_error is None
 
 
 def test_hung_backend_fails_over_after_the_first_byte_timeout(
@@ -192,7 +192,7 @@ def test_hung_backend_fails_over_after_the_first_byte_timeout(
     assert len(hung.inference_requests()) == 1
     text = c.get("/metrics").text
     assert f'kvgate_upstream_errors_total{{backend="{s1.url[7:]}",kind="timeout"}} 1.0' in text
-    assert "FirstByteTimeout" in (app.pool.get(s1.url[7:]).state.last_error or "")
+    assert "FirstByteTimeout" in (app.runtime.pool.get(s1.url[7:]).state.last_error or "")
 
 
 def test_hung_backend_with_no_attempt_left_is_504(

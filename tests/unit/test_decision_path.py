@@ -2,7 +2,7 @@
 
 A replay runs a seeded trace and reports every decision (with what each replica's last
 scrape showed), first token and completion. The same sequence then goes through the
-gateway's own objects — `GatewayApp`'s pool, `RequestRouter` and proxy accounting — on the
+gateway's own objects — the runtime's pool, `RequestRouter` and `Director` — on the
 same clock readings and RNG. Snapshots, decisions, the prefix index and the TTFT model must
 be identical after every step.
 """
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from gateway.app import GatewayApp
-from gateway.proxy import Proxy
+from gateway.compose import build_runtime
+from gateway.request_record import RequestRecord
 from gateway.router import RequestRouter
+from gateway.runtime import Runtime
 from health.pool import Backend
 from routing.config.profiles import RoutingSection
 from routing.config.schema import BackendEntry, GatewayConfig, HealthSection
@@ -99,7 +100,7 @@ def _index_state(
     return per_replica, tuple(tuple(sorted(index.match(h, ids).items())) for h in hashes)
 
 
-def _gateway(settings: SimSettings, ids: Sequence[str], clock: Clock) -> GatewayApp:
+def _gateway(settings: SimSettings, ids: Sequence[str], clock: Clock) -> Runtime:
     config = GatewayConfig(
         backends=[BackendEntry(url=f"http://{i}.sim:8000", id=i, models=[MODEL]) for i in ids],
         health=HealthSection(
@@ -113,10 +114,10 @@ def _gateway(settings: SimSettings, ids: Sequence[str], clock: Clock) -> Gateway
     rng = random.Random(settings.seed)
     for _ in ids:
         rng.uniform(0.0, settings.scrape_interval_s)
-    app = GatewayApp(config, clock=clock, rng=rng)
-    for backend in app.pool:
+    runtime = build_runtime(config, clock=clock, rng=rng)
+    for backend in runtime.pool:
         backend.state.record_probe(True, 0.0)
-    return app
+    return runtime
 
 
 def _run_both(policy: str, settings: SimSettings, requests: int) -> int:
@@ -132,10 +133,11 @@ def _run_both(policy: str, settings: SimSettings, requests: int) -> int:
     result = replay.run()
     ids = result.replica_ids
     clock = Clock()
-    app = _gateway(settings, ids, clock)
-    router: RequestRouter = app.router
-    # The proxy's own dispatch accounting, without an upstream (no request is sent here).
-    proxy = Proxy(app.pool, None, app.metrics, clock, max_attempts=1, prefix=app.prefix)  # type: ignore[arg-type]
+    rt = _gateway(settings, ids, clock)
+    router: RequestRouter = rt.router
+    # The director's accounting, as the proxy drives it, without an upstream.
+    director = rt.director
+    records: dict[str, RequestRecord] = {}
     live: dict[str, Dispatch[Backend]] = {}
     seen_hashes: list[tuple[int, ...]] = []
     stale = 0
@@ -144,12 +146,12 @@ def _run_both(policy: str, settings: SimSettings, requests: int) -> int:
         if isinstance(event, Token):
             d = live[event.request_id]
             if event.finished:
-                proxy._end(d)
+                director.end(d)
                 del live[event.request_id]
             else:
-                app.prefix.first_token(d, event.now - d.at)
+                director.event(records[event.request_id], d)
             continue
-        for backend, metrics in zip(app.pool, event.scraped, strict=True):
+        for backend, metrics in zip(rt.pool, event.scraped, strict=True):
             backend.metrics = metrics  # what the scraper had stored by now
         route = router.route_hashed(event.request, policy=policy)
         assert [_seen(s) for s in route.endpoints] == [_seen(s) for s in event.snapshots]
@@ -158,17 +160,18 @@ def _run_both(policy: str, settings: SimSettings, requests: int) -> int:
             s.metrics is None and m is not None
             for s, m in zip(event.snapshots, event.scraped, strict=True)
         )
-        assert _index_state(app.prefix_index, ids, [event.request.prefix_hashes]) == event.index
+        assert _index_state(rt.stack.index, ids, [event.request.prefix_hashes]) == event.index
         target = route.decision.target
         assert target is not None
-        live[event.request.request_id] = proxy._begin(app.pool.get(target), route)
+        rec = records[event.request.request_id] = RequestRecord("r", "POST", "/", event.now)
+        live[event.request.request_id] = director.dispatch(rec, route, rt.pool.get(target))
         seen_hashes.append(event.request.prefix_hashes)
     assert not live
-    assert _index_state(app.prefix_index, ids, seen_hashes) == _index_state(
+    assert _index_state(rt.stack.index, ids, seen_hashes) == _index_state(
         replay.stack.index, ids, seen_hashes
     )
-    assert app.ttft_model.lines(ids) == replay.stack.ttft_model.lines(ids)
-    assert [b.pending_prefill_tokens for b in app.pool] == [0] * len(ids)
+    assert rt.stack.ttft_model.lines(ids) == replay.stack.ttft_model.lines(ids)
+    assert [b.pending_prefill_tokens for b in rt.pool] == [0] * len(ids)
     return stale
 
 

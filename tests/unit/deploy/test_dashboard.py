@@ -21,6 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
+from gateway.compose import build_runtime
 from routing.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -75,8 +76,8 @@ def _kvgate_page() -> str:
             {"url": "http://b:8000", "id": "b", "models": ["m"], "kv_events": "tcp://b:5557"},
         ]
     }
-    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(0))
-    return app.metrics_page().decode()
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 0.0, rng=random.Random(0)))
+    return app.runtime.metrics_page().decode()
 
 
 @pytest.fixture(scope="module")

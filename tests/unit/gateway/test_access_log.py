@@ -12,7 +12,7 @@ from gateway.access_log import (
     request_id_from,
     request_id_var,
 )
-from gateway.proxy import RequestRecord
+from gateway.request_record import RequestRecord
 
 
 def _is_generated(request_id: str) -> bool:

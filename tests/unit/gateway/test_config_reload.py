@@ -66,12 +66,17 @@ def test_a_new_policy_and_profile_weights_route_the_next_request() -> None:
         "scorers": [{"type": "in-flight-scorer", "weight": 3.0}],
         "picker": {"type": "max-score-picker"},
     }
-    report = app.reconfigure(_with(routing={"policy": "mine", "profiles": {"mine": profile}}))
+    report = app.runtime.reconfigure(
+        _with(routing={"policy": "mine", "profiles": {"mine": profile}})
+    )
     assert report["routing_changed"] and report["policy"] == "mine"
-    assert app.scheduler.default_profile == "mine" and app.router.scheduler is app.scheduler
-    [weighted] = app.scheduler.profiles["mine"].scorers
+    assert (
+        app.runtime.scheduler.default_profile == "mine"
+        and app.runtime.router.scheduler is app.runtime.scheduler
+    )
+    [weighted] = app.runtime.scheduler.profiles["mine"].scorers
     assert weighted.weight == 3.0
-    assert app.config.routing.policy == "mine"
+    assert app.runtime.config.routing.policy == "mine"
 
 
 def test_restart_fields_are_reported_and_keep_their_running_value(
@@ -79,7 +84,7 @@ def test_restart_fields_are_reported_and_keep_their_running_value(
 ) -> None:
     app = _app()
     caplog.set_level(logging.WARNING, logger="gateway.config_reload")
-    report = app.reconfigure(
+    report = app.runtime.reconfigure(
         _with(
             server={"port": 9999},
             routing={"policy": "session", "prefix": {"chars_per_token": 3.0}},
@@ -91,8 +96,14 @@ def test_restart_fields_are_reported_and_keep_their_running_value(
         "routing.prefix.chars_per_token",
         "server.port",
     ]
-    assert app.config.server.port == 8000 and app.config.routing.prefix.chars_per_token == 4.0
-    assert app.config.health.probe_interval_s == 1.0 and app.config.routing.policy == "session"
+    assert (
+        app.runtime.config.server.port == 8000
+        and app.runtime.config.routing.prefix.chars_per_token == 4.0
+    )
+    assert (
+        app.runtime.config.health.probe_interval_s == 1.0
+        and app.runtime.config.routing.policy == "session"
+    )
     assert "server.port" in caplog.text and "restart" in caplog.text
 
 
@@ -100,7 +111,7 @@ def test_a_profile_that_does_not_build_rejects_the_whole_reload() -> None:
     app = _app()
     bad = {"picker": {"type": "no-such-picker"}}
     with pytest.raises(ConfigError, match=r"routing: .*no-such-picker"):
-        app.reconfigure(
+        app.runtime.reconfigure(
             parse_config(
                 {
                     "backends": [{"url": "http://c:3", "id": "c"}],
@@ -108,28 +119,31 @@ def test_a_profile_that_does_not_build_rejects_the_whole_reload() -> None:
                 }
             )
         )
-    assert sorted(b.id for b in app.pool) == ["a", "b"]  # the backends did not change either
-    assert app.scheduler.default_profile == "round-robin"
+    assert sorted(b.id for b in app.runtime.pool) == [
+        "a",
+        "b",
+    ]  # the backends did not change either
+    assert app.runtime.scheduler.default_profile == "round-robin"
 
 
 def test_a_config_without_backends_is_rejected() -> None:
     app = _app()
     with pytest.raises(ConfigError, match="backends: none left"):
-        app.reconfigure(parse_config({"routing": {"policy": "round-robin"}}))
-    assert len(app.pool) == 2
+        app.runtime.reconfigure(parse_config({"routing": {"policy": "round-robin"}}))
+    assert len(app.runtime.pool) == 2
 
 
 def test_health_thresholds_and_poll_settings_apply_to_running_pollers() -> None:
     app = _app()
-    prober = Prober(app.pool, None, ProbeSettings(timeout_s=2.0))  # type: ignore[arg-type]
-    scraper = Scraper(app.pool, None, ScrapeSettings(timeout_s=0.5))  # type: ignore[arg-type]
-    app.live.watch_health(prober, scraper)
-    app.reconfigure(
+    prober = Prober(app.runtime.pool, None, ProbeSettings(timeout_s=2.0))  # type: ignore[arg-type]
+    scraper = Scraper(app.runtime.pool, None, ScrapeSettings(timeout_s=0.5))  # type: ignore[arg-type]
+    app.runtime.live.watch_health(prober, scraper)
+    app.runtime.reconfigure(
         _with(
             health={"fail_threshold": 7, "probe_interval_s": 0.5, "scrape_interval_s": 0.2},
         )
     )
-    assert all(b.state.policy.fail_threshold == 7 for b in app.pool)
+    assert all(b.state.policy.fail_threshold == 7 for b in app.runtime.pool)
     assert prober.settings.interval_s == 0.5 and prober.settings.timeout_s == 2.0
     assert scraper.settings.interval_s == 0.2
 
@@ -146,12 +160,12 @@ async def test_a_bad_file_is_logged_by_field_path_and_the_running_config_stays(
     path = tmp_path / "kvgate.yaml"
     _write(path, BASE)
     app = build_app(load_config(path))
-    reloader = ConfigReloader(lambda: load_config(path), app.reconfigure, str(path))
+    reloader = ConfigReloader(lambda: load_config(path), app.runtime.reconfigure, str(path))
     _write(path, {**BASE, "health": {"fail_threshold": 0}})
     with pytest.raises(ConfigError):
         await reloader.reload("test")
     assert "health.fail_threshold" in caplog.text and "rejected" in caplog.text
-    assert app.config.health.fail_threshold == 3
+    assert app.runtime.config.health.fail_threshold == 3
 
 
 async def test_a_watched_file_reloads_when_it_changes_and_on_request(tmp_path: Path) -> None:
@@ -162,7 +176,7 @@ async def test_a_watched_file_reloads_when_it_changes_and_on_request(tmp_path: P
 
     def apply(new: GatewayConfig) -> dict[str, Any]:
         reloads.append(new.routing.policy)
-        return app.reconfigure(new)
+        return app.runtime.reconfigure(new)
 
     reloader = ConfigReloader(lambda: load_config(path), apply, str(path), watch_s=0.02)
     task = asyncio.create_task(reloader.run())
@@ -177,4 +191,4 @@ async def test_a_watched_file_reloads_when_it_changes_and_on_request(tmp_path: P
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert app.scheduler.default_profile == "session"
+    assert app.runtime.scheduler.default_profile == "session"

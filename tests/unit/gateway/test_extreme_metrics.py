@@ -16,7 +16,9 @@ from routing.types import EngineMetrics
 
 MAX_COUNT = 2**53  # adapters.metric_map: larger counts are unknown
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hello " * 50}]})
-PROFILES = sorted(build_app(parse_config({"backends": [{"url": "http://a:1"}]})).scheduler.profiles)
+PROFILES = sorted(
+    build_app(parse_config({"backends": [{"url": "http://a:1"}]})).runtime.scheduler.profiles
+)
 
 
 def _extremes() -> list[EngineMetrics]:
@@ -31,15 +33,15 @@ def _extremes() -> list[EngineMetrics]:
 def test_extreme_metrics_route_without_error(profile: str) -> None:
     backends = [{"url": "http://a:1", "models": ["m"]}, {"url": "http://b:1", "models": ["m"]}]
     app = build_app(parse_config({"backends": backends, "routing": {"policy": profile}}))
-    for backend in app.pool:
+    for backend in app.runtime.pool:
         backend.state.record_probe(True, 0.0)
     for metrics in _extremes():
-        for backend in app.pool:
+        for backend in app.runtime.pool:
             backend.metrics = EngineMetrics(
-                app.clock(), metrics.waiting, metrics.running, metrics.kv_usage,
+                app.runtime.clock(), metrics.waiting, metrics.running, metrics.kv_usage,
                 metrics.block_size, metrics.num_blocks, max_loras=MAX_COUNT,
             )  # fmt: skip
-        route = app.router.route(parse_inference_body("chat", BODY), {}, "rid")
-        target = app.pool.get(route.decision.target)
-        dispatched = app.prefix.dispatch(target, route.request, app.clock())
-        app.prefix.observe(dispatched, Usage(300, 100, 5))
+        route = app.runtime.router.route(parse_inference_body("chat", BODY), {}, "rid")
+        target = app.runtime.pool.get(route.decision.target)
+        dispatched = app.runtime.prefix.dispatch(target, route.request, app.runtime.clock())
+        app.runtime.prefix.observe(dispatched, Usage(300, 100, 5))

@@ -19,7 +19,7 @@ STATIC = {"url": "http://static:1", "kv_events": "tcp://static:5557"}
 def _app() -> tuple[GatewayApp, Supervisor]:
     app = build_app(parse_config({"backends": [STATIC], "discovery": {"pool": "llm"}}))
     sup = Supervisor()
-    app.kv_loops.attach(sup)
+    app.runtime.kv_loops.attach(sup)
     return app, sup
 
 
@@ -30,58 +30,60 @@ def _settings(port: int) -> dict[str, KvEventsSettings]:
 def test_a_discovered_publisher_is_followed_while_its_backend_stays() -> None:
     app, sup = _app()
     assert set(sup.states()) == {"kv-events:static:1"}
-    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
-    assert set(app.kv_events) == {"static:1", POD}
-    assert app.kv_events[POD].settings == KvEventsSettings("tcp://10.0.0.1:5557", None, "kv")
+    app.runtime.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    assert set(app.runtime.kv_loops.subscribers) == {"static:1", POD}
+    assert app.runtime.kv_loops.subscribers[POD].settings == KvEventsSettings(
+        "tcp://10.0.0.1:5557", None, "kv"
+    )
     assert set(sup.states()) == {"kv-events:static:1", f"kv-events:{POD}"}
-    app.precise_index.apply(POD, [BlockStored((1, 2), None, tuple(range(32)), 16)])
-    assert app.precise_index.blocks(POD) == 2
-    page = app.metrics.render().decode()
+    app.runtime.stack.precise.apply(POD, [BlockStored((1, 2), None, tuple(range(32)), 16)])
+    assert app.runtime.stack.precise.blocks(POD) == 2
+    page = app.runtime.metrics.render().decode()
     assert f'kvgate_kv_events_batches_total{{backend="{POD}"}}' in page
 
-    subscriber = app.kv_events[POD]
-    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
-    assert app.kv_events[POD] is subscriber  # same publisher: left alone
-    assert app.precise_index.blocks(POD) == 2
+    subscriber = app.runtime.kv_loops.subscribers[POD]
+    app.runtime.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    assert app.runtime.kv_loops.subscribers[POD] is subscriber  # same publisher: left alone
+    assert app.runtime.stack.precise.blocks(POD) == 2
 
-    app.pod_backends.apply([])  # the pod left
-    assert set(app.kv_events) == {"static:1"}
+    app.runtime.pod_backends.apply([])  # the pod left
+    assert set(app.runtime.kv_loops.subscribers) == {"static:1"}
     assert set(sup.states()) == {"kv-events:static:1"}
-    assert not app.precise_index.tracks(POD)
-    assert POD not in app.metrics.render().decode()
+    assert not app.runtime.stack.precise.tracks(POD)
+    assert POD not in app.runtime.metrics.render().decode()
 
 
 def test_a_changed_or_removed_annotation_restarts_or_stops_the_loop() -> None:
     app, sup = _app()
     spec = BackendSpec(f"http://{POD}", engine="vllm")
-    app.pod_backends.apply([spec], _settings(5557))
-    first = app.kv_events[POD]
-    app.precise_index.apply(POD, [BlockStored((1,), None, tuple(range(16)), 16)])
-    app.pod_backends.apply([spec], _settings(6000))  # moved publisher
-    assert app.kv_events[POD] is not first
-    assert app.kv_events[POD].settings.endpoint == "tcp://10.0.0.1:6000"
+    app.runtime.pod_backends.apply([spec], _settings(5557))
+    first = app.runtime.kv_loops.subscribers[POD]
+    app.runtime.stack.precise.apply(POD, [BlockStored((1,), None, tuple(range(16)), 16)])
+    app.runtime.pod_backends.apply([spec], _settings(6000))  # moved publisher
+    assert app.runtime.kv_loops.subscribers[POD] is not first
+    assert app.runtime.kv_loops.subscribers[POD].settings.endpoint == "tcp://10.0.0.1:6000"
     assert f"kv-events:{POD}" in sup.states()
-    assert not app.precise_index.tracks(POD)  # another stream: its view starts over
-    app.pod_backends.apply([spec])  # annotation gone, backend stays
-    assert [b.id for b in app.pool] == ["static:1", POD]
-    assert POD not in app.kv_events
+    assert not app.runtime.stack.precise.tracks(POD)  # another stream: its view starts over
+    app.runtime.pod_backends.apply([spec])  # annotation gone, backend stays
+    assert [b.id for b in app.runtime.pool] == ["static:1", POD]
+    assert POD not in app.runtime.kv_loops.subscribers
     assert f"kv-events:{POD}" not in sup.states()
 
 
 def test_a_discovered_endpoint_that_is_configured_keeps_its_configured_publisher() -> None:
     app, sup = _app()
-    configured = app.kv_events["static:1"]
+    configured = app.runtime.kv_loops.subscribers["static:1"]
     other = {"static:1": KvEventsSettings("tcp://elsewhere:1")}
-    app.pod_backends.apply([BackendSpec("http://static:1", engine="vllm")], other)
-    assert app.kv_events["static:1"] is configured
-    app.pod_backends.apply([])
-    assert app.kv_events["static:1"] is configured
+    app.runtime.pod_backends.apply([BackendSpec("http://static:1", engine="vllm")], other)
+    assert app.runtime.kv_loops.subscribers["static:1"] is configured
+    app.runtime.pod_backends.apply([])
+    assert app.runtime.kv_loops.subscribers["static:1"] is configured
     assert set(sup.states()) == {"kv-events:static:1"}
 
 
 def test_publishers_found_before_the_loops_run_are_supervised_once_they_do() -> None:
     app = build_app(parse_config({"discovery": {"pool": "llm"}}))
-    app.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
+    app.runtime.pod_backends.apply([BackendSpec(f"http://{POD}", engine="vllm")], _settings(5557))
     sup = Supervisor()
-    app.kv_loops.attach(sup)
+    app.runtime.kv_loops.attach(sup)
     assert set(sup.states()) == {f"kv-events:{POD}"}

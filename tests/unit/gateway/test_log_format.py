@@ -11,7 +11,7 @@ import pytest
 
 from gateway.access_log import RequestIdFilter, log_request, request_id_var
 from gateway.log_format import TEXT_FORMAT, JsonFormatter, LogFields
-from gateway.proxy import RequestRecord
+from gateway.request_record import RequestRecord
 
 
 @pytest.fixture

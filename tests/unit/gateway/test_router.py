@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from gateway.app import GatewayApp
+from gateway.compose import build_runtime
 from gateway.errors import NoHealthyBackendError
 from gateway.inference_request import parse_inference_body
 from routing.config.schema import parse_config
@@ -34,8 +35,8 @@ def _app(cards: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> GatewayApp:
             },
         },
     }
-    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1))
-    for backend in app.pool:
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1)))
+    for backend in app.runtime.pool:
         backend.state.record_probe(True, 0.0)
         backend.model_cards = dict(cards[backend.id])
     return app
@@ -43,7 +44,7 @@ def _app(cards: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> GatewayApp:
 
 def _route(app: GatewayApp, model: str) -> Any:
     body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-    return app.router.route(parse_inference_body("chat", body), {}, request_id="r")
+    return app.runtime.router.route(parse_inference_body("chat", body), {}, request_id="r")
 
 
 def test_a_model_listed_with_a_parent_is_a_lora_adapter() -> None:
@@ -64,8 +65,8 @@ def test_cards_without_a_parent_name_no_adapter() -> None:
 
 def test_the_adapter_reaches_the_lora_affinity_scorer() -> None:
     app = _app({"a": {"llama": BASE, "sql-lora": SQL}, "b": {"llama": BASE, "sql-lora": SQL}})
-    app.pool.get("a").metrics = EngineMetrics(scraped_at=0.0, max_loras=1)
-    app.pool.get("b").metrics = EngineMetrics(
+    app.runtime.pool.get("a").metrics = EngineMetrics(scraped_at=0.0, max_loras=1)
+    app.runtime.pool.get("b").metrics = EngineMetrics(
         scraped_at=0.0, running_loras=frozenset({"sql-lora"}), max_loras=1
     )
     route = _route(app, "sql-lora")
@@ -92,8 +93,8 @@ def _ejectable(clock: _Clock, **health: float) -> GatewayApp:
         "backends": [{"url": f"http://{n}:8000", "id": n, "models": ["m"]} for n in "ab"],
         "health": {"passive_fail_threshold": 1, "probe_interval_s": 5.0, **health},
     }
-    app = GatewayApp(parse_config(raw), clock=clock, rng=random.Random(1))
-    for backend in app.pool:
+    app = GatewayApp(build_runtime(parse_config(raw), clock=clock, rng=random.Random(1)))
+    for backend in app.runtime.pool:
         backend.state.record_probe(True, clock.now)
     return app
 
@@ -107,9 +108,9 @@ def _retry_after(app: GatewayApp) -> str:
 def test_retry_after_counts_down_to_the_earliest_readmission() -> None:
     clock = _Clock()
     app = _ejectable(clock, ejection_base_s=20.0)
-    app.pool.get("a").state.record_upstream_failure(clock.now, "x")  # back at 120
+    app.runtime.pool.get("a").state.record_upstream_failure(clock.now, "x")  # back at 120
     clock.now += 8
-    app.pool.get("b").state.record_upstream_failure(clock.now, "x")  # back at 128
+    app.runtime.pool.get("b").state.record_upstream_failure(clock.now, "x")  # back at 128
     assert _retry_after(app) == "12"
     clock.now += 11.5
     assert _retry_after(app) == "1"  # half a second left: at least 1
@@ -118,7 +119,7 @@ def test_retry_after_counts_down_to_the_earliest_readmission() -> None:
 def test_retry_after_is_capped() -> None:
     clock = _Clock()
     app = _ejectable(clock, ejection_base_s=250.0)
-    for backend in app.pool:
+    for backend in app.runtime.pool:
         backend.state.record_upstream_failure(clock.now, "x")
     assert _retry_after(app) == "60"
 
@@ -126,8 +127,8 @@ def test_retry_after_is_capped() -> None:
 def test_retry_after_for_backends_down_by_probes_is_the_fastest_readmission() -> None:
     clock = _Clock()
     app = _ejectable(clock, ejection_base_s=250.0, fail_threshold=1, success_threshold=2)
-    app.pool.get("a").state.record_upstream_failure(clock.now, "x")
-    app.pool.get("b").state.record_probe(False, clock.now)
+    app.runtime.pool.get("a").state.record_upstream_failure(clock.now, "x")
+    app.runtime.pool.get("b").state.record_probe(False, clock.now)
     assert _retry_after(app) == "10"  # two good probes 5 s apart
 
 
@@ -135,13 +136,13 @@ def _routed_with_header(allow: bool) -> Any:
     raw = {"backends": [{"url": "http://a:8000", "id": "a"}], "routing": {"policy": "session"}}
     if allow:
         raw["routing"] = {"policy": "session", "allow_policy_header": True}
-    app = GatewayApp(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1))
-    backend = app.pool.get("a")
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1)))
+    backend = app.runtime.pool.get("a")
     backend.state.record_probe(True, 0.0)
     backend.model_cards = {"llama": BASE}
     body = orjson.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
     headers = {"x-kvgate-policy": "round-robin"}
-    return app.router.route(parse_inference_body("chat", body), headers, request_id="r")
+    return app.runtime.router.route(parse_inference_body("chat", body), headers, request_id="r")
 
 
 def test_the_policy_header_is_not_read_unless_allowed() -> None:
@@ -158,7 +159,7 @@ def test_a_route_says_why_and_how_long_it_took() -> None:
     route = _route(app, "llama")
     assert route.reason == "picker"  # neither serves the adapter: lora affinity ties
     assert 0.0 < route.seconds < 1.0
-    app.pool.get("b").state.record_probe(False, 0.0)
-    app.pool.get("b").state.record_probe(False, 0.0)
-    app.pool.get("b").state.record_probe(False, 0.0)
+    app.runtime.pool.get("b").state.record_probe(False, 0.0)
+    app.runtime.pool.get("b").state.record_probe(False, 0.0)
+    app.runtime.pool.get("b").state.record_probe(False, 0.0)
     assert _route(app, "llama").reason == "only_candidate"

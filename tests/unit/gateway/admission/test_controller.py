@@ -13,7 +13,7 @@ from gateway.admission.controller import AdmissionController
 from gateway.admission.metrics import AdmissionMetrics
 from gateway.asgi import Message
 from gateway.errors import KeyRateLimitError, QueueTimeoutError, ShedError
-from gateway.proxy import RequestRecord
+from gateway.request_record import RequestRecord
 from gateway.usage import Usage
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy

@@ -10,6 +10,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from gateway.app import GatewayApp
+from gateway.compose import build_runtime
 from gateway.epp import messages as msg
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import RequestStream
@@ -26,14 +27,16 @@ def _app(backends: int = 2, healthy: bool = True) -> GatewayApp:
         ],
         "routing": {"policy": "round-robin"},
     }
-    app = GatewayApp(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1))
-    for backend in app.pool:
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
+    for backend in app.runtime.pool:
         backend.state.record_probe(healthy, 0.0)
     return app
 
 
 def _stream(app: GatewayApp) -> RequestStream:
-    return RequestStream(EndpointPicker(app, max_fallbacks=1), max_body_bytes=1 << 20)
+    return RequestStream(
+        EndpointPicker(app.runtime.director, max_fallbacks=1), max_body_bytes=1 << 20
+    )
 
 
 def _headers(end: bool = False, **extra: str) -> pb.ProcessingRequest:
@@ -53,9 +56,12 @@ def _body(data: bytes, end: bool = True) -> pb.ProcessingRequest:
     return pb.ProcessingRequest(request_body=pb.HttpBody(body=data, end_of_stream=end))
 
 
-def _response_headers(status: str, served: str | None = None) -> pb.ProcessingRequest:
+def _response_headers(
+    status: str, served: str | None = None, content_type: str = "text/event-stream"
+) -> pb.ProcessingRequest:
+    values = {":status": status, "content-type": content_type}
     hm = base_pb2.HeaderMap(
-        headers=[base_pb2.HeaderValue(key=":status", raw_value=status.encode())]
+        headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in values.items()]
     )
     req = pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=hm))
     if served is not None:
@@ -110,13 +116,13 @@ def test_the_served_endpoint_gets_the_credit_and_the_count_is_released() -> None
     stream.handle(_headers())
     [answer] = stream.handle(_body(BODY))
     picked, other = _destination(answer, "request_body").split(",")
-    by_address = {b.spec.url.split("://")[1]: b for b in app.pool}
+    by_address = {b.spec.url.split("://")[1]: b for b in app.runtime.pool}
     assert by_address[picked].in_flight == 1
     stream.handle(_response_headers("200", served=other))
     assert by_address[picked].in_flight == 0 and by_address[other].in_flight == 1
     stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: x\n\n")))
     ttft = f'kvgate_time_to_first_token_seconds_count{{backend="{by_address[other].id}"'
-    assert ttft.encode() in app.metrics.render()
+    assert ttft.encode() in app.runtime.metrics.render()
     stream.handle(pb.ProcessingRequest(response_body=pb.HttpBody(end_of_stream=True)))
     assert by_address[other].in_flight == 0 and stream.ended
 
@@ -126,10 +132,10 @@ def test_a_cut_stream_releases_the_in_flight_count() -> None:
     stream = _stream(app)
     stream.handle(_headers())
     stream.handle(_body(BODY))
-    assert sum(b.in_flight for b in app.pool) == 1
+    assert sum(b.in_flight for b in app.runtime.pool) == 1
     stream.close(completed=False)
     stream.close(completed=False)  # once only
-    assert sum(b.in_flight for b in app.pool) == 0
+    assert sum(b.in_flight for b in app.runtime.pool) == 0
 
 
 def test_no_healthy_backend_is_an_immediate_503_in_openai_shape() -> None:
@@ -192,7 +198,7 @@ def test_a_stream_is_asked_for_usage_and_the_usage_event_is_not_relayed() -> Non
         )
     )
     assert last.response_body.response.body_mutation.body == b"data: [DONE]\n\n"
-    [hits] = app.prefix.cache_hits.values()  # the engine's answer reached the accounting
+    [hits] = app.runtime.prefix.cache_hits.values()  # the engine's answer reached the accounting
     assert hits.prompt_tokens == 5
 
 
@@ -203,12 +209,12 @@ def test_a_failure_while_picking_is_an_immediate_500(monkeypatch: pytest.MonkeyP
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(app.router, "route", broken)
+    monkeypatch.setattr(app.runtime.router, "route", broken)
     stream.handle(_headers())
     [answer] = stream.handle(_body(BODY))
     assert answer.immediate_response.status.code == 500
     assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "internal_error"
-    assert sum(b.in_flight for b in app.pool) == 0
+    assert sum(b.in_flight for b in app.runtime.pool) == 0
 
 
 def test_the_final_body_is_offered_for_tokenizing_before_the_decision() -> None:
@@ -228,26 +234,28 @@ async def test_the_picker_tokenizes_only_when_the_precise_index_follows_a_backen
     from routing.kv_events import BlockStored
 
     app = _app()
-    picker = EndpointPicker(app, max_fallbacks=1)
+    picker = EndpointPicker(app.runtime.director, max_fallbacks=1)
     assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no tokenizer
 
     raw = {
         "backends": [{"url": "http://10.0.0.1:8000", "models": [MODEL]}],
         "tokenizers": [{"model": "*", "source": "engine"}],
     }
-    app = GatewayApp(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1))
-    picker = EndpointPicker(app, max_fallbacks=1)
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
+    picker = EndpointPicker(app.runtime.director, max_fallbacks=1)
     assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no events yet
-    app.precise_index.apply("10.0.0.1:8000", [BlockStored((1,), None, tuple(range(16)), 16)])
+    app.runtime.stack.precise.apply(
+        "10.0.0.1:8000", [BlockStored((1,), None, tuple(range(16)), 16)]
+    )
     calls = []
 
     async def fake(req: object) -> list[int]:
         calls.append(req)
         return [1, 2, 3]
 
-    app.token_ids = fake  # type: ignore[method-assign]
+    app.runtime.director.token_ids = fake  # type: ignore[method-assign]
     assert await picker.token_ids("/v1/chat/completions", BODY) == [1, 2, 3]
     assert await picker.token_ids("/v1/chat/completions", b"{not json") is None
     assert await picker.token_ids("/v1/models", b"") is None
     assert len(calls) == 1
-    await app.tokenizers.aclose()
+    await app.runtime.tokenizers.aclose()

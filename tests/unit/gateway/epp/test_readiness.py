@@ -7,8 +7,9 @@ import asyncio
 import pytest
 from grpc_health.v1 import health_pb2
 
-from gateway.app import PROBE_LOOP, build_app
+from gateway.compose import build_runtime
 from gateway.epp.server import _report_readiness
+from gateway.services import PROBE_LOOP, Services
 from gateway.supervisor import Supervisor
 from routing.config.schema import parse_config
 
@@ -29,14 +30,15 @@ class _Checks:
 
 
 async def _readiness(probe_loop: object) -> int:
-    app = build_app(parse_config({"backends": [{"url": "http://a:1", "models": ["m"]}]}))
-    app.pool.get("a:1").state.record_probe(True, 0.0)
-    app.loops = Supervisor(first_backoff_s=3600.0)
-    app.loops.add(PROBE_LOOP, probe_loop)  # type: ignore[arg-type]
-    loops = asyncio.create_task(app.loops.run())
+    runtime = build_runtime(parse_config({"backends": [{"url": "http://a:1", "models": ["m"]}]}))
+    runtime.pool.get("a:1").state.record_probe(True, 0.0)
+    runtime.loops = Supervisor(first_backoff_s=3600.0)
+    runtime.loops.add(PROBE_LOOP, probe_loop)  # type: ignore[arg-type]
+    loops = asyncio.create_task(runtime.loops.run())
     await asyncio.sleep(0)
     checks = _Checks()
-    task = asyncio.create_task(_report_readiness(app, checks))  # type: ignore[arg-type]
+    services = Services(runtime)
+    task = asyncio.create_task(_report_readiness(runtime, services, checks))  # type: ignore[arg-type]
     await asyncio.wait_for(checks.set_once.wait(), 5)
     for t in (task, loops):
         t.cancel()

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.access_control import AccessControl
 from gateway.app import GatewayApp, build_app
 from gateway.auth import ANONYMOUS, Principal, hash_key
-from gateway.front_door import FrontDoor
 from routing.config.schema import ConfigError, parse_config
 from tests.support.asgi_types import Message
 
@@ -88,7 +88,7 @@ async def test_without_keys_every_request_is_anonymous(monkeypatch: pytest.Monke
 async def test_env_keys_are_plaintext(monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(monkeypatch)
     monkeypatch.setenv("KVGATE_API_KEYS", "from-env")
-    app = build_app(app.config)
+    app = build_app(app.runtime.config)
     assert (await _call(app, "GET", "/v1/models"))[0] == 401
     assert (await _call(app, "GET", "/v1/models", "from-env"))[0] == 200
 
@@ -119,14 +119,14 @@ async def test_dry_run_on_the_api_port_needs_the_admin_key(monkeypatch: pytest.M
 def test_start_up_says_what_is_open(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gateway.front_door"):
-        _app(monkeypatch).front_door.log_start_up()
+    with caplog.at_level(logging.WARNING, logger="gateway.access_control"):
+        _app(monkeypatch).runtime.access.log_start_up()
         assert "open on the API port" in caplog.text
         caplog.clear()
-        _app(monkeypatch, security=KEYS).front_door.log_start_up()
+        _app(monkeypatch, security=KEYS).runtime.access.log_start_up()
         assert "are disabled" in caplog.text
         caplog.clear()
-        _app(monkeypatch, server={"admin_port": 0}).front_door.log_start_up()
+        _app(monkeypatch, server={"admin_port": 0}).runtime.access.log_start_up()
         assert caplog.text == ""
 
 
@@ -134,7 +134,7 @@ def test_bad_security_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("KVGATE_UPSTREAM_API_KEY", raising=False)
     cfg = parse_config({"security": {"upstream_authorization": "replace"}})
     with pytest.raises(ConfigError, match=r"security: .*KVGATE_UPSTREAM_API_KEY"):
-        FrontDoor(cfg, {})
+        AccessControl(cfg, {})
 
 
 async def test_refusals_are_counted_by_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,7 +143,7 @@ async def test_refusals_are_counted_by_reason(monkeypatch: pytest.MonkeyPatch) -
     await _call(app, "GET", "/v1/models", "wrong")
     await _call(app, "GET", "/v1/models", "wrong")
     await _call(app, "GET", "/metrics", "ka")
-    page = app.metrics_page().decode()
+    page = app.runtime.metrics_page().decode()
     assert 'kvgate_auth_refused_total{reason="missing_key"} 1.0' in page
     assert 'kvgate_auth_refused_total{reason="invalid_key"} 2.0' in page
     assert 'kvgate_auth_refused_total{reason="admin_key"} 1.0' in page

@@ -1,6 +1,6 @@
 """Who may call what on the API port: the `security:` section put together.
 
-`FrontDoor.admit(scope)` runs before every handler and returns the caller's `Principal`
+`AccessControl.admit(scope)` runs before every handler and returns the caller's `Principal`
 (stored by the app in `scope["kvgate.principal"]`), or raises:
 
 | path                      | admin_port set | admin key set | API keys only | nothing set |
@@ -19,26 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.asgi import Scope
-from gateway.auth import ANONYMOUS, KeyStore, Principal, authenticate, build_key_store, matches
+from gateway.auth import (
+    ADMIN_KEY_ENV,
+    ANONYMOUS,
+    KeyStore,
+    Principal,
+    admin_access,
+    authenticate,
+    build_key_store,
+)
 from gateway.errors import AuthenticationError, NotFoundError
 from gateway.header_policy import HeaderPolicy, build_header_policy
 from routing.config.schema import ConfigError, GatewayConfig
 
-if TYPE_CHECKING:
-    from gateway.admin_app import AdminListener, AdminSource
-
 log = logging.getLogger(__name__)
 
-ADMIN_KEY_ENV = "KVGATE_ADMIN_KEY"
 PROBE_PATHS = frozenset({"/health", "/ready"})
 ADMIN = Principal("admin", "admin")
 
@@ -59,26 +61,18 @@ def bearer_from_scope(scope: Scope) -> str | None:
     return token.strip()
 
 
-@dataclass(frozen=True, slots=True)
-class AdminAccess:
-    """The admin credential: the SHA-256 digest of the admin key, or None (no key)."""
+class Listener(Protocol):
+    """The admin listener (`gateway.admin_app.AdminListener`), as opened here."""
 
-    digest: bytes | None
+    @property
+    def port(self) -> int: ...
 
-    def check(self, token: str | None) -> None:
-        if self.digest is not None and not matches(token, self.digest):
-            raise AuthenticationError("a valid admin key is required")
+    async def start(self) -> None: ...
 
-
-def admin_access(config: GatewayConfig, environ: Mapping[str, str]) -> AdminAccess:
-    plain = environ.get(ADMIN_KEY_ENV)
-    if plain:
-        return AdminAccess(hashlib.sha256(plain.encode()).digest())
-    sha = config.security.admin_key_sha256
-    return AdminAccess(bytes.fromhex(sha) if sha else None)
+    async def stop(self) -> None: ...
 
 
-class FrontDoor:
+class AccessControl:
     """Authentication and header policy for one gateway (see the module docstring)."""
 
     def __init__(
@@ -102,15 +96,16 @@ class FrontDoor:
         self._admin_here = self.admin_port is None and (
             self.admin.digest is not None or not self.keys.enabled
         )
-        self.listener: AdminListener | None = None  # while open, with admin_port
-        self.reuse_port = False  # a worker of `serve --workers N`: the admin port is shared
+        self.listener: Listener | None = None  # while open, with admin_port
         self._sighup = False
         self._on_sighup: Callable[[], None] | None = None
 
-    async def open(self, source: AdminSource, on_sighup: Callable[[], None] | None = None) -> None:
-        """At start-up: warn about what is open, start the admin listener if configured
-        (OSError if it cannot bind), and on SIGHUP (main thread) re-read the keys file and
-        call `on_sighup` (the config reload)."""
+    async def open(
+        self, listener: Listener | None = None, on_sighup: Callable[[], None] | None = None
+    ) -> None:
+        """At start-up: warn about what is open, start the admin `listener` (the caller's, for
+        `server.admin_port`; OSError if it cannot bind), and on SIGHUP (main thread) re-read
+        the keys file and call `on_sighup` (the config reload)."""
         self.log_start_up()
         self._on_sighup = on_sighup
         if self.keys.reloadable or on_sighup is not None:
@@ -119,13 +114,9 @@ class FrontDoor:
             with contextlib.suppress(ValueError, RuntimeError):
                 loop.add_signal_handler(signal.SIGHUP, self._sighup_received)
                 self._sighup = True
-        if self.admin_port is not None:
-            from gateway.admin_app import admin_listener  # FastAPI is imported only if used
-
-            self.listener = admin_listener(
-                source, self.admin, self.admin_port, reuse_port=self.reuse_port
-            )
-            await self.listener.start()
+        if listener is not None:
+            self.listener = listener
+            await listener.start()
 
     def _sighup_received(self) -> None:
         if self.keys.reloadable:

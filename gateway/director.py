@@ -1,0 +1,240 @@
+"""A request's lifecycle, written once; the front door's proxy and the endpoint picker drive it.
+
+Per request: `start` → `pick` → per attempt `dispatch` … `end` → `finish`. Within an attempt:
+`answered(status)` (an error status withdraws the prompt from the index; 502/503/504 is a
+passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
+(the first teaches TTFT, the others inter-token latency), then `completed(usage)` (the cached
+tokens graded, a passive success). Failures: `unanswered` (no answer: withdrawn and a passive
+failure), `broke` (the answer broke midway), `overloaded` (no upstream slot: withdrawn, nobody's
+fault), `skipped` (the proxy used another endpoint). `end` takes the attempt's in-flight count
+back and tells the shared state at once. Transports never touch the index, the counts, passive
+health, metrics, the trace, the access log or the recorder themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from gateway.access_log import log_request, request_id_from
+from gateway.errors import UpstreamError
+from gateway.inference_request import InferenceRequest
+from gateway.metrics import GatewayMetrics
+from gateway.prefix import PrefixTracker
+from gateway.recorder import TraceRecorder
+from gateway.request_record import RequestRecord
+from gateway.router import RequestRouter, Route
+from gateway.tokens.build import TokenizerSet
+from gateway.tracing.spans import Outcome, Tracer
+from gateway.upstream import error_kind
+from gateway.usage import Usage
+from health.pool import Backend, BackendPool
+from scoring.state.prefix_feed import Dispatch
+
+if TYPE_CHECKING:
+    from gateway.tracing.otlp_native import NativeTracer
+
+log = logging.getLogger(__name__)
+
+FAILURE_STATUSES = frozenset({502, 503, 504})  # an answer that counts against the backend
+Attempt = Dispatch[Backend]
+
+
+class Director:
+    """Owns every request's accounting (see the module docstring); no I/O but the logs."""
+
+    def __init__(
+        self,
+        router: RequestRouter,
+        pool: BackendPool,
+        prefix: PrefixTracker,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float],
+        *,
+        tokenizers: TokenizerSet,
+        tokenize: bool = False,
+        tracer: Tracer | NativeTracer | None = None,
+        recorder: TraceRecorder | None = None,
+        access_log: bool = True,
+    ) -> None:
+        self.router = router
+        self.pool = pool
+        self.prefix = prefix
+        self.metrics = metrics
+        self.clock = clock
+        self.tracer = tracer
+        self.recorder = recorder
+        self._tokenizers = tokenizers
+        self._tokenize = tokenize  # a tokenizer is configured for some model
+        self._access_log = access_log
+
+    # -- the request -------------------------------------------------------------------
+    def start(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        *,
+        client: str | None = None,
+        scheme: str = "http",
+        request_id: str | None = None,
+    ) -> RequestRecord:
+        """A request arrived: its id (`request_id`, else the client's `x-request-id` if sane,
+        else a new one) and its trace."""
+        rec = RequestRecord(
+            request_id or request_id_from(headers.get("x-request-id")),
+            method,
+            path,
+            self.clock(),
+            client=client,
+            scheme=scheme,
+        )
+        if (tracer := self.tracer) is not None:
+            rec.trace = tracer.start(
+                method, path, headers.get("traceparent"), headers.get("tracestate")
+            )
+        return rec
+
+    @property
+    def tokenizing(self) -> bool:
+        """Whether prompts are tokenized: a tokenizer is configured and the precise index
+        follows some backend (its events have arrived)."""
+        return self._tokenize and bool(self.prefix.precise.block_sizes())
+
+    async def token_ids(self, req: InferenceRequest) -> list[int] | None:
+        """The prompt's token ids as the engine will see them, when `tokenizing` and the
+        model has a tokenizer; else None (routing keeps the byte approximation)."""
+        if not self.tokenizing:
+            return None
+        tokenizer = self._tokenizers.for_model(req.model)
+        return await tokenizer.token_ids(req) if tokenizer is not None else None
+
+    def pick(
+        self,
+        rec: RequestRecord,
+        req: InferenceRequest,
+        headers: Mapping[str, str],
+        *,
+        subset: Collection[str] | None = None,
+        token_ids: Sequence[int] | None = None,
+    ) -> Route:
+        """Route `req` (among `subset` when given); a `GatewayError` if it cannot be."""
+        rec.request, rec.model, rec.stream = req, req.model, req.stream
+        if (trace := rec.trace) is not None:
+            trace.route_started()
+        route = self.router.route(req, headers, rec.request_id, subset=subset, token_ids=token_ids)
+        if trace is not None:
+            trace.routed(route.decision, len(route.request.prefix_hashes))
+        rec.policy, rec.session = route.decision.profile, route.request.session_key
+        self.metrics.count_decision(route.decision, route.reason, route.seconds)
+        return route
+
+    def finish(self, rec: RequestRecord) -> None:
+        """The request is over (`rec.status` set by the transport; 499 if the client left):
+        metrics, the access-log line, the trace, and the recorder's line if it succeeded."""
+        now = self.clock()
+        if rec.client_gone:
+            rec.status = 499  # client closed request (nginx's convention)
+        backend = rec.backend or "none"
+        self.metrics.requests_by(rec.model or "", backend, str(rec.status)).inc()
+        if rec.backend:
+            self.metrics.duration_by(rec.model or "", backend).observe(now - rec.started)
+        if self._access_log:
+            log_request(rec, now)
+        if (trace := rec.trace) is not None and self.tracer is not None:
+            trace.backend = rec.backend
+            outcome = Outcome(
+                rec.status, rec.model, rec.stream, rec.ttft_s, rec.usage, rec.error,
+                rec.client, rec.request_id,
+            )  # fmt: skip
+            self.tracer.finish(trace, outcome)
+        ok = 0 < rec.status < 400 and not (rec.client_gone or rec.error)
+        if self.recorder is not None and ok and rec.request is not None:
+            self.recorder.record(
+                rec.request,
+                arrival=rec.started,
+                session=rec.session,
+                output_tokens=rec.output_tokens,
+            )
+
+    # -- one attempt -------------------------------------------------------------------
+    def dispatch(
+        self, rec: RequestRecord, route: Route, backend: Backend, attempt: int = 1
+    ) -> Attempt:
+        """`route`'s request goes to `backend`: counted in flight there, its prompt's blocks
+        placed and its predicted prefill queued."""
+        d = self.prefix.dispatch(backend, route.request, self.clock())
+        backend.in_flight += 1
+        backend.dispatched += 1
+        rec.backend, rec.attempts = backend.id, attempt
+        if (trace := rec.trace) is not None and backend.id == route.decision.target:
+            trace.matched_blocks = d.matched
+        return d
+
+    def answered(self, d: Attempt, status: int) -> None:
+        """The backend answered with `status`: an error status means it did not take the
+        prompt; 502/503/504 count against it."""
+        if status >= 400:
+            self.prefix.withdraw(d)
+        if status in FAILURE_STATUSES:
+            self.metrics.upstream_errors.labels(d.endpoint.id, "status_5xx").inc()
+            self._record_failure(d.endpoint, f"backend answered {status}")
+
+    def settled(self, d: Attempt) -> None:
+        """The answer came whole (not streamed): the request's prefill is done."""
+        self.prefix.first_token(d, None)
+
+    def event(self, rec: RequestRecord, d: Attempt) -> None:
+        """A streamed event with data came: the first is the time to first token."""
+        now = self.clock()
+        last = rec.last_event
+        if last is None:
+            rec.ttft_s = ttft = now - rec.started
+            self.metrics.ttft_by(rec.model or "", d.endpoint.id).observe(ttft)
+            self.prefix.first_token(d, now - d.at)
+        else:
+            self.metrics.itl_by(rec.model or "", d.endpoint.id).observe(now - last)
+        rec.last_event = now
+
+    def completed(self, rec: RequestRecord, d: Attempt, status: int, usage: Usage | None) -> None:
+        """The whole answer was relayed: grade the index's prediction against the cached
+        tokens it reported; a passive success unless it was a 502/503/504."""
+        rec.usage = usage
+        if status < 400 and usage is not None and usage.prompt_tokens is not None:
+            check = self.prefix.observe(d, usage)
+            if check is not None:
+                self.metrics.count_cache_check(d.endpoint.id, usage.prompt_tokens, check)
+        if status not in FAILURE_STATUSES:
+            d.endpoint.state.record_upstream_success()
+
+    def unanswered(self, d: Attempt, err: UpstreamError, detail: str) -> None:
+        """No answer (connect error, timeout, reset): the backend did not take the prompt."""
+        self.prefix.withdraw(d)
+        self.broke(d, err, detail)
+
+    def broke(self, d: Attempt, err: UpstreamError, detail: str) -> None:
+        """The upstream failed (before or after the answer started): against the backend."""
+        self.metrics.upstream_errors.labels(d.endpoint.id, error_kind(err)).inc()
+        log.warning("upstream failure (%s): %s", err.code, detail)
+        self._record_failure(d.endpoint, detail)
+
+    def overloaded(self, d: Attempt) -> None:
+        """No upstream connection slot: the gateway's own overload, held against nobody."""
+        self.prefix.withdraw(d)
+
+    def skipped(self, d: Attempt) -> None:
+        """The proxy sent the request elsewhere (the picked backend refused or failed)."""
+        self.prefix.withdraw(d)
+        self.end(d)
+        self._record_failure(d.endpoint, "skipped by the proxy")
+
+    def end(self, d: Attempt) -> None:
+        """The attempt is over: out of the in-flight count, its prefill settled if it was not
+        yet, and the shared state told that the load changed."""
+        d.endpoint.in_flight -= 1
+        self.prefix.ended(d)
+
+    def _record_failure(self, backend: Backend, message: str) -> None:
+        if backend.state.record_upstream_failure(self.pool.now(), message):
+            log.warning("backend %s ejected after upstream failures: %s", backend.id, message)

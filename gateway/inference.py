@@ -1,0 +1,124 @@
+"""The front door's inference endpoints (`POST /v1/chat/completions`, ...): read and parse the
+body, admit, route through the `Director`, proxy with failover, finish.
+
+The body is capped at `server.max_body_bytes` (413), must be JSON (415) and is parsed once;
+bad input is an OpenAI-shaped error. A client that leaves cancels the upstream request; a
+shutdown ends what is left after the grace period (`gateway.lifecycle`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.access_log import clip, request_id_var
+from gateway.asgi import (
+    Receive,
+    Scope,
+    TrackedSend,
+    check_json_content_type,
+    disconnect_signal,
+    header_map,
+    read_body,
+    run_until_disconnect,
+    send_bytes,
+)
+from gateway.errors import (
+    ClientDisconnectedError,
+    GatewayError,
+    NoHealthyBackendError,
+    PayloadTooLargeError,
+)
+from gateway.header_policy import client_address
+from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.lifecycle import Drain
+from gateway.proxy import Proxy
+from gateway.request_record import RequestRecord
+from gateway.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class InferenceHandler:
+    """One inference request through admission, the director and the proxy."""
+
+    def __init__(self, runtime: Runtime, drain: Drain) -> None:
+        self._director = runtime.director
+        self._admission = runtime.admission
+        self._limit = runtime.config.server.max_body_bytes  # restart-only
+        self._drain = drain
+        self.proxy: Proxy | None = None  # while the gateway runs (its upstream client)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        headers = header_map(scope)
+        rec = self._director.start(
+            scope["method"],
+            scope["path"],
+            headers,
+            client=client_address(scope),
+            scheme=scope.get("scheme", "http"),
+        )
+        token = request_id_var.set(rec.request_id)
+        try:
+            await self._forward(scope, receive, send, headers, rec)
+        except GatewayError as exc:
+            rec.status, rec.error = exc.status, exc.message
+            rec.client_gone = isinstance(exc, ClientDisconnectedError)
+            await send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
+        finally:
+            self._admission.release(scope, rec)
+            if send.status:
+                rec.status = send.status  # what the client got
+            self._director.finish(rec)
+            request_id_var.reset(token)
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: TrackedSend,
+        headers: dict[str, str],
+        rec: RequestRecord,
+    ) -> None:
+        check_json_content_type(headers.get("content-type"))
+        limit = self._limit
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
+        body = await read_body(receive, limit)
+        req = parse_inference_body(API_BY_PATH[scope["path"]], body)
+        rec.model, rec.stream = req.model, req.stream
+        if not await self._admission.acquire(scope, receive, headers, len(body), rec):
+            return  # the client left while queued
+        director = self._director
+        ids = await director.token_ids(req)
+        route = director.pick(rec, req, headers, token_ids=ids)
+        if (proxy := self.proxy) is None:
+            raise NoHealthyBackendError("gateway is starting or stopping")
+        work = proxy.forward(
+            route,
+            path=scope["path"],
+            query=scope["query_string"],
+            raw_headers=scope["headers"],
+            body=body,
+            send=send,
+            rec=rec,
+        )
+        watched = run_until_disconnect(
+            work, receive, lambda: send.finished, disconnect_signal(scope)
+        )
+        left = await self._drain.run(watched, send)
+        rec.client_gone = left is True
+        if left is None:
+            rec.error = rec.error or "ended by the shutdown grace"
+
+
+async def send_error(
+    send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """The error as the client's API expects it, unless the response already started."""
+    if isinstance(exc, ClientDisconnectedError):
+        return  # nobody to answer
+    if send.started:
+        log.warning("error after the response started, dropping: %s", clip(exc.message))
+        return
+    await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
