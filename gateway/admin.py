@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
+from gateway.cache_ledger import CacheHits, PreciseHits
 from gateway.errors import BadRequestError
 from gateway.inference_request import InferenceRequest, parse_inference_body
-from gateway.prefix import CacheHits, PreciseHits
 from gateway.router import RequestRouter, Route
 from health.pool import BackendPool
 from routing.types import EngineMetrics
@@ -158,20 +158,20 @@ def explain(router: RequestRouter, route: Route, now: float) -> dict[str, Any]:
     """The dry run's answer for a decided route."""
     hashes = route.request.prefix_hashes
     ids = [e.id for e in route.endpoints]
-    matched = router.prefix.index.match(hashes, ids)
-    view = CacheView(router.prefix.index, router.prefix.precise)
+    matched = router.ledger.index.match(hashes, ids)
+    view = CacheView(router.ledger.index, router.ledger.precise)
     sources = view.source_list(route.request, ids)
-    cached = view.cached_list(route.request, ids, router.prefix.feed.chars_per_token, now)
+    cached = view.cached_list(route.request, ids, router.ledger.feed.chars_per_token, now)
     displaced = dict(
         zip(
             ids,
             displaced_tokens(
-                router.prefix.index,
+                router.ledger.index,
                 hashes,
                 depths=[matched[i] for i in ids],
                 replicas=ids,
                 block_chars=route.request.prefix_block_chars,
-                chars_per_token=router.prefix.feed.chars_per_token,
+                chars_per_token=router.ledger.feed.chars_per_token,
             )
             if hashes
             else [0.0] * len(ids),

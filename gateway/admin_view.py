@@ -37,10 +37,10 @@ class AdminView:
             rt.pool,
             stack.index,
             stack.ttft_model,
-            rt.prefix.cache_hits,
+            rt.ledger.cache_hits,
             tag=rt.access.headers.backend_tag,
             precise=stack.precise,
-            precise_hits=rt.prefix.precise_hits,
+            precise_hits=rt.ledger.precise_hits,
         )
         for entry in state["backends"]:
             if (subscriber := rt.kv_loops.subscribers.get(entry["id"])) is not None:

@@ -1,6 +1,6 @@
 """`build_runtime`: the one builder of a gateway's parts from a validated config.
 
-Order: routing stack → pool and metrics → KV-event loops and prefix tracker → tokenizers →
+Order: routing stack → pool and metrics → KV-event loops and cache ledger → tokenizers →
 shared state (and sibling workers) → router → director → admission, backends, live config and
 admin operations. Clock and RNG are injected (a test or the differential check passes its
 own); plugin errors become `ConfigError`s. Nothing here starts a task or opens a socket:
@@ -19,6 +19,7 @@ from adapters.kv_events import KvEventBatch
 from gateway.access_control import AccessControl
 from gateway.admin_ops import AdminOperations
 from gateway.admission import build_admission
+from gateway.cache_ledger import CacheLedger
 from gateway.config_reload import LiveConfig
 from gateway.director import Director
 from gateway.gie_metrics import InferenceExtensionCollector
@@ -27,7 +28,6 @@ from gateway.health_settings import health_policy, probe_readmit_s
 from gateway.kv_event_loops import KvEventLoops
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
-from gateway.prefix import PrefixTracker
 from gateway.recorder import recorder_for
 from gateway.router import RequestRouter
 from gateway.runtime import Runtime
@@ -89,7 +89,7 @@ def _build(
     for entry in config.backends:
         if (settings := kv_settings(entry)) is not None:
             kv_loops.follow(backend_spec(entry).id, settings)
-    prefix = PrefixTracker(stack.feed, precise)
+    ledger = CacheLedger(stack.feed, precise)
     # Exact prompt token ids for the precise index (a bad local path fails the start).
     tokenizers = build_tokenizers(config.tokenizers, healthy_backend_picker(pool))
     metrics.registry.register(
@@ -98,7 +98,7 @@ def _build(
             kv_loops.subscribers,
             clock,
             precise=precise,
-            precise_hits=prefix.precise_hits,
+            precise_hits=ledger.precise_hits,
             index=stack.index,
         )
     )
@@ -106,18 +106,18 @@ def _build(
     metrics.registry.register(InferenceExtensionCollector(pool, metrics, pool_name))
     # Routing state shared with other gateways (`state:`) or sibling workers (--workers).
     shared, peers = build_sharing(
-        config, stack, pool, prefix,
+        config, stack, pool, ledger,
         workers=workers,
         own_metrics=lambda: metrics.page(pool, clock()),
         apply_admin=lambda op: operations.apply(op),  # noqa: PLW0108 (built below)
         clock=clock,
     )  # fmt: skip
     metrics.registry.register(SharedStateCollector(shared))
-    router = RequestRouter(pool, stack.scheduler, config.routing, prefix, probe_readmit_s(h))
+    router = RequestRouter(pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h))
     recorder = recorder_for(config, clock)
     tracing = build_tracing(os.environ)  # OTEL_TRACES_EXPORTER=otlp; None: off, free
     director = Director(
-        router, pool, prefix, metrics, clock,
+        router, pool, ledger, metrics, clock,
         tokenizers=tokenizers,
         tokenize=bool(config.tokenizers),
         tracer=tracing.tracer if tracing is not None else None,
@@ -128,7 +128,7 @@ def _build(
     def backend_removed(backend_id: str) -> None:
         """A backend left: what was learnt about it goes (a pod that comes back at the same
         address is a new engine, with an empty cache)."""
-        prefix.forget(backend_id)
+        ledger.forget(backend_id)
         stack.ttft_model.forget(backend_id)
         metrics.forget_backend(backend_id)
 
@@ -148,7 +148,7 @@ def _build(
         stack=stack,
         pool=pool,
         metrics=metrics,
-        prefix=prefix,
+        ledger=ledger,
         router=router,
         director=director,
         admission=build_admission(config, pool, stack.scheduler, clock, metrics.registry),

@@ -18,10 +18,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gateway.access_log import log_request, request_id_from
+from gateway.cache_ledger import CacheLedger
 from gateway.errors import UpstreamError
 from gateway.inference_request import InferenceRequest
 from gateway.metrics import GatewayMetrics
-from gateway.prefix import PrefixTracker
 from gateway.recorder import TraceRecorder
 from gateway.request_record import RequestRecord
 from gateway.router import RequestRouter, Route
@@ -48,7 +48,7 @@ class Director:
         self,
         router: RequestRouter,
         pool: BackendPool,
-        prefix: PrefixTracker,
+        ledger: CacheLedger,
         metrics: GatewayMetrics,
         clock: Callable[[], float],
         *,
@@ -60,7 +60,7 @@ class Director:
     ) -> None:
         self.router = router
         self.pool = pool
-        self.prefix = prefix
+        self.ledger = ledger
         self.metrics = metrics
         self.clock = clock
         self.tracer = tracer
@@ -100,7 +100,7 @@ class Director:
     def tokenizing(self) -> bool:
         """Whether prompts are tokenized: a tokenizer is configured and the precise index
         follows some backend (its events have arrived)."""
-        return self._tokenize and bool(self.prefix.precise.block_sizes())
+        return self._tokenize and bool(self.ledger.precise.block_sizes())
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
         """The prompt's token ids as the engine will see them, when `tokenizing` and the
@@ -164,7 +164,7 @@ class Director:
     ) -> Attempt:
         """`route`'s request goes to `backend`: counted in flight there, its prompt's blocks
         placed and its predicted prefill queued."""
-        d = self.prefix.dispatch(backend, route.request, self.clock())
+        d = self.ledger.dispatch(backend, route.request, self.clock())
         backend.in_flight += 1
         backend.dispatched += 1
         rec.backend, rec.attempts = backend.id, attempt
@@ -176,14 +176,14 @@ class Director:
         """The backend answered with `status`: an error status means it did not take the
         prompt; 502/503/504 count against it."""
         if status >= 400:
-            self.prefix.withdraw(d)
+            self.ledger.withdraw(d)
         if status in FAILURE_STATUSES:
             self.metrics.upstream_errors.labels(d.endpoint.id, "status_5xx").inc()
             self._record_failure(d.endpoint, f"backend answered {status}")
 
     def settled(self, d: Attempt) -> None:
         """The answer came whole (not streamed): the request's prefill is done."""
-        self.prefix.first_token(d, None)
+        self.ledger.first_token(d, None)
 
     def event(self, rec: RequestRecord, d: Attempt) -> None:
         """A streamed event with data came: the first is the time to first token."""
@@ -192,7 +192,7 @@ class Director:
         if last is None:
             rec.ttft_s = ttft = now - rec.started
             self.metrics.ttft_by(rec.model or "", d.endpoint.id).observe(ttft)
-            self.prefix.first_token(d, now - d.at)
+            self.ledger.first_token(d, now - d.at)
         else:
             self.metrics.itl_by(rec.model or "", d.endpoint.id).observe(now - last)
         rec.last_event = now
@@ -202,7 +202,7 @@ class Director:
         tokens it reported; a passive success unless it was a 502/503/504."""
         rec.usage = usage
         if status < 400 and usage is not None and usage.prompt_tokens is not None:
-            check = self.prefix.observe(d, usage)
+            check = self.ledger.observe(d, usage)
             if check is not None:
                 self.metrics.count_cache_check(d.endpoint.id, usage.prompt_tokens, check)
         if status not in FAILURE_STATUSES:
@@ -210,7 +210,7 @@ class Director:
 
     def unanswered(self, d: Attempt, err: UpstreamError, detail: str) -> None:
         """No answer (connect error, timeout, reset): the backend did not take the prompt."""
-        self.prefix.withdraw(d)
+        self.ledger.withdraw(d)
         self.broke(d, err, detail)
 
     def broke(self, d: Attempt, err: UpstreamError, detail: str) -> None:
@@ -221,11 +221,11 @@ class Director:
 
     def overloaded(self, d: Attempt) -> None:
         """No upstream connection slot: the gateway's own overload, held against nobody."""
-        self.prefix.withdraw(d)
+        self.ledger.withdraw(d)
 
     def skipped(self, d: Attempt) -> None:
         """The proxy sent the request elsewhere (the picked backend refused or failed)."""
-        self.prefix.withdraw(d)
+        self.ledger.withdraw(d)
         self.end(d)
         self._record_failure(d.endpoint, "skipped by the proxy")
 
@@ -233,7 +233,7 @@ class Director:
         """The attempt is over: out of the in-flight count, its prefill settled if it was not
         yet, and the shared state told that the load changed."""
         d.endpoint.in_flight -= 1
-        self.prefix.ended(d)
+        self.ledger.ended(d)
 
     def _record_failure(self, backend: Backend, message: str) -> None:
         if backend.state.record_upstream_failure(self.pool.now(), message):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.prefix import PreciseHits
+from gateway.cache_ledger import PreciseHits
 from health.kv_events import KvEventSubscriber
 from health.pool import BackendPool
 from scoring.state.precise_index import PreciseIndex

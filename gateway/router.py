@@ -21,9 +21,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gateway.cache_ledger import CacheLedger
 from gateway.errors import ModelNotFoundError, NoHealthyBackendError, UnknownPolicyError
 from gateway.inference_request import InferenceRequest, session_key
-from gateway.prefix import PrefixTracker
 from health.pool import BackendPool
 from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
@@ -51,15 +51,15 @@ class RequestRouter:
         pool: BackendPool,
         scheduler: Scheduler,
         section: RoutingSection,
-        prefix: PrefixTracker,
+        ledger: CacheLedger,
         probe_readmit_s: float = 1.0,
     ) -> None:
         self._probe_readmit_s = probe_readmit_s
         self._pool = pool
         self._scheduler = scheduler
         self._section = section
-        self.prefix = prefix
-        self._reasons = DecisionReasons(prefix.index)
+        self.ledger = ledger
+        self._reasons = DecisionReasons(ledger.index)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -93,12 +93,12 @@ class RequestRouter:
         if subset is not None:
             endpoints = tuple(e for e in endpoints if e.id in subset)
         candidates, excluded = self._candidates(req.model, endpoints)
-        block_chars = self.prefix.block_chars(endpoints)
-        hashes, prompt_tokens = self.prefix.hashes(req, block_chars)
+        block_chars = self.ledger.block_chars(endpoints)
+        hashes, prompt_tokens = self.ledger.hashes(req, block_chars)
         adapter = req.model if req.model in self._pool.lora_adapters() else None
         keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
         if token_ids and not req.cache_salt:
-            keys = self.prefix.token_keys(token_ids, adapter)
+            keys = self.ledger.token_keys(token_ids, adapter)
         rreq = RoutingRequest(
             model=req.model,
             request_id=request_id,

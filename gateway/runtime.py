@@ -11,12 +11,12 @@ from typing import Any
 from gateway.access_control import AccessControl
 from gateway.admin_ops import AdminOperations
 from gateway.admission.controller import AdmissionController
+from gateway.cache_ledger import CacheLedger
 from gateway.config_reload import ConfigReloader, LiveConfig
 from gateway.director import Director
 from gateway.kv_event_loops import KvEventLoops
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
-from gateway.prefix import PrefixTracker
 from gateway.recorder import TraceRecorder
 from gateway.router import RequestRouter
 from gateway.runtime_backends import RuntimeBackends
@@ -39,7 +39,7 @@ class Runtime:
     stack: RoutingStack  # scheduler, prefix index, TTFT model, prefix feed, precise index
     pool: BackendPool
     metrics: GatewayMetrics
-    prefix: PrefixTracker
+    ledger: CacheLedger  # each dispatch in the prefix feed; predictions graded by answers
     router: RequestRouter
     director: Director
     admission: AdmissionController

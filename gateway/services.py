@@ -113,6 +113,6 @@ class Services:
 
     def _backend_down(self, backend_id: str) -> None:
         """Probes found a backend down: its cache may be gone."""
-        self._rt.prefix.forget(backend_id)
+        self._rt.ledger.forget(backend_id)
         if self._on_down is not None:
             self._on_down(backend_id)

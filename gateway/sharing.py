@@ -2,7 +2,7 @@
 
 `build_sharing` gives the `SharedState` (Redis with `state.backend: redis`; the workers'
 own channel between the workers of one `kvgate serve --workers N`; nothing for a lone
-in-memory gateway) and, in a worker, its `WorkerPeers`. The prefix tracker tells the shared
+in-memory gateway) and, in a worker, its `WorkerPeers`. The cache ledger tells the shared
 state its changes only when something is shared, so a lone gateway's request path pays
 nothing for it.
 """
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from gateway.prefix import PrefixTracker, backend_kv_tokens
+from gateway.cache_ledger import CacheLedger, backend_kv_tokens
 from gateway.state import SharedState
 from gateway.state.load import Counts
 from gateway.state.outbox import now_ms
@@ -30,7 +30,7 @@ def build_sharing(
     config: GatewayConfig,
     stack: RoutingStack,
     pool: BackendPool,
-    prefix: PrefixTracker,
+    ledger: CacheLedger,
     *,
     workers: WorkerContext | None,
     own_metrics: Callable[[], bytes],
@@ -60,7 +60,7 @@ def build_sharing(
         record_placement=partial(remote_placement, stack.feed, pool),
     )
     if shared.active:
-        prefix.sink = shared
+        ledger.sink = shared
     return shared, peers
 
 

@@ -3,7 +3,7 @@
 The channel: `redis` when `state.backend` is redis (every gateway and every worker a peer);
 `workers` between the workers of one `kvgate serve --workers N` with `state.backend: memory`
 (`gateway.state.local`); none for a lone memory gateway, where every hook is a no-op and no
-loop runs. The prefix tracker tells each local change (`placed`, `withdrawn`, `evicted`,
+loop runs. The cache ledger tells each local change (`placed`, `withdrawn`, `evicted`,
 `forgotten`, `ttft`; no I/O: queued in the `Outbox`); the channel's loops carry them to the
 others, whose `Mirror` applies them; in-flight and queued prefill go as load reports
 (`LoadSharing`). `state()` is the `state` entry of `/ready` and `/admin/backends`; `degraded`

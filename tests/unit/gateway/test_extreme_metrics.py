@@ -43,5 +43,5 @@ def test_extreme_metrics_route_without_error(profile: str) -> None:
             )  # fmt: skip
         route = app.runtime.router.route(parse_inference_body("chat", BODY), {}, "rid")
         target = app.runtime.pool.get(route.decision.target)
-        dispatched = app.runtime.prefix.dispatch(target, route.request, app.runtime.clock())
-        app.runtime.prefix.observe(dispatched, Usage(300, 100, 5))
+        dispatched = app.runtime.ledger.dispatch(target, route.request, app.runtime.clock())
+        app.runtime.ledger.observe(dispatched, Usage(300, 100, 5))

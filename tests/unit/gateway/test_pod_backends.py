@@ -14,7 +14,7 @@ def test_discovered_backends_are_added_and_removed_configured_ones_kept() -> Non
         parse_config({"backends": [{"url": "http://static:1"}], "discovery": {"pool": "llm"}})
     )
     forgotten: list[str] = []
-    app.runtime.prefix.forget = forgotten.append  # type: ignore[method-assign]
+    app.runtime.ledger.forget = forgotten.append  # type: ignore[method-assign]
     app.runtime.pod_backends.apply([BackendSpec("http://10.0.0.1:8000", engine="sglang")])
     assert sorted(b.id for b in app.runtime.pool) == ["10.0.0.1:8000", "static:1"]
     assert app.runtime.pool.get("10.0.0.1:8000").spec.engine == "sglang"

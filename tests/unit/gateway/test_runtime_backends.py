@@ -19,7 +19,7 @@ def _app(**raw: Any) -> GatewayApp:
 
 def _forgotten(app: GatewayApp) -> list[str]:
     forgotten: list[str] = []
-    app.runtime.prefix.forget = forgotten.append  # type: ignore[method-assign]
+    app.runtime.ledger.forget = forgotten.append  # type: ignore[method-assign]
     return forgotten
 
 

@@ -49,7 +49,7 @@ def test_the_end_of_a_streamed_request_is_reported_at_once() -> None:
     app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
     for backend in app.runtime.pool:
         backend.state.record_probe(True, 0.0)
-    sink = app.runtime.prefix.sink = Sink()
+    sink = app.runtime.ledger.sink = Sink()
     picker = EndpointPicker(app.runtime.director)
     ex = picker.pick("/v1/chat/completions", {}, BODY, "r1")
     picker.response_status(ex, 200, "text/event-stream")

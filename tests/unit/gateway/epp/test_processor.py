@@ -198,7 +198,7 @@ def test_a_stream_is_asked_for_usage_and_the_usage_event_is_not_relayed() -> Non
         )
     )
     assert last.response_body.response.body_mutation.body == b"data: [DONE]\n\n"
-    [hits] = app.runtime.prefix.cache_hits.values()  # the engine's answer reached the accounting
+    [hits] = app.runtime.ledger.cache_hits.values()  # the engine's answer reached the accounting
     assert hits.prompt_tokens == 5
 
 

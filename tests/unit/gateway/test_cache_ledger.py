@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
+from gateway.cache_ledger import CacheLedger
 from gateway.inference_request import InferenceRequest
-from gateway.prefix import PrefixTracker
 from gateway.prompt_bytes import prompt_bytes
 from gateway.usage import Usage
 from health.pool import Backend, BackendSpec
@@ -30,8 +30,8 @@ class RecordingModel(OnlineTtftModel):
         self.seen.append((endpoint, work_tokens, ttft_s))
 
 
-def _tracker(model: OnlineTtftModel | None = None, **section: Any) -> PrefixTracker:
-    return PrefixTracker(PrefixFeed(PrefixSection(**section), PrefixIndex(), model))
+def _tracker(model: OnlineTtftModel | None = None, **section: Any) -> CacheLedger:
+    return CacheLedger(PrefixFeed(PrefixSection(**section), PrefixIndex(), model))
 
 
 def _backend(backend_id: str = "a", **metrics: Any) -> Backend:
@@ -54,7 +54,7 @@ def _inference(prompt: Any = MESSAGES, api: str = "chat", **fields: Any) -> Infe
     )
 
 
-def _routing(tracker: PrefixTracker, block_chars: int = 64) -> RoutingRequest:
+def _routing(tracker: CacheLedger, block_chars: int = 64) -> RoutingRequest:
     hashes, tokens = tracker.hashes(_inference(), block_chars)
     return RoutingRequest(
         model="m", prefix_hashes=hashes, prefix_block_chars=block_chars, token_estimate=tokens
@@ -142,7 +142,7 @@ def test_first_token_settles_once_and_feeds_the_model_only_with_a_ttft() -> None
 
 
 class RecordingSink:
-    """The shared state's hooks, recorded (`gateway.prefix.StateSink`)."""
+    """The shared state's hooks, recorded (`gateway.cache_ledger.StateSink`)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []

@@ -1,20 +1,12 @@
-"""Prefix tracking at the edge: the gateway's side of the shared `scoring.state.prefix_feed`.
+"""The gateway's cache ledger: what it tells the shared prefix feed and what the engines'
+answers tell it back.
 
-The gateway hashes each request's prompt bytes (`gateway.prompt_bytes`) into routing blocks of
-the feed's size, and tells the feed each dispatch with the backend's KV size as last scraped.
-Everything else (index, pending prefill, TTFT learning) is the feed's, which the simulator
-drives the same way. Only the gateway learns from the engines' answers: a failed attempt is
-withdrawn from the index, and each answer's cached prompt tokens are checked against the
-index's prediction (`observe`), with per-backend totals for the admin API.
-
-With a tokenizer for the model, a request also carries its token-block keys
-(`token_keys`), cut in the block sizes of the backends whose KV-cache events feed the
-`PreciseIndex`. A dispatch to such a backend records the precise index's prediction of the
-cached tokens and speculates the request's keys there until its events arrive; the answer's
-cached tokens then grade that prediction (`precise_hits`: exact, over or under).
-
-With shared state (`gateway.state`), every change made here to the index and the TTFT model
-is also told to the `sink`, which carries it to the other gateways.
+The feed (`scoring.state.prefix_feed`, shared with the simulator) keeps the prefix index,
+pending prefill and TTFT lines. The ledger is the gateway's side: it cuts prompts into the
+feed's blocks (and token-block keys for the precise index), hands each dispatch to the feed
+with the backend's scraped KV size, withdraws failed attempts, grades the index's and the
+precise index's predictions against each answer's cached tokens (correcting an evident
+eviction), and tells every change to the shared-state `sink` when one is set.
 """
 
 from __future__ import annotations
@@ -84,8 +76,8 @@ def backend_kv_tokens(backend: Backend) -> int | None:
     return kv_tokens(m.num_blocks, m.block_size) if m is not None else None
 
 
-class PrefixTracker:
-    """The shared feed, fed from inference requests and pool backends."""
+class CacheLedger:
+    """The gateway's side of the prefix feed (see the module docstring)."""
 
     def __init__(self, feed: PrefixFeed, precise: PreciseIndex | None = None) -> None:
         self.feed = feed
