@@ -8,8 +8,8 @@ once on the pure-Python engine, side by side in the same run, and checks that ev
 request's TTFT and end-to-end latency came out bit-identical. Writes
 `sim_speed.json` and `sim_speed.png` (minimum CPU per policy) to `--out`.
 
-Run it under the machine's benchmark lock (`flock /work/wt/bench.lock python -m bench
-sim-speed ...`): CPU time is less sensitive to other load than wall time, not immune.
+Run it under the machine's benchmark lock (`flock LOCKFILE python -m bench sim-speed ...`): CPU
+time is less sensitive to other load than wall time, not immune.
 """
 
 from __future__ import annotations

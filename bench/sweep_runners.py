@@ -10,8 +10,8 @@ loading, Ray's start and stop, outputs) and the runs alone (sweep.json's `wall_s
 and checks that every run's summary (its wall and CPU seconds aside) is the same for all
 runners. Writes `sweep_runners.json` and `sweep_runners.png` to `--out`.
 
-~2 minutes on 2 cores. Wall times: run it under the machine's benchmark lock (`flock
-/work/wt/bench.lock python -m bench sweep-runners`).
+~2 minutes on 2 cores. Wall times: run it under the machine's benchmark lock (`flock LOCKFILE
+python -m bench sweep-runners`).
 """
 
 from __future__ import annotations

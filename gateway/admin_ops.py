@@ -1,28 +1,18 @@
 """The admin API's write side: add, drain, resume and remove backends; reload the config.
 
-Both listeners give the same answers through `AdminOperations`: the admin port's FastAPI app
-(`gateway.admin_app`, described on its `/docs` page) and `/admin/*` on the API port, behind
-the admin key (`handle`, plain ASGI).
-
-- `POST /admin/backends` with a `backends:` entry as JSON: added, probed at once, routed to
-  once healthy; 201, 409 if the id is taken, 400 naming a bad field, 413 over
-  `server.max_body_bytes`, 415 if the body is not JSON.
-- `POST /admin/backends/{id}/drain[?remove=true]`: no new requests go there, those in flight
-  finish (with `remove`, it then leaves the pool); 200.
-- `POST /admin/backends/{id}/resume`: back in rotation; 200.
-- `DELETE /admin/backends/{id}[?force=true]`: out of the pool now if idle or forced (200;
-  requests in flight still finish), else drained and out when its last request ends (202).
-- `POST /admin/reload`: the config file reloaded, as on SIGHUP; 200 with what changed, 400
-  naming the bad field (the running config stays).
-
-Unknown ids get 404; a discovered backend can be drained, not removed (409); a bad query
-flag gets 400, an unknown path 404, a wrong method 405. Every error is the gateway's
-OpenAI-shaped JSON, the same on both listeners. Changes made here last until the process
-ends: the config file is not written.
-
-With `kvgate serve --workers N` a change reaches one worker; once it is made there it is
-repeated on every sibling (`repeat`: `gateway.workers.peers`), and the answer says how each
-fared (`"workers": {"1": "ok", ...}`).
+`AdminOperations` answers alike on the admin port (`gateway.admin_app`) and on the API port's
+`/admin/*` behind the admin key (`handle`, plain ASGI):
+- `POST /admin/backends`, a `backends:` entry as JSON: probed at once, routed to once healthy;
+  201, 409 id taken, 400 naming a bad field, 413 over `server.max_body_bytes`, 415 not JSON.
+- `POST /admin/backends/{id}/drain[?remove=true]`: no new requests, those in flight finish (with
+  `remove`, it then leaves the pool); `POST /admin/backends/{id}/resume`: back in rotation; 200.
+- `DELETE /admin/backends/{id}[?force=true]`: out now if idle or forced (200; requests in flight
+  still finish), else drained and out when its last request ends (202).
+- `POST /admin/reload`: as SIGHUP; 200 with what changed, 400 naming the bad field.
+Unknown id 404; a discovered backend can be drained, not removed (409); a bad flag 400, unknown
+path 404, wrong method 405; all OpenAI-shaped JSON. Changes last until the process ends (the file
+is not written); with `--workers N` each is repeated on every sibling (`repeat`), the answer
+saying how each fared (`"workers": {"1": "ok", ...}`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """Client API keys: who a request comes from (`Principal`), checked against hashed keys.
 
-Keys are never stored: the config holds the hex SHA-256 of each key (`kvgate hash-key` prints
-it), and a presented key is hashed and compared with every stored digest by
-`hmac.compare_digest`, without stopping at the first match, so the time taken says nothing
-about which digest came close. Clients send `Authorization: Bearer <key>`, as OpenAI's clients
-do; other schemes (or `x-api-key`) are not read, so there is one header to strip towards the
-engines.
+The config holds the hex SHA-256 of each key (`kvgate hash-key` prints it), never the key; a
+presented key is hashed and compared with every stored digest by `hmac.compare_digest`, without
+stopping at a match, so the time taken says nothing. Only `Authorization: Bearer <key>` is read
+(not other schemes, nor `x-api-key`): one header to strip towards the engines.
 
 Three sources, merged (a name or hash given twice is an error):
 - `security.api_keys` in the config file;
-- `security.api_keys_file`: the same list as YAML, re-read when its mtime changes (looked at
-  no more than once a second, from the request path: one `stat`) or after SIGHUP. A file that
-  fails to load keeps the previous keys and logs an error; at start-up it fails the start;
-- env `KVGATE_API_KEYS`: comma-separated plaintext keys (hashed at load, named `env-1`, ...)
-  or `name:sha256` pairs.
+- `security.api_keys_file`: the same list as YAML, re-read when its mtime changes (one `stat` a
+  second at most, on the request path) or on SIGHUP; a file that fails to load keeps the
+  previous keys and logs an error (at start-up, it fails the start);
+- env `KVGATE_API_KEYS`: comma-separated plaintext keys (named `env-1`, ...) or `name:sha256`.
 
 With no key from any source (and no keys file), every request is the anonymous principal.
 """

@@ -1,22 +1,18 @@
-"""Reloading the config file while serving: on SIGHUP, on `POST /admin/reload`, or when the
-file changes (`--watch-config SECONDS`: its mtime, size and inode polled that often).
+"""Reloading the config file while serving: on SIGHUP, `POST /admin/reload` or `--watch-config`.
 
-A reload loads the file again with the command line's flags and `KVGATE_*` variables applied
-as at start-up, validates it, and builds the new routing profiles; any error rejects it,
-logged with the field's path, and the running config stays. Only then is it applied, in one
-step of the event loop, so no request sees half of it:
+The file (`--watch-config S`: its mtime, size and inode polled every S seconds) is loaded again
+with the start-up flags and `KVGATE_*` variables, validated, and its profiles built; any error
+rejects it (logged with the field's path) and the running config stays. Else it is applied in
+one step of the event loop (backends through `RuntimeBackends`), so no request sees half of it:
 
-| applied live                                            | needs a restart             |
-|---------------------------------------------------------|-----------------------------|
-| `backends` (added, removed, changed: `RuntimeBackends`) | `server`, `upstream`        |
-| `routing.policy`, `profiles`, `allow_policy_header`,    | `routing.prefix`, `ttft`    |
-| `session_header`                                        | `discovery`, `state`        |
-| `health` but `probe_timeout_s` and `scrape_timeout_s`   | `security`, `admission`,    |
-|                                                         | `tokenizers`, the timeouts  |
+| applied live                                       | needs a restart                         |
+|----------------------------------------------------|-----------------------------------------|
+| `backends` (added, removed, changed),              | `server`, `upstream`, `discovery`,      |
+| `routing.policy`, `profiles`, `session_header`,    | `routing.prefix`, `ttft`, `state`,      |
+| `allow_policy_header`; `health` but its timeouts   | `security`, `admission`, `tokenizers`   |
 
-A changed field of the right column is reported (a warning naming each) and keeps its
-running value. `security.api_keys_file` has its own reload (`gateway.auth`). Profiles are
-rebuilt, so stateful pickers (a round-robin's rotation) start over.
+A changed field on the right or a health timeout is reported (a warning each) and keeps its
+running value; `security.api_keys_file` reloads apart (`gateway.auth`); stateful pickers start over.
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
-"""The gateway's one error tree, rendered as OpenAI-shaped JSON.
+"""The gateway's one error tree, rendered as OpenAI-shaped JSON; a message never names a backend.
 
-GatewayError                     (status, type, code, retryable)
-├── BadRequestError              400 invalid_request_error
-│   └── UnknownPolicyError       400 invalid_request_error / unknown_policy
-├── AuthenticationError          401 invalid_api_key + WWW-Authenticate (missing or bad key)
-├── NotFoundError                404 (unknown route)
-│   └── ModelNotFoundError       404 model_not_found
-├── MethodNotAllowedError        405 + Allow
-├── RequestTimeoutError          408 (the client was too slow sending its request)
-├── ConflictError                409 (admin API: the backend id is taken, or not the admin's)
-├── PayloadTooLargeError         413
-├── UnsupportedMediaTypeError    415
-├── HeaderFieldsTooLargeError    431 (request line and headers over the server's limits)
-├── ClientDisconnectedError      499 (the client left before its request was read; no reply)
-├── ShuttingDownError            503 (the server's shutdown grace ran out)
-├── NoHealthyBackendError        503 + Retry-After (until the first ejected backend is back)
-├── GatewayOverloadedError       503 + Retry-After / gateway_overloaded: no upstream connection
-│                                slot free in time; the gateway's own limit, never the backend's
-├── TooManyRequestsError         429 + Retry-After (admission control)
-│   ├── KeyRateLimitError        429 requests|tokens / rate_limit_exceeded, x-ratelimit-*
-│   └── ShedError                429 rate_limit_exceeded / overloaded (queue full or too long)
-├── QueueTimeoutError            503 service_unavailable / queue_timeout + Retry-After
-└── UpstreamError                upstream failures (HTTP client errors mapped in upstream.py)
-    ├── UpstreamConnectError     502, retryable on another backend
-    ├── UpstreamTimeoutError     504
-    │   └── UpstreamFirstByteTimeoutError  504, retryable: no response head in time
-    └── UpstreamProtocolError    502 (connection broke before or during the response)
-
-Messages are for clients: they never name a backend's address (the log line does).
+GatewayError            500 (status, type, code, retryable); Retry-After on 429s, 503s but shutdown
+├── BadRequestError     400 · subclass UnknownPolicyError (code unknown_policy)
+├── NotFoundError       404 (unknown route) · subclass ModelNotFoundError (code model_not_found)
+├── AuthenticationError 401 (+ WWW-Authenticate), MethodNotAllowedError 405 (+ Allow),
+│   RequestTimeoutError 408, ConflictError 409, PayloadTooLargeError 413,
+│   UnsupportedMediaTypeError 415, HeaderFieldsTooLargeError 431, ClientDisconnectedError 499
+├── ShuttingDownError 503, NoHealthyBackendError 503, QueueTimeoutError 503 (queue_timeout),
+│   GatewayOverloadedError 503 (no upstream slot in time: never counted against a backend)
+├── TooManyRequestsError 429 (admission) · subclasses KeyRateLimitError (type requests|tokens,
+│   + x-ratelimit-*), ShedError (code overloaded: queue full or wait too long)
+└── UpstreamError       502 (HTTP client errors mapped in upstream.py) · subclasses
+    UpstreamConnectError 502 (retryable), UpstreamProtocolError 502, UpstreamTimeoutError 504
+    · its subclass UpstreamFirstByteTimeoutError 504 (retryable: no response head in time)
 """
 
 from __future__ import annotations

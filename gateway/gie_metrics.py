@@ -1,25 +1,18 @@
-"""The Gateway API Inference Extension's metric names, for dashboards and alerts built on them.
+"""The Gateway API Inference Extension's metric names, worked out from kvgate's when scraped.
 
-Each series means what the endpoint picker's (EPP's) series of the same name means, and is
-worked out when `/metrics` is scraped from what kvgate already counts (nothing more on the
-request path):
-
-- `inference_extension_scheduler_e2e_duration_seconds` (histogram, no labels): the EPP's
-  scheduling latency; kvgate's `kvgate_routing_decision_duration_seconds{policy}` summed over
-  policies, at the EPP's bucket bounds (a subset of kvgate's, so the counts are exact).
-- `inference_pool_ready_pods{name}`: routable backends; `inference_pool_average_queue_size
-  {name}` and `inference_pool_average_kv_cache_utilization{name}`: the mean of the engines'
-  waiting requests and KV usage (0–1) over the routable backends that reported them (absent
-  while none did); `inference_pool_per_pod_queue_size{model_server_pod, name}`: each
-  routable backend's waiting requests (`model_server_pod`: the backend id).
-- `inference_objective_request_total{model_name, target_model_name}`: requests by model,
-  `kvgate_requests_total` summed over backends and statuses (kvgate rewrites no model names,
-  so the target model is the model).
-
-`name` is the InferencePool the gateway discovers (`discovery.pool`), else "default". The
-EPP's error counter is not mirrored: its error codes are the EPP's own, not HTTP statuses
-(`kvgate_requests_total{status}` has them). Names verified against the Inference Extension's
-`pkg/epp/metrics` in late 2026 (llm-d's fork renames them `llm_d_epp_*`; see decision 0012).
+Each series means what the endpoint picker's (EPP's) series of the same name means, computed at
+`/metrics` from what kvgate already counts (nothing more on the request path):
+- `inference_extension_scheduler_e2e_duration_seconds` (histogram, no labels):
+  `kvgate_routing_decision_duration_seconds{policy}` summed over policies, at the EPP's bucket
+  bounds (a subset of kvgate's, so the counts are exact).
+- `inference_pool_ready_pods{name}`: routable backends; `inference_pool_average_queue_size{name}`
+  and `inference_pool_average_kv_cache_utilization{name}`: the mean waiting requests and KV usage
+  (0–1) over the routable backends that reported them (absent while none did);
+  `inference_pool_per_pod_queue_size{model_server_pod, name}`: each one's queue, by backend id.
+- `inference_objective_request_total{model_name, target_model_name}`: `kvgate_requests_total`
+  summed over backends and statuses (kvgate rewrites no model names: the target is the model).
+`name` is the discovered InferencePool (`discovery.pool`), else "default". The EPP's error
+counter is not mirrored (docs/decisions/0012-metric-names.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Per-backend health and KV-event figures as Prometheus metrics, read when `/metrics` is
-scraped (nothing on the request path):
+"""Per-backend health and KV-event figures as Prometheus metrics, read when `/metrics` is scraped.
 
 - `kvgate_backend_scrape_errors_total{backend}`: failed `/metrics` scrapes of the engine.
 - `kvgate_backend_metrics_age_seconds{backend}`: age of the engine metrics routing sees
@@ -7,13 +6,12 @@ scraped (nothing on the request path):
 - `kvgate_prefix_index_blocks{backend}`, `kvgate_prefix_index_capacity_blocks{backend}` and
   `kvgate_prefix_index_memory_bytes{backend}`: the approximate prefix index's entries for the
   backend, its LRU bound (in base blocks) and their estimated memory.
-- `kvgate_kv_events_*{backend}` for backends with `kv_events`: batches, events, gaps,
-  replayed and missed batches, decode errors, reconnects, and the last sequence number.
-- `kvgate_precise_index_blocks{backend}`: blocks the precise index holds for the backend,
-  from its events, and `kvgate_precise_index_memory_bytes{backend}` their estimated memory;
-  `kvgate_precise_predictions_total{backend,outcome}`: its predictions of
-  a request's cached prompt tokens graded by the engine's answer (`exact`, `over`, `under`).
-
+- `kvgate_kv_events_*{backend}` for backends with `kv_events`: batches, events, gaps, replayed
+  and missed batches, decode errors, reconnects, and the last sequence number.
+- `kvgate_precise_index_blocks{backend}` and `kvgate_precise_index_memory_bytes{backend}`: the
+  blocks the precise index holds for the backend and their estimated memory;
+  `kvgate_precise_predictions_total{backend,outcome}`: its predictions of a request's cached
+  prompt tokens graded by the engine's answer (`exact`, `over`, `under`).
 Labels are backend ids, bounded by the pool; a backend that leaves it leaves the page.
 """
 

@@ -1,27 +1,18 @@
 """Graceful shutdown: SIGTERM drains the gateway instead of cutting it off.
 
-The sequence (Kubernetes sends SIGTERM and keeps routing to the pod until its readiness
-probe fails and the endpoints update):
-
-1. SIGTERM: `Drain.draining` turns true, so `/ready` answers 503 `"draining": true`;
-   every request is still served for `server.drain_delay_s`, its response marked
-   `Connection: close` so keep-alive clients reconnect (to another replica) in time,
-   instead of racing the close of their idle connection at step 2.
-2. The listener closes (no new connections), idle keep-alive connections close, busy ones
-   close after their response (uvicorn's own shutdown).
+1. SIGTERM: `Drain.draining` turns true, so `/ready` answers 503 `"draining": true`, and every
+   request is still served for `server.drain_delay_s`, marked `Connection: close`.
+2. The listener closes; idle keep-alive connections close, busy ones after their response.
 3. In-flight responses get `server.shutdown_grace_s` to finish.
-4. Then `Drain.end_responses` cancels what is left, and each response ends well-formed:
-   an SSE stream at an event boundary gets one `data: {"error": ...}` event and its end;
-   a response not yet started gets 503 `gateway_shutting_down`; a body cut mid-way (not
-   SSE, or mid-event) is dropped with the connection, which clients see as truncated.
+4. `Drain.end_responses` cancels what is left, each ending well-formed: an SSE stream at an
+   event boundary gets one `data: {"error": ...}` event and its end, a response not started
+   503 `gateway_shutting_down`; a body cut mid-way is dropped with the connection.
 5. The app's lifespan shutdown runs; the process exits 0.
 
-A second SIGTERM skips what is left of the delay; SIGINT (Ctrl+C) skips it altogether and
-goes straight to step 2, a second SIGINT forces the exit (uvicorn's behaviour).
-`GatewayServer` is `uvicorn.Server` with its signal handling and task wait adapted; the
-delay is checked on uvicorn's 0.1 s tick, so no timer is set from a signal handler. A worker
-of `kvgate serve --workers N` gets the same sequence from the master, which passes each
-signal on to every worker (`gateway.workers.master`).
+A second SIGTERM skips the rest of the delay; SIGINT goes straight to step 2, a second one
+forces the exit. `GatewayServer` is `uvicorn.Server` with its signal handling and task wait
+adapted (the delay checked on its 0.1 s tick, no timer set from a signal handler); the master of
+`--workers N` passes each signal on to every worker (docs/architecture.md, on SIGTERM).
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 `PodBackends.apply(specs)` makes the discovered backends exactly `specs`: new ones join the
 pool (probed and scraped like configured ones); gone ones leave it (requests in flight finish
-on the object they hold, new ones never see it) and `on_removed` is told (the prefix index
-and the metrics forget them); a
-backend whose spec changed (engine relabelled) leaves and joins again. Configured backends
-are never touched, and an endpoint that is also configured stays as configured. `run`
-watches the InferencePool and applies what it reports.
+on the object they hold, new ones never see it) and `on_removed` is told (the prefix index and
+the metrics forget them); a backend whose spec changed (engine relabelled) leaves and joins
+again. Configured backends are never touched, and an endpoint that is also configured stays as
+configured. `run` watches the InferencePool and applies what it reports.
 
 KV events: a discovered backend whose pod annotates a publisher (`kvgate.dev/kv-events-port`)
 is followed by `kv_loops` while it is in the pool; its loop stops when it leaves, or when

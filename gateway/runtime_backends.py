@@ -1,19 +1,17 @@
 """Backends added, drained and removed while the gateway serves (admin API, config reloads).
 
-Every backend has an owner: `config` (the config file's `backends:`, made equal to the file
-at each reload), `admin` (added by `POST /admin/backends`; reloads leave it alone unless the
-file names its id, which makes it the config's) or `discovery` (pod discovery,
-`gateway.pod_backends`; drained here, never removed). Backends join and leave through the
-pool, as discovered pods do: a new one is probed at once and routed to once healthy; one
-that leaves gets no new request, its requests in flight finish on the `Backend` they hold,
-its KV-event subscriber stops, and what was learnt about it (prefix index, TTFT line,
-gauges: `on_removed`) is forgotten when its last request has ended, so that nothing those
-requests report brings it back.
+Every backend has an owner: `config` (the file's `backends:`, made equal to the file at each
+reload), `admin` (`POST /admin/backends`; reloads leave it alone unless the file names its id,
+which makes it the config's) or `discovery` (`gateway.pod_backends`; drained here, never
+removed). A new backend is probed at once and routed to once healthy; one that leaves gets no
+new request, its requests in flight finish on the `Backend` they hold, its KV-event subscriber
+stops, and what was learnt about it (prefix index, TTFT line, gauges: `on_removed`) is
+forgotten once its last request has ended, so that nothing they report brings it back.
 
-Drain: the backend stays in the pool and is still probed, but its health reads DRAINING, so
-no new request is routed there (nor a failover retry). `resume` undoes it. `remove` takes an
-idle or forced backend out at once; a busy one is drained and taken out when its last request
-ends (`run` checks every `CHECK_EVERY_S`).
+Drain: the backend stays in the pool and is still probed, but its health reads DRAINING, so no
+new request (nor a failover retry) goes there; `resume` undoes it. `remove` takes an idle or
+forced backend out at once; a busy one is drained and taken out when its last request ends
+(`run` checks every `CHECK_EVERY_S`).
 """
 
 from __future__ import annotations

@@ -2,22 +2,17 @@
 
 Two readers, fed every upstream chunk as it is relayed (`feed` returns what to relay, `finish`
 what is left at the end, `usage` the answer's usage once it is done):
+- `UsageTap` relays everything and keeps the last chunks (`TAIL_BYTES`); `usage()` reads the
+  last `"usage": {...}` object there (`parse_last_usage`): near a JSON body's end, or in a
+  stream's last data event (`stream_options.include_usage`; Responses' `response.completed`).
+- `UsageEventFilter`, for a stream whose client did not ask for usage (`ask_for_usage` made the
+  forwarded body ask for it): it takes the event this adds (the data event with `"usage": {` and
+  `"choices": []`) out of what is relayed and reads the usage from it. It relays whole events
+  (a chunk's trailing partial event waits for the rest); per chunk an `endswith` and a
+  substring search, no JSON parsing until the usage event.
 
-- `UsageTap` relays everything and keeps references to the last chunks (`TAIL_BYTES`);
-  `usage()` reads the last `"usage": {...}` object there (`parse_last_usage`): a JSON body
-  carries it near its end, a stream in its last data event (chat and completions with
-  `stream_options.include_usage`, Responses in `response.completed`).
-- `UsageEventFilter`, for a stream whose client did not ask for usage: `ask_for_usage` made
-  the forwarded body ask for it (`stream_options.include_usage: true`), and the filter takes
-  the event this adds (the data event with `"usage": {` and `"choices": []`) out of what is
-  relayed, so the client gets the stream it asked for, and reads the usage from it. It
-  relays whole events: a chunk's trailing partial event waits for the rest (an SSE client
-  acts on nothing before the blank line that ends an event). Per chunk: an `endswith` and a
-  substring search, in C; no JSON parsing until the usage event.
-
-Engines fill `prompt_tokens_details.cached_tokens` only when asked to (vLLM:
-`--enable-prompt-tokens-details`), and vLLM leaves it null when no token was cached:
-`Usage.cached_tokens` is None when the answer did not say.
+`Usage.cached_tokens` is None when the answer did not say: vLLM fills
+`prompt_tokens_details.cached_tokens` only with `--enable-prompt-tokens-details`, null if none.
 """
 
 from __future__ import annotations

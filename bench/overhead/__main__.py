@@ -1,20 +1,17 @@
 """Gateway overhead: the latency and CPU each router adds, under fixed-rate open-loop load.
 
-`python -m bench.overhead` (or `python -m bench overhead`) starts near-zero-cost stub
-replicas (`engine.py`; `kvgate emulate` costs as much CPU per request as a proxy,
-so it would be the bottleneck), then for each target in turn — direct to one replica (the
-baseline), kvgate with each policy, and the peer routers of `peers.py` — offers a fixed
-rate of small chat completions (half of them streaming, 3 output tokens) with wrk
-(`wrk.py` explains the open-loop method and its coordinated-omission limits), rate
-after rate until the target stops keeping up. Per target and rate it records achieved
-throughput, latency percentiles, latency added over direct at the same rate (difference of
-percentiles), CPU seconds per 1,000 requests of the router's process tree (/proc
-utime+stime, reaped children included) and the tree's peak RSS (VmHWM).
-
-Everything shares this machine's cores (with wrk and the stubs, whose CPU is recorded too):
-compare targets measured in the same run, not across runs; `--rounds N` sweeps every target
-N times in a rotated order and reports medians (`rounds.py`). Writes `overhead.json`,
-`added_p99.png` and `throughput.png` to `--out` (default out/bench).
+`python -m bench overhead` (or `python -m bench.overhead`) starts near-zero-cost stub replicas
+(`engine.py`; `kvgate emulate` costs a proxy's CPU per request, so it would be the bottleneck),
+then for each target in turn — direct to one replica (the baseline), kvgate with each policy,
+the peer routers of `peers.py` — offers a fixed rate of small chat completions (half streaming,
+3 output tokens) with wrk (`wrk.py`: the open-loop method and its coordinated-omission limits),
+rate after rate until the target stops keeping up. Per target and rate: achieved throughput,
+latency percentiles, latency added over direct at the same rate (difference of percentiles),
+CPU seconds per 1,000 requests of the router's process tree (/proc utime+stime, reaped children
+included) and its peak RSS (VmHWM). Everything shares the machine's cores (wrk and the stubs
+too, their CPU recorded): compare targets of one run; `--rounds N` sweeps every target N times
+in a rotated order and reports medians (`rounds.py`). Writes `overhead.json`, `added_p99.png` and
+`throughput.png` to `--out` (default out/bench).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """What tracing costs kvgate: CPU per request with OTLP export on and off, side by side.
 
-`python -m bench tracing-overhead` starts the overhead bench's stub replicas, a discarding
-OTLP receiver in a process of its own (`bench.otlp_receiver`), and two `kvgate serve` in
-front of the same stubs: one plain (`kvgate:POLICY`), one with tracing on and exporting to
-the receiver (`kvgate+otel:POLICY`: `OTEL_TRACES_EXPORTER=otlp`, every request sampled). Both
-run for the whole bench; in each round each gets its own wrk run at `--rate` (the overhead
-bench's open-loop chat requests, half streaming), the two runs at the same time, so that
-what else the shared machine does in a round weighs on both alike (run one after the other,
-rounds of the same gateway differed by ±15% on a busy machine). CPU is each kvgate
-process's own (its export thread and gRPC threads included; the kernel's process CPU clock,
-in ns), net of its idle use, per 1,000 requests; the receiver's is not counted. Reported:
-per round and median, the traced/untraced ratio of CPU per request, latency percentiles,
-and the spans the receiver got (which must be 3 a request). Writes `tracing.json` and
-`tracing.png` to `--out`.
-
-`kvgate+otel:POLICY` is also a target of `python -m bench overhead` (`launch_traced`).
+`python -m bench tracing-overhead` starts the overhead bench's stub replicas, a discarding OTLP
+receiver in a process of its own (`bench.otlp_receiver`) and two `kvgate serve` in front of the
+same stubs: `kvgate:POLICY` and `kvgate+otel:POLICY` (`OTEL_TRACES_EXPORTER=otlp`, every request
+sampled, exporting to the receiver). In each round both get a wrk run at `--rate` at the same
+time (the overhead bench's open-loop chat requests, half streaming), so the shared machine's
+other work weighs on both alike. CPU is each kvgate process's own (export and gRPC threads
+included; the kernel's process CPU clock, in ns), net of its idle use, per 1,000 requests; the
+receiver's is not counted. Reported per round and as medians: the traced/untraced ratio of CPU
+per request, latency percentiles, and the spans received (3 a request). Writes `tracing.json`
+and `tracing.png` to `--out`; `kvgate+otel:POLICY` is also a target of `python -m bench overhead`
+(`launch_traced`). Why side by side: docs/decisions/0015-tracing.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """`AdmissionController`: the gateway's side of admission control, around the pure core.
 
-`acquire` runs after the request is parsed and before it is routed: the key's rate limits
-first (429 `requests`/`tokens`), then a place in the fleet. A request is admitted at once
-when nobody waits and the fleet has room (`routing.admission.capacity`); else it joins the
-`FairQueue`, which holds no more requests than can reach service before their deadline
-(`ServiceRate.drained_within`), and waits until `pump` grants it, its deadline passes (503
-`queue_timeout`) or its client leaves (499, it leaves the queue). One that finds no place
-is shed, or displaces a heavier tenant's waiting request: 429 with a `Retry-After` from the
-drain rate (reasons `queue_full`, `wait_too_long`, `evicted`). In a fleet of 8 places or
-more, the last place is kept from tenants at or above the mean usage while a lighter tenant
-is active, so the light one's next request does not wait for a place to come back.
-`release` (in the request's `finally`) gives the place back, teaches the drain rate and
+`acquire` runs after the request is parsed and before it is routed: the key's rate limits first
+(429 `requests`/`tokens`), then a place in the fleet, at once when nobody waits and the fleet
+has room (`routing.admission.capacity`), else in the `FairQueue`, which holds no more requests
+than can reach service before their deadline (`ServiceRate.drained_within`), until `pump`
+grants it, its deadline passes (503 `queue_timeout`) or its client leaves (499). One that finds
+no place is shed, or displaces a heavier tenant's waiting request: 429 with a `Retry-After` from
+the drain rate (reasons `queue_full`, `wait_too_long`, `evicted`). In a fleet of 8 places or
+more the last place is kept from tenants at or above the mean usage while a lighter one is
+active. `release` (in the request's `finally`) gives the place back, teaches the drain rate and
 corrects the key's token bucket with the usage the answer reported. `pump` runs on every
-release and every `tick_s` (`run`), since room also comes back when the engines' metrics
-change."""
+release and every `tick_s` (`run`): room also comes back when the engines' metrics change.
+"""
 
 from __future__ import annotations
 

@@ -1,20 +1,17 @@
 """The proxy's upstream HTTP/1.1 client: keep-alive connections pooled per backend origin.
 
-Why not httpx: docs/decisions/0001-own-http1-upstream-client.md (it took most of the gateway's
-CPU under the overhead benchmark). This client does only what the proxy needs: write one
-request (head and body in one write), parse the response with httptools (uvicorn's parser),
-hand body chunks over as they arrive with read-side backpressure, and pool the connection again
-once its response is complete.
+It does only what the proxy needs: a request written in one write, the response parsed by
+httptools (uvicorn's parser), body chunks handed over as they arrive with read-side
+backpressure, the connection pooled again once its response is complete (why not httpx:
+docs/decisions/0001-own-http1-upstream-client.md).
 
 Limits: `max_connections` bounds requests in flight upstream (waiting longer than
-`pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are
-kept, each for at most `keepalive_expiry` seconds, most recently used first. A pooled
-connection the backend has already closed is never reused; one that fails before any byte
-of the response arrived (the backend closed it as the request went out) is replaced by a
-fresh connection once, inside `send` (usually the backend read nothing: see there).
-Timeouts are per phase: connect, write, read (the longest wait for the next byte) and,
-per request, first byte (request written to response head: `FirstByteTimeout`). Health
-probes and metric scrapes use a client of their own, through `gateway.http.fetcher` (capped reads).
+`pool_timeout` fails with `PoolTimeout`); at most `max_keepalive` idle connections are kept,
+each for at most `keepalive_expiry` seconds, most recently used first. A pooled connection the
+backend has closed is never reused; one that fails before any byte of the response is replaced
+by a fresh one once, inside `send`. Timeouts are per phase: connect, write, read (the longest
+wait for the next byte) and, per request, first byte (request written to response head:
+`FirstByteTimeout`). Health probes and scrapes use their own client (`gateway.http.fetcher`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """One upstream HTTP/1.1 connection: an asyncio protocol around httptools' response parser.
 
-The exceptions it raises, named like httpx's so log lines keep their meaning:
-
+Its exceptions, named like httpx's so log lines keep their meaning:
     HttpClientError
     ├── ConnectError            connection refused or reset while connecting
     │   └── ConnectTimeout
@@ -10,8 +9,7 @@ The exceptions it raises, named like httpx's so log lines keep their meaning:
     │   │   └── FirstByteTimeout  no response head within `first_byte_timeout` seconds
     │   │       └── HeadAbandoned  no response head, and the backend was declared down
     │   └── WriteTimeout        the request could not be written in time
-    ├── PoolTimeout             no connection slot free in time: the gateway's own overload,
-    │                           not the backend's (so not a `Timeout`)
+    ├── PoolTimeout             no connection slot free in time: the gateway's own overload
     └── ProtocolError
         ├── RemoteProtocolError  closed before the response finished, or unparsable
         └── ReadError            the socket failed mid-response

@@ -1,29 +1,18 @@
-"""Server limits a client cannot hold the gateway hostage with, as `GatewayHttpProtocol`
-enforces them (`gateway.http.uvicorn_protocol`).
+"""Server limits a client cannot hold the gateway hostage with, enforced by `GatewayHttpProtocol`.
 
-- `header_timeout_s`: a new connection must deliver its request line and headers within
-  this time, and a keep-alive connection within it of the next request's first byte. A
-  partial head then gets 408 and the connection is closed; a silent one is just closed.
-- `body_timeout_s`: the whole body, from the end of the headers. On expiry the client gets
-  408 (if no response started) and the connection is closed; the app sees a disconnect.
-- `idle_timeout_s`: a keep-alive connection with no request is closed (uvicorn's
-  `timeout_keep_alive`, set from it).
-- `max_header_bytes` / `max_headers`: the request line and headers, counted as they are
-  parsed (each header from httptools' `on_header`, and the raw bytes of a head still
-  incomplete after each read, so a single 48 MB header line is refused after one read past
-  the limit rather than buffered whole) → 431, connection closed.
-- `max_connections`: a connection accepted beyond it is closed at once, before any byte
-  is read. Why not a 503 (uvicorn's `limit_concurrency`): a 503 needs the request read
-  first (a slowloris client never finishes), and bytes written while the request is
-  unread are often lost to the reset the close causes. A closed connection is the one
-  answer every client and proxy in front (Envoy's `reset` / `connect-failure` retry-on)
-  knows was not processed and is safe to retry elsewhere.
+- `header_timeout_s`: the time for the request line and headers, from a new connection or a
+  keep-alive request's first byte; then a partial head gets 408 and a close, a silent one a close.
+- `body_timeout_s`: the whole body, from the end of the headers; then 408 (if no response
+  started), the connection closed, and the app sees a disconnect.
+- `idle_timeout_s`: an idle keep-alive connection is closed (uvicorn's `timeout_keep_alive`).
+- `max_header_bytes` / `max_headers`: the request line and headers, counted as they are parsed
+  (and the raw bytes of a head still incomplete after each read) → 431, connection closed.
+- `max_connections`: a connection beyond it is closed on accept, before any byte is read, which
+  every client and proxy knows was not processed (docs/decisions/0009-front-door-hardening.md).
 
-Timers are `loop.call_later` handles, at most one per connection, armed only while a head
-or body is incomplete: a request that arrives in one read arms none beyond the one a fresh
-connection starts with. With uvicorn's stock protocol (the fallback of
-`gateway.http.server.server_protocol`) only `idle_timeout_s` and `max_connections` (as
-uvicorn's `limit_concurrency`, 503) hold; httptools then parses headers without a limit.
+Timers (`loop.call_later`, one per connection at most) run only while a head or body is
+incomplete. Under uvicorn's stock protocol (`gateway.http.server`) only `idle_timeout_s` and
+`max_connections` (as `limit_concurrency`: 503) hold.
 """
 
 from __future__ import annotations

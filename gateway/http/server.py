@@ -1,30 +1,15 @@
-"""The HTTP/1.1 server side: uvicorn's httptools protocol, made cheaper per request for a
-proxy (used by `kvgate serve`), and the choice of protocol at start-up.
+"""The HTTP/1.1 server side of `kvgate serve`: uvicorn's httptools protocol, made cheaper per
+request for a proxy, and the choice of protocol at start-up.
 
-Why: docs/decisions/0004-serving-loop.md (under the overhead benchmark, `python -m bench
-overhead`, most of the gateway's CPU went to system calls and event-loop steps). Two changes,
-both invisible to HTTP clients:
-
-- Writes made in one event-loop step leave in one `write()` system call. uvicorn writes the
-  response head as soon as `http.response.start` is sent and the body with the next message;
-  each write to a loopback socket costs a system call and a wake-up of the reader. Here
-  writes are gathered and flushed at the end of the current loop step (`call_soon`, in
-  `gateway.http.coalescing`), so a response whose body is already at hand goes out in one
-  segment, while nothing waits longer than the step that wrote it: streamed chunks still
-  leave one by one as they come.
-- A client disconnect is also announced through the ASGI scope extension
-  `kvgate.disconnect` (a `gateway.asgi.DisconnectSignal`), fired from `connection_lost`.
-  Without it the app can only learn of a disconnect by keeping a second task parked in
-  `receive()` for every request (`gateway.asgi.run_until_disconnect` falls back to that
-  elsewhere).
-
-The same protocol enforces the server limits (`gateway.http.limits`: header, body and
-idle timeouts, header size and count, the connection cap).
-
-The protocol class (`gateway.http.uvicorn_protocol`) extends uvicorn internals. If the
-installed uvicorn lacks them, `server_protocol()` logs one warning and the gateway serves
-with uvicorn's stock protocol: correct, only without the two changes above, and with only
-the idle timeout and connection cap of the limits (`gateway.http.limits` says how).
+`GatewayHttpProtocol` (`gateway.http.uvicorn_protocol`) changes nothing an HTTP client sees:
+writes made in one event-loop step leave in one `write()` (`gateway.http.coalescing`; nothing
+waits past the step that wrote it, so streamed chunks still leave one by one); a client
+disconnect is announced through the ASGI scope extension `kvgate.disconnect`
+(`gateway.asgi.DisconnectSignal`, fired from `connection_lost`); and it enforces the server
+limits (`gateway.http.limits`). It extends uvicorn internals: if the installed uvicorn lacks
+them, `server_protocol()` logs one warning and the gateway serves with uvicorn's stock
+protocol, correct but without these changes and with only the idle timeout and the connection
+cap of the limits (docs/decisions/0004-serving-loop.md).
 """
 
 from __future__ import annotations

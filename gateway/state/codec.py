@@ -1,7 +1,4 @@
-"""Shared-state events and their wire form, pure: what one gateway tells the others.
-
-An event is one change a gateway made to its own routing state, which the others apply to
-their mirrors (`scoring.state.mirror`):
+"""Shared-state events and their wire form, pure: what one gateway tells the others' `Mirror`.
 
 | `k`       | event        | the others                                                    |
 |-----------|--------------|---------------------------------------------------------------|
@@ -11,16 +8,11 @@ their mirrors (`scoring.state.mirror`):
 | `f`       | `Forget`     | forget everything about `backend`'s cache (it went down)      |
 | `t`       | `TtftPoints` | teach their TTFT model each `(backend, work tokens, ttft s)`  |
 
-Fields, all bytes (a Redis stream entry as XADD takes it and XREAD gives it back): `g` the
-gateway, `k` the kind, `b` the backend, `c` the routing block size in prompt bytes the
-hashes were cut with (a gateway whose size differs cannot use them), `t` the wall-clock
-time in ms, to the µs (for measuring replication lag only), `h` chained block hashes packed as
-little-endian unsigned 64-bit integers (8 bytes a block), `s` the withdrawal's start or the
-eviction's weight, `d` the TTFT points (msgpack), `u` a placement's predicted uncached prompt
-tokens (absent from older gateways: the others then only know that work was unseen). An entry
-without `k` is a placement (the first version's only kind). The channels send events in
-batches (`pack_events`: a msgpack array of the events' fields), one Redis stream entry or one
-frame between workers each.
+Fields, all bytes (as XADD takes a Redis stream entry): `g` gateway, `k` kind, `b` backend, `c`
+the routing block size in prompt bytes (hashes of another size are unusable), `t` wall-clock ms
+to the µs (for lag only), `h` chained block hashes as little-endian u64, `s` a withdrawal's start
+or an eviction's weight, `d` TTFT points (msgpack), `u` a placement's predicted uncached tokens
+(absent: only known unseen). `pack_events`: a batch as one msgpack array, an entry or a frame.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """Shared state between the workers of one `kvgate serve --workers N`, without Redis.
 
-The workers of one machine share routing state the way gateways share it through Redis —
-the same events (`gateway.state.codec`) into the same `Mirror`, the same load reports
-(`gateway.state.load`) — over the workers' own channel (`gateway.workers.siblings`: a Unix
-stream socket per pair of workers) instead of a Redis server: no extra hop, nothing to run,
-and a sibling's event reaches the others within about a millisecond. Why this and not
-shared memory: docs/decisions/0016-workers.md.
+The workers of one machine share routing state as gateways do through Redis — the same events
+(`gateway.state.codec`) into the same `Mirror`, the same load reports (`gateway.state.load`) —
+over their own channel (`gateway.workers.siblings`: a Unix stream socket per pair of workers):
+no extra hop, nothing to run. Why not shared memory: docs/decisions/0016-workers.md.
 
 `run` loops: connect to the siblings not connected yet, wait for an event (at most the load
-interval), then send one frame with every queued event and this worker's load report if it
-is due. Under load, frames go at most every `min_gap_s`, so a busy worker sends a few
-hundred frames a second, each with many events, rather than one frame per request. There is
-no history: a worker that restarts learns from its siblings' next events, and is ready at
-once (`warmed`).
+interval), then send one frame with every queued event and this worker's load report if it is
+due. Frames go at most every `min_gap_s`, so a busy worker sends a few hundred frames a second,
+each with many events, not one frame per request. There is no history: a worker that restarts
+learns from its siblings' next events, and is ready at once (`warmed`).
 """
 
 from __future__ import annotations

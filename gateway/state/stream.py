@@ -1,34 +1,18 @@
 """Shared-state events through Redis streams: one stream per gateway, the publish and apply loops.
 
-Each gateway appends its own events to its own stream `{prefix}:events:{gateway}` and lists
-that stream in the sorted set `{prefix}:streams` (score: when it started or last wrote, unix
-ms); the others read every stream listed there but their own. So no gateway reads its own
-events back (a lone gateway reads nothing), and a gateway that died leaves its placements
-readable for `retention_s` (its stream expires then, and drops out of the list).
+Each gateway appends its events to its own stream `{prefix}:events:{gateway}`, listed from its
+start in the sorted set `{prefix}:streams` (score: start or last write, unix ms), and reads every
+listed stream but its own: no gateway reads its own events back, and a dead gateway's
+placements stay readable for `retention_s` (then its stream expires and leaves the list).
 
-`publish` waits for the `Outbox`, lets events gather for `min_gap_s` after the last write
-(5 ms: a round trip costs the gateway ~0.1 ms of CPU in redis-py, so at most 200 a second),
-and sends what is queued in one pipelined round trip: entries of up to `batch` events each
-(`codec.pack_events`), each XADD with `MAXLEN ~ max_entries` so the stream stays bounded
-(Redis trims whole macro-nodes, so it holds a little more), the registry and the stream's
-expiry renewed once a second, and this gateway's load report if it changed
-(`gateway.state.pubsub` sends it otherwise), so counts that change with a dispatch go out
-with its placement.
-
-`apply` reads the listed streams with one XREAD BLOCK (250 ms at most) from where it left
-off in each (a stream seen for the first time from its start), and hands every event to the
-`Mirror`. At start it reads without blocking until no stream has more (`warmed`: the gateway
-reports ready then), so a gateway that joins warms its mirror from the others' bounded
-history. The list is looked up again every 0.1 s at most, so a new gateway's stream is found
-within the block plus 0.1 s; a gateway lists its stream as it starts, before its first write
-(reading a stream that does not exist yet waits for its first entry), so when traffic starts
-the others are already reading it — listed only with its first entry, the first events of
-every gateway reached the others up to ~350 ms late, blind through a cold start's burst
-(issue 17). After
-an outage both loops reconnect with backoff (`RedisLink.attempt`) and carry on from their
-last ids; entries written while this gateway could not read are caught up, as far as the
-streams still hold them. Each stream is in its writer's order: a `Forget` read from history
-is followed by the placements that writer made after it.
+- `publish` waits for the `Outbox`, lets events gather `min_gap_s` after the last write, then
+  sends in one pipelined round trip entries of up to `batch` events (`codec.pack_events`; XADD
+  `MAXLEN ~ max_entries`), the registry and expiry renewed each second, a changed load report.
+- `apply` reads the listed streams (looked up every 0.1 s at most) with one XREAD BLOCK of
+  250 ms at most, each from where it left off, and hands every event to the `Mirror`; at start
+  it reads without blocking until no stream has more (`warmed`: the gateway reports ready).
+After an outage both loops reconnect with backoff and carry on from their last ids; each stream
+keeps its writer's order (docs/decisions/0016-workers.md, 0025-stream-listed-at-start.md).
 """
 
 from __future__ import annotations

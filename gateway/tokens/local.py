@@ -1,22 +1,18 @@
 """`LocalTokenizer`: a model's own `tokenizer.json` and chat template, loaded from disk at start.
 
 Chat: the messages are rendered with the chat template (`chat_template.ChatTemplate`), then
-encoded with `add_special_tokens=False` (the template writes the BOS token itself), as vLLM
-does. Completions: a string prompt is encoded with `add_special_tokens=True` (the tokenizer's
-post-processor adds BOS where the model has one); a prompt of token ids is taken as it is; a
-batch of one prompt is that prompt; larger batches are not tokenized (None).
+encoded with `add_special_tokens=False` (the template writes BOS itself), as vLLM does.
+Completions: a string prompt is encoded with `add_special_tokens=True`; a prompt of token ids
+is taken as it is; a batch of one prompt is that prompt; larger batches are not tokenized (None).
 
-Prompts larger than `offload_bytes` of request body are tokenized in a worker thread
-(`tokenizers` releases the GIL in its batch calls, used here for one text), so a long prompt
-does not hold the event loop; shorter ones are cheaper inline than the thread hop
-(`python -m bench tokenize`). Its parallelism is switched off (`TOKENIZERS_PARALLELISM`,
-unless set): one prompt gains nothing from it, and a process that forks after using it
-warns.
+Prompts over `offload_bytes` of request body are tokenized in a worker thread (`tokenizers`
+releases the GIL) so as not to hold the event loop; shorter ones are cheaper inline
+(`python -m bench tokenize`). `TOKENIZERS_PARALLELISM` is off unless set (one prompt gains
+nothing, and a process that forks after using it warns).
 
-`load_local_tokenizer(path, chat_template)` reads the files: `path` is a directory holding
-`tokenizer.json` (and optionally `tokenizer_config.json`, `chat_template.jinja`) or the
-`tokenizer.json` file itself; `chat_template` a `.jinja` file that overrides the config's.
-Without the `tokens` extra installed it raises `MissingExtraError`, naming the extra.
+`load_local_tokenizer(path, chat_template)`: `path` is a directory holding `tokenizer.json` (and
+optionally `tokenizer_config.json`, `chat_template.jinja`) or that file; `chat_template` a
+`.jinja` file overriding the config's. Without the `tokens` extra it raises `MissingExtraError`.
 """
 
 from __future__ import annotations

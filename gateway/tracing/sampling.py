@@ -1,15 +1,14 @@
 """The sampling decision for a request's trace, made without the SDK on the request path.
 
-The OpenTelemetry SDK's standard samplers (`OTEL_TRACES_SAMPLER`: `always_on`,
-`always_off`, `traceidratio`, `parentbased_always_on`, `parentbased_always_off`,
-`parentbased_traceidratio`) all decide by one rule, `TraceIdRatioBased`'s: sample when the
-trace id's low 64 bits are below a bound (`round(rate * 2**64)`; 0 never samples, 2**64
-always). A parent-based sampler picks that bound by the caller's `traceparent`: its root
-sampler's with no parent, else the one for a sampled or an unsampled remote parent. So
-`setup` reads the bounds off the sampler the SDK built from the environment once
-(`setup.static_bounds`), and the request path compares two integers (`Bounds.sampled`)
-in place of a `should_sample` call (~1.5 µs: a context, a span context, a result object).
-A sampler of another kind is still asked per request (`Tracer` takes either).
+The OpenTelemetry SDK's standard samplers (`OTEL_TRACES_SAMPLER`: `always_on`, `always_off`,
+`traceidratio`, `parentbased_always_on`, `parentbased_always_off`, `parentbased_traceidratio`)
+all decide by `TraceIdRatioBased`'s rule: sample when the trace id's low 64 bits are below a
+bound (`round(rate * 2**64)`; 0 never samples, 2**64 always). A parent-based sampler picks that
+bound by the caller's `traceparent`: its root sampler's with no parent, else the one for a
+sampled or an unsampled remote parent. So `setup` reads the bounds off the sampler the SDK built
+from the environment once (`setup.static_bounds`), and the request path compares two integers
+(`Bounds.sampled`). A sampler of another kind is still asked per request (`Tracer` takes either).
+Why: docs/decisions/0020-tracing-request-path.md.
 """
 
 from __future__ import annotations

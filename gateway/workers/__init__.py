@@ -1,13 +1,10 @@
 """`kvgate serve --workers N`: N gateway processes on one port, routing as one.
 
-One process of Python is one core: past a couple of thousand requests a second its event
-loop is the bottleneck. With `--workers N` the `master` forks N workers; each is a whole
-gateway (its own event loop, pool, health checks, prefix index) with its own listening
-socket on the shared port (`listen`: SO_REUSEPORT, the kernel spreads the connections).
-The workers route as one: their routing state is shared through Redis with
+The `master` forks N workers; each is a whole gateway (its own event loop, pool, health checks,
+prefix index) with its own listening socket on the shared port (`listen`: SO_REUSEPORT, the
+kernel spreads the connections). Their routing state is shared through Redis with
 `state.backend: redis`, else over their own channel (`siblings`, Unix sockets in a private
-directory; `gateway.state.local`), and each worker's own state stays the synchronous source
-of its decisions. `/metrics` on any worker is the whole gateway's (`metrics`), and an admin
-change made through one worker is repeated on the others (`peers`). Why this design:
-docs/decisions/0016-workers.md.
+directory; `gateway.state.local`), and each worker's own state stays the synchronous source of
+its decisions. `/metrics` on any worker is the whole gateway's (`metrics`), and an admin change
+made through one worker is repeated on the others (`peers`). Why: docs/decisions/0016-workers.md.
 """

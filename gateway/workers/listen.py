@@ -1,17 +1,12 @@
 """The port of `kvgate serve --workers N`: one listening socket per worker, SO_REUSEPORT.
 
-Each worker binds its own socket to the same address with SO_REUSEPORT, and the kernel
-spreads incoming connections over the listening sockets of the group by a hash of each
-connection's addresses, so no worker accepts for the others and a busy one does not starve
-the rest (a listener shared by pre-forked workers wakes them all and lets the first taker
-win, which loads them unevenly). Linux only in spirit: elsewhere SO_REUSEPORT may not
-balance.
-
-The master first `reserve`s the port: a socket bound with SO_REUSEPORT that never listens
-holds the address (port 0 becomes a real port every worker then binds) and takes no
-connection, since only listening sockets receive them. Bound first without SO_REUSEPORT
-(`kvgate.cli.listen.check_can_listen`), a port another program holds fails the start instead of
-being shared with it.
+Each worker binds its own socket to the same address with SO_REUSEPORT, and the kernel spreads
+incoming connections over the group's listening sockets by a hash of each connection's
+addresses (on Linux; elsewhere SO_REUSEPORT may not balance). The master first `reserve`s the
+port: bound once without SO_REUSEPORT (`kvgate.cli.listen.check_can_listen`), so a port another
+program holds fails the start, then held by a socket bound with SO_REUSEPORT that never listens
+(port 0 becomes a real port every worker then binds; only listening sockets get connections).
+Why not one shared listener: docs/decisions/0016-workers.md.
 """
 
 from __future__ import annotations

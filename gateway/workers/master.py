@@ -1,22 +1,17 @@
 """`kvgate serve --workers N`: the master that forks N gateway workers and keeps them running.
 
-The master checks the command line and config, reserves the port (`gateway.workers.listen`)
-and forks N workers, then only supervises: each worker builds its own gateway, binds its own
-socket on the shared port and serves (`run_one`). The master builds no gateway itself, so
-it forks before any thread or event loop exists. Workers share routing state through Redis
-(`state.backend: redis`) or their own channel (`gateway.workers.siblings`), reached through
-a private directory (mode 0700) the master creates and removes.
+The master checks the command line and config, reserves the port (`gateway.workers.listen`),
+creates the workers' private directory (mode 0700, removed at the end; `gateway.workers.siblings`)
+and forks N workers, each building and serving its own gateway on its own socket (`run_one`). It
+builds no gateway itself, so it forks before any thread or event loop exists.
 
-Signals: SIGTERM, SIGINT and SIGHUP to the master go to every worker, which drains, stops or
-reloads as a lone gateway does (`gateway.lifecycle`); the master exits 0 once the last
-worker has. Workers run in process groups of their own, so a terminal's Ctrl+C reaches
-them once (through the master), and they are killed with the master if it dies
-(PR_SET_PDEATHSIG) rather than hold the port as orphans.
-
-A worker that exits on its own is started again after a backoff (1 s, doubling to 30 s for
-one that keeps failing, back to 1 s after a minute of serving). One that exits before it
-ever served failed its start-up (a plugin config, a port it could not bind): the master
-stops the others and exits with that worker's status.
+- SIGTERM, SIGINT and SIGHUP go to every worker, which drains, stops or reloads as a lone
+  gateway does (`gateway.lifecycle`); the master exits 0 once the last worker has.
+- Workers run in process groups of their own (a terminal's Ctrl+C reaches them once, through
+  the master) and die with it (PR_SET_PDEATHSIG) rather than hold the port as orphans.
+- A worker that exits on its own is started again after a backoff (1 s, doubling to 30 s, back
+  to 1 s after a minute of serving). One that exits before it ever served failed its start-up:
+  the master stops the others and exits with its status (docs/decisions/0016-workers.md).
 """
 
 from __future__ import annotations

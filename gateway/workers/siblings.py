@@ -1,21 +1,17 @@
 """The channel between the workers of one `kvgate serve --workers N`: Unix stream sockets.
 
 Each worker listens on its own socket in the master's private directory
-(`WorkerContext.socket_path`) and keeps one connection open to each sibling, over which it
-sends state frames (`broadcast`: the shared-state events and load reports of
-`gateway.state.local`; nothing comes back). A request (`ask`: a metrics page, an admin
-change to repeat) opens a connection of its own and waits for the answer frame.
+(`WorkerContext.socket_path`) and keeps one connection open to each sibling for state frames
+(`broadcast`: `gateway.state.local`'s events and load reports; nothing comes back). A request
+(`ask`: a metrics page, an admin change to repeat) opens a connection of its own and waits for
+the answer frame. A connection opens with a hello frame naming the sender; a starting worker
+waits (a few seconds at most) for `joined`, every sibling connected both ways, before it serves.
 
-A connection opens with a hello frame naming the sender, so each worker knows which
-siblings reach it; `joined` (every sibling connected both ways) is what a starting worker
-waits for, a few seconds at most, before it serves: a frame sent before a connection exists
-is lost (counted in `dropped`), and a worker's first requests should teach its siblings.
-
-Frame: one kind byte (`h` hello, `s` state, `q` request, `r` answer), the payload's length
-(4 bytes, big-endian), the payload (msgpack for requests and answers). Stream sockets, not
-datagrams: Linux queues at most `net.unix.max_dgram_qlen` (often 10) datagrams per socket,
-which a busy worker overruns within milliseconds. A sibling that stops reading loses state frames
-once `max_buffer` bytes wait for it (counted in `dropped`), never blocking the sender.
+Frame: a kind byte (`h` hello, `s` state, `q` request, `r` answer), the payload's length (4
+bytes, big-endian), the payload (msgpack for requests and answers). A state frame is lost, and
+counted in `dropped`, when no connection exists yet or `max_buffer` bytes already wait for a
+sibling that stops reading: the sender never blocks. Why stream sockets, not datagrams:
+docs/decisions/0016-workers.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """The other gateways' events applied to this gateway's own routing state.
 
-Decisions read this process's `PrefixIndex` and `OnlineTtftModel` synchronously; the
-channels (`gateway.state.stream` through Redis, `gateway.state.local` between the workers of
-one `kvgate serve --workers N`; the simulator's `sim.replay.sharing` after its sync delay) hand
-each event they receive to `Mirror.apply`, which makes the same change the other gateway made
-to its own state (`gateway.state.codec` lists them).
-Events this gateway sent itself, events for a backend not in this gateway's pool and block
-hashes cut in another block size are skipped and counted. A gateway learns the routing block
-size from the engines' metrics when it next routes; hashes of another size first make it
-look again (`refresh_block_chars`), so a gateway that has not routed yet takes its peers'
-placements. A placement goes through `record` when given (the app's: the prefix feed's,
-bounded by the replica's capacity from this gateway's own scrape of it, as a local dispatch is
-— without it, a replica this gateway had not sent anything to yet was unbounded here, kept
-blocks the engine had evicted and looked empty to the cache-headroom scorer); else straight
-into the index. A placement applied live is also handed to `remote_dispatch` (backend, wall
-time in ms, its predicted uncached tokens or None): this gateway's own dispatches there since
-then counted too little queued prefill (`PrefixFeed.remote_dispatch`); one without hashes (a
-prompt shorter than a block: the simulator's trace requests without block ids) is only that.
-Without `block_chars`, hashes of any block size are taken (the simulator's requests keep their
-trace's).
+Decisions read this process's `PrefixIndex` and `OnlineTtftModel` synchronously; the channels
+(`gateway.state.stream` through Redis, `gateway.state.local` between workers, the simulator's
+`sim.replay.sharing` after its sync delay) hand each event received to `Mirror.apply`, which
+makes the change the other gateway made to its own state (`gateway.state.codec` lists them).
+
+- Skipped and counted: this gateway's own events, backends not in its pool, and hashes cut in
+  another block size, which first make it look again (`refresh_block_chars`: a gateway that has
+  not routed yet takes its peers'). Without `block_chars`, hashes of any size are taken.
+- A placement goes through `record` when given (the prefix feed's, bounded by the replica's KV
+  size as this gateway scraped it), else straight into the index. Applied live, it also goes to
+  `remote_dispatch` (backend, wall ms, predicted uncached tokens or None); one without hashes
+  (a prompt shorter than a block) is only that (docs/decisions/0026-mirror-bounded-by-kv-size.md).
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
 """One scheduling decision per step, as vLLM v1's `Scheduler.schedule()` makes it (FCFS).
 
-vLLM has no separate prefill and decode phases: each request has `num_tokens` known tokens
-and `num_computed` computed ones, and a step hands out a budget of
-`max_num_batched_tokens` tokens to close the gaps:
-
-1. Running requests first, in admission order: each gets `min(num_tokens − num_computed,
-   budget)` tokens (1 for a decoding request; a chunk for one still in prefill). Their slots
-   are allocated now; when the cache cannot supply a block (even after evicting free cached
-   blocks), the most recently admitted running request is preempted (recompute mode): its
-   blocks are freed, it goes to the front of the waiting queue and keeps its outputs, which
-   it must recompute with its prompt. If the request itself is the last one left, it is
-   preempted and the loop stops.
-2. Then, only if nobody was preempted in this step, waiting requests in FCFS order while
-   fewer than `max_num_seqs` run and budget remains: a prefix-cache lookup (at most
-   `(num_tokens − 1) // block_size` blocks: the last token is always computed) gives cached
-   tokens that skip compute, and the request gets `min(uncached, budget)` tokens (chunked
-   prefill). If its blocks do not fit, admission stops (head-of-line, no preemption).
-3. Allocating slots commits every block that the step fills with known tokens to the
-   prefix cache, generated tokens included, so blocks are shared from the step that
-   computes them.
-
-Prefix-cache counters follow vLLM's `PrefixCacheStats`: recorded at admission, queries in
-known tokens; first admissions feed `prefix_queries`/`prefix_hits` (the Prometheus
-`vllm:prefix_cache_*` counters), re-admissions after preemption the `preempted_*` pair.
-A re-admission's `Admission.prompt_tokens` is what it recomputes: prompt + outputs so far.
+Each request has `num_tokens` known and `num_computed` computed tokens (no separate prefill and
+decode phases); a step hands out `max_num_batched_tokens` tokens to close the gaps:
+1. Running requests first, in admission order, `min(num_tokens − num_computed, budget)` each;
+   when no block is left after evicting free cached ones, the last admitted running request is
+   preempted (recompute: blocks freed, outputs kept, to the waiting queue's front), down to itself.
+2. Then, only if nobody was preempted, waiting requests in FCFS order while fewer than
+   `max_num_seqs` run and budget remains: a prefix-cache lookup (at most `(num_tokens − 1) //
+   block_size` blocks) skips cached tokens, the rest gets `min(uncached, budget)` (chunked
+   prefill); a request whose blocks do not fit stops admission (head-of-line).
+3. Every block the step fills with known tokens, generated ones included, is committed to the
+   prefix cache as its slots are allocated, so blocks are shared from the step computing them.
+Prefix-cache counters follow vLLM's `PrefixCacheStats` (at admission, in known tokens; after a
+preemption in `preempted_*`, `Admission.prompt_tokens` then being prompt + outputs so far).
 """
 
 from __future__ import annotations

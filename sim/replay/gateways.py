@@ -1,22 +1,18 @@
 """Several gateways in one replay: each with its own routing state, shared or not.
 
-`kvgate sim --gateways N` puts N gateway replicas in front of the simulated fleet, as a
-deployment behind a load balancer would. Each is a `SimGateway`: its own routing stack
-(`scoring.stack.build_routing_stack`: scheduler, `PrefixIndex`, TTFT model, prefix feed)
-and its own counters per engine replica (`ReplicaView`: in-flight requests and pending
-prefill tokens, what `EndpointSnapshot` shows its scheduler). A lone gateway counts on the
-`SimReplica`s themselves, so one gateway replays exactly as before.
+`kvgate sim --gateways N` puts N gateways in front of the simulated fleet, as a deployment behind
+a load balancer would. Each `SimGateway` has its own routing stack
+(`scoring.stack.build_routing_stack`) and its own counters per replica (`ReplicaView`: in-flight
+requests and pending prefill, what its scheduler's `EndpointSnapshot`s show); a lone gateway
+counts on the `SimReplica`s themselves.
 
-Requests reach the gateways by `spread`:
-- `request` (default): round-robin by request, as a load balancer spreading requests (or
-  short-lived connections) does: every turn of a chat may land on any gateway;
-- `session`: every request of a session (a chat) goes to one gateway (a stable hash of the
-  session key; requests without one round-robin), as a sticky load balancer would.
+Requests reach the gateways by `spread`: `request` (default), round-robin by request, so any turn
+of a chat may land on any gateway; `session`, every request of a session on one gateway (a
+stable hash of the session key; requests without one round-robin), as a sticky load balancer.
 
-Their routing state is shared (`sim.replay.sharing`: each change reaches the others after
-a sync delay) or not: then each gateway learns only from its own dispatches and answers. The
-precise index is not a gateway's own: the engines' KV events feed it alike for every gateway
-(the replay keeps one, speculations included).
+Their routing state is shared (`sim.replay.sharing`, each change after a sync delay) or not (each
+learns from its own dispatches and answers). The precise index is one for all: the engines' KV
+events feed it alike for every gateway (speculations included).
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """Several gateways in one replay sharing their routing state, each change reaching the rest late.
 
-Each `SimGateway` has its own `Mirror` (`scoring.state.mirror`) over its own prefix index
-and TTFT model, as a live gateway does. A dispatch is the `Placement` a live gateway sends
-(the request's routing block hashes and block size, its predicted uncached prompt tokens;
-for a trace request without block ids, only the tokens), a first token the `TtftPoints` it
-taught; the load changes go beside them (`sim.replay.shared_load`), as live load reports
-do. Each change reaches every other gateway `delay_s` virtual seconds later, in order, as
-through Redis (at 0: at once), where `Mirror.apply` makes it. The mirrors' hooks:
-- a placement is recorded through the receiver's prefix feed, bounded by the replica's KV
-  size as known when it was made (every simulated gateway scrapes alike);
-- a placement that arrives late goes to `PrefixFeed.remote_dispatch`: the receiver's own
-  dispatches there since then waited for its prefill too (at 0 none is late);
+Each `SimGateway` has its own `Mirror` (`scoring.state.mirror`) over its own prefix index and TTFT
+model, as a live gateway does. A dispatch is the `Placement` a live gateway sends (routing block
+hashes and block size, predicted uncached prompt tokens; only the tokens for a trace request
+without block ids), a first token the `TtftPoints` it taught; load changes go beside them
+(`sim.replay.shared_load`). Each change reaches every other gateway `delay_s` virtual seconds
+later, in order (at 0: at once), where `Mirror.apply` makes it through the hooks:
+- a placement is recorded through the receiver's prefix feed, bounded by the replica's KV size
+  as known when it was made (every simulated gateway scrapes alike);
+- a late placement goes to `PrefixFeed.remote_dispatch` (at 0 none is late);
 - TTFT points teach the receiver's model when the models learn (`routing.ttft.learn`).
-The hooks take the time a change was made from its delivery, in virtual seconds, not from
-the events' `at_ms` (seconds → ms → seconds is not always the same float).
+The hooks take a change's time from its delivery, in virtual seconds, not from the events'
+`at_ms` (seconds → ms → seconds is not always the same float).
 """
 
 from __future__ import annotations

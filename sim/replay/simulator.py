@@ -1,46 +1,18 @@
 """The discrete-event replay: a trace, through the gateway's routing, onto simulated engines.
 
-One virtual clock and one event heap (`events`): trace arrivals, and per replica the start
-and end of its engine's steps or fast-forwarded decode runs (`replica`). Each arrival is
-routed by the routing stack `scoring.stack.build_routing_stack` builds from the same
-`routing:` section the gateway reads, with the same plugins, so the decision code is the
-gateway's own. What the scheduler sees is what a live gateway would see:
+One virtual clock and one event heap (`events`): trace arrivals, and each replica's steps or
+fast-forwarded decode runs (`replica`). Each arrival is routed by the stack
+`scoring.stack.build_routing_stack` builds from the gateway's `routing:` section, on what a live
+gateway would see: scraped metrics (stale after `stale_after_s`), its own in-flight counts and
+pending prefill, the prefix index and TTFT model its `PrefixFeed` feeds, and the precise index
+fed the engines' KV events late (`kv_feed`). `SimSettings.gateways` > 1 spreads requests over
+gateways (`gateways`, `sharing`); `oracle[:<profile>]` reads perfect signals; a `ClosedLoop`
+makes `users` users send each turn `think_s` after the last; a `ReplayObserver` sees every
+decision, first token and completion (docs/architecture.md, "The replay").
 
-- engine metrics from the last scrape (every `scrape_interval_s`, each replica at its own
-  phase), unknown once older than `stale_after_s` (`routing.types.metrics_fresh`, the rule
-  `health.pool` applies);
-- the gateway's own in-flight counts and pending prefill, updated at once;
-- the prefix index and TTFT model, fed at dispatch and first token by the gateway's own
-  `scoring.state.prefix_feed.PrefixFeed`;
-- for a profile that reads it, the precise index (`scoring.state.precise_index`), fed with the
-  engines' KV-cache events `kv_event_delay_s` after each step (`sim.replay.kv_feed`), and
-  speculated on at dispatch.
-
-With `SimSettings.gateways` > 1, requests are spread over that many gateways, each with its
-own routing stack and counters (`sim.replay.gateways`), their state shared after a delay
-(`sim.replay.sharing`) or not at all; one gateway is the gateway as it is.
-
-An optional `ReplayObserver` sees every decision (with each replica's last scrape), first
-token and completion: enough to drive the gateway's path through the same sequence.
-
-Policy `oracle` (or `oracle:<profile>`) runs a profile with perfect signals instead: metrics
-read at the decision instant and prefix matches from the engines' real KV caches (each
-engine first applies the decode steps it started by then, so the oracle reads the cache
-that stepping one step at a time would show). Perfect signals are not a better policy by
-themselves: the profile's weights still trade affinity against load.
-
-Tokens reach the gateway at the end of the step that makes them. A request reaches its
-engine at once, or, when the profile's API server takes `frontend_s` a request, after its
-turn in that server's queue (`EngineProfile.frontend`). A request's TTFT and latency run
-from its arrival at the gateway to its token's end of step, plus the profile's
-`request_overhead_s` and `SimSettings.gateway_overhead_s` (+ `gateway_overhead_token_s` a
-prompt token): time outside the engines that delays what the client sees but not the
-engines nor the gateway's counters.
-
-With a `ClosedLoop`, arrivals are not the trace's: `users` users take the chats in order,
-each sending a chat's next turn `think_s` after the previous turn's last token (a turn the
-engines reject counts as done at once) and the next chat once theirs is done, so the load
-follows the fleet's speed as a live closed loop's does.
+A request reaches its engine at once or after an API server's queue (`frontend_s`); its TTFT and
+latency run from its arrival at the gateway to its token's end of step, plus `request_overhead_s`
+and `gateway_overhead_s` (+ `gateway_overhead_token_s` a prompt token).
 """
 
 from __future__ import annotations
