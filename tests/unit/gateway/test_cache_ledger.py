@@ -16,6 +16,7 @@ from scoring.state.prefix_feed import PrefixFeed
 from scoring.state.prefix_hash import hash_blocks, prefix_seed
 from scoring.state.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
+from tests.support.state_sink import RecordingSink
 
 NOW = 1_000.0
 MESSAGES = [{"role": "user", "content": "tell me a story " * 100}]  # 1,606 bytes
@@ -139,31 +140,6 @@ def test_first_token_settles_once_and_feeds_the_model_only_with_a_ttft() -> None
     tracker.first_token(other, None)  # not streamed: no TTFT to learn from
     assert backend.pending_prefill_tokens == 0
     assert model.seen == [("a", streamed.work_tokens, 0.25)]
-
-
-class RecordingSink:
-    """The shared state's hooks, recorded (`gateway.cache_ledger.StateSink`)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    def placed(self, backend_id: str, request: RoutingRequest, uncached_tokens: int) -> None:
-        self.calls.append(("placed", backend_id))
-
-    def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None:
-        self.calls.append(("withdrawn", backend_id))
-
-    def evicted(self, backend_id: str, request: RoutingRequest, weight: int) -> None:
-        self.calls.append(("evicted", backend_id))
-
-    def forgotten(self, backend_id: str) -> None:
-        self.calls.append(("forgotten", backend_id))
-
-    def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None:
-        self.calls.append(("ttft", backend_id, ttft_s))
-
-    def load_changed(self) -> None:
-        self.calls.append(("load_changed",))
 
 
 def test_a_settled_prefill_is_told_to_the_other_gateways_at_once() -> None:

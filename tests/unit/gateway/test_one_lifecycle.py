@@ -27,7 +27,7 @@ from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.runtime import Runtime
 from routing.config.schema import parse_config
-from routing.types import RoutingRequest
+from tests.support.state_sink import RecordingSink
 
 MODEL = "m"
 PATH = "/v1/chat/completions"
@@ -44,31 +44,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Sink:
-    """The shared state's hooks, recorded in order (`gateway.cache_ledger.StateSink`)."""
-
-    def __init__(self) -> None:
-        self.told: list[tuple[Any, ...]] = []
-
-    def placed(self, backend_id: str, request: RoutingRequest, uncached_tokens: int) -> None:
-        self.told.append(("placed", backend_id, uncached_tokens))
-
-    def withdrawn(self, backend_id: str, request: RoutingRequest, start: int) -> None:
-        self.told.append(("withdrawn", backend_id, start))
-
-    def evicted(self, backend_id: str, request: RoutingRequest, weight: int) -> None:
-        self.told.append(("evicted", backend_id, weight))
-
-    def forgotten(self, backend_id: str) -> None:
-        self.told.append(("forgotten", backend_id))
-
-    def ttft(self, backend_id: str, work_tokens: float, ttft_s: float) -> None:
-        self.told.append(("ttft", backend_id, work_tokens, ttft_s))
-
-    def load_changed(self) -> None:
-        self.told.append(("load",))
 
 
 @dataclass(frozen=True)
@@ -99,7 +74,7 @@ REFUSED = Answer(503, "application/json", (b'{"error": {"message": "busy"}}',))
 BAD = Answer(400, "application/json", (b'{"error": {"message": "no"}}',))
 
 
-def _runtime(clock: Clock) -> tuple[Runtime, Sink]:
+def _runtime(clock: Clock) -> tuple[Runtime, RecordingSink]:
     raw = {
         "backends": [{"url": f"http://10.0.0.{i}:8000", "models": [MODEL]} for i in (1, 2)],
         "server": {"access_log": False},
@@ -107,7 +82,7 @@ def _runtime(clock: Clock) -> tuple[Runtime, Sink]:
     rt = build_runtime(parse_config(raw), clock=clock, rng=random.Random(7))
     for backend in rt.pool:
         backend.state.record_probe(True, 0.0)
-    sink = Sink()
+    sink = RecordingSink()
     rt.ledger.sink = sink
     return rt, sink
 
@@ -218,7 +193,7 @@ def _accounting(rt: Runtime) -> dict[str, Any]:
     ledger = rt.ledger
     return {
         "metrics": [line for line in page if not UNCOMPARED.search(line)],
-        "told": ledger.sink.told,  # type: ignore[union-attr]
+        "told": ledger.sink.calls,  # type: ignore[union-attr]
         "in_flight": [b.in_flight for b in rt.pool],
         "pending": [b.pending_prefill_tokens for b in rt.pool],
         "dispatched": [b.dispatched for b in rt.pool],
@@ -248,5 +223,5 @@ async def test_front_door_and_picker_account_alike(answer: Answer, stream: bool)
     picked = _accounting(_picker(body, answer, Clock()))
     assert front == picked
     assert front["in_flight"] == [0, 0] and front["pending"] == [0, 0]
-    assert front["told"][-1] == ("load",)  # the end is reported at once, on both paths
+    assert front["told"][-1] == ("load_changed",)  # the end is reported at once, on both paths
     assert any(line.startswith("kvgate_requests_total") for line in front["metrics"])
