@@ -50,7 +50,7 @@ TENANTS = 16
 WARM_ENTRIES = 400_000  # (block, replica) entries recorded before timing, at most
 TOKENS = (1_024, 8_192, 131_072)
 REPLICAS = (8, 64, 512)
-TARGET_US = 100.0  # issue 6: 8k tokens over 64 replicas, median
+TARGET_US = 100.0  # the target: median of 8k tokens over 64 replicas
 SCRAPE_EVERY = 25  # decisions between two rounds of new engine metrics (50 ms at 500/s)
 
 

@@ -177,7 +177,7 @@ class RequestRouter:
 
     def _policy(self, headers: Mapping[str, str]) -> str | None:
         # Off by default: a client that picks the profile can pin its requests to one
-        # backend past the load filters (issue 15).
+        # backend past the load filters.
         if not self._section.allow_policy_header:
             return None
         return headers.get(POLICY_HEADER) or None

@@ -79,7 +79,7 @@ class EventStream:
         # Listed before its first write, so the others already read it when it comes: a
         # stream listed only with its first entry is found by the others after their next
         # look at the list, up to a blocked read (250 ms) plus `list_every_s` later — and a
-        # gateway writes first when traffic starts, when it matters most (issue 17).
+        # gateway writes first when traffic starts, when it matters most (decision 0025).
         await self.link.attempt(self._register, self._timeout())
         while True:
             await outbox.wait()
