@@ -108,7 +108,7 @@ def _build(
     shared, peers = build_sharing(
         config, stack, pool, ledger,
         workers=workers,
-        own_metrics=lambda: metrics.page(pool, clock()),
+        own_metrics=lambda: runtime.metrics_page(),  # noqa: PLW0108 (built below)
         apply_admin=lambda op: operations.apply(op),  # noqa: PLW0108 (built below)
         clock=clock,
     )  # fmt: skip

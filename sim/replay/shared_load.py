@@ -1,10 +1,10 @@
-"""Several gateways' load, shared: their in-flight requests and queued prefill per replica.
+"""Simulated gateways' load, shared: their in-flight requests and queued prefill per replica.
 
-Live gateways send these counts as load reports (`gateway.state.load`), apart from the events
-their mirrors apply. Simulated gateways send every change of them (`LoadChange`: ±1 in flight
-on a dispatch or a completion, ± the request's predicted uncached prompt tokens on a dispatch
-or its first token), and `SharedLoad.apply` adds it to each other gateway's counters for that
-replica (`sim.replay.gateways.ReplicaView`), which its scheduler sees as the replica's load.
+Every change a gateway makes to these counts is a `LoadChange` (±1 in flight on a dispatch or a
+completion, ± the request's predicted uncached prompt tokens on a dispatch or its first token);
+`SharedLoad.apply` adds it to each other gateway's counters for that replica
+(`sim.replay.gateways.ReplicaView`), which its scheduler sees as the replica's load. These
+counts are not `Mirror` events: they go beside them (`sim.replay.sharing`).
 """
 
 from __future__ import annotations
