@@ -213,7 +213,7 @@ class Director:
             rec.ttft_s = ttft = now - rec.started
             self.metrics.ttft_by(rec.model or "", d.endpoint.id).observe(ttft)
             if d.leg == "decode":
-                self._transferred(d, now - d.at)
+                self._transferred(rec, d, now - d.at)
             else:
                 self.ledger.first_token(d, now - d.at)
         else:
@@ -279,11 +279,14 @@ class Director:
         d.endpoint.in_flight -= 1
         self.ledger.ended(d)
 
-    def _transferred(self, d: Attempt, seconds: float) -> None:
-        """A decode leg's first token: its blocks arrived; a point on the transfer line."""
+    def _transferred(self, rec: RequestRecord, d: Attempt, seconds: float) -> None:
+        """A decode leg's first token: its blocks arrived. A point on the transfer line when
+        the gateway ran P to its end first (vLLM's protocol; with SGLang's, or D's sidecar
+        running P, the time holds P's prefill too)."""
         self.ledger.first_token(d, None)
         self.metrics.pd_transfer_seconds.observe(seconds)
-        if (planner := self.router.planner) is not None:
+        planner = self.router.planner
+        if planner is not None and rec.prefill_usage is not None and not self._pd_pushes:
             planner.observe_transfer(d.moved_tokens, seconds)
 
     @property
