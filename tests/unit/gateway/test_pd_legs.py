@@ -14,7 +14,7 @@ from gateway.pd_legs import (
     vllm_prefill_body,
 )
 from health.pool import Backend, BackendSpec
-from health.state import HealthPolicy
+from health.state import HealthPolicy, HealthState
 
 
 def test_vllm_prefill_asks_one_whole_token_and_a_remote_decode() -> None:
@@ -47,7 +47,7 @@ def test_vllm_decode_gets_the_client_body_with_p_params_verbatim() -> None:
 
 
 def test_sglang_body_names_p_bootstrap_and_a_63_bit_room() -> None:
-    policy = HealthPolicy()
+    policy = HealthState(HealthPolicy())
     p = Backend(BackendSpec("http://10.0.0.7:30000", role="prefill", bootstrap_port=9000), policy)
     room = new_room(random.Random(1))
     assert 0 <= room < 2**63
