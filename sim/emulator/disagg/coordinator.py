@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -180,7 +181,8 @@ class Disaggregation:
         blocks = self._blocks_to_move(prompt, adapter)
         body = {"remote_engine_id": leg.remote_engine_id, "blocks": blocks}
         try:
-            r = await self._http().post(f"{leg.peer}/kvgate/pd/pull/{leg.key}", json=body)
+            url = f"{leg.peer}/kvgate/pd/pull/{quote(leg.key, safe='')}"
+            r = await self._http().post(url, json=body)
         except httpx.HTTPError as exc:
             log.warning(
                 "KV pull of %s from %s failed (%s): computing it here", leg.key, leg.peer, exc
