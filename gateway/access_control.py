@@ -88,9 +88,9 @@ class AccessControl:
             self.headers: HeaderPolicy = build_header_policy(
                 config.security, self.keys.enabled, environ
             )
+            self.admin = admin_access(config, environ)
         except ValueError as exc:
             raise ConfigError(f"security: {exc}") from None
-        self.admin = admin_access(config, environ)
         self.admin_port = config.server.admin_port
         # Admin on the API port: behind the admin key, else open unless client keys exist.
         self._admin_here = self.admin_port is None and (

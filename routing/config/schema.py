@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from routing.config.checks import check_backend_url, check_zmq_endpoint, duplicate_id_errors
+from routing.config.example_keys import check_not_example
 from routing.config.profiles import RoutingSection
 from routing.config.yaml_loader import load_yaml
 
@@ -194,7 +195,7 @@ class ApiKeyEntry(_Section):
     @field_validator("sha256")
     @classmethod
     def _lower_hex(cls, v: str) -> str:
-        return v.lower()
+        return check_not_example(v.lower())
 
 
 def check_unique_keys(keys: list[ApiKeyEntry]) -> list[ApiKeyEntry]:
@@ -234,6 +235,11 @@ class SecuritySection(_Section):
     forwarded_for: bool = Field(
         True, description="append the client address to X-Forwarded-For, set X-Forwarded-Proto"
     )
+
+    @field_validator("admin_key_sha256")
+    @classmethod
+    def _not_example(cls, v: str | None) -> str | None:
+        return None if v is None else check_not_example(v.lower())
 
     @model_validator(mode="after")
     def _unique(self) -> SecuritySection:
