@@ -55,8 +55,11 @@ class ServerSection(_Section):
     )
     body_timeout_s: float = Field(60.0, gt=0, description="the whole request body, once started")
     idle_timeout_s: float = Field(30.0, gt=0, description="keep-alive connection with no request")
-    max_connections: int = Field(
-        4096, gt=0, description="open client connections; more are closed on accept"
+    max_connections: int | None = Field(
+        None,
+        gt=0,
+        description="open client connections; more are closed on accept (null: what the "
+        "file-descriptor limit leaves beside upstream.max_connections)",
     )
     max_header_bytes: int = Field(
         65536, ge=1024, description="request line and headers; larger heads get 431"
