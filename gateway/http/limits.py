@@ -7,9 +7,8 @@
 - `idle_timeout_s`: an idle keep-alive connection is closed (uvicorn's `timeout_keep_alive`).
 - `max_header_bytes` / `max_headers`: the request line and headers, counted as they are parsed
   (and the raw bytes of a head still incomplete after each read) → 431, connection closed.
-- `max_connections`: a connection beyond it is closed on accept, before any byte is read, which
-  every client and proxy knows was not processed (docs/decisions/0009-front-door-hardening.md).
-  Unset, it is what the descriptor limit leaves (`connection_cap`).
+- `max_connections` (default: what the descriptor limit leaves, `connection_cap`): a connection
+  beyond it is closed on accept, before any byte is read (decision 0009).
 
 Timers (`loop.call_later`, one per connection at most) run only while a head or body is
 incomplete. Under uvicorn's stock protocol (`gateway.http.server`) only `idle_timeout_s` and
