@@ -7,8 +7,9 @@ answer's status, events and end, told to the director as the front door's proxy 
 `finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
 backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
 On a prefill/decode pool the destination is D; a split request also names P, for the decode
-pod's sidecar, in llm-d's header `x-prefiller-host-port`. The sidecar runs P before it asks D,
-so P's leg is over (settled and out of P's in-flight count) once D's answer starts.
+pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
+sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
+D's answer starts.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class Exchange:
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
         return out
+
+    def removed_headers(self) -> list[bytes]:
+        """Headers taken off the request: a client's own prefiller header when the request is
+        not split (only the picker names P to D's sidecar)."""
+        return [] if self.prefiller is not None else [PREFILLER_HEADER]
 
 
 class EndpointPicker:

@@ -6,7 +6,7 @@ replica (Envoy's per-host counts; the picker's per-backend counts) carrying
 `x-prefiller-host-port`, so that replica runs the prefill leg on the named P and pulls its KV
 (D's `external_kv_transfer` tokens, P's `local_compute` tokens); the picker counts the split,
 and P's in-flight count ends when D answers. With `--pd-mode conditional` a short prompt stays
-on D alone (no header: D computes it, no P is asked).
+on D alone (no header: D computes it, no P is asked), even when the client names a P itself.
 """
 
 from __future__ import annotations
@@ -192,3 +192,15 @@ def test_conditional_keeps_a_short_prompt_on_the_decoder(conditional: Stack, str
     assert epp.metric("kvgate_pd_decisions_total", path="local", why="cached") == local + 1
     assert epp.metric("kvgate_pd_decisions_total", path="split") == 0
     _wait_for(lambda: epp.metric("kvgate_in_flight_requests") == 0)
+
+
+def test_a_client_cannot_name_the_prefiller(conditional: Stack) -> None:
+    everyone = [*conditional.prefill, *conditional.decode]
+    before = _snapshot(everyone)
+    body = {"model": MODEL, "prompt": "a short one, P forced", "max_tokens": 3}
+    forced = {"x-prefiller-host-port": _address(conditional.prefill[0])}
+    r = httpx.post(conditional.base + COMPLETIONS, json=body, headers=forced, timeout=30.0)
+    assert r.status_code == 200, r.text
+    # Kept on D, the client's header dropped (by Envoy's config and the picker): no P asked.
+    assert sum(_grown(before, "external_kv_transfer").values()) == 0
+    assert sum(_grown(before, "local_compute")[p] for p in conditional.prefill) == 0

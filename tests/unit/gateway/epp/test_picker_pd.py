@@ -60,6 +60,7 @@ def test_a_split_request_goes_to_d_and_names_p_in_llm_d_header() -> None:
     ex = _pick(EndpointPicker(rt.director, max_fallbacks=0))
     assert ex.destination in (D1, D2)
     assert (PREFILLER_HEADER, P.encode()) in ex.request_headers()
+    assert ex.removed_headers() == []  # set, not removed
     assert ex.attempt is not None and ex.attempt.leg == "decode"
     assert _decisions(rt, "split", "mode_always") == 1
     assert _in_flight(rt) == {P: 1, ex.destination: 1, ({D1, D2} - {ex.destination}).pop(): 0}
@@ -117,6 +118,7 @@ def test_conditional_keeps_a_short_prompt_on_d_without_naming_p() -> None:
     ex = _pick(picker, content="hi")
     assert ex.destination in (D1, D2) and ex.prefill is None
     assert all(name != PREFILLER_HEADER for name, _ in ex.request_headers())
+    assert ex.removed_headers() == [PREFILLER_HEADER]  # only the picker names P
     assert ex.attempt is not None and ex.attempt.leg == "whole"
     assert _decisions(rt, "local", "cached") == 1
     assert _in_flight(rt)[P] == 0
