@@ -5,12 +5,14 @@ Shown through Envoy: with `--pd-mode always`, a request (whole or streamed) is s
 replica (Envoy's per-host counts; the picker's per-backend counts) carrying
 `x-prefiller-host-port`, so that replica runs the prefill leg on the named P and pulls its KV
 (D's `external_kv_transfer` tokens, P's `local_compute` tokens); the picker counts the split,
-and P's in-flight count ends when D answers. With `--pd-mode conditional` a short prompt stays
-on D alone (no header: D computes it, no P is asked), even when the client names a P itself.
+and P's in-flight count ends when D answers; the same through an `ORIGINAL_DST` cluster in
+BUFFERED mode. With `--pd-mode conditional` a short prompt stays on D alone (no header: D
+computes it, no P is asked), even when the client names a P itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -54,22 +56,40 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PDFleet]:
 
 @pytest.fixture(scope="module")
 def always(fleet: PDFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from _stack(fleet, "always", tmp_path_factory.mktemp("always"))
+    with _stack(fleet, "always", tmp_path_factory.mktemp("always")) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")
 def conditional(fleet: PDFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from _stack(fleet, "conditional", tmp_path_factory.mktemp("conditional"))
+    with _stack(fleet, "conditional", tmp_path_factory.mktemp("conditional")) as stack:
+        yield stack
 
 
-def _stack(fleet: PDFleet, mode: str, logs: Path) -> Iterator[Stack]:
+@contextlib.contextmanager
+def _stack(
+    fleet: PDFleet,
+    mode: str,
+    logs: Path,
+    config: Path | None = None,
+    *,
+    body_mode: str = "FULL_DUPLEX_STREAMED",
+    template: str = "envoy.yaml",
+) -> Iterator[Stack]:
+    """The picker in `mode` over the fleet, and Envoy in front."""
     prefill, decode = [u for u, _ in fleet.prefill], fleet.decode
     backends = [f"{u},role=prefill" for u in prefill] + [f"{u},role=decode" for u in decode]
     extra = ["--pd-protocol", "vllm", "--pd-mode", mode]
-    epp = start_epp(backends, logs / "epp.log", extra=extra)
+    epp = start_epp(backends, logs / "epp.log", config, extra=extra)
     with epp.proc:
-        envoy, base, admin = start_envoy([*prefill, *decode], epp.grpc_port, logs / "envoy.log")
-        with envoy:
+        proc, base, admin = start_envoy(
+            [*prefill, *decode],
+            epp.grpc_port,
+            logs / "envoy.log",
+            body_mode=body_mode,
+            template=template,
+        )
+        with proc:
             yield Stack(prefill, decode, epp, base, admin)
 
 
@@ -93,12 +113,12 @@ def _grown(before: dict[str, dict[str, float]], source: str) -> dict[str, float]
 
 
 def _envoy_requests(admin: str) -> dict[str, int]:
-    """Requests Envoy sent each host of its `pool` cluster (host:port → count)."""
+    """Requests Envoy sent each host of its upstream clusters (host:port → count)."""
     counts: dict[str, int] = {}
     for line in httpx.get(admin + "/clusters", timeout=5.0).text.splitlines():
         cluster, host, *rest = line.split("::")
-        if cluster == "pool" and rest[:1] == ["rq_total"]:
-            counts[host] = int(rest[1])
+        if cluster in ("pool", "picked") and rest[:1] == ["rq_total"]:
+            counts[host] = counts.get(host, 0) + int(rest[1])
     return counts
 
 
@@ -204,3 +224,22 @@ def test_a_client_cannot_name_the_prefiller(conditional: Stack) -> None:
     # Kept on D, the client's header dropped (by Envoy's config and the picker): no P asked.
     assert sum(_grown(before, "external_kv_transfer").values()) == 0
     assert sum(_grown(before, "local_compute")[p] for p in conditional.prefill) == 0
+
+
+def test_original_dst_cluster_in_buffered_mode_splits_too(fleet: PDFleet, tmp_path: Path) -> None:
+    config = tmp_path / "kvgate.yaml"
+    config.write_text("upstream: {max_attempts: 1}\n")  # the header holds one address
+    template = "envoy-original-dst.yaml"
+    with _stack(
+        fleet, "always", tmp_path, config, body_mode="BUFFERED", template=template
+    ) as stack:
+        everyone = [*stack.prefill, *stack.decode]
+        before, envoy_before = _snapshot(everyone), _envoy_requests(stack.admin)
+        body = {"model": MODEL, "prompt": _prompt(3), "max_tokens": 4}
+        r = httpx.post(stack.base + COMPLETIONS, json=body, timeout=30.0)
+        assert r.status_code == 200, r.text
+        prompt_tokens = r.json()["usage"]["prompt_tokens"]
+        d = _served_by_one_decoder(stack, envoy_before)
+        assert _grown(before, "external_kv_transfer")[d] == prompt_tokens
+        assert sum(_grown(before, "local_compute")[p] for p in stack.prefill) == prompt_tokens
+        assert stack.epp.metric("kvgate_pd_decisions_total", path="split") == 1
