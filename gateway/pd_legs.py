@@ -32,36 +32,22 @@ from gateway.tracing.spans import end_span
 from gateway.upstream import failure_detail, map_client_error
 from gateway.usage import Usage, parse_last_usage, usage_from
 from health.pool import Backend
+from routing.nixl_bodies import decode_request, prefill_request
 
 log = logging.getLogger(__name__)
 
 SGLANG_BOOTSTRAP_PORT = 8998  # SGLang's default
 MAX_PREFILL_ANSWER = 1 << 20  # one token's answer: far below this
-REMOTE_DECODE = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
-_ONE_TOKEN_DROP = ("stream_options", "min_tokens")
 
 
 def vllm_prefill_body(data: dict[str, Any]) -> bytes:
     """P's copy of the request: one token, whole, keep the KV for a remote decode."""
-    p = {k: v for k, v in data.items() if k not in _ONE_TOKEN_DROP}
-    p.update(stream=False, max_tokens=1, n=1, kv_transfer_params=dict(REMOTE_DECODE))
-    if "max_completion_tokens" in data:
-        p["max_completion_tokens"] = 1
-    return orjson.dumps(p)
+    return orjson.dumps(prefill_request(data))
 
 
 def vllm_decode_body(body: bytes, params: dict[str, Any]) -> bytes:
     """D's request: the client's body with P's `kv_transfer_params`, verbatim."""
-    data = orjson.loads(body)
-    data["kv_transfer_params"] = params
-    return orjson.dumps(data)
+    return orjson.dumps(decode_request(orjson.loads(body), params))
 
 
 def sglang_body(body: bytes, prefill: Backend, room: int) -> bytes:

@@ -72,15 +72,17 @@ def _set(key: str, value: str) -> base_pb2.HeaderValueOption:
 
 
 def _destination_mutation(
-    endpoints: str, new_length: int | None, extra: Sequence[tuple[bytes, bytes]] = ()
+    endpoints: str,
+    new_length: int | None,
+    extra: Sequence[tuple[bytes, bytes]],
+    remove: Sequence[bytes],
 ) -> pb.CommonResponse:
     headers = [_set(DESTINATION, endpoints)]
     if new_length is not None:  # the body is forwarded changed
         headers.append(_set("content-length", str(new_length)))
     headers.extend(_set(k.decode(), v.decode("latin-1")) for k, v in extra)
-    return pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=headers), clear_route_cache=True
-    )
+    mutation = pb.HeaderMutation(set_headers=headers, remove_headers=[k.decode() for k in remove])
+    return pb.CommonResponse(header_mutation=mutation, clear_route_cache=True)
 
 
 def _lb_metadata(endpoints: str) -> struct_pb2.Struct:
@@ -90,12 +92,15 @@ def _lb_metadata(endpoints: str) -> struct_pb2.Struct:
 
 
 def destination_on_headers(
-    endpoints: str, new_length: int | None, extra: Sequence[tuple[bytes, bytes]] = ()
+    endpoints: str,
+    new_length: int | None,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    remove: Sequence[bytes] = (),
 ) -> pb.ProcessingResponse:
     """The request-headers answer naming `endpoints` (full-duplex mode: sent once the body
     is in, which follows in `streamed_body`s of `new_length` bytes if that is given); `extra`
-    headers are set too (the trace context)."""
-    common = _destination_mutation(endpoints, new_length, extra)
+    headers are set too (the trace context, the prefiller), `remove` ones taken out."""
+    common = _destination_mutation(endpoints, new_length, extra, remove)
     return pb.ProcessingResponse(
         request_headers=pb.HeadersResponse(response=common),
         dynamic_metadata=_lb_metadata(endpoints),
@@ -103,13 +108,16 @@ def destination_on_headers(
 
 
 def destination_on_body(
-    endpoints: str, new_body: bytes | None, extra: Sequence[tuple[bytes, bytes]] = ()
+    endpoints: str,
+    new_body: bytes | None,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    remove: Sequence[bytes] = (),
 ) -> pb.ProcessingResponse:
     """The request-body answer naming `endpoints` (buffered mode: headers already answered,
     still held by the proxy until the body is answered), replacing the body if given;
-    `extra` headers are set too (the trace context)."""
+    `extra` headers are set too (the trace context, the prefiller), `remove` ones taken out."""
     length = None if new_body is None else len(new_body)
-    common = _destination_mutation(endpoints, length, extra)
+    common = _destination_mutation(endpoints, length, extra, remove)
     if new_body is not None:
         common.body_mutation.body = new_body
     return pb.ProcessingResponse(

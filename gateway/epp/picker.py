@@ -7,7 +7,9 @@ answer's status, events and end, told to the director as the front door's proxy 
 `finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
 backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
 On a prefill/decode pool the destination is D; a split request also names P, for the decode
-pod's sidecar, in llm-d's header `x-prefiller-host-port` (P's prefill settles at D's answer).
+pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
+sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
+D's answer starts.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Exchange:
     reader: UsageReader = field(default_factory=UsageTap)
     streamed: bool = False  # the answer is an event stream
     done: bool = False
-    prefill: Attempt | None = None  # a split request's prefill leg (run by D's sidecar)
+    prefill: Attempt | None = None  # a split request's prefill leg (run by D's sidecar) until over
     prefiller: str | None = None  # its host:port
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
@@ -52,6 +54,11 @@ class Exchange:
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
         return out
+
+    def removed_headers(self) -> list[bytes]:
+        """Headers taken off the request: a client's own prefiller header when the request is
+        not split (only the picker names P to D's sidecar)."""
+        return [] if self.prefiller is not None else [PREFILLER_HEADER]
 
 
 class EndpointPicker:
@@ -135,15 +142,18 @@ class EndpointPicker:
         if backend_id is None or backend_id == a.endpoint.id:
             return
         self._director.skipped(a)
-        ex.attempt = self._director.dispatch(rec, ex.route, self._pool.get(backend_id), 2)
+        backend = self._pool.get(backend_id)
+        ex.attempt = self._director.dispatch(rec, ex.route, backend, 2, leg=a.leg)
 
     def response_status(self, ex: Exchange, status: int, content_type: str = "") -> None:
         ex.status = status
         ex.streamed = content_type.startswith("text/event-stream")
         if ex.body is not None and status < 400 and ex.streamed:
             ex.reader = UsageEventFilter()  # the usage event we asked for is not relayed
-        if (p := ex.prefill) is not None:
-            self._director.settled(p)  # D answers after P's prefill (or without it)
+        if (p := ex.prefill) is not None:  # D answers after P's prefill (or without it)
+            ex.prefill = None
+            self._director.settled(p)
+            self._director.end(p)
         if (a := ex.attempt) is None:
             return
         self._director.answered(a, status)
@@ -175,8 +185,9 @@ class EndpointPicker:
             if answered:
                 self._director.completed(rec, a, ex.status, ex.reader.usage())
             self._director.end(a)
-        if ex.prefill is not None:
+        if ex.prefill is not None:  # cut before D answered
             self._director.end(ex.prefill)
+            ex.prefill = None
         rec.status = ex.status
         rec.client_gone = not answered
         self._director.finish(rec)

@@ -135,13 +135,13 @@ class RequestStream:
             log.exception("request %s: picking failed", request_id)
             return [msg.immediate_error(GatewayError("internal endpoint picker error"))]
         self.exchange = ex
-        trace = ex.request_headers()
+        extra, drop = ex.request_headers(), ex.removed_headers()
         if on_body:
-            return [msg.destination_on_body(ex.destination, ex.body, trace)]
+            return [msg.destination_on_body(ex.destination, ex.body, extra, drop)]
         new_length = None
         if self._request_duplex and ex.body is not None:
             body, new_length = ex.body, len(ex.body)
-        out = [msg.destination_on_headers(ex.destination, new_length, trace)]
+        out = [msg.destination_on_headers(ex.destination, new_length, extra, drop)]
         if self._request_duplex and body:
             out.append(msg.streamed_body(True, body, end))
         return out

@@ -25,11 +25,16 @@ EPILOG = """\
 examples:
   kvgate epp --backend http://10.0.0.5:8000 --backend http://10.0.0.6:8000
   kvgate epp --config kvgate.yaml --host 0.0.0.0
+  kvgate epp --backend http://10.0.0.5:8000,role=prefill \\
+             --backend http://10.0.0.6:8000,role=decode --pd-protocol vllm --pd-mode always
 
 Envoy (or a Gateway built on it) calls it over ext_proc for each request; it answers with
 header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
 metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
 Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
+On a prefill/decode pool (backends with role=prefill and role=decode) the destination is a
+decode backend, and a split request names its prefill backend in x-prefiller-host-port, for
+llm-d's routing sidecar in front of the decode engine (a client's own header is removed).
 deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a change
 seen by --watch-config) reloads the config file as for `kvgate serve`.
 """

@@ -5,13 +5,15 @@ tokens as `max_tokens` asks), queued in the replica's engine model and answered 
 arrive (SSE) or at the end (one JSON body). A client that disconnects aborts the request in
 the engine model, which frees its KV blocks, as vLLM does; a request that is one leg of a
 P/D pair first waits for the other side, and a prefill leg hands its blocks over before it
-answers (`sim.emulator.disagg.coordinator`). `X-Request-Id` becomes part of the request id.
+answers (`sim.emulator.disagg.coordinator`); one naming a prefiller in llm-d's header first
+runs that prefill leg (`disagg.sidecar`). `X-Request-Id` becomes part of the request id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -19,6 +21,7 @@ from sim.emulator import asgi
 from sim.emulator import openai_api as api
 from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.disagg.legs import LegKind
+from sim.emulator.disagg.sidecar import PREFILLER_HEADER
 from sim.emulator.replica import Generation, Replica
 from sim.engine.tokenizer import Tokenizer
 
@@ -60,12 +63,18 @@ class Completions:
         output = self._output_ids(prompt, n_out, req.seed)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         x_request_id = asgi.header(scope, b"x-request-id")
+        prefiller = self.pd.sidecar_prefiller(asgi.header(scope, PREFILLER_HEADER), data)
+        if prefiller is not None and not x_request_id:
+            x_request_id = str(uuid.uuid4())  # one id for both legs, as the sidecar sends
         if x_request_id:
             prefix = f"{prefix}-{x_request_id}"
         request_id = self.replica.new_request_id(prefix)
         conn = _Connection(receive, self.replica)
         answered = False
         try:
+            if prefiller is not None:  # llm-d's sidecar runs P first
+                leg = self.pd.sidecar_prefill(prefiller, scope["path"], data, x_request_id or "")
+                pd = self.pd.request(await conn.unless_gone(leg))
             external = 0
             if pd is not None:
                 external = await conn.unless_gone(self.pd.before_admit(pd, prompt, adapter))

@@ -1,6 +1,7 @@
 """P/D fleets of `kvgate emulate` (1 prefill + 1 decode replica), driven by hand as a router
-drives them: vLLM's NixlConnector flow (P, then D with P's kv_transfer_params) and SGLang's
-bootstrap flow (P and D at once, with the same bootstrap room)."""
+drives them: vLLM's NixlConnector flow (P, then D with P's kv_transfer_params), the same run by
+D itself for header `x-prefiller-host-port` (standing in for llm-d's routing sidecar), and
+SGLang's bootstrap flow (P and D at once, with the same bootstrap room)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.live.processes import PDFleet, start_pd_emulator
+from sim.live.processes import PDFleet, free_port, start_pd_emulator
 from sim.workloads import synth_text
 
 MODEL = "emu"
@@ -175,6 +176,40 @@ def test_vllm_unread_handoff_expires_and_decode_computes_the_prompt(vllm: PDFlee
     _wait(lambda: _handoffs(p_url)["held_blocks"] == 0, timeout_s=LEASE_S / SPEEDUP + 5)
     before = _sources(d_url)
     r = httpx.post(d_url + path, json={**body, "kv_transfer_params": params}, timeout=30)
+    _, prompt_tokens = _answer(r, stream=False)
+    delta = _delta(_sources(d_url), before)
+    assert delta["external_kv_transfer"] == 0.0
+    assert delta["local_compute"] == float(prompt_tokens)
+
+
+@pytest.mark.parametrize(("kind", "stream"), [("completion", False), ("chat", True)])
+def test_vllm_decode_named_a_prefiller_runs_its_prefill_leg_as_llm_d_sidecar(
+    vllm: PDFleet, kind: str, stream: bool
+) -> None:
+    (p_url, _), d_url = vllm.prefill[0], vllm.decode[0]
+    path, body = _body(kind, synth_text(random.Random(21 + stream), 180), stream)
+    p_before, d_before = _sources(p_url), _sources(d_url)
+    prefiller = {"x-prefiller-host-port": p_url.removeprefix("http://"), "X-Request-Id": "sc-1"}
+    r = httpx.post(d_url + path, json=body, headers=prefiller, timeout=30)
+    completion_tokens, prompt_tokens = _answer(r, stream)
+    assert completion_tokens == 6
+    # P computed the prompt; D received all of it over the link (a fresh prompt).
+    assert _delta(_sources(p_url), p_before)["local_compute"] == float(prompt_tokens)
+    assert _delta(_sources(d_url), d_before) == {
+        "local_compute": 0.0,
+        "local_cache_hit": 0.0,
+        "external_kv_transfer": float(prompt_tokens),
+    }
+    after = _handoffs(p_url)
+    assert after["held_blocks"] == 0 and after["handoffs"] == []
+
+
+def test_vllm_decode_whose_prefiller_fails_prefills_alone(vllm: PDFleet) -> None:
+    d_url = vllm.decode[0]
+    path, body = _body("completion", synth_text(random.Random(23), 120), stream=False)
+    before = _sources(d_url)
+    nobody = {"x-prefiller-host-port": f"127.0.0.1:{free_port()}"}
+    r = httpx.post(d_url + path, json=body, headers=nobody, timeout=30)
     _, prompt_tokens = _answer(r, stream=False)
     delta = _delta(_sources(d_url), before)
     assert delta["external_kv_transfer"] == 0.0

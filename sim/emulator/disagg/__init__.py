@@ -5,5 +5,6 @@ speaks one protocol: `vllm` (NixlConnector: P holds a prefill's blocks under a l
 them over HTTP) or `sglang` (bootstrap: P and D get the same request, D joins P's room on
 P's bootstrap port and P pushes the KV). `settings` names them, `handoffs` keeps P's held
 prefills, `legs` reads a request's part in a P/D pair, `coordinator` plays it on a replica,
-`bootstrap` serves P's bootstrap port. How it works: docs/emulator.md.
+`bootstrap` serves P's bootstrap port, `sidecar` stands in for llm-d's routing sidecar on a
+vLLM decode replica. How it works: docs/emulator.md.
 """

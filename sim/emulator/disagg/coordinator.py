@@ -31,6 +31,7 @@ from sim.emulator import openai_api as api
 from sim.emulator.disagg.handoffs import Handoff, Handoffs
 from sim.emulator.disagg.legs import Leg, LegKind, parse_leg
 from sim.emulator.disagg.settings import PDSettings
+from sim.emulator.disagg.sidecar import prefill_remotely, prefiller_of
 from sim.emulator.replica import Generation, Replica
 from sim.engine.kv_transfer import blocks_to_move
 
@@ -67,6 +68,17 @@ class Disaggregation:
         """The request's P/D part (None: a plain request); ApiError 400 if malformed."""
         leg = parse_leg(data, self.settings)
         return None if leg is None else PDRequest(leg)
+
+    def sidecar_prefiller(self, header: str | None, data: dict[str, Any]) -> str | None:
+        """Where this replica's stand-in for llm-d's sidecar runs the request's prefill leg
+        first (`header`: llm-d's, naming P); None: nowhere (see `sidecar`)."""
+        return prefiller_of(self.settings, header, data)
+
+    async def sidecar_prefill(
+        self, prefiller: str, path: str, data: dict[str, Any], request_id: str
+    ) -> dict[str, Any]:
+        """The prefill leg on `prefiller` as llm-d's sidecar runs it; the body to serve."""
+        return await prefill_remotely(self._http(), prefiller, path, data, request_id)
 
     async def close(self) -> None:
         self.handoffs.close_all()

@@ -100,6 +100,22 @@ def test_buffered_continues_the_headers_and_names_the_endpoint_on_the_body() -> 
     assert _destination(answer, "request_body").count(",") == 1
 
 
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_client_own_prefiller_header_is_removed(duplex: bool) -> None:
+    stream = _stream(_app())
+    headers = _headers(**{"x-prefiller-host-port": "10.9.9.9:80"})
+    if duplex:
+        stream.handle(_duplex(headers))
+        answer, _ = stream.handle(_body(BODY))
+    else:
+        stream.handle(headers)
+        [answer] = stream.handle(_body(BODY))
+    kind = "request_headers" if duplex else "request_body"
+    mutation = getattr(answer, kind).response.header_mutation
+    assert list(mutation.remove_headers) == ["x-prefiller-host-port"]
+    assert [o.header.key for o in mutation.set_headers] == [msg.DESTINATION]
+
+
 def test_the_subset_hint_limits_the_choice() -> None:
     stream = _stream(_app(backends=3))
     req = _body(BODY)
