@@ -39,8 +39,11 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Expect: the gateway has the whole body already, so the backend has nothing to wait for.
+# x-prefiller-host-port: only kvgate names a P to a decode sidecar, never the client.
 _REQUEST_DROP = frozenset(
-    n.encode() for n in HOP_BY_HOP | {"host", "content-length", "x-request-id", "expect"}
+    n.encode()
+    for n in HOP_BY_HOP
+    | {"host", "content-length", "x-request-id", "expect", "x-prefiller-host-port"}
 )
 # With tracing on, the caller's trace context is replaced by kvgate's (its span as parent).
 _TRACED_REQUEST_DROP = _REQUEST_DROP | {b"traceparent", b"tracestate"}

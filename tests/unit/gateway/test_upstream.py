@@ -190,3 +190,8 @@ def test_the_callers_trace_context_passes_unless_tracing_replaces_it() -> None:
     assert (b"traceparent", b"00-ab-cd-01") in plain and (b"tracestate", b"k=v") in plain
     traced = request_headers(raw, "r1", traced=True)
     assert [k for k, _ in traced] == [b"accept", b"x-request-id"]
+
+
+def test_a_client_cannot_name_a_prefiller_for_a_sidecar_behind_the_gateway() -> None:
+    raw = [(b"x-prefiller-host-port", b"evil:80"), (b"accept", b"*/*")]
+    assert request_headers(raw, "rid") == [(b"accept", b"*/*"), (b"x-request-id", b"rid")]
