@@ -64,6 +64,8 @@ def log_request(rec: RequestRecord, now: float) -> None:
         "ttft_s": None if rec.ttft_s is None else round(rec.ttft_s, 6),
         "duration_s": round(now - rec.started, 6),
     }
+    if rec.prefill_backend:
+        line["prefill_backend"] = rec.prefill_backend
     if rec.error:
         line["error"] = clip(rec.error)
     access_log.info("%s", LogFields("request", line))  # json: the fields on the line itself

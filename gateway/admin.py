@@ -220,5 +220,24 @@ def explain(router: RequestRouter, route: Route, now: float) -> dict[str, Any]:
             "reason": route.reason,  # why the target won: scoring.decision_reason
             "ranked": list(route.decision.ranked),
         },
+        "disaggregation": _pd(route),
         "endpoints": endpoints,
+    }
+
+
+def _pd(route: Route) -> dict[str, Any] | None:
+    """On a prefill/decode pool: the pair, and why the request is split or not (None else)."""
+    pd = route.pd
+    if pd is None:
+        return None
+    prefill = pd.prefill
+    return {
+        "split": pd.split,
+        "why": pd.why,  # scoring.pd.planner.WHYS
+        "decode": pd.decode.target,
+        "prefill": prefill.target if prefill is not None else None,
+        "prefill_ranked": list(prefill.ranked) if prefill is not None else [],
+        "uncached_tokens_on_decode": pd.uncached_on_decode,
+        "moved_tokens": pd.moved_tokens if pd.split else 0,
+        "predicted_ttft_s": {"decode_alone": pd.local_ttft_s, "split": pd.split_ttft_s},
     }

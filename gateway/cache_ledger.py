@@ -117,12 +117,25 @@ class CacheLedger:
         hashes = hash_blocks(data, prefix_seed(req.model, req.cache_salt), block_chars)
         return hashes, int(len(data) / self.feed.chars_per_token)
 
-    def dispatch(self, backend: Backend, request: RoutingRequest, now: float) -> Dispatch[Backend]:
-        """`request` goes to `backend`: count its predicted prefill there, teach the index."""
+    def dispatch(
+        self,
+        backend: Backend,
+        request: RoutingRequest,
+        now: float,
+        *,
+        leg: str = "whole",
+        record: bool = True,
+    ) -> Dispatch[Backend]:
+        """`request` goes to `backend`: count its predicted prefill there, teach the index
+        (a P/D leg: `PrefixFeed.dispatch`)."""
         kv = backend_kv_tokens(backend)
-        d = self.feed.dispatch(backend, request, now, kv, backend.remote_pending_prefill_tokens)
+        queued = backend.remote_pending_prefill_tokens
+        d = self.feed.dispatch(backend, request, now, kv, queued, leg=leg, record=record)
         if self.sink is not None:
-            self.sink.placed(backend.id, request, d.uncached_tokens)
+            if record:
+                self.sink.placed(backend.id, request, d.uncached_tokens)
+            else:
+                self.sink.load_changed()
         size = self.precise.block_size(backend.id)
         if size is not None and request.prompt_tokens > 0:
             keys = request.keys_for(size)

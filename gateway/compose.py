@@ -40,6 +40,7 @@ from gateway.tracing.setup import build_tracing
 from health.pool import BackendPool
 from routing.config.schema import ConfigError, GatewayConfig
 from routing.registry import PluginError
+from scoring.pd.planner import PdPlanner, new_link_model
 from scoring.stack import build_routing_stack, build_scheduler
 
 if TYPE_CHECKING:
@@ -113,7 +114,13 @@ def _build(
         clock=clock,
     )  # fmt: skip
     metrics.registry.register(SharedStateCollector(shared))
-    router = RequestRouter(pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h))
+    planner = PdPlanner(
+        config.disaggregation, stack.index, stack.ttft_model,
+        new_link_model(config.disaggregation), config.routing.prefix.chars_per_token,
+    )  # fmt: skip
+    router = RequestRouter(
+        pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h), planner=planner
+    )
     recorder = recorder_for(config, clock)
     tracing = build_tracing(os.environ)  # OTEL_TRACES_EXPORTER=otlp; None: off, free
     director = Director(

@@ -9,6 +9,10 @@ failure), `broke` (the answer broke midway), `overloaded` (no upstream slot: wit
 fault), `skipped` (the proxy used another endpoint). `end` takes the attempt's in-flight count
 back and tells the shared state at once. Transports never touch the index, the counts, passive
 health, metrics, the trace, the access log or the recorder themselves.
+
+A split P/D request's legs are attempts too: `dispatch(leg="prefill")` then `prefilled` (P's
+TTFT point and cache check) or `prefill_failed`; the decode leg's first token teaches the
+transfer line, not D's TTFT line.
 """
 
 from __future__ import annotations
@@ -128,6 +132,8 @@ class Director:
             trace.routed(route.decision, len(route.request.prefix_hashes))
         rec.policy, rec.session = route.decision.profile, route.request.session_key
         self.metrics.count_decision(route.decision, route.reason, route.seconds)
+        if (pd := route.pd) is not None:
+            self.metrics.pd_decisions.labels("split" if pd.split else "local", pd.why).inc()
         return route
 
     def finish(self, rec: RequestRecord) -> None:
@@ -160,13 +166,27 @@ class Director:
 
     # -- one attempt -------------------------------------------------------------------
     def dispatch(
-        self, rec: RequestRecord, route: Route, backend: Backend, attempt: int = 1
+        self,
+        rec: RequestRecord,
+        route: Route,
+        backend: Backend,
+        attempt: int = 1,
+        *,
+        leg: str = "whole",
     ) -> Attempt:
         """`route`'s request goes to `backend`: counted in flight there, its prompt's blocks
-        placed and its predicted prefill queued."""
-        d = self.ledger.dispatch(backend, route.request, self.clock())
+        placed and its predicted prefill queued (`leg`: a split request's `prefill` or
+        `decode` leg; the decode leg queues no prefill, and an SGLang decode-only backend
+        keeps no prefix cache)."""
+        record = leg != "decode" or not self._pd_pushes or backend.spec.role != "decode"
+        d = self.ledger.dispatch(backend, route.request, self.clock(), leg=leg, record=record)
         backend.in_flight += 1
         backend.dispatched += 1
+        if leg == "prefill":
+            rec.prefill_backend = backend.id
+            return d
+        if leg == "decode" and route.pd is not None:
+            d.moved_tokens = route.pd.moved_tokens
         rec.backend, rec.attempts = backend.id, attempt
         if (trace := rec.trace) is not None and backend.id == route.decision.target:
             trace.matched_blocks = d.matched
@@ -192,15 +212,39 @@ class Director:
         if last is None:
             rec.ttft_s = ttft = now - rec.started
             self.metrics.ttft_by(rec.model or "", d.endpoint.id).observe(ttft)
-            self.ledger.first_token(d, now - d.at)
+            if d.leg == "decode":
+                self._transferred(rec, d, now - d.at)
+            else:
+                self.ledger.first_token(d, now - d.at)
         else:
             self.metrics.itl_by(rec.model or "", d.endpoint.id).observe(now - last)
         rec.last_event = now
 
+    def prefilled(self, rec: RequestRecord, d: Attempt, usage: Usage | None) -> None:
+        """A split request's prefill backend answered whole: its time is the prefill's
+        (a TTFT point on its line), its cached tokens the request's real cache hit."""
+        self.ledger.first_token(d, self.clock() - d.at)
+        rec.prefill_usage = usage
+        if usage is not None and usage.prompt_tokens is not None:
+            check = self.ledger.observe(d, usage)
+            if check is not None:
+                self.metrics.count_cache_check(d.endpoint.id, usage.prompt_tokens, check)
+        d.endpoint.state.record_upstream_success()
+
+    def prefill_failed(self, rec: RequestRecord, d: Attempt) -> None:
+        """The prefill leg gave nothing usable: the decode backend prefills alone."""
+        self.metrics.pd_fallbacks.labels(d.endpoint.id).inc()
+        rec.prefill_backend = None
+
     def completed(self, rec: RequestRecord, d: Attempt, status: int, usage: Usage | None) -> None:
         """The whole answer was relayed: grade the index's prediction against the cached
-        tokens it reported; a passive success unless it was a 502/503/504."""
+        tokens it reported; a passive success unless it was a 502/503/504. A decode leg's
+        cached tokens are what it received, not a cache hit: not graded."""
         rec.usage = usage
+        if d.leg == "decode":
+            if status not in FAILURE_STATUSES:
+                d.endpoint.state.record_upstream_success()
+            return
         if status < 400 and usage is not None and usage.prompt_tokens is not None:
             check = self.ledger.observe(d, usage)
             if check is not None:
@@ -234,6 +278,22 @@ class Director:
         yet, and the shared state told that the load changed."""
         d.endpoint.in_flight -= 1
         self.ledger.ended(d)
+
+    def _transferred(self, rec: RequestRecord, d: Attempt, seconds: float) -> None:
+        """A decode leg's first token: its blocks arrived. A point on the transfer line when
+        the gateway ran P to its end first (vLLM's protocol; with SGLang's, or D's sidecar
+        running P, the time holds P's prefill too)."""
+        self.ledger.first_token(d, None)
+        self.metrics.pd_transfer_seconds.observe(seconds)
+        planner = self.router.planner
+        if planner is not None and rec.prefill_usage is not None and not self._pd_pushes:
+            planner.observe_transfer(d.moved_tokens, seconds)
+
+    @property
+    def _pd_pushes(self) -> bool:
+        """The pool's P/D protocol is SGLang's (decode backends keep no prefix cache)."""
+        planner = self.router.planner
+        return planner is not None and planner.section.protocol == "sglang"
 
     def _record_failure(self, backend: Backend, message: str) -> None:
         if backend.state.record_upstream_failure(self.pool.now(), message):

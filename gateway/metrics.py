@@ -205,6 +205,28 @@ class GatewayMetrics:
             registry=r,
         )
 
+        # Prefill/decode pools: how each request was placed, and the prefill legs that failed.
+        self.pd_decisions = Counter(
+            "kvgate_pd_decisions_total",
+            "P/D placements: split (through a prefill backend) or local (D alone), and why "
+            "(scoring.pd.planner WHYS)",
+            ["path", "why"],
+            registry=r,
+        )
+        self.pd_fallbacks = Counter(
+            "kvgate_pd_prefill_fallbacks_total",
+            "Split requests whose prefill leg failed, so the decode backend prefilled alone",
+            ["backend"],
+            registry=r,
+        )
+        self.pd_transfer_seconds = Histogram(
+            "kvgate_pd_decode_first_token_seconds",
+            "Split requests: from sending the decode leg to its first token (handoff, KV "
+            "transfer and D's first step)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+
         bound = self.model_label if models is not None else None
         self.requests_by = Children(self.requests, bound)
         self.duration_by = Children(self.duration, bound)

@@ -62,7 +62,10 @@ class PodBackends:
             await client.aclose()
 
     def _endpoints(self, endpoints: frozenset[Endpoint]) -> None:
-        specs = {e: BackendSpec(url=e.url, engine=e.engine) for e in endpoints}
+        specs = {
+            e: BackendSpec(url=e.url, engine=e.engine, role=e.role, bootstrap_port=e.bootstrap_port)
+            for e in endpoints
+        }
         kv = {s.id: source_settings(e.kv_events) for e, s in specs.items() if e.kv_events}
         self.apply(specs.values(), kv)
 

@@ -8,11 +8,18 @@ stream that breaks midway ends, on an event boundary, with an SSE error event. A
 chat or completions request whose client did not ask for usage is forwarded asking for it, and
 the usage event this adds is left out of what the client receives. Every step of an attempt
 is accounted by the `Director`.
+
+A split prefill/decode request (`Route.prefill`) first runs its prefill leg
+(`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
+backends as the decode leg, and the client's `cached_tokens` is P's, the real cache hit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import random
+import re
+from dataclasses import dataclass, replace
 
 from gateway.asgi import Send
 from gateway.director import Attempt, Director
@@ -21,6 +28,7 @@ from gateway.header_policy import HeaderPolicy
 from gateway.http.client import UpstreamClient, UpstreamResponse
 from gateway.http.http1 import HttpClientError, PoolTimeout
 from gateway.output_tokens import OutputTokenCounter
+from gateway.pd_legs import PrefillLeg, new_room, sglang_body
 from gateway.request_record import RequestRecord
 from gateway.retry_budget import RetryBudget
 from gateway.router import Route
@@ -36,6 +44,7 @@ from gateway.upstream import (
 )
 from gateway.usage import (
     STREAM_USAGE_APIS,
+    Usage,
     UsageEventFilter,
     UsageReader,
     UsageTap,
@@ -43,6 +52,8 @@ from gateway.usage import (
 )
 
 _RETRY_STATUSES = frozenset({502, 503})
+_CACHED = re.compile(rb'("cached_tokens"\s*:\s*)(null|\d+)')
+PREFILL_GRACE_S = 5.0  # SGLang: how long P's answer may trail D's before it is cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,7 @@ class Proxy:
         first_byte: FirstByteTimeouts | None = None,
         budget: RetryBudget | None = None,
         headers: HeaderPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._director = director
         self._pool = director.pool
@@ -83,6 +95,11 @@ class Proxy:
         self._max_attempts = max_attempts
         self._first_byte = first_byte or FirstByteTimeouts()
         self._budget = budget
+        self._rng = rng or random.Random()
+        planner = director.router.planner
+        self._pd_protocol = planner.section.protocol if planner is not None else "vllm"
+        timeout = planner.section.prefill_timeout_s if planner is not None else 60.0
+        self._prefill = PrefillLeg(director, client, timeout)
 
     async def forward(
         self,
@@ -111,6 +128,47 @@ class Proxy:
         out = _Outgoing(target, headers, body, fb.stream if route.request.stream else fb.non_stream)
         if self._budget is not None:
             self._budget.record_request()
+        leg, prefill_task = "whole", None
+        if route.prefill is not None:
+            out, leg, prefill_task = await self._split(route, rec, out)
+        try:
+            await self._attempts(route, attempts, out, send, rec, strip_usage=strip_usage, leg=leg)
+        except BaseException:
+            if prefill_task is not None:
+                prefill_task.cancel()  # the client left or every attempt failed: abort P
+            raise
+        if prefill_task is not None:
+            await _settle(prefill_task)
+
+    async def _split(
+        self, route: Route, rec: RequestRecord, out: _Outgoing
+    ) -> tuple[_Outgoing, str, asyncio.Task[None] | None]:
+        """Start the prefill leg: what the decode backends get, and their leg (`whole` when
+        P failed and D prefills alone), plus SGLang's running P leg."""
+        if self._pd_protocol == "vllm":
+            body = await self._prefill.vllm(route, rec, out.target, out.headers, out.body)
+            if body is None:
+                return out, "whole", None
+            return replace(out, body=body), "decode", None
+        prefill = self._pool.find(route.prefill or "")
+        if prefill is None:
+            return out, "whole", None
+        body = sglang_body(out.body, prefill, new_room(self._rng))
+        task = asyncio.create_task(self._prefill.sglang(route, rec, out.target, out.headers, body))
+        return replace(out, body=body), "decode", task
+
+    async def _attempts(
+        self,
+        route: Route,
+        attempts: tuple[str, ...],
+        out: _Outgoing,
+        send: Send,
+        rec: RequestRecord,
+        *,
+        strip_usage: bool,
+        leg: str,
+    ) -> None:
+        trace = rec.trace
         director = self._director
         last_error: GatewayError | None = None
         for i, backend_id in enumerate(attempts):
@@ -118,7 +176,7 @@ class Proxy:
             if backend is None or (i and backend.draining):  # left or drained since then
                 continue
             more = i + 1 < len(attempts)
-            attempt = director.dispatch(rec, route, backend, i + 1)
+            attempt = director.dispatch(rec, route, backend, i + 1, leg=leg)
             span = None
             if trace is not None:
                 span = trace.upstream(backend_id, backend.spec.url, i + 1)
@@ -211,14 +269,15 @@ class Proxy:
         extra = [(b"x-request-id", rec.request_id.encode())]
         if (tag := self._headers.backend_tag(backend.id)) is not None:
             extra.append((b"x-kvgate-backend", tag))
+            if attempt.leg == "decode" and rec.prefill_backend is not None:
+                p_tag = self._headers.backend_tag(rec.prefill_backend)
+                extra.append((b"x-kvgate-prefill-backend", p_tag or b""))
         rec.status = resp.status_code
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status_code,
-                "headers": response_headers(resp.headers, extra),
-            }
-        )
+        patch = _CachedPatch.of(attempt, rec, is_sse)
+        headers = response_headers(resp.headers, extra)
+        if patch is not None and not is_sse:  # the patched body's length may differ
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+        await send({"type": "http.response.start", "status": resp.status_code, "headers": headers})
         if not is_sse:
             self._director.settled(attempt)
         counter = OutputTokenCounter(is_sse) if self._count_output else None
@@ -226,8 +285,9 @@ class Proxy:
         aligner = EventAligner() if is_sse else None
         try:
             await self._relay_body(
-                attempt, resp, send, rec, aligner=aligner, reader=reader, counter=counter
-            )
+                attempt, resp, send, rec, aligner=aligner, reader=reader, counter=counter,
+                patch=patch,
+            )  # fmt: skip
         except HttpClientError as exc:
             err = map_client_error(exc)
             self._director.broke(attempt, err, failure_detail(exc, backend.id))
@@ -238,6 +298,8 @@ class Proxy:
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return
         usage = reader.usage()
+        if patch is not None and usage is not None:
+            usage = Usage(usage.prompt_tokens, patch.cached, usage.completion_tokens)
         if counter is not None:
             rec.output_tokens = counter.output_tokens(usage)
         self._director.completed(rec, attempt, resp.status_code, usage)
@@ -252,9 +314,11 @@ class Proxy:
         aligner: EventAligner | None,
         reader: UsageReader,
         counter: OutputTokenCounter | None,
+        patch: _CachedPatch | None = None,
     ) -> None:
         """Relay the body as it arrives (what `reader` lets through; an event stream in whole
-        events), each SSE data event told to the director (TTFT, inter-token latency)."""
+        events), each SSE data event told to the director (TTFT, inter-token latency); with
+        `patch`, the usage's cached tokens replaced (a whole answer then relayed at its end)."""
         director = self._director
         ended = False
         async for data in resp.aiter_raw():
@@ -268,6 +332,8 @@ class Proxy:
                 chunk = aligner.feed(chunk)
                 if ended:
                     chunk += aligner.finish()
+            if patch is not None:
+                chunk = patch.feed(chunk, ended)
             if not ended and not chunk:
                 continue  # held back, or the usage event taken out
             if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
@@ -278,7 +344,48 @@ class Proxy:
             rest = reader.finish()
             if aligner is not None:
                 rest = aligner.feed(rest) + aligner.finish()
+            if patch is not None:
+                rest = patch.feed(rest, True)
             await send({"type": "http.response.body", "body": rest, "more_body": False})
+
+
+class _CachedPatch:
+    """A split request's answer with P's cached prompt tokens in its usage: D's count is the
+    blocks it received, not a cache hit. Events are patched as they pass; a whole answer is
+    held to its end (one token's relay time, the answer being whole anyway)."""
+
+    __slots__ = ("_held", "_sse", "cached")
+
+    def __init__(self, cached: int, sse: bool) -> None:
+        self.cached = cached
+        self._sse = sse
+        self._held = bytearray()
+
+    @classmethod
+    def of(cls, attempt: Attempt, rec: RequestRecord, sse: bool) -> _CachedPatch | None:
+        usage = rec.prefill_usage
+        if attempt.leg != "decode" or usage is None or usage.cached_tokens is None:
+            return None
+        return cls(usage.cached_tokens, sse)
+
+    def feed(self, chunk: bytes, ended: bool) -> bytes:
+        if not self._sse:
+            self._held += chunk
+            if not ended:
+                return b""
+            chunk, self._held = bytes(self._held), bytearray()
+        if b'"cached_tokens"' not in chunk:
+            return chunk
+        return _CACHED.sub(lambda m: m.group(1) + str(self.cached).encode(), chunk)
+
+
+async def _settle(task: asyncio.Task[None]) -> None:
+    """Let a concurrent prefill leg finish for a moment, then cancel it."""
+    if not task.done():
+        try:
+            await asyncio.wait({task}, timeout=PREFILL_GRACE_S)
+        finally:
+            task.cancel()
 
 
 def _error_obj(err: GatewayError) -> dict[str, str]:

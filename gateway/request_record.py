@@ -35,3 +35,5 @@ class RequestRecord:
     request: InferenceRequest | None = None  # the parsed body, once read
     session: str | None = None  # its session key, once routed (the recorder's)
     last_event: float | None = None  # when its last streamed event came (inter-token latency)
+    prefill_backend: str | None = None  # a split P/D request: the prefill leg's backend
+    prefill_usage: Usage | None = None  # and what that leg reported (the real cache hit)

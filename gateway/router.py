@@ -29,6 +29,7 @@ from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
+from scoring.pd.planner import PdPlan, PdPlanner
 
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
@@ -43,6 +44,13 @@ class Route:
     excluded: Mapping[str, str]  # backend id → why it was not a candidate
     reason: str = "other"  # why the target won (scoring.decision_reason)
     seconds: float = 0.0  # how long the decision took
+    pd: PdPlan | None = None  # on a prefill/decode pool: the pair (`decision` is D's)
+
+    @property
+    def prefill(self) -> str | None:
+        """The prefill backend's id when the request is split, else None."""
+        pd = self.pd
+        return pd.prefill.target if pd is not None and pd.prefill is not None else None
 
 
 class RequestRouter:
@@ -53,7 +61,10 @@ class RequestRouter:
         section: RoutingSection,
         ledger: CacheLedger,
         probe_readmit_s: float = 1.0,
+        *,
+        planner: PdPlanner | None = None,
     ) -> None:
+        self.planner = planner  # prefill/decode placement, used once a prefill backend joins
         self._probe_readmit_s = probe_readmit_s
         self._pool = pool
         self._scheduler = scheduler
@@ -149,8 +160,16 @@ class RequestRouter:
         *,
         started: float,
     ) -> Route:
+        pd: PdPlan | None = None
         try:
-            decision = self._scheduler.schedule(rreq, candidates, profile=policy)
+            if self.planner is not None and any(e.role == "prefill" for e in endpoints):
+                scheduler = self._scheduler
+                pd = self.planner.plan(
+                    rreq, candidates, lambda r, es: scheduler.schedule(r, es, profile=policy)
+                )
+                decision = pd.decode
+            else:
+                decision = self._scheduler.schedule(rreq, candidates, profile=policy)
         except UnknownProfileError:
             known = ", ".join(sorted(self._scheduler.profiles))
             raise UnknownPolicyError(
@@ -161,7 +180,7 @@ class RequestRouter:
         profile = self._scheduler.profiles[decision.profile]
         reason = self._reasons.reason(decision, profile, rreq, len(candidates))
         seconds = time.perf_counter() - started
-        return Route(rreq, decision, endpoints, MappingProxyType(excluded), reason, seconds)
+        return Route(rreq, decision, endpoints, MappingProxyType(excluded), reason, seconds, pd)
 
     def _retry_after(self, endpoints: Collection[EndpointSnapshot]) -> int:
         """Whole seconds until one of `endpoints` may be healthy again (see the docstring)."""

@@ -35,7 +35,12 @@ CHECK_EVERY_S = 0.05
 
 def backend_spec(entry: BackendEntry) -> BackendSpec:
     return BackendSpec(
-        url=entry.url, id=entry.id or "", engine=entry.engine, models=tuple(entry.models)
+        url=entry.url,
+        id=entry.id or "",
+        engine=entry.engine,
+        models=tuple(entry.models),
+        role=entry.role,
+        bootstrap_port=entry.bootstrap_port,
     )
 
 

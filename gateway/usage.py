@@ -89,7 +89,7 @@ def parse_last_usage(tail: bytes) -> Usage | None:
         if obj is None:
             continue
         try:
-            usage = _usage(orjson.loads(obj.group()))
+            usage = usage_from(orjson.loads(obj.group()))
         except orjson.JSONDecodeError:
             continue
         if usage is not None:
@@ -97,7 +97,8 @@ def parse_last_usage(tail: bytes) -> Usage | None:
     return None
 
 
-def _usage(obj: dict[str, Any]) -> Usage | None:
+def usage_from(obj: dict[str, Any]) -> Usage | None:
+    """The token counts of a parsed `usage` object (None: it has none)."""
     prompt = _count(obj, "prompt_tokens", "input_tokens")
     completion = _count(obj, "completion_tokens", "output_tokens")
     if prompt is None and completion is None:

@@ -24,6 +24,8 @@ class BackendSpec:
     id: str = ""
     engine: str = "openai"
     models: tuple[str, ...] = ()
+    role: str = "both"  # prefill | decode | both (disaggregated P/D pools)
+    bootstrap_port: int | None = None  # an SGLang prefill backend's KV bootstrap port
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", self.url.rstrip("/"))
@@ -126,6 +128,7 @@ class Backend:
             models=self.models,
             health=self.health(now),
             engine=self.spec.engine,
+            role=self.spec.role,
             metrics=metrics,
             in_flight=self.in_flight,
             pending_prefill_tokens=self.pending_prefill_tokens,

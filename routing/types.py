@@ -61,6 +61,7 @@ class EndpointSnapshot:
     models: frozenset[str] = frozenset()
     health: Health = Health.HEALTHY
     engine: str = "openai"
+    role: str = "both"  # prefill | decode | both: its part in a disaggregated P/D pool
     metrics: EngineMetrics | None = None
     in_flight: int = 0  # requests the gateway has dispatched and not yet seen finish
     pending_prefill_tokens: int = 0  # predicted uncached prompt tokens awaiting a first token

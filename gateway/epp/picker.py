@@ -6,6 +6,8 @@ proxy reports it really used; `response_status`, `response_chunk` and `finish` a
 answer's status, events and end, told to the director as the front door's proxy tells them.
 `finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
 backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
+On a prefill/decode pool the destination is D; a split request also names P, for the decode
+pod's sidecar, in llm-d's header `x-prefiller-host-port` (P's prefill settles at D's answer).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from gateway.request_record import RequestRecord
 from gateway.router import Route
 from gateway.usage import STREAM_USAGE_APIS, UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 
+PREFILLER_HEADER = b"x-prefiller-host-port"  # llm-d's routing sidecar reads it
+
 
 @dataclass(slots=True)
 class Exchange:
@@ -35,12 +39,18 @@ class Exchange:
     reader: UsageReader = field(default_factory=UsageTap)
     streamed: bool = False  # the answer is an event stream
     done: bool = False
+    prefill: Attempt | None = None  # a split request's prefill leg (run by D's sidecar)
+    prefiller: str | None = None  # its host:port
 
-    def trace_headers(self) -> list[tuple[bytes, bytes]]:
-        """`traceparent` (and `tracestate`) for the engine, naming the routing span as its
-        parent; none while tracing is off."""
+    def request_headers(self) -> list[tuple[bytes, bytes]]:
+        """Headers set on the request besides the destination: `traceparent` (and
+        `tracestate`) naming the routing span as the engine's parent, while tracing is on;
+        the prefiller's address when the request is split."""
         t = self.rec.trace if self.rec is not None else None
-        return t.propagation(t.route_id) if t is not None and t.route_id else []
+        out = t.propagation(t.route_id) if t is not None and t.route_id else []
+        if self.prefiller is not None:
+            out.append((PREFILLER_HEADER, self.prefiller.encode()))
+        return out
 
 
 class EndpointPicker:
@@ -83,7 +93,13 @@ class EndpointPicker:
         ex = Exchange(rec, self._destination(route.decision.ranked), route)
         if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
-        ex.attempt = director.dispatch(rec, route, self._pool.get(route.decision.ranked[0]))
+        leg = "whole"
+        if route.prefill is not None and (p := self._pool.find(route.prefill)) is not None:
+            ex.prefill = director.dispatch(rec, route, p, leg="prefill")
+            ex.prefiller, leg = self._destination((p.id,)), "decode"
+        ex.attempt = director.dispatch(
+            rec, route, self._pool.get(route.decision.ranked[0]), leg=leg
+        )
         return ex
 
     async def token_ids(self, path: str, body: bytes) -> list[int] | None:
@@ -115,6 +131,8 @@ class EndpointPicker:
         ex.streamed = content_type.startswith("text/event-stream")
         if ex.body is not None and status < 400 and ex.streamed:
             ex.reader = UsageEventFilter()  # the usage event we asked for is not relayed
+        if (p := ex.prefill) is not None:
+            self._director.settled(p)  # D answers after P's prefill (or without it)
         if (a := ex.attempt) is None:
             return
         self._director.answered(a, status)
@@ -146,6 +164,8 @@ class EndpointPicker:
             if answered:
                 self._director.completed(rec, a, ex.status, ex.reader.usage())
             self._director.end(a)
+        if ex.prefill is not None:
+            self._director.end(ex.prefill)
         rec.status = ex.status
         rec.client_gone = not answered
         self._director.finish(rec)

@@ -127,7 +127,7 @@ class RequestStream:
             log.exception("request %s: picking failed", request_id)
             return [msg.immediate_error(GatewayError("internal endpoint picker error"))]
         self.exchange = ex
-        trace = ex.trace_headers()
+        trace = ex.request_headers()
         if on_body:
             return [msg.destination_on_body(ex.destination, ex.body, trace)]
         new_length = None

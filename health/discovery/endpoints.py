@@ -1,16 +1,16 @@
 """From an `InferencePool` and pods to endpoints: pure functions over the API's JSON.
-
 A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its labels (an
 empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and no
 `deletionTimestamp`. It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`,
 with the engine type from the pod label `kvgate.dev/engine`, else
-`inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown).
+`inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown); its P/D
+role from `kvgate.dev/role`, else `llm-d.ai/role` (`both` when absent or unknown).
 
 KV-cache events come from pod annotations: `kvgate.dev/kv-events-port` (the publisher,
 `tcp://POD_IP:PORT`), optional `kvgate.dev/kv-events-replay-port` and
-`kvgate.dev/kv-events-topic` (default empty: every topic). The i-th target port (data-parallel
-rank i) publishes on PORT + i and replays on REPLAY_PORT + i, vLLM's offset for rank i
-(`offset_endpoint_port`); the ranks' replay ports must not overlap the publishers'. An invalid
+`kvgate.dev/kv-events-topic` (default empty: every topic); an SGLang prefill pod's bootstrap
+port from `kvgate.dev/bootstrap-port`. Target port i (DP rank i) publishes on PORT + i, replays
+on REPLAY_PORT + i (`offset_endpoint_port`), the two ranges not overlapping. An invalid
 annotation is ignored (a bad port: no events; a bad replay port: no replay) and reported
 through `warn(pod, message)`; discovery never fails over one.
 """
@@ -25,6 +25,10 @@ ENGINE_LABEL = "kvgate.dev/engine"
 PEER_ENGINE_LABEL = "inference.networking.k8s.io/engine-type"
 ENGINES = frozenset({"vllm", "sglang", "trtllm", "openai"})
 DEFAULT_ENGINE = "vllm"
+ROLE_LABEL = "kvgate.dev/role"
+PEER_ROLE_LABEL = "llm-d.ai/role"
+ROLES = frozenset({"prefill", "decode", "both"})
+BOOTSTRAP_PORT = "kvgate.dev/bootstrap-port"
 KV_EVENTS_PORT = "kvgate.dev/kv-events-port"
 KV_EVENTS_REPLAY_PORT = "kvgate.dev/kv-events-replay-port"
 KV_EVENTS_TOPIC = "kvgate.dev/kv-events-topic"
@@ -57,6 +61,8 @@ class Endpoint:
     engine: str
     pod: str
     kv_events: KvEventsSource | None = None
+    role: str = "both"
+    bootstrap_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -167,8 +173,11 @@ def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec, warn: Warn = _ignore) 
         len(pool.target_ports),
         lambda problem: warn(name, problem),
     )
+    role = labels.get(ROLE_LABEL) or labels.get(PEER_ROLE_LABEL) or "both"
+    role = role if role in ROLES else "both"
+    bootstrap = _port(annotations.get(BOOTSTRAP_PORT) if isinstance(annotations, dict) else None)
     return [
-        Endpoint(f"http://{host}:{port}", engine, name, source)
+        Endpoint(f"http://{host}:{port}", engine, name, source, role, bootstrap)
         for port, source in zip(pool.target_ports, sources, strict=True)
     ]
 

@@ -20,7 +20,8 @@ from routing.config.schema import (
 
 def parse_backend_arg(arg: str) -> BackendEntry:
     """Parse `--backend URL[,engine=vllm][,models=a|b][,id=name][,kv_events=ENDPOINT]
-    [,kv_replay=ENDPOINT]` (the engine's KV-event publisher and replay socket)."""
+    [,kv_replay=ENDPOINT][,role=prefill|decode|both][,bootstrap_port=N]` (the engine's
+    KV-event publisher and replay socket; its part in a P/D pool)."""
     url, *opts = arg.split(",")
     fields: dict[str, object] = {"url": url}
     events: dict[str, str] = {}
@@ -29,10 +30,10 @@ def parse_backend_arg(arg: str) -> BackendEntry:
         if key in {"kv_events", "kv_replay"} and sep:
             events["endpoint" if key == "kv_events" else "replay"] = value
             continue
-        if not sep or key not in {"engine", "models", "id"}:
+        if not sep or key not in {"engine", "models", "id", "role", "bootstrap_port"}:
             raise ConfigError(
                 f"--backend {arg!r}: expected key=value with key "
-                "engine|models|id|kv_events|kv_replay"
+                "engine|models|id|kv_events|kv_replay|role|bootstrap_port"
             )
         fields[key] = [m for m in value.split("|") if m] if key == "models" else value
     if events:
@@ -57,6 +58,9 @@ def effective_config(args: argparse.Namespace) -> GatewayConfig:
         raw.setdefault("server", {})["admin_port"] = args.admin_port
     if args.policy:
         raw.setdefault("routing", {})["policy"] = args.policy
+    for flag, key in (("pd_protocol", "protocol"), ("pd_mode", "mode")):
+        if getattr(args, flag, None):
+            raw.setdefault("disaggregation", {})[key] = getattr(args, flag)
     for flag, key in (("record", "record_path"), ("tls_cert", "tls_cert_file")):
         if getattr(args, flag, None):
             raw.setdefault("server", {})[key] = getattr(args, flag)

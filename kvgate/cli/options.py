@@ -68,6 +68,19 @@ def add_routing_args(s: argparse.ArgumentParser, *, backend_help: str) -> None:
     s.add_argument("--backend", metavar="URL", action="append", default=[], help=backend_help)
     s.add_argument("--policy", metavar="NAME", help=_policy_help())
     s.add_argument("--host", help="address to listen on (default: config server.host, 127.0.0.1)")
+    s.add_argument(
+        "--pd-protocol",
+        choices=["vllm", "sglang"],
+        help="prefill/decode pools (backends with role=prefill): vllm (NixlConnector "
+        "kv_transfer_params) or sglang (bootstrap rooms) (config disaggregation.protocol, "
+        "default vllm)",
+    )
+    s.add_argument(
+        "--pd-mode",
+        choices=["conditional", "always", "never"],
+        help="when requests go through a prefill backend (config disaggregation.mode, "
+        "default conditional: when D's uncached part is long and P is predicted faster)",
+    )
 
 
 def add_discovery_args(s: argparse.ArgumentParser) -> None:

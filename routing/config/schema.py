@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from routing.config.checks import check_backend_url, check_zmq_endpoint, duplicate_id_errors
+from routing.config.disaggregation import DisaggregationSection, Role
 from routing.config.profiles import RoutingSection
 from routing.config.yaml_loader import load_yaml
 
@@ -153,6 +154,10 @@ class BackendEntry(_Section):
     models: list[str] = Field(default_factory=list)
     kv_events: KvEventsEntry | None = Field(
         None, description="subscribe to the engine's KV-cache events (a bare URL: the endpoint)"
+    )
+    role: Role = Field("both", description="prefill, decode or both (disaggregated P/D pools)")
+    bootstrap_port: int | None = Field(
+        None, ge=1, le=65535, description="SGLang prefill backends: the KV bootstrap port"
     )
 
     @field_validator("url")
@@ -365,6 +370,7 @@ class GatewayConfig(_Section):
         default_factory=list, description="per-model prompt tokenizers (exact block keys)"
     )
     state: StateSection = StateSection()
+    disaggregation: DisaggregationSection = DisaggregationSection()
 
     @field_validator("tokenizers")
     @classmethod

@@ -4,7 +4,7 @@ The one place that feeds what outlives a request: the `PrefixIndex`, each endpoi
 prefill and the `OnlineTtftModel` (docs/architecture.md, "The prefix feed"). An endpoint is
 anything with an `id` and a mutable `pending_prefill_tokens`. Pure and synchronous.
 
-- `dispatch`: predicted uncached tokens onto pending prefill; routing blocks into the index;
+- `dispatch`: predicted uncached tokens onto pending prefill (a P/D decode leg's: none), blocks;
 - `first_token`: pending prefill off; the TTFT teaches the line `work_tokens → TTFT`;
 - `remote_dispatch`: another gateway's dispatch, learnt late, counts in the work of this
   feed's dispatches sent after it, or, its tokens unknown, makes them blind (not learnt);
@@ -60,6 +60,8 @@ class Dispatch(Generic[E]):
     precise_cached: int | None = None  # cached tokens the precise index predicted (None: no view)
     precise_cached_events: int | None = None  # the same from the events alone (no speculation)
     blind: bool = False  # another gateway's earlier dispatch was unseen: work_tokens too low
+    leg: str = "whole"  # whole | prefill | decode (the legs of a split P/D request)
+    moved_tokens: int = 0  # a decode leg: the prompt tokens it receives from P
 
 
 def kv_tokens(num_blocks: int | None, block_size: int | None) -> int | None:
@@ -132,21 +134,29 @@ class PrefixFeed:
         now: float,
         kv_tokens: int | None,
         queued_elsewhere: int = 0,
+        *,
+        leg: str = "whole",
+        record: bool = True,
     ) -> Dispatch[E]:
         """`request` goes to `endpoint` at `now`; `kv_tokens`: the endpoint's KV capacity in
         tokens as last scraped (None: not known yet); `queued_elsewhere`: prefill tokens other
         gateways sent there and await a first token for (shared state), which the request
-        waits for too."""
+        waits for too. A `decode` leg queues no prefill; `record=False`: the endpoint keeps
+        no prefix cache of it (an SGLang decode backend)."""
         hashes = request.prefix_hashes
         block_chars = request.prefix_block_chars
         matched = self.index.match(hashes, (endpoint.id,))[endpoint.id] if hashes else 0
         cached = covered_chars(matched, block_chars) / self._section.chars_per_token
         uncached = max(0, int(request.token_estimate - cached))
+        moved = 0
+        if leg == "decode":
+            moved, uncached = uncached, 0
         work = uncached + endpoint.pending_prefill_tokens + queued_elsewhere
         endpoint.pending_prefill_tokens += uncached
-        if hashes:
+        if hashes and record:
             self.record(endpoint.id, hashes, block_chars, kv_tokens)
         d = Dispatch(endpoint, now, uncached, work, False, request, matched, self._epoch)
+        d.leg, d.moved_tokens = leg, moved
         self._unsettled.setdefault(endpoint.id, {})[id(d)] = d
         return d
 

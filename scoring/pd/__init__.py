@@ -1,0 +1,1 @@
+"""Disaggregated prefill/decode: which decode backend, whether and which prefill backend."""
