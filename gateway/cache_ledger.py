@@ -137,7 +137,7 @@ class CacheLedger:
             else:
                 self.sink.load_changed()
         size = self.precise.block_size(backend.id)
-        if size is not None and request.prompt_tokens > 0:
+        if size is not None and request.prompt_tokens > 0 and record:
             keys = request.keys_for(size)
             if keys is not None:
                 events_depth, depth = self.precise.depths(backend.id, keys, now)

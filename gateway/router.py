@@ -162,7 +162,7 @@ class RequestRouter:
     ) -> Route:
         pd: PdPlan | None = None
         try:
-            if self.planner is not None and any(e.role == "prefill" for e in endpoints):
+            if self.planner is not None and self._pool.disaggregated:
                 scheduler = self._scheduler
                 pd = self.planner.plan(
                     rreq, candidates, lambda r, es: scheduler.schedule(r, es, profile=policy)

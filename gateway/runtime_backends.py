@@ -91,6 +91,7 @@ class RuntimeBackends:
             "id": backend.id,
             "url": backend.spec.url,
             "engine": backend.spec.engine,
+            "role": backend.spec.role,
             "models": sorted(backend.models),
             "health": backend.health(self._pool.now()).value,
             "draining": backend.draining,
@@ -234,6 +235,7 @@ class RuntimeBackends:
         if current.spec != spec:
             current.spec = spec  # its models: same engine, same cache and health
             current.discovered_at = None  # an emptied list is discovered again at once
+            self._pool.roles_changed()
         settings = kv_settings(entry)
         if settings is not None:
             self._kv_loops.follow(current.id, settings)

@@ -167,6 +167,7 @@ class BackendPool:
         self._policy = policy
         self._adapters: frozenset[str] | None = None  # None: to compute from the cards
         self._models: frozenset[str] | None = None  # likewise
+        self.disaggregated = False  # some member's role is prefill (a P/D pool)
         self._changed = asyncio.Event()
         for spec in specs:
             self.add(spec)
@@ -210,8 +211,13 @@ class BackendPool:
         """Return at the next `add` or `remove`."""
         await self._changed.wait()
 
+    def roles_changed(self) -> None:
+        """A member's spec changed in place: whether the pool is disaggregated may too."""
+        self.disaggregated = any(b.spec.role == "prefill" for b in self._backends.values())
+
     def _membership_changed(self) -> None:
         self._forget_adapters()
+        self.roles_changed()
         # Wake the current waiters, then arm a fresh event for the next ones.
         self._changed.set()
         self._changed = asyncio.Event()

@@ -294,3 +294,17 @@ def test_known_models_follow_cards_and_membership() -> None:
     assert pool.known_models() == {"m", "o"}
     pool.remove("a:1")
     assert pool.known_models() == {"o"}
+
+
+def test_a_pool_with_a_prefill_member_is_disaggregated() -> None:
+    pool = _pool(BackendSpec("http://d:1", role="decode"))
+    assert not pool.disaggregated
+    pool.add(BackendSpec("http://p:1", role="prefill"))
+    assert pool.disaggregated
+    assert pool.snapshots()[1].role == "prefill"
+    pool.remove("p:1")
+    assert not pool.disaggregated
+    d = pool.get("d:1")
+    d.spec = BackendSpec("http://d:1", role="prefill")  # a reload changed its role in place
+    pool.roles_changed()
+    assert pool.disaggregated
