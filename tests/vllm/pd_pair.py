@@ -4,12 +4,12 @@
 (`bench.calibrate.venv.ensure_nixl`), then starts two servers of the tiny Llama with seeded
 random weights (`write_random_weights`: greedy answers depend on the whole prompt), prefix
 caching, blocks of 32 tokens and `NIXL_CONNECTOR` (`kv_both`, CPU buffers): each engine on
-its own core, each NIXL side channel on a free port of 127.0.0.1. It yields a
-`PdPair`; both servers are stopped by pid on exit. `prefill_body` and `decode_body` are the
-two legs of vLLM's protocol as its own proxy sends them: P prefills with `max_tokens` 1 and
-`do_remote_decode`, and answers `kv_transfer_params`; D gets the client's body with those
-params and pulls P's blocks. `read_counters` is what an engine's `/metrics` counts of it.
-"""
+its own core, each NIXL side channel on a free port of 127.0.0.1. It yields a `PdPair` once a
+split request has succeeded (`_warm_up`); both are stopped by pid on exit. `prefill_body`
+and `decode_body` are the two legs of vLLM's protocol as its own proxy sends them: P
+prefills with `max_tokens` 1 and `do_remote_decode` and answers `kv_transfer_params`; D gets
+the client's body with those params and pulls P's blocks. `read_counters` reads what an
+engine's `/metrics` counts of it."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from sim.live.processes import free_port
 log = logging.getLogger(__name__)
 
 MODEL = "kvgate-vllm"
+WARM_UP_ATTEMPTS = 5
 # What P is told: decode elsewhere; the remote fields are filled in by P's answer.
 REMOTE_DECODE: dict[str, Any] = {
     "do_remote_decode": True,
@@ -54,6 +55,7 @@ class PdPair:
     spec: ModelSpec
     side_channel_ports: tuple[int, int]  # P's, D's
     logs: tuple[Path, Path]
+    warm_up_attempts: int  # split requests until D's first NIXL handshake with P succeeded
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +109,30 @@ def vllm_pd_pair(
     ]
     started = time.monotonic()
     with vllm_servers(python, model_dir, settings, logs, ready_timeout_s=ready_timeout_s) as urls:
+        attempts = _warm_up(urls[0], urls[1])
         log.info("P/D pair ready in %.0f s: P %s, D %s", time.monotonic() - started, *urls)
-        yield PdPair(urls[0], urls[1], MODEL, block_size, spec, ports, logs)
+        yield PdPair(urls[0], urls[1], MODEL, block_size, spec, ports, logs, attempts)
+
+
+def _warm_up(prefill_url: str, decode_url: str, attempts: int = WARM_UP_ATTEMPTS) -> int:
+    """Split requests until one succeeds; how many it took. D meets P (the NIXL handshake)
+    on its first split request and gives up if P's side channel has not answered within
+    5 s, which a loaded machine can miss: D then answers 500 (see docs/prefill-decode.md)."""
+    body = {"model": MODEL, "prompt": list(range(10, 74)), "max_tokens": 2}
+    with httpx.Client(timeout=120.0) as client:
+        for attempt in range(1, attempts + 1):
+            headers = {"X-Request-Id": f"kvgate-warm-up-{attempt}"}
+            answer = client.post(
+                prefill_url + "/v1/completions", json=prefill_body(body), headers=headers
+            )
+            params = answer.raise_for_status().json()["kv_transfer_params"]
+            resp = client.post(
+                decode_url + "/v1/completions", json=decode_body(body, params), headers=headers
+            )
+            if resp.status_code == 200:
+                return attempt
+            log.warning("warm-up split request %d: D answered %d", attempt, resp.status_code)
+    raise RuntimeError(f"D failed every one of {attempts} split requests: see its log")
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -138,19 +162,26 @@ async def prefill(
 
 async def aggregated(
     client: httpx.AsyncClient, pair: PdPair, path: str, body: dict[str, Any]
-) -> list[int]:
-    """The reference: D answers `body` alone (it prefills), then forgets the prompt's blocks
-    (`/reset_prefix_cache`), so that a split request after it must pull them from P."""
+) -> dict[str, Any]:
+    """The reference: D's answer to `body` alone (it prefills, `return_token_ids` on), then D
+    forgets the prompt's blocks (`/reset_prefix_cache`), so that a split request after it
+    must pull them from P."""
     resp = await client.post(pair.decode + path, json={**body, "return_token_ids": True})
-    ids = token_ids(resp.raise_for_status().json())
+    answer: dict[str, Any] = resp.raise_for_status().json()
     await reset_prefix_cache(client, pair.decode)
-    return ids
+    return answer
 
 
 def token_ids(answer: dict[str, Any]) -> list[int]:
     """The generated token ids of a completion or chat answer asked with `return_token_ids`."""
     ids: list[int] = answer["choices"][0]["token_ids"]
     return ids
+
+
+def text(answer: dict[str, Any]) -> str:
+    """The generated text of a completion or chat answer."""
+    choice = answer["choices"][0]
+    return str(choice["message"]["content"] if "message" in choice else choice["text"])
 
 
 async def reset_prefix_cache(client: httpx.AsyncClient, url: str, attempts: int = 5) -> None:

@@ -54,12 +54,14 @@ async def test_prefill_on_p_then_decode_on_d(pd_pair: PdPair) -> None:
             row = await _split(client, pd_pair, "/v1/completions", body, f"pd-tokens-{i}")
             head = [rng.randrange(10, pd_pair.spec.vocab_size) for _ in range(n - CONTROL_TAIL)]
             control = {**body, "prompt": head + ids[-CONTROL_TAIL:]}
-            row["control"] = await aggregated(client, pd_pair, "/v1/completions", control)
+            row["control"] = token_ids(
+                await aggregated(client, pd_pair, "/v1/completions", control)
+            )
             rows.append(row)
         words = " ".join(rng.choice(("prefill", "decode", "block", "cache")) for _ in range(300))
         chat = _body(pd_pair, messages=[{"role": "user", "content": words}])
         rows.append(await _split(client, pd_pair, "/v1/chat/completions", chat, "pd-chat"))
-    _write(rows)
+    _write(pd_pair, rows)
     for row in rows:
         n = row["prompt_tokens"]
         assert row["split"] == row["reference"], row
@@ -81,7 +83,7 @@ async def _split(
     client: httpx.AsyncClient, pair: PdPair, path: str, body: dict[str, Any], request_id: str
 ) -> dict[str, Any]:
     """The reference, then the request split by hand; what both legs did."""
-    reference = await aggregated(client, pair, path, body)
+    reference = token_ids(await aggregated(client, pair, path, body))
     before = await read_counters(client, pair.decode)
     started = time.monotonic()
     answer = await prefill(client, pair, path, body, request_id)
@@ -126,11 +128,12 @@ async def _p_blocks_freed(client: httpx.AsyncClient, pair: PdPair) -> float | No
     return round(time.monotonic() - started, 2)
 
 
-def _write(rows: list[dict[str, Any]]) -> None:
+def _write(pair: PdPair, rows: list[dict[str, Any]]) -> None:
     PD_OUT.mkdir(parents=True, exist_ok=True)
     path = PD_OUT / "protocol.json"
-    path.write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"\nvLLM P/D by hand ({path}):")
+    figures = {"warm_up_attempts": pair.warm_up_attempts, "requests": rows}
+    path.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"\nvLLM P/D by hand ({path}; warm-up took {pair.warm_up_attempts} split requests):")
     for row in rows:
         shown = {k: v for k, v in row.items() if k not in ("reference", "split", "control")}
         print(f"  {shown} equal={row['split'] == row['reference']}")
