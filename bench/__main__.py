@@ -6,7 +6,7 @@ Run from the repository's root (`bench` is not installed). Subcommands, each doc
 - routing and admission: quality (against peer routers), regime (a grid of regimes, live and
   simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise;
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
-  tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events;
+  tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events, body-parse (loop stall);
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
   sim-speed, sweep-runners;
 - several gateways: shared-state, shared-state-fleet; and dashboard (Grafana panels rendered);
@@ -41,6 +41,7 @@ SUBCOMMANDS = {
     "sweep-runners": "bench.sweep_runners",
     "sim-speed": "bench.sim_speed",
     "tracing-overhead": "bench.overhead.tracing",
+    "body-parse": "bench.body_parse",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -6,11 +6,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from gateway.cache_ledger import CacheHits, PreciseHits
 from gateway.errors import BadRequestError
-from gateway.inference_request import InferenceRequest, parse_inference_body
+from gateway.inference_request import InferenceRequest, inference_request
 from gateway.router import RequestRouter, Route
 from health.pool import BackendPool
 from routing.types import EngineMetrics
@@ -124,17 +122,12 @@ def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
     raise BadRequestError("body has none of 'messages', 'prompt' or 'input'", code="missing_field")
 
 
-def parse_dry_run(body: bytes, api: str | None) -> InferenceRequest:
-    """The dry run's request body as an inference request (`api` inferred when not given)."""
-    try:
-        data = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError as exc:
-        raise BadRequestError(
-            f"request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+def dry_run_request(data: Any, api: str | None, body_bytes: int) -> InferenceRequest:
+    """The dry run's parsed body (`data`) as an inference request (`api` inferred when not
+    given)."""
     if not isinstance(data, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
-    return parse_inference_body(_infer_api(data, api), body)
+    return inference_request(_infer_api(data, api), data, body_bytes)
 
 
 def dry_run(

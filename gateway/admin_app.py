@@ -41,7 +41,7 @@ from gateway.errors import (
 )
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
-from routing.config.schema import BackendEntry, GatewayConfig, ServerSection
+from routing.config.schema import BackendEntry, GatewayConfig, ServerSection, UpstreamSection
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,7 @@ class AdminListener:
         server: ServerSection | None = None,
         *,
         reuse_port: bool = False,
+        upstream: UpstreamSection | None = None,
     ) -> None:
         server = server or ServerSection()
         self._reuse_port = reuse_port  # the workers of `serve --workers N` share the port
@@ -290,7 +291,7 @@ class AdminListener:
             host=host,
             port=port,
             # The API port's limits (head/body/idle timeouts, header caps, connection cap).
-            http=server_protocol(ServerLimits.from_config(server), ServerEvents()),
+            http=server_protocol(ServerLimits.from_config(server, upstream), ServerEvents()),
             lifespan="off",
             access_log=False,
             server_header=False,
@@ -334,7 +335,8 @@ def admin_listener(
 ) -> AdminListener:
     """The listener to run alongside the API port (`server.admin_port`, `admin_host`);
     `reuse_port`: bound with SO_REUSEPORT, as every worker of `serve --workers N` binds it."""
-    server = source.config.server
+    config = source.config
+    server = config.server
     host = server.admin_host or server.host
     app = build_admin_app(source, access)
-    return AdminListener(app, host, port, server, reuse_port=reuse_port)
+    return AdminListener(app, host, port, server, reuse_port=reuse_port, upstream=config.upstream)

@@ -68,7 +68,8 @@ class AdminView:
         check_json_content_type(headers.get("content-type"))
         params = parse_qs(query.decode("latin-1"))
         api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
-        req = admin.parse_dry_run(body, api)
         rt = self._rt
+        data = await rt.director.parser.loads(body) if body else None
+        req = admin.dry_run_request(data, api, len(body))
         ids = await rt.director.token_ids(req)
         return admin.dry_run(rt.router, req, headers, policy=policy, token_ids=ids, now=rt.clock())

@@ -30,6 +30,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import AuthenticationError
+from routing.config.example_keys import check_not_example
 from routing.config.schema import ApiKeyEntry, GatewayConfig, SecuritySection, check_unique_keys
 
 log = logging.getLogger(__name__)
@@ -70,16 +71,19 @@ def matches(presented: str | None, digest: bytes) -> bool:
 
 
 def env_keys(value: str) -> list[ApiKeyEntry]:
-    """`KVGATE_API_KEYS`: comma-separated plaintext keys or `name:sha256` pairs."""
+    """`KVGATE_API_KEYS`: comma-separated plaintext keys or `name:sha256` pairs; ValueError
+    for a documented example key."""
     out = []
     for i, item in enumerate((v.strip() for v in value.split(",")), start=1):
         if not item:
             continue
         named = _NAMED_HASH.match(item)
-        if named:
-            out.append(ApiKeyEntry(name=named[1], sha256=named[2]))
-        else:
-            out.append(ApiKeyEntry(name=f"env-{i}", sha256=hash_key(item)))
+        name, sha256 = (named[1], named[2]) if named else (f"env-{i}", hash_key(item))
+        try:
+            check_not_example(sha256)
+        except ValueError as exc:
+            raise ValueError(f"{API_KEYS_ENV} key {i} {exc}") from None
+        out.append(ApiKeyEntry(name=name, sha256=sha256))
     return out
 
 
@@ -224,8 +228,14 @@ class AdminAccess:
 
 
 def admin_access(config: GatewayConfig, environ: Mapping[str, str]) -> AdminAccess:
+    """The admin key from env `KVGATE_ADMIN_KEY` (plaintext) or the config's digest;
+    ValueError when the variable holds a documented example key."""
     plain = environ.get(ADMIN_KEY_ENV)
     if plain:
+        try:
+            check_not_example(hash_key(plain))
+        except ValueError as exc:
+            raise ValueError(f"{ADMIN_KEY_ENV} {exc}") from None
         return AdminAccess(hashlib.sha256(plain.encode()).digest())
     sha = config.security.admin_key_sha256
     return AdminAccess(bytes.fromhex(sha) if sha else None)

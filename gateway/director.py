@@ -1,8 +1,8 @@
 """A request's lifecycle, written once; the front door's proxy and the endpoint picker drive it.
 
-Per request: `start` → `pick` → per attempt `dispatch` … `end` → `finish`. Within an attempt:
-`answered(status)` (an error status withdraws the prompt from the index; 502/503/504 is a
-passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
+Per request: `start` → `parse` → `pick` → per attempt `dispatch` … `end` → `finish`. Within
+an attempt: `answered(status)` (an error status withdraws the prompt from the index; 502/503/504
+is a passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
 (the first teaches TTFT, the others inter-token latency), then `completed(usage)` (the cached
 tokens graded, a passive success). Failures: `unanswered` (no answer: withdrawn and a passive
 failure), `broke` (the answer broke midway), `overloaded` (no upstream slot: withdrawn, nobody's
@@ -25,6 +25,7 @@ from gateway.access_log import log_request, request_id_from
 from gateway.cache_ledger import CacheLedger
 from gateway.errors import UpstreamError
 from gateway.inference_request import InferenceRequest
+from gateway.large_body import BodyParser
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import TraceRecorder
 from gateway.request_record import RequestRecord
@@ -72,6 +73,7 @@ class Director:
         self._tokenizers = tokenizers
         self._tokenize = tokenize  # a tokenizer is configured for some model
         self._access_log = access_log
+        self.parser = BodyParser()  # a large body off the event loop, one at a time
 
     # -- the request -------------------------------------------------------------------
     def start(
@@ -99,6 +101,10 @@ class Director:
                 method, path, headers.get("traceparent"), headers.get("tracestate")
             )
         return rec
+
+    async def parse(self, api: str, body: bytes) -> InferenceRequest:
+        """The request body of `api` parsed (`gateway.large_body`), or a `BadRequestError`."""
+        return await self.parser.parse(api, body)
 
     @property
     def tokenizing(self) -> bool:

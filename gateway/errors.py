@@ -3,8 +3,8 @@
 GatewayError            500 (status, type, code, retryable); Retry-After on 429s, 503s but shutdown
 ├── BadRequestError     400 · subclass UnknownPolicyError (code unknown_policy)
 ├── NotFoundError       404 (unknown route) · subclass ModelNotFoundError (code model_not_found)
-├── AuthenticationError 401 (+ WWW-Authenticate), MethodNotAllowedError 405 (+ Allow),
-│   RequestTimeoutError 408, ConflictError 409, PayloadTooLargeError 413,
+├── AuthenticationError 401 (+ WWW-Authenticate), ForbiddenError 403, MethodNotAllowedError
+│   405 (+ Allow), RequestTimeoutError 408, ConflictError 409, PayloadTooLargeError 413,
 │   UnsupportedMediaTypeError 415, HeaderFieldsTooLargeError 431, ClientDisconnectedError 499
 ├── ShuttingDownError 503, NoHealthyBackendError 503, QueueTimeoutError 503 (queue_timeout),
 │   GatewayOverloadedError 503 (no upstream slot in time: never counted against a backend)
@@ -58,6 +58,14 @@ class AuthenticationError(GatewayError):
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         return [(b"www-authenticate", b"Bearer")]
+
+
+class ForbiddenError(GatewayError):
+    """The caller may not use this endpoint from where it is (admin from another host)."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "forbidden"
 
 
 class NotFoundError(GatewayError):

@@ -29,7 +29,7 @@ from gateway.errors import (
     PayloadTooLargeError,
 )
 from gateway.header_policy import client_address
-from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.inference_request import API_BY_PATH
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.request_record import RequestRecord
@@ -85,7 +85,7 @@ class InferenceHandler:
         if declared.isdigit() and int(declared) > limit:
             raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
         body = await read_body(receive, limit)
-        req = parse_inference_body(API_BY_PATH[scope["path"]], body)
+        req = await self._director.parse(API_BY_PATH[scope["path"]], body)
         rec.model, rec.stream = req.model, req.stream
         if not await self._admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued

@@ -7,7 +7,7 @@ engine's business.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +39,25 @@ class InferenceRequest:
 
 
 def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
+    """The fields routing needs, or a `BadRequestError` (400)."""
+    return inference_request(api, loads_body(body), len(body))
+
+
+def loads_body(body: bytes, loads: Callable[[bytes], Any] = orjson.loads) -> Any:
+    """The body's JSON (`loads`: a large body's is `gateway.large_body.loads_yielding`, in a
+    worker thread); a `BadRequestError` (invalid_json) if it is empty or not JSON."""
     if not body:
         raise BadRequestError("request body is empty; expected a JSON object", code="invalid_json")
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        return loads(body)
+    except ValueError as exc:  # orjson's and json's decode errors, bad UTF-8, lone surrogates
         raise BadRequestError(
             f"request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
+
+
+def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
+    """The request of `api` from a parsed body (`data`), or a `BadRequestError`."""
     if not isinstance(data, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
     _, prompt_field, prompt_types = APIS[api]
@@ -70,7 +81,7 @@ def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
         model=model,
         stream=stream,
         user=user if isinstance(user, str) else None,
-        body_bytes=len(body),
+        body_bytes=body_bytes,
         prompt=prompt,
         cache_salt=salt if isinstance(salt, str) else None,
         instructions=instructions if isinstance(instructions, str) else None,

@@ -197,10 +197,11 @@ class GatewayMetrics:
             ["backend"],
             registry=r,
         )
-        # Access control (gateway/access_control.py): 401s never reach kvgate_requests_total.
+        # Access control (gateway/access_control.py): refusals never reach kvgate_requests_total.
         self.auth_refused = Counter(
             "kvgate_auth_refused_total",
-            "Requests refused with 401, by reason (missing_key, invalid_key, admin_key)",
+            "Requests refused with 401 (missing_key, invalid_key, admin_key) or 403 "
+            "(admin_not_local), by reason",
             ["reason"],
             registry=r,
         )

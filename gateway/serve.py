@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import socket
 import ssl
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from gateway.http.server_metrics import ServerEventsCollector
 from gateway.http.tls import ReloadingTls
 from gateway.lifecycle import GatewayServer
 from routing.config.schema import ConfigError, ServerSection
+
+log = logging.getLogger(__name__)
 
 
 def run_gateway(
@@ -37,7 +40,9 @@ def run_gateway(
     SO_REUSEPORT); `on_started` is called once the server serves."""
     tls = _tls(server)
     events = ServerEvents()
-    protocol = server_protocol(ServerLimits.from_config(server), events)
+    limits = ServerLimits.from_config(server, app.runtime.config.upstream)
+    log.info("client connections capped at %d (server.max_connections)", limits.max_connections)
+    protocol = server_protocol(limits, events)
     app.runtime.metrics.registry.register(ServerEventsCollector(events))
     config = uvicorn.Config(
         app,
@@ -57,7 +62,7 @@ def run_gateway(
         timeout_keep_alive=server.idle_timeout_s,  # type: ignore[arg-type]
         # The gateway's protocol refuses connections over the cap itself; uvicorn's stock
         # protocol (the fallback) can only answer 503 past it.
-        limit_concurrency=server.max_connections if protocol == "auto" else None,
+        limit_concurrency=limits.max_connections if protocol == "auto" else None,
         ssl_certfile=server.tls_cert_file,
         ssl_keyfile=server.tls_key_file,
     )

@@ -18,12 +18,13 @@ from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
 from gateway.errors import GatewayError, NoHealthyBackendError
-from gateway.inference_request import API_BY_PATH, parse_inference_body
+from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.request_record import RequestRecord
 from gateway.router import Route
 from gateway.usage import STREAM_USAGE_APIS, UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 
 PREFILLER_HEADER = b"x-prefiller-host-port"  # llm-d's routing sidecar reads it
+Parsed = InferenceRequest | GatewayError  # a body as parsed: the request, or why it is refused
 
 
 @dataclass(slots=True)
@@ -73,8 +74,10 @@ class EndpointPicker:
         subset: list[str] | None = None,
         *,
         token_ids: list[int] | None = None,
+        parsed: Parsed | None = None,
     ) -> Exchange:
-        """Route one request; raises a `GatewayError` (400, 404, 503, ...) it cannot."""
+        """Route one request (`parsed`: its body as `parse` gave it, else parsed here); raises
+        a `GatewayError` (400, 404, 503, ...) it cannot."""
         allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
         path = path.split("?", 1)[0]
         api = API_BY_PATH.get(path)
@@ -84,7 +87,9 @@ class EndpointPicker:
         method = headers.get(":method", "POST")
         rec = director.start(method, path, headers, request_id=request_id)
         try:
-            req = parse_inference_body(api, body)
+            req = parse_inference_body(api, body) if parsed is None else parsed
+            if isinstance(req, GatewayError):
+                raise req
             route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
@@ -102,17 +107,23 @@ class EndpointPicker:
         )
         return ex
 
-    async def token_ids(self, path: str, body: bytes) -> list[int] | None:
-        """The prompt's token ids for the precise index (`Director.token_ids`); None also for
-        a body `pick` will refuse (it answers the error)."""
+    async def parse(self, path: str, body: bytes) -> Parsed | None:
+        """An inference call's body parsed (`Director.parse`: a large one off the event loop),
+        or the error `pick` will answer with; None for other paths."""
         api = API_BY_PATH.get(path.split("?", 1)[0])
-        if api is None or not self._director.tokenizing:
+        if api is None:
             return None
         try:
-            req = parse_inference_body(api, body)
-        except GatewayError:
+            return await self._director.parse(api, body)
+        except GatewayError as exc:
+            return exc
+
+    async def token_ids(self, parsed: Parsed | None) -> list[int] | None:
+        """The prompt's token ids for the precise index (`Director.token_ids`); None also for
+        a body `pick` will refuse (it answers the error)."""
+        if not isinstance(parsed, InferenceRequest):
             return None
-        return await self._director.token_ids(req)
+        return await self._director.token_ids(parsed)
 
     def served(self, ex: Exchange, address: str) -> None:
         """The proxy says `address` served: credit it, and if it is not the backend picked,

@@ -22,7 +22,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from gateway.access_log import clip, request_id_from
 from gateway.epp import messages as msg
-from gateway.epp.picker import EndpointPicker, Exchange
+from gateway.epp.picker import EndpointPicker, Exchange, Parsed
 from gateway.errors import GatewayError, PayloadTooLargeError
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class RequestStream:
         self._subset: list[str] | None = None
         self.exchange: Exchange | None = None
         self.ended = False  # the response is over (or answered immediately)
+        self.parsed: Parsed | None = None  # the final body, parsed before the decision
         self.token_ids: list[int] | None = None  # the prompt's, for the precise index
 
     @property
@@ -52,8 +53,14 @@ class RequestStream:
 
     def final_body(self, req: msg.ProcessingRequest) -> bytes | None:
         """The whole request body when `req` completes it (the decision comes next), else
-        None: the caller may tokenize it first (`token_ids`), which `handle` cannot await."""
-        if self._decided or req.WhichOneof("request") != "request_body":
+        None: the caller may parse and tokenize it first (`parsed`, `token_ids`), which
+        `handle` cannot await."""
+        if self._decided:
+            return None
+        kind = req.WhichOneof("request")
+        if kind == "request_trailers":
+            return b"".join(self._body)
+        if kind != "request_body":
             return None
         chunk = req.request_body
         if not chunk.end_of_stream or self._size + len(chunk.body) > self._limit:
@@ -117,6 +124,7 @@ class RequestStream:
                 request_id,
                 self._subset,
                 token_ids=self.token_ids,
+                parsed=self.parsed,
             )
         except GatewayError as exc:
             self.ended = True
@@ -181,7 +189,8 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
             async for req in request_iterator:
                 body = stream.final_body(req)
                 if body is not None:
-                    stream.token_ids = await self._picker.token_ids(stream.path, body)
+                    stream.parsed = await self._picker.parse(stream.path, body)
+                    stream.token_ids = await self._picker.token_ids(stream.parsed)
                 for out in stream.handle(req):
                     yield out
                 if stream.ended:

@@ -7,8 +7,8 @@
 - `idle_timeout_s`: an idle keep-alive connection is closed (uvicorn's `timeout_keep_alive`).
 - `max_header_bytes` / `max_headers`: the request line and headers, counted as they are parsed
   (and the raw bytes of a head still incomplete after each read) → 431, connection closed.
-- `max_connections`: a connection beyond it is closed on accept, before any byte is read, which
-  every client and proxy knows was not processed (docs/decisions/0009-front-door-hardening.md).
+- `max_connections` (default: what the descriptor limit leaves, `connection_cap`): a connection
+  beyond it is closed on accept, before any byte is read (decision 0009).
 
 Timers (`loop.call_later`, one per connection at most) run only while a head or body is
 incomplete. Under uvicorn's stock protocol (`gateway.http.server`) only `idle_timeout_s` and
@@ -17,11 +17,18 @@ incomplete. Under uvicorn's stock protocol (`gateway.http.server`) only `idle_ti
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError, HeaderFieldsTooLargeError, RequestTimeoutError
-from routing.config.schema import ServerSection
+from routing.config.schema import ServerSection, UpstreamSection
+
+# Descriptors kept from the soft RLIMIT_NOFILE for all but client and upstream connections:
+# listeners, health probes and scrapes, tokenizer clients, KV-event sockets, Redis, files.
+FD_RESERVE = 256
+MIN_CONNECTIONS = 16
+NOFILE_UNLIMITED = 1 << 20  # Linux's default fs.nr_open, for an unlimited soft limit
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -37,14 +44,39 @@ class ServerLimits:
     max_connections: int = 4096
 
     @classmethod
-    def from_config(cls, server: ServerSection) -> ServerLimits:
+    def from_config(
+        cls, server: ServerSection, upstream: UpstreamSection | None = None
+    ) -> ServerLimits:
+        """The limits of `server`; an unset `max_connections` derived from the descriptor
+        limit and `upstream.max_connections` (`connection_cap`)."""
+        cap = server.max_connections
+        if cap is None:
+            cap = connection_cap((upstream or UpstreamSection()).max_connections)
         return cls(
             header_timeout_s=server.header_timeout_s,
             body_timeout_s=server.body_timeout_s,
             max_header_bytes=server.max_header_bytes,
             max_headers=server.max_headers,
-            max_connections=server.max_connections,
+            max_connections=cap,
         )
+
+
+def connection_cap(upstream_connections: int, nofile: int | None = None) -> int:
+    """Client connections the descriptor limit allows (as HAProxy derives its maxconn).
+
+    Of the soft RLIMIT_NOFILE (`nofile`), `FD_RESERVE` (at most a quarter of it) is kept for
+    everything else; each client connection in flight may hold one upstream connection, up
+    to `upstream_connections`, so the rest is halved between clients and upstream when the
+    upstream cap is above that half, else clients get all but the upstream cap. At least
+    `MIN_CONNECTIONS`. E.g. 1024 descriptors and 1024 upstream connections: 384 clients;
+    65536 descriptors: 64256.
+    """
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile == resource.RLIM_INFINITY or nofile < 0:
+        nofile = NOFILE_UNLIMITED
+    spare = nofile - min(FD_RESERVE, nofile // 4)
+    return max(MIN_CONNECTIONS, spare - min(upstream_connections, spare // 2))
 
 
 class ServerEvents:

@@ -52,7 +52,9 @@ With API keys (config security.api_keys, security.api_keys_file, env KVGATE_API_
 request but /health and /ready needs `Authorization: Bearer KEY`, else 401; `kvgate hash-key`
 prints a key's SHA-256 for the config. --admin-port moves /admin/*, /metrics and /docs to
 their own listener (404 on --port); without it they need the admin key (KVGATE_ADMIN_KEY)
-if one is set, and are closed when API keys are set without one.
+if one is set, and are closed when API keys are set without one. With neither, /admin/*
+answers clients on this machine only (loopback, not relayed by a proxy; others get 403)
+and /metrics, read-only, answers anyone. A documented example key is refused at start-up.
 
 SIGTERM drains: /ready answers 503 while requests are served for server.drain_delay_s
 (5 s), then no new connections; responses in flight get server.shutdown_grace_s (30 s),
@@ -98,7 +100,8 @@ def add_parser(sub: SubParsers) -> None:
         "--admin-port",
         type=int,
         help="serve /admin/*, /metrics and /docs on this port only, not on --port (config "
-        "server.admin_port; default: on --port, behind security.admin_key_sha256 if set)",
+        "server.admin_port; default: on --port, behind security.admin_key_sha256 if set, "
+        "else /admin/* for this machine's clients only)",
     )
     add_discovery_args(s)
     s.add_argument(

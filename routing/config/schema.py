@@ -25,6 +25,7 @@ from pydantic import (
 
 from routing.config.checks import check_backend_url, check_zmq_endpoint, duplicate_id_errors
 from routing.config.disaggregation import DisaggregationSection, Role
+from routing.config.example_keys import check_not_example
 from routing.config.profiles import RoutingSection
 from routing.config.yaml_loader import load_yaml
 
@@ -55,8 +56,11 @@ class ServerSection(_Section):
     )
     body_timeout_s: float = Field(60.0, gt=0, description="the whole request body, once started")
     idle_timeout_s: float = Field(30.0, gt=0, description="keep-alive connection with no request")
-    max_connections: int = Field(
-        4096, gt=0, description="open client connections; more are closed on accept"
+    max_connections: int | None = Field(
+        None,
+        gt=0,
+        description="open client connections; more are closed on accept (null: what the "
+        "file-descriptor limit leaves beside upstream.max_connections)",
     )
     max_header_bytes: int = Field(
         65536, ge=1024, description="request line and headers; larger heads get 431"
@@ -199,7 +203,7 @@ class ApiKeyEntry(_Section):
     @field_validator("sha256")
     @classmethod
     def _lower_hex(cls, v: str) -> str:
-        return v.lower()
+        return check_not_example(v.lower())
 
 
 def check_unique_keys(keys: list[ApiKeyEntry]) -> list[ApiKeyEntry]:
@@ -239,6 +243,11 @@ class SecuritySection(_Section):
     forwarded_for: bool = Field(
         True, description="append the client address to X-Forwarded-For, set X-Forwarded-Proto"
     )
+
+    @field_validator("admin_key_sha256")
+    @classmethod
+    def _not_example(cls, v: str | None) -> str | None:
+        return None if v is None else check_not_example(v.lower())
 
     @model_validator(mode="after")
     def _unique(self) -> SecuritySection:

@@ -209,15 +209,19 @@ def test_kvgate_serve_applies_the_server_limits(
         f"backends:\n  - url: {engine.url}\n"
         "server:\n  header_timeout_s: 0.3\n  idle_timeout_s: 0.3\n  max_headers: 10\n"
     )
+    serve = [sys.executable, "-m", "kvgate.cli", "serve", "--port", "0", "--config", str(config)]
+    # Under the common soft descriptor limit of 1024 (max_connections unset: derived from it).
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvgate.cli", "serve", "--port", "0", "--config", str(config)],
+        ["bash", "-c", 'ulimit -Sn 1024 && exec "$@"', "serve", *serve],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     kvgate_process.append(proc)
-    port = _wait_for_port(proc, [])
+    lines: list[str] = []
+    port = _wait_for_port(proc, lines)
+    assert "client connections capped at 384 (server.max_connections)" in "".join(lines)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
         assert silent.recv(1024) == b""  # closed by the header timeout
     with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:

@@ -3,6 +3,7 @@ what reaches them: API keys, the admin listener, the keys file, header policies.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -15,6 +16,7 @@ import pytest
 from gateway.auth import hash_key
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import StartEngines
+from tests.support.gateway_process import GatewayProcess, gateway_config
 from tests.support.waiting import wait_until
 
 CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hello"}]}
@@ -113,6 +115,48 @@ def test_admin_port_asks_for_the_admin_key(
         assert admin.get("/admin/backends", headers=_bearer("admin-secret")).status_code == 200
         schemes = admin.get("/openapi.json").json()["components"]["securitySchemes"]
         assert schemes["HTTPBearer"]["scheme"] == "bearer"  # the docs page's Authorize button
+
+
+def _own_address() -> str | None:
+    """An address of this machine other than loopback (its default route's), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # UDP: picks the interface, sends nothing
+        except OSError:
+            return None
+        host = str(probe.getsockname()[0])
+    return None if ipaddress.ip_address(host).is_loopback else host
+
+
+def test_without_an_admin_key_only_this_machine_may_change_backends(
+    fake_engines: StartEngines, tmp_path: Path
+) -> None:
+    address = _own_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    [(_engine, s1)] = fake_engines(1)
+    config = gateway_config([s1.url], server={"host": "0.0.0.0"})
+    gw = GatewayProcess(config, tmp_path / "gw")
+    theirs = {"url": "http://10.9.9.9:8000", "id": "theirs"}
+    try:
+        gw.start()
+        with httpx.Client(base_url=f"http://{address}:{gw.port}", timeout=10) as remote:
+            r = remote.post("/admin/backends", json=theirs)
+            assert r.status_code == 403
+            assert r.json()["error"]["code"] == "forbidden"
+            assert remote.get("/admin/backends").status_code == 403
+            assert remote.post("/admin/reload").status_code == 403
+            assert remote.get("/metrics").status_code == 200  # read-only, as engines' pages
+            assert remote.post("/v1/chat/completions", json=CHAT).status_code == 200
+        with httpx.Client(base_url=f"http://127.0.0.1:{gw.port}", timeout=10) as local:
+            ids = [b["id"] for b in local.get("/admin/backends").json()["backends"]]
+            assert "theirs" not in ids
+            # A claim in X-Forwarded-For makes no client local; a loopback peer is.
+            forged = {"x-forwarded-for": "127.0.0.1"}
+            assert local.post("/admin/backends", json=theirs, headers=forged).status_code == 403
+            assert local.post("/admin/backends", json=theirs).status_code == 201
+    finally:
+        gw.stop()
 
 
 def test_keys_file_is_reloaded_without_restart(

@@ -11,6 +11,7 @@ from gateway.auth import (
     RELOAD_CHECK_S,
     KeyStore,
     Principal,
+    admin_access,
     authenticate,
     build_key_store,
     env_keys,
@@ -18,7 +19,7 @@ from gateway.auth import (
     load_keys_file,
 )
 from gateway.errors import AuthenticationError
-from routing.config.schema import ApiKeyEntry, SecuritySection
+from routing.config.schema import ApiKeyEntry, SecuritySection, parse_config
 
 
 class Clock:
@@ -72,6 +73,26 @@ def test_env_keys_take_plaintext_or_name_and_hash() -> None:
     digest = hash_key("k2")
     keys = env_keys(f" k1 ,ops:{digest},")
     assert [(k.name, k.sha256) for k in keys] == [("env-1", hash_key("k1")), ("ops", digest)]
+
+
+@pytest.mark.parametrize("item", ["kvgate-example-key", f"ops:{hash_key('kvgate-example-key')}"])
+def test_env_keys_refuse_a_documented_example(item: str) -> None:
+    with pytest.raises(ValueError, match=r"KVGATE_API_KEYS key 2 is the documented example key"):
+        env_keys(f"k1,{item}")
+
+
+def test_a_keys_file_with_a_documented_example_fails_to_load(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    _write_keys(path, ("a", "kvgate-example-key"), mtime=1000.0)
+    with pytest.raises(ValueError, match=r"keys.yaml: 0.sha256: .*documented example key"):
+        load_keys_file(str(path))
+
+
+def test_the_admin_key_variable_refuses_a_documented_example() -> None:
+    cfg = parse_config({})
+    with pytest.raises(ValueError, match=r"KVGATE_ADMIN_KEY is the documented example key"):
+        admin_access(cfg, {"KVGATE_ADMIN_KEY": "kvgate-example-admin-key"})
+    assert admin_access(cfg, {"KVGATE_ADMIN_KEY": "mine"}).digest is not None
 
 
 def test_key_store_merges_config_and_env() -> None:

@@ -12,6 +12,7 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.BadRequestError: (400, "invalid_request_error", "invalid_request", False),
     errors.UnknownPolicyError: (400, "invalid_request_error", "unknown_policy", False),
     errors.AuthenticationError: (401, "invalid_request_error", "invalid_api_key", False),
+    errors.ForbiddenError: (403, "invalid_request_error", "forbidden", False),
     errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),

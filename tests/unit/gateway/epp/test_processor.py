@@ -235,7 +235,11 @@ async def test_the_picker_tokenizes_only_when_the_precise_index_follows_a_backen
 
     app = _app()
     picker = EndpointPicker(app.runtime.director, max_fallbacks=1)
-    assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no tokenizer
+
+    async def token_ids(path: str, body: bytes) -> list[int] | None:
+        return await picker.token_ids(await picker.parse(path, body))
+
+    assert await token_ids("/v1/chat/completions", BODY) is None  # no tokenizer
 
     raw = {
         "backends": [{"url": "http://10.0.0.1:8000", "models": [MODEL]}],
@@ -243,7 +247,7 @@ async def test_the_picker_tokenizes_only_when_the_precise_index_follows_a_backen
     }
     app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
     picker = EndpointPicker(app.runtime.director, max_fallbacks=1)
-    assert await picker.token_ids("/v1/chat/completions", BODY) is None  # no events yet
+    assert await token_ids("/v1/chat/completions", BODY) is None  # no events yet
     app.runtime.stack.precise.apply(
         "10.0.0.1:8000", [BlockStored((1,), None, tuple(range(16)), 16)]
     )
@@ -254,8 +258,8 @@ async def test_the_picker_tokenizes_only_when_the_precise_index_follows_a_backen
         return [1, 2, 3]
 
     app.runtime.director.token_ids = fake  # type: ignore[method-assign]
-    assert await picker.token_ids("/v1/chat/completions", BODY) == [1, 2, 3]
-    assert await picker.token_ids("/v1/chat/completions", b"{not json") is None
-    assert await picker.token_ids("/v1/models", b"") is None
+    assert await token_ids("/v1/chat/completions", BODY) == [1, 2, 3]
+    assert await token_ids("/v1/chat/completions", b"{not json") is None
+    assert await token_ids("/v1/models", b"") is None
     assert len(calls) == 1
     await app.runtime.tokenizers.aclose()

@@ -69,3 +69,20 @@ def test_workers_refuse_a_trace_recording(
     argv = ["serve", "--backend", "http://127.0.0.1:1", "--port", "0", "--workers", "2"]
     assert main([*argv, "--record", str(tmp_path / "t.jsonl")], environ={}) == 2
     assert "cannot be used with --workers" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_documented_example_admin_key_before_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KVGATE_ADMIN_KEY", raising=False)
+    example = "c940f8ab676f2428dd7bc347e18d3ef916b44e91244863a1ca555141b3b25048"
+    config = tmp_path / "kvgate.yaml"
+    config.write_text(f"security:\n  admin_key_sha256: {example}\n")
+    argv = ["serve", "--config", str(config), "--backend", "http://127.0.0.1:1", "--port", "0"]
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err
+    assert "security.admin_key_sha256" in err
+    assert "documented example key 'kvgate-example-admin-key' (SHA-256 c940f8ab676f2428" in err
+    monkeypatch.setenv("KVGATE_ADMIN_KEY", "kvgate-example-admin-key")
+    assert main(argv[:1] + argv[3:], environ={}) == 2
+    assert "security: KVGATE_ADMIN_KEY is the documented example key" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from routing.config.example_keys import EXAMPLE_KEYS
 from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from routing.config.schema import (
     BackendEntry,
@@ -119,17 +120,47 @@ def test_reference_walk_covers_every_section_model() -> None:
     }
 
 
+def _commented_keys(text: str) -> set[str]:
+    """Keys of the commented-out examples (`#   sha256: ...`): the fields of a list the file
+    leaves empty, such as security.api_keys, whose example entry must hold no working key."""
+    return set(re.findall(r"^\s*#\s+(?:- )?([a-z_0-9]+):", text, flags=re.MULTILINE))
+
+
 def test_reference_file_names_every_config_field() -> None:
-    data = yaml.safe_load(REFERENCE.read_text())
+    text = REFERENCE.read_text()
     keys: dict[type[BaseModel], set[str]] = {}
-    _collect_keys(GatewayConfig, data, keys)
+    _collect_keys(GatewayConfig, yaml.safe_load(text), keys)
+    commented = _commented_keys(text)
     missing = sorted(
         f"{model.__name__}.{name}"
         for model in _reachable_models(GatewayConfig)
         for name in model.model_fields
-        if name not in keys.get(model, set())
+        # a model with no entry in the file may be documented by a commented example
+        if name not in keys.get(model, commented)
     )
     assert missing == [], f"deploy/kvgate.yaml does not document: {missing}"
+
+
+def test_reference_file_ships_no_working_key() -> None:
+    cfg = load_config(REFERENCE)
+    assert cfg.security.api_keys == []
+    assert cfg.security.admin_key_sha256 is None
+    text = REFERENCE.read_text()
+    assert not re.search(r"\b[0-9a-fA-F]{64}\b", text), "a key hash in deploy/kvgate.yaml"
+    for example in EXAMPLE_KEYS.values():
+        assert example not in text
+
+
+@pytest.mark.parametrize("sha256", sorted(EXAMPLE_KEYS))
+def test_a_documented_example_key_is_refused_naming_the_field(sha256: str) -> None:
+    admin = _config_error({"security": {"admin_key_sha256": sha256.upper()}})
+    assert "security.admin_key_sha256" in admin
+    assert f"documented example key {EXAMPLE_KEYS[sha256]!r}" in admin
+    assert sha256[:16] in admin
+    entry = {"name": "team-a", "sha256": sha256}
+    keys = _config_error({"security": {"api_keys": [entry]}})
+    assert "security.api_keys.0.sha256" in keys
+    assert "documented example key" in keys
 
 
 # -- errors name field paths --------------------------------------------------------------
