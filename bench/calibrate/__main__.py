@@ -43,7 +43,12 @@ from bench.calibrate.records import CellRecord, cell_from_json
 from bench.calibrate.report import build_report, error_line, profile_json, write_json
 from bench.calibrate.server import ServerSettings, set_autogroup_nice, vllm_server
 from bench.calibrate.tinymodel import MODELS, write_model_dir
-from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_python
+from bench.calibrate.venv import (
+    ensure_vllm_venv,
+    installed_versions,
+    venv_python,
+    vllm_venv_path,
+)
 from sim.engine.types import EngineConfig
 
 log = logging.getLogger("bench.calibrate")
@@ -109,7 +114,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def collect(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[CellRecord]]:
     grid = QUICK_GRID if args.quick else FULL_GRID
-    venv = REPO_ROOT / ".venv-vllm"
+    venv = vllm_venv_path()
     created = ensure_vllm_venv(venv)
     try:
         versions = installed_versions(venv)

@@ -1,7 +1,8 @@
 """One vLLM OpenAI server as a child process: start, wait for /health, always stop by pid.
 
 `ServerSettings` is its command line and environment, KV-cache events (`KvEventsPublisher`:
-vLLM's ZMQ publisher on `ipc://` sockets, `ipc_publisher`) and LoRA adapters included. A
+vLLM's ZMQ publisher on `ipc://` sockets, `ipc_publisher`), LoRA adapters and a KV connector
+(`NIXL_CONNECTOR`, for prefill/decode disaggregation) included. A
 `sim.live.processes.ChildProcess`: the server runs in its own process group, so stopping
 it also stops the engine-core process it spawns: SIGTERM to the group, then SIGKILL if it
 has not exited within 20 s.
@@ -12,8 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,13 @@ class KvEventsPublisher:
         return json.dumps(config)
 
 
+# vLLM's NixlConnector in both roles (one server can prefill for others and decode), its
+# buffers in CPU memory: prefill/decode disaggregation on vLLM's CPU build.
+NIXL_CONNECTOR = json.dumps(
+    {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+)
+
+
 def ipc_publisher(directory: Path, name: str = "kv", topic: str = "kv-events") -> KvEventsPublisher:
     """A publisher on `ipc://DIRECTORY/NAME.pub`, replaying on `ipc://DIRECTORY/NAME.replay`
     (keep DIRECTORY short: a socket path holds at most ~100 bytes)."""
@@ -77,6 +85,13 @@ class ServerSettings:
     lora_modules: tuple[tuple[str, str], ...] = ()
     max_loras: int = 2
     max_lora_rank: int = 8
+    # `--load-format`: "dummy" draws random weights at start-up; "auto" reads the model's files.
+    load_format: str = "dummy"
+    # `--kv-transfer-config` (a KV connector, e.g. `NIXL_CONNECTOR`); None: none.
+    kv_transfer_config: str | None = None
+    # VLLM_NIXL_SIDE_CHANNEL_PORT: where NixlConnector's handshake listens (vLLM's default
+    # 5600 is one port for every server on the machine).
+    nixl_side_channel_port: int | None = None
 
     def env(self) -> dict[str, str | None]:
         """The server's environment changes (VIRTUAL_ENV of this venv would mislead the
@@ -89,6 +104,9 @@ class ServerSettings:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
+        if self.nixl_side_channel_port is not None:
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "127.0.0.1"
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.nixl_side_channel_port)
         return env
 
     def args(self, model_dir: Path, port: int) -> list[str]:
@@ -99,6 +117,8 @@ class ServerSettings:
             optional += ["--served-model-name", self.served_model_name]
         if self.kv_events is not None:
             optional += ["--kv-events-config", self.kv_events.config_json()]
+        if self.kv_transfer_config is not None:
+            optional += ["--kv-transfer-config", self.kv_transfer_config]
         if self.lora_modules:
             optional += [
                 "--enable-lora",
@@ -115,7 +135,7 @@ class ServerSettings:
             "--model",
             str(model_dir),
             "--load-format",
-            "dummy",
+            self.load_format,
             "--enable-prefix-caching",
             "--enable-prompt-tokens-details",
             "--block-size",
@@ -164,16 +184,7 @@ def vllm_server(
 
     `niceness` is added to this process's for the server (`nice -n`); `autogroup_nice`, if
     given, is set for the server's session (`set_autogroup_nice`)."""
-    port = free_port()
-    cmd = [str(python), *settings.args(model_dir, port)]
-    if niceness:
-        # Children (the engine core) inherit it: other work on the machine yields to vLLM.
-        cmd = ["nice", "-n", str(niceness), *cmd]
-    url = f"http://127.0.0.1:{port}"
-    log.info("starting vLLM on port %d (log: %s)", port, log_path)
-    server = ChildProcess(
-        cmd, log_path, env=settings.env(), stop_signal=signal.SIGTERM, stop_timeout_s=20
-    )
+    server, url = _server_process(python, model_dir, settings, log_path, niceness)
     with server.start():
         if autogroup_nice is not None and not set_autogroup_nice(server.pid, autogroup_nice):
             log.warning("cannot set the vLLM session's autogroup nice to %d", autogroup_nice)
@@ -181,3 +192,42 @@ def vllm_server(
         log.info("vLLM healthy")
         yield url
         log.info("stopping vLLM (pid %d)", server.pid)
+
+
+@contextmanager
+def vllm_servers(
+    python: Path,
+    model_dir: Path,
+    settings: Sequence[ServerSettings],
+    log_paths: Sequence[Path],
+    *,
+    ready_timeout_s: float = 300.0,
+) -> Iterator[list[str]]:
+    """`with vllm_servers(...) as urls:` — one server per settings, started together (their
+    start-ups overlap), all healthy inside, all stopped after."""
+    with ExitStack() as stack:
+        children = []
+        for one, log_path in zip(settings, log_paths, strict=True):
+            server, url = _server_process(python, model_dir, one, log_path)
+            children.append((stack.enter_context(server.start()), url))
+        for server, url in children:
+            server.wait_for_http(url + "/health", timeout_s=ready_timeout_s, interval_s=0.5)
+        log.info("%d vLLM servers healthy", len(children))
+        yield [url for _, url in children]
+        log.info("stopping vLLM (pids %s)", ", ".join(str(s.pid) for s, _ in children))
+
+
+def _server_process(
+    python: Path, model_dir: Path, settings: ServerSettings, log_path: Path, niceness: int = 0
+) -> tuple[ChildProcess, str]:
+    """The server's process, not started yet, on a free port; and its URL."""
+    port = free_port()
+    cmd = [str(python), *settings.args(model_dir, port)]
+    if niceness:
+        # Children (the engine core) inherit it: other work on the machine yields to vLLM.
+        cmd = ["nice", "-n", str(niceness), *cmd]
+    log.info("vLLM on port %d (log: %s)", port, log_path)
+    server = ChildProcess(
+        cmd, log_path, env=settings.env(), stop_signal=signal.SIGTERM, stop_timeout_s=20
+    )
+    return server, f"http://127.0.0.1:{port}"

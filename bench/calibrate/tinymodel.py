@@ -1,7 +1,8 @@
-"""A small Llama model directory made on the spot: config, tokenizer, chat template; no weights.
+"""A small Llama model directory made on the spot: config, tokenizer, chat template, no weights.
 
 vLLM serves it with `--load-format dummy` (random weights), which is all a timing measurement
-needs. The tokenizer is trained in about a second on the repository's own source and docs.
+needs; `write_random_weights` adds seeded weights large enough that the answers depend on
+the prompt. The tokenizer is trained in about a second on the repository's own source and docs.
 """
 
 from __future__ import annotations
@@ -94,6 +95,20 @@ def write_model_dir(directory: Path, spec: ModelSpec, python: Path, repo: Path) 
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return spec
+
+
+def write_random_weights(directory: Path, python: Path, seed: int = 0, std: float = 0.05) -> Path:
+    """`model.safetensors` of seeded N(0, std²) weights for the model in `directory` (served
+    then without `--load-format dummy`): answers that depend on the whole prompt."""
+    script = Path(__file__).with_name("random_weights.py")
+    subprocess.run(
+        [str(python), str(script), str(directory), str(seed), str(std)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return directory / "model.safetensors"
 
 
 def _corpus_files(repo: Path) -> list[Path]:

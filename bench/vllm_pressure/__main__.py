@@ -33,7 +33,12 @@ import httpx
 from bench import REPO_ROOT
 from bench.calibrate.server import ServerSettings
 from bench.calibrate.tinymodel import MODELS, write_model_dir
-from bench.calibrate.venv import ensure_vllm_venv, installed_versions, venv_python
+from bench.calibrate.venv import (
+    ensure_vllm_venv,
+    installed_versions,
+    venv_python,
+    vllm_venv_path,
+)
 from bench.peers import PeerInstall, ensure_peer, peer_router
 from bench.regime import report as regime_report
 from bench.vllm_pressure import report
@@ -240,7 +245,7 @@ def settings_json(args: argparse.Namespace) -> dict[str, Any]:
 
 def prepare(args: argparse.Namespace) -> tuple[Path, Path, dict[str, Any]]:
     """The vLLM venv and the model directory; what the JSON says about them."""
-    venv = REPO_ROOT / ".venv-vllm"
+    venv = vllm_venv_path()
     ensure_vllm_venv(venv)
     versions = installed_versions(venv)
     model_dir = args.out / "model"
