@@ -242,6 +242,12 @@ class Director:
         self.metrics.pd_fallbacks.labels(d.endpoint.id).inc()
         rec.prefill_backend = None
 
+    def decode_failed(self, rec: RequestRecord, d: Attempt) -> None:
+        """The decode leg answered 5xx with P's handoff (it could not load the KV): it is
+        asked again without it, and prefills alone."""
+        self.metrics.pd_fallbacks.labels(rec.prefill_backend or d.endpoint.id).inc()
+        rec.prefill_backend, rec.prefill_usage = None, None
+
     def completed(self, rec: RequestRecord, d: Attempt, status: int, usage: Usage | None) -> None:
         """The whole answer was relayed: grade the index's prediction against the cached
         tokens it reported; a passive success unless it was a 502/503/504. A decode leg's

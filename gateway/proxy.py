@@ -128,11 +128,14 @@ class Proxy:
         out = _Outgoing(target, headers, body, fb.stream if route.request.stream else fb.non_stream)
         if self._budget is not None:
             self._budget.record_request()
-        leg, prefill_task = "whole", None
+        leg, prefill_task, whole = "whole", None, out
         if route.prefill is not None:
             out, leg, prefill_task = await self._split(route, rec, out)
         try:
-            await self._attempts(route, attempts, out, send, rec, strip_usage=strip_usage, leg=leg)
+            await self._attempts(
+                route, attempts, out, send, rec, strip_usage=strip_usage, leg=leg,
+                alone=whole if leg == "decode" and self._pd_protocol == "vllm" else None,
+            )  # fmt: skip
         except BaseException:
             if prefill_task is not None:
                 prefill_task.cancel()  # the client left or every attempt failed: abort P
@@ -167,7 +170,11 @@ class Proxy:
         *,
         strip_usage: bool,
         leg: str,
+        alone: _Outgoing | None = None,
     ) -> None:
+        """Try the ranked backends in turn. `alone`: a vLLM decode leg's request without P's
+        params, sent once to the same backend if it answers 5xx (it could not load P's KV,
+        e.g. a failed NIXL handshake): it prefills alone."""
         trace = rec.trace
         director = self._director
         last_error: GatewayError | None = None
@@ -180,6 +187,7 @@ class Proxy:
             span = None
             if trace is not None:
                 span = trace.upstream(backend_id, backend.spec.url, i + 1)
+            redo = False
             try:
                 opened = await self._open(attempt, out, rec, more=more, span=span)
                 if isinstance(opened, UpstreamError):
@@ -188,16 +196,25 @@ class Proxy:
                 try:
                     status = opened.status_code
                     director.answered(attempt, status)
-                    if status in _RETRY_STATUSES and more and self._may_retry(rec):
+                    if alone is not None and status >= 500 and self._may_retry(rec):
+                        redo = True
+                    elif status in _RETRY_STATUSES and more and self._may_retry(rec):
                         continue
-                    await self._relay(attempt, opened, send, rec, strip_usage)
-                    return
+                    else:
+                        await self._relay(attempt, opened, send, rec, strip_usage)
+                        return
                 finally:
                     await opened.aclose()
             finally:
                 director.end(attempt)
                 if span is not None:
                     end_span(span, rec.error if rec.backend == span.backend else None)
+            if redo and alone is not None:
+                director.decode_failed(rec, attempt)
+                await self._attempts(
+                    route, attempts[i:], alone, send, rec, strip_usage=strip_usage, leg="whole"
+                )
+                return
         if last_error is None:  # every ranked backend left the pool before it was tried
             raise NoHealthyBackendError("the chosen backends left the pool")
         raise last_error

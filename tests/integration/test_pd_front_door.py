@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.live.processes import ChildProcess, kvgate_command
 from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
-from tests.support.fixture_types import StartEngines
+from tests.support.asgi_types import Message, Receive, Scope, Send
+from tests.support.fake_engine import FakeEngine
+from tests.support.fixture_types import ServeApp, StartEngines
 from tests.support.servers import ServerThread
 
 MODEL = "kvgate-demo"
@@ -261,3 +264,73 @@ def test_sglang_sends_both_legs_at_once_with_a_bootstrap_room(
         assert lines[-1] == "data: [DONE]"
     ext1, _ = _sources(sglang_fleet.decode)
     assert ext1 - ext0 >= 1400  # both requests' whole prompts crossed: D keeps no cache
+
+
+class _Handoff:
+    """Wraps a fake engine: as P it answers every POST with `kv_transfer_params`; as D it
+    answers 500 to a request carrying them (a KV load that failed) and serves the rest."""
+
+    def __init__(self, engine: FakeEngine, *, prefill: bool) -> None:
+        self.engine = engine
+        self.prefill = prefill
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.engine.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if self.prefill:
+            answer = {
+                "id": "p",
+                "object": "text_completion",
+                "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+                "kv_transfer_params": {"do_remote_prefill": True, "remote_block_ids": [1]},
+            }
+            await _json(send, 200, answer)
+        elif b"kv_transfer_params" in body:
+            self.refused += 1
+            await _json(send, 500, {"error": {"message": "handshake_setup_failed"}})
+        else:
+            sent = False
+
+            async def replay() -> Message:
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.engine.app(scope, replay, send)
+
+
+async def _json(send: Send, status: int, obj: dict[str, Any]) -> None:
+    data = orjson.dumps(obj)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def test_a_decoder_that_cannot_load_the_handoff_prefills_alone(
+    serve_app: ServeApp, start_gateway: StartGateway
+) -> None:
+    p = _Handoff(FakeEngine(models=[MODEL], name="p"), prefill=True)
+    d = _Handoff(FakeEngine(models=[MODEL], name="d"), prefill=False)
+    p_url, d_url = serve_app(p).url, serve_app(d).url
+    backends = [{"url": p_url, "role": "prefill"}, {"url": d_url, "role": "decode"}]
+    _, gw = start_gateway(backends, policy="prefix-aware", disaggregation={"mode": "always"})
+    _wait_ready(gw.url)
+    with httpx.Client(base_url=gw.url, timeout=30) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": _prompt(6), "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-fake-engine"] == "d"
+    assert "x-kvgate-prefill-backend" not in r.headers
+    assert d.refused == 1  # asked with P's handoff once, then without it
+    assert _metrics(gw.url)["kvgate_pd_prefill_fallbacks_total"] == 1
