@@ -175,6 +175,22 @@ def test_tap_keeps_only_the_tail() -> None:
         ),
         # Text that looks like usage sits in a JSON string, where its quotes are escaped.
         (orjson.dumps({"content": '"usage": {"prompt_tokens": 9}'}), None),
+        # SGLang's /generate: meta_info, cached tokens beside the prompt's.
+        (
+            b'{"text":"a","output_ids":[5],"meta_info":{"id":"r1","finish_reason":'
+            b'{"type":"length","length":1},"prompt_tokens":40,"weight_version":"default",'
+            b'"total_retractions":0,"completion_tokens":1,"cached_tokens":32,'
+            b'"e2e_latency":0.1}}',
+            Usage(40, 32, 1),
+        ),
+        (  # the last event of a stream, after the earlier ones
+            b'data: {"meta_info":{"prompt_tokens":4,"completion_tokens":1,"cached_tokens":0}}'
+            b'\n\ndata: {"meta_info":{"prompt_tokens":4,"completion_tokens":2,'
+            b'"cached_tokens":0}}\n\ndata: [DONE]\n\n',
+            Usage(4, 0, 2),
+        ),
+        (b'"meta_info":{"id":"x","prompt_tokens":4}', Usage(4, None, None)),  # an embedding's
+        (orjson.dumps({"text": '"meta_info": {"prompt_tokens": 9}'}), None),
     ],
 )
 def test_parse_last_usage(tail: bytes, expected: Usage | None) -> None:
