@@ -16,6 +16,7 @@ from gateway.usage import (
     parse_last_usage,
 )
 from sim.emulator import openai_api as emulator
+from sim.emulator import sglang_api as sglang
 
 SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32" / "http_samples.txt"
 
@@ -137,6 +138,27 @@ def test_tap_reads_vllm_stream_and_bodies() -> None:
     tap = UsageTap()
     tap.feed(body)
     assert tap.usage() == Usage(prompt_tokens=12, cached_tokens=None, completion_tokens=8)
+
+
+def test_tap_reads_sglang_generate_streams_and_batches() -> None:
+    """The emulator's SGLang events: text so far in each, so the last is long; its meta_info
+    comes last, inside the tail."""
+    events = []
+    for n in (1498, 1499, 1500):  # a long answer's last events
+        meta = sglang.meta_info("r", 30, n, 16, finished=n == 1500)
+        events.append(sglang.event(sglang.output(" word" * n, list(range(n)), meta)))
+    stream = b"".join(events) + sglang.DONE
+    tap = UsageTap()
+    for chunk in _cuts(stream, [5000, 30_000]):
+        tap.feed(chunk)
+    assert len(events[-1]) > TAIL_BYTES
+    assert tap.usage() == Usage(prompt_tokens=30, cached_tokens=16, completion_tokens=1500)
+    batch = orjson.dumps(
+        [sglang.output("a", [1], sglang.meta_info(f"r{i}", 5, 1, i, finished=True)) for i in (1, 2)]
+    )
+    tap = UsageTap()
+    tap.feed(batch)
+    assert tap.usage() == Usage(5, 2, 1)  # the last item's: the director does not grade it
 
 
 def test_tap_keeps_only_the_tail() -> None:
