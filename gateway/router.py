@@ -2,16 +2,13 @@
 
 Shared by the proxy and the dry-run admin endpoint, so both see exactly the same decision.
 A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
-vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
+vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`. An API only one
+engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to that engine's backends (to any
+when the pool declares none); a request naming no model is for the one model they serve
+(`default_model`). Only generating APIs are split on a prefill/decode pool.
 
-No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (the
-earliest end of an ejection, or for a backend down by probes the fastest readmission
-`probe_readmit_s`), at least 1 and at most `RETRY_AFTER_MAX_S`.
-
-An API only one engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to the backends of
-that engine, or to every backend when the pool declares none of it. A request naming no model
-is for the one model those backends serve (`default_model`). Only generating APIs are split
-on a prefill/decode pool.
+No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (an
+ejection's earliest end, or `probe_readmit_s` for one down by probes), 1 to `RETRY_AFTER_MAX_S`.
 
 Each `Route` carries how long its decision took (`seconds`: prompt hashing, candidates and the
 scheduler's cycle, not tokenization or admission) and why its target won (`reason`, one of
