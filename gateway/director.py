@@ -126,7 +126,7 @@ class Director:
         ids (`input_ids`, a prompt of ids), else when `tokenizing` and the model has a
         tokenizer; else None (routing keeps the byte approximation)."""
         ids = prompt_token_ids(req)
-        if ids is not None or not self.tokenizing:
+        if ids is not None or req.prompt is None or not self.tokenizing:
             return ids
         tokenizer = self._tokenizers.for_model(req.model)
         return await tokenizer.token_ids(req) if tokenizer is not None else None

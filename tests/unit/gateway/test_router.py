@@ -224,3 +224,15 @@ def test_utility_endpoints_take_the_pool_model_from_any_engine() -> None:
     route = app.runtime.router.route(app.runtime.director.resolve(req), {}, request_id="r")
     assert (route.request.model, sorted(route.decision.ranked)) == ("llama", ["s", "v"])
     assert route.request.prefix_hashes == ()  # no prefix accounting
+
+
+async def test_input_ids_are_the_requests_token_ids_without_a_tokenizer() -> None:
+    app = _engines({"s": ("sglang", ("qwen",))})
+    director = app.runtime.director
+    ids_body = orjson.dumps({"input_ids": [[5, 6, 7], [8]]})
+    req = director.resolve(parse_inference_body("generate", ids_body))
+    assert await director.token_ids(req) == [5, 6, 7]  # a batch: its first prompt
+    route = app.runtime.router.route(req, {}, request_id="r", token_ids=[5, 6, 7])
+    assert route.request.prompt_tokens == 3
+    text = director.resolve(parse_inference_body("generate", orjson.dumps({"text": "5 6 7"})))
+    assert await director.token_ids(text) is None  # no tokenizer configured
