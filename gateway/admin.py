@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.cache_ledger import CacheHits, PreciseHits
 from gateway.errors import BadRequestError
-from gateway.inference_request import InferenceRequest, inference_request
+from gateway.inference_request import API_BY_PATH, InferenceRequest, inference_request
 from gateway.router import RequestRouter, Route
 from health.pool import BackendPool
 from routing.types import EngineMetrics
@@ -108,10 +108,9 @@ def _metrics(m: EngineMetrics | None, now: float) -> dict[str, Any] | None:
 
 def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
     if requested:
-        if requested not in {"chat", "completions", "embeddings", "responses"}:
-            raise BadRequestError(
-                f"unknown api {requested!r}; use chat, completions, embeddings or responses"
-            )
+        known = sorted(API_BY_PATH.values())
+        if requested not in known:
+            raise BadRequestError(f"unknown api {requested!r}; use one of {', '.join(known)}")
         return requested
     if "messages" in data:
         return "chat"
@@ -119,7 +118,13 @@ def _infer_api(data: Mapping[str, Any], requested: str | None) -> str:
         return "completions"
     if "input" in data:
         return "embeddings"
-    raise BadRequestError("body has none of 'messages', 'prompt' or 'input'", code="missing_field")
+    if "text" in data or "input_ids" in data:
+        return "generate"
+    raise BadRequestError(
+        "body has none of 'messages', 'prompt', 'input', 'text' or 'input_ids' (or name the "
+        "API: ?api=)",
+        code="missing_field",
+    )
 
 
 def dry_run_request(data: Any, api: str | None, body_bytes: int) -> InferenceRequest:

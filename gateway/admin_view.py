@@ -70,6 +70,6 @@ class AdminView:
         api, policy = params.get("api", [None])[0], params.get("policy", [None])[0]
         rt = self._rt
         data = await rt.director.parser.loads(body) if body else None
-        req = admin.dry_run_request(data, api, len(body))
+        req = rt.director.resolve(admin.dry_run_request(data, api, len(body)))
         ids = await rt.director.token_ids(req)
         return admin.dry_run(rt.router, req, headers, policy=policy, token_ids=ids, now=rt.clock())

@@ -1,9 +1,10 @@
 """The front door's ASGI app: dispatches each HTTP request to its handler, and runs the
 runtime's services for the server's lifespan.
 
-Routes: the OpenAI inference endpoints (`gateway.inference`), `/health`, `/ready`,
-`/metrics`, `/v1/models`, and the admin API on the API port (`gateway.admin_ops`; behind the
-admin key, or on `server.admin_port` instead: `gateway.admin_app`). Every request passes
+Routes: the inference endpoints (OpenAI's, SGLang's native ones, vLLM's utility ones:
+`gateway.inference`), `/health`, `/ready`, `/metrics`, `/v1/models`, and the admin API on the
+API port (`gateway.admin_ops`; behind the admin key, or on `server.admin_port` instead:
+`gateway.admin_app`). Every request passes
 `AccessControl.admit` first. `build_app(config)` builds the runtime and the app.
 """
 
@@ -34,7 +35,7 @@ from gateway.errors import GatewayError, MethodNotAllowedError, NotFoundError
 from gateway.http.client import UpstreamClient
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
 from gateway.inference import InferenceHandler, send_error
-from gateway.inference_request import API_BY_PATH
+from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
 from gateway.lifecycle import Drain
 from gateway.proxy import BrokenBodyError, Proxy
 from gateway.runtime import Runtime
@@ -166,7 +167,7 @@ class GatewayApp:
                 raise NotFoundError(f"no route for {method} {path}")
             await handler(scope, receive, send)
         except GatewayError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, shape=ERROR_SHAPES.get(path, "openai"))
         except BrokenBodyError:
             pass  # returning with the response unfinished makes the server drop the connection
         except Exception:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gateway.access_log import log_request, request_id_from
 from gateway.cache_ledger import CacheLedger
 from gateway.errors import UpstreamError
-from gateway.inference_request import InferenceRequest
+from gateway.inference_request import InferenceRequest, prompt_token_ids
 from gateway.large_body import BodyParser
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import TraceRecorder
@@ -103,8 +104,16 @@ class Director:
         return rec
 
     async def parse(self, api: str, body: bytes) -> InferenceRequest:
-        """The request body of `api` parsed (`gateway.large_body`), or a `BadRequestError`."""
-        return await self.parser.parse(api, body)
+        """The request body of `api` parsed (`gateway.large_body`) with its model resolved
+        (`resolve`), or a `GatewayError` (400 for a bad body)."""
+        return self.resolve(await self.parser.parse(api, body))
+
+    def resolve(self, req: InferenceRequest) -> InferenceRequest:
+        """`req`, for the pool's default model when its body names none (SGLang's native
+        API, vLLM's utility endpoints: `RequestRouter.default_model`)."""
+        if req.model:
+            return req
+        return replace(req, model=self.router.default_model(req.api))
 
     @property
     def tokenizing(self) -> bool:
@@ -113,10 +122,12 @@ class Director:
         return self._tokenize and bool(self.ledger.precise.block_sizes())
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
-        """The prompt's token ids as the engine will see them, when `tokenizing` and the
-        model has a tokenizer; else None (routing keeps the byte approximation)."""
-        if not self.tokenizing:
-            return None
+        """The prompt's token ids as the engine will see them: the body's own when it gives
+        ids (`input_ids`, a prompt of ids), else when `tokenizing` and the model has a
+        tokenizer; else None (routing keeps the byte approximation)."""
+        ids = prompt_token_ids(req)
+        if ids is not None or req.prompt is None or not self.tokenizing:
+            return ids
         tokenizer = self._tokenizers.for_model(req.model)
         return await tokenizer.token_ids(req) if tokenizer is not None else None
 
@@ -251,13 +262,15 @@ class Director:
     def completed(self, rec: RequestRecord, d: Attempt, status: int, usage: Usage | None) -> None:
         """The whole answer was relayed: grade the index's prediction against the cached
         tokens it reported; a passive success unless it was a 502/503/504. A decode leg's
-        cached tokens are what it received, not a cache hit: not graded."""
+        cached tokens are what it received, not a cache hit, and a batch's are not the routed
+        prompt's: neither is graded."""
         rec.usage = usage
         if d.leg == "decode":
             if status not in FAILURE_STATUSES:
                 d.endpoint.state.record_upstream_success()
             return
-        if status < 400 and usage is not None and usage.prompt_tokens is not None:
+        batch = rec.request is not None and rec.request.batch
+        if status < 400 and usage is not None and usage.prompt_tokens is not None and not batch:
             check = self.ledger.observe(d, usage)
             if check is not None:
                 self.metrics.count_cache_check(d.endpoint.id, usage.prompt_tokens, check)

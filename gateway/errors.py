@@ -1,4 +1,4 @@
-"""The gateway's one error tree, rendered as OpenAI-shaped JSON; a message never names a backend.
+"""The gateway's one error tree, as OpenAI's JSON (or SGLang's); a message never names a backend.
 
 GatewayError            500 (status, type, code, retryable); Retry-After on 429s, 503s but shutdown
 ├── BadRequestError     400 · subclass UnknownPolicyError (code unknown_policy)
@@ -35,8 +35,8 @@ class GatewayError(Exception):
     def headers(self) -> list[tuple[bytes, bytes]]:
         return []
 
-    def body(self) -> bytes:
-        return error_body(self.message, self.type, self.code)
+    def body(self, shape: str = "openai") -> bytes:
+        return error_body(self.message, self.type, self.code, shape)
 
 
 class BadRequestError(GatewayError):
@@ -243,5 +243,9 @@ class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
 
 
-def error_body(message: str, type_: str, code: str) -> bytes:
+def error_body(message: str, type_: str, code: str, shape: str = "openai") -> bytes:
+    """The error's JSON: `{"error": {message, type, code}}`, or for `shape` "sglang"
+    `{"error": {message}}`, what SGLang's `/generate` answers a request it cannot serve."""
+    if shape == "sglang":
+        return orjson.dumps({"error": {"message": message}})
     return orjson.dumps({"error": {"message": message, "type": type_, "code": code}})

@@ -1,9 +1,9 @@
-"""The front door's inference endpoints (`POST /v1/chat/completions`, ...): read and parse the
-body, admit, route through the `Director`, proxy with failover, finish.
+"""The front door's inference endpoints (`POST /v1/chat/completions`, SGLang's `/generate`, ...):
+read and parse the body, admit, route through the `Director`, proxy with failover, finish.
 
 The body is capped at `server.max_body_bytes` (413), must be JSON (415) and is parsed once;
-bad input is an OpenAI-shaped error. A client that leaves cancels the upstream request; a
-shutdown ends what is left after the grace period (`gateway.lifecycle`).
+bad input is an error in the API's shape (`ERROR_SHAPES`). A client that leaves cancels the
+upstream request; a shutdown ends what is left after the grace period (`gateway.lifecycle`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from gateway.errors import (
     PayloadTooLargeError,
 )
 from gateway.header_policy import client_address
-from gateway.inference_request import API_BY_PATH
+from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.request_record import RequestRecord
@@ -63,7 +63,8 @@ class InferenceHandler:
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             rec.client_gone = isinstance(exc, ClientDisconnectedError)
-            await send_error(send, exc, [(b"x-request-id", rec.request_id.encode())])
+            extra = [(b"x-request-id", rec.request_id.encode())]
+            await send_error(send, exc, extra, shape=ERROR_SHAPES.get(scope["path"], "openai"))
         finally:
             self._admission.release(scope, rec)
             if send.status:
@@ -113,12 +114,18 @@ class InferenceHandler:
 
 
 async def send_error(
-    send: TrackedSend, exc: GatewayError, extra: list[tuple[bytes, bytes]] | None = None
+    send: TrackedSend,
+    exc: GatewayError,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    shape: str = "openai",
 ) -> None:
-    """The error as the client's API expects it, unless the response already started."""
+    """The error as the client's API expects it (`shape`: `GatewayError.body`'s), unless the
+    response already started."""
     if isinstance(exc, ClientDisconnectedError):
         return  # nobody to answer
     if send.started:
         log.warning("error after the response started, dropping: %s", clip(exc.message))
         return
-    await send_bytes(send, exc.status, exc.body(), headers=exc.headers() + (extra or []))
+    body = exc.body(shape)
+    await send_bytes(send, exc.status, body, headers=exc.headers() + (extra or []))

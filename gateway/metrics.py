@@ -187,7 +187,8 @@ class GatewayMetrics:
         )
         self.observed_hits = Counter(
             "kvgate_observed_cache_hit_tokens_total",
-            "Prompt tokens the engine reported cached (usage.prompt_tokens_details)",
+            "Prompt tokens the engine reported cached (usage.prompt_tokens_details, SGLang's "
+            "meta_info)",
             ["backend"],
             registry=r,
         )

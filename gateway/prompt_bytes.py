@@ -4,7 +4,8 @@ Chat messages are rendered as `role ␟ content ␞` records (plus name, tool ca
 id when present), so consecutive turns of a conversation share a byte prefix whatever the
 JSON formatting of the request. Multimodal parts, and Responses items that are not messages
 (function calls and their outputs), are included by reference (a hash of the URL, data or
-item), not by content. Completions prompts given as token ids become 4 bytes a token.
+item), not by content. Every other API's prompt renders as a completions prompt: text as its
+UTF-8, token ids (`/generate`'s `input_ids`) as 4 bytes a token, a batch as its first prompt.
 
 Bounded work, since it runs inline on the event loop: rendering stops after `MAX_PROMPT_BYTES`
 bytes or `MAX_ITEMS` messages (and as many content parts per message), and the bytes are cut at
@@ -62,6 +63,8 @@ def _completion_prompt(prompt: Any) -> bytes:
             return first.encode()
         if isinstance(first, list):
             return _token_ids(first)
+        if isinstance(first, dict):  # /pooling's messages, a rerank query's content parts
+            return _messages(prompt) if "role" in first else _content(prompt).encode()
     return b""
 
 

@@ -2,11 +2,13 @@
 
 Shared by the proxy and the dry-run admin endpoint, so both see exactly the same decision.
 A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
-vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`.
+vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`. An API only one
+engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to that engine's backends (to any
+when the pool declares none); a request naming no model is for the one model they serve
+(`default_model`). Only generating APIs are split on a prefill/decode pool.
 
-No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (the
-earliest end of an ejection, or for a backend down by probes the fastest readmission
-`probe_readmit_s`), at least 1 and at most `RETRY_AFTER_MAX_S`.
+No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (an
+ejection's earliest end, or `probe_readmit_s` for one down by probes), 1 to `RETRY_AFTER_MAX_S`.
 
 Each `Route` carries how long its decision took (`seconds`: prompt hashing, candidates and the
 scheduler's cycle, not tokenization or admission) and why its target won (`reason`, one of
@@ -22,8 +24,19 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.cache_ledger import CacheLedger
-from gateway.errors import ModelNotFoundError, NoHealthyBackendError, UnknownPolicyError
-from gateway.inference_request import InferenceRequest, session_key
+from gateway.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    NoHealthyBackendError,
+    UnknownPolicyError,
+)
+from gateway.inference_request import (
+    API_BY_PATH,
+    ENGINE_ONLY,
+    GENERATING_APIS,
+    InferenceRequest,
+    session_key,
+)
 from health.pool import BackendPool
 from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
@@ -103,7 +116,8 @@ class RequestRouter:
         endpoints = self._pool.snapshots()
         if subset is not None:
             endpoints = tuple(e for e in endpoints if e.id in subset)
-        candidates, excluded = self._candidates(req.model, endpoints)
+        engine = _engine_for(req.api, endpoints)
+        candidates, excluded = self._candidates(req.model, endpoints, engine)
         block_chars = self.ledger.block_chars(endpoints)
         hashes, prompt_tokens = self.ledger.hashes(req, block_chars)
         adapter = req.model if req.model in self._pool.lora_adapters() else None
@@ -134,19 +148,52 @@ class RequestRouter:
         candidates, excluded = self._candidates(rreq.model, endpoints)
         return self._decide(rreq, policy, endpoints, candidates, excluded, started=started)
 
+    def default_model(self, api: str) -> str:
+        """The model of a request that names none: the one model the backends serving `api`
+        list (LoRA adapters aside); a `NoHealthyBackendError` while none lists one, a
+        `BadRequestError` when they serve several."""
+        endpoints = self._pool.snapshots()
+        engine = _engine_for(api, endpoints)
+        adapters = self._pool.lora_adapters()
+        models = {
+            m
+            for e in endpoints
+            if engine is None or e.engine == engine
+            for m in e.models
+            if m not in adapters
+        }
+        if len(models) == 1:
+            return models.pop()
+        path = _PATHS.get(api, api)
+        if not models:
+            raise NoHealthyBackendError(f"no backend lists a model for {path} yet")
+        raise BadRequestError(
+            f"the request names no model and the backends for {path} serve several "
+            f"({', '.join(sorted(models))}): add a 'model' field",
+            code="missing_field",
+        )
+
     def _candidates(
-        self, model: str, endpoints: tuple[EndpointSnapshot, ...]
+        self, model: str, endpoints: tuple[EndpointSnapshot, ...], engine: str | None = None
     ) -> tuple[list[EndpointSnapshot], dict[str, str]]:
         healthy = Health.HEALTHY
-        candidates = [e for e in endpoints if model in e.models and e.health is healthy]
+        candidates = [
+            e
+            for e in endpoints
+            if model in e.models and e.health is healthy and (engine is None or e.engine == engine)
+        ]
         excluded: dict[str, str] = {}
         if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
             for e in endpoints:
-                if model not in e.models:
+                if engine is not None and e.engine != engine:
+                    excluded[e.id] = f"not an {engine} engine"
+                elif model not in e.models:
                     excluded[e.id] = "model not served"
                 elif e.health is not healthy:
                     excluded[e.id] = e.health.value
         if not candidates:
+            if engine is not None:
+                endpoints = tuple(e for e in endpoints if e.engine == engine)
             self._raise_unroutable(model, endpoints)
         return candidates, excluded
 
@@ -162,7 +209,11 @@ class RequestRouter:
     ) -> Route:
         pd: PdPlan | None = None
         try:
-            if self.planner is not None and self._pool.disaggregated:
+            if (
+                self.planner is not None
+                and self._pool.disaggregated
+                and rreq.api in GENERATING_APIS
+            ):
                 scheduler = self._scheduler
                 pd = self.planner.plan(
                     rreq, candidates, lambda r, es: scheduler.schedule(r, es, profile=policy)
@@ -219,3 +270,15 @@ class RequestRouter:
         available = sorted(self._pool.known_models())
         listing = ", ".join(available) if available else "none"
         raise ModelNotFoundError(f"The model `{model}` does not exist. Available models: {listing}")
+
+
+_PATHS = {api: path for path, api in API_BY_PATH.items()}
+
+
+def _engine_for(api: str, endpoints: Sequence[EndpointSnapshot]) -> str | None:
+    """The engine `api` must go to (`ENGINE_ONLY`), unless no backend declares that engine
+    (then any backend may speak it: its engine is not declared); None: any."""
+    engine = ENGINE_ONLY.get(api)
+    if engine is None or not any(e.engine == engine for e in endpoints):
+        return None
+    return engine

@@ -3,16 +3,16 @@
 Two readers, fed every upstream chunk as it is relayed (`feed` returns what to relay, `finish`
 what is left at the end, `usage` the answer's usage once it is done):
 - `UsageTap` relays everything and keeps the last chunks (`TAIL_BYTES`); `usage()` reads the
-  last `"usage": {...}` object there (`parse_last_usage`): near a JSON body's end, or in a
-  stream's last data event (`stream_options.include_usage`; Responses' `response.completed`).
+  last `"usage": {...}` or SGLang's `"meta_info": {...}` there (`parse_last_usage`): near a
+  JSON body's end, or in a stream's last data event (`stream_options.include_usage`;
+  Responses' `response.completed`; each event of SGLang's `/generate` stream).
 - `UsageEventFilter`, for a stream whose client did not ask for usage (`ask_for_usage` made the
   forwarded body ask for it): it takes the event this adds (the data event with `"usage": {` and
-  `"choices": []`) out of what is relayed and reads the usage from it. It relays whole events
-  (a chunk's trailing partial event waits for the rest); per chunk an `endswith` and a
-  substring search, no JSON parsing until the usage event.
+  `"choices": []`) out of what is relayed and reads the usage from it, relaying whole events;
+  per chunk an `endswith` and a substring search, no JSON parsing until the usage event.
 
-`Usage.cached_tokens` is None when the answer did not say: vLLM fills
-`prompt_tokens_details.cached_tokens` only with `--enable-prompt-tokens-details`, null if none.
+`Usage.cached_tokens` is None when the answer did not say: vLLM fills `prompt_tokens_details.
+cached_tokens` only with `--enable-prompt-tokens-details`; SGLang's meta_info always has it.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from gateway.sse_events import last_event_end
 TAIL_BYTES = 8192
 STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a key: inside a JSON string the quotes are escaped
+_COUNTS = re.compile(rb'"(?:usage|meta_info)"\s*:\s*\{')
 # A usage object holds numbers and objects of numbers: two levels of braces, no strings.
 _OBJECT = re.compile(rb"\{(?:[^{}]|\{[^{}]*\})*\}")
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _KEY = b'"usage"'
+_META_KEY = b'"meta_info"'
 _STREAM_OPTIONS = b'"stream_options"'
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}}'
 
@@ -80,11 +82,13 @@ class UsageTap:
 
 
 def parse_last_usage(tail: bytes) -> Usage | None:
-    """The last complete `"usage": {...}` object in `tail` that holds a token count."""
+    """The last complete `"usage": {...}` or `"meta_info": {...}` object in `tail` that holds
+    a token count (a `meta_info` holding strings with braces is skipped: only two levels of
+    braces are matched)."""
     end = len(tail)
-    while (at := tail.rfind(_KEY, 0, end)) >= 0:
+    while (at := max(tail.rfind(_KEY, 0, end), tail.rfind(_META_KEY, 0, end))) >= 0:
         end = at
-        key = _USAGE.match(tail, at)
+        key = _COUNTS.match(tail, at)
         obj = _OBJECT.match(tail, key.end() - 1) if key else None
         if obj is None:
             continue
@@ -104,7 +108,8 @@ def usage_from(obj: dict[str, Any]) -> Usage | None:
     if prompt is None and completion is None:
         return None
     details = obj.get("prompt_tokens_details") or obj.get("input_tokens_details")
-    cached = _count(details, "cached_tokens") if isinstance(details, dict) else None
+    # SGLang's meta_info counts cached tokens beside the prompt's.
+    cached = _count(details if isinstance(details, dict) else obj, "cached_tokens")
     return Usage(prompt, cached, completion)
 
 

@@ -163,8 +163,9 @@ def continue_trailers(request: bool) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
 
 
-def immediate_error(exc: GatewayError) -> pb.ProcessingResponse:
-    """An OpenAI-shaped JSON error sent to the client in place of the upstream answer."""
+def immediate_error(exc: GatewayError, shape: str = "openai") -> pb.ProcessingResponse:
+    """A JSON error (`shape`: `GatewayError.body`'s) sent to the client in place of the
+    upstream answer."""
     headers = [(b"content-type", b"application/json"), *exc.headers()]
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
@@ -177,7 +178,7 @@ def immediate_error(exc: GatewayError) -> pb.ProcessingResponse:
                     for k, v in headers
                 ]
             ),
-            body=exc.body(),
+            body=exc.body(shape),
             details=f"kvgate_epp_{exc.code}",
         )
     )

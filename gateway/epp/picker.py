@@ -94,7 +94,7 @@ class EndpointPicker:
         method = headers.get(":method", "POST")
         rec = director.start(method, path, headers, request_id=request_id)
         try:
-            req = parse_inference_body(api, body) if parsed is None else parsed
+            req = director.resolve(parse_inference_body(api, body)) if parsed is None else parsed
             if isinstance(req, GatewayError):
                 raise req
             route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids)

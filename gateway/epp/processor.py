@@ -24,6 +24,7 @@ from gateway.access_log import clip, request_id_from
 from gateway.epp import messages as msg
 from gateway.epp.picker import EndpointPicker, Exchange, Parsed
 from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.inference_request import ERROR_SHAPES
 
 log = logging.getLogger(__name__)
 Responses = list[msg.ProcessingResponse]
@@ -129,7 +130,8 @@ class RequestStream:
         except GatewayError as exc:
             self.ended = True
             log.info("request %s answered %d: %s", request_id, exc.status, clip(exc.message))
-            return [msg.immediate_error(exc)]
+            path = self._headers.get(":path", "").split("?", 1)[0]
+            return [msg.immediate_error(exc, ERROR_SHAPES.get(path, "openai"))]
         except Exception:  # a bug must not cost the proxy its stream: answer a plain 500
             self.ended = True
             log.exception("request %s: picking failed", request_id)

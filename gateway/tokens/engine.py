@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from gateway.inference_request import InferenceRequest
+from gateway.inference_request import COMPLETION_PROMPT_APIS, InferenceRequest
 from gateway.prompt_bytes import MAX_PROMPT_BYTES, prompt_bytes
 from gateway.tokens.local import single_prompt
 from gateway.tokens.protocol import TokenizerCounters
@@ -64,7 +64,7 @@ class EngineTokenizer:
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
         prompt: Any
-        if req.api == "completions":
+        if req.api in COMPLETION_PROMPT_APIS:
             prompt = single_prompt(req.prompt)
             if isinstance(prompt, list):
                 return prompt

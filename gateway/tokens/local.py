@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.inference_request import InferenceRequest
+from gateway.inference_request import COMPLETION_PROMPT_APIS, InferenceRequest
 from gateway.tokens.protocol import TokenizerCounters
 
 if TYPE_CHECKING:  # jinja2 is imported only when a local tokenizer is loaded
@@ -63,7 +63,7 @@ class LocalTokenizer:
         return TokenizerCounters(**self._tally)
 
     async def token_ids(self, req: InferenceRequest) -> list[int] | None:
-        if req.api == "completions":
+        if req.api in COMPLETION_PROMPT_APIS:
             prompt = single_prompt(req.prompt)
             if isinstance(prompt, list):
                 return prompt

@@ -1,5 +1,5 @@
-"""`kvgate emulate`: N emulated vLLM replicas, the engine model in real time behind vLLM's
-HTTP surface (and, optionally, its KV-cache events)."""
+"""`kvgate emulate`: N emulated vLLM (or SGLang) replicas, the engine model in real time behind
+the engine's HTTP surface (and, optionally, vLLM's KV-cache events)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sim.emulator.disagg.settings import (
     ROLES,
     SGLANG_BOOTSTRAP_PORT,
 )
+from sim.emulator.engines import ENGINES
 from sim.emulator.lora import LoraSettings
 
 DEFAULT_REPLICAS = 4
@@ -45,9 +46,11 @@ def _engine_profiles_epilog() -> str:
 def add_parser(sub: SubParsers) -> None:
     e = sub.add_parser(
         "emulate",
-        help="run N emulated vLLM replicas (engine model in real time, vLLM's HTTP surface)",
-        description="Emulated vLLM replicas whose timing, prefix cache and metrics come from "
-        "kvgate's engine model. Prints one `replica N: URL` line per replica (N from 0).",
+        help="run N emulated vLLM or SGLang replicas (engine model in real time, their HTTP "
+        "surface)",
+        description="Emulated vLLM (or SGLang) replicas whose timing, prefix cache and metrics "
+        "come from kvgate's engine model. Prints one `replica N: URL` line per replica (N from "
+        "0).",
         epilog=_engine_profiles_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,6 +64,13 @@ def add_parser(sub: SubParsers) -> None:
     )
     e.add_argument("--profile", default="demo", help="engine profile (default demo; see below)")
     e.add_argument("--model", default="kvgate-demo", help="served model name (default %(default)s)")
+    e.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="vllm",
+        help="whose HTTP surface and metric names to show: vllm, or sglang (adds /generate, "
+        "/v1/rerank, /v1/score and SGLang's metric names; default %(default)s)",
+    )
     e.add_argument(
         "--speedup",
         type=float,
@@ -224,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         kv_lease_s=args.kv_lease,
         bootstrap_port=args.bootstrap_port,
         decode_prefix_cache=args.decode_prefix_cache,
+        engine=args.engine,
     )
     ports = list(range(args.port, args.port + args.replicas)) if args.port else []
     ports += [p for i in range(args.replicas) if (p := settings.pd_settings(i).bootstrap_port)]

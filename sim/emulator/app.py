@@ -1,9 +1,12 @@
-"""The ASGI app of one emulated replica: vLLM's HTTP surface over a `Replica`.
+"""The ASGI app of one emulated replica: vLLM's (or SGLang's) HTTP surface over a `Replica`.
 
 Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not; `inference`),
-`/tokenize`; `GET /v1/models`, `/health`, `/load`, `/metrics`; and what peer routers probe
-(see `probes`): `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
-`/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). Also
+`/tokenize`, `/detokenize`, vLLM's `/pooling`, `/classify` or, when the replica's engine is
+SGLang (its `/metrics` then SGLang's), SGLang's `/generate`, `/v1/rerank`, `/v1/score`
+(`generate`, `utility_api`); `GET /v1/models`, `/health`, `/load`, `/metrics`; what peer
+routers probe (`probes`): `GET /server_info`, `/get_server_info`, `/model_info`,
+`/get_model_info`, `/get_load`, `POST /v1/completions/render`, `/v1/chat/completions/render`
+(403). Also
 `POST /reset_prefix_cache` (vLLM's, served in its dev mode; 409 while requests hold blocks),
 `GET /kvgate/cache`, the cached block hashes as KV events name them (for tests), and for P/D
 (`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` (a vLLM D pulls a handoff) and
@@ -21,7 +24,7 @@ from typing import Any
 import orjson
 
 from sim.emulator import openai_api as api
-from sim.emulator import probes
+from sim.emulator import probes, sglang_api
 from sim.emulator.asgi import (
     JSON,
     NOT_FOUND,
@@ -35,8 +38,10 @@ from sim.emulator.asgi import (
 )
 from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.disagg.settings import PDSettings
+from sim.emulator.generate import Generate
 from sim.emulator.inference import Completions
 from sim.emulator.replica import Replica
+from sim.emulator.utility_api import Utilities
 from sim.engine.tokenizer import Tokenizer
 
 _PULL = "/kvgate/pd/pull/"
@@ -52,6 +57,8 @@ class EmulatorApp:
         self.tokenizer = tokenizer
         self.pd = Disaggregation(replica, pd or PDSettings())
         self.completions = Completions(replica, tokenizer, self.pd, self._check_model)
+        self.generate = Generate(replica, tokenizer) if replica.engine_name == "sglang" else None
+        self.utilities = Utilities(replica, tokenizer, self._check_model)
         self._created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,8 +72,11 @@ class EmulatorApp:
             if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
                 kind = "chat" if path == "/v1/chat/completions" else "completion"
                 await self.completions.serve(kind, scope, receive, send)
-            elif method == "POST" and path == "/tokenize":
-                await self._tokenize(receive, send)
+            elif method == "POST" and path == "/generate" and self.generate is not None:
+                await self.generate.serve(receive, send)
+            elif method == "POST" and path in self.utilities.paths:
+                data = self._parse(await read_body(receive))
+                await respond_json(send, 200, self.utilities.answer(path, data))
             elif method == "GET" and path == "/health":
                 await respond(send, 200, b"", [])
             elif method == "GET" and path == "/v1/models":
@@ -154,7 +164,7 @@ class EmulatorApp:
             "id": id_,
             "object": "model",
             "created": self._created,
-            "owned_by": "vllm",
+            "owned_by": self.replica.engine_name,
             "root": root,
             "parent": parent,
             "max_model_len": max_len,
@@ -168,19 +178,8 @@ class EmulatorApp:
             return model
         raise api.ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
-    async def _tokenize(self, receive: Receive, send: Send) -> None:
-        data = api.parse_json(await read_body(receive))
-        self._check_model(data.get("model"))
-        if isinstance(data.get("messages"), list):
-            ids = self.tokenizer.encode(api.render_chat(data["messages"]))
-        elif isinstance(data.get("prompt"), str):
-            ids = self.tokenizer.encode(data["prompt"])
-        else:
-            raise api.ApiError(400, "field 'prompt' or 'messages' is required", param="prompt")
-        body = {
-            "count": len(ids),
-            "max_model_len": self.replica.max_model_len,
-            "tokens": ids,
-            "token_strs": None,
-        }
-        await respond(send, 200, orjson.dumps(body), JSON)
+    def _parse(self, body: bytes) -> dict[str, Any]:
+        """A utility endpoint's body, refused in its engine's words."""
+        if self.replica.engine_name == "sglang":
+            return sglang_api.parse_json(body)
+        return api.parse_json(body)

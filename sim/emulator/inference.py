@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from sim.emulator import asgi
@@ -47,7 +47,7 @@ class Completions:
         self.tokenizer = tokenizer
         self.pd = pd
         self._check_model = check_model
-        self._vocab = _generation_ids(tokenizer)
+        self._vocab = generation_ids(tokenizer)
 
     async def serve(
         self, kind: str, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
@@ -60,7 +60,7 @@ class Completions:
         n_out = self._output_len(req, len(prompt))
         if pd is not None and pd.leg.kind is LegKind.SGLANG_PREFILL:
             n_out = 1  # SGLang's prefill server stops at the first token
-        output = self._output_ids(prompt, n_out, req.seed)
+        output = output_ids(prompt, n_out, req.seed, self._vocab)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         x_request_id = asgi.header(scope, b"x-request-id")
         prefiller = self.pd.sidecar_prefiller(asgi.header(scope, PREFILLER_HEADER), data)
@@ -69,7 +69,7 @@ class Completions:
         if x_request_id:
             prefix = f"{prefix}-{x_request_id}"
         request_id = self.replica.new_request_id(prefix)
-        conn = _Connection(receive, self.replica)
+        conn = Connection(receive, self.replica)
         answered = False
         try:
             if prefiller is not None:  # llm-d's sidecar runs P first
@@ -124,11 +124,6 @@ class Completions:
             )
         return req.max_tokens
 
-    def _output_ids(self, prompt: list[int], n: int, seed: int | None) -> list[int]:
-        # Deterministic per prompt (and seed), so a repeated request repeats its answer.
-        rng = random.Random(hash((tuple(prompt[-64:]), len(prompt), -1 if seed is None else seed)))
-        return [rng.choice(self._vocab) for _ in range(n)]
-
     async def _complete(
         self, gen: Generation, req: api.ParsedRequest, send: asgi.Send, finish: Finish | None
     ) -> bool:
@@ -169,19 +164,19 @@ class Completions:
         return True
 
 
-class _Connection:
-    """Watches the client's connection: a disconnect aborts the request in the engine model
-    (ending its token stream), or cuts short a wait before it entered (`unless_gone`)."""
+class Connection:
+    """Watches the client's connection: a disconnect aborts the requests in the engine model
+    (ending their token streams), or cuts short a wait before they entered (`unless_gone`)."""
 
     def __init__(self, receive: asgi.Receive, replica: Replica) -> None:
         self._receive = receive
         self._replica = replica
-        self._gen: Generation | None = None
+        self._gens: list[Generation] = []
         self.gone = asyncio.Event()
         self._watcher = asyncio.ensure_future(self._watch())
 
     def attach(self, gen: Generation) -> None:
-        self._gen = gen
+        self._gens.append(gen)
         if self.gone.is_set():
             raise ClientGone
 
@@ -208,12 +203,19 @@ class _Connection:
         while (await self._receive())["type"] != "http.disconnect":
             pass
         self.gone.set()
-        if self._gen is not None:
-            self._replica.abort(self._gen.request_id)
-            self._gen.events.put_nowait(None)
+        for gen in self._gens:
+            self._replica.abort(gen.request_id)
+            gen.events.put_nowait(None)
 
 
-def _generation_ids(tokenizer: Tokenizer) -> list[int]:
+def output_ids(prompt: Sequence[int], n: int, seed: int | None, vocab: Sequence[int]) -> list[int]:
+    """A prompt's `n` output tokens: deterministic per prompt (and seed), so a repeated request
+    repeats its answer."""
+    rng = random.Random(hash((tuple(prompt[-64:]), len(prompt), -1 if seed is None else seed)))
+    return [rng.choice(vocab) for _ in range(n)]
+
+
+def generation_ids(tokenizer: Tokenizer) -> list[int]:
     """Token ids to generate: the built-in tokenizer's round-trip-safe words, else a fixed
     band of a real tokenizer's vocabulary."""
     vocabulary = getattr(tokenizer, "generation_vocabulary", None)

@@ -116,7 +116,7 @@ _PROMPT_SOURCES = (
 )
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -196,8 +196,8 @@ class LoraInfoGauge:
         for (running, waiting), at in self._seen.items():
             out.append(
                 f'vllm:lora_requests_info{{max_lora="{self._max}",'
-                f'running_lora_adapters="{_escape(running)}",'
-                f'waiting_lora_adapters="{_escape(waiting)}"}} {_num(at)}\n'
+                f'running_lora_adapters="{escape_label(running)}",'
+                f'waiting_lora_adapters="{escape_label(waiting)}"}} {_num(at)}\n'
             )
 
 
@@ -214,7 +214,7 @@ class ReplicaMetrics:
     ):
         self._stats = stats
         self._lora_info = lora_info
-        labels = f'engine="0",model_name="{_escape(model_name)}"'
+        labels = f'engine="0",model_name="{escape_label(model_name)}"'
         self._gauges = [
             (f"# HELP {n} {d}\n# TYPE {n} gauge\n{n}{{{labels}}} ", f) for n, d, f in _GAUGES
         ]

@@ -19,8 +19,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from routing.kv_events import KvEvent
+from sim.emulator.engines import Engine
 from sim.emulator.lora import LoraSettings, LoraSlots
 from sim.emulator.metrics import LoraInfoGauge, ReplicaMetrics
+from sim.emulator.sglang_metrics import SglangMetrics
 from sim.engine.kv_events import external_hash
 from sim.engine.model import EngineModel
 from sim.engine.types import EngineProfile, EngineStats, TokenEvent
@@ -44,7 +46,8 @@ class Generation:
 
 
 class Replica:
-    """An engine model plus its real-time driver, LoRA adapter slots and vLLM-named metrics."""
+    """An engine model plus its real-time driver, LoRA adapter slots and metrics named as
+    `engine`'s (vLLM's or SGLang's)."""
 
     def __init__(
         self,
@@ -53,9 +56,12 @@ class Replica:
         speedup: float = 1.0,
         lora: LoraSettings | None = None,
         kv_events: bool = False,
+        *,
+        engine: Engine = "vllm",
     ):
         if speedup <= 0:
             raise ValueError("speedup must be > 0")
+        self.engine_name = engine  # whose HTTP surface and metric names it shows
         self.profile = profile
         self.model_name = model_name
         self.speedup = speedup
@@ -69,7 +75,11 @@ class Replica:
             loras = self.loras
             lora_info = LoraInfoGauge(loras.settings.max_loras, loras.running, loras.waiting)
             stats = self._stats_with_held
-        self.metrics = ReplicaMetrics(model_name, profile.config, stats, lora_info)
+        self.metrics: ReplicaMetrics | SglangMetrics
+        if engine == "sglang":  # SGLang reports no LoRA state in its metrics
+            self.metrics = SglangMetrics(model_name, profile.config, stats)
+        else:
+            self.metrics = ReplicaMetrics(model_name, profile.config, stats, lora_info)
         self._live: dict[str, Generation] = {}
         self._wakeup = asyncio.Event()
         self._ids = itertools.count()
@@ -98,14 +108,18 @@ class Replica:
         *,
         external_tokens: int = 0,
         hold: bool = False,
+        events: asyncio.Queue[TokenEvent | None] | None = None,
     ) -> Generation:
         """Queue a request (ValueError if the engine rejects it) and return its handle;
-        `external_tokens`, `hold` as `EngineModel.add_request` takes them."""
+        `external_tokens`, `hold` as `EngineModel.add_request` takes them; `events`: a queue
+        its tokens share with others' (a batch's; each event names its request)."""
         self.engine.add_request(
             request_id, prompt, output, external_tokens=external_tokens, hold=hold
         )
         loop = asyncio.get_running_loop()
         gen = Generation(request_id, len(prompt), output, arrival=loop.time())
+        if events is not None:
+            gen.events = events
         self._live[request_id] = gen
         self._wakeup.set()
         return gen
@@ -119,19 +133,22 @@ class Replica:
         *,
         external_tokens: int = 0,
         hold: bool = False,
+        events: asyncio.Queue[TokenEvent | None] | None = None,
     ) -> Generation:
         """`submit`, for the base model (`adapter` None) or after waiting for the adapter's
         slot and load."""
         if adapter is None:
             return self.submit(
-                request_id, prompt, output, external_tokens=external_tokens, hold=hold
-            )
+                request_id, prompt, output, external_tokens=external_tokens, hold=hold,
+                events=events,
+            )  # fmt: skip
         await self.loras.acquire(adapter)
         try:
             salted = self.loras.salted(adapter, prompt)
             gen = self.submit(
-                request_id, salted, output, external_tokens=external_tokens, hold=hold
-            )
+                request_id, salted, output, external_tokens=external_tokens, hold=hold,
+                events=events,
+            )  # fmt: skip
         except BaseException:
             self.loras.release(adapter)
             raise

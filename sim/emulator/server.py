@@ -33,6 +33,7 @@ from sim.emulator.disagg.settings import (
     Protocol,
     Role,
 )
+from sim.emulator.engines import Engine
 from sim.emulator.lora import LoraSettings
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
@@ -69,6 +70,7 @@ class EmulatorSettings:
     kv_lease_s: float = DEFAULT_LEASE_S
     bootstrap_port: int | None = None  # SGLang P i's is this + i; None: 8998, or 0 with port 0
     decode_prefix_cache: bool = False  # an SGLang D keeps a prefix cache (PDSettings)
+    engine: Engine = "vllm"  # whose HTTP surface and metric names the replicas show
 
     def __post_init__(self) -> None:
         if (self.prefill or self.decode) and self.replicas != self.prefill + self.decode:
@@ -140,7 +142,9 @@ def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
         own = profile
         if not pd.caches_prefixes:  # an SGLang decode server without its radix cache
             own = replace(profile, config=replace(profile.config, enable_prefix_caching=False))
-        replica = Replica(own, settings.model, settings.speedup, settings.lora, events)
+        replica = Replica(
+            own, settings.model, settings.speedup, settings.lora, events, engine=settings.engine
+        )
         apps.append(EmulatorApp(replica, tokenizer, pd))
     return apps
 
@@ -244,6 +248,7 @@ async def _serve_http(
         f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "
         f"{profile.name!r} ({profile.config.num_blocks} KV blocks of "
         f"{profile.config.block_size}), speedup {settings.speedup}"
+        + ("" if settings.engine == "vllm" else f"; as {settings.engine}")
         + _lora_note(settings.lora)
         + _pd_note(settings),
         file=sys.stderr,

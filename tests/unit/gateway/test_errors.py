@@ -151,6 +151,13 @@ def test_error_body_escapes_the_message() -> None:
     assert orjson.loads(body)["error"]["message"] == 'quote " and \n newline'
 
 
+def test_sglang_shape_is_the_message_alone() -> None:
+    """What SGLang's /generate answers a request it cannot serve."""
+    exc = errors.BadRequestError("Either text, input_ids or input_embeds should be provided.")
+    assert orjson.loads(exc.body("sglang")) == {"error": {"message": exc.message}}
+    assert orjson.loads(exc.body())["error"]["type"] == "invalid_request_error"
+
+
 def test_authentication_error_asks_for_a_bearer_token() -> None:
     assert errors.AuthenticationError("no key").headers() == [(b"www-authenticate", b"Bearer")]
 

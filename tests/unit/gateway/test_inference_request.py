@@ -11,6 +11,7 @@ from gateway.inference_request import (
     APIS,
     InferenceRequest,
     parse_inference_body,
+    prompt_token_ids,
     session_key,
 )
 
@@ -41,6 +42,13 @@ def test_paths_map_to_apis() -> None:
         "/v1/completions": "completions",
         "/v1/embeddings": "embeddings",
         "/v1/responses": "responses",
+        "/generate": "generate",
+        "/v1/rerank": "rerank",
+        "/v1/score": "score",
+        "/tokenize": "tokenize",
+        "/detokenize": "detokenize",
+        "/pooling": "pooling",
+        "/classify": "classify",
     }
 
 
@@ -190,3 +198,118 @@ def test_session_key_falls_back_to_user() -> None:
 
 def test_session_key_none_without_header_or_user() -> None:
     assert session_key(_req(None), {}, "x-session-id") is None
+
+
+# -- SGLang's native API and vLLM's utility endpoints -------------------------------------
+
+
+def _native(api: str, **fields: Any) -> InferenceRequest:
+    return parse_inference_body(api, _body(**fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "prompt", "batch"),
+    [
+        ({"text": "Once upon"}, "Once upon", False),
+        ({"text": ["a", "b"]}, ["a", "b"], True),
+        ({"text": ["only"]}, ["only"], False),  # a batch of one: one prompt, one answer
+        ({"input_ids": [1, 2, 3]}, [1, 2, 3], False),
+        ({"input_ids": [[1, 2], [3]]}, [[1, 2], [3]], True),
+        ({"text": "t", "input_ids": [7]}, [7], False),  # the engine computes on the ids
+        ({"text": "t", "sampling_params": {"n": 3}}, "t", True),  # three answers
+        ({"text": ["a"], "sampling_params": [{"max_new_tokens": 1}]}, ["a"], True),
+        ({"input_embeds": [[0.1, 0.2]]}, None, False),  # routed by load only
+    ],
+)
+def test_generate_bodies(fields: dict[str, Any], prompt: Any, batch: bool) -> None:
+    req = _native("generate", stream=True, **fields)
+    assert (req.api, req.model, req.stream) == ("generate", "", True)
+    assert (req.prompt, req.batch) == (prompt, batch)
+
+
+def test_generate_may_name_a_model_and_a_cache_salt() -> None:
+    req = _native("generate", text="x", model="m", cache_salt="s")
+    assert (req.model, req.cache_salt) == ("m", "s")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "Either text, input_ids or input_embeds should be provided."),
+        ({"text": None}, "Either text, input_ids or input_embeds should be provided."),
+        ({"text": 5}, "field 'text' must be a string or a list of strings, got int"),
+        ({"text": ["a", 1]}, "field 'text' must be a string or a list of strings, got list"),
+        (
+            {"input_ids": "1 2"},
+            "field 'input_ids' must be a list of token ids or a list of such lists, got str",
+        ),
+        (
+            {"input_ids": []},
+            "field 'input_ids' must be a list of token ids or a list of such lists, got list",
+        ),
+        ({"text": "x", "model": 3}, "field 'model' must be a non-empty string, got int"),
+        ({"text": "x", "stream": "yes"}, "field 'stream' must be a boolean, got str"),
+    ],
+)
+def test_bad_generate_bodies(fields: dict[str, Any], message: str) -> None:
+    assert _bad("generate", _body(**fields)).message == message
+
+
+@pytest.mark.parametrize(
+    ("api", "fields", "prompt", "batch"),
+    [
+        ("rerank", {"query": "q", "documents": ["a", "b"]}, "q", True),
+        ("rerank", {"documents": ["a"]}, None, True),  # the engine says what is missing
+        ("score", {"query": "q", "items": ["a"], "label_token_ids": [1]}, "q", True),
+        ("score", {"query": [5, 6], "items": [[1]]}, [5, 6], True),
+        ("score", {"text_1": "q", "text_2": ["a"], "model": "m"}, "q", True),  # vLLM's
+        ("score", {"query": "q", "items": ["a"], "item_first": True}, None, True),
+        ("tokenize", {"prompt": "hello", "model": "m"}, None, False),
+        ("detokenize", {"tokens": [1, 2]}, None, False),
+        ("pooling", {"input": "x"}, "x", False),
+        ("pooling", {"input": ["x", "y"]}, ["x", "y"], True),
+        ("pooling", {"messages": [{"role": "user", "content": "x"}]}, None, False),
+        ("classify", {"input": "x", "model": "m"}, "x", False),
+        ("classify", {"text": "x"}, "x", False),  # SGLang's native /classify
+    ],
+)
+def test_native_bodies(api: str, fields: dict[str, Any], prompt: Any, batch: bool) -> None:
+    req = _native(api, **fields)
+    expected = prompt if prompt is not None or "messages" not in fields else fields["messages"]
+    assert (req.api, req.prompt, req.batch) == (api, expected, batch)
+    assert req.model == fields.get("model", "")
+
+
+def test_native_prompt_fields_are_type_checked_when_present() -> None:
+    assert (
+        _bad("rerank", _body(query=5)).message
+        == "field 'query' must be a string or an array, got int"
+    )
+    assert _bad("pooling", _body(input={"a": 1})).code == "invalid_field_type"
+    assert _bad("tokenize", b"[1]").code == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    ("api", "fields", "ids"),
+    [
+        ("generate", {"input_ids": [3, 4]}, [3, 4]),
+        ("generate", {"input_ids": [[3, 4], [5]]}, [3, 4]),  # a batch: its first prompt
+        ("generate", {"text": "x"}, None),
+        ("generate", {"input_ids": [3, -1]}, None),  # not ids the engine could take
+        ("generate", {"input_ids": [3, 2.5]}, None),
+        ("completions", {"prompt": [9, 8], "model": "m"}, [9, 8]),
+        ("completions", {"prompt": ["a", "b"], "model": "m"}, None),
+        ("score", {"query": [1, 2]}, [1, 2]),
+        ("classify", {"input_ids": [1]}, [1]),
+        ("chat", {"messages": [], "model": "m"}, None),
+    ],
+)
+def test_prompt_token_ids(api: str, fields: dict[str, Any], ids: list[int] | None) -> None:
+    assert prompt_token_ids(_native(api, **fields)) == ids
+
+
+def test_completions_batches_are_marked() -> None:
+    assert _native("completions", model="m", prompt=["a", "b"]).batch
+    assert not _native("completions", model="m", prompt=[1, 2]).batch
+    assert _native("embeddings", model="m", input=["a", "b"]).batch
+    assert not _native("chat", model="m", messages=[{"role": "user"}, {"role": "user"}]).batch

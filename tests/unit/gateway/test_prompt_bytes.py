@@ -142,6 +142,22 @@ def test_batches_route_on_their_first_prompt() -> None:
     assert prompt_bytes("completions", []) == b""
 
 
+def test_generate_renders_as_completions_do() -> None:
+    """SGLang's /generate and a completions request of the same prompt share their blocks."""
+    for prompt in ("Once upon a time", [1, 15043, 3186], ["batch first", "x"], [[4, 5], [6]]):
+        assert prompt_bytes("generate", prompt) == prompt_bytes("completions", prompt)
+    assert prompt_bytes("generate", None) == b""  # input_embeds: routed by load only
+    assert prompt_bytes("tokenize", None) == b""
+
+
+def test_content_parts_and_messages_outside_chat() -> None:
+    parts = [{"type": "text", "text": "query "}, {"type": "image_url", "image_url": {"url": "u"}}]
+    rendered = prompt_bytes("rerank", parts)
+    assert rendered.startswith(b"query <image_url:")
+    messages = [{"role": "user", "content": "hi"}]
+    assert prompt_bytes("pooling", messages) == prompt_bytes("chat", messages)
+
+
 def test_responses_api_with_instructions() -> None:
     assert prompt_bytes("responses", "hello", "Be terse.") == b"Be terse.\x1ehello"
     assert prompt_bytes("responses", "hello") == b"hello"

@@ -1,5 +1,5 @@
-"""The request router: LoRA adapters, Retry-After when no backend is healthy, and the policy
-header only if allowed."""
+"""The request router: LoRA adapters, Retry-After when no backend is healthy, the policy
+header only if allowed, and SGLang's native API on SGLang's backends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
-from gateway.errors import NoHealthyBackendError
+from gateway.errors import BadRequestError, ModelNotFoundError, NoHealthyBackendError
 from gateway.inference_request import parse_inference_body
 from routing.config.schema import parse_config
 from routing.types import EngineMetrics
@@ -163,3 +163,76 @@ def test_a_route_says_why_and_how_long_it_took() -> None:
     app.runtime.pool.get("b").state.record_probe(False, 0.0)
     app.runtime.pool.get("b").state.record_probe(False, 0.0)
     assert _route(app, "llama").reason == "only_candidate"
+
+
+# -- SGLang's native API: its engine, its pool's model --------------------------------------
+
+
+def _engines(engines: Mapping[str, tuple[str, tuple[str, ...]]]) -> GatewayApp:
+    """Backends `id → (engine, models)`, all healthy, round-robin."""
+    raw = {
+        "backends": [
+            {"url": f"http://{name}:8000", "id": name, "engine": engine}
+            for name, (engine, _) in engines.items()
+        ],
+        "routing": {"policy": "round-robin"},
+    }
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 0.0, rng=random.Random(1)))
+    for backend in app.runtime.pool:
+        backend.state.record_probe(True, 0.0)
+        backend.model_cards = {m: {"id": m, "object": "model"} for m in engines[backend.id][1]}
+    return app
+
+
+def _generate(app: GatewayApp, **fields: Any) -> Any:
+    req = parse_inference_body("generate", orjson.dumps({"text": "hi", **fields}))
+    req = app.runtime.director.resolve(req)
+    return app.runtime.router.route(req, {}, request_id="r")
+
+
+def test_generate_goes_to_the_sglang_backends_and_their_model() -> None:
+    app = _engines(
+        {"v": ("vllm", ("llama",)), "s1": ("sglang", ("qwen",)), "s2": ("sglang", ("qwen",))}
+    )
+    route = _generate(app)
+    assert route.request.model == "qwen"
+    assert sorted(route.decision.ranked) == ["s1", "s2"]
+    assert dict(route.excluded) == {"v": "not an sglang engine"}
+    with pytest.raises(ModelNotFoundError):  # a model only vLLM serves: not for /generate
+        _generate(app, model="llama")
+
+
+def test_generate_goes_anywhere_when_no_engine_is_declared_sglang() -> None:
+    app = _engines({"a": ("openai", ("m",)), "b": ("vllm", ("m",))})
+    route = _generate(app)
+    assert (route.request.model, sorted(route.decision.ranked)) == ("m", ["a", "b"])
+
+
+def test_default_model_needs_one_model() -> None:
+    app = _engines({"a": ("sglang", ("m1",)), "b": ("sglang", ("m2",))})
+    with pytest.raises(BadRequestError, match=r"serve several \(m1, m2\)"):
+        _generate(app)
+    assert _generate(app, model="m2").decision.ranked == ("b",)
+    empty = _engines({"a": ("sglang", ())})
+    with pytest.raises(NoHealthyBackendError, match="no backend lists a model for /generate"):
+        _generate(empty)
+
+
+def test_utility_endpoints_take_the_pool_model_from_any_engine() -> None:
+    app = _engines({"v": ("vllm", ("llama",)), "s": ("sglang", ("llama",))})
+    req = parse_inference_body("tokenize", orjson.dumps({"prompt": "hi"}))
+    route = app.runtime.router.route(app.runtime.director.resolve(req), {}, request_id="r")
+    assert (route.request.model, sorted(route.decision.ranked)) == ("llama", ["s", "v"])
+    assert route.request.prefix_hashes == ()  # no prefix accounting
+
+
+async def test_input_ids_are_the_requests_token_ids_without_a_tokenizer() -> None:
+    app = _engines({"s": ("sglang", ("qwen",))})
+    director = app.runtime.director
+    ids_body = orjson.dumps({"input_ids": [[5, 6, 7], [8]]})
+    req = director.resolve(parse_inference_body("generate", ids_body))
+    assert await director.token_ids(req) == [5, 6, 7]  # a batch: its first prompt
+    route = app.runtime.router.route(req, {}, request_id="r", token_ids=[5, 6, 7])
+    assert route.request.prompt_tokens == 3
+    text = director.resolve(parse_inference_body("generate", orjson.dumps({"text": "5 6 7"})))
+    assert await director.token_ids(text) is None  # no tokenizer configured

@@ -16,6 +16,7 @@ from gateway.usage import (
     parse_last_usage,
 )
 from sim.emulator import openai_api as emulator
+from sim.emulator import sglang_api as sglang
 
 SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32" / "http_samples.txt"
 
@@ -139,6 +140,27 @@ def test_tap_reads_vllm_stream_and_bodies() -> None:
     assert tap.usage() == Usage(prompt_tokens=12, cached_tokens=None, completion_tokens=8)
 
 
+def test_tap_reads_sglang_generate_streams_and_batches() -> None:
+    """The emulator's SGLang events: text so far in each, so the last is long; its meta_info
+    comes last, inside the tail."""
+    events = []
+    for n in (1498, 1499, 1500):  # a long answer's last events
+        meta = sglang.meta_info("r", 30, n, 16, finished=n == 1500)
+        events.append(sglang.event(sglang.output(" word" * n, list(range(n)), meta)))
+    stream = b"".join(events) + sglang.DONE
+    tap = UsageTap()
+    for chunk in _cuts(stream, [5000, 30_000]):
+        tap.feed(chunk)
+    assert len(events[-1]) > TAIL_BYTES
+    assert tap.usage() == Usage(prompt_tokens=30, cached_tokens=16, completion_tokens=1500)
+    batch = orjson.dumps(
+        [sglang.output("a", [1], sglang.meta_info(f"r{i}", 5, 1, i, finished=True)) for i in (1, 2)]
+    )
+    tap = UsageTap()
+    tap.feed(batch)
+    assert tap.usage() == Usage(5, 2, 1)  # the last item's: the director does not grade it
+
+
 def test_tap_keeps_only_the_tail() -> None:
     text = "x" * (5 * TAIL_BYTES)
     body = orjson.dumps(
@@ -175,6 +197,22 @@ def test_tap_keeps_only_the_tail() -> None:
         ),
         # Text that looks like usage sits in a JSON string, where its quotes are escaped.
         (orjson.dumps({"content": '"usage": {"prompt_tokens": 9}'}), None),
+        # SGLang's /generate: meta_info, cached tokens beside the prompt's.
+        (
+            b'{"text":"a","output_ids":[5],"meta_info":{"id":"r1","finish_reason":'
+            b'{"type":"length","length":1},"prompt_tokens":40,"weight_version":"default",'
+            b'"total_retractions":0,"completion_tokens":1,"cached_tokens":32,'
+            b'"e2e_latency":0.1}}',
+            Usage(40, 32, 1),
+        ),
+        (  # the last event of a stream, after the earlier ones
+            b'data: {"meta_info":{"prompt_tokens":4,"completion_tokens":1,"cached_tokens":0}}'
+            b'\n\ndata: {"meta_info":{"prompt_tokens":4,"completion_tokens":2,'
+            b'"cached_tokens":0}}\n\ndata: [DONE]\n\n',
+            Usage(4, 0, 2),
+        ),
+        (b'"meta_info":{"id":"x","prompt_tokens":4}', Usage(4, None, None)),  # an embedding's
+        (orjson.dumps({"text": '"meta_info": {"prompt_tokens": 9}'}), None),
     ],
 )
 def test_parse_last_usage(tail: bytes, expected: Usage | None) -> None:

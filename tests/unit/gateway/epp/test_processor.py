@@ -172,6 +172,22 @@ def test_a_bad_body_is_an_immediate_400() -> None:
     assert orjson.loads(answer.immediate_response.body)["error"]["code"] == "invalid_json"
 
 
+def test_sglang_generate_is_routed_for_the_pool_model_and_refused_in_sglangs_shape() -> None:
+    app = _app()
+    stream = _stream(app)
+    stream.handle(_headers(**{":path": "/generate"}))
+    [answer] = stream.handle(_body(orjson.dumps({"input_ids": [1, 2, 3], "stream": True})))
+    assert _destination(answer, "request_body")
+    assert stream.exchange is not None and stream.exchange.rec is not None
+    assert stream.exchange.rec.model == MODEL  # the body names none: the pool's one model
+    refused = _stream(app)
+    refused.handle(_headers(**{":path": "/generate"}))
+    [answer] = refused.handle(_body(b"{}"))
+    assert answer.immediate_response.status.code == 400
+    message = "Either text, input_ids or input_embeds should be provided."
+    assert orjson.loads(answer.immediate_response.body) == {"error": {"message": message}}
+
+
 def test_a_request_without_a_body_is_routed_on_its_headers() -> None:
     stream = _stream(_app())
     [answer] = stream.handle(_headers(end=True, **{":path": "/v1/models", ":method": "GET"}))
