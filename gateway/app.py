@@ -1,7 +1,8 @@
 """The front door's ASGI app: dispatches each HTTP request to its handler, and runs the
 runtime's services for the server's lifespan.
 
-Routes: the OpenAI inference endpoints (`gateway.inference`), `/health`, `/ready`,
+Routes: the OpenAI inference endpoints (`gateway.inference`; with `GET`/`DELETE
+/v1/responses/{id}` and `POST /v1/responses/{id}/cancel`), `/health`, `/ready`,
 `/metrics`, `/v1/models`, and the admin API on the API port (`gateway.admin_ops`; behind the
 admin key, or on `server.admin_port` instead: `gateway.admin_app`). Every request passes
 `AccessControl.admit` first. `build_app(config)` builds the runtime and the app.
@@ -37,6 +38,7 @@ from gateway.inference import InferenceHandler, send_error
 from gateway.inference_request import API_BY_PATH
 from gateway.lifecycle import Drain
 from gateway.proxy import BrokenBodyError, Proxy
+from gateway.responses.ids import object_path
 from gateway.runtime import Runtime
 from gateway.services import Services
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
@@ -154,6 +156,8 @@ class GatewayApp:
         handler = self._routes.get((method, path))
         if handler is None and path.startswith(admin_ops.BACKENDS + "/"):
             handler = self._admin_write  # /admin/backends/{id}[/drain|/resume]
+        elif handler is None and object_path(path) is not None:
+            handler = self.inference.stored  # /v1/responses/{id}[/cancel]
         try:
             check_host(scope)
             scope["kvgate.principal"] = self.runtime.access.admit(scope)  # 401/404 first

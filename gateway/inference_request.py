@@ -2,7 +2,8 @@
 
 The body is parsed once with orjson and relayed upstream byte for byte; only `model`, the
 prompt field's presence and type, `stream` and `user` are checked. Everything else is the
-engine's business.
+engine's business; a Responses request's `previous_response_id` and `store` are read, not
+checked (a stored response's follow-up goes where it is stored: `gateway.responses`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ class InferenceRequest:
     prompt: Any = None  # the prompt field's JSON value (messages, prompt or input)
     cache_salt: str | None = None
     instructions: str | None = None  # Responses API system text
+    previous_response_id: str | None = None  # Responses API: the stored response it follows
+    store: bool = False  # Responses API: the answer is stored (`store` not false)
+
+    @property
+    def stores(self) -> bool:
+        """A Responses request whose answer the engine keeps (vLLM's default, if it has a
+        store): the backend that answers it holds the response."""
+        return self.api == "responses" and self.store
 
 
 def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
@@ -76,6 +85,7 @@ def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
     user = data.get("user")
     salt = data.get("cache_salt")
     instructions = data.get("instructions")
+    previous = data.get("previous_response_id") if api == "responses" else None
     return InferenceRequest(
         api=api,
         model=model,
@@ -85,6 +95,8 @@ def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
         prompt=prompt,
         cache_salt=salt if isinstance(salt, str) else None,
         instructions=instructions if isinstance(instructions, str) else None,
+        previous_response_id=previous if isinstance(previous, str) else None,
+        store=api == "responses" and data.get("store") is not False,
     )
 
 
