@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
-from urllib.parse import parse_qs
 
 from gateway.access_log import clip, request_id_var
 from gateway.asgi import (
@@ -39,15 +38,13 @@ from gateway.inference_request import API_BY_PATH
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.request_record import RequestRecord
-from gateway.responses.ids import object_path
+from gateway.responses.ids import STORED_METHODS, object_path, replays
 from gateway.router import Route
 from gateway.runtime import Runtime
 
 Forward = Callable[
     [Scope, Receive, TrackedSend, dict[str, str], RequestRecord], Coroutine[Any, Any, None]
 ]
-# Methods on a stored response, by action (`gateway.responses.ids.object_path`).
-STORED_METHODS = {"": ("GET", "DELETE"), "cancel": ("POST",)}
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +134,7 @@ class InferenceHandler:
         assert where is not None  # `stored` checked it
         response_id, method = where[0], scope["method"]
         director = self._director
-        query = parse_qs(scope["query_string"].decode("latin-1"))
-        stream = query.get("stream", [""])[-1].lower() == "true"  # GET ?stream=true replays
+        stream = replays(scope["query_string"].decode("latin-1"))
         pin = await director.pin(response_id)
         route = director.pick_stored(rec, response_id, pin, stream=stream)
         await self._relay(

@@ -1,6 +1,7 @@
 """Stored response ids: read from the paths that name one, and off the answers that make one.
 
-`object_path` splits `/v1/responses/{id}` and `/v1/responses/{id}/cancel`. `ResponseIdReader`
+`object_path` splits `/v1/responses/{id}` and `/v1/responses/{id}/cancel` (`STORED_METHODS`:
+the methods each takes; `replays` reads GET's `?stream=true`). `ResponseIdReader`
 is fed every relayed chunk of a `POST /v1/responses` answer and tells the id once: a JSON body's
 top-level `id` when its `object` is `response` (chunks kept by reference up to `MAX_BODY_BYTES`,
 parsed at the end; past that, only an `id` opening the body counts), or an event stream's
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
 PREFIX = "/v1/responses/"
-ACTIONS = ("", "cancel")  # `/v1/responses/{id}` and `/v1/responses/{id}/cancel`
+# The methods on a stored response, by action: `/v1/responses/{id}`, `.../cancel`.
+STORED_METHODS: dict[str, tuple[str, ...]] = {"": ("GET", "DELETE"), "cancel": ("POST",)}
 MAX_ID_CHARS = 256
 MAX_BODY_BYTES = 1 << 20
 MAX_SCAN_BYTES = 256 * 1024
@@ -37,9 +40,14 @@ def object_path(path: str) -> tuple[str, str] | None:
     if not path.startswith(PREFIX):
         return None
     response_id, _, action = path[len(PREFIX) :].partition("/")
-    if not response_id or action not in ACTIONS or (action == "" and path.endswith("/")):
+    if not response_id or action not in STORED_METHODS or (not action and path.endswith("/")):
         return None
     return response_id, action
+
+
+def replays(query: str) -> bool:
+    """Whether a GET's query asks for the stored response's events (`stream=true`)."""
+    return parse_qs(query).get("stream", [""])[-1].lower() == "true"
 
 
 class ResponseIdReader:
