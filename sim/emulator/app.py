@@ -1,15 +1,16 @@
 """The ASGI app of one emulated replica: vLLM's HTTP surface over a `Replica`.
 
 Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not; `inference`),
-`/tokenize`; `GET /v1/models`, `/health`, `/load`, `/metrics`; and what peer routers probe
-(see `probes`): `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
-`/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render` (403). Also
-`POST /reset_prefix_cache` (vLLM's, served in its dev mode; 409 while requests hold blocks),
-`GET /kvgate/cache`, the cached block hashes as KV events name them (for tests), and for P/D
-(`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` (a vLLM D pulls a handoff) and
-`GET /kvgate/pd/handoffs` (the prefills whose blocks this replica holds). The replica's LoRA
-adapters are models of their own, listed with the base model as their `parent` and served by
-the same engine model (see `sim.emulator.lora`).
+`/v1/responses` and the replica's stored responses (`GET`/`DELETE /v1/responses/{id}`, `POST
+.../cancel`; `responses`), `/tokenize`; `GET /v1/models`, `/health`, `/load`, `/metrics`; and
+what peer routers probe (see `probes`): `GET /server_info`, `/get_server_info`, `/model_info`,
+`/get_model_info`, `/get_load`, and `POST /v1/completions/render`, `/v1/chat/completions/render`
+(403). Also `POST /reset_prefix_cache` (vLLM's, served in its dev mode; 409 while requests hold
+blocks), `GET /kvgate/cache`, the cached block hashes as KV events name them (for tests), and
+for P/D (`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` (a vLLM D pulls a handoff) and `GET
+/kvgate/pd/handoffs` (the prefills whose blocks this replica holds). The replica's LoRA adapters
+are models of their own, listed with the base model as their `parent` and served by the same
+engine model (see `sim.emulator.lora`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.disagg.settings import PDSettings
 from sim.emulator.inference import Completions
 from sim.emulator.replica import Replica
+from sim.emulator.responses import Responses
 from sim.engine.tokenizer import Tokenizer
 
 _PULL = "/kvgate/pd/pull/"
@@ -52,6 +54,7 @@ class EmulatorApp:
         self.tokenizer = tokenizer
         self.pd = Disaggregation(replica, pd or PDSettings())
         self.completions = Completions(replica, tokenizer, self.pd, self._check_model)
+        self.responses = Responses(replica, tokenizer, self.completions, self._check_model)
         self._created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,6 +68,8 @@ class EmulatorApp:
             if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
                 kind = "chat" if path == "/v1/chat/completions" else "completion"
                 await self.completions.serve(kind, scope, receive, send)
+            elif path == "/v1/responses" or path.startswith("/v1/responses/"):
+                await self.responses.serve(scope, receive, send)
             elif method == "POST" and path == "/tokenize":
                 await self._tokenize(receive, send)
             elif method == "GET" and path == "/health":
@@ -112,6 +117,7 @@ class EmulatorApp:
             loop_task = tg.create_task(self.replica.run(), name="engine-loop")
             await send({"type": "lifespan.startup.complete"})
             await receive()
+            await self.responses.close()
             loop_task.cancel()
         await self.pd.close()
         await send({"type": "lifespan.shutdown.complete"})
