@@ -85,8 +85,8 @@ class ResponseAffinity:
             await link.quick(lambda: link.commands.set(key, backend_id, ex=ttl), self._timeout)
 
     async def forget(self, response_id: str) -> None:
-        """`response_id` was deleted from its backend."""
-        self.owners.discard(response_id)
+        """`response_id` was deleted from its backend (from Redis first: gone here, gone)."""
         if (link := self._link) is not None:
             key = self.key(response_id)
             await link.quick(lambda: link.commands.delete(key), self._timeout)
+        self.owners.discard(response_id)
