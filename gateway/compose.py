@@ -114,6 +114,7 @@ def _build(
         own_metrics=lambda: runtime.metrics_page(),  # noqa: PLW0108 (built below)
         apply_admin=lambda op: operations.apply(op),  # noqa: PLW0108 (built below)
         clock=clock,
+        own_response_owner=lambda response_id: affinity.owners.get(response_id),  # noqa: PLW0108
     )  # fmt: skip
     metrics.registry.register(SharedStateCollector(shared))
     planner = PdPlanner(
@@ -126,6 +127,7 @@ def _build(
     affinity = ResponseAffinity(
         config.responses, clock,
         link=shared.link, prefix=shared.prefix, count=metrics.count_response_affinity,
+        siblings=peers.response_owner if peers is not None and shared.link is None else None,
     )  # fmt: skip
     for event in EVENTS:  # every series from the start, so rates work from zero
         metrics.response_affinity.labels(event)

@@ -2,15 +2,16 @@
 
 `remember` puts the id in the local `ResponseOwners` and, with Redis, sets the key
 `{namespace}:{pool}:responses:{id}` to the backend id with EX `ttl_s`, awaited (at most
-`redis_timeout_s`) before the answer ends, so a follow-up sent to another gateway once the
-client has the answer finds it. `owner` reads the local map, and on a miss makes one GET
-(at most `redis_timeout_s`; what it finds is kept locally). `forget` drops a deleted id. Redis
-down or slow: the local map alone (`RedisLink.quick`). Each outcome is counted (`EVENTS`).
+`shared_timeout_s`) before the answer ends, so a follow-up sent to another gateway once the
+client has the answer finds it. `pin` reads the local map, and on a miss makes one GET (at
+most `shared_timeout_s`; what it finds is kept locally), or without Redis asks the sibling
+workers of `serve --workers N`. `forget` drops a deleted id. Redis down or slow: the local
+map alone (`RedisLink.quick`). Each outcome is counted (`EVENTS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.responses.ids import valid_id
@@ -18,7 +19,8 @@ from gateway.responses.owners import ResponseOwners
 from gateway.state.link import RedisLink
 from routing.config.responses import ResponsesSection
 
-# learned: an answer stored a response; local, shared: an id found here or in Redis;
+# learned: an answer stored a response; local, shared: an id found here, or in Redis (or a
+# sibling worker);
 # unknown: found nowhere; gone, unavailable: its backend left the pool, or is down.
 EVENTS = ("learned", "local", "shared", "unknown", "gone", "unavailable")
 
@@ -42,14 +44,16 @@ class ResponseAffinity:
         link: RedisLink | None = None,
         prefix: str = "kvgate:static",
         count: Callable[[str], None] = lambda event: None,
+        siblings: Callable[[str, float], Awaitable[str | None]] | None = None,
     ) -> None:
         self.enabled = section.affinity
         self.owners = ResponseOwners(section.max_entries, section.ttl_s, clock)
         self._ttl = max(1, round(section.ttl_s))
-        self._timeout = section.redis_timeout_s
+        self._timeout = section.shared_timeout_s
         self._link = link
         self._prefix = f"{prefix}:responses:"
         self.count = count
+        self._siblings = siblings  # the sibling workers' answer, when no Redis is shared
 
     def key(self, response_id: str) -> str:
         return self._prefix + response_id
@@ -63,15 +67,22 @@ class ResponseAffinity:
         if backend_id is not None:
             self.count("local")
             return Pin(response_id, backend_id)
+        backend_id = await self._shared(response_id)
+        if backend_id is not None:
+            self.owners.put(response_id, backend_id)
+            self.count("shared")
+            return Pin(response_id, backend_id)
+        self.count("unknown")
+        return None
+
+    async def _shared(self, response_id: str) -> str | None:
+        """The backend Redis (or else a sibling worker) knows for `response_id`."""
         if (link := self._link) is not None:
             key = self.key(response_id)
             value = await link.quick(lambda: link.commands.get(key), self._timeout)
-            if isinstance(value, bytes) and value:
-                backend_id = value.decode("utf-8", "replace")
-                self.owners.put(response_id, backend_id)
-                self.count("shared")
-                return Pin(response_id, backend_id)
-        self.count("unknown")
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) and value else None
+        if self._siblings is not None:
+            return await self._siblings(response_id, self._timeout)
         return None
 
     async def remember(self, response_id: str, backend_id: str) -> None:

@@ -4,7 +4,8 @@ An engine keeps a stored response (`store: true`) in the serving process that pr
 a follow-up naming it (`previous_response_id`) and `GET`/`DELETE /v1/responses/{id}`,
 `/cancel` must reach that backend. With `affinity` on, the gateway remembers each stored
 response's backend by its id (at most `max_entries`, each for `ttl_s`; shared through Redis
-under `state:` when its backend is redis) and pins those requests to it.
+under `state:` when its backend is redis, else asked of the sibling workers of `serve
+--workers N`) and pins those requests to it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class ResponsesSection(BaseModel):
     )
     max_entries: int = Field(100_000, gt=0, description="response ids remembered (LRU)")
     ttl_s: float = Field(3600.0, gt=0, description="how long an id's backend is remembered")
-    redis_timeout_s: float = Field(
-        0.05, gt=0, description="longest wait for Redis per lookup (then: not known) or write"
+    shared_timeout_s: float = Field(
+        0.05,
+        gt=0,
+        description="longest wait for Redis (or, without it, the sibling workers) per lookup "
+        "(then: not known) or write",
     )

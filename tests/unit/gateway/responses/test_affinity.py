@@ -100,3 +100,21 @@ async def test_off_or_odd_ids_pin_nothing() -> None:
     assert await on.pin("bad id") is None
     assert await on.pin(None) is None
     assert link.commands.calls == []
+
+
+async def test_without_redis_the_sibling_workers_are_asked() -> None:
+    asked: list[tuple[str, float]] = []
+
+    async def siblings(response_id: str, timeout_s: float) -> str | None:
+        asked.append((response_id, timeout_s))
+        return "b4" if response_id == "resp_1" else None
+
+    events: list[str] = []
+    affinity = ResponseAffinity(
+        ResponsesSection(), lambda: 0.0, count=events.append, siblings=siblings
+    )
+    assert await affinity.pin("resp_1") == Pin("resp_1", "b4")
+    assert await affinity.pin("resp_1") == Pin("resp_1", "b4")  # kept: asked once
+    assert await affinity.pin("resp_2") is None
+    assert asked == [("resp_1", 0.05), ("resp_2", 0.05)]
+    assert events == ["shared", "local", "unknown"]
