@@ -347,10 +347,10 @@ class Proxy:
                 chunk = patch.feed(chunk, ended)
             if not ended and not chunk:
                 continue  # held back, or the usage event taken out
-            if ids is not None and (stored := ids.feed(chunk, ended)) is not None:
-                await director.stored(attempt, stored)
             if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
                 director.event(rec, attempt)
+            if ids is not None and (stored := ids.feed(chunk, ended)) is not None:
+                await director.stored(attempt, stored)  # known everywhere before it is relayed
             # The last chunk carries the end of the response: one write fewer.
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         if not ended:
