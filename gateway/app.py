@@ -2,9 +2,9 @@
 runtime's services for the server's lifespan.
 
 Routes: the inference endpoints (OpenAI's, SGLang's native ones, vLLM's utility ones:
-`gateway.inference`), `/health`, `/ready`, `/metrics`, `/v1/models`, and the admin API on the
-API port (`gateway.admin_ops`; behind the admin key, or on `server.admin_port` instead:
-`gateway.admin_app`). Every request passes
+`gateway.inference`; with `GET`/`DELETE /v1/responses/{id}` and `POST .../cancel`), `/health`,
+`/ready`, `/metrics`, `/v1/models`, and the admin API on the API port (`gateway.admin_ops`;
+behind the admin key, or on `server.admin_port` instead: `gateway.admin_app`). Every request passes
 `AccessControl.admit` first. `build_app(config)` builds the runtime and the app.
 """
 
@@ -38,6 +38,7 @@ from gateway.inference import InferenceHandler, send_error
 from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
 from gateway.lifecycle import Drain
 from gateway.proxy import BrokenBodyError, Proxy
+from gateway.responses.ids import object_path
 from gateway.runtime import Runtime
 from gateway.services import Services
 from gateway.upstream import first_byte_timeouts, make_client, make_retry_budget
@@ -155,6 +156,8 @@ class GatewayApp:
         handler = self._routes.get((method, path))
         if handler is None and path.startswith(admin_ops.BACKENDS + "/"):
             handler = self._admin_write  # /admin/backends/{id}[/drain|/resume]
+        elif handler is None and object_path(path) is not None:
+            handler = self.inference.stored  # /v1/responses/{id}[/cancel]
         try:
             check_host(scope)
             scope["kvgate.principal"] = self.runtime.access.admit(scope)  # 401/404 first

@@ -1,10 +1,11 @@
 """`build_runtime`: the one builder of a gateway's parts from a validated config.
 
 Order: routing stack → pool and metrics → KV-event loops and cache ledger → tokenizers →
-shared state (and sibling workers) → router → director → admission, backends, live config and
-admin operations. Clock and RNG are injected (a test or the differential check passes its
-own); plugin errors become `ConfigError`s. Nothing here starts a task or opens a socket:
-`gateway.services.Services` does, for whichever entry point runs the runtime.
+shared state (and sibling workers) → router → stored responses' affinity → director →
+admission, backends, live config and admin operations. Clock and RNG are injected (a test or
+the differential check passes its own); plugin errors become `ConfigError`s. Nothing here
+starts a task or opens a socket: `gateway.services.Services` does, for whichever entry point
+runs the runtime.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.kv_event_loops import KvEventLoops
 from gateway.metrics import GatewayMetrics
 from gateway.pod_backends import PodBackends
 from gateway.recorder import recorder_for
+from gateway.responses.affinity import EVENTS, ResponseAffinity
 from gateway.router import RequestRouter
 from gateway.runtime import Runtime
 from gateway.runtime_backends import RuntimeBackends, backend_spec, kv_settings
@@ -112,6 +114,7 @@ def _build(
         own_metrics=lambda: runtime.metrics_page(),  # noqa: PLW0108 (built below)
         apply_admin=lambda op: operations.apply(op),  # noqa: PLW0108 (built below)
         clock=clock,
+        own_response_owner=lambda response_id: affinity.owners.get(response_id),  # noqa: PLW0108
     )  # fmt: skip
     metrics.registry.register(SharedStateCollector(shared))
     planner = PdPlanner(
@@ -121,6 +124,13 @@ def _build(
     router = RequestRouter(
         pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h), planner=planner
     )
+    affinity = ResponseAffinity(
+        config.responses, clock,
+        link=shared.link, prefix=shared.prefix, count=metrics.count_response_affinity,
+        siblings=peers.response_owner if peers is not None and shared.link is None else None,
+    )  # fmt: skip
+    for event in EVENTS:  # every series from the start, so rates work from zero
+        metrics.response_affinity.labels(event)
     recorder = recorder_for(config, clock)
     tracing = build_tracing(os.environ)  # OTEL_TRACES_EXPORTER=otlp; None: off, free
     director = Director(
@@ -130,6 +140,7 @@ def _build(
         tracer=tracing.tracer if tracing is not None else None,
         recorder=recorder,
         access_log=config.server.access_log,
+        affinity=affinity,
     )  # fmt: skip
 
     def backend_removed(backend_id: str) -> None:

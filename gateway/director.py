@@ -1,18 +1,18 @@
 """A request's lifecycle, written once; the front door's proxy and the endpoint picker drive it.
 
-Per request: `start` → `parse` → `pick` → per attempt `dispatch` … `end` → `finish`. Within
-an attempt: `answered(status)` (an error status withdraws the prompt from the index; 502/503/504
-is a passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
+Per request: `start` → `parse` → `pick` → per attempt `dispatch` … `end` → `finish`; in it:
+`answered(status)` (an error status withdraws the prompt from the index; 502/503/504 is a
+passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
 (the first teaches TTFT, the others inter-token latency), then `completed(usage)` (the cached
 tokens graded, a passive success). Failures: `unanswered` (no answer: withdrawn and a passive
 failure), `broke` (the answer broke midway), `overloaded` (no upstream slot: withdrawn, nobody's
 fault), `skipped` (the proxy used another endpoint). `end` takes the attempt's in-flight count
-back and tells the shared state at once. Transports never touch the index, the counts, passive
-health, metrics, the trace, the access log or the recorder themselves.
+back and tells the shared state. Transports never touch the index, counts, passive health,
+metrics, trace, access log or recorder themselves.
 
-A split P/D request's legs are attempts too: `dispatch(leg="prefill")` then `prefilled` (P's
-TTFT point and cache check) or `prefill_failed`; the decode leg's first token teaches the
-transfer line, not D's TTFT line.
+P/D legs are attempts too (`dispatch(leg="prefill")`, `prefilled` or `prefill_failed`).
+Stored responses: `pin` finds one's backend, `pick(pin=)`/`pick_stored` go there, `stored`
+learns one; a `lookup` leg (on a stored response itself) teaches neither TTFT nor cache.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 
 from gateway.access_log import log_request, request_id_from
 from gateway.cache_ledger import CacheLedger
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, ResponseNotFoundError, UpstreamError
 from gateway.inference_request import InferenceRequest, prompt_token_ids
 from gateway.large_body import BodyParser
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import TraceRecorder
 from gateway.request_record import RequestRecord
+from gateway.responses.affinity import Pin, ResponseAffinity
 from gateway.router import RequestRouter, Route
 from gateway.tokens.build import TokenizerSet
 from gateway.tracing.spans import Outcome, Tracer
@@ -63,6 +64,7 @@ class Director:
         tracer: Tracer | NativeTracer | None = None,
         recorder: TraceRecorder | None = None,
         access_log: bool = True,
+        affinity: ResponseAffinity | None = None,
     ) -> None:
         self.router = router
         self.pool = pool
@@ -75,6 +77,7 @@ class Director:
         self._tokenize = tokenize  # a tokenizer is configured for some model
         self._access_log = access_log
         self.parser = BodyParser()  # a large body off the event loop, one at a time
+        self.affinity = affinity  # stored responses' backends (None: not tracked)
 
     # -- the request -------------------------------------------------------------------
     def start(
@@ -131,6 +134,13 @@ class Director:
         tokenizer = self._tokenizers.for_model(req.model)
         return await tokenizer.token_ids(req) if tokenizer is not None else None
 
+    async def pin(self, response_id: str | None) -> Pin | None:
+        """Where the stored response `response_id` lives, if known (`ResponseAffinity.pin`:
+        here, else one Redis read)."""
+        if self.affinity is None or response_id is None:
+            return None
+        return await self.affinity.pin(response_id)
+
     def pick(
         self,
         rec: RequestRecord,
@@ -139,12 +149,56 @@ class Director:
         *,
         subset: Collection[str] | None = None,
         token_ids: Sequence[int] | None = None,
+        pin: Pin | None = None,
     ) -> Route:
-        """Route `req` (among `subset` when given); a `GatewayError` if it cannot be."""
+        """Route `req` (among `subset` when given; to `pin`'s backend alone when given); a
+        `GatewayError` if it cannot be."""
         rec.request, rec.model, rec.stream = req, req.model, req.stream
         if (trace := rec.trace) is not None:
             trace.route_started()
-        route = self.router.route(req, headers, rec.request_id, subset=subset, token_ids=token_ids)
+        route = self._pinned(
+            pin,
+            lambda: self.router.route(
+                req, headers, rec.request_id, subset=subset, token_ids=token_ids, pin=pin
+            ),
+        )
+        return self._picked(rec, route)
+
+    def pick_stored(
+        self,
+        rec: RequestRecord,
+        response_id: str,
+        pin: Pin | None,
+        *,
+        stream: bool = False,
+        subset: Collection[str] | None = None,
+    ) -> Route:
+        """Route a request on the stored response `response_id` itself to its backend (`pin`;
+        not known while affinity is on: a `ResponseNotFoundError`, as the engine answers)."""
+        if pin is None and self.affinity is not None and self.affinity.enabled:
+            raise ResponseNotFoundError(response_id)
+        rec.stream = stream
+        if (trace := rec.trace) is not None:
+            trace.route_started()
+        route = self._pinned(
+            pin,
+            lambda: self.router.stored(rec.request_id, pin, stream=stream, subset=subset),
+        )
+        return self._picked(rec, route)
+
+    def _pinned(self, pin: Pin | None, decide: Callable[[], Route]) -> Route:
+        """`decide()`, counting why a pinned request could not go to its backend."""
+        try:
+            return decide()
+        except GatewayError as exc:
+            if pin is not None and self.affinity is not None:
+                gone = isinstance(exc, ResponseNotFoundError)
+                self.affinity.count("gone" if gone else "unavailable")
+                log.warning("stored response %s: %s", pin.response_id, exc.message)
+            raise
+
+    def _picked(self, rec: RequestRecord, route: Route) -> Route:
+        trace = rec.trace
         if trace is not None:
             trace.routed(route.decision, len(route.request.prefix_hashes))
         rec.policy, rec.session = route.decision.profile, route.request.session_key
@@ -152,6 +206,22 @@ class Director:
         if (pd := route.pd) is not None:
             self.metrics.pd_decisions.labels("split" if pd.split else "local", pd.why).inc()
         return route
+
+    def learns(self, rec: RequestRecord) -> bool:
+        """Whether `rec`'s answer makes a stored response whose backend is to be learnt."""
+        a, req = self.affinity, rec.request
+        return a is not None and a.enabled and req is not None and req.stores
+
+    async def stored(self, d: Attempt, response_id: str) -> None:
+        """`d`'s backend answered a `store`d Responses request with `response_id`: follow-ups
+        go there (told to Redis before the answer ends, when shared)."""
+        if self.affinity is not None:
+            await self.affinity.remember(response_id, d.endpoint.id)
+
+    async def deleted(self, response_id: str) -> None:
+        """The stored response `response_id` was deleted on its backend."""
+        if self.affinity is not None:
+            await self.affinity.forget(response_id)
 
     def finish(self, rec: RequestRecord) -> None:
         """The request is over (`rec.status` set by the transport; 499 if the client left):
@@ -226,7 +296,9 @@ class Director:
         """A streamed event with data came: the first is the time to first token."""
         now = self.clock()
         last = rec.last_event
-        if last is None:
+        if d.leg == "lookup":  # a stored response replayed: no prefill to learn from
+            self.ledger.first_token(d, None)
+        elif last is None:
             rec.ttft_s = ttft = now - rec.started
             self.metrics.ttft_by(rec.model or "", d.endpoint.id).observe(ttft)
             if d.leg == "decode":
@@ -265,7 +337,7 @@ class Director:
         cached tokens are what it received, not a cache hit, and a batch's are not the routed
         prompt's: neither is graded."""
         rec.usage = usage
-        if d.leg == "decode":
+        if d.leg in ("decode", "lookup"):  # a lookup's usage is the stored response's
             if status not in FAILURE_STATUSES:
                 d.endpoint.state.record_upstream_success()
             return

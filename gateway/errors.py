@@ -2,7 +2,7 @@
 
 GatewayError            500 (status, type, code, retryable); Retry-After on 429s, 503s but shutdown
 ├── BadRequestError     400 · subclass UnknownPolicyError (code unknown_policy)
-├── NotFoundError       404 (unknown route) · subclass ModelNotFoundError (code model_not_found)
+├── NotFoundError       404 (unknown route) · subclasses ModelNotFoundError, ResponseNotFoundError
 ├── AuthenticationError 401 (+ WWW-Authenticate), ForbiddenError 403, MethodNotAllowedError
 │   405 (+ Allow), RequestTimeoutError 408, ConflictError 409, PayloadTooLargeError 413,
 │   UnsupportedMediaTypeError 415, HeaderFieldsTooLargeError 431, ClientDisconnectedError 499
@@ -76,6 +76,18 @@ class NotFoundError(GatewayError):
 
 class ModelNotFoundError(NotFoundError):
     code = "model_not_found"
+
+
+class ResponseNotFoundError(NotFoundError):
+    """A stored response the gateway cannot reach: answered as vLLM answers an unknown id
+    (`param` response_id, `code` the status), so clients see one shape whoever answered."""
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"Response with id '{response_id}' not found.")
+
+    def body(self, shape: str = "openai") -> bytes:  # the Responses API's: always OpenAI's
+        error = {"message": self.message, "type": self.type, "param": "response_id", "code": 404}
+        return orjson.dumps({"error": error})
 
 
 class MethodNotAllowedError(GatewayError):

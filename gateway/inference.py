@@ -1,5 +1,7 @@
 """The front door's inference endpoints (`POST /v1/chat/completions`, SGLang's `/generate`, ...):
 read and parse the body, admit, route through the `Director`, proxy with failover, finish.
+`stored` serves the requests on a stored response itself (`GET`/`DELETE /v1/responses/{id}`,
+`POST .../cancel`): relayed to the backend holding it, without admission.
 
 The body is capped at `server.max_body_bytes` (413), must be JSON (415) and is parsed once;
 bad input is an error in the API's shape (`ERROR_SHAPES`). A client that leaves cancels the
@@ -9,6 +11,8 @@ upstream request; a shutdown ends what is left after the grace period (`gateway.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from gateway.access_log import clip, request_id_var
 from gateway.asgi import (
@@ -25,6 +29,7 @@ from gateway.asgi import (
 from gateway.errors import (
     ClientDisconnectedError,
     GatewayError,
+    MethodNotAllowedError,
     NoHealthyBackendError,
     PayloadTooLargeError,
 )
@@ -33,7 +38,13 @@ from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.request_record import RequestRecord
+from gateway.responses.ids import STORED_METHODS, object_path, replays
+from gateway.router import Route
 from gateway.runtime import Runtime
+
+Forward = Callable[
+    [Scope, Receive, TrackedSend, dict[str, str], RequestRecord], Coroutine[Any, Any, None]
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,21 @@ class InferenceHandler:
         self.proxy: Proxy | None = None  # while the gateway runs (its upstream client)
 
     async def __call__(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        await self._run(scope, receive, send, self._forward)
+
+    async def stored(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+        """A request on a stored response (`/v1/responses/{id}`, `.../cancel`)."""
+        where = object_path(scope["path"])
+        allowed = STORED_METHODS[where[1]] if where is not None else ()
+        if scope["method"] not in allowed:
+            raise MethodNotAllowedError(
+                f"method {scope['method']} not allowed on {scope['path']}", allow=allowed
+            )
+        await self._run(scope, receive, send, self._forward_stored)
+
+    async def _run(
+        self, scope: Scope, receive: Receive, send: TrackedSend, forward: Forward
+    ) -> None:
         headers = header_map(scope)
         rec = self._director.start(
             scope["method"],
@@ -59,7 +85,7 @@ class InferenceHandler:
         )
         token = request_id_var.set(rec.request_id)
         try:
-            await self._forward(scope, receive, send, headers, rec)
+            await forward(scope, receive, send, headers, rec)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             rec.client_gone = isinstance(exc, ClientDisconnectedError)
@@ -92,7 +118,46 @@ class InferenceHandler:
             return  # the client left while queued
         director = self._director
         ids = await director.token_ids(req)
-        route = director.pick(rec, req, headers, token_ids=ids)
+        pin = await director.pin(req.previous_response_id)
+        route = director.pick(rec, req, headers, token_ids=ids, pin=pin)
+        await self._relay(scope, receive, send, rec, route=route, body=body)
+
+    async def _forward_stored(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: TrackedSend,
+        headers: dict[str, str],
+        rec: RequestRecord,
+    ) -> None:
+        body = await read_body(receive, self._limit)  # none expected; read to the end
+        where = object_path(scope["path"])
+        assert where is not None  # `stored` checked it
+        response_id, method = where[0], scope["method"]
+        director = self._director
+        stream = replays(scope["query_string"].decode("latin-1"))
+        pin = await director.pin(response_id)
+        route = director.pick_stored(rec, response_id, pin, stream=stream)
+        await self._relay(
+            scope, receive, send, rec, route=route, body=body, method=method, lookup=True
+        )
+        if method == "DELETE" and 200 <= rec.status < 300 and not rec.error:
+            await director.deleted(response_id)
+
+    async def _relay(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: TrackedSend,
+        rec: RequestRecord,
+        *,
+        route: Route,
+        body: bytes,
+        method: str = "POST",
+        lookup: bool = False,
+    ) -> None:
+        """Proxy the routed request until it is answered, the client leaves or the shutdown
+        grace ends."""
         if (proxy := self.proxy) is None:
             raise NoHealthyBackendError("gateway is starting or stopping")
         work = proxy.forward(
@@ -103,6 +168,8 @@ class InferenceHandler:
             body=body,
             send=send,
             rec=rec,
+            method=method,
+            lookup=lookup,
         )
         watched = run_until_disconnect(
             work, receive, lambda: send.finished, disconnect_signal(scope)

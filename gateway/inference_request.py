@@ -8,8 +8,9 @@ is then "" until the director fills in the pool's (`RequestRouter.default_model`
 prompt fields are checked when present (`/generate` needs one), the rest is the engine's to
 refuse in its own words. A request of several prompts (a batch, rerank's documents, score's
 items, `n` > 1 samples) is routed by its first and marked `batch`: its answer's token counts
-are not the routed prompt's. Errors on `/generate` take SGLang's shape (`ERROR_SHAPES`). The
-body is parsed once with orjson and relayed byte for byte.
+are not the routed prompt's. Errors on `/generate` take SGLang's shape (`ERROR_SHAPES`).
+A Responses request's `previous_response_id` and `store` are read, not checked
+(`gateway.responses`). The body is parsed once with orjson and relayed byte for byte.
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ class InferenceRequest:
     cache_salt: str | None = None
     instructions: str | None = None  # Responses API system text
     batch: bool = False  # several prompts, routed by the first
+    previous_response_id: str | None = None  # Responses API: the stored response it follows
+    store: bool = False  # Responses API: the answer is stored (`store` not false)
+
+    @property
+    def stores(self) -> bool:
+        """A Responses request whose answer the engine keeps (vLLM's default, if it has a
+        store): the backend that answers it holds the response."""
+        return self.api == "responses" and self.store
 
 
 def parse_inference_body(api: str, body: bytes) -> InferenceRequest:
@@ -108,6 +117,7 @@ def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
     user = data.get("user")
     salt = data.get("cache_salt")
     instructions = data.get("instructions")
+    previous = data.get("previous_response_id") if api == "responses" else None
     return InferenceRequest(
         api=api,
         model=model or "",
@@ -118,6 +128,8 @@ def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
         cache_salt=salt if isinstance(salt, str) else None,
         instructions=instructions if isinstance(instructions, str) else None,
         batch=batch,
+        previous_response_id=previous if isinstance(previous, str) else None,
+        store=api == "responses" and data.get("store") is not False,
     )
 
 

@@ -229,6 +229,14 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.response_affinity = Counter(
+            "kvgate_response_affinity_total",
+            "Stored responses (Responses API): learned from answers, looked up (found local or "
+            "shared, unknown), and pinned requests refused (backend gone or unavailable)",
+            ["event"],
+            registry=r,
+        )
+
         bound = self.model_label if models is not None else None
         self.requests_by = Children(self.requests, bound)
         self.duration_by = Children(self.duration, bound)
@@ -241,6 +249,7 @@ class GatewayMetrics:
         self._observed_by = Children(self.observed_hits)
         self._corrections_by = Children(self.index_corrections)
         self._refused_by = Children(self.auth_refused)
+        self._affinity_by = Children(self.response_affinity)
 
     def model_label(self, model: str) -> str:
         """`model` if the pool serves it (or is empty), else "other"."""
@@ -264,6 +273,10 @@ class GatewayMetrics:
 
     def count_auth_refused(self, reason: str) -> None:
         self._refused_by(reason).inc()
+
+    def count_response_affinity(self, event: str) -> None:
+        """One of `gateway.responses.affinity.EVENTS`."""
+        self._affinity_by(event).inc()
 
     def forget_backend(self, backend: str) -> None:
         """A backend left the pool: drop its gauges (its counters keep their totals)."""

@@ -7,7 +7,8 @@ denies returns the attempt's own error. Once the response has started nothing is
 stream that breaks midway ends, on an event boundary, with an SSE error event. A streaming
 chat or completions request whose client did not ask for usage is forwarded asking for it, and
 the usage event this adds is left out of what the client receives. Every step of an attempt
-is accounted by the `Director`.
+is accounted by the `Director`, which learns a stored response's id (`gateway.responses.ids`)
+before the chunk that holds it goes out.
 
 A split prefill/decode request (`Route.prefill`) first runs its prefill leg
 (`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
@@ -30,6 +31,7 @@ from gateway.http.http1 import HttpClientError, PoolTimeout
 from gateway.output_tokens import OutputTokenCounter
 from gateway.pd_legs import PrefillLeg, new_room, sglang_body
 from gateway.request_record import RequestRecord
+from gateway.responses.ids import ResponseIdReader
 from gateway.retry_budget import RetryBudget
 from gateway.router import Route
 from gateway.sse_events import EventAligner
@@ -64,6 +66,7 @@ class _Outgoing:
     headers: list[tuple[bytes, bytes]]
     body: bytes
     first_byte_timeout: float | None
+    method: str = "POST"
 
 
 class BrokenBodyError(Exception):
@@ -111,7 +114,10 @@ class Proxy:
         body: bytes,
         send: Send,
         rec: RequestRecord,
+        method: str = "POST",
+        lookup: bool = False,
     ) -> None:
+        """Relay `route`'s request (`lookup`: one on a stored response itself, e.g. a GET)."""
         attempts = route.decision.ranked[: self._max_attempts]
         trace = rec.trace
         headers = request_headers(
@@ -125,10 +131,11 @@ class Proxy:
             if asked is not None:
                 body, strip_usage = asked, True
         fb = self._first_byte
-        out = _Outgoing(target, headers, body, fb.stream if route.request.stream else fb.non_stream)
+        timeout = fb.stream if route.request.stream else fb.non_stream
+        out = _Outgoing(target, headers, body, timeout, method)
         if self._budget is not None:
             self._budget.record_request()
-        leg, prefill_task, whole = "whole", None, out
+        leg, prefill_task, whole = "lookup" if lookup else "whole", None, out
         if route.prefill is not None:
             out, leg, prefill_task = await self._split(route, rec, out)
         try:
@@ -239,7 +246,7 @@ class Proxy:
             resp = await self._client.send(
                 backend.spec.url,
                 out.target,
-                "POST",
+                out.method,
                 headers,
                 out.body,
                 first_byte_timeout=out.first_byte_timeout,
@@ -300,10 +307,12 @@ class Proxy:
         counter = OutputTokenCounter(is_sse) if self._count_output else None
         reader: UsageReader = UsageEventFilter() if strip_usage and is_sse and ok else UsageTap()
         aligner = EventAligner() if is_sse else None
+        stores = ok and attempt.leg != "lookup" and self._director.learns(rec)
+        ids = ResponseIdReader(is_sse) if stores else None
         try:
             await self._relay_body(
                 attempt, resp, send, rec, aligner=aligner, reader=reader, counter=counter,
-                patch=patch,
+                patch=patch, ids=ids,
             )  # fmt: skip
         except HttpClientError as exc:
             err = map_client_error(exc)
@@ -332,10 +341,12 @@ class Proxy:
         reader: UsageReader,
         counter: OutputTokenCounter | None,
         patch: _CachedPatch | None = None,
+        ids: ResponseIdReader | None = None,
     ) -> None:
         """Relay the body as it arrives (what `reader` lets through; an event stream in whole
         events), each SSE data event told to the director (TTFT, inter-token latency); with
-        `patch`, the usage's cached tokens replaced (a whole answer then relayed at its end)."""
+        `patch`, the usage's cached tokens replaced (a whole answer then relayed at its end);
+        with `ids`, a stored response's id told to the director before it is relayed."""
         director = self._director
         ended = False
         async for data in resp.aiter_raw():
@@ -355,6 +366,8 @@ class Proxy:
                 continue  # held back, or the usage event taken out
             if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
                 director.event(rec, attempt)
+            if ids is not None and (stored := ids.feed(chunk, ended)) is not None:
+                await director.stored(attempt, stored)  # known everywhere before it is relayed
             # The last chunk carries the end of the response: one write fewer.
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         if not ended:
@@ -363,6 +376,8 @@ class Proxy:
                 rest = aligner.feed(rest) + aligner.finish()
             if patch is not None:
                 rest = patch.feed(rest, True)
+            if ids is not None and (stored := ids.feed(rest, True)) is not None:
+                await director.stored(attempt, stored)
             await send({"type": "http.response.body", "body": rest, "more_body": False})
 
 

@@ -12,7 +12,9 @@ ejection's earliest end, or `probe_readmit_s` for one down by probes), 1 to `RET
 
 Each `Route` carries how long its decision took (`seconds`: prompt hashing, candidates and the
 scheduler's cycle, not tokenization or admission) and why its target won (`reason`, one of
-`scoring.decision_reason.REASONS`), for the metrics and the dry run.
+`scoring.decision_reason.REASONS`), for the metrics and the dry run. A request `Pin`ned to
+the backend holding a stored response goes there alone (reason `affinity`); that backend gone
+is a `ResponseNotFoundError`, neither healthy nor draining a 503 with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gateway.errors import (
     BadRequestError,
     ModelNotFoundError,
     NoHealthyBackendError,
+    ResponseNotFoundError,
     UnknownPolicyError,
 )
 from gateway.inference_request import (
@@ -37,6 +40,7 @@ from gateway.inference_request import (
     InferenceRequest,
     session_key,
 )
+from gateway.responses.affinity import Pin
 from health.pool import BackendPool
 from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
@@ -47,6 +51,7 @@ from scoring.pd.planner import PdPlan, PdPlanner
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
 _ROUTING_HEADERS = (POLICY_HEADER,)
+_PINNABLE = frozenset({Health.HEALTHY, Health.DRAINING})  # draining: it still holds its responses
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +110,24 @@ class RequestRouter:
         policy: str | None = None,
         *,
         token_ids: Sequence[int] | None = None,
+        pin: Pin | None = None,
     ) -> Route:
         """Hash `req`'s prompt and decide where it goes; only among the backend ids in
         `subset` when given (an Envoy subset hint to the endpoint picker). `policy` (the
         admin dry run's) wins over the request's policy header. `token_ids`: the prompt as
         the engine will tokenize it, when a tokenizer for the model is configured (a request
-        with a `cache_salt` gets no token keys: no event names its blocks)."""
+        with a `cache_salt` gets no token keys: no event names its blocks). `pin`: the
+        request follows a stored response, which only its backend holds."""
         started = time.perf_counter()
         policy = policy or self._policy(headers)
         endpoints = self._pool.snapshots()
         if subset is not None:
             endpoints = tuple(e for e in endpoints if e.id in subset)
         engine = _engine_for(req.api, endpoints)
-        candidates, excluded = self._candidates(req.model, endpoints, engine)
+        candidates: list[EndpointSnapshot] = []
+        excluded: dict[str, str] = {}
+        if pin is None:
+            candidates, excluded = self._candidates(req.model, endpoints, engine)
         block_chars = self.ledger.block_chars(endpoints)
         hashes, prompt_tokens = self.ledger.hashes(req, block_chars)
         adapter = req.model if req.model in self._pool.lora_adapters() else None
@@ -138,7 +148,60 @@ class RequestRouter:
             prompt_tokens=len(token_ids) if token_ids else 0,
             token_keys=keys,
         )
+        if pin is not None:
+            return self._pinned(rreq, pin, endpoints, started)
         return self._decide(rreq, policy, endpoints, candidates, excluded, started=started)
+
+    def stored(
+        self,
+        request_id: str,
+        pin: Pin | None,
+        *,
+        stream: bool = False,
+        subset: Collection[str] | None = None,
+    ) -> Route:
+        """Where a request on a stored response itself goes (`GET`/`DELETE
+        /v1/responses/{id}`, `/cancel`): its backend (`pin`); without one (affinity off)
+        the healthy backend with the fewest requests in flight."""
+        started = time.perf_counter()
+        endpoints = self._pool.snapshots()
+        if subset is not None:
+            endpoints = tuple(e for e in endpoints if e.id in subset)
+        rreq = RoutingRequest(model="", request_id=request_id, api="responses", stream=stream)
+        if pin is not None:
+            return self._pinned(rreq, pin, endpoints, started)
+        ready = sorted((e for e in endpoints if e.healthy), key=lambda e: (e.in_flight, e.id))
+        if not ready:
+            wait = self._retry_after(endpoints)
+            raise NoHealthyBackendError("no healthy backend", retry_after_s=wait)
+        decision = Decision(self._scheduler.default_profile, (ready[0].id,), ())
+        seconds = time.perf_counter() - started
+        return Route(rreq, decision, endpoints, MappingProxyType({}), "other", seconds)
+
+    def _pinned(
+        self,
+        rreq: RoutingRequest,
+        pin: Pin,
+        endpoints: tuple[EndpointSnapshot, ...],
+        started: float,
+    ) -> Route:
+        """The route to the backend holding `pin`'s response, and no other (the docstring)."""
+        owner = next((e for e in endpoints if e.id == pin.backend_id), None)
+        if owner is None:
+            if self._pool.find(pin.backend_id) is not None:  # outside the proxy's subset
+                raise NoHealthyBackendError(
+                    f"the backend holding response '{pin.response_id}' is not among the "
+                    "endpoints allowed for this request"
+                )
+            raise ResponseNotFoundError(pin.response_id)
+        if owner.health not in _PINNABLE:
+            raise NoHealthyBackendError(
+                f"the backend holding response '{pin.response_id}' is unavailable",
+                retry_after_s=self._retry_after((owner,)),
+            )
+        decision = Decision(self._scheduler.default_profile, (owner.id,), ())
+        seconds = time.perf_counter() - started
+        return Route(rreq, decision, endpoints, MappingProxyType({}), "affinity", seconds)
 
     def route_hashed(self, rreq: RoutingRequest, policy: str | None = None) -> Route:
         """Decide for a request whose prefix hashes are already cut (as the simulator cuts

@@ -36,6 +36,7 @@ def build_sharing(
     own_metrics: Callable[[], bytes],
     apply_admin: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]],
     clock: Callable[[], float] = time.monotonic,
+    own_response_owner: Callable[[str], str | None] = lambda response_id: None,
 ) -> tuple[SharedState, WorkerPeers | None]:
     peers = None
     if workers is not None:
@@ -44,6 +45,7 @@ def build_sharing(
             lambda frame: shared.receive_local(frame),  # noqa: PLW0108 (built below)
             own_metrics,
             apply_admin,
+            own_response_owner=own_response_owner,
         )
     shared = SharedState(
         config.state,

@@ -5,7 +5,7 @@ dry run, so the label stays bounded whatever the profiles. With w the chosen end
 runner-up (the other candidate with the highest total):
 
 - `only_candidate`: one candidate scored, none filtered out; `filtered`: filters cut several
-  candidates to one.
+  candidates to one; `affinity`: none scored, the request was pinned (`gateway.router`).
 - `picker`: total(w) ≤ total(r): a tie the picker broke, or a picker that does not take the
   best (round-robin, random, power-of-two, softmax).
 - otherwise the kind of the scorer with the largest weighted lead weight_s × (score_s(w) −
@@ -41,6 +41,7 @@ REASONS = (
     "session",
     "lora",
     "load",
+    "affinity",
     "other",
 )
 _MIXED = "cache-or-load"  # estimated TTFT: split by the prefix match, see the docstring

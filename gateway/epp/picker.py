@@ -10,6 +10,9 @@ On a prefill/decode pool the destination is D; a split request also names P, for
 pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
 sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
 D's answer starts.
+Stored responses: `pin` finds the backend of the one a request names (`previous_response_id`,
+`/v1/responses/{id}[/cancel]`), its only destination; `settle` learns a new one's backend (or
+forgets a deleted one) and is awaited before the chunk that holds its id is answered.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
-from gateway.errors import GatewayError, NoHealthyBackendError
+from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.request_record import RequestRecord
+from gateway.responses.affinity import Pin
+from gateway.responses.ids import STORED_METHODS, ResponseIdReader, object_path, replays
 from gateway.router import Route
 from gateway.usage import STREAM_USAGE_APIS, UsageEventFilter, UsageReader, UsageTap, ask_for_usage
 
@@ -44,6 +49,9 @@ class Exchange:
     done: bool = False
     prefill: Attempt | None = None  # a split request's prefill leg (run by D's sidecar) until over
     prefiller: str | None = None  # its host:port
+    ids: ResponseIdReader | None = None  # reads a stored response's id off the answer
+    learned: str | None = None  # that id, found and not yet told to the director
+    deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -82,22 +90,36 @@ class EndpointPicker:
         *,
         token_ids: list[int] | None = None,
         parsed: Parsed | None = None,
+        pin: Pin | None = None,
     ) -> Exchange:
-        """Route one request (`parsed`: its body as `parse` gave it, else parsed here); raises
-        a `GatewayError` (400, 404, 503, ...) it cannot."""
+        """Route one request (`parsed`: its body as `parse` gave it, else parsed here; `pin`:
+        the backend of the stored response it names, from `pin`); raises a `GatewayError`
+        (400, 404, 503, ...) it cannot."""
         allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
         api = API_BY_PATH.get(path)
-        if api is None:  # not an inference call (e.g. GET /v1/models): any ready endpoint
+        stored = object_path(path) if api is None else None
+        if api is None and stored is None:  # not an inference call (GET /v1/models): any
             return Exchange(None, self._destination(self._least_busy(allowed)))
         director = self._director
         method = headers.get(":method", "POST")
+        if stored is not None and method not in STORED_METHODS[stored[1]]:
+            allow = STORED_METHODS[stored[1]]
+            raise MethodNotAllowedError(f"method {method} not allowed on {path}", allow=allow)
         rec = director.start(method, path, headers, request_id=request_id)
         try:
-            req = director.resolve(parse_inference_body(api, body)) if parsed is None else parsed
+            if stored is not None:
+                stream = replays(query)
+                route = director.pick_stored(rec, stored[0], pin, stream=stream, subset=allowed)
+                return self._lookup(rec, route, stored[0] if method == "DELETE" else None)
+            req = (
+                director.resolve(parse_inference_body(api or "", body))
+                if parsed is None
+                else parsed
+            )
             if isinstance(req, GatewayError):
                 raise req
-            route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids)
+            route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids, pin=pin)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             director.finish(rec)
@@ -113,6 +135,33 @@ class EndpointPicker:
             rec, route, self._pool.get(route.decision.ranked[0]), leg=leg
         )
         return ex
+
+    def _lookup(self, rec: RequestRecord, route: Route, deleting: str | None) -> Exchange:
+        """A request on a stored response, to its backend alone."""
+        ex = Exchange(rec, self._destination(route.decision.ranked), route, deleting=deleting)
+        backend = self._pool.get(route.decision.ranked[0])
+        ex.attempt = self._director.dispatch(rec, route, backend, leg="lookup")
+        return ex
+
+    async def pin(self, path: str, parsed: Parsed | None) -> Pin | None:
+        """The backend of the stored response the request names, if known (`Director.pin`):
+        by its path (`/v1/responses/{id}`), else by its body's `previous_response_id`."""
+        stored = object_path(path.split("?", 1)[0])
+        if stored is not None:
+            return await self._director.pin(stored[0])
+        if isinstance(parsed, InferenceRequest) and parsed.previous_response_id is not None:
+            return await self._director.pin(parsed.previous_response_id)
+        return None
+
+    async def settle(self, ex: Exchange) -> None:
+        """Tell the director what the answer so far says of stored responses: a new one's
+        id (awaited before the chunk holding it is answered), a deletion once it is done."""
+        if ex.learned is not None and ex.attempt is not None:
+            learned, ex.learned = ex.learned, None
+            await self._director.stored(ex.attempt, learned)
+        if ex.deleting is not None and ex.done and 200 <= ex.status < 300:
+            deleted, ex.deleting = ex.deleting, None
+            await self._director.deleted(deleted)
 
     async def parse(self, path: str, body: bytes) -> Parsed | None:
         """An inference call's body parsed (`Director.parse`: a large one off the event loop),
@@ -159,12 +208,17 @@ class EndpointPicker:
         self._director.answered(a, status)
         if not ex.streamed:
             self._director.settled(a)
+        rec = ex.rec
+        if status < 400 and a.leg != "lookup" and rec is not None and self._director.learns(rec):
+            ex.ids = ResponseIdReader(ex.streamed)
 
     def response_chunk(self, ex: Exchange, data: bytes, end: bool) -> bytes:
         """What to relay of this response body chunk (the usage event we added is not)."""
         out = ex.reader.feed(data)
         if end:
             out += ex.reader.finish()
+        if ex.ids is not None and (stored := ex.ids.feed(out, end)) is not None:
+            ex.learned = stored  # told to the director (`settle`) before `out` is answered
         a, rec = ex.attempt, ex.rec
         if a is None or rec is None or not ex.streamed or ex.done:
             return out

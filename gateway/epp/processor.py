@@ -10,7 +10,9 @@ Response side: the status and the served endpoint from the headers, TTFT from th
 chunk, the usage from the last ones (body mode `STREAMED`, or `FULL_DUPLEX_STREAMED` where
 chunks are handed back). As at the front door, a stream whose client did not ask for usage is
 forwarded asking for it (body and content-length replaced), and the usage event this adds is
-taken out of the relayed chunks. Errors the picker raises become immediate responses.
+taken out of the relayed chunks. Errors the picker raises become immediate responses. A stored
+response's backend is looked up before the decision, and what an answer says of stored
+responses is settled before the message that carries it is answered (`EndpointPicker.settle`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gateway.epp import messages as msg
 from gateway.epp.picker import EndpointPicker, Exchange, Parsed
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.inference_request import ERROR_SHAPES
+from gateway.responses.affinity import Pin
+from gateway.responses.ids import object_path
 
 log = logging.getLogger(__name__)
 Responses = list[msg.ProcessingResponse]
@@ -47,10 +51,19 @@ class RequestStream:
         self.ended = False  # the response is over (or answered immediately)
         self.parsed: Parsed | None = None  # the final body, parsed before the decision
         self.token_ids: list[int] | None = None  # the prompt's, for the precise index
+        self.pin: Pin | None = None  # the backend of the stored response it names
 
     @property
     def path(self) -> str:
         return self._headers.get(":path", "")
+
+    def names_stored_response(self, req: msg.ProcessingRequest) -> str | None:
+        """The path of a request on a stored response, when `req` brings its headers (its
+        backend is looked up before they are handled: a GET may be decided on them)."""
+        if req.WhichOneof("request") != "request_headers":
+            return None
+        path = msg.header_map(req.request_headers).get(":path", "")
+        return path if object_path(path.split("?", 1)[0]) is not None else None
 
     def final_body(self, req: msg.ProcessingRequest) -> bytes | None:
         """The whole request body when `req` completes it (the decision comes next), else
@@ -126,6 +139,7 @@ class RequestStream:
                 self._subset,
                 token_ids=self.token_ids,
                 parsed=self.parsed,
+                pin=self.pin,
             )
         except GatewayError as exc:
             self.ended = True
@@ -189,11 +203,18 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
         stream = RequestStream(self._picker, self._limit)
         try:
             async for req in request_iterator:
+                picker = self._picker
                 body = stream.final_body(req)
                 if body is not None:
-                    stream.parsed = await self._picker.parse(stream.path, body)
-                    stream.token_ids = await self._picker.token_ids(stream.parsed)
-                for out in stream.handle(req):
+                    stream.parsed = await picker.parse(stream.path, body)
+                    stream.token_ids = await picker.token_ids(stream.parsed)
+                    stream.pin = await picker.pin(stream.path, stream.parsed)
+                elif (path := stream.names_stored_response(req)) is not None:
+                    stream.pin = await picker.pin(path, None)
+                answers = stream.handle(req)
+                if stream.exchange is not None:
+                    await picker.settle(stream.exchange)
+                for out in answers:
                     yield out
                 if stream.ended:
                     break

@@ -5,8 +5,9 @@ after `command_timeout_s`), and `blocking` for XREAD BLOCK, whose socket waits l
 the block. Every loop that talks to Redis runs its work through `attempt`, which maps any
 connection, timeout or server error to "down" (logged once per outage) and sleeps out a
 backoff that doubles from `first_backoff_s` to `max_backoff_s`; the first success marks
-Redis up again (logged) and resets the backoff. Nothing here raises into a caller but
-`CancelledError`.
+Redis up again (logged) and resets the backoff. A request's own command goes through `quick`
+instead: no backoff, skipped while the loops find Redis down. Nothing here raises into a
+caller but `CancelledError`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class RedisLink:
         self.up = False
         self.outages = 0  # times Redis went from up (or never seen) to down
         self.last_error: str | None = None
+        self.quick_failures = 0  # `quick` commands that failed or timed out
         self._backoff = s.first_backoff_s
         self._seen = False  # whether any command ever succeeded
 
@@ -65,6 +67,20 @@ class RedisLink:
             return None
         self._mark_up()
         return result
+
+    async def quick(self, work: Callable[[], Awaitable[T]], timeout_s: float) -> T | None:
+        """`work()` within `timeout_s` for a request: None at once when it fails, and without
+        trying while Redis is known down (the loops find when it is back). It never changes
+        the link's state: one slow command does not take the shared state down."""
+        if self._seen and not self.up:
+            return None
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await work()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.quick_failures += 1
+            log.debug("redis command for a request failed: %s", exc)
+            return None
 
     def _down(self, exc: BaseException) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

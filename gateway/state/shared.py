@@ -7,11 +7,11 @@ loop runs. The cache ledger tells each local change (`placed`, `withdrawn`, `evi
 `forgotten`, `ttft`; no I/O: queued in the `Outbox`); the channel's loops carry them to the
 others, whose `Mirror` applies them; in-flight and queued prefill go as load reports
 (`LoadSharing`). `state()` is the `state` entry of `/ready` and `/admin/backends`; `degraded`
-is true while Redis is configured but not answering. Redis keys: each gateway's stream
-`{namespace}:{pool}:events:{gateway}`, their list `{namespace}:{pool}:streams` and the
-channels `{namespace}:{pool}:load:{gateway}`, the pool being the
-InferencePool's name (`discovery.pool`) or `static`; the model needs no key of its own,
-since every block hash is seeded with the model name (`scoring.state.prefix_hash.prefix_seed`).
+is true while Redis is configured but not answering. Redis keys (`prefix` is
+`{namespace}:{pool}`, the pool being the InferencePool's name or `static`): each gateway's
+stream `{prefix}:events:{gateway}`, their list `{prefix}:streams`, the channels
+`{prefix}:load:{gateway}`, and each stored response's backend `{prefix}:responses:{id}`
+(`gateway.responses.affinity`); block hashes are seeded with the model name, so no key has it.
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ class SharedState:
         self._load_channel: LoadChannel | None = None
         if (section.backend == "redis" or siblings is not None) and local_load is not None:
             self.load = LoadSharing(self.gateway_id, local_load, on_remote_load)
+        self.prefix = prefix = f"{section.namespace}:{pool}"
         if section.backend == "redis":
             self.channel = "redis"
             self.link = RedisLink(link_settings or LinkSettings(section.url))
-            prefix = f"{section.namespace}:{pool}"
             if self.load is not None:
                 self._load_channel = LoadChannel(self.link, prefix, self.gateway_id, self.load)
             channel = self._load_channel

@@ -6,9 +6,11 @@
   (`metrics_page`: its own merged with its siblings', `gateway.workers.metrics`).
 - Admin changes (backends added, drained, resumed, removed; a reload): made by the worker
   the request reached, then repeated on each sibling (`repeat`).
+- Stored responses, without Redis: the backend of one this worker does not know, asked of
+  the siblings (`response_owner`; `gateway.responses.affinity`).
 
-A sibling answers `{"op": "metrics"}` with its own page and `{"op": "admin", ...}` by
-applying the change (`AdminOperations.apply`).
+A sibling answers `{"op": "metrics"}` with its own page, `{"op": "admin", ...}` by applying
+the change (`AdminOperations.apply`), `{"op": "response_owner", "id"}` from its own memory.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ class WorkerPeers:
         apply_admin: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]],
         *,
         scrape_timeout_s: float = 2.0,
+        own_response_owner: Callable[[str], str | None] = lambda response_id: None,
     ) -> None:
         self.ctx = ctx
         self._own_metrics = own_metrics
         self._apply_admin = apply_admin
+        self._own_response_owner = own_response_owner
         self._scrape_timeout_s = scrape_timeout_s
         self.siblings = Siblings(ctx, state_frame, self._answer)
 
@@ -49,6 +53,8 @@ class WorkerPeers:
             return {"page": self._own_metrics()}
         if op == "admin":
             return await self._apply_admin(request)
+        if op == "response_owner":
+            return {"backend": self._own_response_owner(str(request.get("id", "")))}
         return {"error": f"unknown request {op!r}"}
 
     async def join(self, timeout_s: float = 5.0) -> None:
@@ -67,6 +73,13 @@ class WorkerPeers:
         pages = {j: a["page"] for j, a in answers.items() if isinstance(a.get("page"), bytes)}
         pages[self.ctx.index] = self._own_metrics()
         return merge_pages(pages, self.ctx.count)
+
+    async def response_owner(self, response_id: str, timeout_s: float) -> str | None:
+        """The backend a sibling knows to hold the stored response `response_id`, if any."""
+        request = {"op": "response_owner", "id": response_id}
+        answers = await self.siblings.ask_all(request, timeout_s)
+        found = (a.get("backend") for _, a in sorted(answers.items()))
+        return next((b for b in found if isinstance(b, str) and b), None)
 
     async def repeat(self, op: dict[str, Any]) -> dict[str, str]:
         """An admin change made here, made by every sibling; worker index → "ok" or why not."""

@@ -27,6 +27,7 @@ from routing.config.checks import check_backend_url, check_zmq_endpoint, duplica
 from routing.config.disaggregation import DisaggregationSection, Role
 from routing.config.example_keys import check_not_example
 from routing.config.profiles import RoutingSection
+from routing.config.responses import ResponsesSection
 from routing.config.yaml_loader import load_yaml
 
 EngineType = Literal["vllm", "sglang", "trtllm", "openai"]
@@ -380,6 +381,7 @@ class GatewayConfig(_Section):
     )
     state: StateSection = StateSection()
     disaggregation: DisaggregationSection = DisaggregationSection()
+    responses: ResponsesSection = ResponsesSection()
 
     @field_validator("tokenizers")
     @classmethod

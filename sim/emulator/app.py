@@ -1,18 +1,16 @@
 """The ASGI app of one emulated replica: vLLM's (or SGLang's) HTTP surface over a `Replica`.
 
 Routes: `POST /v1/chat/completions`, `/v1/completions` (streaming or not; `inference`),
-`/tokenize`, `/detokenize`, vLLM's `/pooling`, `/classify` or, when the replica's engine is
-SGLang (its `/metrics` then SGLang's), SGLang's `/generate`, `/v1/rerank`, `/v1/score`
-(`generate`, `utility_api`); `GET /v1/models`, `/health`, `/load`, `/metrics`; what peer
-routers probe (`probes`): `GET /server_info`, `/get_server_info`, `/model_info`,
-`/get_model_info`, `/get_load`, `POST /v1/completions/render`, `/v1/chat/completions/render`
-(403). Also
-`POST /reset_prefix_cache` (vLLM's, served in its dev mode; 409 while requests hold blocks),
-`GET /kvgate/cache`, the cached block hashes as KV events name them (for tests), and for P/D
-(`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` (a vLLM D pulls a handoff) and
-`GET /kvgate/pd/handoffs` (the prefills whose blocks this replica holds). The replica's LoRA
-adapters are models of their own, listed with the base model as their `parent` and served by
-the same engine model (see `sim.emulator.lora`).
+`/v1/responses` and its stored responses (GET/DELETE `/v1/responses/{id}`, `.../cancel`;
+`responses`), `/tokenize`, `/detokenize`, vLLM's `/pooling`, `/classify`, or for an SGLang
+replica (its `/metrics` then SGLang's) `/generate`, `/v1/rerank`, `/v1/score` (`generate`,
+`utility_api`); `GET /v1/models`, `/health`, `/load`, `/metrics`; what peer routers probe
+(`probes`): `/server_info`, `/get_server_info`, `/model_info`, `/get_model_info`, `/get_load`,
+`POST /v1/completions/render`, `/v1/chat/completions/render` (403). Also `POST
+/reset_prefix_cache` (409 while requests hold blocks), `GET /kvgate/cache` (the cached block
+hashes, for tests), and for P/D (`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` and `GET
+/kvgate/pd/handoffs`. LoRA adapters are models of their own, listed with the base model as
+their `parent`, served by the same engine model (`sim.emulator.lora`).
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from sim.emulator.disagg.settings import PDSettings
 from sim.emulator.generate import Generate
 from sim.emulator.inference import Completions
 from sim.emulator.replica import Replica
+from sim.emulator.responses import Responses
 from sim.emulator.utility_api import Utilities
 from sim.engine.tokenizer import Tokenizer
 
@@ -59,6 +58,7 @@ class EmulatorApp:
         self.completions = Completions(replica, tokenizer, self.pd, self._check_model)
         self.generate = Generate(replica, tokenizer) if replica.engine_name == "sglang" else None
         self.utilities = Utilities(replica, tokenizer, self._check_model)
+        self.responses = Responses(replica, tokenizer, self.completions, self._check_model)
         self._created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -77,6 +77,8 @@ class EmulatorApp:
             elif method == "POST" and path in self.utilities.paths:
                 data = self._parse(await read_body(receive))
                 await respond_json(send, 200, self.utilities.answer(path, data))
+            elif path == "/v1/responses" or path.startswith("/v1/responses/"):
+                await self.responses.serve(scope, receive, send)
             elif method == "GET" and path == "/health":
                 await respond(send, 200, b"", [])
             elif method == "GET" and path == "/v1/models":
@@ -122,6 +124,7 @@ class EmulatorApp:
             loop_task = tg.create_task(self.replica.run(), name="engine-loop")
             await send({"type": "lifespan.startup.complete"})
             await receive()
+            await self.responses.close()
             loop_task.cancel()
         await self.pd.close()
         await send({"type": "lifespan.shutdown.complete"})

@@ -57,7 +57,8 @@ class Completions:
         adapter = self._check_model(req.model)
         prompt = list(req.prompt_ids or self.tokenizer.encode(req.prompt_text or ""))
         pd = self.pd.request(data)
-        n_out = self._output_len(req, len(prompt))
+        param = "messages" if req.kind == "chat" else "prompt"
+        n_out = self.output_len(len(prompt), req.max_tokens, param, api.DEFAULT_CHAT_TOKENS)
         if pd is not None and pd.leg.kind is LegKind.SGLANG_PREFILL:
             n_out = 1  # SGLang's prefill server stops at the first token
         output = output_ids(prompt, n_out, req.seed, self._vocab)
@@ -102,7 +103,9 @@ class Completions:
             if pd is not None and not answered:
                 self.pd.abandon(pd, request_id)
 
-    def _output_len(self, req: api.ParsedRequest, prompt_len: int) -> int:
+    def output_len(self, prompt_len: int, max_tokens: int | None, param: str, default: int) -> int:
+        """How many tokens to generate (`default` when `max_tokens` is None, within the
+        context); a vLLM-worded 400 naming `param` for a prompt too long."""
         limit = self.replica.max_model_len
         if prompt_len >= limit:
             raise api.ApiError(
@@ -110,19 +113,23 @@ class Completions:
                 f"This model's maximum context length is {limit} tokens. However, your "
                 f"request has {prompt_len} input tokens. Please reduce the length of the "
                 "input messages.",
-                param="messages" if req.kind == "chat" else "prompt",
+                param=param,
             )
-        if req.max_tokens is None:
-            return min(api.DEFAULT_CHAT_TOKENS, limit - prompt_len)
-        if req.max_tokens > limit - prompt_len:
+        if max_tokens is None:
+            return min(default, limit - prompt_len)
+        if max_tokens > limit - prompt_len:
             raise api.ApiError(
                 400,
-                f"'max_tokens' or 'max_completion_tokens' is too large: {req.max_tokens}. "
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. "
                 f"This model's maximum context length is {limit} tokens and your request has "
-                f"{prompt_len} input tokens ({req.max_tokens} > {limit} - {prompt_len}).",
+                f"{prompt_len} input tokens ({max_tokens} > {limit} - {prompt_len}).",
                 param="max_tokens",
             )
-        return req.max_tokens
+        return max_tokens
+
+    def output_ids(self, prompt: list[int], n: int, seed: int | None) -> list[int]:
+        """The answer's token ids: deterministic per prompt (and seed)."""
+        return output_ids(prompt, n, seed, self._vocab)
 
     async def _complete(
         self, gen: Generation, req: api.ParsedRequest, send: asgi.Send, finish: Finish | None

@@ -4,8 +4,9 @@ Each stack is three kinds of child process on free ports: `kvgate emulate`, `kvg
 static `--backend`s, and Envoy rendered from `deploy/envoy/envoy.yaml`. Shown through Envoy:
 prefix-aware placement against round-robin (both picked by the EPP, the policy chosen per
 request with `x-kvgate-policy`), SSE streaming in both body modes, the served endpoint read
-back and credited, fallback to the next endpoint when the first is dead, 503 with no ready
-endpoint, and FailOpen / FailClose with the EPP killed.
+back and credited, stored responses followed to the replica holding them, fallback to the
+next endpoint when the first is dead, 503 with no ready endpoint, and FailOpen / FailClose
+with the EPP killed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -137,6 +139,36 @@ def test_a_client_that_leaves_mid_stream_releases_the_in_flight_count(
         time.sleep(0.05)
     assert epp.metric("kvgate_in_flight_requests") == 0
     assert counted() == before + 1
+
+
+def test_stored_responses_are_followed_to_their_replica_through_envoy(
+    stack: tuple[list[str], Epp, str],
+) -> None:
+    _, epp, base = stack
+    pinned_before = epp.metric("kvgate_routing_decisions_total", reason="affinity")
+    round_robin = {"x-kvgate-policy": "round-robin"}  # unpinned turns would move on
+    previous = None
+    for turn in range(4):  # each replica holds only its own responses: a wrong one says 404
+        body: dict[str, object] = {"model": MODEL, "input": f"turn {turn}", "max_output_tokens": 4}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        if turn % 2:
+            with httpx.stream(
+                "POST", base + "/v1/responses", json={**body, "stream": True}, headers=round_robin
+            ) as resp:
+                assert resp.status_code == 200
+                data = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+            previous = orjson.loads(data[0])["response"]["id"]
+            assert orjson.loads(data[-1])["type"] == "response.completed"
+        else:
+            resp = httpx.post(base + "/v1/responses", json=body, headers=round_robin, timeout=20)
+            assert resp.status_code == 200, resp.text
+            previous = resp.json()["id"]
+    got = httpx.get(f"{base}/v1/responses/{previous}", timeout=10)
+    assert got.status_code == 200 and got.json()["status"] == "completed"
+    unknown = httpx.get(f"{base}/v1/responses/resp_unknown", timeout=10)  # the EPP's answer
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "response_id"
+    assert epp.metric("kvgate_routing_decisions_total", reason="affinity") == pinned_before + 4
 
 
 def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:

@@ -1,7 +1,8 @@
 """`kvgate serve --workers 2` as a real process in front of fake engines.
 
 Both workers serve the one port; a prompt learned through one worker steers the request that
-lands on the other (their own channel, or Redis); `/metrics` on either is the whole
+lands on the other (their own channel, or Redis), and a stored response made through one is
+followed through the other; `/metrics` on either is the whole
 gateway's; an admin change through one reaches the other; SIGTERM drains both, a killed
 worker is started again, and a start-up that fails ends the master with its status.
 """
@@ -65,7 +66,7 @@ def start_workers(tmp_path: Path) -> Iterator[StartWorkers]:
         config = {
             "backends": [{"url": u} for u in urls],
             "health": FAST_HEALTH,
-            "routing": {"policy": "prefix-aware"},
+            "routing": {"policy": "prefix-aware", **sections.pop("routing", {})},
             "server": {"access_log": False, "drain_delay_s": 1.0, **sections.pop("server", {})},
             "security": {"backend_header": "id"},
             **sections,
@@ -138,6 +139,24 @@ def test_both_workers_serve_and_a_prefix_learned_through_one_steers_the_other(
     finally:
         if redis is not None:
             redis.stop()
+
+
+def test_a_stored_response_made_through_one_worker_is_followed_through_the_other(
+    engines: list[str], start_workers: StartWorkers
+) -> None:
+    w = start_workers(engines, 2, routing={"policy": "round-robin"})
+    w0, w1 = w.client_of(0), w.client_of(1)
+    for i in range(4):  # round-robin alone would send half the follow-ups elsewhere
+        maker, follower = ((w0, w1), (w1, w0))[i % 2]
+        created = maker.post("/v1/responses", json={"model": MODEL, "input": f"hi {i}"})
+        assert created.status_code == 200, created.text
+        owner, rid = created.headers["x-kvgate-backend"], created.json()["id"]
+        follow = {"model": MODEL, "input": "more", "previous_response_id": rid}
+        for _ in range(2):
+            assert follower.post("/v1/responses", json=follow).headers["x-kvgate-backend"] == owner
+        assert follower.get(f"/v1/responses/{rid}").headers["x-kvgate-backend"] == owner
+    page = w0.get("/metrics").text
+    assert 'kvgate_response_affinity_total{event="shared"} 4.0' in page  # asked of the sibling
 
 
 def test_metrics_on_either_worker_are_the_whole_gateways(

@@ -15,6 +15,7 @@ EXPECTED: dict[type[GatewayError], tuple[int, str, str, bool]] = {
     errors.ForbiddenError: (403, "invalid_request_error", "forbidden", False),
     errors.NotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.ModelNotFoundError: (404, "invalid_request_error", "model_not_found", False),
+    errors.ResponseNotFoundError: (404, "invalid_request_error", "not_found", False),
     errors.MethodNotAllowedError: (405, "invalid_request_error", "method_not_allowed", False),
     errors.RequestTimeoutError: (408, "invalid_request_error", "request_timeout", False),
     errors.ConflictError: (409, "invalid_request_error", "conflict", False),
@@ -68,7 +69,12 @@ def test_table_covers_the_whole_tree() -> None:
     assert _all_subclasses(GatewayError) == set(EXPECTED)
 
 
-@pytest.mark.parametrize("cls", list(EXPECTED), ids=lambda c: c.__name__)
+ENGINE_SHAPED = {errors.ResponseNotFoundError}  # the body an engine gives, tested below
+
+
+@pytest.mark.parametrize(
+    "cls", [c for c in EXPECTED if c not in ENGINE_SHAPED], ids=lambda c: c.__name__
+)
 def test_renders_openai_error_json(cls: type[GatewayError]) -> None:
     status, type_, code, retryable = EXPECTED[cls]
     err = cls("something went wrong")
@@ -89,9 +95,22 @@ _RETRY_AFTER = {NoHealthyBackendError, errors.GatewayOverloadedError, *_ADMISSIO
 WITH_HEADERS = {*_RETRY_AFTER, errors.AuthenticationError}
 
 
-@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in WITH_HEADERS])
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c not in WITH_HEADERS | ENGINE_SHAPED])
 def test_no_extra_headers(cls: type[GatewayError]) -> None:
     assert cls("x").headers() == []
+
+
+def test_an_unknown_stored_response_is_answered_as_vllm_answers_it() -> None:
+    err = errors.ResponseNotFoundError("resp_abc")
+    assert (err.status, err.headers()) == (404, [])
+    assert orjson.loads(err.body()) == {
+        "error": {
+            "message": "Response with id 'resp_abc' not found.",
+            "type": "invalid_request_error",
+            "param": "response_id",
+            "code": 404,
+        }
+    }
 
 
 def test_code_override_is_per_instance() -> None:

@@ -57,8 +57,25 @@ def test_minimal_valid_body(api: str) -> None:
     field = APIS[api][1]
     body = _body(model="m", **{field: PROMPTS[api]})
     assert parse_inference_body(api, body) == InferenceRequest(
-        api=api, model="m", stream=False, user=None, body_bytes=len(body), prompt=PROMPTS[api]
+        api=api,
+        model="m",
+        stream=False,
+        user=None,
+        body_bytes=len(body),
+        prompt=PROMPTS[api],
+        store=api == "responses",  # the Responses API stores by default
     )
+
+
+def test_a_responses_follow_up_names_what_it_follows_and_whether_it_is_stored() -> None:
+    body = _body(model="m", input="more", previous_response_id="resp_1", store=False)
+    req = parse_inference_body("responses", body)
+    assert (req.previous_response_id, req.store, req.stores) == ("resp_1", False, False)
+    req = parse_inference_body("responses", _body(model="m", input="x", previous_response_id=7))
+    assert (req.previous_response_id, req.stores) == (None, True)
+    chat = _body(model="m", messages=[], previous_response_id="resp_1", store=True)
+    req = parse_inference_body("chat", chat)  # other APIs store nothing here
+    assert (req.previous_response_id, req.stores) == (None, False)
 
 
 def test_cache_salt_and_instructions_kept_for_prefix_hashing() -> None:

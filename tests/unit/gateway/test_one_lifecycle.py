@@ -1,7 +1,8 @@
 """One request lifecycle: the same request and the same answer, on the same clock, through the
 front door (its inference handler and proxy) and through the endpoint picker (ext_proc
 messages), leave identical accounting — metrics, the prefix index, pending prefill, in-flight
-counts, passive health, the engine's cache hits and what the shared state is told, in order."""
+counts, passive health, the engine's cache hits and what the shared state is told, in order —
+and the same stored responses learnt and followed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from gateway.asgi import TrackedSend
 from gateway.auth import ANONYMOUS
 from gateway.compose import build_runtime
 from gateway.epp.picker import EndpointPicker
-from gateway.epp.processor import RequestStream
+from gateway.epp.processor import ExternalProcessor, RequestStream
 from gateway.inference import InferenceHandler
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
@@ -121,14 +122,21 @@ class _Client:
         return _Response(self._answer, self._clock)
 
 
-async def _front_door(body: bytes, answer: Answer, clock: Clock) -> Runtime:
-    rt, _ = _runtime(clock)
+async def _front_door(
+    body: bytes,
+    answer: Answer,
+    clock: Clock,
+    rt: Runtime | None = None,
+    path: str = PATH,
+    method: str = "POST",
+) -> Runtime:
+    rt = rt or _runtime(clock)[0]
     handler = InferenceHandler(rt, Drain())
     handler.proxy = Proxy(rt.director, _Client(answer, clock), max_attempts=1)  # type: ignore[arg-type]
     scope = {
         "type": "http",
-        "method": "POST",
-        "path": PATH,
+        "method": method,
+        "path": path,
         "query_string": b"",
         "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"r1")],
         "client": ("127.0.0.1", 5000),
@@ -147,7 +155,8 @@ async def _front_door(body: bytes, answer: Answer, clock: Clock) -> Runtime:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await handler(scope, receive, TrackedSend(send))
+    serve = handler if path in {PATH, RESPONSES} else handler.stored
+    await serve(scope, receive, TrackedSend(send))
     assert sent[0]["status"] == answer.status
     return rt
 
@@ -225,3 +234,139 @@ async def test_front_door_and_picker_account_alike(answer: Answer, stream: bool)
     assert front["in_flight"] == [0, 0] and front["pending"] == [0, 0]
     assert front["told"][-1] == ("load_changed",)  # the end is reported at once, on both paths
     assert any(line.startswith("kvgate_requests_total") for line in front["metrics"])
+
+
+# -- stored responses (Responses API) ---------------------------------------------------
+
+RESPONSES = "/v1/responses"
+RESPONSE_USAGE = {
+    "input_tokens": 120,
+    "output_tokens": 2,
+    "input_tokens_details": {"cached_tokens": 0},
+}
+
+
+def _response(status: str, response_id: str = "resp_1") -> dict[str, Any]:
+    return {"id": response_id, "object": "response", "status": status, "output": []}
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
+
+
+STORED_WHOLE = Answer(
+    200, "application/json", (orjson.dumps({**_response("completed"), "usage": RESPONSE_USAGE}),)
+)
+FOLLOWED = Answer(
+    200,
+    "application/json",
+    (orjson.dumps({**_response("completed", "resp_2"), "usage": RESPONSE_USAGE}),),
+)
+STORED_STREAMED = Answer(
+    200,
+    "text/event-stream",
+    (
+        _event("response.created", {"response": _response("in_progress")}),
+        _event("response.output_text.delta", {"delta": "a"}),
+        _event(
+            "response.completed",
+            {"response": {**_response("completed"), "usage": RESPONSE_USAGE}},
+        ),
+    ),
+)
+
+
+async def _picked(
+    rt: Runtime, body: bytes, answer: Answer, clock: Clock, path: str, method: str
+) -> None:
+    """One request through the endpoint picker's gRPC servicer, as Envoy streams it."""
+    processor = ExternalProcessor(EndpointPicker(rt.director, max_fallbacks=0), 1 << 20)
+
+    async def messages() -> AsyncIterator[pb.ProcessingRequest]:
+        head = _header_map({":method": method, ":path": path, "x-request-id": "r1"})
+        yield pb.ProcessingRequest(
+            request_headers=pb.HttpHeaders(headers=head, end_of_stream=not body)
+        )
+        if body:
+            yield pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+        clock.now += answer.step_s
+        status = {":status": str(answer.status), "content-type": answer.content_type}
+        yield pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=_header_map(status)))
+        for i, chunk in enumerate(answer.chunks):
+            clock.now += answer.step_s
+            end = i == len(answer.chunks) - 1
+            yield pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=end))
+
+    answers = [out async for out in processor.Process(messages(), None)]
+    assert not any(a.HasField("immediate_response") for a in answers)
+
+
+def _dispatched(rt: Runtime) -> list[int]:
+    return [b.dispatched for b in rt.pool]
+
+
+@pytest.mark.parametrize("answer", [STORED_WHOLE, STORED_STREAMED], ids=["whole", "streamed"])
+async def test_front_door_and_picker_follow_stored_responses_alike(answer: Answer) -> None:
+    stream = answer is STORED_STREAMED
+    content = "the same long question for every turn " * 20
+    create = orjson.dumps({"model": MODEL, "stream": stream, "input": content})
+    follow = orjson.dumps({"model": MODEL, "input": content, "previous_response_id": "resp_1"})
+    seen: list[dict[str, Any]] = []
+    for transport in ("front door", "picker"):
+        clock = Clock()
+        rt, _ = _runtime(clock)
+        steps = [
+            (create, answer, RESPONSES, "POST"),
+            (follow, FOLLOWED, RESPONSES, "POST"),
+            (b"", STORED_WHOLE, RESPONSES + "/resp_1", "GET"),
+            (b"", STORED_WHOLE, RESPONSES + "/resp_1/cancel", "POST"),
+        ]
+        dispatched = []
+        for body, reply, path, method in steps:
+            if transport == "front door":
+                await _front_door(body, reply, clock, rt, path, method)
+            else:
+                await _picked(rt, body, reply, clock, path, method)
+            dispatched.append(_dispatched(rt))
+        affinity = rt.director.affinity
+        assert affinity is not None
+        owner = affinity.owners.get("resp_1")
+        first = [b.id for b in rt.pool][dispatched[0].index(1)]
+        assert owner == first  # learnt from the answer, then every later request went there
+        assert affinity.owners.get("resp_2") == owner  # the follow-up's own answer too
+        assert [d[dispatched[0].index(1)] for d in dispatched] == [1, 2, 3, 4]
+        seen.append(_accounting(rt))
+    assert seen[0] == seen[1]
+    metrics = "\n".join(seen[0]["metrics"])
+    assert 'reason="affinity"' in metrics
+    assert 'kvgate_response_affinity_total{event="learned"} 2.0' in metrics
+    assert 'kvgate_response_affinity_total{event="local"} 3.0' in metrics
+    assert 'kvgate_response_affinity_total{event="unknown"} 0.0' in metrics
+
+
+async def test_an_unknown_stored_response_is_answered_by_the_gateway_on_both_paths() -> None:
+    clock = Clock()
+    rt, _ = _runtime(clock)
+    handler = InferenceHandler(rt, Drain())
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {
+        "type": "http", "method": "GET", "path": RESPONSES + "/resp_x", "query_string": b"",
+        "headers": [], "client": ("127.0.0.1", 5000), "kvgate.principal": ANONYMOUS,
+    }  # fmt: skip
+    await handler.stored(scope, receive, TrackedSend(send))
+    assert sent[0]["status"] == 404
+    assert orjson.loads(sent[1]["body"])["error"]["param"] == "response_id"
+    stream = RequestStream(EndpointPicker(rt.director, max_fallbacks=0), 1 << 20)
+    head = _header_map({":method": "GET", ":path": RESPONSES + "/resp_x"})
+    out = stream.handle(
+        pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=head, end_of_stream=True))
+    )
+    assert out[0].immediate_response.status.code == 404
+    assert _dispatched(rt) == [0, 0]

@@ -1,5 +1,6 @@
 """The request router: LoRA adapters, Retry-After when no backend is healthy, the policy
-header only if allowed, and SGLang's native API on SGLang's backends."""
+header only if allowed, SGLang's native API on SGLang's backends, and requests pinned to a
+stored response's backend."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ import pytest
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
-from gateway.errors import BadRequestError, ModelNotFoundError, NoHealthyBackendError
+from gateway.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    NoHealthyBackendError,
+    ResponseNotFoundError,
+)
 from gateway.inference_request import parse_inference_body
+from gateway.responses.affinity import Pin
 from routing.config.schema import parse_config
 from routing.types import EngineMetrics
 
@@ -236,3 +243,53 @@ async def test_input_ids_are_the_requests_token_ids_without_a_tokenizer() -> Non
     assert route.request.prompt_tokens == 3
     text = director.resolve(parse_inference_body("generate", orjson.dumps({"text": "5 6 7"})))
     assert await director.token_ids(text) is None  # no tokenizer configured
+
+
+# -- requests pinned to the backend holding a stored response ----------------------------
+
+
+def _follow_up(app: GatewayApp, pin: Pin | None, model: str = "m") -> Any:
+    more = "and then? " * 20  # a few routing blocks
+    body = orjson.dumps({"model": model, "input": more, "previous_response_id": "resp_1"})
+    req = parse_inference_body("responses", body)
+    return app.runtime.router.route(req, {}, request_id="r", pin=pin)
+
+
+def test_a_pinned_request_goes_to_its_backend_alone() -> None:
+    app = _ejectable(_Clock())
+    for target in ("a", "b"):
+        route = _follow_up(app, Pin("resp_1", target))
+        assert (route.decision.ranked, route.reason) == ((target,), "affinity")
+        assert route.request.prefix_hashes  # its new input is still placed there
+    # whatever its model: the backend answers with its own error
+    assert _follow_up(app, Pin("resp_1", "a"), model="unknown").decision.ranked == ("a",)
+
+
+def test_a_pinned_request_to_a_draining_backend_still_goes() -> None:
+    app = _ejectable(_Clock())
+    app.runtime.pool.get("a").draining = True
+    assert _follow_up(app, Pin("resp_1", "a")).decision.ranked == ("a",)
+
+
+def test_a_pinned_request_is_refused_rather_than_sent_elsewhere() -> None:
+    clock = _Clock()
+    app = _ejectable(clock, ejection_base_s=20.0)
+    app.runtime.pool.get("a").state.record_upstream_failure(clock.now, "x")
+    with pytest.raises(NoHealthyBackendError) as unavailable:
+        _follow_up(app, Pin("resp_1", "a"))
+    assert dict(unavailable.value.headers())[b"retry-after"] == b"20"
+    assert "resp_1" in unavailable.value.message and "'a'" not in unavailable.value.message
+    with pytest.raises(ResponseNotFoundError):
+        _follow_up(app, Pin("resp_1", "gone"))
+
+
+def test_requests_on_a_stored_response_go_to_its_backend() -> None:
+    app = _ejectable(_Clock())
+    router = app.runtime.router
+    route = router.stored("r", Pin("resp_1", "b"), stream=True)
+    assert (route.decision.ranked, route.reason, route.request.stream) == (("b",), "affinity", True)
+    assert route.request.api == "responses" and not route.request.prefix_hashes
+    app.runtime.pool.get("a").in_flight = 3
+    assert router.stored("r", None).decision.ranked == ("b",)  # not pinned: the least busy
+    with pytest.raises(NoHealthyBackendError):  # outside the proxy's subset: not gone
+        router.stored("r", Pin("resp_1", "b"), subset={"a"})

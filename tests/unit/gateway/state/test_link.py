@@ -53,3 +53,24 @@ async def test_a_slow_command_counts_as_a_failure() -> None:
 def test_the_password_is_never_shown() -> None:
     assert _redacted("redis://user:pw@host:6379/0") == "redis://***@host:6379/0"
     assert _redacted("redis://host:6379/0") == "redis://host:6379/0"
+
+
+async def test_a_request_command_fails_fast_and_leaves_the_state_to_the_loops() -> None:
+    link = RedisLink(LinkSettings("redis://127.0.0.1:1/0", first_backoff_s=5.0))
+    calls = 0
+
+    async def slow() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(1)
+        return 1
+
+    started = asyncio.get_running_loop().time()
+    assert await link.quick(slow, 0.01) is None  # no backoff slept, state unchanged
+    assert await link.quick(_fail, 1.0) is None
+    assert asyncio.get_running_loop().time() - started < 0.5
+    assert (link.quick_failures, link.up, link.outages) == (2, False, 0)
+    assert await link.quick(_ok, 1.0) == 7
+    link._down(RedisConnectionError("refused"))  # as a loop finds it down
+    assert await link.quick(slow, 1.0) is None and calls == 1  # not even tried
+    await link.aclose()
