@@ -40,7 +40,10 @@ from gateway.tokens.backends import healthy_backend_picker
 from gateway.tokens.build import build_tokenizers
 from gateway.tracing.setup import build_tracing
 from health.pool import BackendPool
+from routing.admission.objectives import Objectives
+from routing.config.objectives import RewriteEntry
 from routing.config.schema import ConfigError, GatewayConfig
+from routing.model_rewrite import ModelRewrites, RewriteRule
 from routing.registry import PluginError
 from scoring.pd.planner import PdPlanner, new_link_model
 from scoring.stack import build_routing_stack, build_scheduler
@@ -132,6 +135,8 @@ def _build(
     for event in EVENTS:  # every series from the start, so rates work from zero
         metrics.response_affinity.labels(event)
     recorder = recorder_for(config, clock)
+    objectives = Objectives({o.name: o.priority for o in config.objectives})
+    rewrites = ModelRewrites([rewrite_rule(e) for e in config.rewrites], rng)
     tracing = build_tracing(os.environ)  # OTEL_TRACES_EXPORTER=otlp; None: off, free
     director = Director(
         router, pool, ledger, metrics, clock,
@@ -141,6 +146,7 @@ def _build(
         recorder=recorder,
         access_log=config.server.access_log,
         affinity=affinity,
+        rewrites=rewrites,
     )  # fmt: skip
 
     def backend_removed(backend_id: str) -> None:
@@ -169,7 +175,11 @@ def _build(
         ledger=ledger,
         router=router,
         director=director,
-        admission=build_admission(config, pool, stack.scheduler, clock, metrics.registry),
+        admission=build_admission(
+            config, pool, stack.scheduler, clock, metrics.registry, objectives=objectives
+        ),
+        objectives=objectives,
+        rewrites=rewrites,
         access=AccessControl(config, os.environ, clock, metrics.count_auth_refused),
         kv_loops=kv_loops,
         tokenizers=tokenizers,
@@ -183,3 +193,9 @@ def _build(
         operations=operations,
     )
     return runtime
+
+
+def rewrite_rule(entry: RewriteEntry) -> RewriteRule:
+    """A `rewrites:` entry as the rule `routing.model_rewrite` applies."""
+    targets = tuple((t.model, t.weight) for t in entry.targets)
+    return RewriteRule(frozenset(entry.models), targets, "config")

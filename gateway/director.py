@@ -1,14 +1,14 @@
 """A request's lifecycle, written once; the front door's proxy and the endpoint picker drive it.
 
-Per request: `start` → `parse` → `pick` → per attempt `dispatch` … `end` → `finish`; in it:
-`answered(status)` (an error status withdraws the prompt from the index; 502/503/504 is a
-passive failure), then `settled` (a whole answer: prefill done) or `event` per streamed event
-(the first teaches TTFT, the others inter-token latency), then `completed(usage)` (the cached
-tokens graded, a passive success). Failures: `unanswered` (no answer: withdrawn and a passive
-failure), `broke` (the answer broke midway), `overloaded` (no upstream slot: withdrawn, nobody's
-fault), `skipped` (the proxy used another endpoint). `end` takes the attempt's in-flight count
-back and tells the shared state. Transports never touch the index, counts, passive health,
-metrics, trace, access log or recorder themselves.
+Per request: `start` → `parse` (the model the engine gets: `resolve`) → `pick` → per attempt
+`dispatch` … `end` → `finish`; in it: `answered(status)` (an error status withdraws the prompt
+from the index; 502/503/504 is a passive failure), then `settled` (a whole answer: prefill
+done) or `event` per streamed event (the first teaches TTFT, the others inter-token latency),
+then `completed(usage)` (the cached tokens graded, a passive success). Failures: `unanswered`
+(no answer: withdrawn and a passive failure), `broke` (the answer broke midway), `overloaded`
+(no upstream slot: withdrawn, nobody's fault), `skipped` (the proxy used another endpoint).
+`end` takes the attempt's in-flight count back and tells the shared state. Transports never
+touch the index, counts, passive health, metrics, trace, access log or recorder themselves.
 
 P/D legs are attempts too (`dispatch(leg="prefill")`, `prefilled` or `prefill_failed`).
 Stored responses: `pin` finds one's backend, `pick(pin=)`/`pick_stored` go there, `stored`
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from gateway.access_log import log_request, request_id_from
 from gateway.cache_ledger import CacheLedger
+from gateway.control_headers import MODEL_REWRITE, control_header
 from gateway.errors import GatewayError, ResponseNotFoundError, UpstreamError
 from gateway.inference_request import InferenceRequest, prompt_token_ids
 from gateway.large_body import BodyParser
@@ -37,6 +38,7 @@ from gateway.tracing.spans import Outcome, Tracer
 from gateway.upstream import error_kind
 from gateway.usage import Usage
 from health.pool import Backend, BackendPool
+from routing.model_rewrite import ModelRewrites
 from scoring.state.prefix_feed import Dispatch
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ class Director:
         recorder: TraceRecorder | None = None,
         access_log: bool = True,
         affinity: ResponseAffinity | None = None,
+        rewrites: ModelRewrites | None = None,
     ) -> None:
         self.router = router
         self.pool = pool
@@ -78,6 +81,7 @@ class Director:
         self._access_log = access_log
         self.parser = BodyParser()  # a large body off the event loop, one at a time
         self.affinity = affinity  # stored responses' backends (None: not tracked)
+        self.rewrites = rewrites  # InferenceModelRewrite rules (None: none)
 
     # -- the request -------------------------------------------------------------------
     def start(
@@ -106,17 +110,28 @@ class Director:
             )
         return rec
 
-    async def parse(self, api: str, body: bytes) -> InferenceRequest:
+    async def parse(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> InferenceRequest:
         """The request body of `api` parsed (`gateway.large_body`) with its model resolved
         (`resolve`), or a `GatewayError` (400 for a bad body)."""
-        return self.resolve(await self.parser.parse(api, body))
+        return self.resolve(await self.parser.parse(api, body), headers)
 
-    def resolve(self, req: InferenceRequest) -> InferenceRequest:
-        """`req`, for the pool's default model when its body names none (SGLang's native
-        API, vLLM's utility endpoints: `RequestRouter.default_model`)."""
-        if req.model:
+    def resolve(
+        self, req: InferenceRequest, headers: Mapping[str, str] | None = None
+    ) -> InferenceRequest:
+        """`req` for the model the engine gets: the pool's default when its body names none
+        (SGLang's native API, vLLM's utility endpoints: `RequestRouter.default_model`), then
+        the target of the rewrite rule for it (`routing.model_rewrite`, drawn now), else the
+        model its header `x-llm-d-model-name-rewrite` names; the client's in `model_asked`."""
+        if not req.model:
+            req = replace(req, model=self.router.default_model(req.api))
+        target = self.rewrites.target(req.model) if self.rewrites else None
+        if target is None and headers is not None:
+            target = control_header(headers, MODEL_REWRITE)
+        if target is None or target == req.model:
             return req
-        return replace(req, model=self.router.default_model(req.api))
+        return replace(req, model=target, model_asked=req.model)
 
     @property
     def tokenizing(self) -> bool:

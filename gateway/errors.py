@@ -9,7 +9,7 @@ GatewayError            500 (status, type, code, retryable); Retry-After on 429s
 ├── ShuttingDownError 503, NoHealthyBackendError 503, QueueTimeoutError 503 (queue_timeout),
 │   GatewayOverloadedError 503 (no upstream slot in time: never counted against a backend)
 ├── TooManyRequestsError 429 (admission) · subclasses KeyRateLimitError (type requests|tokens,
-│   + x-ratelimit-*), ShedError (code overloaded: queue full or wait too long)
+│   + x-ratelimit-*), ShedError (code overloaded: queue full, wait too long, sheddable expired)
 └── UpstreamError       502 (HTTP client errors mapped in upstream.py) · subclasses
     UpstreamConnectError 502 (retryable), UpstreamProtocolError 502, UpstreamTimeoutError 504
     · its subclass UpstreamFirstByteTimeoutError 504 (retryable: no response head in time)
@@ -18,6 +18,13 @@ GatewayError            500 (status, type, code, retryable); Retry-After on 429s
 from __future__ import annotations
 
 import orjson
+
+# The reference endpoint picker's header naming why a request was dropped, and its values: set
+# on sheds (429), queue timeouts and no-backend answers (503).
+DROPPED_REASON = b"x-llm-d-request-dropped-reason"
+REJECTED_SATURATED = b"rejected-saturated"
+REJECTED_NO_ENDPOINTS = b"rejected-no-endpoints"
+REJECTED_TTL_EXPIRED = b"rejected-ttl-expired"
 
 
 class GatewayError(Exception):
@@ -158,7 +165,10 @@ class NoHealthyBackendError(GatewayError):
         self.retry_after_s = retry_after_s
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [(b"retry-after", str(self.retry_after_s).encode())]
+        return [
+            (b"retry-after", str(self.retry_after_s).encode()),
+            (DROPPED_REASON, REJECTED_NO_ENDPOINTS),
+        ]
 
 
 class GatewayOverloadedError(GatewayError):
@@ -207,13 +217,23 @@ class KeyRateLimitError(TooManyRequestsError):
 
 
 class ShedError(TooManyRequestsError):
-    """The fleet is saturated and the queue has no place for the request (GIE: 429)."""
+    """The fleet is saturated and the queue has no place for the request, or a sheddable one
+    waited to its deadline (GIE: 429; `reason` the dropped-reason header's value)."""
 
     code = "overloaded"
 
+    def __init__(
+        self, message: str, *, retry_after_s: int = 1, reason: bytes = REJECTED_SATURATED
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.reason = reason
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [*super().headers(), (DROPPED_REASON, self.reason)]
+
 
 class QueueTimeoutError(GatewayError):
-    """The request waited in the queue past its deadline (GIE answers a TTL expiry 503)."""
+    """The request waited in the queue past its deadline (a sheddable one is shed instead)."""
 
     status = 503
     type = "service_unavailable"
@@ -224,7 +244,10 @@ class QueueTimeoutError(GatewayError):
         self.retry_after_s = max(1, retry_after_s)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [(b"retry-after", str(self.retry_after_s).encode())]
+        return [
+            (b"retry-after", str(self.retry_after_s).encode()),
+            (DROPPED_REASON, REJECTED_TTL_EXPIRED),
+        ]
 
 
 class UpstreamError(GatewayError):

@@ -112,7 +112,7 @@ class InferenceHandler:
         if declared.isdigit() and int(declared) > limit:
             raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
         body = await read_body(receive, limit)
-        req = await self._director.parse(API_BY_PATH[scope["path"]], body)
+        req = await self._director.parse(API_BY_PATH[scope["path"]], body, headers)
         rec.model, rec.stream = req.model, req.stream
         if not await self._admission.acquire(scope, receive, headers, len(body), rec):
             return  # the client left while queued

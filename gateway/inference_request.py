@@ -64,6 +64,7 @@ class InferenceRequest:
     batch: bool = False  # several prompts, routed by the first
     previous_response_id: str | None = None  # Responses API: the stored response it follows
     store: bool = False  # Responses API: the answer is stored (`store` not false)
+    model_asked: str | None = None  # the client's model, when a rewrite replaced `model`
 
     @property
     def stores(self) -> bool:

@@ -8,8 +8,8 @@ stream that breaks midway ends, on an event boundary, with an SSE error event. A
 chat or completions request whose client did not ask for usage is forwarded asking for it, and
 the usage event this adds is left out of what the client receives. Every step of an attempt
 is accounted by the `Director`, which learns a stored response's id (`gateway.responses.ids`)
-before the chunk that holds it goes out.
-
+before the chunk that holds it goes out. A request whose model was rewritten goes with the
+target in its body and in `x-llm-d-model-name-rewrite`; its answer names the model asked.
 A split prefill/decode request (`Route.prefill`) first runs its prefill leg
 (`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
 backends as the decode leg, and the client's `cached_tokens` is P's, the real cache hit.
@@ -23,11 +23,13 @@ import re
 from dataclasses import dataclass, replace
 
 from gateway.asgi import Send
+from gateway.control_headers import MODEL_REWRITE
 from gateway.director import Attempt, Director
 from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
 from gateway.header_policy import HeaderPolicy
 from gateway.http.client import UpstreamClient, UpstreamResponse
 from gateway.http.http1 import HttpClientError, PoolTimeout
+from gateway.model_names import ModelNameRestorer, with_model
 from gateway.output_tokens import OutputTokenCounter
 from gateway.pd_legs import PrefillLeg, new_room, sglang_body
 from gateway.request_record import RequestRecord
@@ -125,6 +127,10 @@ class Proxy:
             traced=trace is not None,
         )  # fmt: skip
         target = path + ("?" + query.decode("latin-1") if query else "")
+        if (req := rec.request) is not None and req.model_asked is not None:
+            body = with_model(body, req.model)
+            headers = [(k, v) for k, v in headers if k.lower().decode() not in MODEL_REWRITE]
+            headers.append((MODEL_REWRITE[0].encode(), req.model.encode()))
         strip_usage = False
         if route.request.stream and route.request.api in STREAM_USAGE_APIS:
             asked = ask_for_usage(body)
@@ -298,8 +304,11 @@ class Proxy:
                 extra.append((b"x-kvgate-prefill-backend", p_tag or b""))
         rec.status = resp.status_code
         patch = _CachedPatch.of(attempt, rec, is_sse)
+        req = rec.request
+        asked = req.model_asked if req is not None else None
+        restore = ModelNameRestorer(req.model, asked) if req is not None and asked else None
         headers = response_headers(resp.headers, extra)
-        if patch is not None and not is_sse:  # the patched body's length may differ
+        if (patch or restore) is not None and not is_sse:  # the body's length may change
             headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
         await send({"type": "http.response.start", "status": resp.status_code, "headers": headers})
         if not is_sse:
@@ -312,7 +321,7 @@ class Proxy:
         try:
             await self._relay_body(
                 attempt, resp, send, rec, aligner=aligner, reader=reader, counter=counter,
-                patch=patch, ids=ids,
+                patch=patch, ids=ids, restore=restore,
             )  # fmt: skip
         except HttpClientError as exc:
             err = map_client_error(exc)
@@ -342,11 +351,13 @@ class Proxy:
         counter: OutputTokenCounter | None,
         patch: _CachedPatch | None = None,
         ids: ResponseIdReader | None = None,
+        restore: ModelNameRestorer | None = None,
     ) -> None:
         """Relay the body as it arrives (what `reader` lets through; an event stream in whole
         events), each SSE data event told to the director (TTFT, inter-token latency); with
         `patch`, the usage's cached tokens replaced (a whole answer then relayed at its end);
-        with `ids`, a stored response's id told to the director before it is relayed."""
+        with `ids`, a stored response's id told to the director before it is relayed; with
+        `restore`, the model named as the client asked."""
         director = self._director
         ended = False
         async for data in resp.aiter_raw():
@@ -362,6 +373,8 @@ class Proxy:
                     chunk += aligner.finish()
             if patch is not None:
                 chunk = patch.feed(chunk, ended)
+            if restore is not None:
+                chunk = restore.feed(chunk, ended)
             if not ended and not chunk:
                 continue  # held back, or the usage event taken out
             if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
@@ -376,6 +389,8 @@ class Proxy:
                 rest = aligner.feed(rest) + aligner.finish()
             if patch is not None:
                 rest = patch.feed(rest, True)
+            if restore is not None:
+                rest = restore.feed(rest, True)
             if ids is not None and (stored := ids.feed(rest, True)) is not None:
                 await director.stored(attempt, stored)
             await send({"type": "http.response.body", "body": rest, "more_body": False})

@@ -26,7 +26,9 @@ from gateway.tokens.build import TokenizerSet
 from gateway.tracing.setup import Tracing
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
+from routing.admission.objectives import Objectives
 from routing.config.schema import GatewayConfig
+from routing.model_rewrite import ModelRewrites
 from routing.scheduler import Scheduler
 from scoring.stack import RoutingStack
 
@@ -43,6 +45,8 @@ class Runtime:
     router: RequestRouter
     director: Director
     admission: AdmissionController
+    objectives: Objectives  # InferenceObjectives: the config's, and the cluster's once watched
+    rewrites: ModelRewrites  # InferenceModelRewrite rules: likewise
     access: AccessControl  # API keys, the admin key, the header policy
     kv_loops: KvEventLoops
     tokenizers: TokenizerSet

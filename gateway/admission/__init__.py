@@ -15,6 +15,7 @@ from gateway.admission.controller import AdmissionController
 from gateway.admission.metrics import AdmissionMetrics
 from health.pool import BackendPool
 from routing.admission.capacity import Capacity, InFlightCap, SaturationBudget
+from routing.admission.objectives import Objectives
 from routing.config.schema import GatewayConfig
 from routing.scheduler import Scheduler
 from scoring.filters.saturation import SaturationFilter
@@ -28,10 +29,12 @@ def build_admission(
     scheduler: Scheduler,
     clock: Callable[[], float],
     registry: CollectorRegistry,
+    *,
+    objectives: Objectives | None = None,
 ) -> AdmissionController:
-    """The controller for `config.admission`, its capacity rule from the cap or from the
-    thresholds of the default profile's `saturation-filter` (without one: more than 5 waiting,
-    KV usage not counted)."""
+    """The controller for `config.admission` (bands from `objectives` too), its capacity rule
+    from the cap or from the thresholds of the default profile's `saturation-filter` (without
+    one: more than 5 waiting, KV usage not counted)."""
     section = config.admission
     capacity: Capacity
     if section.max_in_flight_per_backend is not None:
@@ -47,6 +50,7 @@ def build_admission(
         AdmissionMetrics(registry, section.bands),
         chars_per_token=config.routing.prefix.chars_per_token,
         tick_s=config.health.scrape_interval_s,
+        objectives=objectives,
     )
 
 

@@ -1,22 +1,24 @@
 """`AdmissionController`: the gateway's side of admission control, around the pure core.
 
-`acquire` runs after the request is parsed and before it is routed: the key's rate limits first
-(429 `requests`/`tokens`), then a place in the fleet, at once when nobody waits and the fleet
-has room (`routing.admission.capacity`), else in the `FairQueue`, which holds no more requests
-than can reach service before their deadline (`ServiceRate.drained_within`), until `pump`
-grants it, its deadline passes (503 `queue_timeout`) or its client leaves (499). One that finds
-no place is shed, or displaces a heavier tenant's waiting request: 429 with a `Retry-After` from
-the drain rate (reasons `queue_full`, `wait_too_long`, `evicted`). In a fleet of 8 places or
-more the last place is kept from tenants at or above the mean usage while a lighter one is
-active. `release` (in the request's `finally`) gives the place back, teaches the drain rate and
-corrects the key's token bucket with the usage the answer reported. `pump` runs on every
-release and every `tick_s` (`run`): room also comes back when the engines' metrics change.
+`admit` (the front door's `acquire`, the picker's own call) runs after the request is parsed and
+before it is routed: the key's rate limits (429 `requests`/`tokens`), then a place in the fleet,
+at once when nobody waits and the fleet has room (`routing.admission.capacity`), else in the
+`FairQueue` (no more than can reach service before their deadline) until `pump` grants it, its
+deadline passes (503 `queue_timeout`; a sheddable one, of the last band, is shed) or its client
+leaves. One that finds no place is shed, or displaces a heavier tenant's or a lower band's
+waiting request: 429 with a `Retry-After` from the drain rate and the reference picker's
+dropped-reason header. The last band never takes the `sheddable_holdback` share of the places;
+in a fleet of 8 or more the last place is kept from tenants at or above the mean usage while a
+lighter one is active. `give_back` (`release`) returns the place, teaches the drain rate and
+corrects the key's token bucket with the answer's usage. `pump` runs on every release and every
+`tick_s` (`run`): room also comes back when the engines' metrics change.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +26,13 @@ from gateway.admission.identity import Identifier, Identity
 from gateway.admission.limits import check_limits
 from gateway.admission.metrics import AdmissionMetrics
 from gateway.asgi import Receive, Scope, disconnect_signal, run_until_disconnect
-from gateway.errors import GatewayError, QueueTimeoutError, ShedError
+from gateway.errors import REJECTED_TTL_EXPIRED, GatewayError, QueueTimeoutError, ShedError
 from gateway.request_record import RequestRecord
+from gateway.usage import Usage
 from health.pool import BackendPool
 from routing.admission import FairQueue, KeyLimiter, ServiceRate, Ticket
 from routing.admission.capacity import Capacity
+from routing.admission.objectives import Objectives
 from routing.config.schema import AdmissionSection
 
 GRANT_SCOPE_KEY = "kvgate.admission"
@@ -37,6 +41,8 @@ GRANT_SCOPE_KEY = "kvgate.admission"
 # idle places, and only while tenants of unequal demand contend).
 _RESERVE = 1
 _RESERVE_FROM = 8  # places in the fleet: a smaller one keeps all of them in use
+# Runs a queued request's wait; True if its client left meanwhile (then the wait is cancelled).
+Watch = Callable[[Coroutine[Any, Any, None]], Awaitable[bool]]
 
 
 @dataclass(slots=True)
@@ -61,13 +67,17 @@ class AdmissionController:
         *,
         chars_per_token: float,
         tick_s: float,
+        objectives: Objectives | None = None,
     ) -> None:
         self.section = section
         self.queue = FairQueue(len(section.bands), section.max_queue)
         self.rate = ServiceRate()
         self.limiter = KeyLimiter()
         self.admitted = 0
-        self._identifier = Identifier(section)
+        self._identifier = Identifier(section, objectives)
+        # The last band of several is the sheddable one; the places held back from it.
+        self._sheddable = len(section.bands) - 1 if len(section.bands) > 1 else None
+        self._holdback = 0
         self._pool = pool
         self._capacity = capacity
         self._clock = clock
@@ -85,34 +95,54 @@ class AdmissionController:
         body_bytes: int,
         rec: RequestRecord,
     ) -> bool:
-        """Wait for the request's turn; False if its client left meanwhile (`rec` says
-        499). Raises the 429/503 errors of the module docstring."""
+        """The front door's `admit`: False if its client left meanwhile (`rec` says 499)."""
         if not self.section.enabled:
             return True
-        who = self._identifier.identify(scope, headers)
+
+        def watch(turn: Coroutine[Any, Any, None]) -> Awaitable[bool]:
+            return run_until_disconnect(turn, receive, signal=disconnect_signal(scope))
+
+        grant = await self.admit(self.identify(scope, headers), body_bytes, watch)
+        if grant is None:
+            rec.client_gone = True
+            return False
+        scope[GRANT_SCOPE_KEY] = grant
+        return True
+
+    def identify(self, scope: Mapping[str, Any], headers: Mapping[str, str]) -> Identity:
+        """The request's tenant, band and key (`gateway.admission.identity`)."""
+        return self._identifier.identify(scope, headers)
+
+    async def admit(
+        self, who: Identity, body_bytes: int, watch: Watch | None = None
+    ) -> Grant | None:
+        """Wait for the request's turn: its place, or None if `watch` saw its client leave
+        (without `watch`, cancelling the caller is the client leaving). Raises the 429/503
+        errors of the module docstring."""
         tokens = max(1, int(body_bytes / self._chars_per_token))
         if who.key is not None:
             check_limits(self.limiter, who, tokens, self._clock(), self._metrics)
         try:
-            admitted_at = await self._turn(who, scope, receive)
+            admitted_at = await self._turn(who, watch)
         except BaseException:
             self._refund(who, tokens)
             raise
         if admitted_at is None:
             self._refund(who, tokens)
-            rec.client_gone = True
-            return False
-        scope[GRANT_SCOPE_KEY] = Grant(who, tokens, admitted_at)
-        return True
+            return None
+        return Grant(who, tokens, admitted_at)
 
     def release(self, scope: Scope, rec: RequestRecord) -> None:
         """The request is done (answered, failed or abandoned): its place goes back."""
-        grant: Grant | None = scope.pop(GRANT_SCOPE_KEY, None)
+        self.give_back(scope.pop(GRANT_SCOPE_KEY, None), rec.usage)
+
+    def give_back(self, grant: Grant | None, usage: Usage | None) -> None:
+        """`grant`'s place goes back (None: it had none); `usage`, the answer's, corrects its
+        key's token bucket."""
         if grant is None:
             return
         now = self._clock()
         self._finished(now - grant.admitted_at)
-        usage = rec.usage
         if grant.identity.key is not None and usage is not None:
             used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
             if used:
@@ -129,15 +159,11 @@ class AdmissionController:
         """Expire the overdue, then grant waiting requests while the fleet has room."""
         now = self._clock()
         for ticket in self.queue.expire(now):
-            self._metrics.shed_by("timeout").inc()
-            wait = self.rate.retry_after_s(len(self.queue))
-            self._fail(
-                ticket, QueueTimeoutError("request timed out in the queue", retry_after_s=wait)
-            )
+            self._fail(ticket, self._expired(ticket))
         if len(self.queue):
-            room = self._capacity.room(self._pool.snapshots(), self.admitted)
+            room = self._room()
             while (turn := self.queue.peek(now)) is not None and self._may_take(
-                turn.tenant, room, now
+                turn.tenant, turn.band, room, now
             ):
                 self.queue.pop(now)
                 self._grant(turn, now)
@@ -153,12 +179,12 @@ class AdmissionController:
             "mean_service_s": self.rate.mean_s,
         }
 
-    async def _turn(self, who: Identity, scope: Scope, receive: Receive) -> float | None:
+    async def _turn(self, who: Identity, watch: Watch | None) -> float | None:
         """When the request was admitted, or None if its client left while it waited."""
         now = self._clock()
         if not len(self.queue):
-            room = self._capacity.room(self._pool.snapshots(), self.admitted)
-            if self._may_take(who.tenant, room, now):
+            room = self._room()
+            if self._may_take(who.tenant, who.band, room, now):
                 self.queue.started(who.tenant, now)
                 self._started()
                 return now
@@ -183,7 +209,10 @@ class AdmissionController:
         if future.done():
             return future.result()
         wait_turn = self._wait(ticket, future)
-        gone = await run_until_disconnect(wait_turn, receive, signal=disconnect_signal(scope))
+        if watch is None:
+            await wait_turn
+            return future.result()
+        gone = await watch(wait_turn)
         return None if gone else future.result()
 
     async def _wait(self, ticket: Ticket, future: asyncio.Future[float]) -> None:
@@ -198,13 +227,21 @@ class AdmissionController:
                 self.pump()
             raise
 
-    def _may_take(self, tenant: str, room: int | None, now: float) -> bool:
-        """Room for one of `tenant`'s; in a fleet of `_RESERVE_FROM` places or more, the last
-        `_RESERVE` only for a tenant that is not above its share while a lighter one is
-        active (`TenantUsage.reserve_against`)."""
+    def _room(self) -> int | None:
+        """The fleet's room now; the places held back from the sheddable band set with it."""
+        snapshots = self._pool.snapshots()
+        share = self.section.sheddable_holdback
+        self._holdback = math.floor(share * self._capacity.size(snapshots)) if share else 0
+        return self._capacity.room(snapshots, self.admitted)
+
+    def _may_take(self, tenant: str, band: int, room: int | None, now: float) -> bool:
+        """Room for one of `tenant`'s in `band`: beyond the held-back places for the sheddable
+        band; in a fleet of `_RESERVE_FROM` places or more, the last `_RESERVE` only for a
+        tenant that is not above its share while a lighter one is active
+        (`TenantUsage.reserve_against`)."""
         if room is None:
             return True
-        if room <= 0:
+        if room <= 0 or (band == self._sheddable and room <= self._holdback):
             return False
         if room > _RESERVE or room + self.admitted < _RESERVE_FROM:
             return True
@@ -233,6 +270,17 @@ class AdmissionController:
         self.admitted -= 1
         self._capacity.gave_back()
         self.rate.finished(duration_s)
+
+    def _expired(self, ticket: Ticket) -> GatewayError:
+        """The answer to a request whose deadline passed in the queue: a sheddable one is shed
+        (429, the reference's TTL reason), another times out (503)."""
+        wait = self.rate.retry_after_s(len(self.queue))
+        if ticket.band == self._sheddable:
+            self._metrics.shed_by("sheddable_timeout").inc()
+            message = "a sheddable request waited in the queue to its deadline; retry later"
+            return ShedError(message, retry_after_s=wait, reason=REJECTED_TTL_EXPIRED)
+        self._metrics.shed_by("timeout").inc()
+        return QueueTimeoutError("request timed out in the queue", retry_after_s=wait)
 
     def _shed(self, reason: str, retry_after_s: int) -> ShedError:
         self._metrics.shed_by(reason).inc()

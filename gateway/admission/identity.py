@@ -1,11 +1,13 @@
 """Who a request is for admission: its tenant, its priority band and its key's limits.
 
 Tenant: the API key's principal name (set by the security layer in `scope["kvgate.principal"]`),
-else the operator's `tenant_header`, else `"anonymous"`. Band: the principal's tier through
-`tiers`, else the `priority_header` (only when the operator names one: clients cannot raise
-their own priority otherwise), else `standard` (the last band if there is none). The
-principal is read duck-typed (`name`, `tier`, `requests_per_minute`, `tokens_per_minute`),
-so any object with those attributes works.
+else the operator's `tenant_header`, else the fairness id (`x-llm-d-inference-fairness-id`),
+else `"anonymous"`. Band: the principal's tier through `tiers`, else the priority of the
+InferenceObjective the request names (`x-llm-d-inference-objective`, when it is a known one:
+`routing.admission.objectives`), else the `priority_header` (only when the operator names one:
+clients cannot raise their own priority otherwise), else `standard` (the last band if there is
+none). The principal is read duck-typed (`name`, `tier`, `requests_per_minute`,
+`tokens_per_minute`), so any object with those attributes works.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.control_headers import FAIRNESS_ID, OBJECTIVE, control_header
 from gateway.errors import BadRequestError
+from routing.admission.objectives import Objectives, band_of
 from routing.config.schema import AdmissionSection
 
 PRINCIPAL_SCOPE_KEY = "kvgate.principal"
@@ -38,8 +42,9 @@ class Identity:
 class Identifier:
     """Resolves identities under one `admission:` section."""
 
-    def __init__(self, section: AdmissionSection) -> None:
+    def __init__(self, section: AdmissionSection, objectives: Objectives | None = None) -> None:
         self._section = section
+        self._objectives = objectives if objectives is not None else Objectives()
         self._bands = {name.lower(): i for i, name in enumerate(section.bands)}  # header: any case
         self._default = self._bands.get(DEFAULT_BAND, len(section.bands) - 1)
 
@@ -59,12 +64,16 @@ class Identifier:
                 tokens_per_minute=_limit(getattr(principal, "tokens_per_minute", None)),
             )
         header = self._section.tenant_header
-        tenant = (headers.get(header) if header else None) or ANONYMOUS
+        tenant = (headers.get(header) if header else None) or control_header(headers, FAIRNESS_ID)
+        tenant = tenant or ANONYMOUS
         return Identity(tenant[:_MAX_TENANT_CHARS], band, self._section.bands[band])
 
     def _band(self, tier: object, headers: Mapping[str, str]) -> int:
         if isinstance(tier, str) and tier in self._section.tiers:
             return self._bands[self._section.tiers[tier].lower()]
+        priority = self._objectives.priority(control_header(headers, OBJECTIVE))
+        if priority is not None:
+            return band_of(priority, len(self._section.bands), self._default)
         header = self._section.priority_header
         asked = headers.get(header) if header else None
         if not asked:

@@ -15,6 +15,7 @@ SHED_REASONS = (
     "evicted",  # displaced from the queue by a higher band or a lighter tenant
     "wait_too_long",  # the expected wait was beyond the request's deadline
     "timeout",  # waited past its deadline (503)
+    "sheddable_timeout",  # a sheddable request waited to its deadline (429)
     "rate_limit_requests",
     "rate_limit_tokens",
 )

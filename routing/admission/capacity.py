@@ -1,17 +1,18 @@
-"""Whether the fleet takes more requests now: `room(endpoints, admitted)` and `took()`.
+"""Whether the fleet takes more requests now (`room`, `took`), and its places when idle (`size`).
 
 Two sources, as configured (`admission.max_in_flight_per_backend`):
-
 - `InFlightCap` (a cap set): room = healthy backends × cap − requests admitted and not yet
   finished − the other gateways' requests in flight on the healthy backends
   (`remote_in_flight`, 0 without shared state). Admissions are counted at the grant, so a
   burst cannot overshoot. No healthy backend: room is unbounded (the router answers 503 now).
+  Size: healthy backends × cap.
 - `SaturationBudget` (no cap): a healthy backend past the `saturation-filter`'s thresholds
   (`queue_threshold` waiting, `kv_threshold` KV usage) has no room, one below has room for
   `floor(queue_threshold) + 1 − waiting`. The sum is a budget per scrape: grants spend it, it
   is recomputed only when some backend's metrics are newer (no burst admitted whole on one
   stale page), and each finished request gives one back, up to the page's budget. A backend
-  without metrics counts as idle; if none reports any, room is unbounded (None).
+  without metrics counts as idle; if none reports any, room is unbounded (None). Size:
+  healthy backends × (floor(queue_threshold) + 1).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Capacity(Protocol):
     """How many more requests the fleet takes now (None: no limit)."""
 
     def room(self, endpoints: Sequence[EndpointSnapshot], admitted: int) -> int | None: ...
+
+    def size(self, endpoints: Sequence[EndpointSnapshot]) -> int: ...
 
     def took(self) -> None: ...
 
@@ -45,6 +48,9 @@ class InFlightCap:
             return None  # the router answers 503 at once; a wait in the queue only delays it
         elsewhere = sum(e.remote_in_flight for e in healthy)
         return max(0, len(healthy) * self.max_per_backend - admitted - elsewhere)
+
+    def size(self, endpoints: Sequence[EndpointSnapshot]) -> int:
+        return sum(1 for e in endpoints if e.healthy) * self.max_per_backend
 
     def took(self) -> None:
         pass  # `admitted` counts it
@@ -72,6 +78,9 @@ class SaturationBudget:
             self._stamp = stamp
             self._budget = self._page_budget = sum(self._headroom(e) for e in healthy)
         return max(0, self._budget)
+
+    def size(self, endpoints: Sequence[EndpointSnapshot]) -> int:
+        return sum(1 for e in endpoints if e.healthy) * (math.floor(self.queue_threshold) + 1)
 
     def took(self) -> None:
         self._budget -= 1

@@ -26,6 +26,7 @@ from pydantic import (
 from routing.config.checks import check_backend_url, check_zmq_endpoint, duplicate_id_errors
 from routing.config.disaggregation import DisaggregationSection, Role
 from routing.config.example_keys import check_not_example
+from routing.config.objectives import ObjectiveEntry, RewriteEntry, check_unique_objectives
 from routing.config.profiles import RoutingSection
 from routing.config.responses import ResponsesSection
 from routing.config.yaml_loader import load_yaml
@@ -187,6 +188,12 @@ class DiscoverySection(_Section):
     )
     watch_timeout_s: int = Field(300, gt=0, description="asked of the server per watch")
     backoff_max_s: float = Field(30.0, gt=0, description="longest wait between failed lists")
+    objects_api: str | None = Field(
+        "llm-d.ai/v1alpha2",
+        pattern=r"^[a-z0-9.-]+/v[a-z0-9]+$",
+        description="group/version of the InferenceObjective and InferenceModelRewrite objects "
+        "watched beside the pool (those naming it); null: none",
+    )
 
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
@@ -285,6 +292,13 @@ class AdmissionSection(_Section):
     tiers: dict[str, str] = Field(
         default_factory=dict, description="API key tier -> band (a key's tier beats the header)"
     )
+    sheddable_holdback: float = Field(
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description="share of the fleet's places the last band (sheddable) never takes: kept "
+        "for the other bands' next requests",
+    )
 
     @field_validator("priority_header", "tenant_header")
     @classmethod
@@ -382,11 +396,22 @@ class GatewayConfig(_Section):
     state: StateSection = StateSection()
     disaggregation: DisaggregationSection = DisaggregationSection()
     responses: ResponsesSection = ResponsesSection()
+    objectives: list[ObjectiveEntry] = Field(
+        default_factory=list, description="InferenceObjectives by name (priority, sheddable)"
+    )
+    rewrites: list[RewriteEntry] = Field(
+        default_factory=list, description="InferenceModelRewrite rules (weighted model targets)"
+    )
 
     @field_validator("tokenizers")
     @classmethod
     def _one_entry_per_model(cls, v: list[TokenizerEntry]) -> list[TokenizerEntry]:
         return check_unique_models(v)
+
+    @field_validator("objectives")
+    @classmethod
+    def _one_entry_per_objective(cls, v: list[ObjectiveEntry]) -> list[ObjectiveEntry]:
+        return check_unique_objectives(v)
 
     @model_validator(mode="after")
     def _unique_backend_ids(self) -> GatewayConfig:

@@ -122,8 +122,22 @@ def test_code_override_is_per_instance() -> None:
 
 @pytest.mark.parametrize("cls", sorted(_RETRY_AFTER, key=lambda c: c.__name__))
 def test_unavailable_errors_have_retry_after(cls: type[NoHealthyBackendError]) -> None:
-    assert cls("none").headers() == [(b"retry-after", b"1")]
-    assert cls("none", retry_after_s=7).headers() == [(b"retry-after", b"7")]
+    assert cls("none").headers()[0] == (b"retry-after", b"1")
+    assert cls("none", retry_after_s=7).headers()[0] == (b"retry-after", b"7")
+
+
+def test_dropped_requests_name_why_in_the_reference_header() -> None:
+    def reason(err: GatewayError) -> bytes | None:
+        return dict(err.headers()).get(b"x-llm-d-request-dropped-reason")
+
+    assert reason(errors.ShedError("full")) == b"rejected-saturated"
+    assert reason(errors.ShedError("late", reason=errors.REJECTED_TTL_EXPIRED)) == (
+        b"rejected-ttl-expired"
+    )
+    assert reason(errors.QueueTimeoutError("late")) == b"rejected-ttl-expired"
+    assert reason(NoHealthyBackendError("none")) == b"rejected-no-endpoints"
+    assert reason(errors.KeyRateLimitError("slow")) is None  # a key's own limit: not a drop
+    assert reason(errors.GatewayOverloadedError("busy")) is None
 
 
 @pytest.mark.parametrize("cls", _ADMISSION)

@@ -18,6 +18,7 @@ from gateway.usage import Usage
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
 from routing.admission import InFlightCap
+from routing.admission.objectives import Objectives
 from routing.config.schema import AdmissionSection
 
 
@@ -52,7 +53,11 @@ class Client:
 
 
 def _controller(
-    clock: Clock, cap: int = 1, backends: int = 1, **section: Any
+    clock: Clock,
+    cap: int = 1,
+    backends: int = 1,
+    objectives: Objectives | None = None,
+    **section: Any,
 ) -> AdmissionController:
     pool = BackendPool(
         [BackendSpec(url=f"http://b{i}:8000") for i in range(backends)], HealthPolicy(), clock
@@ -62,7 +67,14 @@ def _controller(
     sec = AdmissionSection(**section)
     metrics = AdmissionMetrics(CollectorRegistry(), sec.bands)
     return AdmissionController(
-        sec, pool, InFlightCap(cap), clock, metrics, chars_per_token=4.0, tick_s=0.05
+        sec,
+        pool,
+        InFlightCap(cap),
+        clock,
+        metrics,
+        chars_per_token=4.0,
+        tick_s=0.05,
+        objectives=objectives,
     )
 
 
@@ -317,3 +329,72 @@ def test_state_for_the_admin_api() -> None:
         "admitted": 0,
         "mean_service_s": None,
     }
+
+
+OBJECTIVES = Objectives({"premium": 1, "batch": -1})
+PREMIUM = {"x-llm-d-inference-objective": "premium"}
+BATCH = {"x-llm-d-inference-objective": "batch"}
+
+
+async def test_sheddable_requests_leave_the_held_back_places_to_the_other_bands() -> None:
+    clock = Clock()
+    ctl = _controller(clock, cap=5, backends=2, objectives=OBJECTIVES)  # 10 places, 2 held back
+    batch = [Request(ctl, BATCH) for _ in range(8)]
+    for r in batch:
+        assert await r.acquire()
+    late = Request(ctl, BATCH).start()
+    await _settle()
+    assert not late.done() and ctl.queue.band_sizes() == [0, 0, 1]
+    assert await Request(ctl, PREMIUM).acquire()  # at once, past the waiting sheddable one
+    assert await Request(ctl).acquire()  # a standard one too: the last held-back place
+    batch[0].release()
+    batch[1].release()
+    await _settle()
+    assert not late.done()  # 2 free: the held-back places
+    batch[2].release()
+    assert await asyncio.wait_for(late, 1.0)
+
+
+async def test_a_sheddable_request_at_its_deadline_is_shed_with_the_ttl_reason() -> None:
+    clock = Clock()
+    ctl = _controller(clock, cap=1, objectives=OBJECTIVES, queue_timeout_s=5.0)
+    assert await Request(ctl).acquire()
+    sheddable = Request(ctl, BATCH).start()
+    standard = Request(ctl).start()
+    await _settle()
+    clock.now += 5.5
+    ctl.pump()
+    with pytest.raises(ShedError) as shed:
+        await sheddable
+    with pytest.raises(QueueTimeoutError) as late:
+        await standard
+    assert shed.value.status == 429
+    assert dict(shed.value.headers())[b"x-llm-d-request-dropped-reason"] == b"rejected-ttl-expired"
+    assert late.value.status == 503
+    assert dict(late.value.headers())[b"x-llm-d-request-dropped-reason"] == b"rejected-ttl-expired"
+    assert ctl._metrics.shed_by("sheddable_timeout")._value.get() == 1
+
+
+async def test_a_full_queue_names_the_saturation_in_the_dropped_reason() -> None:
+    ctl = _controller(Clock(), cap=1, max_queue=0)
+    assert await Request(ctl).acquire()
+    with pytest.raises(ShedError) as info:
+        await Request(ctl).acquire()
+    assert dict(info.value.headers())[b"x-llm-d-request-dropped-reason"] == b"rejected-saturated"
+
+
+async def test_admit_without_a_watch_leaves_the_queue_when_the_caller_is_cancelled() -> None:
+    ctl = _controller(Clock(), cap=1, tenant_header="x-t")
+    first = await ctl.admit(ctl.identify({}, {}), 400)
+    assert first is not None
+    waiting = asyncio.ensure_future(ctl.admit(ctl.identify({}, {"x-t": "b"}), 400))
+    await _settle()
+    assert len(ctl.queue) == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert len(ctl.queue) == 0
+    ctl.give_back(first, None)
+    assert ctl.admitted == 0
+    ctl.give_back(None, None)  # a request that had no place: nothing to give back
+    assert ctl.admitted == 0

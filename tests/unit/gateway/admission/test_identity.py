@@ -10,6 +10,7 @@ import pytest
 from gateway.admission.identity import Identifier, Identity
 from gateway.admission.limits import format_duration
 from gateway.errors import BadRequestError
+from routing.admission.objectives import Objectives
 from routing.config.schema import AdmissionSection
 
 
@@ -75,3 +76,49 @@ def test_limits_that_are_not_positive_integers_are_no_limits() -> None:
 )
 def test_durations_are_written_as_openai_writes_them(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+def _objective_who(headers: dict[str, str], **section: Any) -> Identity:
+    table = Objectives({"premium": 1, "standard-chat": 0, "batch": -1})
+    return Identifier(AdmissionSection(**section), table).identify({}, headers)
+
+
+@pytest.mark.parametrize(
+    ("header", "name", "band"),
+    [
+        ("x-llm-d-inference-objective", "premium", "critical"),
+        ("x-gateway-inference-objective", "premium", "critical"),  # the old name
+        ("x-llm-d-inference-objective", "standard-chat", "standard"),
+        ("x-llm-d-inference-objective", "batch", "sheddable"),
+        ("x-llm-d-inference-objective", "unknown", "standard"),
+    ],
+)
+def test_a_known_objective_places_the_request_by_its_priority(
+    header: str, name: str, band: str
+) -> None:
+    assert _objective_who({header: name}).band_name == band
+
+
+def test_an_api_key_tier_beats_the_objective_and_the_objective_beats_the_priority_header() -> None:
+    table = Objectives({"batch": -1})
+    tiered = Identifier(AdmissionSection(tiers={"gold": "critical"}), table).identify(
+        {"kvgate.principal": Principal("k", "gold")}, {"x-llm-d-inference-objective": "batch"}
+    )
+    assert tiered.band_name == "critical"
+    headers = {"x-llm-d-inference-objective": "batch", "x-p": "critical"}
+    assert _objective_who(headers, priority_header="x-p").band_name == "sheddable"
+    unknown = {"x-llm-d-inference-objective": "nope", "x-p": "critical"}
+    assert _objective_who(unknown, priority_header="x-p").band_name == "critical"
+
+
+def test_the_fairness_id_is_the_tenant_after_the_key_and_the_tenant_header() -> None:
+    assert _objective_who({"x-llm-d-inference-fairness-id": "team-a"}).tenant == "team-a"
+    assert _objective_who({"x-gateway-inference-fairness-id": "team-b"}).tenant == "team-b"
+    both = {"x-llm-d-inference-fairness-id": "new", "x-gateway-inference-fairness-id": "old"}
+    assert _objective_who(both).tenant == "new"
+    named = {"x-tenant": "t", "x-llm-d-inference-fairness-id": "f"}
+    assert _objective_who(named, tenant_header="x-tenant").tenant == "t"
+    keyed = Identifier(AdmissionSection()).identify(
+        {"kvgate.principal": Principal("k", "default")}, {"x-llm-d-inference-fairness-id": "f"}
+    )
+    assert keyed.tenant == "k"

@@ -36,7 +36,11 @@ def test_immediate_error_is_openai_shaped_with_its_headers() -> None:
     resp = msg.immediate_error(NoHealthyBackendError("no healthy backend")).immediate_response
     assert resp.status.code == 503
     headers = {h.header.key: h.header.raw_value for h in resp.headers.set_headers}
-    assert headers == {"content-type": b"application/json", "retry-after": b"1"}
+    assert headers == {
+        "content-type": b"application/json",
+        "retry-after": b"1",
+        "x-llm-d-request-dropped-reason": b"rejected-no-endpoints",
+    }
     assert orjson.loads(resp.body)["error"]["type"]
 
 
