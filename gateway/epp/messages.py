@@ -139,6 +139,14 @@ def continue_headers(request: bool) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 
 
+def response_headers_without(names: Sequence[str]) -> pb.ProcessingResponse:
+    """The response-headers answer taking `names` off the answer (its length, when the body
+    is changed on the way)."""
+    mutation = pb.HeaderMutation(remove_headers=list(names))
+    common = pb.CommonResponse(header_mutation=mutation)
+    return pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=common))
+
+
 def continue_body(request: bool) -> pb.ProcessingResponse:
     if request:
         return pb.ProcessingResponse(request_body=pb.BodyResponse())

@@ -1,15 +1,15 @@
 """The endpoint picker's side of a request: ext_proc events mapped onto the `Director`.
 
-Per request (`Exchange`): `pick` parses the body as the front door does, routes it and
-dispatches it to the first-ranked backend; `served` moves the dispatch to the endpoint the
-proxy reports it really used; `response_status`, `response_chunk` and `finish` are the
-answer's status, events and end, told to the director as the front door's proxy tells them.
-`finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
-backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
-On a prefill/decode pool the destination is D; a split request also names P, for the decode
-pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
-sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
-D's answer starts.
+Per request (`Exchange`): `admit` waits for its place in admission (`docs/flow-control.md`),
+`pick` routes it (a rewritten model in its body) and dispatches it to the first-ranked backend;
+`served` moves the dispatch to the endpoint the proxy reports it really used;
+`response_status`, `response_chunk` (the asked model named back) and `finish` (the place given
+back) are the answer's status, events and end, told to the director as the front door's proxy
+tells them; `finish` runs once, whether the stream ended or was cut. Endpoints are `host:port`
+of each backend's URL (an `ORIGINAL_DST` cluster needs IP addresses). On a prefill/decode pool
+the destination is D; a split request also names P, for the decode pod's sidecar, in llm-d's
+header `x-prefiller-host-port` (a client's own is removed). The sidecar runs P before it asks
+D, so P's leg is over (settled, out of P's in-flight count) once D's answer starts.
 Stored responses: `pin` finds the backend of the one a request names (`previous_response_id`,
 `/v1/responses/{id}[/cancel]`), its only destination; `settle` learns a new one's backend (or
 forgets a deleted one) and is awaited before the chunk that holds its id is answered.
@@ -21,9 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from gateway.admission.controller import AdmissionController, Grant
+from gateway.control_headers import MODEL_REWRITE
 from gateway.director import Attempt, Director
 from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
+from gateway.model_names import ModelNameRestorer, with_model
 from gateway.request_record import RequestRecord
 from gateway.responses.affinity import Pin
 from gateway.responses.ids import STORED_METHODS, ResponseIdReader, object_path, replays
@@ -32,6 +35,7 @@ from gateway.usage import STREAM_USAGE_APIS, UsageEventFilter, UsageReader, Usag
 
 PREFILLER_HEADER = b"x-prefiller-host-port"  # llm-d's routing sidecar reads it
 Parsed = InferenceRequest | GatewayError  # a body as parsed: the request, or why it is refused
+Admitted = Grant | GatewayError | None  # a place in admission, why there is none, or not asked
 
 
 @dataclass(slots=True)
@@ -44,6 +48,7 @@ class Exchange:
     attempt: Attempt | None = None
     status: int = 0
     body: bytes | None = None  # the body to forward instead, when it was changed
+    asked_usage: bool = False  # the body asks the engine for the usage the client did not
     reader: UsageReader = field(default_factory=UsageTap)
     streamed: bool = False  # the answer is an event stream
     done: bool = False
@@ -52,6 +57,9 @@ class Exchange:
     ids: ResponseIdReader | None = None  # reads a stored response's id off the answer
     learned: str | None = None  # that id, found and not yet told to the director
     deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
+    grant: Grant | None = None  # its place in admission, given back when it ends
+    rewritten: str | None = None  # the model the engine gets, when a rewrite replaced the client's
+    restore: ModelNameRestorer | None = None  # names the client's model back in the answer
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -61,19 +69,35 @@ class Exchange:
         out = t.propagation(t.route_id) if t is not None and t.route_id else []
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
+        if self.rewritten is not None:
+            out.append((MODEL_REWRITE[0].encode(), self.rewritten.encode()))
         return out
 
     def removed_headers(self) -> list[bytes]:
         """Headers taken off the request: a client's own prefiller header when the request is
-        not split (only the picker names P to D's sidecar)."""
-        return [] if self.prefiller is not None else [PREFILLER_HEADER]
+        not split (only the picker names P to D's sidecar); the old name of the model rewrite
+        header when the request is rewritten (the current one says the target)."""
+        out = [] if self.prefiller is not None else [PREFILLER_HEADER]
+        if self.rewritten is not None:
+            out.append(MODEL_REWRITE[1].encode())
+        return out
+
+    def response_headers_removed(self) -> list[str]:
+        """Headers taken off the answer: its length when a whole answer's model is renamed."""
+        return ["content-length"] if self.restore is not None and not self.streamed else []
 
 
 class EndpointPicker:
     """Routes ext_proc requests with the director's router and accounting."""
 
-    def __init__(self, director: Director, max_fallbacks: int = 2) -> None:
+    def __init__(
+        self,
+        director: Director,
+        max_fallbacks: int = 2,
+        admission: AdmissionController | None = None,
+    ) -> None:
         self._director = director
+        self._admission = admission  # None: requests are not admitted (all go at once)
         self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks
         self._address: dict[str, str] = {}
@@ -91,10 +115,12 @@ class EndpointPicker:
         token_ids: list[int] | None = None,
         parsed: Parsed | None = None,
         pin: Pin | None = None,
+        admitted: Admitted = None,
     ) -> Exchange:
         """Route one request (`parsed`: its body as `parse` gave it, else parsed here; `pin`:
-        the backend of the stored response it names, from `pin`); raises a `GatewayError`
-        (400, 404, 503, ...) it cannot."""
+        the backend of the stored response it names, from `pin`; `admitted`: what `admit`
+        gave, the error answered as one of routing); raises a `GatewayError` (400, 404, 429,
+        503, ...) it cannot. A grant is the caller's until the exchange is returned."""
         allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
         path, _, query = path.partition("?")
         api = API_BY_PATH.get(path)
@@ -113,20 +139,28 @@ class EndpointPicker:
                 route = director.pick_stored(rec, stored[0], pin, stream=stream, subset=allowed)
                 return self._lookup(rec, route, stored[0] if method == "DELETE" else None)
             req = (
-                director.resolve(parse_inference_body(api or "", body))
+                director.resolve(parse_inference_body(api or "", body), headers)
                 if parsed is None
                 else parsed
             )
             if isinstance(req, GatewayError):
                 raise req
+            if isinstance(admitted, GatewayError):  # shed, or its deadline passed in the queue
+                rec.model, rec.stream = req.model, req.stream
+                raise admitted
             route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids, pin=pin)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             director.finish(rec)
             raise
         ex = Exchange(rec, self._destination(route.decision.ranked), route)
-        if req.stream and api in STREAM_USAGE_APIS:
-            ex.body = ask_for_usage(body)  # None: the client asked for usage itself
+        if isinstance(admitted, Grant):
+            ex.grant = admitted
+        if req.model_asked is not None:  # rewritten: the target in the body, the asked back
+            body = ex.body = with_model(body, req.model)
+            ex.rewritten, ex.restore = req.model, ModelNameRestorer(req.model, req.model_asked)
+        if req.stream and api in STREAM_USAGE_APIS and (asked := ask_for_usage(body)) is not None:
+            ex.body, ex.asked_usage = asked, True  # not when the client asked for usage itself
         leg = "whole"
         if route.prefill is not None and (p := self._pool.find(route.prefill)) is not None:
             ex.prefill = director.dispatch(rec, route, p, leg="prefill")
@@ -163,16 +197,40 @@ class EndpointPicker:
             deleted, ex.deleting = ex.deleting, None
             await self._director.deleted(deleted)
 
-    async def parse(self, path: str, body: bytes) -> Parsed | None:
-        """An inference call's body parsed (`Director.parse`: a large one off the event loop),
-        or the error `pick` will answer with; None for other paths."""
+    async def parse(
+        self, path: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> Parsed | None:
+        """An inference call's body parsed (`Director.parse`: a large one off the event loop,
+        its model resolved), or the error `pick` will answer with; None for other paths."""
         api = API_BY_PATH.get(path.split("?", 1)[0])
         if api is None:
             return None
         try:
-            return await self._director.parse(api, body)
+            return await self._director.parse(api, body, headers)
         except GatewayError as exc:
             return exc
+
+    async def admit(
+        self, headers: Mapping[str, str], parsed: Parsed | None, body_bytes: int
+    ) -> Admitted:
+        """An inference call's place in admission (`AdmissionController.admit`: its band from
+        its InferenceObjective, its tenant from its fairness id), waited for in the queue while
+        the proxy holds the request; or the 429/503 `pick` answers. None when admission is
+        off or the request is not admitted (a bad body, not an inference call)."""
+        admission = self._admission
+        if admission is None or not admission.section.enabled:
+            return None
+        if not isinstance(parsed, InferenceRequest):
+            return None
+        try:
+            return await admission.admit(admission.identify({}, headers), body_bytes)
+        except GatewayError as exc:
+            return exc
+
+    def give_back(self, admitted: Admitted) -> None:
+        """A grant no exchange took (its request was refused after all) goes back."""
+        if isinstance(admitted, Grant) and self._admission is not None:
+            self._admission.give_back(admitted, None)
 
     async def token_ids(self, parsed: Parsed | None) -> list[int] | None:
         """The prompt's token ids for the precise index (`Director.token_ids`); None also for
@@ -197,7 +255,7 @@ class EndpointPicker:
     def response_status(self, ex: Exchange, status: int, content_type: str = "") -> None:
         ex.status = status
         ex.streamed = content_type.startswith("text/event-stream")
-        if ex.body is not None and status < 400 and ex.streamed:
+        if ex.asked_usage and status < 400 and ex.streamed:
             ex.reader = UsageEventFilter()  # the usage event we asked for is not relayed
         if (p := ex.prefill) is not None:  # D answers after P's prefill (or without it)
             ex.prefill = None
@@ -217,6 +275,8 @@ class EndpointPicker:
         out = ex.reader.feed(data)
         if end:
             out += ex.reader.finish()
+        if ex.restore is not None:
+            out = ex.restore.feed(out, end)
         if ex.ids is not None and (stored := ex.ids.feed(out, end)) is not None:
             ex.learned = stored  # told to the director (`settle`) before `out` is answered
         a, rec = ex.attempt, ex.rec
@@ -244,6 +304,9 @@ class EndpointPicker:
             ex.prefill = None
         rec.status = ex.status
         rec.client_gone = not answered
+        if ex.grant is not None and self._admission is not None:
+            self._admission.give_back(ex.grant, ex.reader.usage())
+            ex.grant = None
         self._director.finish(rec)
 
     def _least_busy(self, allowed: set[str] | None) -> tuple[str, ...]:

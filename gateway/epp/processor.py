@@ -2,17 +2,17 @@
 
 Request side, by the body mode the proxy announces (`protocol_config`):
 - `FULL_DUPLEX_STREAMED`: the headers are answered once the whole body is in (the answer
-  carries the destination), then the body is handed back in one streamed chunk, as the
-  protocol requires in this mode;
+  carries the destination), then the body is handed back as a streamed chunk, as required;
 - `BUFFERED` (and anything else): the headers are answered at once with no change, and the
   body answer carries the destination header (the proxy holds the headers until then).
 Response side: the status and the served endpoint from the headers, TTFT from the first body
 chunk, the usage from the last ones (body mode `STREAMED`, or `FULL_DUPLEX_STREAMED` where
 chunks are handed back). As at the front door, a stream whose client did not ask for usage is
 forwarded asking for it (body and content-length replaced), and the usage event this adds is
-taken out of the relayed chunks. Errors the picker raises become immediate responses. A stored
-response's backend is looked up before the decision, and what an answer says of stored
-responses is settled before the message that carries it is answered (`EndpointPicker.settle`).
+taken out of the relayed chunks. Errors the picker raises become immediate responses. Before
+the decision an inference call waits for its place in admission (the proxy holds it; a place no
+exchange takes goes back when the stream closes) and a stored response's backend is looked up;
+what an answer says of stored responses is settled before the message carrying it is answered.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from gateway.access_log import clip, request_id_from
 from gateway.epp import messages as msg
-from gateway.epp.picker import EndpointPicker, Exchange, Parsed
+from gateway.epp.picker import Admitted, EndpointPicker, Exchange, Parsed
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.inference_request import ERROR_SHAPES
 from gateway.responses.affinity import Pin
@@ -52,10 +52,15 @@ class RequestStream:
         self.parsed: Parsed | None = None  # the final body, parsed before the decision
         self.token_ids: list[int] | None = None  # the prompt's, for the precise index
         self.pin: Pin | None = None  # the backend of the stored response it names
+        self.admitted: Admitted = None  # its place in admission until an exchange takes it
 
     @property
     def path(self) -> str:
         return self._headers.get(":path", "")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._headers
 
     def names_stored_response(self, req: msg.ProcessingRequest) -> str | None:
         """The path of a request on a stored response, when `req` brings its headers (its
@@ -113,6 +118,8 @@ class RequestStream:
         self.ended = self.ended or completed
         if self.exchange is not None:
             self._picker.finish(self.exchange, completed)
+        admitted, self.admitted = self.admitted, None
+        self._picker.give_back(admitted)
 
     def _request_body(self, req: msg.ProcessingRequest) -> Responses:
         chunk = req.request_body
@@ -140,6 +147,7 @@ class RequestStream:
                 token_ids=self.token_ids,
                 parsed=self.parsed,
                 pin=self.pin,
+                admitted=self.admitted,
             )
         except GatewayError as exc:
             self.ended = True
@@ -151,6 +159,7 @@ class RequestStream:
             log.exception("request %s: picking failed", request_id)
             return [msg.immediate_error(GatewayError("internal endpoint picker error"))]
         self.exchange = ex
+        self.admitted = None  # the exchange holds the place now
         extra, drop = ex.request_headers(), ex.removed_headers()
         if on_body:
             return [msg.destination_on_body(ex.destination, ex.body, extra, drop)]
@@ -187,6 +196,8 @@ class RequestStream:
             self._picker.response_status(ex, code, headers.get("content-type", ""))
         if req.response_headers.end_of_stream:
             self.close(completed=True)
+        if ex is not None and (removed := ex.response_headers_removed()):
+            return [msg.response_headers_without(removed)]
         return [msg.continue_headers(False)]
 
 
@@ -206,7 +217,8 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 picker = self._picker
                 body = stream.final_body(req)
                 if body is not None:
-                    stream.parsed = await picker.parse(stream.path, body)
+                    stream.parsed = await picker.parse(stream.path, body, stream.headers)
+                    stream.admitted = await picker.admit(stream.headers, stream.parsed, len(body))
                     stream.token_ids = await picker.token_ids(stream.parsed)
                     stream.pin = await picker.pin(stream.path, stream.parsed)
                 elif (path := stream.names_stored_response(req)) is not None:
