@@ -2,8 +2,9 @@
 
 `start`: the recorder's file, a first probe round and metric scrape (the first request is
 routed on real health and metrics). `loops()`: the supervised loops — probes, scrapes, the
-recorder, admission, backend changes, trace export, config reload, pod discovery, KV events,
-shared state, sibling workers — for the caller to run and cancel. `ready()`: the probe loop
+recorder, admission, backend changes, trace export, config reload, pod discovery (and the
+pool's InferenceObjectives and rewrites), KV events, shared state, sibling workers — for the
+caller to run and cancel. `ready()`: the probe loop
 runs and the shared state has caught up. `stop`: flush and close, after the loops.
 """
 
@@ -19,7 +20,9 @@ from gateway.http.fetcher import CappedFetcher
 from gateway.runtime import Runtime
 from gateway.supervisor import Supervisor
 from gateway.workers.peers import SIBLINGS_LOOP
-from health.discovery.kube_api import KubeConnection, resolve_connection
+from health.discovery.inference_objects import ObjectWatch
+from health.discovery.informer import WatchSettings
+from health.discovery.kube_api import KubeClient, KubeConnection, resolve_connection
 from health.prober import Prober
 from health.scraper import Scraper
 
@@ -86,6 +89,8 @@ class Services:
         if (kube := self._kube) is not None:
             discovery = rt.config.discovery
             loops.add("pod-discovery", lambda: rt.pod_backends.run(kube, discovery))
+            if discovery.objects_api:
+                loops.add("inference-objects", lambda: _watch_objects(rt, kube))
         rt.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
         rt.shared.attach(loops)
         if rt.peers is not None:
@@ -116,3 +121,21 @@ class Services:
         self._rt.ledger.forget(backend_id)
         if self._on_down is not None:
             self._on_down(backend_id)
+
+
+async def _watch_objects(rt: Runtime, conn: KubeConnection) -> None:
+    """The pool's InferenceObjectives and InferenceModelRewrites, into the runtime's tables."""
+    section = rt.config.discovery
+    assert section.pool is not None and section.objects_api is not None
+    client = KubeClient(conn)
+    settings = WatchSettings(
+        watch_timeout_s=section.watch_timeout_s, backoff_max_s=section.backoff_max_s
+    )
+    try:
+        await ObjectWatch(
+            client, section.objects_api, section.namespace, section.pool,
+            on_objectives=rt.objectives.watched, on_rewrites=rt.rewrites.watched,
+            settings=settings,
+        ).run()  # fmt: skip
+    finally:
+        await client.aclose()

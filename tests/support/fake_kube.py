@@ -2,8 +2,8 @@
 
 Real HTTP/1.1 on 127.0.0.1, port 0, in a thread with its own event loop (as
 `tests.support.servers`), so blocking tests and `kvgate serve` subprocesses can use it.
-It serves two collections per namespace, pods (`/api/v1/namespaces/NS/pods`) and
-InferencePools (`/apis/inference.networking.k8s.io/v1/namespaces/NS/inferencepools`):
+It serves per namespace pods (`/api/v1/...`), InferencePools (`inference.networking.k8s.io/v1`),
+InferenceObjectives and InferenceModelRewrites (`llm-d.ai/v1alpha2`), at their API paths:
 
 - list: `{"items": [...], "metadata": {"resourceVersion": RV}}`, filtered by
   `labelSelector` (`k=v,...`) and `fieldSelector` (`metadata.name=X`);
@@ -32,10 +32,14 @@ import orjson
 HOST = "127.0.0.1"
 POOLS = "inferencepools"
 PODS = "pods"
-_PREFIXES = {
-    "/api/v1/namespaces/": PODS,
-    "/apis/inference.networking.k8s.io/v1/namespaces/": POOLS,
-}
+OBJECTIVES = "inferenceobjectives"
+REWRITES = "inferencemodelrewrites"
+_PREFIXES = (
+    ("/api/v1/namespaces/", PODS),
+    ("/apis/inference.networking.k8s.io/v1/namespaces/", POOLS),
+    ("/apis/llm-d.ai/v1alpha2/namespaces/", OBJECTIVES),
+    ("/apis/llm-d.ai/v1alpha2/namespaces/", REWRITES),
+)
 T = TypeVar("T")
 Obj = dict[str, Any]
 
@@ -95,6 +99,26 @@ def inference_pool(
             "targetPorts": [{"number": p} for p in ports],
             "endpointPickerRef": {"name": f"{name}-epp", "port": {"number": 9002}},
         },
+    }
+
+
+def inference_objective(name: str, priority: int | None, pool: str = "llm") -> Obj:
+    spec: Obj = {"poolRef": {"name": pool}}
+    if priority is not None:
+        spec["priority"] = priority
+    kind = {"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective"}
+    return {**kind, "metadata": {"name": name}, "spec": spec}
+
+
+def model_rewrite(
+    name: str, rules: list[Obj], pool: str = "llm", created: str = "2026-01-01T00:00:00Z"
+) -> Obj:
+    """An InferenceModelRewrite; `rules` as the API writes them (matches, targets)."""
+    return {
+        "apiVersion": "llm-d.ai/v1alpha2",
+        "kind": "InferenceModelRewrite",
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"poolRef": {"name": pool}, "rules": rules},
     }
 
 
@@ -357,7 +381,7 @@ def _matcher(q: dict[str, str]) -> Callable[[Obj], bool]:
 
 
 def _route(path: str) -> tuple[str, str] | None:
-    for prefix, kind in _PREFIXES.items():
+    for prefix, kind in _PREFIXES:
         if path.startswith(prefix):
             ns, _, rest = path[len(prefix) :].partition("/")
             if rest == kind:
