@@ -2,9 +2,9 @@
 
 Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
 `--help` (their modules are listed in `SUBCOMMANDS`):
-
 - routing and admission: quality (against peer routers), regime (a grid of regimes, live and
-  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise;
+  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), epp-flow (its flow
+  control and model rewrites), admission, precise;
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events, body-parse (loop stall);
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "regime": "bench.regime.__main__",
     "vllm-pressure": "bench.vllm_pressure.__main__",
     "epp": "bench.epp.__main__",
+    "epp-flow": "bench.epp.flow_control",
     "admission": "bench.admission.__main__",
     "kv-events": "bench.kv_events",
     "precise": "bench.precise.__main__",

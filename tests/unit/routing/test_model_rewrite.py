@@ -59,3 +59,29 @@ def test_a_seeded_rng_draws_the_same_targets_and_weight_zero_is_never_drawn() ->
 def test_targets_without_weights_share_equally() -> None:
     rewrites = ModelRewrites([rule(("m",), ("v1", 0), ("v2", 0))], random.Random(3))
     assert set(rewrites.target("m") for _ in range(100)) == {"v1", "v2"}
+
+
+def test_every_sum_of_weights_requests_split_exactly_in_random_order() -> None:
+    rewrites = ModelRewrites(
+        [rule(("m",), ("v1", 50), ("v2", 50)), rule(("n",), ("a", 90), ("b", 10))],
+        random.Random(11),
+    )
+    halves = [rewrites.target("m") for _ in range(400)]
+    assert Counter(halves) == {"v1": 200, "v2": 200}
+    assert halves[:8] != ["v1", "v2"] * 4 and halves[:8] != ["v2", "v1"] * 4  # not alternating
+    for _ in range(5):  # weights 9:1 after the gcd: every 10 requests, 9 and 1
+        assert Counter(rewrites.target("n") for _ in range(10)) == {"a": 9, "b": 1}
+
+
+def test_weights_beyond_the_deck_are_drawn_independently() -> None:
+    rewrites = ModelRewrites([rule(("m",), ("v1", 999_999), ("v2", 2))], random.Random(5))
+    draws = Counter(rewrites.target("m") for _ in range(2000))
+    assert draws["v1"] >= 1990
+
+
+def test_a_changed_rule_starts_a_new_deck() -> None:
+    rewrites = ModelRewrites([], random.Random(2))
+    rewrites.watched([rule(("m",), ("v1", 1), ("v2", 1), source="ns/a")])
+    first = rewrites.target("m")
+    rewrites.watched([rule(("m",), ("v3", 1), source="ns/a")])
+    assert first in {"v1", "v2"} and rewrites.target("m") == "v3"
