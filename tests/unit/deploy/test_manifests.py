@@ -183,7 +183,8 @@ def test_kvgate_runs_as_configured_with_the_rights_it_needs(shape: str, name: st
     pool = _one(docs, "InferencePool")
     assert f"--pool={pool['metadata']['name']}" in args
     assert "--namespace=$(POD_NAMESPACE)" in args
-    # RBAC: the service account may get/list/watch pods and inferencepools.
+    # RBAC: the service account may get/list/watch pods, inferencepools and the pool's
+    # objectives and model rewrites.
     assert pod_spec["serviceAccountName"] == name
     binding = _one(docs, "RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name}]
@@ -195,7 +196,13 @@ def test_kvgate_runs_as_configured_with_the_rights_it_needs(shape: str, name: st
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    for group, resource in (("", "pods"), ("inference.networking.k8s.io", "inferencepools")):
+    watched = (
+        ("", "pods"),
+        ("inference.networking.k8s.io", "inferencepools"),
+        ("llm-d.ai", "inferenceobjectives"),
+        ("llm-d.ai", "inferencemodelrewrites"),
+    )
+    for group, resource in watched:
         assert {(group, resource, v) for v in ("get", "list", "watch")} <= granted
     # The config file it reads is valid kvgate config.
     config_map = _one(docs, "ConfigMap", pod_spec["volumes"][0]["configMap"]["name"])
