@@ -40,12 +40,15 @@ SHEDDABLE = {"x-gateway-inference-objective": "batch"}  # the old header name wo
 DROPPED = "x-llm-d-request-dropped-reason"
 
 
-def config_text(cap: int, max_queue: int, queue_timeout_s: float, admission: bool = True) -> str:
+def config_text(
+    cap: int, max_queue: int, queue_timeout_s: float, admission: bool = True, holdback: float = 0.2
+) -> str:
     """The EPP's config: admission places, the two objectives and the 50/50 rewrite."""
     return f"""\
 server: {{access_log: false}}
 admission:
   enabled: {str(admission).lower()}
+  sheddable_holdback: {holdback}
   max_in_flight_per_backend: {cap}
   max_queue: {max_queue}
   queue_timeout_s: {queue_timeout_s}
@@ -79,6 +82,7 @@ def start_stack(
     max_queue: int,
     queue_timeout_s: float,
     admission: bool = True,
+    holdback: float = 0.2,
 ) -> Iterator[Stack]:
     """Emulated replicas serving the base model and both targets (LoRA adapters), the EPP
     with `config_text`, and Envoy in front (FULL_DUPLEX_STREAMED)."""
@@ -88,7 +92,7 @@ def start_stack(
     )
     with emulator:
         config = logs / "kvgate.yaml"
-        config.write_text(config_text(cap, max_queue, queue_timeout_s, admission))
+        config.write_text(config_text(cap, max_queue, queue_timeout_s, admission, holdback))
         epp = start_epp(urls, logs / "epp.log", config)
         with epp.proc:
             envoy, base, _ = start_envoy(urls, epp.grpc_port, logs / "envoy.log")
@@ -308,9 +312,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cap", type=int, default=4, help="admitted requests per replica (4)")
     p.add_argument("--speedup", type=float, default=4.0, help="emulator speedup (default 4)")
     p.add_argument("--factor", type=int, default=10, help="burst size / places (default 10)")
-    p.add_argument("--criticals", type=int, default=20, help="critical samples each way (20)")
+    p.add_argument("--criticals", type=int, default=40, help="critical samples each way (40)")
     p.add_argument("--max-queue", type=int, default=16, help="admission.max_queue (16)")
     p.add_argument("--queue-timeout", type=float, default=5.0, help="queue_timeout_s (5)")
+    p.add_argument("--holdback", type=float, default=0.2, help="sheddable_holdback (0.2)")
     p.add_argument("--split", type=int, default=400, help="requests of the split (400)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -323,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     with start_stack(
         logs, replicas=a.replicas, cap=a.cap, speedup=a.speedup, max_queue=a.max_queue,
-        queue_timeout_s=a.queue_timeout, admission=not a.no_admission,
+        queue_timeout_s=a.queue_timeout, admission=not a.no_admission, holdback=a.holdback,
     ) as stack:  # fmt: skip
         places = a.replicas * a.cap
         burst = asyncio.run(
