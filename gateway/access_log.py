@@ -66,6 +66,8 @@ def log_request(rec: RequestRecord, now: float) -> None:
     }
     if rec.prefill_backend:
         line["prefill_backend"] = rec.prefill_backend
+    if rec.request is not None and rec.request.model_asked is not None:
+        line["model_asked"] = clip(rec.request.model_asked)  # `model` is the rewrite's target
     if rec.error:
         line["error"] = clip(rec.error)
     access_log.info("%s", LogFields("request", line))  # json: the fields on the line itself

@@ -35,8 +35,12 @@ Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-
 On a prefill/decode pool (backends with role=prefill and role=decode) the destination is a
 decode backend, and a split request names its prefill backend in x-prefiller-host-port, for
 llm-d's routing sidecar in front of the decode engine (a client's own header is removed).
-deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a change
-seen by --watch-config) reloads the config file as for `kvgate serve`.
+Inference calls wait for their place in admission first, Envoy holding them (band from the
+InferenceObjective named in x-llm-d-inference-objective, tenant from
+x-llm-d-inference-fairness-id); a shed one gets 429 with x-llm-d-request-dropped-reason.
+InferenceModelRewrite rules (`rewrites:`, and the pool's objects with --pool) rewrite the
+model. deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a
+change seen by --watch-config) reloads the config file as for `kvgate serve`.
 """
 
 

@@ -12,6 +12,7 @@ from gateway.access_log import (
     request_id_from,
     request_id_var,
 )
+from gateway.inference_request import InferenceRequest
 from gateway.request_record import RequestRecord
 
 
@@ -148,3 +149,13 @@ def test_clip_keeps_short_strings() -> None:
     assert clip(None) is None
     assert clip("x" * 200) == "x" * 200
     assert clip("abcdef", limit=3) == "abc…(+3 chars)"
+
+
+def test_a_rewritten_request_logs_the_model_asked(caplog: pytest.LogCaptureFixture) -> None:
+    request = InferenceRequest("chat", "food-v2", False, None, 10, model_asked="food")
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    log_request(_record(model="food-v2", status=200, request=request), now=10.5)
+    log_request(_record(model="food", status=200), now=10.5)
+    rewritten, plain = _lines(caplog)
+    assert (rewritten["model"], rewritten["model_asked"]) == ("food-v2", "food")
+    assert "model_asked" not in plain

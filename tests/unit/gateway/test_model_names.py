@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from gateway.asgi import TrackedSend
 from gateway.auth import ANONYMOUS
 from gateway.compose import build_runtime
 from gateway.inference import InferenceHandler
+from gateway.inference_request import parse_inference_body
 from gateway.lifecycle import Drain
 from gateway.model_names import ModelNameRestorer, with_model
 from gateway.proxy import Proxy
@@ -183,3 +185,20 @@ async def test_the_front_door_rewrites_a_stream_back_and_honours_the_header() ->
     assert dict(sent_headers)[b"x-llm-d-model-name-rewrite"] == b"food-v1"
     assert b"x-gateway-model-name-rewrite" not in dict(sent_headers)
     assert status == 200 and body == b'data: {"model":"other","choices":[]}\n\ndata: [DONE]\n\n'
+
+
+def test_a_rule_beats_the_header_which_names_the_target_without_one() -> None:
+    raw = {
+        "backends": [{"url": "http://10.0.0.1:8000", "models": ["food"]}],
+        "rewrites": [{"models": ["food"], "targets": [{"model": "food-v2"}]}],
+    }
+    director = build_runtime(parse_config(raw), rng=random.Random(1)).director
+    req = parse_inference_body("chat", orjson.dumps(CHAT))
+    header = {"x-llm-d-model-name-rewrite": "other"}
+    ruled = director.resolve(req, header)
+    assert (ruled.model, ruled.model_asked) == ("food-v2", "food")
+    unruled = director.resolve(replace(req, model="soup"), header)
+    assert (unruled.model, unruled.model_asked) == ("other", "soup")
+    same = director.resolve(replace(req, model="other"), header)
+    assert (same.model, same.model_asked) == ("other", None)  # nothing to name back
+    assert director.resolve(replace(req, model="soup")).model_asked is None
