@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from bench import DEFAULT_TRACES, trace_file
 from bench.jitter import jittered
 from routing.traces import TraceRequest, load_mooncake
 from sim.engine.profiles import get_profile
@@ -54,7 +55,7 @@ class FidelitySettings:
     # context), outputs capped, `mooncake_rate_scale` times faster than recorded for engines
     # at full speed (so arrivals run rate_scale / slowdown times faster), on
     # `mooncake_profile` with this many KV blocks and this context.
-    traces: Path = Path("../shared/traces")
+    traces: Path = DEFAULT_TRACES
     mooncake_requests: int = 560
     mooncake_rate_scale: float = 4.5  # ~70% of round-robin's throughput (decision 0017)
     mooncake_max_output: int = 16
@@ -139,7 +140,7 @@ def _mooncake(s: FidelitySettings) -> Case:
     cap = s.mooncake_max_output
     trace = [
         replace(r, output_tokens=min(r.output_tokens, cap), model=MODEL)
-        for r in load_mooncake(s.traces / MOONCAKE_TRACE, limit=s.mooncake_requests)
+        for r in load_mooncake(trace_file(s.traces, MOONCAKE_TRACE), limit=s.mooncake_requests)
         if r.input_tokens + cap <= config.max_model_len
     ]
     args: tuple[str, ...] = ("--num-gpu-blocks", str(config.num_blocks))

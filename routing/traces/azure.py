@@ -8,9 +8,11 @@ Arrivals are measured from the earliest row (the first one: the files are in tim
 
 from __future__ import annotations
 
+import io
 from datetime import datetime
 from pathlib import Path
 
+from routing.traces.files import open_trace
 from routing.traces.request import TraceFormatError, TraceRequest
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -18,7 +20,7 @@ HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def load_azure(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
     rows: list[tuple[datetime, int, int]] = []
-    with Path(path).open(encoding="utf-8", newline="") as f:
+    with io.TextIOWrapper(open_trace(path), encoding="utf-8", newline="") as f:
         header = f.readline().strip().lstrip("\ufeff")
         if tuple(c.strip() for c in header.split(",")) != HEADER:
             raise TraceFormatError(path, 1, f"expected the header {','.join(HEADER)!r}")
