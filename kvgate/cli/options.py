@@ -1,11 +1,13 @@
 """What several commands' parsers share: the parser that reads `KVGATE_*` variables, the
 flag groups of `serve` and `epp` (routing, discovery, process), the variables' epilog and
-the version `--version` prints."""
+the version `--version` prints (with which compiled extensions the install built)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -33,6 +35,36 @@ def installed_version() -> str:
         return importlib.metadata.version("kvgate")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
         return "unknown (not installed)"
+
+
+# The optional compiled modules (setup.py): each has a pure-Python reference that runs when
+# the install found no C compiler, with the same results, more slowly.
+COMPILED = {
+    "sim.engine.kv_cache_native": "the simulator's KV cache",
+    "gateway.tracing.otlp_native": "the tracing encoder",
+}
+
+
+def compiled_extensions() -> str:
+    """One line: which compiled modules this install has, and which run in pure Python."""
+    built = [what for name, what in COMPILED.items() if importlib.util.find_spec(name)]
+    missing = [what for name, what in COMPILED.items() if what not in built]
+    if not missing:
+        return f"compiled: {', '.join(built)}"
+    line = f"pure Python (no C compiler at install): {', '.join(missing)}"
+    return line + (f"; compiled: {', '.join(built)}" if built else "")
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the installed version, then the compiled extensions' line."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version and which extensions are compiled, and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        sys.stdout.write(f"{parser.prog} {installed_version()}\n{compiled_extensions()}\n")
+        parser.exit()
 
 
 class EnvParser(argparse.ArgumentParser):
