@@ -4,7 +4,8 @@ runtime's services for the server's lifespan.
 Routes: the inference endpoints (OpenAI's, SGLang's native ones, vLLM's utility ones:
 `gateway.inference`; with `GET`/`DELETE /v1/responses/{id}` and `POST .../cancel`), `/health`,
 `/ready`, `/metrics`, `/v1/models`, and the admin API on the API port (`gateway.admin_ops`;
-behind the admin key, or on `server.admin_port` instead: `gateway.admin_app`). Every request passes
+behind the admin key, or on `server.admin_port` instead: `gateway.admin_app`, which alone serves
+the OpenAPI page `/docs`: FastAPI stays off the API port). Every request passes
 `AccessControl.admit` first. `build_app(config)` builds the runtime and the app.
 """
 

@@ -49,7 +49,8 @@ class ServerSection(_Section):
         None,
         ge=0,
         le=65535,
-        description="serve /admin/*, /metrics and /docs on this port only (404 on `port`)",
+        description="serve /admin/* and /metrics on this port only (404 on `port`), and the "
+        "admin API's OpenAPI page /docs, which `port` never serves",
     )
     admin_host: str | None = Field(None, description="admin listener address (default: host)")
     header_timeout_s: float = Field(
