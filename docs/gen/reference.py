@@ -81,11 +81,13 @@ def config_page() -> str:
         "--config FILE`), validated before anything starts: unknown keys are rejected and every",
         "error names the field's path. `kvgate check-config FILE` validates a file.",
         "`deploy/kvgate.yaml` in the source tree is the same reference as a config file, every",
-        "field at its default. Which fields a reload applies at once: [Reload](../operate/reload.md).",
+        "field at its default. Which fields a reload applies at once:",
+        "[Reload](../operate/reload.md).",
         "The description is the schema's, else the reference config's comment.\n",
     ]
     for section, fields in _sections(GatewayConfig):
-        out += [f"## `{section}`\n", "| field | type | default | description |", "|---|---|---|---|"]
+        out += [f"## `{section}`\n", "| field | type | default | description |"]
+        out.append("|---|---|---|---|")
         for path, info in fields:
             text = info.description or comments.get(_comment_key(path), "")
             out.append(
