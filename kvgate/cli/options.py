@@ -25,7 +25,7 @@ commas before http:// or https://. Secrets have variables only: KVGATE_API_KEYS,
 KVGATE_ADMIN_KEY, KVGATE_UPSTREAM_API_KEY. OpenTelemetry tracing reads the standard OTEL_*
 variables: OTEL_TRACES_EXPORTER=otlp turns it on (kvgate[otel]), OTEL_EXPORTER_OTLP_ENDPOINT
 and OTEL_EXPORTER_OTLP_PROTOCOL (grpc, http/protobuf) say where, OTEL_TRACES_SAMPLER how
-many; see README "Observability".
+many; see the docs' "Dashboard and tracing" page (docs/operate/observability.md).
 """
 
 

@@ -29,6 +29,11 @@ def test_the_wheel_holds_the_library_packages() -> None:
     assert "kvgate.cli" in packages
 
 
+def test_the_wheel_claims_exactly_the_library_top_level_names() -> None:
+    # Generic names (decision 0029): nothing beyond these seven may reach site-packages.
+    assert {p.split(".")[0] for p in installed_packages()} == set(LIBRARY)
+
+
 def test_the_lab_and_the_tests_are_not_installed() -> None:
     packages = installed_packages()
     assert (REPO / "bench" / "__init__.py").is_file()  # else the check proves nothing
