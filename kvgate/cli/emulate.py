@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 
 from kvgate.cli.listen import check_can_listen
 from routing.config.schema import ConfigError
+from sim.emulator.disagg.settings import (
+    DEFAULT_LEASE_S,
+    PROTOCOLS,
+    ROLES,
+    SGLANG_BOOTSTRAP_PORT,
+)
 from sim.emulator.lora import LoraSettings
+
+DEFAULT_REPLICAS = 4
 
 if TYPE_CHECKING:
     from kvgate.cli.options import SubParsers
@@ -43,7 +51,7 @@ def add_parser(sub: SubParsers) -> None:
         epilog=_engine_profiles_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    e.add_argument("--replicas", type=int, default=4, help="number of replicas (default 4)")
+    e.add_argument("--replicas", type=int, help=f"number of replicas (default {DEFAULT_REPLICAS})")
     e.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     e.add_argument(
         "--port",
@@ -113,6 +121,54 @@ def add_parser(sub: SubParsers) -> None:
         metavar="TOPIC",
         help="topic frame of every event message (default empty, as vLLM's)",
     )
+    _add_pd_arguments(e)
+
+
+def _add_pd_arguments(e: argparse.ArgumentParser) -> None:
+    g = e.add_argument_group(
+        "disaggregated prefill/decode",
+        "Replicas that play P or D of a P/D pair, as vLLM (NixlConnector: P answers "
+        "kv_transfer_params, D pulls the blocks) or SGLang (bootstrap rooms: P and D get the "
+        "same request) does. Roles are printed: `replica N (prefill): URL`, and an SGLang "
+        "prefill replica's `replica N (prefill) bootstrap: PORT`.",
+    )
+    g.add_argument(
+        "--role",
+        choices=ROLES,
+        default="both",
+        help="every replica's role (default both: whole requests, today's replicas)",
+    )
+    g.add_argument("--prefill", type=int, default=0, metavar="N", help="a mixed fleet: N P...")
+    g.add_argument(
+        "--decode", type=int, default=0, metavar="M", help="... then M D replicas (ports follow)"
+    )
+    g.add_argument(
+        "--pd-protocol",
+        choices=PROTOCOLS,
+        default="vllm",
+        help="how P and D meet (default vllm)",
+    )
+    g.add_argument(
+        "--kv-lease",
+        type=float,
+        default=DEFAULT_LEASE_S,
+        metavar="S",
+        help="P frees an unread prefill's KV blocks after S modelled seconds (vLLM's "
+        "kv_lease_duration; SGLang: also how long P waits for D; default %(default)s)",
+    )
+    g.add_argument(
+        "--bootstrap-port",
+        type=int,
+        metavar="P",
+        help=f"SGLang: prefill replica K serves its bootstrap port on P+K (default "
+        f"{SGLANG_BOOTSTRAP_PORT}; free ports with --port 0); 0 picks free ports",
+    )
+    g.add_argument(
+        "--decode-prefix-cache",
+        action="store_true",
+        help="SGLang: decode replicas keep a prefix cache (SGLang's keep none by default, so "
+        "every prompt block is transferred)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.emulator.server import EmulatorSettings, serve
     from sim.engine.profiles import get_profile
 
+    _resolve_fleet(args)
     if args.replicas < 1 or args.speedup <= 0:
         raise ConfigError("--replicas must be >= 1 and --speedup > 0")
     last_port = args.port + args.replicas - 1
@@ -156,16 +213,51 @@ def run(args: argparse.Namespace) -> int:
         kv_events_port=args.kv_events_port,
         kv_events_replay_port=args.kv_events_replay_port,
         kv_events_topic=args.kv_events_topic,
+        role=args.role,
+        prefill=args.prefill,
+        decode=args.decode,
+        pd_protocol=args.pd_protocol,
+        kv_lease_s=args.kv_lease,
+        bootstrap_port=args.bootstrap_port,
+        decode_prefix_cache=args.decode_prefix_cache,
     )
     ports = list(range(args.port, args.port + args.replicas)) if args.port else []
+    ports += [p for i in range(args.replicas) if (p := settings.pd_settings(i).bootstrap_port)]
     if args.kv_events_port:  # port 0: every socket picks a free one
         for i in range(args.replicas):
             ports += [args.kv_events_port + i, settings.replay_port(i)]
     if len(set(ports)) < len(ports):
-        raise ConfigError("--port, --kv-events-port and --kv-events-replay-port ranges overlap")
+        raise ConfigError(
+            "--port, --kv-events-port, --kv-events-replay-port and --bootstrap-port ranges overlap"
+        )
     check_can_listen(args.host, ports)
     uvloop.run(serve(settings))
     return 0
+
+
+def _resolve_fleet(args: argparse.Namespace) -> None:
+    """Set `args.replicas` from --prefill/--decode; ConfigError for P/D flags that clash."""
+    if args.prefill < 0 or args.decode < 0:
+        raise ConfigError("--prefill and --decode must be >= 0")
+    if args.prefill or args.decode:
+        if args.replicas is not None or args.role != "both":
+            raise ConfigError("--prefill/--decode make the fleet: drop --replicas and --role")
+        args.replicas = args.prefill + args.decode
+    elif args.replicas is None:
+        args.replicas = DEFAULT_REPLICAS
+    if args.kv_lease <= 0:
+        raise ConfigError("--kv-lease must be > 0")
+    if args.bootstrap_port is not None:
+        has_prefill = args.prefill or args.role == "prefill"
+        if args.pd_protocol != "sglang" or not has_prefill:
+            raise ConfigError(
+                "--bootstrap-port is for SGLang prefill replicas (--pd-protocol sglang)"
+            )
+        last = args.bootstrap_port + (args.prefill or args.replicas) - 1
+        if args.bootstrap_port < 0 or (args.bootstrap_port and last > 65535):
+            raise ConfigError(
+                f"--bootstrap-port: ports {args.bootstrap_port}-{last} out of 0-65535"
+            )
 
 
 def _check_kv_event_ports(args: argparse.Namespace) -> None:

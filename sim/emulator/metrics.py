@@ -108,6 +108,13 @@ _COUNTERS = (
     ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
 )
 
+# vllm:prompt_tokens_by_source: (source label, EngineStats field), in vLLM's order.
+_PROMPT_SOURCES = (
+    ("local_compute", "prompt_tokens_local_compute"),
+    ("local_cache_hit", "prompt_tokens_local_cache_hit"),
+    ("external_kv_transfer", "prompt_tokens_external"),
+)
+
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -195,8 +202,8 @@ class LoraInfoGauge:
 
 
 class ReplicaMetrics:
-    """What one replica's `/metrics` renders: engine gauges and counters, latency histograms,
-    and with LoRA adapters `vllm:lora_requests_info`."""
+    """What one replica's `/metrics` renders: engine gauges and counters (prompt tokens by
+    source among them), latency histograms, and with LoRA adapters `vllm:lora_requests_info`."""
 
     def __init__(
         self,
@@ -214,6 +221,13 @@ class ReplicaMetrics:
         self._counters = [
             (f"# HELP {n}_total {d}\n# TYPE {n}_total counter\n{n}_total{{{labels}}} ", f)
             for n, d, f in _COUNTERS
+        ]
+        name = "vllm:prompt_tokens_by_source_total"
+        self._by_source_head = (
+            f"# HELP {name} Number of prompt tokens by source.\n# TYPE {name} counter\n"
+        )
+        self._by_source = [
+            (f'{name}{{{labels},source="{source}"}} ', f) for source, f in _PROMPT_SOURCES
         ]
         self._cache_info = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
@@ -245,6 +259,8 @@ class ReplicaMetrics:
         s = self._stats()
         out = [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._gauges]
         out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._counters]
+        out.append(self._by_source_head)
+        out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._by_source]
         out.append(self._cache_info)
         if self._lora_info is not None:
             self._lora_info.render(out)

@@ -145,7 +145,17 @@ def usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
     }
 
 
-def completion_body(req_id: str, kind: str, model: str, text: str, use: dict[str, Any]) -> bytes:
+def completion_body(
+    req_id: str,
+    kind: str,
+    model: str,
+    text: str,
+    use: dict[str, Any],
+    *,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """One non-streamed answer; `extra`: top-level fields to add (vLLM's P adds
+    `kv_transfer_params`)."""
     created = int(time.time())
     if kind == "chat":
         choice: dict[str, Any] = {
@@ -173,6 +183,7 @@ def completion_body(req_id: str, kind: str, model: str, text: str, use: dict[str
             "model": model,
             "choices": [choice],
             "usage": use,
+            **(extra or {}),
         }
     )
 

@@ -5,7 +5,8 @@ SGLang's router asks `/server_info` (then `/get_server_info`) and `/model_info` 
 `/get_load`; vllm-router posts `/v1/completions/render` (or the chat one) to every worker
 before each request. The shapes here are the fields those routers read, named as SGLang
 names them; no `model_path`/`tokenizer_path` is given, so no router tries to fetch a
-tokenizer for a model that does not exist.
+tokenizer for a model that does not exist. A P/D replica also says its role and bootstrap
+port, as SGLang's `/server_info` does (`disaggregation_mode`, `disaggregation_bootstrap_port`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.emulator import openai_api as api
+from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.replica import Replica
 
 SERVER_INFO = ("/server_info", "/get_server_info")
@@ -20,8 +22,9 @@ MODEL_INFO = ("/model_info", "/get_model_info")
 RENDER = ("/v1/completions/render", "/v1/chat/completions/render")
 
 
-def server_info(replica: Replica) -> dict[str, Any]:
+def server_info(replica: Replica, pd: Disaggregation) -> dict[str, Any]:
     config = replica.profile.config
+    role = pd.settings.role
     return {
         "served_model_name": replica.model_name,
         "model_path": None,
@@ -33,6 +36,9 @@ def server_info(replica: Replica) -> dict[str, Any]:
         "tp_size": 1,
         "dp_size": 1,
         "version": "kvgate-emulator",
+        # SGLang's names: "null" when not disaggregated.
+        "disaggregation_mode": "null" if role == "both" else role,
+        "disaggregation_bootstrap_port": pd.bootstrap_port,
     }
 
 

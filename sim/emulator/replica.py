@@ -4,7 +4,9 @@ The driver loop asks the model for a step, sleeps for the step's modelled durati
 by `speedup` (against a deadline, so Python overhead does not accumulate as drift), then
 delivers the step's tokens to the waiting requests. Requests added during a step join the
 next one, as in vLLM's engine loop. Requests for a LoRA adapter first wait for one of the
-adapter slots (`sim.emulator.lora`).
+adapter slots (`sim.emulator.lora`). A request may come with transferred prompt tokens or
+hold its blocks when finished (P/D, `sim.emulator.disagg`); while the waiting requests need
+blocks that held requests keep, the loop sleeps until a `release`.
 """
 
 from __future__ import annotations
@@ -88,9 +90,20 @@ class Replica:
     def new_request_id(self, prefix: str) -> str:
         return f"{prefix}-{self._id_base}{next(self._ids):08x}"
 
-    def submit(self, request_id: str, prompt: Sequence[int], output: Sequence[int]) -> Generation:
-        """Queue a request (ValueError if the engine rejects it) and return its handle."""
-        self.engine.add_request(request_id, prompt, output)
+    def submit(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        *,
+        external_tokens: int = 0,
+        hold: bool = False,
+    ) -> Generation:
+        """Queue a request (ValueError if the engine rejects it) and return its handle;
+        `external_tokens`, `hold` as `EngineModel.add_request` takes them."""
+        self.engine.add_request(
+            request_id, prompt, output, external_tokens=external_tokens, hold=hold
+        )
         loop = asyncio.get_running_loop()
         gen = Generation(request_id, len(prompt), output, arrival=loop.time())
         self._live[request_id] = gen
@@ -98,15 +111,27 @@ class Replica:
         return gen
 
     async def admit(
-        self, request_id: str, prompt: Sequence[int], output: Sequence[int], adapter: str | None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        adapter: str | None,
+        *,
+        external_tokens: int = 0,
+        hold: bool = False,
     ) -> Generation:
         """`submit`, for the base model (`adapter` None) or after waiting for the adapter's
         slot and load."""
         if adapter is None:
-            return self.submit(request_id, prompt, output)
+            return self.submit(
+                request_id, prompt, output, external_tokens=external_tokens, hold=hold
+            )
         await self.loras.acquire(adapter)
         try:
-            gen = self.submit(request_id, self.loras.salted(adapter, prompt), output)
+            salted = self.loras.salted(adapter, prompt)
+            gen = self.submit(
+                request_id, salted, output, external_tokens=external_tokens, hold=hold
+            )
         except BaseException:
             self.loras.release(adapter)
             raise
@@ -119,6 +144,16 @@ class Replica:
             self.engine.abort(request_id)
             if gen.adapter is not None:
                 self.loras.release(gen.adapter)
+
+    def release(self, request_id: str) -> None:
+        """Free the blocks a finished `hold` request keeps (no-op if it keeps none)."""
+        if self.engine.release(request_id):
+            self._wakeup.set()  # waiting requests may fit now
+
+    def cached_prefix_blocks(self, prompt: Sequence[int], adapter: str | None = None) -> int:
+        """How many of the prompt's leading full blocks the prefix cache holds."""
+        tokens = prompt if adapter is None else self.loras.salted(adapter, prompt)
+        return self.engine.cached_prefix_blocks(tokens)
 
     def cached_block_hashes(self) -> list[int]:
         """The hashes of the blocks the prefix cache holds, as KV events carry them."""
@@ -149,13 +184,18 @@ class Replica:
                 await self._wakeup.wait()
             started = loop.time()
             result = self.engine.step()
+            if result.idle:  # the waiting requests need blocks that held requests keep
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
             await asyncio.sleep(max(0.0, started + result.duration_s / self.speedup - loop.time()))
             await self._publish_kv_events()  # at the end of the step, as vLLM does
             now = loop.time()
             for adm in result.admitted:
                 gen = self._live.get(adm.request_id)
                 if gen is not None and not adm.resumed:
-                    gen.cached_tokens = adm.cached_tokens
+                    # vLLM counts transferred tokens as cached (num_cached_tokens).
+                    gen.cached_tokens = adm.cached_tokens + adm.external_tokens
             for ev in result.tokens:
                 self._deliver(ev, now)
 

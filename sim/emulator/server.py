@@ -1,5 +1,9 @@
 """Run N emulated replicas in one process, one uvicorn server each, on consecutive ports.
 
+A P/D fleet (`prefill` + `decode` replicas, or `replicas` of one `role`) speaks `pd_protocol`
+(`sim.emulator.disagg`); SGLang prefill replicas also serve a bootstrap port each, from
+`bootstrap_port` (default 8998, or free ports with `port` 0) up.
+
 With `kv_events_port` set, replica i also publishes its KV-cache events on
 `tcp://host:kv_events_port + i` and answers replay requests on `kv_events_replay_port + i`
 (default: `kv_events_port + replicas + i`, the ports after the publishers'); port 0 picks
@@ -21,6 +25,14 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from sim.emulator.app import EmulatorApp
+from sim.emulator.disagg.bootstrap import BootstrapApp
+from sim.emulator.disagg.settings import (
+    DEFAULT_LEASE_S,
+    SGLANG_BOOTSTRAP_PORT,
+    PDSettings,
+    Protocol,
+    Role,
+)
 from sim.emulator.lora import LoraSettings
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
@@ -50,6 +62,41 @@ class EmulatorSettings:
     kv_events_port: int | None = None  # replica i publishes KV events on this + i; 0: free
     kv_events_replay_port: int | None = None  # replay sockets' first port (see module doc)
     kv_events_topic: str = ""  # vLLM's default topic
+    role: Role = "both"  # every replica's, unless `prefill` or `decode` is set
+    prefill: int = 0  # a mixed P/D fleet: this many prefill replicas first,
+    decode: int = 0  # then this many decode replicas (`replicas` = their sum)
+    pd_protocol: Protocol = "vllm"
+    kv_lease_s: float = DEFAULT_LEASE_S
+    bootstrap_port: int | None = None  # SGLang P i's is this + i; None: 8998, or 0 with port 0
+    decode_prefix_cache: bool = False  # an SGLang D keeps a prefix cache (PDSettings)
+
+    def __post_init__(self) -> None:
+        if (self.prefill or self.decode) and self.replicas != self.prefill + self.decode:
+            raise ValueError("a P/D fleet has replicas = prefill + decode")
+
+    def roles(self) -> list[Role]:
+        """Each replica's role, in port order."""
+        if self.prefill or self.decode:
+            prefill: list[Role] = ["prefill"] * self.prefill
+            decode: list[Role] = ["decode"] * self.decode
+            return prefill + decode
+        return [self.role] * self.replicas
+
+    def pd_settings(self, replica: int) -> PDSettings:
+        role = self.roles()[replica]
+        bootstrap = None
+        if role == "prefill" and self.pd_protocol == "sglang":
+            first = self.bootstrap_port
+            if first is None:
+                first = SGLANG_BOOTSTRAP_PORT if self.port else 0
+            bootstrap = first + self.roles()[:replica].count("prefill") if first else 0
+        return PDSettings(
+            role,
+            self.pd_protocol,
+            lease_s=self.kv_lease_s,
+            decode_prefix_cache=self.decode_prefix_cache,
+            bootstrap_port=bootstrap,
+        )
 
     def replay_port(self, replica: int) -> int:
         """Replica `replica`'s replay port (0: a free one); needs `kv_events_port`."""
@@ -87,12 +134,15 @@ def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
     profile = resolve_profile(settings)
     tokenizer = make_tokenizer(settings.tokenizer)
     events = settings.kv_events_port is not None
-    return [
-        EmulatorApp(
-            Replica(profile, settings.model, settings.speedup, settings.lora, events), tokenizer
-        )
-        for _ in range(settings.replicas)
-    ]
+    apps = []
+    for i in range(settings.replicas):
+        pd = settings.pd_settings(i)
+        own = profile
+        if not pd.caches_prefixes:  # an SGLang decode server without its radix cache
+            own = replace(profile, config=replace(profile.config, enable_prefix_caching=False))
+        replica = Replica(own, settings.model, settings.speedup, settings.lora, events)
+        apps.append(EmulatorApp(replica, tokenizer, pd))
+    return apps
 
 
 async def serve(settings: EmulatorSettings) -> None:
@@ -157,16 +207,13 @@ async def _serve_http(
     servers = []
     for i, app in enumerate(apps):
         port = settings.port + i if settings.port else 0
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=port,
-            lifespan="on",
-            log_level="warning",
-            access_log=False,
-            ws="none",
-        )
-        servers.append(_Server(config))
+        servers.append(_server(app, settings.host, port))
+    bootstraps = {
+        i: _server(BootstrapApp(app.pd), settings.host, app.pd.settings.bootstrap_port or 0)
+        for i, app in enumerate(apps)
+        if app.pd.settings.serves_bootstrap
+    }
+    servers += bootstraps.values()
 
     def stop_all() -> None:
         for s in servers:
@@ -180,18 +227,25 @@ async def _serve_http(
         if any(t.done() for t in tasks):
             break
         await asyncio.sleep(0.01)
-    for i, s in enumerate(servers):
+    for i, bootstrap in bootstraps.items():
+        if bootstrap.started:
+            apps[i].pd.bootstrap_port = _bound_port(bootstrap)
+    for i, s in enumerate(servers[: len(apps)]):
         if s.started:
-            sock: socket.socket = s.servers[0].sockets[0]
-            port = sock.getsockname()[1]
-            print(f"replica {i}: http://{settings.host}:{port}", flush=True)
+            role = apps[i].pd.settings.role
+            name = f"replica {i}" if role == "both" else f"replica {i} ({role})"
+            print(f"{name}: http://{settings.host}:{_bound_port(s)}", flush=True)
+            if i in bootstraps:
+                print(f"{name} bootstrap: {apps[i].pd.bootstrap_port}", flush=True)
     for i, p in enumerate(publishers):
         print(f"replica {i} kv-events: {p.endpoint} replay {p.replay_endpoint}", flush=True)
     profile = resolve_profile(settings)
     print(
         f"emulating {settings.replicas} replica(s) of {settings.model!r}, profile "
         f"{profile.name!r} ({profile.config.num_blocks} KV blocks of "
-        f"{profile.config.block_size}), speedup {settings.speedup}" + _lora_note(settings.lora),
+        f"{profile.config.block_size}), speedup {settings.speedup}"
+        + _lora_note(settings.lora)
+        + _pd_note(settings),
         file=sys.stderr,
         flush=True,
     )
@@ -202,3 +256,29 @@ def _lora_note(lora: LoraSettings) -> str:
     if not lora.adapters:
         return ""
     return f"; LoRA adapters {', '.join(lora.adapters)} (max_loras {lora.max_loras})"
+
+
+def _pd_note(settings: EmulatorSettings) -> str:
+    roles = settings.roles()
+    if roles.count("both") == len(roles):
+        return ""
+    counts = ", ".join(f"{roles.count(r)} {r}" for r in ("prefill", "decode", "both") if r in roles)
+    return f"; P/D over {settings.pd_protocol}: {counts} (KV lease {settings.kv_lease_s} s)"
+
+
+def _server(app: object, host: str, port: int) -> _Server:
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        ws="none",
+    )
+    return _Server(config)
+
+
+def _bound_port(server: uvicorn.Server) -> int:
+    sock: socket.socket = server.servers[0].sockets[0]
+    return int(sock.getsockname()[1])

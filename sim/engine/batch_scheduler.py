@@ -13,6 +13,9 @@ decode phases); a step hands out `max_num_batched_tokens` tokens to close the ga
    prefix cache as its slots are allocated, so blocks are shared from the step computing them.
 Prefix-cache counters follow vLLM's `PrefixCacheStats` (at admission, in known tokens; after a
 preemption in `preempted_*`, `Admission.prompt_tokens` then being prompt + outputs so far).
+A request's `external_tokens` (P/D) are loaded at its first admission: blocks past its hits
+are allocated and committed without budget or compute, all but the last known token (vLLM
+recomputes it). A finished `hold` request keeps its blocks in `held` until `release`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class BatchScheduler:
         self.preempted_prefix_queries = 0
         self.preempted_prefix_hits = 0
         self.preemptions = 0
+        self.held: dict[str, EngineRequest] = {}  # finished, blocks kept (see `release`)
 
     def add(self, request: EngineRequest) -> None:
         self.waiting.append(request)
@@ -74,9 +78,20 @@ class BatchScheduler:
         if not requests:
             return
         for request in requests:
-            self._release(request)
+            if request.hold:
+                self.held[request.request_id] = request
+            else:
+                self._release(request)
         done = set(requests)
         self.running = [r for r in self.running if r not in done]
+
+    def release(self, request_id: str) -> bool:
+        """Free the blocks a finished `hold` request kept (they stay cached); False if none."""
+        request = self.held.pop(request_id, None)
+        if request is None:
+            return False
+        self._release(request)
+        return True
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -115,18 +130,24 @@ class BatchScheduler:
                 max_blocks = (request.num_tokens - 1) // block_size
                 hits = self.kv_cache.cached_blocks(request.block_hashes(block_size)[:max_blocks])
             cached = len(hits) * block_size
-            num_new = min(request.num_tokens - cached, budget)
-            if not self._allocate(request, num_new, hits):
+            loaded = loaded_tokens(request, cached)
+            num_new = min(request.num_tokens - cached - loaded, budget)
+            if not self._allocate(request, loaded + num_new, hits):
                 break
             self.waiting.popleft()
             self.running.append(request)
-            request.num_computed = cached
+            request.num_computed = cached + loaded
             request.prefilling = True
             resumed = request.num_preemptions > 0
             if caching:
                 self._record_lookup(request.num_tokens, cached, resumed)
-            plan.admitted.append(Admission(request.request_id, request.num_tokens, cached, resumed))
-            plan.chunks.append(ScheduledChunk(request, num_new, cached, True))
+            if request.prompt_sources is None:
+                request.prompt_sources = _prompt_sources(request, cached)
+            request.external_tokens = 0  # loaded once: after a preemption it recomputes
+            plan.admitted.append(
+                Admission(request.request_id, request.num_tokens, cached, resumed, loaded)
+            )
+            plan.chunks.append(ScheduledChunk(request, num_new, cached + loaded, True))
             budget -= num_new
 
     def _allocate(self, request: EngineRequest, num_new: int, hits: Sequence[int] = ()) -> bool:
@@ -199,3 +220,16 @@ class BatchScheduler:
         else:
             self.prefix_queries += queries
             self.prefix_hits += hits
+
+
+def loaded_tokens(request: EngineRequest, cached: int) -> int:
+    """Tokens past `cached` ones the request's admission loads from outside, not computing
+    them: its external tokens but the last known one."""
+    return max(0, min(request.external_tokens, request.num_tokens - 1) - cached)
+
+
+def _prompt_sources(request: EngineRequest, cached: int) -> tuple[int, int, int]:
+    """(local compute, local cache hit, external) prompt tokens, as vLLM counts them: all
+    external tokens past the hits count as transferred, the recomputed last one included."""
+    external = max(0, min(request.external_tokens, request.prompt_len) - cached)
+    return request.prompt_len - cached - external, cached, external

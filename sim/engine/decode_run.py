@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sim.engine.batch_scheduler import BatchScheduler
+from sim.engine.batch_scheduler import BatchScheduler, loaded_tokens
 from sim.engine.block_runs import Piece, add_irregular, clipped, shifted
 from sim.engine.request import EngineRequest
 from sim.engine.types import StepTimeCoefficients
@@ -180,7 +180,9 @@ def _head_guard(scheduler: BatchScheduler, budget: int) -> _HeadGuard | None:
         hashes = request.block_hashes(bs)[:max_blocks]
         hits = kv.cached_blocks(hashes)
     cached = len(hits) * bs
-    total = request.num_computed + cached + min(request.num_tokens - cached, budget)
+    loaded = loaded_tokens(request, cached)
+    total = request.num_computed + cached + loaded
+    total += min(request.num_tokens - cached - loaded, budget)
     required = -(-total // bs) - len(request.blocks) - len(hits)
     evictable = kv.evictable(hits)
     # As BatchScheduler._allocate decides: touching a free hit uses up a free block too.

@@ -10,6 +10,11 @@ one that reaches its known tokens emitting a token at the step's end (the first 
 the step completing the prefill); frees the blocks of requests that emitted their last (they
 stay cached); and prices itself, linear in its features (`sim.engine.types`).
 
+Disaggregated prefill/decode: `add_request(..., external_tokens=K)` takes the KV of the
+prompt's first K tokens as transferred in (D), `hold=True` keeps a finished request's blocks
+until `release` (P), and `cached_prefix_blocks` says what a transfer can skip
+(`sim.engine.kv_transfer` prices it).
+
 With `kv_events=True` the cache's changes are recorded (`sim.engine.kv_events`) and taken with
 `take_kv_events()` after each step. `native` picks the KV cache (`sim.engine.kv_store`): None,
 the compiled one if built; False, the Python reference.
@@ -24,6 +29,7 @@ from routing.kv_events import KvEvent
 from sim.engine import decode_run
 from sim.engine.batch_scheduler import BatchScheduler, StepPlan
 from sim.engine.decode_run import DecodeRun
+from sim.engine.kv_cache import chain_block_hashes
 from sim.engine.kv_events import KVEventLog
 from sim.engine.kv_store import KVCache
 from sim.engine.request import EngineRequest
@@ -71,6 +77,7 @@ class EngineModel:
         self._generation_tokens = 0
         self._version = 0  # bumped by every change: a DecodeRun plan is valid for one version
         self._hashed = 0  # hashed requests added, to key their output blocks
+        self._by_source = [0, 0, 0]  # prompt tokens: local compute, local cache hit, external
 
     @classmethod
     def from_profile(cls, profile: EngineProfile) -> EngineModel:
@@ -80,22 +87,46 @@ class EngineModel:
     def kv_cache(self) -> KVCache:
         return self._scheduler.kv_cache
 
-    def add_request(self, request_id: str, prompt: Sequence[int], output: Sequence[int]) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        *,
+        external_tokens: int = 0,
+        hold: bool = False,
+    ) -> None:
         """Queue a request that will generate exactly `output` (like ignore_eos, max_tokens).
 
-        Request ids must be unique among unfinished requests.
+        Request ids must be unique among unfinished and held requests. `external_tokens` K
+        (0 ≤ K ≤ len(prompt)): the KV of the prompt's first K tokens arrives computed from
+        another engine (the caller waits out the transfer before adding). At admission, the
+        blocks past the engine's own prefix-cache hits that hold them are allocated, filled
+        and committed to the prefix cache without compute or token budget; the rest of the
+        prompt, and at least its last token (as vLLM recomputes it), is prefilled. Stats count
+        the K tokens past the hits as `prompt_tokens_external`. `hold`: when the request
+        finishes, its blocks stay referenced (counted in usage, `held_blocks`) until `release`.
         """
-        self._check_new(request_id, len(prompt), len(output))
+        self._check_new(request_id, len(prompt), len(output), external_tokens)
         request = EngineRequest(
             request_id=request_id,
             tokens=(*prompt, *output),
             prompt_len=len(prompt),
             output_len=len(output),
+            external_tokens=external_tokens,
+            hold=hold,
         )
         self._queue(request)
 
     def add_request_hashed(
-        self, request_id: str, prompt_len: int, block_hashes: Sequence[int], output_len: int
+        self,
+        request_id: str,
+        prompt_len: int,
+        block_hashes: Sequence[int],
+        output_len: int,
+        *,
+        external_tokens: int = 0,
+        hold: bool = False,
     ) -> None:
         """Queue a request known by the chained hashes of its prompt's full blocks only.
 
@@ -103,8 +134,9 @@ class EngineModel:
         prefixes (as `chain_block_hashes` gives). The blocks that hold generated tokens get
         hashes of their own, chained from the prompt's and unique to this request: they are
         committed to the prefix cache like any block, but no other request hits them.
+        `external_tokens` and `hold` as for `add_request`.
         """
-        self._check_new(request_id, prompt_len, output_len)
+        self._check_new(request_id, prompt_len, output_len, external_tokens)
         bs = self.config.block_size
         if len(block_hashes) != prompt_len // bs:
             raise ValueError(
@@ -117,15 +149,25 @@ class EngineModel:
         for index in range(len(hashes), (prompt_len + output_len) // bs):
             parent = hash((parent, -self._hashed, index))
             hashes.append(parent)
-        self._queue(EngineRequest.hashed(request_id, prompt_len, output_len, hashes))
+        request = EngineRequest.hashed(request_id, prompt_len, output_len, hashes)
+        request.external_tokens = external_tokens
+        request.hold = hold
+        self._queue(request)
 
-    def _check_new(self, request_id: str, prompt_len: int, output_len: int) -> None:
+    def _check_new(
+        self, request_id: str, prompt_len: int, output_len: int, external_tokens: int = 0
+    ) -> None:
         if prompt_len < 1:
             raise ValueError(f"request {request_id!r}: the prompt is empty")
         if output_len < 1:
             raise ValueError(f"request {request_id!r}: output must have at least one token")
-        if request_id in self._requests:
+        if request_id in self._requests or request_id in self._scheduler.held:
             raise ValueError(f"request {request_id!r} is already in the engine")
+        if not 0 <= external_tokens <= prompt_len:
+            raise ValueError(
+                f"request {request_id!r}: external_tokens {external_tokens} outside "
+                f"[0, {prompt_len}]"
+            )
         total = prompt_len + output_len
         if total > self.config.max_model_len:
             raise ValueError(
@@ -154,15 +196,41 @@ class EngineModel:
         self._version += 1
         return True
 
+    def release(self, request_id: str) -> bool:
+        """Free the blocks a finished `hold` request kept (they stay cached, as a finished
+        request's do); False if it holds none (unknown, unfinished or released)."""
+        if not self._scheduler.release(request_id):
+            return False
+        self._version += 1
+        return True
+
+    def held_blocks(self, request_id: str) -> tuple[int, ...]:
+        """The block ids a finished `hold` request keeps, in prompt order (empty if none)."""
+        request = self._scheduler.held.get(request_id)
+        return tuple(request.blocks) if request is not None else ()
+
+    def cached_prefix_blocks(self, prompt: Sequence[int]) -> int:
+        """How many of the prompt's leading full blocks the prefix cache holds (held or
+        free); what a transfer of the prompt's KV to this engine can skip."""
+        return self.cached_prefix_blocks_hashed(chain_block_hashes(prompt, self.config.block_size))
+
+    def cached_prefix_blocks_hashed(self, block_hashes: Sequence[int]) -> int:
+        """`cached_prefix_blocks` for a prompt known by its full blocks' chained hashes."""
+        if not self.config.enable_prefix_caching:
+            return 0
+        return self._scheduler.kv_cache.find_cached_prefix(block_hashes)
+
     def has_work(self) -> bool:
         return bool(self._requests)
 
     def step(self) -> StepResult:
-        """Plan, compute and price one step. Without work: an empty step of 0 s."""
+        """Plan, compute and price one step. Without work, or while the waiting requests
+        need blocks that held requests keep: an empty step of 0 s (`StepResult.idle`); the
+        caller then waits for a `release` (or a new request)."""
         self._version += 1
         plan = self._scheduler.schedule()
         if not plan.chunks:
-            if self._requests and not plan.preempted:
+            if self._requests and not plan.preempted and not self._scheduler.held:
                 raise RuntimeError("engine model stalled with unfinished requests")
             return StepResult(0.0, StepFeatures(), preempted=tuple(plan.preempted))
         features, tokens = self._compute(plan)
@@ -236,7 +304,16 @@ class EngineModel:
             generation_tokens=self._generation_tokens,
             preempted_prefix_queries=scheduler.preempted_prefix_queries,
             preempted_prefix_hits=scheduler.preempted_prefix_hits,
+            prompt_tokens_local_compute=self._by_source[0],
+            prompt_tokens_local_cache_hit=self._by_source[1],
+            prompt_tokens_external=self._by_source[2],
+            held_blocks=sum(len(r.blocks) for r in scheduler.held.values()),
         )
+
+    def _count_sources(self, request: EngineRequest) -> None:
+        sources = request.prompt_sources or (request.prompt_len, 0, 0)
+        for i, tokens in enumerate(sources):
+            self._by_source[i] += tokens
 
     def _compute(self, plan: StepPlan) -> tuple[StepFeatures, list[TokenEvent]]:
         prefill_tokens = attention_pairs = decode_seqs = kv_tokens_read = context_pairs = 0
@@ -260,6 +337,7 @@ class EngineModel:
             index = request.emit()
             if index == 0:
                 self._prompt_tokens += request.prompt_len
+                self._count_sources(request)
             done = index + 1 == request.output_len
             tokens.append(TokenEvent(request.request_id, index, request.output_token(index), done))
             if done:

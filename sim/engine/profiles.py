@@ -3,7 +3,8 @@
 Built in: `h100-llama3-8b` (from the Dynamo mocker's published formulas), `a100-llama3-8b`
 (the same, scaled by public hardware ratios) and `demo` (synthetic, for live demos on a
 small machine). Measured profiles are JSON files in `profiles/` next to this module, with
-the fields of `EngineProfile` (`frontend` optional: the API server's cost, `FrontEnd`);
+the fields of `EngineProfile` (optional: `frontend`, the API server's cost, `FrontEnd`;
+`transfer`, the P/D KV transfer link, `KVTransferLink`, whose defaults every built-in uses);
 each one found is added to `PROFILES` under its `name`. The built-in profiles are bare
 engines (no front-end cost): the published formulas they come from have none.
 """
@@ -17,7 +18,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sim.engine.types import EngineConfig, EngineProfile, FrontEnd, StepTimeCoefficients
+from sim.engine.types import (
+    EngineConfig,
+    EngineProfile,
+    FrontEnd,
+    KVTransferLink,
+    StepTimeCoefficients,
+)
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
@@ -138,7 +145,7 @@ def _fields_of(cls: type, data: Any, where: str) -> dict[str, Any]:
 def parse_profile(data: Any, where: str = "profile") -> EngineProfile:
     """Build a profile from decoded JSON; ValueError naming the field path on a mistake."""
     top = dict(_fields_of(EngineProfile, data, where))
-    missing = sorted({f.name for f in fields(EngineProfile)} - set(top) - {"frontend"})
+    missing = sorted({f.name for f in fields(EngineProfile)} - set(top) - _OPTIONAL)
     if missing:
         raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
     for name in ("name", "description", "source"):
@@ -150,15 +157,27 @@ def parse_profile(data: Any, where: str = "profile") -> EngineProfile:
             **_fields_of(StepTimeCoefficients, top["timing"], f"{where}.timing")
         )
         frontend = FrontEnd(**_fields_of(FrontEnd, top.get("frontend", {}), f"{where}.frontend"))
+        transfer = KVTransferLink(
+            **_fields_of(KVTransferLink, top.get("transfer", {}), f"{where}.transfer")
+        )
     except TypeError as exc:  # a missing timing coefficient
         raise ValueError(f"{where}: {exc}") from None
     _check_numbers(config, f"{where}.config")
     _check_numbers(timing, f"{where}.timing")
     _check_numbers(frontend, f"{where}.frontend")
-    return EngineProfile(top["name"], top["description"], top["source"], config, timing, frontend)
+    _check_numbers(transfer, f"{where}.transfer")
+    if transfer.bandwidth_bytes_s <= 0:
+        raise ValueError(f"{where}.transfer.bandwidth_bytes_s: expected a positive number")
+    return EngineProfile(
+        top["name"], top["description"], top["source"], config, timing, frontend, transfer
+    )
 
 
-def _check_numbers(value: EngineConfig | StepTimeCoefficients | FrontEnd, where: str) -> None:
+_OPTIONAL = {"frontend", "transfer"}
+_Numbers = EngineConfig | StepTimeCoefficients | FrontEnd | KVTransferLink
+
+
+def _check_numbers(value: _Numbers, where: str) -> None:
     """JSON types per field (types.py annotations are strings) and sign: no negative cost."""
     for f in fields(value):
         item = getattr(value, f.name)

@@ -8,6 +8,10 @@ samples one new token. The last sampled token is never computed: the request fin
 The model knows the outputs in advance (`output`), like a request with `ignore_eos` and
 `max_tokens = len(output)`; `num_generated` says how many have been emitted.
 
+A request may have its first `external_tokens` prompt tokens computed elsewhere (a P/D
+transfer): its first admission takes their KV as loaded, not computed. A `hold` request keeps
+its blocks when it finishes, until the engine model releases them.
+
 A *hashed* request (`EngineRequest.hashed`) has no token ids at all: its full blocks come as
 hashes, so its cost is per block, not per token. Its outputs are `GENERATED_TOKEN_ID`.
 """
@@ -40,6 +44,10 @@ class EngineRequest:
     blocks: list[int] = field(default_factory=list)
     runs: list[Piece] = field(default_factory=list)  # the cut of `blocks` into pieces
     num_committed_blocks: int = 0  # leading blocks entered in the prefix cache
+    external_tokens: int = 0  # leading prompt tokens whose KV arrives from outside (once)
+    hold: bool = False  # keep the blocks when finished (a P/D prefill awaiting its transfer)
+    # (local compute, local cache hit, external) prompt tokens, fixed at the first admission.
+    prompt_sources: tuple[int, int, int] | None = None
     _hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ A profile also carries its API server's cost (`FrontEnd`); the step time is (`St
 A counts each (new, context) token pair once, as if each token attended to the whole chunk.
 `context_attention_s` and `prefill_seq_s` are 0 unless a profile sets them (built-in ones do
 not): docs/decisions/0019-calibration-context-attention.md, 0024-calibration-burst-terms.md.
+A profile's `transfer` (`KVTransferLink`) prices moving KV blocks between engines (P/D).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class StepFeatures:
     kv_tokens_read: int = 0
     context_pairs: int = 0
     prefill_seqs: int = 0
+
+
+_NO_FEATURES = StepFeatures()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,22 @@ class FrontEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class KVTransferLink:
+    """The link KV blocks cross between a prefill and a decode engine (disaggregated P/D).
+
+    Moving n blocks of `block_size` tokens takes
+        latency_s + n · block_size · bytes_per_token / bandwidth_bytes_s
+    (`sim.engine.kv_transfer.transfer_time_s`). Defaults: an RDMA-class link (25 GB/s,
+    50 µs per transfer) carrying Llama 3 8B's bf16 KV: 2 (K, V) × 32 layers × 8 KV heads ×
+    128 dims × 2 bytes = 131,072 bytes a token (2 MiB a block of 16).
+    """
+
+    bandwidth_bytes_s: float = 25e9
+    latency_s: float = 50e-6
+    bytes_per_token: int = 131072
+
+
+@dataclass(frozen=True, slots=True)
 class EngineProfile:
     """A named hardware/model profile: capacity, timing, API server cost, and where the
     numbers come from."""
@@ -93,6 +113,7 @@ class EngineProfile:
     config: EngineConfig
     timing: StepTimeCoefficients
     frontend: FrontEnd = FrontEnd()
+    transfer: KVTransferLink = KVTransferLink()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +134,7 @@ class Admission:
     prompt_tokens: int
     cached_tokens: int  # prompt tokens served from the prefix cache
     resumed: bool  # True when re-admitted after a preemption
+    external_tokens: int = 0  # tokens whose KV arrived from another engine, not computed
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +144,11 @@ class StepResult:
     tokens: tuple[TokenEvent, ...] = ()
     admitted: tuple[Admission, ...] = ()
     preempted: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing ran: no work, or the waiting requests wait for held blocks."""
+        return not self.preempted and self.features == _NO_FEATURES
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +169,9 @@ class EngineStats:
     # prefix_cache_* counters (PrefixCacheStats.preempted_queries / preempted_hits).
     preempted_prefix_queries: int = 0
     preempted_prefix_hits: int = 0
+    # vllm:prompt_tokens_by_source: each prompt's tokens, counted at its first token, by
+    # where their KV came from (they sum to prompt_tokens).
+    prompt_tokens_local_compute: int = 0
+    prompt_tokens_local_cache_hit: int = 0
+    prompt_tokens_external: int = 0  # source="external_kv_transfer"
+    held_blocks: int = 0  # blocks finished requests keep for a transfer (`EngineModel.release`)

@@ -14,7 +14,7 @@ from sim.engine.profiles import (
     load_profiles,
     parse_profile,
 )
-from sim.engine.types import FrontEnd, StepFeatures
+from sim.engine.types import FrontEnd, KVTransferLink, StepFeatures
 
 MOCKER_KV_TOKENS = 16384 * 64
 
@@ -124,6 +124,9 @@ def test_profile_files_next_to_the_module_join_the_registry(tmp_path: Path) -> N
         (_profile_json(name=3), r"profile\.name"),
         (_profile_json(frontend={"frontend_s": -0.1}), r"profile\.frontend\.frontend_s"),
         (_profile_json(frontend={"queue_s": 0.1}), r"profile\.frontend: unknown field"),
+        (_profile_json(transfer={"bandwidth_bytes_s": 0}), r"transfer\.bandwidth_bytes_s"),
+        (_profile_json(transfer={"bytes_per_token": 1.5}), r"transfer\.bytes_per_token"),
+        (_profile_json(transfer={"rtt_s": 1}), r"profile\.transfer: unknown field"),
         ([], "expected an object"),
     ],
 )
@@ -139,6 +142,12 @@ def test_the_front_end_is_optional_and_read_when_given() -> None:
     measured = get_profile("vllm-cpu-tiny").frontend
     # Fitted 2026-12-04: a burst's wait in the API server is shared work, not a FIFO.
     assert measured.request_overhead_s > 0 and measured.frontend_s >= 0
+
+
+def test_the_transfer_link_is_optional_and_read_when_given() -> None:
+    assert parse_profile(_profile_json()).transfer == KVTransferLink()
+    given = {"bandwidth_bytes_s": 1e9, "latency_s": 0.001, "bytes_per_token": 512}
+    assert parse_profile(_profile_json(transfer=given)).transfer == KVTransferLink(1e9, 0.001, 512)
 
 
 def test_context_attention_is_optional_and_zero_in_the_builtin_profiles() -> None:
