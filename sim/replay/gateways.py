@@ -12,7 +12,8 @@ stable hash of the session key; requests without one round-robin), as a sticky l
 
 Their routing state is shared (`sim.replay.sharing`, each change after a sync delay) or not (each
 learns from its own dispatches and answers). The precise index is one for all: the engines' KV
-events feed it alike for every gateway (speculations included).
+events feed it alike for every gateway (speculations included). On a fleet with prefill replicas
+each gateway plans P/D pairs with a `PdPlanner` of its own, built as the gateway builds it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Protocol
 from routing import PluginRegistry
 from routing.traces import TraceRequest
 from routing.types import EndpointSnapshot, EngineMetrics
+from scoring.pd.planner import PdPlanner, new_link_model
 from scoring.stack import RoutingStack, build_routing_stack
 from scoring.state.precise_index import PreciseIndex
 from scoring.state.prefix_index import PrefixIndex
@@ -63,6 +65,8 @@ class SimGateway:
 
     stack: RoutingStack
     views: Sequence[Counters]  # by replica position
+    roles: Sequence[str] = ()  # by replica position (empty: every one `both`)
+    planner: PdPlanner | None = None  # a fleet with prefill replicas: P/D placement
     shown: list[EndpointSnapshot | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -91,6 +95,7 @@ class SimGateway:
                 metrics=metrics,
                 in_flight=view.in_flight,
                 pending_prefill_tokens=view.pending_prefill_tokens,
+                role=self.roles[position] if self.roles else "both",
             )
         return shown
 
@@ -108,6 +113,8 @@ def build_gateways(
     """`settings.gateways` gateways on `settings.routing`; the first routes with `rng` (and,
     alone, counts on `replicas`), the others with RNGs of their own from `settings.seed`."""
     count = settings.gateways
+    roles = settings.roles()
+    section = settings.disaggregation
     out = []
     for g in range(count):
         stack = build_routing_stack(
@@ -119,7 +126,13 @@ def build_gateways(
             precise=precise,
         )
         views = replicas if count == 1 else [ReplicaView(r.id, r.url) for r in replicas]
-        out.append(SimGateway(stack, views))
+        planner = None
+        if settings.prefill:  # as `gateway.compose` builds it
+            planner = PdPlanner(
+                section, stack.index, stack.ttft_model, new_link_model(section),
+                settings.routing.prefix.chars_per_token,
+            )  # fmt: skip
+        out.append(SimGateway(stack, views, roles if settings.prefill else (), planner))
     return out
 
 
