@@ -5,7 +5,8 @@ each installed on demand from PyPI into `.venv-peers/<name>/`; and kvgate itself
 from the running interpreter, so a harness treats every router alike. Each router runs as
 a `sim.live.processes.ChildProcess` (its own process group) on 127.0.0.1, logs to a file,
 is waited for until it answers `GET /v1/models`, and is stopped by its pid. Exact versions
-and command lines are exposed so that a report can carry them.
+and command lines are exposed so that a report can carry them; `pd_peer_command` gives
+sglang-router's and vllm-router's own P/D modes.
 """
 
 from __future__ import annotations
@@ -151,6 +152,44 @@ def peer_command(
         litellm = str(install.python.parent / "litellm")
         return [litellm, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(port)]
     raise ValueError(f"unknown peer {install.name!r}")
+
+
+# Each peer's P/D mode: the protocol it speaks to engines (`kvgate emulate --pd-protocol`).
+PD_PROTOCOL = {"sglang-router": "sglang", "vllm-router": "vllm"}
+
+
+def pd_peer_command(
+    install: PeerInstall,
+    *,
+    port: int,
+    prefill: Sequence[tuple[str, int | None]],
+    decode: Sequence[str],
+    policy: str = "default",
+    metrics_port: int = 0,
+) -> list[str]:
+    """The command line that starts `install`'s own P/D mode on 127.0.0.1:`port`: `prefill`
+    (URL, SGLang bootstrap port or None) and `decode` URLs, as `PD_PROTOCOL` engines."""
+    if install.name not in PD_PROTOCOL:
+        raise ValueError(
+            f"{install.name!r} has no P/D mode here; those that do: {list(PD_PROTOCOL)}"
+        )
+    py = str(install.python)
+    mode = "--pd-disaggregation" if install.name == "sglang-router" else "--vllm-pd-disaggregation"
+    module = (
+        "sglang_router.launch_router"
+        if install.name == "sglang-router"
+        else "vllm_router.launch_router"
+    )
+    cmd = [py, "-m", module, "--host", "127.0.0.1", "--port", str(port), mode]
+    for url, bootstrap in prefill:
+        cmd += ["--prefill", url, *([str(bootstrap)] if bootstrap is not None else [])]
+    for url in decode:
+        cmd += ["--decode", url]
+    if policy != "default":
+        cmd += ["--policy", policy]
+    level = "warn" if install.name == "sglang-router" else "warning"
+    cmd += ["--log-level", level, "--prometheus-host", "127.0.0.1"]
+    return [*cmd, "--prometheus-port", str(metrics_port)]
 
 
 # LiteLLM would fetch its model price map from the internet at start and log every call.

@@ -136,12 +136,16 @@ def _add_pd_arguments(e: argparse.ArgumentParser) -> None:
         "--role",
         choices=ROLES,
         default="both",
-        help="every replica's role (default both: whole requests, today's replicas)",
+        help="every replica's role (default both: whole requests)",
     )
-    g.add_argument("--prefill", type=int, default=0, metavar="N", help="a mixed fleet: N P...")
     g.add_argument(
-        "--decode", type=int, default=0, metavar="M", help="... then M D replicas (ports follow)"
+        "--prefill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a mixed fleet instead of --replicas: N prefill replicas first, ...",
     )
+    g.add_argument("--decode", type=int, default=0, metavar="M", help="... then M decode replicas")
     g.add_argument(
         "--pd-protocol",
         choices=PROTOCOLS,

@@ -124,6 +124,7 @@ class EmulatorApp:
             "engine_id": self.pd.engine_id,
             "held_blocks": self.replica.engine.stats().held_blocks,
             "handoffs": held,
+            "pending": self.pd.handoffs.pending(),
         }
 
     def _cache_view(self) -> dict[str, Any]:

@@ -53,9 +53,9 @@ class Completions:
         req = api.parse_inference(kind, data)
         adapter = self._check_model(req.model)
         prompt = list(req.prompt_ids or self.tokenizer.encode(req.prompt_text or ""))
-        leg = self.pd.leg(data)
+        pd = self.pd.request(data)
         n_out = self._output_len(req, len(prompt))
-        if leg is not None and leg.kind is LegKind.SGLANG_PREFILL:
+        if pd is not None and pd.leg.kind is LegKind.SGLANG_PREFILL:
             n_out = 1  # SGLang's prefill server stops at the first token
         output = self._output_ids(prompt, n_out, req.seed)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
@@ -67,9 +67,9 @@ class Completions:
         answered = False
         try:
             external = 0
-            if leg is not None:
-                external = await conn.unless_gone(self.pd.before_admit(leg, prompt, adapter))
-            hold = leg is not None and leg.prefill
+            if pd is not None:
+                external = await conn.unless_gone(self.pd.before_admit(pd, prompt, adapter))
+            hold = pd is not None and pd.prefill
             try:
                 gen = await self.replica.admit(
                     request_id, prompt, output, adapter, external_tokens=external, hold=hold
@@ -78,9 +78,9 @@ class Completions:
                 raise api.ApiError(400, str(exc)) from None
             conn.attach(gen)
             finish: Finish | None = None
-            if leg is not None:
-                pd_leg, address = leg, scope.get("server")
-                finish = lambda: self.pd.after_generation(pd_leg, gen, address)  # noqa: E731
+            if pd is not None:
+                pd_request, address = pd, scope.get("server")
+                finish = lambda: self.pd.after_generation(pd_request, gen, address)  # noqa: E731
             if req.stream:
                 answered = await self._stream(gen, req, send, finish)
             else:
@@ -90,8 +90,8 @@ class Completions:
         finally:
             await conn.close()
             self.replica.abort(request_id)  # no-op when it finished
-            if leg is not None and not answered:
-                self.pd.abandon(leg, request_id)
+            if pd is not None and not answered:
+                self.pd.abandon(pd, request_id)
 
     def _output_len(self, req: api.ParsedRequest, prompt_len: int) -> int:
         limit = self.replica.max_model_len

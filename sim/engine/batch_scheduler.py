@@ -12,10 +12,7 @@ decode phases); a step hands out `max_num_batched_tokens` tokens to close the ga
 3. Every block the step fills with known tokens, generated ones included, is committed to the
    prefix cache as its slots are allocated, so blocks are shared from the step computing them.
 Prefix-cache counters follow vLLM's `PrefixCacheStats` (at admission, in known tokens; after a
-preemption in `preempted_*`, `Admission.prompt_tokens` then being prompt + outputs so far).
-A request's `external_tokens` (P/D) are loaded at its first admission: blocks past its hits
-are allocated and committed without budget or compute, all but the last known token (vLLM
-recomputes it). A finished `hold` request keeps its blocks in `held` until `release`.
+preemption in `preempted_*`). P/D: `loaded_tokens` (D's transferred KV), `held` (P's blocks).
 """
 
 from __future__ import annotations
@@ -223,8 +220,9 @@ class BatchScheduler:
 
 
 def loaded_tokens(request: EngineRequest, cached: int) -> int:
-    """Tokens past `cached` ones the request's admission loads from outside, not computing
-    them: its external tokens but the last known one."""
+    """Tokens past `cached` ones the request's (first) admission loads from outside: its
+    external tokens but the last known one, which is recomputed (as vLLM does). Their blocks
+    are allocated and committed like computed ones, with no token budget and no compute."""
     return max(0, min(request.external_tokens, request.num_tokens - 1) - cached)
 
 

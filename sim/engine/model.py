@@ -8,13 +8,8 @@ O(blocks)), calls `step()` while `has_work()`, and advances its clock by each st
 requests, then admissions, preempting when blocks run out); advances every scheduled request,
 one that reaches its known tokens emitting a token at the step's end (the first at the end of
 the step completing the prefill); frees the blocks of requests that emitted their last (they
-stay cached); and prices itself, linear in its features (`sim.engine.types`).
-
-Disaggregated prefill/decode: `add_request(..., external_tokens=K)` takes the KV of the
-prompt's first K tokens as transferred in (D), `hold=True` keeps a finished request's blocks
-until `release` (P), and `cached_prefix_blocks` says what a transfer can skip
-(`sim.engine.kv_transfer` prices it).
-
+stay cached); and prices itself, linear in its features (`sim.engine.types`). For P/D,
+`external_tokens` (D: KV transferred in), `hold`/`release` (P) and `cached_prefix_blocks`.
 With `kv_events=True` the cache's changes are recorded (`sim.engine.kv_events`) and taken with
 `take_kv_events()` after each step. `native` picks the KV cache (`sim.engine.kv_store`): None,
 the compiled one if built; False, the Python reference.

@@ -6,11 +6,8 @@ gives it some of the difference. A step that brings `num_computed_tokens` up to 
 samples one new token. The last sampled token is never computed: the request finishes.
 
 The model knows the outputs in advance (`output`), like a request with `ignore_eos` and
-`max_tokens = len(output)`; `num_generated` says how many have been emitted.
-
-A request may have its first `external_tokens` prompt tokens computed elsewhere (a P/D
-transfer): its first admission takes their KV as loaded, not computed. A `hold` request keeps
-its blocks when it finishes, until the engine model releases them.
+`max_tokens = len(output)`; `num_generated` says how many have been emitted. P/D: the KV of
+the first `external_tokens` prompt tokens arrives from elsewhere; `hold` keeps the blocks.
 
 A *hashed* request (`EngineRequest.hashed`) has no token ids at all: its full blocks come as
 hashes, so its cost is per block, not per token. Its outputs are `GENERATED_TOKEN_ID`.

@@ -13,7 +13,6 @@ A profile also carries its API server's cost (`FrontEnd`); the step time is (`St
 A counts each (new, context) token pair once, as if each token attended to the whole chunk.
 `context_attention_s` and `prefill_seq_s` are 0 unless a profile sets them (built-in ones do
 not): docs/decisions/0019-calibration-context-attention.md, 0024-calibration-burst-terms.md.
-A profile's `transfer` (`KVTransferLink`) prices moving KV blocks between engines (P/D).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ a log file, and stops it by its pid: a signal to the group (SIGINT unless told o
 SIGKILL to the group if the leader has not exited within the timeout, then SIGKILL to what
 is left of the group (workers a server forked may outlive it). Readiness is a log line
 (`wait_for_line`, for programs that print where they listen) or an HTTP answer
-(`wait_for_http`). `start_emulator` and `start_gateway` run `kvgate emulate` and
-`kvgate serve` with this interpreter (`python -m kvgate.cli`: a child process, nothing of
-the gateway is imported here) on port 0 and read their URLs from the log.
+(`wait_for_http`). `start_emulator` (`start_pd_emulator`: a P/D fleet) and `start_gateway`
+run `kvgate emulate` and `kvgate serve` with this interpreter (`python -m kvgate.cli`: a
+child process, nothing of the gateway is imported here) on port 0 and read their URLs from
+the log.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -228,6 +230,49 @@ def start_emulator(
         child.stop()
         raise
     return child, urls
+
+
+@dataclass(frozen=True, slots=True)
+class PDFleet:
+    """A P/D fleet's addresses: each prefill replica's URL and SGLang bootstrap port (None
+    under vLLM's protocol), each decode replica's URL."""
+
+    prefill: list[tuple[str, int | None]]
+    decode: list[str]
+
+
+def start_pd_emulator(
+    prefill: int,
+    decode: int,
+    protocol: str,
+    log_path: Path,
+    *,
+    profile: str = "demo",
+    model: str = "kvgate-demo",
+    speedup: float = 1.0,
+    extra: Sequence[str] = (),
+) -> tuple[ChildProcess, PDFleet]:
+    """`kvgate emulate --prefill N --decode M --pd-protocol P` on free ports; the process
+    and its fleet's addresses, read from the log."""
+    args = ["emulate", "--prefill", str(prefill), "--decode", str(decode), "--port", "0"]
+    args += ["--pd-protocol", protocol, "--profile", profile, "--model", model]
+    args += ["--speedup", str(speedup), *extra]
+    child = ChildProcess(kvgate_command(*args), log_path).start()
+    try:
+        found = child.wait_for_line(
+            r"^replica \d+ \((prefill|decode)\): (http://\S+)", prefill + decode
+        )
+        bootstraps = []
+        if protocol == "sglang" and prefill:
+            lines = child.wait_for_line(r"^replica \d+ \(prefill\) bootstrap: (\d+)", prefill)
+            bootstraps = [int(m.group(1)) for m in lines]
+    except BaseException:
+        child.stop()
+        raise
+    p_urls = [m.group(2) for m in found if m.group(1) == "prefill"]
+    d_urls = [m.group(2) for m in found if m.group(1) == "decode"]
+    ports: list[int | None] = [*bootstraps] if bootstraps else [None] * len(p_urls)
+    return child, PDFleet(list(zip(p_urls, ports, strict=True)), d_urls)
 
 
 def start_redis(log_path: Path, port: int = 0) -> tuple[ChildProcess, str]:

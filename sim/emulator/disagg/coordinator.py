@@ -21,7 +21,9 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -38,6 +40,18 @@ _CONNECT_TIMEOUT_S = 5.0
 _SERVER_ERROR = "InternalServerError"
 
 
+@dataclass(slots=True)
+class PDRequest:
+    """One request's P/D leg and, for a prefill leg, the handoff its blocks go to."""
+
+    leg: Leg
+    handoff: Handoff | None = None
+
+    @property
+    def prefill(self) -> bool:
+        return self.leg.prefill
+
+
 class Disaggregation:
     """The P/D part of one replica: its settings, the handoffs it holds, its client to P."""
 
@@ -49,8 +63,10 @@ class Disaggregation:
         self.bootstrap_port = settings.bootstrap_port  # the bound one, once served
         self._client: httpx.AsyncClient | None = None
 
-    def leg(self, data: dict[str, Any]) -> Leg | None:
-        return parse_leg(data, self.settings)
+    def request(self, data: dict[str, Any]) -> PDRequest | None:
+        """The request's P/D part (None: a plain request); ApiError 400 if malformed."""
+        leg = parse_leg(data, self.settings)
+        return None if leg is None else PDRequest(leg)
 
     async def close(self) -> None:
         self.handoffs.close_all()
@@ -58,11 +74,14 @@ class Disaggregation:
             await self._client.aclose()
             self._client = None
 
-    async def before_admit(self, leg: Leg, prompt: Sequence[int], adapter: str | None) -> int:
+    async def before_admit(
+        self, request: PDRequest, prompt: Sequence[int], adapter: str | None
+    ) -> int:
         """Wait for the other side as the leg requires; the prompt tokens to take as
         external (transferred) when the request enters the engine."""
+        leg = request.leg
         if leg.kind is LegKind.SGLANG_PREFILL:
-            handoff = self.handoffs.open(leg.key)
+            handoff = request.handoff = self.handoffs.open(leg.key)
             await handoff.joined.wait()
             if handoff.outcome:
                 raise api.ApiError(
@@ -76,12 +95,13 @@ class Disaggregation:
         return 0
 
     async def after_generation(
-        self, leg: Leg, gen: Generation, address: tuple[str, int] | None
+        self, request: PDRequest, gen: Generation, address: tuple[str, int] | None
     ) -> dict[str, Any] | None:
         """The prefill legs' last act before answering: hand the held blocks over (vLLM:
         the `kv_transfer_params` to add to the answer; SGLang: wait until D took them)."""
+        leg = request.leg
         if leg.kind is LegKind.VLLM_PREFILL:
-            handoff = self.handoffs.open(gen.request_id)
+            handoff = request.handoff = self.handoffs.open(gen.request_id)
             self.handoffs.prefilled(handoff, gen.request_id, gen.prompt_tokens)
             host, port = address or ("127.0.0.1", 0)
             return {
@@ -96,19 +116,17 @@ class Disaggregation:
                     "tp_size": 1,
                 }
             }
-        if leg.kind is LegKind.SGLANG_PREFILL:
-            handoff = self.handoffs.open(leg.key)
-            self.handoffs.prefilled(handoff, gen.request_id, gen.prompt_tokens)
-            await handoff.done.wait()
+        if request.handoff is not None and leg.kind is LegKind.SGLANG_PREFILL:
+            self.handoffs.prefilled(request.handoff, gen.request_id, gen.prompt_tokens)
+            await request.handoff.done.wait()
         return None
 
-    def abandon(self, leg: Leg, request_id: str) -> None:
+    def abandon(self, request: PDRequest, request_id: str) -> None:
         """The request ended early (its client left, an error): drop what it holds."""
-        if leg.kind is LegKind.SGLANG_PREFILL:
-            handoff = self.handoffs.get(leg.key)
-            if handoff is not None and not handoff.taken:
-                self.handoffs.fail(handoff)
-        if leg.prefill:
+        handoff = request.handoff
+        if handoff is not None and not handoff.taken:
+            self.handoffs.fail(handoff)
+        if request.prefill:
             self.replica.release(request_id)
 
     async def serve_pull(self, key: str, data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -132,6 +150,9 @@ class Disaggregation:
             await asyncio.wait_for(handoff.ready.wait(), wait_s)
         except TimeoutError:
             self.handoffs.fail(handoff)
+        except asyncio.CancelledError:  # D left: nobody will take the room's KV
+            self.handoffs.fail(handoff)
+            raise
         if handoff.outcome or handoff.taken:
             return 410, {"error": f"bootstrap room {room}: {handoff.outcome or 'taken'}"}
         return 200, await self._transfer(handoff, data)
@@ -160,7 +181,8 @@ class Disaggregation:
         blocks = self._blocks_to_move(prompt, adapter)
         body = {"remote_engine_id": leg.remote_engine_id, "blocks": blocks}
         try:
-            r = await self._http().post(f"{leg.peer}/kvgate/pd/pull/{leg.key}", json=body)
+            url = f"{leg.peer}/kvgate/pd/pull/{quote(leg.key, safe='')}"
+            r = await self._http().post(url, json=body)
         except httpx.HTTPError as exc:
             log.warning(
                 "KV pull of %s from %s failed (%s): computing it here", leg.key, leg.peer, exc

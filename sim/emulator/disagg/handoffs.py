@@ -98,6 +98,10 @@ class Handoffs:
             if h.ready.is_set() and not h.outcome
         ]
 
+    def pending(self) -> list[str]:
+        """The handoffs not prefilled yet (SGLang rooms waiting for P or for D)."""
+        return [h.key for h in self._open.values() if not h.ready.is_set()]
+
     def close_all(self) -> None:
         for handoff in list(self._open.values()):
             self._close(handoff, "failed")

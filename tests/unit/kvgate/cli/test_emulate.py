@@ -40,6 +40,22 @@ def test_emulate_help_default_is_the_emulators_own(help_text: Callable[..., str]
             ["--port", "7000", "--replicas", "2", "--kv-events-port", "7001"],
             "ranges overlap",
         ),
+        (["--prefill", "1", "--replicas", "2"], "--prefill/--decode make the fleet"),
+        (["--decode", "1", "--role", "decode"], "--prefill/--decode make the fleet"),
+        (["--prefill", "-1"], "--prefill and --decode must be >= 0"),
+        (["--kv-lease", "0"], "--kv-lease must be > 0"),
+        (["--prefill", "1", "--bootstrap-port", "9000"], "is for SGLang prefill replicas"),
+        (
+            ["--pd-protocol", "sglang", "--prefill", "2", "--bootstrap-port", "65535"],
+            "--bootstrap-port: ports 65535-65536 out of 0-65535",
+        ),
+        (
+            [
+                *("--port", "7000", "--prefill", "1", "--decode", "1"),
+                *("--pd-protocol", "sglang", "--bootstrap-port", "7001"),
+            ],
+            "ranges overlap",
+        ),
     ],
 )
 def test_emulate_bad_arguments_exit_2_before_listening(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.vllm import VLLM
@@ -51,6 +53,23 @@ def test_gauges_counters_and_cache_config_carry_vllm_names_and_values() -> None:
         ("num_gpu_blocks", "640"),
     )
     assert got[("vllm:cache_config_info", info)] == 1.0
+
+
+def test_prompt_tokens_by_source_has_vllm_labels_and_sums_to_prompt_tokens() -> None:
+    stats = replace(
+        STATS,
+        prompt_tokens_local_compute=300,
+        prompt_tokens_local_cache_hit=600,
+        prompt_tokens_external=100,
+    )
+    got = _samples(ReplicaMetrics("m", EngineConfig(), lambda: stats))
+    labels = (("engine", "0"), ("model_name", "m"))
+    by_source = {
+        source: got[("vllm:prompt_tokens_by_source_total", (*labels, ("source", source)))]
+        for source in ("local_compute", "local_cache_hit", "external_kv_transfer")
+    }
+    assert by_source == {"local_compute": 300, "local_cache_hit": 600, "external_kv_transfer": 100}
+    assert sum(by_source.values()) == got[("vllm:prompt_tokens_total", labels)]
 
 
 def test_histogram_buckets_are_cumulative_with_le_inclusive_bounds() -> None:
