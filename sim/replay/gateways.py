@@ -1,10 +1,10 @@
 """Several gateways in one replay: each with its own routing state, shared or not.
 
 `kvgate sim --gateways N` puts N gateways in front of the simulated fleet, as a deployment behind
-a load balancer would. Each `SimGateway` has its own routing stack
-(`scoring.stack.build_routing_stack`) and its own counters per replica (`ReplicaView`: in-flight
-requests and pending prefill, what its scheduler's `EndpointSnapshot`s show); a lone gateway
-counts on the `SimReplica`s themselves.
+a load balancer would. Each `SimGateway` has its own routing stack, P/D planner (a fleet with
+prefill replicas) and counters per replica (`ReplicaView`: in-flight requests and pending
+prefill, what its scheduler's `EndpointSnapshot`s show); a lone gateway counts on the
+`SimReplica`s themselves.
 
 Requests reach the gateways by `spread`: `request` (default), round-robin by request, so any turn
 of a chat may land on any gateway; `session`, every request of a session on one gateway (a
@@ -12,8 +12,7 @@ stable hash of the session key; requests without one round-robin), as a sticky l
 
 Their routing state is shared (`sim.replay.sharing`, each change after a sync delay) or not (each
 learns from its own dispatches and answers). The precise index is one for all: the engines' KV
-events feed it alike for every gateway (speculations included). On a fleet with prefill replicas
-each gateway plans P/D pairs with a `PdPlanner` of its own, built as the gateway builds it.
+events feed it alike for every gateway (speculations included).
 """
 
 from __future__ import annotations

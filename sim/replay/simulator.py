@@ -1,16 +1,14 @@
 """The discrete-event replay: a trace, through the gateway's routing, onto simulated engines.
 
 One virtual clock and one event heap (`events`): trace arrivals, and each replica's steps or
-fast-forwarded decode runs (`replica`). Each arrival is routed by the stack
+fast-forwarded decode runs (`stepping`). Each arrival is routed by the stack
 `scoring.stack.build_routing_stack` builds from the gateway's `routing:` section, on what a live
-gateway would see: scraped metrics (stale after `stale_after_s`), its own in-flight counts and
-pending prefill, the prefix index and TTFT model its `PrefixFeed` feeds, and the precise index
-fed the engines' KV events late (`kv_feed`). `SimSettings.gateways` > 1 spreads requests over
-gateways (`gateways`, `sharing`); `oracle[:<profile>]` reads perfect signals; a `ClosedLoop`
-makes `users` users send each turn `think_s` after the last; a `ReplayObserver` sees every
-decision, first token and completion (docs/architecture.md, "The replay"). A fleet with prefill
-replicas is a P/D pool: each request is planned as the gateway plans it, and a split one runs
-on two replicas (`sim.replay.disaggregation`).
+gateway would see (`scrapes`): scraped metrics, its own in-flight counts and pending prefill, the
+prefix index and TTFT model its `PrefixFeed` feeds, and the precise index fed the engines' KV
+events late (`kv_feed`). `SimSettings.gateways` > 1 spreads requests over gateways (`gateways`,
+`sharing`); `oracle[:<profile>]` reads perfect signals; a `ClosedLoop` makes `users` users send
+each turn `think_s` after the last; a `ReplayObserver` sees every decision, first token and
+completion (docs/architecture.md, "The replay"); on a P/D pool, `disaggregation` runs the legs.
 
 A request reaches its engine at once or after an API server's queue (`frontend_s`); its TTFT and
 latency run from its arrival at the gateway to its token's end of step, plus `request_overhead_s`
