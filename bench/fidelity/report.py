@@ -63,7 +63,16 @@ def _notes(c: PolicyCheck, label: str) -> list[str]:
         f"  arrivals at the gateway jitter {c.jitter.mean_s * ms:.1f} ms mean, "
         f"{c.jitter.p99_s * ms:.1f} ms p99, {c.jitter.max_s * ms:.1f} ms max",
         f"  recording: {c.recorded_requests} requests, token counts {match} the trace's",
+        *_split_note(c),
     ]
+
+
+def _split_note(c: PolicyCheck) -> list[str]:
+    shares = c.split_shares()
+    if shares is None:
+        return []
+    live, sim, recorded = (_pct(x) for x in shares)
+    return [f"  P/D: requests split live {live}, sim: trace {sim}, sim: recording {recorded}"]
 
 
 def _name(c: PolicyCheck | PolicySeries) -> str:
@@ -167,6 +176,7 @@ def check_json(c: PolicyCheck) -> dict[str, Any]:
         "case": c.case,
         "policy": c.policy,
         "repetition": c.repetition,
+        "pd_split_shares": c.split_shares(),  # live, sim: trace, sim: recording (P/D only)
         "modelled_outside_s": c.modelled_outside_s,
         "live": {
             **_metrics(c.live_metrics),
