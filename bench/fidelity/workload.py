@@ -6,11 +6,9 @@
   context, output capped, a burst's requests (one timestamp) sent 10 ms apart in trace order,
   time-compressed to ~70% of round-robin's throughput with everything queued, on
   `h100-llama3-8b` replicas with a contended cache (16,384 blocks of 16 tokens each).
-- **loaded**: the same at 6x the recorded rate (~91%), run `loaded_repeats` times per policy,
-  each repetition's arrivals shifted by its own seeded 0–5 ms (`jittered`; order within a
-  burst kept), judged on the means (docs/decisions/0023-fidelity-near-saturation.md).
-- **pd**: the mooncake case's trace on a P/D pool of `pd_prefill` + `pd_decode` replicas,
-  vLLM's protocol, the gateway's `disaggregation:` mode `pd_mode`.
+- **loaded**: the same at 6x the recorded rate (~91%), `loaded_repeats` runs per policy, each
+  with its own seeded 0–5 ms of arrival jitter (`jittered`), judged on the means (decision 0023).
+- **pd**: the mooncake case on `pd_prefill` P + `pd_decode` D replicas (vLLM), mode `pd_mode`.
 
 Live, each request is a streaming `/v1/completions` call whose prompt is token ids synthesised
 from the block ids (`sim.workloads.timed_requests`: equal ids, equal tokens), so the engines,
