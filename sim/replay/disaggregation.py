@@ -51,6 +51,9 @@ class Host(Protocol):
     def end(self, g: int, position: int, dispatch: Dispatch[Counters]) -> None:
         """The leg is over at the gateway."""
 
+    def prepare(self, i: int, request: RoutingRequest, engine_hashes: Sequence[int]) -> None:
+        """Before a later leg's dispatch: the oracle's index reads the engines now."""
+
 
 @dataclass(frozen=True, slots=True)
 class PdSummary:
@@ -170,6 +173,7 @@ class PdFlow:
         split = flight.split
         assert split is not None
         self._prefill_answered(flight, split)
+        self._host.prepare(i, split.request, split.engine_hashes)
         self._send_decode(flight, split)
         if self._frontend_s > 0:
             self._queue.push(self._through_frontend(split.decode), Kind.ENGINE_ARRIVAL, i)
@@ -242,13 +246,13 @@ class PdFlow:
         )
 
     def _send_decode(self, flight: Flight, split: Split) -> None:
-        """Gateway sends D's leg: the client's tokens come from it from now on."""
+        """Gateway sends D's leg: the client's tokens come from it from now on; the tokens it
+        receives are the plan's, as the Director sets them."""
         d = split.decode
         record = not (self._sglang and self._roles[d] == "decode")
-        flight.dispatch = self._host.send(
-            flight.gateway, d, split.request, leg="decode", record=record
-        )
-        flight.replica = d
+        dispatch = self._host.send(flight.gateway, d, split.request, leg="decode", record=record)
+        dispatch.moved_tokens = split.moved_tokens
+        flight.dispatch, flight.replica = dispatch, d
 
     def _prefill_answered(self, flight: Flight, split: Split) -> None:
         """P's whole answer reached the gateway: a point on P's line; P's leg is over."""

@@ -26,7 +26,7 @@ class Split:
     request: RoutingRequest  # as routed: D's leg is dispatched with it
     prefill_dispatch: Dispatch[Counters]
     engine_hashes: Sequence[int]  # the prompt's, for P's engine, D's lookup and D's engine
-    moved_tokens: int  # what the planner expects D to receive
+    moved_tokens: int  # what the planner expects D to receive (the transfer line's x)
     prefilled: bool = False  # P's token came: the KV is on its way to D
     decode_ready_at: float = 0.0  # SGLang: D's API server has the request (it joins the room)
 

@@ -291,14 +291,7 @@ class Replay:
             prompt_tokens=request.input_tokens if kv_feed is not None else 0,
             token_keys=request_keys(engine_hashes, block_size) if kv_feed is not None else (),
         )
-        if self._oracle_index is not None:
-            self._engines.cut_all(self.now)
-            self._oracle_index.prepare(
-                routing_request.prefix_hashes,
-                engine_hashes,
-                request.input_tokens,
-                request.block_tokens,
-            )
+        self.prepare(i, routing_request, engine_hashes)
         snapshots = self._scrapes.snapshots(routing_request.model, gateway, self.now)
         decision, plan = decide(
             gateway.planner,
@@ -336,6 +329,17 @@ class Replay:
                 engine_hashes=engine_hashes,
                 output_tokens=output,
             )
+
+    def prepare(self, i: int, request: RoutingRequest, engine_hashes: Sequence[int]) -> None:
+        """The oracle's index reads the engines for trace request `i` (routed as `request`)
+        now, as stepping one step at a time would leave them; nothing for other policies."""
+        if self._oracle_index is None:
+            return
+        self._engines.cut_all(self.now)
+        r = self._trace[i]
+        self._oracle_index.prepare(
+            request.prefix_hashes, engine_hashes, r.input_tokens, r.block_tokens
+        )
 
     def send(
         self,

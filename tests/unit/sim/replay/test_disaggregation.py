@@ -177,6 +177,14 @@ def test_replicas_of_role_both_prefill_for_others_while_they_decode_their_own() 
     assert list(fast.log.ttft_s) == pytest.approx(list(stepped.log.ttft_s), abs=1e-9)
 
 
+@pytest.mark.parametrize("policy", ["oracle", "precise-prefix", "estimated-ttft"])
+def test_policies_with_other_signals_plan_pd_pairs_too(policy: str) -> None:
+    # The oracle's index is read again for a vLLM decode leg sent after other arrivals.
+    trace = mixed_trace(150, seed=2)
+    r = _pd(trace, "conditional", policy=policy)
+    assert r.requests == 150 and 0 < _summary(r).split < 150
+
+
 def test_held_blocks_stall_a_prefill_replica_until_the_transfer_frees_them() -> None:
     # 80 blocks of 16 tokens on each replica, a 20 MB/s link: a long prompt's 2 MiB blocks
     # take ~0.1 s each to cross, so P's cache fills with held blocks and its queue waits.
