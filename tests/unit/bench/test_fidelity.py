@@ -359,6 +359,8 @@ def test_a_pd_check_reports_the_share_of_requests_split(tmp_path: Path) -> None:
     assert live == pytest.approx(per_replica[0] / check.live_metrics.requests)
     assert sim == pytest.approx(check.sim.requests_per_replica[0] / check.sim.metrics.requests)
     assert 0 < recorded < 1
-    assert f"P/D: requests split live {live:.1%}, sim: trace {sim:.1%}" in format_report([pd])
+    text = format_report([pd])
+    assert f"P/D: requests split live {live:.1%}, sim: trace {sim:.1%}" in text
+    assert "legs pooled: not compared" in text and "HTTP + gateway" not in text
     entry = orjson.loads(write_json({}, [pd], tmp_path / "out").read_bytes())["policies"][0]
     assert entry["pd_split_shares"] == pytest.approx([live, sim, recorded])
