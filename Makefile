@@ -79,8 +79,9 @@ bench-routing: $(STAMP)
 	$(BIN)/python -m bench quality --routers $(ROUTING_ROUTERS) --out out/bench-routing
 
 # Live vs simulated, same traces and policies (synthetic chats; a Mooncake slice at ~70% of
-# round-robin's throughput; the same slice at ~91%, 3 runs a policy): ~20 min;
-# writes out/fidelity/fidelity.json and a PNG. FIDELITY_ARGS='--cases loaded': that case only.
+# round-robin's throughput; the same slice at ~91%, 3 runs a policy; the first slice on a P/D
+# pool of 2 prefill + 2 decode replicas): ~25 min; writes out/fidelity/fidelity.json and a
+# PNG. FIDELITY_ARGS='--cases loaded': that case only.
 fidelity: $(STAMP)
 	$(BIN)/python -m bench fidelity $(FIDELITY_ARGS)
 

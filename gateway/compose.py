@@ -120,6 +120,7 @@ def _build(
     planner = PdPlanner(
         config.disaggregation, stack.index, stack.ttft_model,
         new_link_model(config.disaggregation), config.routing.prefix.chars_per_token,
+        prefill_scheduler=build_scheduler(config.routing, stack.registry, clock, rng),
     )  # fmt: skip
     router = RequestRouter(
         pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h), planner=planner
