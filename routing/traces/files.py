@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import gzip
 import lzma
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 COMPRESSED_SUFFIXES = (".gz", ".xz")
 
 
-def open_trace(path: str | Path) -> BinaryIO:
+def open_trace(path: str | Path) -> BufferedIOBase:
     """The file opened for reading bytes; gzip and xz files are decompressed as read."""
     path = Path(path)
     with path.open("rb") as f:
