@@ -48,3 +48,10 @@ def test_matplotlib_comes_only_with_the_plots_extra() -> None:
 
 def test_the_lab_is_type_checked_with_the_library() -> None:
     assert set(_pyproject()["tool"]["mypy"]["packages"]) == {*LIBRARY, "bench"}
+
+
+def test_the_sdist_carries_the_cython_sources() -> None:
+    # `python -m build` builds the wheel from the sdist: a .pyx left out fails that build.
+    manifest = (REPO / "MANIFEST.in").read_text(encoding="utf-8").splitlines()
+    sources = sorted({p.relative_to(REPO).parts[0] for p in REPO.glob("*/**/*.pyx")})
+    assert sources and all(f"recursive-include {top} *.pyx" in manifest for top in sources)
