@@ -48,10 +48,10 @@ test: lint typecheck docs
 # The documentation site (mkdocs, material theme) into out/site/; any warning fails it.
 # `make docs-serve` previews it on 127.0.0.1:8008 while you edit.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir out/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir out/site
 
 docs-serve: $(STAMP)
-	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8008
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8008
 
 # pytest exits 5 when it selects no test: not a failure here.
 test-slow: $(STAMP)
