@@ -72,7 +72,7 @@ class Exchange:
 class EndpointPicker:
     """Routes ext_proc requests with the director's router and accounting."""
 
-    def __init__(self, director: Director, max_fallbacks: int = 2) -> None:
+    def __init__(self, director: Director, max_fallbacks: int = 0) -> None:
         self._director = director
         self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks

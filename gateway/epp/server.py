@@ -53,7 +53,7 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     cfg = runtime.config
     services = Services(runtime)
     await services.start()
-    picker = EndpointPicker(runtime.director, max(0, cfg.upstream.max_attempts - 1))
+    picker = EndpointPicker(runtime.director, settings.max_endpoints - 1)
     # A BUFFERED body comes in one message: room for the largest body the config allows.
     limit = cfg.server.max_body_bytes + 64 * 1024
     server = grpc.aio.server(

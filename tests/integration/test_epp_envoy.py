@@ -213,7 +213,8 @@ def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
         emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)
         with emulator:
             backends = [dead_url, *urls]
-            epp = start_epp(backends, tmp_path / "epp.log", config)
+            # Fallbacks are opt-in: override_host walks the list the picker names.
+            epp = start_epp(backends, tmp_path / "epp.log", config, extra=["--max-endpoints", "3"])
             with epp.proc:
                 envoy, base, admin = start_envoy(backends, epp.grpc_port, tmp_path / "envoy.log")
                 with envoy:
@@ -268,12 +269,10 @@ def test_epp_killed_fail_open_flows_fail_close_refuses(tmp_path: Path) -> None:
                         assert httpx.post(close_base + CHAT, json=body).status_code >= 500
 
 
-def test_original_dst_cluster_one_endpoint_per_answer(tmp_path: Path) -> None:
-    config = tmp_path / "kvgate.yaml"
-    config.write_text("upstream: {max_attempts: 1}\n")  # the header holds one address
+def test_original_dst_cluster_at_the_pickers_defaults(tmp_path: Path) -> None:
     emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)
     with emulator:
-        epp = start_epp(urls, tmp_path / "epp.log", config)
+        epp = start_epp(urls, tmp_path / "epp.log")  # one address per answer, by default
         with epp.proc:
             envoy, base, admin = start_envoy(
                 urls,

@@ -92,6 +92,13 @@ def test_full_duplex_answers_headers_after_the_body_and_hands_the_body_back() ->
     assert streamed.body == BODY and streamed.end_of_stream
 
 
+def test_one_endpoint_per_answer_by_default() -> None:
+    stream = RequestStream(EndpointPicker(_app(backends=3).runtime.director), 1 << 20)
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    assert _destination(answer, "request_body") in {f"10.0.0.{i}:8000" for i in (1, 2, 3)}
+
+
 def test_buffered_continues_the_headers_and_names_the_endpoint_on_the_body() -> None:
     stream = _stream(_app())
     [cont] = stream.handle(_headers())
