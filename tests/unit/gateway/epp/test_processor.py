@@ -8,6 +8,7 @@ import orjson
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
@@ -69,6 +70,16 @@ def _response_headers(
     return req
 
 
+def _decisions(app: GatewayApp) -> float:
+    text = app.runtime.metrics.render().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kvgate_routing_decisions_total"
+    )
+
+
 def _destination(resp: pb.ProcessingResponse, kind: str) -> str:
     common = getattr(resp, kind).response
     [option] = common.header_mutation.set_headers
@@ -97,6 +108,33 @@ def test_one_endpoint_per_answer_by_default() -> None:
     stream.handle(_headers())
     [answer] = stream.handle(_body(BODY))
     assert _destination(answer, "request_body") in {f"10.0.0.{i}:8000" for i in (1, 2, 3)}
+
+
+def test_a_large_body_is_handed_back_in_chunks() -> None:
+    stream = _stream(_app())
+    body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 200_000}]})
+    stream.handle(_duplex(_headers()))
+    stream.handle(_body(body[:65_536], end=False))
+    headers, *chunks = stream.handle(_body(body[65_536:]))
+    assert headers.HasField("request_headers")
+    streamed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
+    assert len(streamed) == 4 and all(len(s.body) <= msg.BODY_CHUNK_BYTES for s in streamed)
+    assert b"".join(s.body for s in streamed) == body
+    assert [s.end_of_stream for s in streamed] == [False, False, False, True]
+
+
+def test_a_re_sent_last_chunk_is_not_decided_again() -> None:
+    app = _app()
+    stream = _stream(app)
+    stream.handle(_duplex(_headers()))
+    stream.handle(_body(BODY[:10], end=False))
+    last = _body(BODY[10:])
+    assert len(stream.handle(last)) == 2  # the destination, then the body
+    exchange = stream.exchange
+    assert stream.final_body(last) is None  # nothing to parse again
+    assert stream.handle(last) == []  # envoy#46237: the last chunk again, end_of_stream set
+    assert stream.exchange is exchange and sum(b.in_flight for b in app.runtime.pool) == 1
+    assert _decisions(app) == 1
 
 
 def test_buffered_continues_the_headers_and_names_the_endpoint_on_the_body() -> None:
@@ -195,9 +233,11 @@ def test_sglang_generate_is_routed_for_the_pool_model_and_refused_in_sglangs_sha
     assert orjson.loads(answer.immediate_response.body) == {"error": {"message": message}}
 
 
-def test_a_request_without_a_body_is_routed_on_its_headers() -> None:
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_request_without_a_body_is_routed_on_its_headers(duplex: bool) -> None:
     stream = _stream(_app())
-    [answer] = stream.handle(_headers(end=True, **{":path": "/v1/models", ":method": "GET"}))
+    headers = _headers(end=True, **{":path": "/v1/models", ":method": "GET"})
+    [answer] = stream.handle(_duplex(headers) if duplex else headers)  # no body to hand back
     assert _destination(answer, "request_headers")
 
 
