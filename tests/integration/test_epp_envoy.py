@@ -174,11 +174,15 @@ def test_stored_responses_are_followed_to_their_replica_through_envoy(
 def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:
     _, epp, _ = stack
     serving = health_pb2.HealthCheckResponse.SERVING
+    names = ("liveness", "readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor")
     with grpc.insecure_channel(f"127.0.0.1:{epp.health_port}") as channel:
         check = health_pb2_grpc.HealthStub(channel).Check
-        for service in ("liveness", "readiness"):
+        for service in (*names, "inference-extension"):
             req = health_pb2.HealthCheckRequest(service=service)
-            assert check(req, timeout=5.0).status == serving
+            assert check(req, timeout=5.0).status == serving, service
+        with pytest.raises(grpc.RpcError) as unknown:
+            check(health_pb2.HealthCheckRequest(service="nope"), timeout=5.0)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_bad_body_gets_openai_shaped_400(stack: tuple[list[str], Epp, str]) -> None:
