@@ -78,6 +78,7 @@ class EndpointPicker:
         self._max_endpoints = 1 + max_fallbacks
         self._address: dict[str, str] = {}
         self._by_address: dict[str, str] = {}
+        self._by_host: dict[str, list[str]] = {}
         self._learn_addresses()
 
     def pick(
@@ -95,7 +96,7 @@ class EndpointPicker:
         """Route one request (`parsed`: its body as `parse` gave it, else parsed here; `pin`:
         the backend of the stored response it names, from `pin`); raises a `GatewayError`
         (400, 404, 503, ...) it cannot."""
-        allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
+        allowed = None if subset is None else self._allowed(subset)
         path, _, query = path.partition("?")
         api = API_BY_PATH.get(path)
         stored = object_path(path) if api is None else None
@@ -263,6 +264,27 @@ class EndpointPicker:
             self._learn_addresses()
         return self._by_address.get(address)
 
+    def _allowed(self, subset: list[str]) -> set[str]:
+        """The backends a subset hint allows: the one at each entry's address, else (ports
+        differ) every one at its IP, as the reference matches; an empty hint allows none."""
+        if any(a not in self._by_address for a in subset):
+            self._learn_addresses()
+        allowed: set[str] = set()
+        for address in subset:
+            exact = self._by_address.get(address)
+            allowed.update((exact,) if exact else self._by_host.get(_host(address), ()))
+        return allowed
+
     def _learn_addresses(self) -> None:
         self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
         self._by_address = {a: i for i, a in self._address.items()}
+        self._by_host = {}
+        for address, backend_id in self._by_address.items():
+            self._by_host.setdefault(_host(address), []).append(backend_id)
+
+
+def _host(address: str) -> str:
+    """`ip:port` (or `[v6]:port`, or a bare IP) to its IP."""
+    if address.startswith("["):
+        return address[1 : address.find("]")]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address

@@ -86,8 +86,8 @@ class RequestStream:
             cfg = req.protocol_config
             self._request_duplex = cfg.request_body_mode == msg.FULL_DUPLEX
             self._response_duplex = cfg.response_body_mode == msg.FULL_DUPLEX
-        if req.HasField("metadata_context"):  # a subset hint may come with any request message
-            self._subset = msg.subset_hint(req) or self._subset
+        if (hint := msg.subset_hint(req)) is not None:  # with any message; empty: 503
+            self._subset = hint
         kind = req.WhichOneof("request")
         if kind == "request_headers":
             self._headers = msg.header_map(req.request_headers)

@@ -171,6 +171,48 @@ def test_the_subset_hint_limits_the_choice() -> None:
     assert _destination(answer, "request_body") == "10.0.0.3:8000"
 
 
+def _hinted(app: GatewayApp, hint: list[str] | str) -> pb.ProcessingResponse:
+    stream = RequestStream(EndpointPicker(app.runtime.director), 1 << 20)
+    stream.handle(_headers())
+    req = _body(BODY)
+    req.metadata_context.filter_metadata[msg.SUBSET_NAMESPACE].update({msg.SUBSET: hint})
+    [answer] = stream.handle(req)
+    return answer
+
+
+@pytest.mark.parametrize("hint", [[], ""], ids=["empty list", "empty string"])
+def test_an_empty_subset_hint_is_503(hint: list[str] | str) -> None:
+    answer = _hinted(_app(backends=3), hint)
+    assert answer.immediate_response.status.code == 503
+
+
+def test_a_subset_hint_matching_no_backend_is_503() -> None:
+    assert _hinted(_app(), ["10.0.0.99:8000"]).immediate_response.status.code == 503
+
+
+def test_a_subset_entry_on_another_port_allows_the_backends_at_its_ip() -> None:
+    assert _destination(_hinted(_app(backends=3), ["10.0.0.2:9999"]), "request_body") == (
+        "10.0.0.2:8000"
+    )
+
+
+def test_an_exact_subset_entry_allows_that_backend_only() -> None:
+    raw = {
+        "backends": [
+            {"url": f"http://10.0.0.1:{port}", "models": [MODEL]} for port in (8000, 8001, 8002)
+        ],
+        "routing": {"policy": "round-robin"},
+    }
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
+    for backend in app.runtime.pool:
+        backend.state.record_probe(True, 0.0)
+    for _ in range(3):  # round-robin would move on, the hint holds it
+        answer = _hinted(app, ["10.0.0.1:8001"])
+        assert _destination(answer, "request_body") == "10.0.0.1:8001"
+    shared_ip = {_destination(_hinted(app, ["10.0.0.1:7"]), "request_body") for _ in range(3)}
+    assert len(shared_ip) == 3  # another port: any backend at the IP
+
+
 def test_the_served_endpoint_gets_the_credit_and_the_count_is_released() -> None:
     app = _app()
     stream = _stream(app)
