@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
+from gateway.epp.request_metrics import EppRequestMetrics, RequestLabels
 from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.request_record import RequestRecord
@@ -52,6 +53,7 @@ class Exchange:
     ids: ResponseIdReader | None = None  # reads a stored response's id off the answer
     learned: str | None = None  # that id, found and not yet told to the director
     deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
+    labels: RequestLabels | None = None  # its llm_d_epp_* labels, while counted as running
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -72,8 +74,14 @@ class Exchange:
 class EndpointPicker:
     """Routes ext_proc requests with the director's router and accounting."""
 
-    def __init__(self, director: Director, max_fallbacks: int = 0) -> None:
+    def __init__(
+        self,
+        director: Director,
+        max_fallbacks: int = 0,
+        metrics: EppRequestMetrics | None = None,
+    ) -> None:
         self._director = director
+        self._metrics = metrics
         self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks
         self._address: dict[str, str] = {}
@@ -124,8 +132,14 @@ class EndpointPicker:
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             director.finish(rec)
+            if self._metrics is not None:
+                model = rec.model or ""
+                self._metrics.refused(self._metrics.labels(model, model, headers), exc.status)
             raise
         ex = Exchange(rec, self._destination(route.decision.ranked), route)
+        if self._metrics is not None:
+            ex.labels = self._metrics.labels(req.model, req.model, headers)
+            self._metrics.picked(ex.labels, len(body))
         if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         leg = "whole"
@@ -236,10 +250,14 @@ class EndpointPicker:
         if rec is None:
             return
         answered = completed and ex.status > 0
+        usage = ex.reader.usage() if answered else None
         if a is not None:
             if answered:
-                self._director.completed(rec, a, ex.status, ex.reader.usage())
+                self._director.completed(rec, a, ex.status, usage)
             self._director.end(a)
+        if ex.labels is not None and self._metrics is not None:
+            seconds = self._director.clock() - rec.started if answered else None
+            self._metrics.finished(ex.labels, ex.status, seconds, usage)
         if ex.prefill is not None:  # cut before D answered
             self._director.end(ex.prefill)
             ex.prefill = None

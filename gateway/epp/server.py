@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.epp.health import PickerHealth, pool_synced
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
+from gateway.epp.request_metrics import EppRequestMetrics
 from gateway.epp.settings import EppSettings
 from gateway.runtime import Runtime
 from gateway.services import Services
@@ -51,7 +52,8 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     cfg = runtime.config
     services = Services(runtime)
     await services.start()
-    picker = EndpointPicker(runtime.director, settings.max_endpoints - 1)
+    counted = EppRequestMetrics(runtime.metrics.registry, runtime.metrics.model_label)
+    picker = EndpointPicker(runtime.director, settings.max_endpoints - 1, counted)
     # A BUFFERED body comes in one message: room for the largest body the config allows.
     limit = cfg.server.max_body_bytes + 64 * 1024
     server = grpc.aio.server(

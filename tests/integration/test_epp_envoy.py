@@ -106,6 +106,9 @@ def test_streaming_is_relayed_and_credited_to_the_served_endpoint(
     assert epp.metric("kvgate_time_to_first_token_seconds_count") >= 1
     assert epp.metric("kvgate_observed_prompt_tokens_total") > observed_before
     assert epp.metric("kvgate_in_flight_requests") == 0
+    labels = {"model_name": MODEL, "fairness_id": "default-flow", "priority": "0"}
+    assert epp.metric("llm_d_epp_request_total", **labels) >= 1
+    assert epp.metric("llm_d_epp_request_running") == 0
     ids = {u.split("://", 1)[1] for u in urls}
     text = httpx.get(epp.metrics_url).text
     credited = {
@@ -186,10 +189,13 @@ def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:
 
 
 def test_bad_body_gets_openai_shaped_400(stack: tuple[list[str], Epp, str]) -> None:
-    _, _, base = stack
+    _, epp, base = stack
+    before = epp.metric("llm_d_epp_request_error_total", error_code="BadRequest")
     resp = httpx.post(base + CHAT, content=b"{not json", timeout=10.0)
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "invalid_json"
+    assert epp.metric("llm_d_epp_request_error_total", error_code="BadRequest") == before + 1
+    assert epp.metric("inference_objective_request_error_total", error_code="BadRequest") >= 1
 
 
 def test_buffered_mode(stack: tuple[list[str], Epp, str], tmp_path: Path) -> None:
