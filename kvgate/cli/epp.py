@@ -57,7 +57,13 @@ def add_parser(sub: SubParsers) -> None:
     )
     add_routing_args(s, backend_help="an engine replica (static endpoints); repeat for each")
     s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
-    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
+    s.add_argument(
+        "--health-port",
+        "--grpc-health-port",
+        type=int,
+        default=9003,
+        help="gRPC health port (default 9003)",
+    )
     s.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
@@ -70,7 +76,7 @@ def add_parser(sub: SubParsers) -> None:
         "a proxy that walks the list (Envoy's override_host policy), not an ORIGINAL_DST "
         "cluster (default 1)",
     )
-    add_discovery_args(s)
+    add_discovery_args(s, reference_names=True)
     add_process_args(s)
     add_env_vars(s)
 
