@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
+from gateway.epp.request_metrics import EppRequestMetrics, RequestLabels
 from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.request_record import RequestRecord
@@ -52,6 +53,7 @@ class Exchange:
     ids: ResponseIdReader | None = None  # reads a stored response's id off the answer
     learned: str | None = None  # that id, found and not yet told to the director
     deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
+    labels: RequestLabels | None = None  # its llm_d_epp_* labels, while counted as running
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -72,12 +74,19 @@ class Exchange:
 class EndpointPicker:
     """Routes ext_proc requests with the director's router and accounting."""
 
-    def __init__(self, director: Director, max_fallbacks: int = 2) -> None:
+    def __init__(
+        self,
+        director: Director,
+        max_fallbacks: int = 0,
+        metrics: EppRequestMetrics | None = None,
+    ) -> None:
         self._director = director
+        self._metrics = metrics
         self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks
         self._address: dict[str, str] = {}
         self._by_address: dict[str, str] = {}
+        self._by_host: dict[str, list[str]] = {}
         self._learn_addresses()
 
     def pick(
@@ -95,7 +104,7 @@ class EndpointPicker:
         """Route one request (`parsed`: its body as `parse` gave it, else parsed here; `pin`:
         the backend of the stored response it names, from `pin`); raises a `GatewayError`
         (400, 404, 503, ...) it cannot."""
-        allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
+        allowed = None if subset is None else self._allowed(subset)
         path, _, query = path.partition("?")
         api = API_BY_PATH.get(path)
         stored = object_path(path) if api is None else None
@@ -123,8 +132,14 @@ class EndpointPicker:
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             director.finish(rec)
+            if self._metrics is not None:
+                model = rec.model or ""
+                self._metrics.refused(self._metrics.labels(model, model, headers), exc.status)
             raise
         ex = Exchange(rec, self._destination(route.decision.ranked), route)
+        if self._metrics is not None:
+            ex.labels = self._metrics.labels(req.model, req.model, headers)
+            self._metrics.picked(ex.labels, len(body))
         if req.stream and api in STREAM_USAGE_APIS:
             ex.body = ask_for_usage(body)  # None: the client asked for usage itself
         leg = "whole"
@@ -235,10 +250,14 @@ class EndpointPicker:
         if rec is None:
             return
         answered = completed and ex.status > 0
+        usage = ex.reader.usage() if answered else None
         if a is not None:
             if answered:
-                self._director.completed(rec, a, ex.status, ex.reader.usage())
+                self._director.completed(rec, a, ex.status, usage)
             self._director.end(a)
+        if ex.labels is not None and self._metrics is not None:
+            seconds = self._director.clock() - rec.started if answered else None
+            self._metrics.finished(ex.labels, ex.status, seconds, usage)
         if ex.prefill is not None:  # cut before D answered
             self._director.end(ex.prefill)
             ex.prefill = None
@@ -263,6 +282,27 @@ class EndpointPicker:
             self._learn_addresses()
         return self._by_address.get(address)
 
+    def _allowed(self, subset: list[str]) -> set[str]:
+        """The backends a subset hint allows: the one at each entry's address, else (ports
+        differ) every one at its IP, as the reference matches; an empty hint allows none."""
+        if any(a not in self._by_address for a in subset):
+            self._learn_addresses()
+        allowed: set[str] = set()
+        for address in subset:
+            exact = self._by_address.get(address)
+            allowed.update((exact,) if exact else self._by_host.get(_host(address), ()))
+        return allowed
+
     def _learn_addresses(self) -> None:
         self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
         self._by_address = {a: i for i, a in self._address.items()}
+        self._by_host = {}
+        for address, backend_id in self._by_address.items():
+            self._by_host.setdefault(_host(address), []).append(backend_id)
+
+
+def _host(address: str) -> str:
+    """`ip:port` (or `[v6]:port`, or a bare IP) to its IP."""
+    if address.startswith("["):
+        return address[1 : address.find("]")]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address

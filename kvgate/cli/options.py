@@ -115,16 +115,21 @@ def add_routing_args(s: argparse.ArgumentParser, *, backend_help: str) -> None:
     )
 
 
-def add_discovery_args(s: argparse.ArgumentParser) -> None:
-    """The InferencePool to take backends from (`serve` and `epp`)."""
+def add_discovery_args(s: argparse.ArgumentParser, *, reference_names: bool = False) -> None:
+    """The InferencePool to take backends from (`serve` and `epp`); `reference_names`: also
+    the reference endpoint picker's flag names (`--pool-name`, `--pool-namespace`)."""
+    pool: tuple[str, ...] = ("--pool-name",) if reference_names else ()
+    namespace: tuple[str, ...] = ("--pool-namespace",) if reference_names else ()
     s.add_argument(
         "--pool",
+        *pool,
         metavar="NAME",
         help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
         "(config discovery.pool)",
     )
     s.add_argument(
         "--namespace",
+        *namespace,
         metavar="NS",
         help="the InferencePool's namespace (config discovery.namespace, default 'default')",
     )
