@@ -53,5 +53,7 @@ def test_the_lab_is_type_checked_with_the_library() -> None:
 def test_the_sdist_carries_the_cython_sources() -> None:
     # `python -m build` builds the wheel from the sdist: a .pyx left out fails that build.
     manifest = (REPO / "MANIFEST.in").read_text(encoding="utf-8").splitlines()
-    sources = sorted({p.relative_to(REPO).parts[0] for p in REPO.glob("*/**/*.pyx")})
+    found = (p.relative_to(REPO).parts for p in REPO.glob("*/**/*.pyx"))
+    # The project's own sources: not a virtual environment's or a build's in the checkout.
+    sources = sorted({parts[0] for parts in found if parts[0] in LIBRARY})
     assert sources and all(f"recursive-include {top} *.pyx" in manifest for top in sources)
