@@ -17,7 +17,6 @@ from routing.config.schema import (
     parse_config,
 )
 
-
 _BACKEND_KEYS = frozenset(
     {"engine", "models", "id", "role", "bootstrap_port", "dp_size", "dp_rank_field"}
 )
