@@ -9,7 +9,9 @@ backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP
 On a prefill/decode pool the destination is D; a split request also names P, for the decode
 pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
 sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
-D's answer starts.
+D's answer starts. Data-parallel ranks on their own ports (llm-d) are endpoints already; ranks
+behind one port share its address and the rank is named as the front door names it
+(`gateway.dp_rank`: vLLM's header, set on the request; SGLang's body field), with no fallback.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
+from gateway.dp_rank import rank_body, rank_header
 from gateway.errors import GatewayError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.request_record import RequestRecord
@@ -44,6 +47,7 @@ class Exchange:
     done: bool = False
     prefill: Attempt | None = None  # a split request's prefill leg (run by D's sidecar) until over
     prefiller: str | None = None  # its host:port
+    rank: tuple[bytes, bytes] | None = None  # the header naming a vLLM data-parallel rank
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -53,6 +57,8 @@ class Exchange:
         out = t.propagation(t.route_id) if t is not None and t.route_id else []
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
+        if self.rank is not None:
+            out.append(self.rank)
         return out
 
     def removed_headers(self) -> list[bytes]:
@@ -109,9 +115,14 @@ class EndpointPicker:
         if route.prefill is not None and (p := self._pool.find(route.prefill)) is not None:
             ex.prefill = director.dispatch(rec, route, p, leg="prefill")
             ex.prefiller, leg = self._destination((p.id,)), "decode"
-        ex.attempt = director.dispatch(
-            rec, route, self._pool.get(route.decision.ranked[0]), leg=leg
-        )
+        target = self._pool.get(route.decision.ranked[0])
+        ex.attempt = director.dispatch(rec, route, target, leg=leg)
+        if target.spec.rank is not None:  # one port, several ranks: name the rank
+            ex.rank = rank_header(target)
+            if ex.rank is None:  # SGLang: in the body
+                ex.body = rank_body(target, ex.body or body)
+            # The rank named holds for one engine: no fallback to another with it.
+            ex.destination = self._destination(route.decision.ranked[:1])
         return ex
 
     async def parse(self, path: str, body: bytes) -> Parsed | None:
@@ -139,8 +150,8 @@ class EndpointPicker:
         a, rec = ex.attempt, ex.rec
         if a is None or rec is None or ex.route is None or ex.done:
             return
-        if backend_id is None or backend_id == a.endpoint.id:
-            return
+        if backend_id is None or self._address.get(a.endpoint.id) == address:
+            return  # the picked backend, or a rank at its address
         self._director.skipped(a)
         backend = self._pool.get(backend_id)
         ex.attempt = self._director.dispatch(rec, ex.route, backend, 2, leg=a.leg)
@@ -202,7 +213,8 @@ class EndpointPicker:
         chosen = ranked[: self._max_endpoints]
         if any(i not in self._address for i in chosen):  # joined the pool since
             self._learn_addresses()
-        return ",".join(self._address[i] for i in chosen)
+        # Ranks behind one port share an address: each address once, in rank order.
+        return ",".join(dict.fromkeys(self._address[i] for i in chosen))
 
     def _backend_at(self, address: str) -> str | None:
         if address not in self._by_address:
@@ -211,4 +223,6 @@ class EndpointPicker:
 
     def _learn_addresses(self) -> None:
         self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
-        self._by_address = {a: i for i, a in self._address.items()}
+        self._by_address = {}
+        for i, a in self._address.items():
+            self._by_address.setdefault(a, i)  # ranks behind one port: the first
