@@ -2,12 +2,9 @@
 
 Each field lists candidate `Source`s in order of preference; the first present in a scrape
 wins, so a renamed metric is one more entry (vLLM's `vllm:kv_cache_usage_perc` after its v0
-name `vllm:gpu_cache_usage_perc`). Several series of one metric (data-parallel engines,
-`engine="0"`, `"1"`, …) are combined: waiting, running and blocks summed, KV usage averaged,
-block size the first. `rank_metrics` reads them apart instead, one `EngineMetrics` per rank by
-the adapter's `rank_labels` (vLLM's `engine`, SGLang's `dp_rank`); a page without such labels
-gives each of the N ranks the engine's KV usage and block size, and 1/N of its queues and
-blocks (rounded, the remainder to the first ranks). `dp_size_of` counts the ranks a page shows.
+name `vllm:gpu_cache_usage_perc`). Several series of one metric (data-parallel ranks) are
+combined: waiting, running and blocks summed, KV usage averaged, block size the first;
+`rank_metrics` reads them apart by `rank_labels` instead (docs/data-parallel.md).
 
 A page is a backend's word, not ours: parsing never raises on it. NaN and ±Inf samples,
 labels that are not integers (`"None"`), counts or integer labels beyond 2^53 (the largest

@@ -23,8 +23,7 @@ from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
 from health.kv_events import KvEventsSettings
-from health.pool import BackendPool, BackendSpec
-from health.ranks import target_ids
+from health.pool import BackendPool, BackendSpec, target_ids
 from routing.config.schema import DiscoverySection
 
 log = logging.getLogger(__name__)

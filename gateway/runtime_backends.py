@@ -25,8 +25,7 @@ from typing import Any, Literal
 from gateway.errors import ConflictError, NotFoundError
 from gateway.kv_event_loops import KvEventLoops
 from health.kv_events import KvEventsSettings
-from health.pool import Backend, BackendPool, BackendSpec
-from health.ranks import target_ids
+from health.pool import Backend, BackendPool, BackendSpec, target_ids
 from routing.config.schema import BackendEntry
 
 log = logging.getLogger(__name__)

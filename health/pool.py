@@ -12,11 +12,12 @@ as a model of its own whose `parent` is the base model's id (`{"id": "sql-lora",
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from health.ranks import rank_spec
+from health.ranks import rank_id
 from health.state import HealthPolicy, HealthState
 from routing.types import EndpointSnapshot, EngineMetrics, Health, metrics_fresh
 
@@ -39,6 +40,16 @@ class BackendSpec:
         object.__setattr__(self, "url", self.url.rstrip("/"))
         if not self.id:
             object.__setattr__(self, "id", self.url.split("://", 1)[-1])
+
+
+def rank_spec(spec: BackendSpec, rank: int, dp_size: int) -> BackendSpec:
+    """The spec of rank `rank` of the engine `spec` describes (same URL, id `ID@rank`)."""
+    return dataclasses.replace(spec, id=rank_id(spec.id, rank), rank=rank, dp_size=dp_size)
+
+
+def target_ids(backend: Backend) -> list[str]:
+    """The ids a member is known by: its own and its ranks'."""
+    return [backend.id, *(r.id for r in backend.ranks)]
 
 
 # The fields a snapshot is made of: assigning any of them drops the cached snapshot.

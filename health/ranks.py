@@ -1,4 +1,4 @@
-"""Data-parallel ranks as routing targets: their ids, specs and KV-event endpoints.
+"""Data-parallel ranks as routing targets: their ids, the names engines read, KV-event endpoints.
 
 An engine of `dp_size` N > 1 behind one URL is N targets `ID@0` .. `ID@N-1`, each with its own
 KV cache and queue; the gateway names the chosen rank to the engine (vLLM: header
@@ -9,29 +9,12 @@ SGLang's `offset_endpoint_port`), its replay socket likewise.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from health.pool import Backend, BackendSpec
-
 RANK_HEADER = "x-data-parallel-rank"  # vLLM's (matched without regard to case)
-RANK_FIELDS = ("routed_dp_rank", "data_parallel_rank")  # SGLang's, newest first
 PREFILL_RANK_FIELD = "disagg_prefill_dp_rank"  # SGLang P/D: P's rank, told to D
 
 
 def rank_id(backend_id: str, rank: int) -> str:
     return f"{backend_id}@{rank}"
-
-
-def rank_spec(spec: BackendSpec, rank: int, dp_size: int) -> BackendSpec:
-    """The spec of rank `rank` of the engine `spec` describes (same URL, id `ID@rank`)."""
-    return dataclasses.replace(spec, id=rank_id(spec.id, rank), rank=rank, dp_size=dp_size)
-
-
-def target_ids(backend: Backend) -> list[str]:
-    """The ids a member is known by: its own and its ranks'."""
-    return [backend.id, *(r.id for r in backend.ranks)]
 
 
 def offset_endpoint(endpoint: str, rank: int) -> str:

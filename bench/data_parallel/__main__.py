@@ -65,8 +65,8 @@ def routers(policy: str, engine: str) -> dict[str, RouterFactory]:
 
 
 async def run(args: argparse.Namespace, logs: Path) -> dict[str, list[dict[str, object]]]:
-    fleet_args = ("--data-parallel-size", str(args.ranks), "--engine", args.engine)
-    fleet_args += ("--num-gpu-blocks", str(args.blocks))
+    fleet_args: tuple[str, ...] = ("--data-parallel-size", str(args.ranks))
+    fleet_args += ("--engine", args.engine, "--num-gpu-blocks", str(args.blocks))
     fleet = Fleet(args.replicas, "demo", MODEL, extra_args=fleet_args)
     runs: dict[str, list[dict[str, object]]] = {}
     factories = routers(args.policy, args.engine)

@@ -1,10 +1,9 @@
 """From an `InferencePool` and pods to endpoints: pure functions over the API's JSON.
 A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its labels (an
-empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and no
-`deletionTimestamp`. It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`,
-with the engine type from the pod label `kvgate.dev/engine`, else
-`inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown); its P/D
-role from `kvgate.dev/role`, else `llm-d.ai/role` (`both` when absent or unknown).
+empty selector selects nothing), it is `Ready`, has a `podIP` and no `deletionTimestamp`.
+It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`, its engine from the
+pod label `kvgate.dev/engine`, else `inference.networking.k8s.io/engine-type` (default
+`vllm`); its P/D role from `kvgate.dev/role`, else `llm-d.ai/role` (default `both`).
 
 KV-cache events come from pod annotations: `kvgate.dev/kv-events-port` (the publisher,
 `tcp://POD_IP:PORT`), optional `kvgate.dev/kv-events-replay-port` and
@@ -12,8 +11,7 @@ KV-cache events come from pod annotations: `kvgate.dev/kv-events-port` (the publ
 port from `kvgate.dev/bootstrap-port`. Target port i (DP rank i) publishes on PORT + i, replays
 on REPLAY_PORT + i (`offset_endpoint_port`), the two ranges not overlapping. Label
 `kvgate.dev/dp-size: N` makes a pool's one target port N data-parallel ranks. An invalid
-annotation is ignored (a bad port: no events; a bad replay port: no replay) and reported
-through `warn(pod, message)`; discovery never fails over one.
+annotation is ignored (bad port: no events; bad replay port: no replay), `warn(pod, message)`.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def test_a_configured_dp_size_routes_to_ranks_without_events(
     engines: tuple[list[str], list[tuple[str, str]]], start_gateway: StartGateway
 ) -> None:
     urls, _ = engines
-    app, server = start_gateway([{"url": u, "dp_size": RANKS} for u in urls], policy="prefix-aware")
+    _, server = start_gateway([{"url": u, "dp_size": RANKS} for u in urls], policy="prefix-aware")
     rng = random.Random(5)
     with httpx.Client(base_url=server.url, timeout=10.0) as c:
         for i in range(24):

@@ -6,9 +6,9 @@ import asyncio
 
 from adapters.sglang import SGLANG
 from adapters.vllm import VLLM
-from health.pool import BackendPool, BackendSpec
+from health.pool import BackendPool, BackendSpec, rank_spec, target_ids
 from health.prober import Prober, ProbeSettings
-from health.ranks import offset_endpoint, rank_spec, target_ids
+from health.ranks import offset_endpoint
 from health.scraper import Scraper, ScrapeSettings
 from health.state import HealthPolicy
 from routing.types import Health
