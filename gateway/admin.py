@@ -54,7 +54,7 @@ def backends_state(
                 "dispatched": b.dispatched,
                 "ejected_for_s": round(ejected_for, 3) if ejected_for > 0 else 0.0,
                 "last_error": b.state.last_error,
-                "scrape_errors": b.scrape_errors,
+                "scrape_errors": (b.parent or b).scrape_errors,  # a rank's: its engine's
                 "metrics": _metrics(b.metrics, now),
                 "prefix_index_blocks": index.blocks(b.id),
                 "pending_prefill_tokens": b.pending_prefill_tokens,
