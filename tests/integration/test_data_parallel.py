@@ -114,3 +114,26 @@ def test_a_configured_dp_size_routes_to_ranks_without_events(
     assert sum(sum(c["named"]) for c in counts) == 24
     # A tenant's turns stay on one rank: 3 tenants, at most a few ranks used.
     assert sum(1 for c in counts for n in c["named"] if n) <= 4
+
+
+def test_sglang_ranks_are_found_from_server_info_and_named_in_the_body(
+    tmp_path: Path, start_gateway: StartGateway
+) -> None:
+    extra = ["--engine", "sglang", "--data-parallel-size", "2"]
+    child, [url] = start_emulator(1, "demo", MODEL, tmp_path / "emu.log", speedup=50, extra=extra)
+    with child:
+        app, server = start_gateway([{"url": url, "engine": "sglang"}], policy="round-robin")
+        host = url.split("://")[1]
+        assert [b.id for b in app.runtime.pool] == [f"{host}@0", f"{host}@1"]
+        rng = random.Random(1)
+        with httpx.Client(base_url=server.url, timeout=10.0) as c:
+            for i in range(4):
+                assert c.post("/v1/chat/completions", json=_chat(i, i, rng)).status_code == 200
+            r = c.post(
+                "/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 2}}
+            )
+            assert r.status_code == 200, r.text
+            metrics = {b["id"]: b["metrics"] for b in c.get("/admin/backends").json()["backends"]}
+        counts = httpx.get(url + "/kvgate/dp").json()
+        assert counts["named"] == [3, 2] and counts["balanced"] == [0, 0]
+        assert all(m is not None and m["num_blocks"] for m in metrics.values())
