@@ -24,7 +24,7 @@ from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
 from health.kv_events import KvEventsSettings
-from health.pool import BackendPool, BackendSpec
+from health.pool import BackendPool, BackendSpec, target_ids
 from routing.config.schema import DiscoverySection
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,13 @@ class PodBackends:
 
     def _endpoints(self, endpoints: frozenset[Endpoint]) -> None:
         specs = {
-            e: BackendSpec(url=e.url, engine=e.engine, role=e.role, bootstrap_port=e.bootstrap_port)
+            e: BackendSpec(
+                url=e.url,
+                engine=e.engine,
+                role=e.role,
+                bootstrap_port=e.bootstrap_port,
+                dp_size=e.dp_size,
+            )
             for e in endpoints
         }
         kv = {s.id: source_settings(e.kv_events) for e, s in specs.items() if e.kv_events}
@@ -87,8 +93,9 @@ class PodBackends:
         changed = {i for i in self._ids & wanted.keys() if self._pool.get(i).spec != wanted[i]}
         for backend_id in sorted((self._ids - wanted.keys()) | changed):
             self._ids.discard(backend_id)
-            self._pool.remove(backend_id)
-            self._on_removed(backend_id)
+            removed = self._pool.remove(backend_id)
+            for target in target_ids(removed) if removed is not None else [backend_id]:
+                self._on_removed(target)
             if self._kv_loops is not None:
                 self._kv_loops.forget(backend_id)  # its loop and the precise index's view
             log.info("backend %s removed (pod gone or not ready)", backend_id)

@@ -10,6 +10,7 @@ the usage event this adds is left out of what the client receives. Every step of
 is accounted by the `Director`, which learns a stored response's id (`gateway.responses.ids`)
 before the chunk that holds it goes out.
 
+A data-parallel rank is named to its engine on each attempt (`gateway.dp_rank`).
 A split prefill/decode request (`Route.prefill`) first runs its prefill leg
 (`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
 backends as the decode leg, and the client's `cached_tokens` is P's, the real cache hit.
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from gateway.asgi import Send
 from gateway.director import Attempt, Director
+from gateway.dp_rank import for_rank
 from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
 from gateway.header_policy import HeaderPolicy
 from gateway.http.client import UpstreamClient, UpstreamResponse
@@ -239,7 +241,9 @@ class Proxy:
         fail over from (raised instead when there is no failover). With `span`, the engine
         gets a `traceparent` naming it as the parent."""
         backend = attempt.endpoint
-        headers = out.headers
+        headers, body = out.headers, out.body
+        if backend.spec.rank is not None:
+            headers, body = for_rank(backend, headers, body)
         if span is not None and rec.trace is not None:
             headers = headers + rec.trace.propagation(span.span_id)
         try:
@@ -248,7 +252,7 @@ class Proxy:
                 out.target,
                 out.method,
                 headers,
-                out.body,
+                body,
                 first_byte_timeout=out.first_byte_timeout,
             )
         except PoolTimeout as exc:

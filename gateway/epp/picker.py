@@ -13,6 +13,8 @@ D's answer starts.
 Stored responses: `pin` finds the backend of the one a request names (`previous_response_id`,
 `/v1/responses/{id}[/cancel]`), its only destination; `settle` learns a new one's backend (or
 forgets a deleted one) and is awaited before the chunk that holds its id is answered.
+Data-parallel ranks behind one port share its address; the rank is named as the front door
+names it (`gateway.dp_rank`), with no fallback.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gateway.director import Attempt, Director
+from gateway.dp_rank import rank_body, rank_header
 from gateway.epp.request_metrics import EppRequestMetrics, RequestLabels
 from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
@@ -54,6 +57,7 @@ class Exchange:
     learned: str | None = None  # that id, found and not yet told to the director
     deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
     labels: RequestLabels | None = None  # its llm_d_epp_* labels, while counted as running
+    rank: tuple[bytes, bytes] | None = None  # the header naming a vLLM data-parallel rank
 
     def request_headers(self) -> list[tuple[bytes, bytes]]:
         """Headers set on the request besides the destination: `traceparent` (and
@@ -63,6 +67,8 @@ class Exchange:
         out = t.propagation(t.route_id) if t is not None and t.route_id else []
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
+        if self.rank is not None:
+            out.append(self.rank)
         return out
 
     def removed_headers(self) -> list[bytes]:
@@ -146,9 +152,14 @@ class EndpointPicker:
         if route.prefill is not None and (p := self._pool.find(route.prefill)) is not None:
             ex.prefill = director.dispatch(rec, route, p, leg="prefill")
             ex.prefiller, leg = self._destination((p.id,)), "decode"
-        ex.attempt = director.dispatch(
-            rec, route, self._pool.get(route.decision.ranked[0]), leg=leg
-        )
+        target = self._pool.get(route.decision.ranked[0])
+        ex.attempt = director.dispatch(rec, route, target, leg=leg)
+        if target.spec.rank is not None:  # one port, several ranks: name the rank
+            ex.rank = rank_header(target)
+            if ex.rank is None:  # SGLang: in the body
+                ex.body = rank_body(target, ex.body or body)
+            # The rank named holds for one engine: no fallback to another with it.
+            ex.destination = self._destination(route.decision.ranked[:1])
         return ex
 
     def _lookup(self, rec: RequestRecord, route: Route, deleting: str | None) -> Exchange:
@@ -203,8 +214,8 @@ class EndpointPicker:
         a, rec = ex.attempt, ex.rec
         if a is None or rec is None or ex.route is None or ex.done:
             return
-        if backend_id is None or backend_id == a.endpoint.id:
-            return
+        if backend_id is None or self._address.get(a.endpoint.id) == address:
+            return  # the picked backend, or a rank at its address
         self._director.skipped(a)
         backend = self._pool.get(backend_id)
         ex.attempt = self._director.dispatch(rec, ex.route, backend, 2, leg=a.leg)
@@ -275,7 +286,8 @@ class EndpointPicker:
         chosen = ranked[: self._max_endpoints]
         if any(i not in self._address for i in chosen):  # joined the pool since
             self._learn_addresses()
-        return ",".join(self._address[i] for i in chosen)
+        # Ranks behind one port share an address: each address once, in rank order.
+        return ",".join(dict.fromkeys(self._address[i] for i in chosen))
 
     def _backend_at(self, address: str) -> str | None:
         if address not in self._by_address:
@@ -295,7 +307,9 @@ class EndpointPicker:
 
     def _learn_addresses(self) -> None:
         self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
-        self._by_address = {a: i for i, a in self._address.items()}
+        self._by_address = {}
+        for i, a in self._address.items():
+            self._by_address.setdefault(a, i)  # ranks behind one port: the first
         self._by_host = {}
         for address, backend_id in self._by_address.items():
             self._by_host.setdefault(_host(address), []).append(backend_id)

@@ -165,6 +165,16 @@ class BackendEntry(_Section):
     bootstrap_port: int | None = Field(
         None, ge=1, le=65535, description="SGLang prefill backends: the KV bootstrap port"
     )
+    dp_size: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="data-parallel ranks behind the URL, each a routing target (default: as "
+        "the engine's metrics or server info say; 1: never split)",
+    )
+    dp_rank_field: Literal["routed_dp_rank", "data_parallel_rank"] = Field(
+        "routed_dp_rank", description="SGLang: the body field naming the rank (older servers)"
+    )
 
     @field_validator("url")
     @classmethod
