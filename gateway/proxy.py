@@ -8,12 +8,10 @@ stream that breaks midway ends, on an event boundary, with an SSE error event. A
 chat or completions request whose client did not ask for usage is forwarded asking for it, and
 the usage event this adds is left out of what the client receives. Every step of an attempt
 is accounted by the `Director`, which learns a stored response's id (`gateway.responses.ids`)
-before the chunk that holds it goes out.
-
-A data-parallel rank is named to its engine on each attempt (`gateway.dp_rank`).
-A split prefill/decode request (`Route.prefill`) first runs its prefill leg
-(`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
-backends as the decode leg, and the client's `cached_tokens` is P's, the real cache hit.
+before the chunk that holds it goes out. A data-parallel rank is named to its engine on each
+attempt (`gateway.dp_rank`). A split prefill/decode request (`Route.prefill`) first runs its
+prefill leg (`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to
+the decode backends as the decode leg; the client's `cached_tokens` is P's real cache hit.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """The endpoint picker's side of a request: ext_proc events mapped onto the `Director`.
 
-Per request (`Exchange`): `pick` parses the body as the front door does, routes it and
+Per request (`Exchange`): `pick` parses and routes the body as the front door does and
 dispatches it to the first-ranked backend; `served` moves the dispatch to the endpoint the
-proxy reports it really used; `response_status`, `response_chunk` and `finish` are the
-answer's status, events and end, told to the director as the front door's proxy tells them.
-`finish` runs once, whether the stream ended or was cut. Endpoints are `host:port` of each
-backend's URL, as the proxy connects to them (an `ORIGINAL_DST` cluster needs IP addresses).
-On a prefill/decode pool the destination is D; a split request also names P, for the decode
-pod's sidecar, in llm-d's header `x-prefiller-host-port` (a client's own is removed). The
-sidecar runs P before it asks D, so P's leg is over (settled, out of P's in-flight count) once
-D's answer starts.
-Stored responses: `pin` finds the backend of the one a request names (`previous_response_id`,
-`/v1/responses/{id}[/cancel]`), its only destination; `settle` learns a new one's backend (or
-forgets a deleted one) and is awaited before the chunk that holds its id is answered.
+proxy used; `response_status`, `response_chunk` and `finish` (once, ended or cut) tell the
+director the answer's status, events and end. Endpoints are `host:port` of each backend's URL
+(an `ORIGINAL_DST` cluster needs IP addresses). On a prefill/decode pool the destination is
+D; a split request also names P for D's sidecar in llm-d's `x-prefiller-host-port` (a
+client's own is removed); P's leg is over once D's answer starts. Stored responses: `pin`
+finds the backend holding the one a request names, its only destination; `settle` learns a
+new one's backend (or forgets a deleted one) before the chunk holding its id is answered.
 Data-parallel ranks behind one port share its address; the rank is named as the front door
 names it (`gateway.dp_rank`), with no fallback.
 """
