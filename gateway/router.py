@@ -1,9 +1,10 @@
 """Turns a parsed inference request into a routing decision over the pool's snapshots (for
-the proxy, the picker and the dry run alike). A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
-vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`. An API only one
-engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to that engine's backends (to any
-when the pool declares none); a request naming no model is for the one model they serve
-(`default_model`). Only generating APIs are split on a prefill/decode pool.
+the proxy, the picker and the dry run alike). A request whose model some backend lists as a
+LoRA adapter (a model card with a `parent`, as vLLM lists adapters) names that adapter in
+`RoutingRequest.lora_adapter`. An API only one engine serves (`ENGINE_ONLY`: SGLang's
+`/generate`) goes to that engine's backends (to any when the pool declares none); a request
+naming no model is for the one model they serve (`default_model`). Only generating APIs are
+split on a prefill/decode pool.
 
 No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (an
 ejection's earliest end, or `probe_readmit_s` for one down by probes), 1 to `RETRY_AFTER_MAX_S`.
