@@ -5,10 +5,10 @@ the version `--version` prints."""
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from gateway.version import installed_version as gateway_version
 from kvgate.cli.env import apply_env
 from routing.config.profiles import BUILTIN_PROFILES, RoutingSection
 from routing.config.schema import ConfigError
@@ -29,10 +29,7 @@ many; see README "Observability".
 
 def installed_version() -> str:
     """The installed distribution's version (what `kvgate --version` prints)."""
-    try:
-        return importlib.metadata.version("kvgate")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown (not installed)"
+    return gateway_version() or "unknown (not installed)"  # run from a source tree
 
 
 class EnvParser(argparse.ArgumentParser):
