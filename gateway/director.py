@@ -402,4 +402,5 @@ class Director:
 
     def _record_failure(self, backend: Backend, message: str) -> None:
         if backend.state.record_upstream_failure(self.pool.now(), message):
+            self.metrics.ejections_by(backend.id).inc()
             log.warning("backend %s ejected after upstream failures: %s", backend.id, message)

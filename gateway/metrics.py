@@ -217,6 +217,12 @@ class GatewayMetrics:
             buckets=DECISION_BUCKETS,
             registry=r,
         )
+        self.ejections = Counter(
+            "kvgate_backend_ejections_total",
+            "Backends taken out of rotation after consecutive upstream failures (passive health)",
+            ["backend"],
+            registry=r,
+        )
         self.backend_up = Gauge(
             "kvgate_backend_healthy", "1 if the backend is routable", ["backend"], registry=r
         )
@@ -301,6 +307,7 @@ class GatewayMetrics:
         self._observed_by = Children(self.observed_hits)
         self._corrections_by = Children(self.index_corrections)
         self._refused_by = Children(self.auth_refused)
+        self.ejections_by = Children(self.ejections)
         self._affinity_by = Children(self.response_affinity)
 
     def model_label(self, model: str) -> str:
@@ -369,4 +376,5 @@ class GatewayMetrics:
         for b in backends:
             self.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
             self.in_flight.labels(b.id).set(b.in_flight)
+            self.ejections_by(b.id)  # from 0, so that increase() sees the first ejection
         return self.render()

@@ -35,6 +35,7 @@ CRD_FILES = {
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepool-v1.json",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproute-v1.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-v1.json",  # test_alerts.py
 }
 SHAPES = ("epp", "frontdoor")
 
