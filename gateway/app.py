@@ -200,7 +200,8 @@ class GatewayApp:
         except Exception:
             log.exception("unhandled error on %s %s", method, clip(path))
             rec.error = "internal gateway error"
-            await send_error(send, GatewayError(rec.error))
+            extra = [(b"x-request-id", rec.request_id.encode())]
+            await send_error(send, GatewayError(rec.error), extra)
         finally:
             if send.status:
                 rec.status = send.status  # what the client got
