@@ -10,7 +10,7 @@ Each series means what the endpoint picker's (EPP's) series of the same name mea
   (0–1) over the routable backends that reported them (absent while none did);
   `inference_pool_per_pod_queue_size{model_server_pod, name}`: each one's queue, by backend id.
 - `inference_objective_request_total{model_name, target_model_name}`: `kvgate_requests_total`
-  summed over backends and statuses (kvgate rewrites no model names: the target is the model).
+  summed over backends and statuses, for a model named (kvgate rewrites none: target = model).
 `name` is the discovered InferencePool (`discovery.pool`), else "default". All but the last
 also under llm-d's current names (`CURRENT`); `kvgate epp` adds `gateway.epp.request_metrics`.
 """
@@ -100,8 +100,8 @@ class InferenceExtensionCollector(Collector):
         by_model: dict[str, float] = {}
         for family in self._metrics.requests.collect():
             for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    model = sample.labels["model"]
+                model = sample.labels["model"]
+                if sample.name.endswith("_total") and model:  # not a refusal, an admin call
                     by_model[model] = by_model.get(model, 0.0) + sample.value
         family = CounterMetricFamily(
             "inference_objective_request_total",

@@ -58,9 +58,8 @@ class Identifier:
                 requests_per_minute=_limit(getattr(principal, "requests_per_minute", None)),
                 tokens_per_minute=_limit(getattr(principal, "tokens_per_minute", None)),
             )
-        header = self._section.tenant_header
-        tenant = (headers.get(header) if header else None) or ANONYMOUS
-        return Identity(tenant[:_MAX_TENANT_CHARS], band, self._section.bands[band])
+        tenant = header_tenant(headers, self._section.tenant_header) or ANONYMOUS
+        return Identity(tenant, band, self._section.bands[band])
 
     def _band(self, tier: object, headers: Mapping[str, str]) -> int:
         if isinstance(tier, str) and tier in self._section.tiers:
@@ -76,6 +75,13 @@ class Identifier:
                 f"unknown priority in header {header} (known: {known})", code="unknown_priority"
             )
         return band
+
+
+def header_tenant(headers: Mapping[str, str], header: str | None) -> str | None:
+    """The tenant a request names in the operator's `tenant_header` (None: no header set, or
+    none sent), cut to 128 characters: a client chose it."""
+    tenant = headers.get(header) if header else None
+    return tenant[:_MAX_TENANT_CHARS] if tenant else None
 
 
 def _limit(value: object) -> int | None:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from gateway.version import installed_version as gateway_version
 from kvgate.cli.env import apply_env
 from routing.config.profiles import BUILTIN_PROFILES, RoutingSection
 from routing.config.schema import ConfigError
@@ -31,10 +32,7 @@ many; see the docs' "Dashboard and tracing" page (docs/operate/observability.md)
 
 def installed_version() -> str:
     """The installed distribution's version (what `kvgate --version` prints)."""
-    try:
-        return importlib.metadata.version("kvgate")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown (not installed)"
+    return gateway_version() or "unknown (not installed)"  # run from a source tree
 
 
 # The optional compiled modules (setup.py): each has a pure-Python reference that runs when

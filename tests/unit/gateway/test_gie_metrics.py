@@ -81,10 +81,12 @@ def test_objective_requests_by_model_over_backends_and_statuses() -> None:
     metrics.requests_by("llama", "a", "200").inc(3)
     metrics.requests_by("llama", "b", "503").inc()
     metrics.requests_by("qwen", "a", "200").inc()
+    metrics.requests_by("", "none", "401").inc()  # refused before its body was read
     got = _samples(metrics)
     name = "inference_objective_request_total"
     assert got[(name, (("model_name", "llama"), ("target_model_name", "llama")))] == 4.0
     assert got[(name, (("model_name", "qwen"), ("target_model_name", "qwen")))] == 1.0
+    assert not [k for k in got if k[0] == name and ("model_name", "") in k[1]]
 
 
 def test_each_series_also_under_llm_ds_current_name() -> None:
