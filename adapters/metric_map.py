@@ -2,9 +2,9 @@
 
 Each field lists candidate `Source`s in order of preference; the first present in a scrape
 wins, so a renamed metric is one more entry (vLLM's `vllm:kv_cache_usage_perc` after its v0
-name `vllm:gpu_cache_usage_perc`). Several series of one metric (data-parallel engines,
-`engine="0"`, `"1"`, …) are combined: waiting, running and blocks summed, KV usage averaged,
-block size the first.
+name `vllm:gpu_cache_usage_perc`). Several series of one metric (data-parallel ranks) are
+combined: waiting, running and blocks summed, KV usage averaged, block size the first;
+`rank_metrics` reads them apart by `rank_labels` instead (docs/data-parallel.md).
 
 A page is a backend's word, not ours: parsing never raises on it. NaN and ±Inf samples,
 labels that are not integers (`"None"`), counts or integer labels beyond 2^53 (the largest
@@ -17,6 +17,7 @@ time under new labels each step and never removes old series, so the largest val
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -57,9 +58,27 @@ class MetricMapAdapter:
     engine: str
     names: MetricMap
     metrics_path: str | None = "/metrics"
+    rank_labels: tuple[str, ...] = ()  # labels naming a data-parallel rank, preferred first
 
     def parse_metrics(self, text: str, scraped_at: float) -> EngineMetrics:
-        samples = _Lookup(text)
+        return self._read(_Lookup(text), scraped_at)
+
+    def dp_size_of(self, text: str) -> int:
+        """How many data-parallel ranks the page reports (distinct rank label values of the
+        running-requests series; 1 without rank labels)."""
+        return max(1, len(_rank_values(_Lookup(text), self.names.running, self.rank_labels)))
+
+    def rank_metrics(self, text: str, scraped_at: float, dp_size: int) -> list[EngineMetrics]:
+        """One `EngineMetrics` per rank 0 .. dp_size-1 (see the module docstring)."""
+        lookup = _Lookup(text)
+        labels = self.rank_labels
+        if labels and _rank_values(lookup, self.names.running, labels):
+            return [
+                self._read(_RankLookup(lookup, labels, str(r)), scraped_at) for r in range(dp_size)
+            ]
+        return _divided(self._read(lookup, scraped_at), dp_size)
+
+    def _read(self, samples: _Lookup, scraped_at: float) -> EngineMetrics:
         names = self.names
         kv_usage = _mean(_values(samples, names.kv_usage))
         lora = _newest(samples, names.lora_info)
@@ -91,6 +110,59 @@ class _Lookup:
         if found is None:
             found = self._found[name] = samples_of(self._text, name)
         return found
+
+
+class _RankLookup(_Lookup):
+    """One rank's samples of a page: those whose rank label is `rank`, and those with no rank
+    label (engine-wide info)."""
+
+    def __init__(self, lookup: _Lookup, labels: tuple[str, ...], rank: str) -> None:
+        self._all = lookup
+        self._labels = labels
+        self._rank = rank
+        self._found = {}
+
+    def get(self, name: str) -> list[Sample]:
+        found = self._found.get(name)
+        if found is None:
+            found = self._found[name] = [
+                s for s in self._all.get(name) if _rank_of(s, self._labels) in (None, self._rank)
+            ]
+        return found
+
+
+def _rank_of(sample: Sample, labels: tuple[str, ...]) -> str | None:
+    for label in labels:
+        if (value := sample.labels.get(label)) is not None:
+            return value
+    return None
+
+
+def _rank_values(
+    samples: _Lookup, sources: tuple[Source, ...], labels: tuple[str, ...]
+) -> set[str]:
+    for source in sources:
+        found = samples.get(source.metric)
+        if found:
+            return {r for s in found if (r := _rank_of(s, labels)) is not None}
+    return set()
+
+
+def _divided(total: EngineMetrics, n: int) -> list[EngineMetrics]:
+    """`total` shared by `n` ranks: counts split (the remainder to the first ranks)."""
+
+    def share(value: int | None, r: int) -> int | None:
+        return None if value is None else value // n + (1 if r < value % n else 0)
+
+    return [
+        dataclasses.replace(
+            total,
+            waiting=share(total.waiting, r),
+            running=share(total.running, r),
+            num_blocks=share(total.num_blocks, r),
+        )
+        for r in range(n)
+    ]
 
 
 def _values(samples: _Lookup, sources: tuple[Source, ...]) -> list[float]:

@@ -18,5 +18,12 @@ class OpenAIAdapter:
         del text  # nothing to read
         return EngineMetrics(scraped_at=scraped_at)
 
+    def dp_size_of(self, text: str) -> int:
+        del text
+        return 1
+
+    def rank_metrics(self, text: str, scraped_at: float, dp_size: int) -> list[EngineMetrics]:
+        return [self.parse_metrics(text, scraped_at)] * dp_size
+
 
 OPENAI = OpenAIAdapter()

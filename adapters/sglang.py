@@ -1,7 +1,8 @@
 """SGLang: Prometheus metrics at `/metrics` (server started with `--enable-metrics`).
 
 `sglang:token_usage` is the KV pool's occupancy, 0–1. Page size and page count are labels
-of `sglang:cache_config_info`. SGLang reports no LoRA state in its metrics.
+of `sglang:cache_config_info`. SGLang reports no LoRA state in its metrics. With data
+parallelism each scheduler's series carry its `dp_rank`.
 """
 
 from __future__ import annotations
@@ -18,4 +19,6 @@ SGLANG_METRICS = MetricMap(
     num_blocks=(Source(CACHE_CONFIG, "num_pages"),),
 )
 
-SGLANG = MetricMapAdapter(engine="sglang", names=SGLANG_METRICS)
+SGLANG = MetricMapAdapter(
+    engine="sglang", names=SGLANG_METRICS, rank_labels=("dp_rank", "engine_rank")
+)

@@ -3,6 +3,7 @@
 Block size and block count are labels of the info gauge `vllm:cache_config_info`
 (`num_gpu_blocks` reads `"None"` until the engine has profiled memory). The v0 name
 `vllm:gpu_cache_usage_perc` is kept as a fallback for KV usage: older servers still run.
+A data-parallel server labels each rank's series `engine="<rank>"`.
 """
 
 from __future__ import annotations
@@ -20,4 +21,4 @@ VLLM_METRICS = MetricMap(
     lora_info=("vllm:lora_requests_info",),
 )
 
-VLLM = MetricMapAdapter(engine="vllm", names=VLLM_METRICS)
+VLLM = MetricMapAdapter(engine="vllm", names=VLLM_METRICS, rank_labels=("engine",))

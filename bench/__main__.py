@@ -2,9 +2,9 @@
 
 Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
 `--help` (their modules are listed in `SUBCOMMANDS`):
-- routing and admission: quality (against peer routers), regime (a grid of regimes, live and
-  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), epp-flow (its flow
-  control and model rewrites), admission, precise;
+- routing and admission: quality (against peer routers), regime (a grid of regimes), dp
+  (data-parallel ranks), vllm-pressure (real vLLM CPU), epp and epp-flow (behind Envoy; its
+  flow control and rewrites), admission, precise;
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events, body-parse (loop stall);
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
@@ -43,6 +43,7 @@ SUBCOMMANDS = {
     "sim-speed": "bench.sim_speed",
     "tracing-overhead": "bench.overhead.tracing",
     "body-parse": "bench.body_parse",
+    "dp": "bench.data_parallel.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

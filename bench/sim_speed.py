@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import DEFAULT_TRACES, TRACES_HELP
+from bench import DEFAULT_TRACES, TRACES_HELP, trace_file
 from routing.traces import TraceRequest, load_trace
 from sim.engine.kv_store import NATIVE_BUILT
 from sim.engine.profiles import get_profile
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not NATIVE_BUILT:
         print("the compiled KV cache is not built: reinstall kvgate (make venv)", file=sys.stderr)
         return 1
-    trace = load_trace(args.traces / MOONCAKE_TRACE, "mooncake", args.limit)
+    trace = load_trace(trace_file(args.traces, MOONCAKE_TRACE), "mooncake", args.limit)
     profile = with_block_size(get_profile("h100-llama3-8b"), args.block_size)[0]
     profile = fit_profile(profile, trace)[0]
     print(f"{len(trace):,} requests, {args.replicas} replicas", file=sys.stderr)

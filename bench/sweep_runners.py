@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import DEFAULT_TRACES, REPO_ROOT, TRACES_HELP
+from bench import DEFAULT_TRACES, REPO_ROOT, TRACES_HELP, trace_file
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable, pyplot
 
 MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"
@@ -50,7 +50,7 @@ def _sweep(args: argparse.Namespace, name: str, out: Path) -> dict[str, Any]:
         flags.append(args.ray_address)
     elif name == "ray":
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # a local instance on 127.0.0.1 only
-    trace = Path(args.traces) / MOONCAKE_TRACE
+    trace = trace_file(args.traces, MOONCAKE_TRACE)
     command = [
         sys.executable, "-m", "kvgate.cli", "sim", "sweep", "--trace", str(trace),
         "--limit", str(args.limit), *GRID, *flags, "--out", str(out / name),

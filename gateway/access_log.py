@@ -48,19 +48,28 @@ class RequestIdFilter(logging.Filter):
 
 
 def log_request(rec: RequestRecord, now: float) -> None:
-    """One structured line per inference request; never the prompt."""
+    """One structured line per request, refused ones too; never the prompt, nor a key (its
+    name only)."""
     if not access_log.isEnabledFor(logging.INFO):
         return
+    usage = rec.usage
     line = {
         "request_id": rec.request_id,
         "method": rec.method,
         "path": clip(rec.path),
+        "client": rec.client,
+        "key": rec.key,
+        "tenant": clip(rec.tenant),
         "model": clip(rec.model),
         "policy": rec.policy,
+        "reason": rec.reason,
         "backend": rec.backend,
         "status": rec.status,
         "attempts": rec.attempts,
         "stream": rec.stream,
+        "prompt_tokens": usage.prompt_tokens if usage else None,
+        "cached_tokens": usage.cached_tokens if usage else None,
+        "completion_tokens": usage.completion_tokens if usage else None,
         "ttft_s": None if rec.ttft_s is None else round(rec.ttft_s, 6),
         "duration_s": round(now - rec.started, 6),
     }

@@ -1,4 +1,5 @@
-"""Admin API: backend state (`GET /admin/backends`) and dry-run routing (`POST /admin/route`)."""
+"""Admin API: backend state (`GET /admin/backends`, one entry per routing target: a
+data-parallel engine's ranks apart) and dry-run routing (`POST /admin/route`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def backends_state(
                 "backend_header": shown.decode() if shown is not None else None,
                 "url": b.spec.url,
                 "engine": b.spec.engine,
+                # A data-parallel rank: its engine (the pool member) and its rank.
+                "member": b.parent.id if b.parent is not None else b.id,
+                "dp_rank": b.spec.rank,
+                "dp_size": b.spec.dp_size if b.spec.rank is not None else None,
                 "health": b.state.health(now).value,
                 "models": sorted(b.models),
                 "models_source": "config" if b.spec.models else "discovered",
@@ -49,7 +54,7 @@ def backends_state(
                 "dispatched": b.dispatched,
                 "ejected_for_s": round(ejected_for, 3) if ejected_for > 0 else 0.0,
                 "last_error": b.state.last_error,
-                "scrape_errors": b.scrape_errors,
+                "scrape_errors": (b.parent or b).scrape_errors,  # a rank's: its engine's
                 "metrics": _metrics(b.metrics, now),
                 "prefix_index_blocks": index.blocks(b.id),
                 "pending_prefill_tokens": b.pending_prefill_tokens,

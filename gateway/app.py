@@ -4,8 +4,11 @@ runtime's services for the server's lifespan.
 Routes: the inference endpoints (OpenAI's, SGLang's native ones, vLLM's utility ones:
 `gateway.inference`; with `GET`/`DELETE /v1/responses/{id}` and `POST .../cancel`), `/health`,
 `/ready`, `/metrics`, `/v1/models`, and the admin API on the API port (`gateway.admin_ops`;
-behind the admin key, or on `server.admin_port` instead: `gateway.admin_app`). Every request passes
-`AccessControl.admit` first. `build_app(config)` builds the runtime and the app.
+behind the admin key, or on `server.admin_port` instead: `gateway.admin_app`, which alone serves
+the OpenAPI page `/docs`). Every request gets its `RequestRecord` (`Director.start`) before
+`AccessControl.admit`, so a refused one ends in `Director.finish` (metrics, access log) like
+the rest; probes and scrapes (`QUIET_PATHS`) only when refused. `build_app(config)` builds
+the runtime and the app.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import admin_ops
-from gateway.access_log import clip
+from gateway.access_log import clip, request_id_var
 from gateway.admin_view import AdminView
+from gateway.admission.identity import header_tenant
 from gateway.asgi import (
     Receive,
     Scope,
@@ -30,14 +34,22 @@ from gateway.asgi import (
     send_bytes,
     send_json,
 )
+from gateway.auth import ANONYMOUS, Principal
 from gateway.compose import build_runtime
-from gateway.errors import GatewayError, MethodNotAllowedError, NotFoundError
+from gateway.errors import (
+    ClientDisconnectedError,
+    GatewayError,
+    MethodNotAllowedError,
+    NotFoundError,
+)
+from gateway.header_policy import client_address
 from gateway.http.client import UpstreamClient
 from gateway.http.hygiene import allowed_methods, check_host, refuse_websocket
 from gateway.inference import InferenceHandler, send_error
 from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
 from gateway.lifecycle import Drain
 from gateway.proxy import BrokenBodyError, Proxy
+from gateway.request_record import RequestRecord
 from gateway.responses.ids import object_path
 from gateway.runtime import Runtime
 from gateway.services import Services
@@ -49,7 +61,9 @@ if TYPE_CHECKING:
     from gateway.workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
-Handler = Callable[[Scope, Receive, TrackedSend], Awaitable[None]]
+Handler = Callable[[Scope, Receive, TrackedSend, RequestRecord], Awaitable[None]]
+# Kubelets' probes and Prometheus' scrapes: no access-log line, metric or trace unless refused.
+QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class GatewayApp:
@@ -158,9 +172,17 @@ class GatewayApp:
             handler = self._admin_write  # /admin/backends/{id}[/drain|/resume]
         elif handler is None and object_path(path) is not None:
             handler = self.inference.stored  # /v1/responses/{id}[/cancel]
+        director, quiet = self.runtime.director, path in QUIET_PATHS
+        headers = header_map(scope)
+        rec = director.start(
+            method, path, headers,
+            client=client_address(scope), scheme=scope.get("scheme", "http"), traced=not quiet,
+        )  # fmt: skip
+        token = request_id_var.set(rec.request_id)
         try:
             check_host(scope)
-            scope["kvgate.principal"] = self.runtime.access.admit(scope)  # 401/404 first
+            principal = scope["kvgate.principal"] = self.runtime.access.admit(scope)  # 401 first
+            self._identify(rec, principal, headers)
             if handler is None:
                 if path in self._allow:
                     allow = self._allow[path]
@@ -168,24 +190,47 @@ class GatewayApp:
                         f"method {method} not allowed on {path}", allow=allow
                     )
                 raise NotFoundError(f"no route for {method} {path}")
-            await handler(scope, receive, send)
+            await handler(scope, receive, send, rec)
         except GatewayError as exc:
-            await send_error(send, exc, shape=ERROR_SHAPES.get(path, "openai"))
+            rec.status, rec.error = exc.status, exc.message
+            rec.client_gone = isinstance(exc, ClientDisconnectedError)
+            extra = [(b"x-request-id", rec.request_id.encode())]
+            await send_error(send, exc, extra, shape=ERROR_SHAPES.get(path, "openai"))
         except BrokenBodyError:
             pass  # returning with the response unfinished makes the server drop the connection
         except Exception:
             log.exception("unhandled error on %s %s", method, clip(path))
-            await send_error(send, GatewayError("internal gateway error"))
+            rec.error = "internal gateway error"
+            extra = [(b"x-request-id", rec.request_id.encode())]
+            await send_error(send, GatewayError(rec.error), extra)
+        finally:
+            if send.status:
+                rec.status = send.status  # what the client got
+            if not quiet or rec.error is not None:
+                director.finish(rec)
+            request_id_var.reset(token)
+
+    def _identify(self, rec: RequestRecord, principal: Principal, headers: dict[str, str]) -> None:
+        """Who the request is for, as the access log and the token counters name it: the API
+        key's name, else the tenant the admission header names."""
+        if principal is not ANONYMOUS:
+            rec.key = rec.tenant = principal.name
+        else:
+            rec.tenant = header_tenant(headers, self.runtime.config.admission.tenant_header)
 
     # -- small endpoints ------------------------------------------------------------------
-    async def _health(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _health(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         await send_json(send, 200, {"status": "ok"})
 
-    async def _ready(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _ready(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         rt = self.runtime
         healthy = len(rt.pool.healthy())
         draining = self.drain.draining
-        ok = healthy and self._client is not None and self.services.ready() and not draining
+        ok = healthy > 0 and self._client is not None and self.services.ready() and not draining
         loops = rt.loops.states() if rt.loops else {}
         body: dict[str, Any] = {
             "ready": ok,
@@ -198,22 +243,32 @@ class GatewayApp:
             body["worker"] = rt.peers.state()
         await send_json(send, 200 if ok else 503, body)
 
-    async def _metrics(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _metrics(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         page = await self.runtime.metrics_exposition()
         await send_bytes(send, 200, page, CONTENT_TYPE_LATEST.encode())
 
-    async def _models(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _models(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         cards = self.runtime.pool.served_models()
         await send_json(send, 200, {"object": "list", "data": list(cards.values())})
 
-    async def _admin_backends(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _admin_backends(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         await send_json(send, 200, self.admin.backends_state())
 
-    async def _admin_write(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _admin_write(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         rt = self.runtime
         await admin_ops.handle(rt.operations, scope, receive, send, rt.config.server.max_body_bytes)
 
-    async def _admin_route(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def _admin_route(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         body = await read_body(receive, self.runtime.config.server.max_body_bytes)
         answer = await self.admin.dry_run(body, header_map(scope), scope["query_string"])
         await send_json(send, 200, answer)

@@ -39,7 +39,7 @@ from gateway.state.collector import SharedStateCollector
 from gateway.tokens.backends import healthy_backend_picker
 from gateway.tokens.build import build_tokenizers
 from gateway.tracing.setup import build_tracing
-from health.pool import BackendPool
+from health.pool import Backend, BackendPool
 from routing.admission.objectives import Objectives
 from routing.config.objectives import RewriteEntry
 from routing.config.schema import ConfigError, GatewayConfig
@@ -91,7 +91,7 @@ def _build(
         precise.apply(backend_id, batch.events)
 
     # Configured publishers now; discovered pods' and runtime backends' join and leave.
-    kv_loops = KvEventLoops({}, precise, apply_kv_batch)
+    kv_loops = KvEventLoops({}, precise, apply_kv_batch, pool)
     for entry in config.backends:
         if (settings := kv_settings(entry)) is not None:
             kv_loops.follow(backend_spec(entry).id, settings)
@@ -123,6 +123,7 @@ def _build(
     planner = PdPlanner(
         config.disaggregation, stack.index, stack.ttft_model,
         new_link_model(config.disaggregation), config.routing.prefix.chars_per_token,
+        prefill_scheduler=build_scheduler(config.routing, stack.registry, clock, rng),
     )  # fmt: skip
     router = RequestRouter(
         pool, stack.scheduler, config.routing, ledger, probe_readmit_s(h), planner=planner
@@ -156,6 +157,13 @@ def _build(
         stack.ttft_model.forget(backend_id)
         metrics.forget_backend(backend_id)
 
+    def ranks_found(backend: Backend) -> None:
+        """A member turned out data-parallel: its ranks are the targets from now on, and
+        what was learnt about the member as one target goes."""
+        backend_removed(backend.id)
+        kv_loops.ranks_changed(backend)
+
+    pool.on_ranks.append(ranks_found)
     pod_backends = PodBackends(pool, backend_removed, kv_loops)
     backends = RuntimeBackends(pool, kv_loops, backend_removed, config.backends, pod_backends.owns)
     live = LiveConfig(

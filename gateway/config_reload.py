@@ -122,6 +122,8 @@ class LiveConfig:
         changes = self._backends.apply_config(merged.backends)
         if merged.health != old.health:
             self._apply_health(merged.health)
+        if merged.routing != old.routing and (planner := self._router.planner) is not None:
+            planner.prefill_scheduler = self._build_scheduler(merged.routing)
         if merged.routing != old.routing or merged.health != old.health:
             self._router.reconfigure(scheduler, merged.routing, probe_readmit_s(merged.health))
         self.config = merged

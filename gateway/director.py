@@ -93,9 +93,10 @@ class Director:
         client: str | None = None,
         scheme: str = "http",
         request_id: str | None = None,
+        traced: bool = True,
     ) -> RequestRecord:
         """A request arrived: its id (`request_id`, else the client's `x-request-id` if sane,
-        else a new one) and its trace."""
+        else a new one) and its trace (unless not `traced`: a probe)."""
         rec = RequestRecord(
             request_id or request_id_from(headers.get("x-request-id")),
             method,
@@ -104,7 +105,7 @@ class Director:
             client=client,
             scheme=scheme,
         )
-        if (tracer := self.tracer) is not None:
+        if (tracer := self.tracer) is not None and traced:
             rec.trace = tracer.start(
                 method, path, headers.get("traceparent"), headers.get("tracestate")
             )
@@ -217,6 +218,7 @@ class Director:
         if trace is not None:
             trace.routed(route.decision, len(route.request.prefix_hashes))
         rec.policy, rec.session = route.decision.profile, route.request.session_key
+        rec.reason = route.reason
         self.metrics.count_decision(route.decision, route.reason, route.seconds)
         if (pd := route.pd) is not None:
             self.metrics.pd_decisions.labels("split" if pd.split else "local", pd.why).inc()
@@ -239,8 +241,9 @@ class Director:
             await self.affinity.forget(response_id)
 
     def finish(self, rec: RequestRecord) -> None:
-        """The request is over (`rec.status` set by the transport; 499 if the client left):
-        metrics, the access-log line, the trace, and the recorder's line if it succeeded."""
+        """The request is over (`rec.status` set by the transport; 499 if the client left),
+        answered or refused (before routing too: 401, 429, 413, ...): metrics, the access-log
+        line, the trace, and the recorder's line if it succeeded."""
         now = self.clock()
         if rec.client_gone:
             rec.status = 499  # client closed request (nginx's convention)
@@ -248,6 +251,7 @@ class Director:
         self.metrics.requests_by(rec.model or "", backend, str(rec.status)).inc()
         if rec.backend:
             self.metrics.duration_by(rec.model or "", backend).observe(now - rec.started)
+        self.metrics.count_tokens(rec)
         if self._access_log:
             log_request(rec, now)
         if (trace := rec.trace) is not None and self.tracer is not None:
@@ -350,9 +354,13 @@ class Director:
         """The whole answer was relayed: grade the index's prediction against the cached
         tokens it reported; a passive success unless it was a 502/503/504. A decode leg's
         cached tokens are what it received, not a cache hit, and a batch's are not the routed
-        prompt's: neither is graded."""
+        prompt's: neither is graded. A lookup's usage is the stored response's: not kept."""
+        if d.leg == "lookup":  # the stored response's usage, not this request's
+            if status not in FAILURE_STATUSES:
+                d.endpoint.state.record_upstream_success()
+            return
         rec.usage = usage
-        if d.leg in ("decode", "lookup"):  # a lookup's usage is the stored response's
+        if d.leg == "decode":
             if status not in FAILURE_STATUSES:
                 d.endpoint.state.record_upstream_success()
             return
@@ -409,4 +417,5 @@ class Director:
 
     def _record_failure(self, backend: Backend, message: str) -> None:
         if backend.state.record_upstream_failure(self.pool.now(), message):
+            self.metrics.ejections_by(backend.id).inc()
             log.warning("backend %s ejected after upstream failures: %s", backend.id, message)

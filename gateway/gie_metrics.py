@@ -10,9 +10,9 @@ Each series means what the endpoint picker's (EPP's) series of the same name mea
   (0–1) over the routable backends that reported them (absent while none did);
   `inference_pool_per_pod_queue_size{model_server_pod, name}`: each one's queue, by backend id.
 - `inference_objective_request_total{model_name, target_model_name}`: `kvgate_requests_total`
-  summed over backends and statuses (kvgate rewrites no model names: the target is the model).
-`name` is the discovered InferencePool (`discovery.pool`), else "default". The EPP's error
-counter is not mirrored (docs/decisions/0012-metric-names.md).
+  summed over backends and statuses, for a model named (kvgate rewrites none: target = model).
+`name` is the discovered InferencePool (`discovery.pool`), else "default". All but the last
+also under llm-d's current names (`CURRENT`); `kvgate epp` adds `gateway.epp.request_metrics`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ from health.pool import BackendPool
 # The EPP's scheduler buckets (pkg/epp/metrics: SchedulerE2ELatency).
 GIE_SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 _BOUNDS = (*map(repr, GIE_SCHEDULER_BUCKETS), "+Inf")  # as prometheus_client writes `le`
+# llm-d's current names for the series (it emits both, as here).
+CURRENT = {
+    "inference_extension_scheduler_e2e_duration_seconds": (
+        "llm_d_epp_scheduler_e2e_duration_seconds"
+    ),
+    "inference_pool_ready_pods": "llm_d_epp_ready_endpoints",
+    "inference_pool_average_queue_size": "llm_d_epp_average_queue_size",
+    "inference_pool_average_kv_cache_utilization": "llm_d_epp_average_kv_cache_utilization",
+    "inference_pool_per_pod_queue_size": "llm_d_epp_per_endpoint_queue_size",
+}
+_CURRENT_LABELS = {"model_server_pod": "model_server_endpoint"}
 
 
 class InferenceExtensionCollector(Collector):
@@ -45,9 +56,11 @@ class InferenceExtensionCollector(Collector):
         self._name = pool_name
 
     def collect(self) -> Iterator[Metric]:
-        yield _scheduler_latency(self._metrics.decision_duration)
-        yield from self._pool_gauges()
-        yield self._objective_requests()
+        latency = _scheduler_latency(self._metrics.decision_duration)
+        for family in (latency, *self._pool_gauges(), self._objective_requests()):
+            yield family
+            if (current := CURRENT.get(family.name)) is not None:
+                yield _renamed(family, current)
 
     def _pool_gauges(self) -> Iterator[Metric]:
         name = self._name
@@ -87,8 +100,8 @@ class InferenceExtensionCollector(Collector):
         by_model: dict[str, float] = {}
         for family in self._metrics.requests.collect():
             for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    model = sample.labels["model"]
+                model = sample.labels["model"]
+                if sample.name.endswith("_total") and model:  # not a refusal, an admin call
                     by_model[model] = by_model.get(model, 0.0) + sample.value
         family = CounterMetricFamily(
             "inference_objective_request_total",
@@ -118,3 +131,16 @@ def _scheduler_latency(histogram: Histogram) -> Metric:
     )
     family.add_metric([], list(counts.items()), sum_value=total)
     return family
+
+
+def _renamed(family: Metric, name: str) -> Metric:
+    """`family` under `name` (its samples' suffixes kept), labels renamed to llm-d's."""
+    twin = Metric(name, family.documentation, family.type)
+    twin.samples = [
+        sample._replace(
+            name=name + sample.name[len(family.name) :],
+            labels={_CURRENT_LABELS.get(k, k): v for k, v in sample.labels.items()},
+        )
+        for sample in family.samples
+    ]
+    return twin

@@ -70,7 +70,7 @@ class BackendHealthCollector(Collector):
             labels=["backend"],
         )
         for b in self._pool:
-            errors.add_metric([b.id], b.scrape_errors)
+            errors.add_metric([b.id], (b.parent or b).scrape_errors)  # a rank's: its engine's
             metrics = b.metrics
             if metrics is not None:
                 age.add_metric([b.id], max(0.0, now - metrics.scraped_at))

@@ -1,5 +1,6 @@
 """The front door's inference endpoints (`POST /v1/chat/completions`, SGLang's `/generate`, ...):
-read and parse the body, admit, route through the `Director`, proxy with failover, finish.
+read and parse the body, admit, route through the `Director`, proxy with failover (the app
+starts and finishes the request's record, and answers its errors).
 `stored` serves the requests on a stored response itself (`GET`/`DELETE /v1/responses/{id}`,
 `POST .../cancel`): relayed to the backend holding it, without admission.
 
@@ -14,7 +15,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from gateway.access_log import clip, request_id_var
+from gateway.access_log import clip
 from gateway.asgi import (
     Receive,
     Scope,
@@ -33,8 +34,7 @@ from gateway.errors import (
     NoHealthyBackendError,
     PayloadTooLargeError,
 )
-from gateway.header_policy import client_address
-from gateway.inference_request import API_BY_PATH, ERROR_SHAPES
+from gateway.inference_request import API_BY_PATH
 from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.request_record import RequestRecord
@@ -59,10 +59,14 @@ class InferenceHandler:
         self._drain = drain
         self.proxy: Proxy | None = None  # while the gateway runs (its upstream client)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
-        await self._run(scope, receive, send, self._forward)
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
+        await self._run(scope, receive, send, rec, self._forward)
 
-    async def stored(self, scope: Scope, receive: Receive, send: TrackedSend) -> None:
+    async def stored(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
         """A request on a stored response (`/v1/responses/{id}`, `.../cancel`)."""
         where = object_path(scope["path"])
         allowed = STORED_METHODS[where[1]] if where is not None else ()
@@ -70,33 +74,22 @@ class InferenceHandler:
             raise MethodNotAllowedError(
                 f"method {scope['method']} not allowed on {scope['path']}", allow=allowed
             )
-        await self._run(scope, receive, send, self._forward_stored)
+        await self._run(scope, receive, send, rec, self._forward_stored)
 
     async def _run(
-        self, scope: Scope, receive: Receive, send: TrackedSend, forward: Forward
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: TrackedSend,
+        rec: RequestRecord,
+        forward: Forward,
     ) -> None:
-        headers = header_map(scope)
-        rec = self._director.start(
-            scope["method"],
-            scope["path"],
-            headers,
-            client=client_address(scope),
-            scheme=scope.get("scheme", "http"),
-        )
-        token = request_id_var.set(rec.request_id)
+        """`forward` the request; its place in admission goes back however it ends (the app
+        answers its errors and finishes `rec`)."""
         try:
-            await forward(scope, receive, send, headers, rec)
-        except GatewayError as exc:
-            rec.status, rec.error = exc.status, exc.message
-            rec.client_gone = isinstance(exc, ClientDisconnectedError)
-            extra = [(b"x-request-id", rec.request_id.encode())]
-            await send_error(send, exc, extra, shape=ERROR_SHAPES.get(scope["path"], "openai"))
+            await forward(scope, receive, send, header_map(scope), rec)
         finally:
             self._admission.release(scope, rec)
-            if send.status:
-                rec.status = send.status  # what the client got
-            self._director.finish(rec)
-            request_id_var.reset(token)
 
     async def _forward(
         self,

@@ -1,25 +1,43 @@
-"""The gateway's own Prometheus metrics, in a registry per app (so tests can run several).
+"""The gateway's own Prometheus metrics, in a registry per app (so tests can run several),
+with the process's (`process_*`, `python_info`) and `kvgate_build_info`; no `_created` series.
 
 Every label value stays from a bounded set: a series lives as long as the process, so a label
 a client chooses would let it grow `/metrics` (and the memory behind it) without end. The
 `model` label takes only the models the pool serves (`models`); any other name a client
-sends counts as `"other"` (an empty name, when the body had none, stays empty).
+sends counts as `"other"` (an empty name, when the body had none, stays empty). The `tenant`
+label is an API key's name (the operator's list), else the first `MAX_TENANT_SERIES` tenants
+the admission header named, then `"other"`; `"anonymous"` without either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Callable, Collection, Iterable
 from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 
+from gateway.request_record import RequestRecord
+from gateway.version import installed_version
 from health.pool import Backend
 from routing.types import Decision
 from scoring.state.cache_check import CacheCheck
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 OTHER_MODEL = "other"
+OTHER_TENANT = "other"
+ANONYMOUS_TENANT = "anonymous"
+MAX_TENANT_SERIES = 100  # tenants named by a header (not a key) with series of their own
 
 _LATENCY_BUCKETS = (
     0.005,
@@ -108,8 +126,20 @@ class GatewayMetrics:
 
     def __init__(self, models: Callable[[], Collection[str]] | None = None) -> None:
         self._models = models
+        self._tenants: set[str] = set()  # header-named tenants with series of their own
+        # `_created` doubles every counter and histogram with a timestamp nobody graphs
+        # (prometheus_client's switch is process-wide; kvgate has no other registry).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes, ...
+        PlatformCollector(registry=r)  # python_info
+        Gauge(
+            "kvgate_build_info",
+            "Always 1: the kvgate version and the Python running it",
+            ["version", "python"],
+            registry=r,
+        ).labels(installed_version() or "unknown", platform.python_version()).set(1)
         self.requests = Counter(
             "kvgate_requests_total",
             "Requests finished, by model, backend and HTTP status",
@@ -143,6 +173,24 @@ class GatewayMetrics:
             ["backend", "kind"],
             registry=r,
         )
+        self.prompt_tokens = Counter(
+            "kvgate_prompt_tokens_total",
+            "Prompt tokens the answers reported (usage), by model and tenant",
+            ["model", "tenant"],
+            registry=r,
+        )
+        self.cached_prompt_tokens = Counter(
+            "kvgate_cached_prompt_tokens_total",
+            "Of those, the tokens the engine reported cached, by model and tenant",
+            ["model", "tenant"],
+            registry=r,
+        )
+        self.completion_tokens = Counter(
+            "kvgate_completion_tokens_total",
+            "Completion tokens the answers reported (usage), by model and tenant",
+            ["model", "tenant"],
+            registry=r,
+        )
         self.retries = Counter(
             "kvgate_retries_total", "Requests retried on another backend", ["model"], registry=r
         )
@@ -167,6 +215,12 @@ class GatewayMetrics:
             "Time to decide a request's backend (prompt hashing and the scheduling cycle)",
             ["policy"],
             buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.ejections = Counter(
+            "kvgate_backend_ejections_total",
+            "Backends taken out of rotation after consecutive upstream failures (passive health)",
+            ["backend"],
             registry=r,
         )
         self.backend_up = Gauge(
@@ -198,7 +252,8 @@ class GatewayMetrics:
             ["backend"],
             registry=r,
         )
-        # Access control (gateway/access_control.py): refusals never reach kvgate_requests_total.
+        # Access control (gateway/access_control.py); its refusals count in kvgate_requests_total
+        # too (backend "none").
         self.auth_refused = Counter(
             "kvgate_auth_refused_total",
             "Requests refused with 401 (missing_key, invalid_key, admin_key) or 403 "
@@ -242,6 +297,9 @@ class GatewayMetrics:
         self.duration_by = Children(self.duration, bound)
         self.ttft_by = Children(self.ttft, bound)
         self.itl_by = Children(self.itl, bound)
+        self._prompt_tokens_by = Children(self.prompt_tokens, bound)
+        self._cached_tokens_by = Children(self.cached_prompt_tokens, bound)
+        self._completion_tokens_by = Children(self.completion_tokens, bound)
         self.decisions_by = Children(self.decisions)
         self.decision_duration_by = Children(self.decision_duration)
         self._prompt_by = Children(self.observed_prompt_tokens)
@@ -249,6 +307,7 @@ class GatewayMetrics:
         self._observed_by = Children(self.observed_hits)
         self._corrections_by = Children(self.index_corrections)
         self._refused_by = Children(self.auth_refused)
+        self.ejections_by = Children(self.ejections)
         self._affinity_by = Children(self.response_affinity)
 
     def model_label(self, model: str) -> str:
@@ -256,6 +315,31 @@ class GatewayMetrics:
         if not model or self._models is None or model in self._models():
             return model
         return OTHER_MODEL
+
+    def tenant_label(self, rec: RequestRecord) -> str:
+        """`rec`'s tenant as the `tenant` label (see the module docstring)."""
+        tenant = rec.tenant
+        if tenant is None:
+            return ANONYMOUS_TENANT
+        if rec.key is not None or tenant in self._tenants:
+            return tenant
+        if len(self._tenants) < MAX_TENANT_SERIES:
+            self._tenants.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+    def count_tokens(self, rec: RequestRecord) -> None:
+        """The token counts `rec`'s answer reported, by model and tenant."""
+        usage = rec.usage
+        if usage is None:
+            return
+        labels = (rec.model or "", self.tenant_label(rec))
+        if usage.prompt_tokens:
+            self._prompt_tokens_by(*labels).inc(usage.prompt_tokens)
+        if usage.cached_tokens:
+            self._cached_tokens_by(*labels).inc(usage.cached_tokens)
+        if usage.completion_tokens:
+            self._completion_tokens_by(*labels).inc(usage.completion_tokens)
 
     def count_decision(self, decision: Decision, reason: str, seconds: float) -> None:
         """One routed request: its policy, backend and reason, and how long deciding took."""
@@ -292,4 +376,5 @@ class GatewayMetrics:
         for b in backends:
             self.backend_up.labels(b.id).set(1 if b.snapshot(now).healthy else 0)
             self.in_flight.labels(b.id).set(b.in_flight)
+            self.ejections_by(b.id)  # from 0, so that increase() sees the first ejection
         return self.render()

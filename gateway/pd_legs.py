@@ -8,8 +8,9 @@ prefill alone, counted in `kvgate_pd_prefill_fallbacks_total`.
 
 SGLang (bootstrap, push): P and D get the same body with `bootstrap_host` (P's host),
 `bootstrap_port` (P's, else 8998) and a random `bootstrap_room`, at the same time; P's answer
-is read and dropped. A P leg still running when D's answer ends, or when the client leaves, is
-cancelled (its connection closed: the engine aborts it).
+is read and dropped; with data-parallel ranks D also gets P's rank (`disagg_prefill_dp_rank`)
+and each leg its own (`gateway.dp_rank`). A P leg still running when D's answer ends, or
+when the client leaves, is cancelled (its connection closed: the engine aborts it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from gateway.director import Attempt, Director
+from gateway.dp_rank import for_rank
 from gateway.errors import UpstreamTimeoutError
 from gateway.http.client import UpstreamClient
 from gateway.http.http1 import HttpClientError
@@ -32,6 +34,7 @@ from gateway.tracing.spans import end_span
 from gateway.upstream import failure_detail, map_client_error
 from gateway.usage import Usage, parse_last_usage, usage_from
 from health.pool import Backend
+from health.ranks import PREFILL_RANK_FIELD
 from routing.nixl_bodies import decode_request, prefill_request
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,8 @@ def sglang_body(body: bytes, prefill: Backend, room: int) -> bytes:
     data["bootstrap_host"] = urlsplit(prefill.spec.url).hostname or ""
     data["bootstrap_port"] = prefill.spec.bootstrap_port or SGLANG_BOOTSTRAP_PORT
     data["bootstrap_room"] = room
+    if prefill.spec.rank is not None:  # D is told P's rank; each leg gets its own rank
+        data[PREFILL_RANK_FIELD] = prefill.spec.rank
     return orjson.dumps(data)
 
 
@@ -129,6 +134,8 @@ class PrefillLeg:
         for an event stream), or None when it failed (accounted)."""
         director = self._director
         d = director.dispatch(rec, route, backend, leg="prefill")
+        if backend.spec.rank is not None:
+            headers, body = for_rank(backend, headers, body)
         span = rec.trace.upstream(backend.id, backend.spec.url, 0) if rec.trace else None
         if span is not None and rec.trace is not None:
             headers = headers + rec.trace.propagation(span.span_id)

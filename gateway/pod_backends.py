@@ -5,7 +5,8 @@ pool (probed and scraped like configured ones); gone ones leave it (requests in 
 on the object they hold, new ones never see it) and `on_removed` is told (the prefix index and
 the metrics forget them); a backend whose spec changed (engine relabelled) leaves and joins
 again. Configured backends are never touched, and an endpoint that is also configured stays as
-configured. `run` watches the InferencePool and applies what it reports.
+configured. `run` watches the InferencePool and applies what it reports; `synced` says it has
+found the pool and listed its pods.
 
 KV events: a discovered backend whose pod annotates a publisher (`kvgate.dev/kv-events-port`)
 is followed by `kv_loops` while it is in the pool; its loop stops when it leaves, or when
@@ -23,7 +24,7 @@ from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection
 from health.discovery.pool_watch import PoolDiscovery
 from health.kv_events import KvEventsSettings
-from health.pool import BackendPool, BackendSpec
+from health.pool import BackendPool, BackendSpec, target_ids
 from routing.config.schema import DiscoverySection
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,12 @@ class PodBackends:
         self._on_removed = on_removed
         self._kv_loops = kv_loops
         self._ids: set[str] = set()
+        self._discovery: PoolDiscovery | None = None
+
+    @property
+    def synced(self) -> bool:
+        """`run` has found the InferencePool and listed its pods (False while it is not running)."""
+        return self._discovery is not None and self._discovery.synced
 
     def owns(self, backend_id: str) -> bool:
         """Whether discovery added the backend (and so decides when it leaves)."""
@@ -54,16 +61,25 @@ class PodBackends:
         settings = WatchSettings(
             watch_timeout_s=section.watch_timeout_s, backoff_max_s=section.backoff_max_s
         )
+        discovery = PoolDiscovery(
+            client, section.namespace, section.pool, self._endpoints, settings
+        )
+        self._discovery = discovery
         try:
-            await PoolDiscovery(
-                client, section.namespace, section.pool, self._endpoints, settings
-            ).run()
+            await discovery.run()
         finally:
+            self._discovery = None
             await client.aclose()
 
     def _endpoints(self, endpoints: frozenset[Endpoint]) -> None:
         specs = {
-            e: BackendSpec(url=e.url, engine=e.engine, role=e.role, bootstrap_port=e.bootstrap_port)
+            e: BackendSpec(
+                url=e.url,
+                engine=e.engine,
+                role=e.role,
+                bootstrap_port=e.bootstrap_port,
+                dp_size=e.dp_size,
+            )
             for e in endpoints
         }
         kv = {s.id: source_settings(e.kv_events) for e, s in specs.items() if e.kv_events}
@@ -77,8 +93,9 @@ class PodBackends:
         changed = {i for i in self._ids & wanted.keys() if self._pool.get(i).spec != wanted[i]}
         for backend_id in sorted((self._ids - wanted.keys()) | changed):
             self._ids.discard(backend_id)
-            self._pool.remove(backend_id)
-            self._on_removed(backend_id)
+            removed = self._pool.remove(backend_id)
+            for target in target_ids(removed) if removed is not None else [backend_id]:
+                self._on_removed(target)
             if self._kv_loops is not None:
                 self._kv_loops.forget(backend_id)  # its loop and the precise index's view
             log.info("backend %s removed (pod gone or not ready)", backend_id)

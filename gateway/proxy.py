@@ -1,18 +1,18 @@
 """Forward one routed request upstream, with failover, and relay the answer unbuffered.
 
-Failover: a connect error, no response head within the first-byte timeout (a hung backend),
-or a 502/503 answer, before any byte reached the client moves on to the next-ranked backend,
-up to `max_attempts` tries, while the retry budget (`gateway.retry_budget`) allows; a retry it
-denies returns the attempt's own error. Once the response has started nothing is retried; a
-stream that breaks midway ends, on an event boundary, with an SSE error event. A streaming
-chat or completions request whose client did not ask for usage is forwarded asking for it, and
-the usage event this adds is left out of what the client receives. Every step of an attempt
-is accounted by the `Director`, which learns a stored response's id (`gateway.responses.ids`)
-before the chunk that holds it goes out. A request whose model was rewritten goes with the
-target in its body and in `x-llm-d-model-name-rewrite`; its answer names the model asked.
-A split prefill/decode request (`Route.prefill`) first runs its prefill leg
-(`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the decode
-backends as the decode leg, and the client's `cached_tokens` is P's, the real cache hit.
+Failover: a connect error, no response head within the first-byte timeout (a hung backend), or
+a 502/503 answer, before any byte reached the client moves on to the next-ranked backend, up to
+`max_attempts` tries, while the retry budget allows; a retry it denies returns its error. Once
+the response has started nothing is retried; a stream that breaks midway ends, on an event
+boundary, with an SSE error event. A streaming chat or completions request whose client did not
+ask for usage is forwarded asking for it, and the usage event this adds is left out of what the
+client receives. Every step of an attempt is accounted by the `Director`, which learns a stored
+response's id (`gateway.responses.ids`) before the chunk that holds it goes out. A rewritten
+request goes with the target model in its body and in `x-llm-d-model-name-rewrite`; its answer
+names the model asked. A data-parallel rank is named to its engine on each attempt
+(`gateway.dp_rank`). A split prefill/decode request (`Route.prefill`) first runs its prefill
+leg (`gateway.pd_legs`: vLLM's before D, SGLang's alongside); the attempts then go to the
+decode backends as the decode leg; the client's `cached_tokens` is P's real cache hit.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from gateway.asgi import Send
 from gateway.control_headers import MODEL_REWRITE
 from gateway.director import Attempt, Director
+from gateway.dp_rank import for_rank
 from gateway.errors import GatewayError, NoHealthyBackendError, UpstreamError
 from gateway.header_policy import HeaderPolicy
 from gateway.http.client import UpstreamClient, UpstreamResponse
@@ -245,7 +246,9 @@ class Proxy:
         fail over from (raised instead when there is no failover). With `span`, the engine
         gets a `traceparent` naming it as the parent."""
         backend = attempt.endpoint
-        headers = out.headers
+        headers, body = out.headers, out.body
+        if backend.spec.rank is not None:
+            headers, body = for_rank(backend, headers, body)
         if span is not None and rec.trace is not None:
             headers = headers + rec.trace.propagation(span.span_id)
         try:
@@ -254,7 +257,7 @@ class Proxy:
                 out.target,
                 out.method,
                 headers,
-                out.body,
+                body,
                 first_byte_timeout=out.first_byte_timeout,
             )
         except PoolTimeout as exc:

@@ -29,6 +29,9 @@ class RequestRecord:
     error: str | None = None
     output_tokens: int | None = None  # counted only when recording a trace
     client: str | None = None  # the peer's host, for X-Forwarded-For
+    key: str | None = None  # the name of the API key it came with (never the key)
+    tenant: str | None = None  # the key's name, else the admission tenant header's value
+    reason: str | None = None  # why its backend won (`Route.reason`), once routed
     scheme: str = "http"
     usage: Usage | None = None  # what the answer reported (admission corrects rate limits)
     trace: RequestTrace | None = None  # its spans, while tracing is on

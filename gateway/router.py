@@ -1,8 +1,8 @@
 """Turns a parsed inference request into a routing decision over the pool's snapshots (for
-the proxy, the picker and the dry run alike). A request whose model some backend lists as a LoRA adapter (a model card with a `parent`, as
-vLLM lists adapters) names that adapter in `RoutingRequest.lora_adapter`. An API only one
-engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to that engine's backends (to any
-when the pool declares none); a request naming no model is for the one model they serve
+the proxy, the picker and the dry run alike). A request whose model some backend lists as a
+LoRA adapter (vLLM lists one with a `parent`) names it in `RoutingRequest.lora_adapter`. An
+API only one engine serves (`ENGINE_ONLY`: SGLang's `/generate`) goes to its backends (to
+any when the pool declares none); a request naming no model is for the one model they serve
 (`default_model`). Only generating APIs are split on a prefill/decode pool.
 
 No healthy backend: 503 with `Retry-After` the seconds until one may be routable again (an
@@ -43,7 +43,7 @@ from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
-from scoring.pd.planner import PdPlan, PdPlanner
+from scoring.pd.planner import PdPlan, PdPlanner, decide
 
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
@@ -267,20 +267,12 @@ class RequestRouter:
         *,
         started: float,
     ) -> Route:
-        pd: PdPlan | None = None
         try:
-            if (
-                self.planner is not None
-                and self._pool.disaggregated
-                and rreq.api in GENERATING_APIS
-            ):
-                scheduler = self._scheduler
-                pd = self.planner.plan(
-                    rreq, candidates, lambda r, es: scheduler.schedule(r, es, profile=policy)
-                )
-                decision = pd.decode
-            else:
-                decision = self._scheduler.schedule(rreq, candidates, profile=policy)
+            decision, pd = decide(
+                self.planner, self._scheduler, rreq, candidates,
+                disaggregated=self._pool.disaggregated and rreq.api in GENERATING_APIS,
+                profile=policy,
+            )  # fmt: skip
         except UnknownProfileError:
             known = ", ".join(sorted(self._scheduler.profiles))
             raise UnknownPolicyError(

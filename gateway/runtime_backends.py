@@ -25,7 +25,7 @@ from typing import Any, Literal
 from gateway.errors import ConflictError, NotFoundError
 from gateway.kv_event_loops import KvEventLoops
 from health.kv_events import KvEventsSettings
-from health.pool import Backend, BackendPool, BackendSpec
+from health.pool import Backend, BackendPool, BackendSpec, target_ids
 from routing.config.schema import BackendEntry
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ def backend_spec(entry: BackendEntry) -> BackendSpec:
         models=tuple(entry.models),
         role=entry.role,
         bootstrap_port=entry.bootstrap_port,
+        dp_size=entry.dp_size,
+        dp_rank_field=entry.dp_rank_field,
     )
 
 
@@ -95,7 +97,9 @@ class RuntimeBackends:
             "models": sorted(backend.models),
             "health": backend.health(self._pool.now()).value,
             "draining": backend.draining,
-            "in_flight": backend.in_flight,
+            "in_flight": backend.total_in_flight,
+            "dp_size": len(backend.ranks) or None,
+            "ranks": [r.id for r in backend.ranks],
             "source": self.owner(backend.id),
             "remove_when_idle": backend.id in self._remove_when_idle,
         }
@@ -118,7 +122,7 @@ class RuntimeBackends:
             self._wake.set()
         if not backend.draining:
             backend.draining = True
-            log.info("backend %s draining (%d in flight)", backend_id, backend.in_flight)
+            log.info("backend %s draining (%d in flight)", backend_id, backend.total_in_flight)
         return backend
 
     def resume(self, backend_id: str) -> Backend:
@@ -135,7 +139,7 @@ class RuntimeBackends:
         drains first and leaves when its last request ends."""
         backend = self.get(backend_id)
         self._check_removable(backend_id)
-        if force or backend.in_flight == 0:
+        if force or backend.total_in_flight == 0:
             self._leave(backend_id)
             return True
         self.drain(backend_id, remove=True)
@@ -177,12 +181,12 @@ class RuntimeBackends:
             backend = self._pool.find(backend_id)
             if backend is None:
                 self._remove_when_idle.discard(backend_id)
-            elif backend.in_flight == 0:
+            elif backend.total_in_flight == 0:
                 self._leave(backend_id)
         for backend_id, backend in list(self._leaving.items()):
-            if backend.in_flight == 0:
+            if backend.total_in_flight == 0:
                 del self._leaving[backend_id]
-                self._on_removed(backend_id)
+                self._forget(backend)
 
     def get(self, backend_id: str) -> Backend:
         """The backend in the pool with this id; NotFoundError (404) if none."""
@@ -192,6 +196,12 @@ class RuntimeBackends:
         return backend
 
     def _check_removable(self, backend_id: str) -> None:
+        backend = self._pool.find(backend_id)
+        if backend is not None and backend.parent is not None:
+            raise ConflictError(
+                f"backend {backend_id!r} is a data-parallel rank: it leaves with its engine "
+                f"{backend.parent.id!r} (drain it to stop routing to it)"
+            )
         if self.owner(backend_id) == "discovery":
             raise ConflictError(
                 f"backend {backend_id!r} comes from pod discovery: it leaves with its pod "
@@ -199,8 +209,8 @@ class RuntimeBackends:
             )
 
     def _join(self, spec: BackendSpec, entry: BackendEntry, owner: Owner) -> Backend:
-        if self._leaving.pop(spec.id, None) is not None:
-            self._on_removed(spec.id)  # the old one's state must not become the new one's
+        if (old := self._leaving.pop(spec.id, None)) is not None:
+            self._forget(old)  # the old one's state must not become the new one's
         backend = self._pool.add(spec)
         self._entries[spec.id], self._owners[spec.id] = entry, owner
         if (settings := kv_settings(entry)) is not None:
@@ -213,13 +223,20 @@ class RuntimeBackends:
         owner = self._owners.pop(backend_id, None)
         self._remove_when_idle.discard(backend_id)
         self._kv_loops.forget(backend_id)
-        if backend is not None and backend.in_flight > 0:
+        if backend is not None and backend.total_in_flight > 0:
             self._leaving[backend_id] = backend
             self._wake.set()
+        elif backend is not None:
+            self._forget(backend)
         else:
             self._on_removed(backend_id)
-        in_flight = backend.in_flight if backend is not None else 0
+        in_flight = backend.total_in_flight if backend is not None else 0
         log.info("backend %s removed (%s; %d in flight finish)", backend_id, owner, in_flight)
+
+    def _forget(self, backend: Backend) -> None:
+        """What was learnt about a member that left, and about each of its ranks."""
+        for backend_id in target_ids(backend):
+            self._on_removed(backend_id)
 
     def _update(self, current: Backend, entry: BackendEntry) -> bool:
         """Make a present backend the config's `entry`; True if anything changed."""
@@ -227,7 +244,11 @@ class RuntimeBackends:
         self._owners[current.id] = "config"
         if was == entry and current.spec == spec:
             return False
-        if (current.spec.url, current.spec.engine) != (spec.url, spec.engine):
+        if (current.spec.url, current.spec.engine, current.spec.dp_size) != (
+            spec.url,
+            spec.engine,
+            spec.dp_size,
+        ):
             self._leave(current.id)  # another engine: another cache
             self._join(spec, entry, "config")
             return True

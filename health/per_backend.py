@@ -2,8 +2,9 @@
 
 `run_per_backend(pool, loop, wanted)` starts `loop(backend)` for every backend `wanted`
 accepts, starts one for each backend added later and cancels the task of each backend
-removed. Probes and metric scrapes both run this way, so a discovered pod is polled like a
-configured one and a deleted pod stops being polled.
+removed; once per member (a data-parallel engine's ranks share its loop). Probes and metric
+scrapes both run this way, so a discovered pod is polled like a configured one and a deleted
+pod stops being polled.
 
 A backend's loop that raises (it should not: probes and scrapes keep their errors) is
 restarted after a backoff (1 s doubling to 60 s), its traceback logged the first time, and
@@ -32,7 +33,7 @@ async def run_per_backend(
     running: dict[str, tuple[Backend, asyncio.Task[None]]] = {}
     async with asyncio.TaskGroup() as tg:
         while True:
-            current = {b.id: b for b in pool if wanted(b)}
+            current = {b.id: b for b in pool.engines() if wanted(b)}
             for backend_id, (backend, task) in list(running.items()):
                 if current.get(backend_id) is not backend:  # removed, or replaced
                     task.cancel()

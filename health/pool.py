@@ -1,5 +1,9 @@
 """The backend pool: runtime state of every configured backend, and snapshots of it.
 
+A data-parallel engine (`dp_size` N > 1) is one member of the pool and N routing targets, its
+ranks `ID@0` .. `ID@N-1` (`health.ranks`): iterating the pool, `snapshots` and `healthy` give
+targets; `engines()` gives members, which pollers probe and scrape once per URL.
+
 Model cards are the backends' own `GET /v1/models` entries. vLLM lists a LoRA adapter there
 as a model of its own whose `parent` is the base model's id (`{"id": "sql-lora", "root":
 "/path/to/adapter", "parent": "llama", ...}`); a base model's `parent` is null.
@@ -8,10 +12,12 @@ as a model of its own whose `parent` is the base model's id (`{"id": "sql-lora",
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from health.ranks import rank_id
 from health.state import HealthPolicy, HealthState
 from routing.types import EndpointSnapshot, EngineMetrics, Health, metrics_fresh
 
@@ -26,11 +32,24 @@ class BackendSpec:
     models: tuple[str, ...] = ()
     role: str = "both"  # prefill | decode | both (disaggregated P/D pools)
     bootstrap_port: int | None = None  # an SGLang prefill backend's KV bootstrap port
+    dp_size: int | None = None  # data-parallel ranks behind the URL; None: as the engine says
+    rank: int | None = None  # a rank target's rank (None: the engine balances itself)
+    dp_rank_field: str = "routed_dp_rank"  # SGLang: the body field naming the rank
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", self.url.rstrip("/"))
         if not self.id:
             object.__setattr__(self, "id", self.url.split("://", 1)[-1])
+
+
+def rank_spec(spec: BackendSpec, rank: int, dp_size: int) -> BackendSpec:
+    """The spec of rank `rank` of the engine `spec` describes (same URL, id `ID@rank`)."""
+    return dataclasses.replace(spec, id=rank_id(spec.id, rank), rank=rank, dp_size=dp_size)
+
+
+def target_ids(backend: Backend) -> list[str]:
+    """The ids a member is known by: its own and its ranks'."""
+    return [backend.id, *(r.id for r in backend.ranks)]
 
 
 # The fields a snapshot is made of: assigning any of them drops the cached snapshot.
@@ -80,6 +99,10 @@ class Backend:
     remote_pending_prefill_tokens: int = 0
     discovered_at: float | None = None
     draining: bool = False  # out of rotation (an operator's drain): health reads DRAINING
+    # A data-parallel engine's rank targets (their health state is this one's), and a
+    # rank's engine.
+    ranks: tuple[Backend, ...] = field(default=(), repr=False, compare=False)
+    parent: Backend | None = field(default=None, repr=False, compare=False)
     # Told when `model_cards` is assigned (the pool's cache of LoRA adapters depends on them).
     on_cards_changed: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # The cached snapshot, the time it was taken at and the staleness bound it was taken with.
@@ -91,16 +114,31 @@ class Backend:
         object.__setattr__(self, name, value)
         if name in _SNAPSHOT_FIELDS:
             object.__setattr__(self, "_snap", None)
-            if name == "model_cards" and (told := getattr(self, "on_cards_changed", None)):
-                told()
+            if name == "model_cards":
+                for rank in getattr(self, "ranks", ()):  # the engine's cards are its ranks'
+                    rank.model_cards = value
+                if told := getattr(self, "on_cards_changed", None):
+                    told()
 
     @property
     def id(self) -> str:
         return self.spec.id
 
     def health(self, now: float) -> Health:
-        """The probed health, or DRAINING while drained (probes go on meanwhile)."""
-        return Health.DRAINING if self.draining else self.state.health(now)
+        """The probed health, or DRAINING while drained, or its engine is (probes go on)."""
+        parent = self.parent
+        if self.draining or (parent is not None and parent.draining):
+            return Health.DRAINING
+        return self.state.health(now)
+
+    @property
+    def total_in_flight(self) -> int:
+        """Requests in flight here and on its ranks."""
+        return self.in_flight + sum(r.in_flight for r in self.ranks)
+
+    def targets(self) -> tuple[Backend, ...]:
+        """What routing sees of this member: its ranks, or itself."""
+        return self.ranks or (self,)
 
     @property
     def models(self) -> frozenset[str]:
@@ -169,26 +207,65 @@ class BackendPool:
         self._models: frozenset[str] | None = None  # likewise
         self.disaggregated = False  # some member's role is prefill (a P/D pool)
         self._changed = asyncio.Event()
+        self._targets: dict[str, Backend] = {}  # routing targets: members, or their ranks
+        # Told when a member turns into ranks (a discovered data-parallel size).
+        self.on_ranks: list[Callable[[Backend], None]] = []
         for spec in specs:
             self.add(spec)
 
     def add(self, spec: BackendSpec) -> Backend:
-        """Add a backend (health UNKNOWN until probed); ValueError if the id is taken."""
-        if spec.id in self._backends:
+        """Add a backend (health UNKNOWN until probed), with its ranks when its spec sets a
+        `dp_size` over 1; ValueError if the id is taken."""
+        if spec.id in self._backends or spec.id in self._targets:
             raise ValueError(f"duplicate backend id {spec.id!r}")
         backend = Backend(
             spec=spec, state=HealthState(self._policy), on_cards_changed=self._forget_adapters
         )
         self._backends[spec.id] = backend
+        if spec.dp_size is not None and spec.dp_size > 1:
+            self._make_ranks(backend, spec.dp_size)
         self._membership_changed()
         return backend
 
+    def set_ranks(self, backend_id: str, dp_size: int) -> Backend | None:
+        """A member's engine turned out to be data-parallel (its metrics or server info say
+        `dp_size` ranks): it becomes that many targets, and `on_ranks` is told. None when it
+        is not a member, already has ranks, or `dp_size` is under 2."""
+        backend = self._backends.get(backend_id)
+        if backend is None or backend.ranks or dp_size < 2:
+            return None
+        self._make_ranks(backend, dp_size)
+        self._membership_changed()
+        for told in self.on_ranks:
+            told(backend)
+        return backend
+
+    def _make_ranks(self, backend: Backend, dp_size: int) -> None:
+        ranks = tuple(
+            Backend(
+                spec=rank_spec(backend.spec, r, dp_size),
+                state=backend.state,  # one engine, one health: probes and ejections
+                model_cards=backend.model_cards,
+                parent=backend,
+            )
+            for r in range(dp_size)
+        )
+        for rank in ranks:
+            if rank.id in self._backends or rank.id in self._targets:
+                raise ValueError(f"duplicate backend id {rank.id!r}")
+        backend.ranks = ranks
+
     def remove(self, backend_id: str) -> Backend | None:
-        """Take a backend out of the pool; returns it (None if it was not there)."""
+        """Take a member (its ranks with it) out of the pool; returns it (None if it was not
+        there)."""
         backend = self._backends.pop(backend_id, None)
         if backend is not None:
             self._membership_changed()
         return backend
+
+    def engines(self) -> tuple[Backend, ...]:
+        """The members, each once however many ranks it has (what pollers poll)."""
+        return tuple(self._backends.values())
 
     @property
     def stale_after_s(self) -> float | None:
@@ -205,7 +282,8 @@ class BackendPool:
             backend.state.policy = policy
 
     def find(self, backend_id: str) -> Backend | None:
-        return self._backends.get(backend_id)
+        """A member or a routing target (a rank) by id."""
+        return self._targets.get(backend_id) or self._backends.get(backend_id)
 
     async def wait_changed(self) -> None:
         """Return at the next `add` or `remove`."""
@@ -214,8 +292,13 @@ class BackendPool:
     def roles_changed(self) -> None:
         """A member's spec changed in place: whether the pool is disaggregated may too."""
         self.disaggregated = any(b.spec.role == "prefill" for b in self._backends.values())
+        for b in self._backends.values():  # a member's changed spec is its ranks' too
+            for rank in b.ranks:
+                if rank.spec != (spec := rank_spec(b.spec, rank.spec.rank or 0, len(b.ranks))):
+                    rank.spec = spec
 
     def _membership_changed(self) -> None:
+        self._targets = {t.id: t for b in self._backends.values() for t in b.targets()}
         self._forget_adapters()
         self.roles_changed()
         # Wake the current waiters, then arm a fresh event for the next ones.
@@ -223,25 +306,29 @@ class BackendPool:
         self._changed = asyncio.Event()
 
     def __iter__(self) -> Any:
-        # A copy: pollers iterate across awaits while discovery adds and removes backends.
-        return iter(tuple(self._backends.values()))
+        """The routing targets. A copy: callers iterate across awaits while discovery adds
+        and removes backends."""
+        return iter(tuple(self._targets.values()))
 
     def __len__(self) -> int:
-        return len(self._backends)
+        return len(self._targets)
 
     def get(self, backend_id: str) -> Backend:
-        return self._backends[backend_id]
+        backend = self.find(backend_id)
+        if backend is None:
+            raise KeyError(backend_id)
+        return backend
 
     def now(self) -> float:
         return self._clock()
 
     def snapshots(self) -> tuple[EndpointSnapshot, ...]:
         now, stale_after_s = self._clock(), self._stale_after_s
-        return tuple([b.snapshot(now, stale_after_s) for b in self._backends.values()])
+        return tuple([b.snapshot(now, stale_after_s) for b in self._targets.values()])
 
     def healthy(self) -> list[Backend]:
         now = self._clock()
-        return [b for b in self._backends.values() if b.health(now) is Health.HEALTHY]
+        return [b for b in self._targets.values() if b.health(now) is Health.HEALTHY]
 
     def served_models(self) -> dict[str, Mapping[str, Any]]:
         """Model cards across healthy backends; the first backend listing a model wins."""

@@ -2,9 +2,10 @@
 
 Each loop sends `GET /health` every `interval_s` (timeout `timeout_s`) and refreshes the
 backend's served models from `GET /v1/models` every `model_refresh_s`. Results go into the
-backend's `HealthState`; nothing here decides routing. Any error of one backend's probe
-(an unreachable or odd backend, or a bug its answer triggers) is a failed probe of that
-backend, and one of its model listing a failed refresh: logged, never raised into the loop.
+backend's `HealthState` (a data-parallel engine's ranks share it; an SGLang engine's ranks
+are read from its `/server_info` `dp_size`); nothing here decides routing. Any error of one
+backend's probe (an unreachable or odd backend, or a bug its answer triggers) is a failed
+probe of that backend, and one of its model listing a failed refresh: logged, never raised.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from health.pool import Backend, BackendPool
 from routing.types import Health
 
 log = logging.getLogger(__name__)
+SERVER_INFO = ("/server_info", "/get_server_info")  # SGLang's, newest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +51,12 @@ class Prober:
         self.settings = settings  # replaceable while running (a config reload)
         self._on_down = on_down  # told when a backend turns unhealthy (its cache may be gone)
         self._discovery_errors = LogLimit(log, pool.now)
+        self._ranks_read: set[str] = set()  # SGLang members whose server info was read
 
     async def initial_round(self) -> None:
         """Probe and discover every backend once, concurrently (used at start-up)."""
         async with asyncio.TaskGroup() as tg:
-            for backend in self._pool:
+            for backend in self._pool.engines():
                 tg.create_task(self._probe_and_discover(backend))
 
     async def run(self) -> None:
@@ -69,6 +72,7 @@ class Prober:
                 await self._probe_and_discover(backend)
         finally:  # the backend left the pool (or shutdown)
             self._discovery_errors.clear(backend.id)
+            self._ranks_read.discard(backend.id)
 
     async def _probe_and_discover(self, backend: Backend) -> None:
         ok = await self.probe(backend)
@@ -76,6 +80,30 @@ class Prober:
         due = last is None or self._pool.now() - last >= self.settings.model_refresh_s
         if ok and due and not backend.spec.models:
             await self.discover_models(backend)
+        if ok and backend.spec.engine == "sglang" and backend.spec.dp_size is None:
+            await self.discover_ranks(backend)
+
+    async def discover_ranks(self, backend: Backend) -> None:
+        """An SGLang engine's data-parallel size, from its `/server_info` (`dp_size`; older
+        servers: `/get_server_info`), read until it answers; over 1 makes it ranks."""
+        if backend.ranks or backend.id in self._ranks_read:
+            return
+        for path in SERVER_INFO:
+            try:
+                answer = await self._fetcher.get(
+                    backend.spec.url + path, self.settings.timeout_s, self.settings.max_bytes
+                )
+                info = orjson.loads(answer.body) if answer.ok else None
+            except Exception:  # no such endpoint, or no JSON: try the other, else next round
+                continue
+            if isinstance(info, dict):
+                self._ranks_read.add(backend.id)
+                dp_size = info.get("dp_size")
+                if isinstance(dp_size, int) and self._pool.set_ranks(backend.id, dp_size):
+                    log.info(
+                        "backend %s: %d data-parallel ranks (server info)", backend.id, dp_size
+                    )
+                return
 
     async def probe(self, backend: Backend) -> bool:
         error: str | None = None
@@ -94,7 +122,8 @@ class Prober:
         if before is not after:
             log.info("backend %s: %s -> %s (%s)", backend.id, before.value, after.value, error)
             if after is Health.UNHEALTHY and self._on_down is not None:
-                self._on_down(backend.id)
+                for target in backend.targets():
+                    self._on_down(target.id)
         return ok
 
     async def discover_models(self, backend: Backend) -> None:

@@ -2,9 +2,9 @@
 
 Each loop sends `GET {url}{adapter.metrics_path}` every `interval_s` (timeout `timeout_s`),
 the adapter chosen by the backend's engine, and stores the parsed, immutable `EngineMetrics`
-on the backend. Snapshots stop showing metrics older than `stale_after_s` (GIE's 200 ms), so a
-backend whose scrapes keep failing looks "unknown" to the scorers, not idle. Backends whose
-engine exports no metrics (`openai`) are not polled.
+on the backend (a data-parallel engine's ranks each get their own). Snapshots stop showing
+metrics older than `stale_after_s` (GIE's 200 ms), so a backend whose scrapes keep failing
+looks "unknown" to the scorers, not idle. Engines that export no metrics are not polled.
 
 Any failure of one backend's scrape (no answer, a page over `max_bytes`, a page the adapter
 cannot read, a bug the page triggers) leaves its old metrics, counts one `scrape_errors`, is
@@ -61,18 +61,18 @@ class Scraper:
         self.settings = settings  # replaceable while running (a config reload)
         self._clock = clock or pool.now
         self._adapters = adapters
-        for backend in pool:
+        for backend in pool.engines():
             engine = backend.spec.engine
             if engine not in adapters:
                 raise ValueError(f"backend {backend.id}: no adapter for engine {engine!r}")
         self._errors = LogLimit(log, self._clock)  # ids whose last scrape failed
         self._warned_empty: set[str] = set()
         # id -> (page bytes, the metrics parsed from it), for skipping unchanged pages
-        self._last_page: dict[str, tuple[bytes, EngineMetrics]] = {}
+        self._last_page: dict[str, tuple[bytes, EngineMetrics, list[EngineMetrics]]] = {}
 
     def polled(self) -> list[Backend]:
         """The backends that export metrics, in pool order."""
-        return [b for b in self._pool if self._exports_metrics(b)]
+        return [b for b in self._pool.engines() if self._exports_metrics(b)]
 
     def _exports_metrics(self, backend: Backend) -> bool:
         adapter = self._adapters.get(backend.spec.engine)
@@ -123,22 +123,34 @@ class Scraper:
             return False
         if self._errors.clear(backend.id):
             log.info("backend %s: metrics scrape recovered", backend.id)
-        backend.metrics = metrics
+        backend.metrics = metrics[0]
+        for rank, rank_metrics in zip(backend.ranks, metrics[1], strict=False):
+            rank.metrics = rank_metrics
         return True
 
     def _parse(
         self, backend: Backend, adapter: EngineAdapter, answer: FetchResult, scraped_at: float
-    ) -> EngineMetrics:
+    ) -> tuple[EngineMetrics, list[EngineMetrics]]:
+        """The engine's metrics, and each of its ranks' (a data-parallel engine's ranks, found
+        here when the page shows several and the spec sets no `dp_size`)."""
         page = answer.body
         last = self._last_page.get(backend.id)
-        if last is not None and last[0] == page:
-            return dataclasses.replace(last[1], scraped_at=scraped_at)
+        if last is not None and last[0] == page and len(last[2]) == len(backend.ranks):
+            at = scraped_at
+            return dataclasses.replace(last[1], scraped_at=at), [
+                dataclasses.replace(m, scraped_at=at) for m in last[2]
+            ]
         text = _text(answer)
         metrics = adapter.parse_metrics(text, scraped_at)
         if metrics == EngineMetrics(scraped_at=scraped_at):
             self._warn_empty(backend, adapter, text)
-        self._last_page[backend.id] = (page, metrics)
-        return metrics
+        if not backend.ranks and backend.spec.dp_size is None:
+            dp_size = adapter.dp_size_of(text)
+            if dp_size > 1 and self._pool.set_ranks(backend.id, dp_size) is not None:
+                log.info("backend %s: %d data-parallel ranks, routed to apart", backend.id, dp_size)
+        ranks = adapter.rank_metrics(text, scraped_at, len(backend.ranks)) if backend.ranks else []
+        self._last_page[backend.id] = (page, metrics, ranks)
+        return metrics, ranks
 
     def _warn_empty(self, backend: Backend, adapter: EngineAdapter, text: str) -> None:
         """Once per backend: its page had none of its engine's metrics (wrong engine set?)."""

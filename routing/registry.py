@@ -66,6 +66,15 @@ class PluginRegistry:
             "pickers": sorted(self._pickers),
         }
 
+    def plugin(self, kind: str, type_name: str) -> Callable[..., object]:
+        """What builds a type of `kind` (filters, scorers, pickers): its class, for docs."""
+        tables: dict[str, Mapping[str, _Entry[Any]]] = {
+            "filters": self._filters,
+            "scorers": self._scorers,
+            "pickers": self._pickers,
+        }
+        return tables[kind][type_name].build
+
     def describe(self) -> dict[str, dict[str, tuple[ParamSpec, ...]]]:
         """Each kind's type names, sorted, with the parameters each declares."""
         tables: dict[str, Mapping[str, _Entry[Any]]] = {

@@ -6,7 +6,7 @@ the replicas' `/metrics` scraped every second; each panel's PromQL of
 `deploy/grafana/kvgate-dashboard.json` evaluated over the scrapes (`promql.py`, the subset
 the dashboard uses); the panels drawn where the dashboard puts them (`panels.py`). Writes
 `dashboard.png` and `dashboard.json` (every panel's series, the settings, the client's
-counts) to `--out`; `--copy-to` also copies the PNG (the README's is docs/img/dashboard.png).
+counts) to `--out`; `--copy-to` also copies the PNG (the docs' is docs/img/dashboard-DATE.png).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The dashboard's panels evaluated over a run's scrapes, and drawn as the dashboard lays them.
 
 `panel_series` evaluates every target of every panel at each step (`$__rate_interval` and
-the template variables substituted: all backends, all instances), naming each series by
-the target's legend format. `draw` places each panel by its `gridPos` (24 columns; a grid
-unit of height is 30 px in Grafana) on one figure, rows as headings.
+the template variables substituted: every job, model, pool, backend and instance), naming
+each series by the target's legend format. `draw` places each panel by its `gridPos` (24
+columns; a grid unit of height is 30 px in Grafana) on one figure, rows as headings.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from bench.dashboard.promql import Labels, Store, evaluate
 
 Series = dict[str, list[tuple[float, float]]]  # legend → [(t, value)]
-_VARIABLES = {"$backend": ".*", "$instance": ".*"}
+_VARIABLES = {v: ".*" for v in ("$job", "$model", "$pool", "$backend", "$instance")}
 
 
 def substitute(expr: str, rate_interval_s: int) -> str:

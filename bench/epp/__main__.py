@@ -1,6 +1,7 @@
 """Envoy + kvgate EPP vs Envoy round-robin vs kvgate as the front door, in one run.
 
-`python -m bench epp [--quick] [--out out/bench/epp]` (`make bench-epp`). Part 1 sends the
+`python -m bench epp [--quick] [--envoy-config envoy-original-dst.yaml] [--out out/bench/epp]`
+(`make bench-epp`); Envoy is rendered from that template of `deploy/envoy/`. Part 1 sends the
 same multi-tenant chats (closed loop, the quality bench's synthetic workload) through each
 front end on a fresh emulated fleet and reports the replicas' prefix-cache hit rate and
 client TTFT. Part 2 offers a fixed rate (200 req/s) of small requests to fast stub replicas
@@ -35,6 +36,7 @@ class Settings:
     seed: int
     policy: str
     body_mode: str
+    envoy_config: str
     hop_rate: float
     rounds: int
     duration_s: float
@@ -55,6 +57,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         default="BUFFERED",
         help="Envoy's request body mode towards the EPP (default BUFFERED, as deployed)",
     )
+    p.add_argument(
+        "--envoy-config",
+        choices=("envoy.yaml", "envoy-original-dst.yaml"),
+        default="envoy.yaml",
+        help="deploy/envoy/ template: override_host pool (default) or the ORIGINAL_DST cluster",
+    )
     p.add_argument("--hop-rate", type=float, default=200.0, help="req/s of part 2 (200)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of part 2 (default 3)")
     p.add_argument("--duration", type=float, default=6.0, help="s per target per round (6)")
@@ -72,6 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         seed=a.seed,
         policy=a.policy,
         body_mode=a.body_mode,
+        envoy_config=a.envoy_config,
         hop_rate=a.hop_rate,
         rounds=rounds,
         duration_s=duration,
@@ -96,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             policy=settings.policy,
             body_mode=settings.body_mode,
             log_dir=logs,
+            template=settings.envoy_config,
         )
     )
     print(f"[hop] {settings.hop_rate:g} req/s, {settings.rounds} rounds", file=sys.stderr)
@@ -107,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy=settings.policy,
         body_mode=settings.body_mode,
         logs=logs,
+        template=settings.envoy_config,
     )
     report = {
         "started_utc": when,

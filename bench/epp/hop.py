@@ -30,17 +30,23 @@ TARGETS = (DIRECT, ENVOY_RR, ENVOY_EPP, FRONT_DOOR)
 
 @contextlib.contextmanager
 def start_targets(
-    fleet: StubFleet, logs: Path, policy: str, body_mode: str
+    fleet: StubFleet, logs: Path, policy: str, body_mode: str, template: str = "envoy.yaml"
 ) -> Iterator[dict[str, Target]]:
-    """Every target running at once, in front of the same stubs."""
+    """Every target running at once, in front of the same stubs (Envoy from `template`)."""
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(launch(DIRECT, fleet, logs))
-        envoy, rr_url, _ = start_envoy(fleet.urls, None, logs / "hop-envoy-rr.log")
+        envoy, rr_url, _ = start_envoy(
+            fleet.urls, None, logs / "hop-envoy-rr.log", template=template
+        )
         stack.enter_context(envoy)
         epp = start_epp(fleet.urls, logs / "hop-epp.log", extra=("--policy", policy))
         stack.enter_context(epp.proc)
         picked, epp_url, _ = start_envoy(
-            fleet.urls, epp.grpc_port, logs / "hop-envoy-epp.log", body_mode=body_mode
+            fleet.urls,
+            epp.grpc_port,
+            logs / "hop-envoy-epp.log",
+            body_mode=body_mode,
+            template=template,
         )
         stack.enter_context(picked)
         front = stack.enter_context(launch(f"kvgate:{policy}", fleet, logs))
@@ -67,13 +73,14 @@ def run_hop(
     policy: str,
     body_mode: str,
     logs: Path,
+    template: str = "envoy.yaml",
 ) -> list[dict[str, dict[str, Any]]]:
     """`rounds` rounds of one wrk run per target; per round, target → the run's figures."""
     wrk = ensure_wrk()
     fleet = start_stub_fleet(2, logs / "hop-stub-engine.log")
     measured: list[dict[str, dict[str, Any]]] = []
     try:
-        with start_targets(fleet, logs, policy, body_mode) as targets:
+        with start_targets(fleet, logs, policy, body_mode, template) as targets:
             for name in TARGETS:  # unrecorded: connections opened, caches warm
                 _shoot(wrk, targets[name], rate, warmup_s)
             for r in range(rounds):

@@ -18,7 +18,7 @@ from bench.fidelity.probe import Overheads, probe_overheads
 from bench.fidelity.report import format_report, write_json, write_plot
 from bench.fidelity.workload import CASES, MODEL, Case, FidelitySettings, build_case
 from sim.engine.types import EngineProfile, FrontEnd
-from sim.live.experiment import Fleet
+from sim.live.experiment import Fleet, PdFleet
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
 from sim.replay import SimSettings, load_config
 from sim.workloads import timed_requests
@@ -58,16 +58,43 @@ async def run_check(s: FidelitySettings) -> tuple[list[PolicyCheck], dict[str, A
     frontend = FrontEnd(request_overhead_s=overheads.engine_overhead_s)
     checks = []
     for case in cases:
-        fleet = LiveFleet(
-            Fleet(s.replicas, case.profile_name, MODEL, speedup, case.emulator_args),
-            config_path,
-            settings.scrape_interval_s,
-            s.out_dir,
-        )
         profile = replace(case.profile, frontend=frontend)
-        checks += await _run_case(s, case, profile, settings, fleet)
+        if case.prefill:
+            fleet, case_settings = pd_fleet(s, case, settings)
+        else:
+            fleet = LiveFleet(
+                Fleet(s.replicas, case.profile_name, MODEL, speedup, case.emulator_args),
+                config_path,
+                settings.scrape_interval_s,
+                s.out_dir,
+            )
+            case_settings = settings
+        checks += await _run_case(s, case, profile, case_settings, fleet)
     header = _header(s, cases, overheads)
     return checks, header
+
+
+def pd_fleet(
+    s: FidelitySettings, case: Case, settings: SimSettings
+) -> tuple[LiveFleet, SimSettings]:
+    """A P/D case's live fleet and simulated settings: both read the gateway's config with a
+    `disaggregation:` section (its mode) written beside the common one."""
+    config = {**s.gateway_config, "disaggregation": {"protocol": "vllm", "mode": s.pd_mode}}
+    path = s.out_dir / f"gateway-{case.name}.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    emulated = PdFleet(
+        case.prefill, case.decode, case.profile_name, MODEL, 1 / s.slowdown,
+        extra_args=case.emulator_args,
+    )  # fmt: skip
+    fleet = LiveFleet(emulated, path, settings.scrape_interval_s, s.out_dir, emulated.roles)
+    pd = replace(
+        settings,
+        replicas=0,
+        prefill=case.prefill,
+        decode=case.decode,
+        disaggregation=load_config(path)["disaggregation"],
+    )
+    return fleet, pd
 
 
 async def _run_case(
@@ -78,8 +105,9 @@ async def _run_case(
     `profile`: the simulated engines'."""
     span = case.trace[-1].arrival_s if case.trace else 0.0
     runs = f"; {case.repeats} runs each" if case.repeats > 1 else ""
+    fleet_text = f"{case.prefill} P + {case.decode} D" if case.prefill else str(s.replicas)
     _log(
-        f"{case.name}: {len(case.trace)} requests over {span:.0f} s; {s.replicas} replicas "
+        f"{case.name}: {len(case.trace)} requests over {span:.0f} s; {fleet_text} replicas "
         f"of {case.profile_name!r}{f' slowed {s.slowdown:g}x' if s.slowdown != 1 else ''}; "
         f"policies {', '.join(s.policies)}{runs}"
     )
@@ -92,7 +120,9 @@ async def _run_case(
             _log(f"{tag} {policy}: live run")
             live = await run_live(fleet, policy, requests, tag=tag)
             started = time.perf_counter()
-            check = check_policy(live, trace, profile, settings, case.name, repetition=k)
+            check = check_policy(
+                live, trace, profile, settings, case.name, repetition=k, prefill=case.prefill
+            )
             _log(
                 f"{tag} {policy}: simulated the trace and the recording in "
                 f"{time.perf_counter() - started:.2f} s; mean TTFT live "
@@ -116,6 +146,8 @@ def _header(s: FidelitySettings, cases: list[Case], overheads: Overheads) -> dic
                 "block_tokens": c.profile.config.block_size,
                 "repeats": c.repeats,
                 "jitter_s": c.jitter_s,
+                "prefill": c.prefill,
+                "decode": c.decode,
             }
             for c in cases
         },

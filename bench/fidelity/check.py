@@ -73,6 +73,23 @@ class PolicyCheck:
     case: str = "chats"  # the workload (`bench.fidelity.workload`)
     modelled_outside_s: float = 0.0  # what the simulation adds to a TTFT outside the engines
     repetition: int = 0  # of the case's repetitions (`Case.repetition`)
+    prefill: int = 0  # a P/D pool's prefill replicas, the first ones
+
+    def split_shares(self) -> tuple[float, float, float] | None:
+        """A P/D case's share of requests split (live, sim: trace, sim: recording): the
+        requests its prefill replicas served over all requests; None for other cases."""
+        if not self.prefill:
+            return None
+        p = self.prefill
+
+        def share(per_replica: Sequence[int], requests: int) -> float:
+            return sum(per_replica[:p]) / requests if requests else math.nan
+
+        return (
+            share(self.live.requests_per_replica, self.live_metrics.requests),
+            share(self.sim.requests_per_replica, self.sim.metrics.requests),
+            share(self.recorded.requests_per_replica, self.recorded.metrics.requests),
+        )
 
     @property
     def sim_errors(self) -> Errors:
@@ -155,6 +172,7 @@ def check_policy(
     case: str = "chats",
     *,
     repetition: int = 0,
+    prefill: int = 0,
 ) -> PolicyCheck:
     """Simulate `trace` and the live run's recording with the live run's policy."""
     recording = load_trace(live.record_path)
@@ -171,6 +189,7 @@ def check_policy(
         case=case,
         modelled_outside_s=_outside_mean_s(trace, profile, settings),
         repetition=repetition,
+        prefill=prefill,
     )
 
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.live.experiment import Fleet, kvgate_router, open_loop, run_experiment
+from sim.live.experiment import FleetLauncher, kvgate_router, open_loop, run_experiment
 from sim.live.scrape import ReplicaReport, summed
 from sim.workloads import TimedRequest
 
@@ -52,10 +52,11 @@ class LiveRun:
 class LiveFleet:
     """How to start the fleet and the gateway for one live run."""
 
-    fleet: Fleet
+    fleet: FleetLauncher
     config_path: Path
     scrape_interval_s: float
     out_dir: Path
+    roles: tuple[str, ...] = ()  # a P/D pool's, for the gateway's backends (`PdFleet.roles`)
 
 
 async def run_live(
@@ -67,7 +68,9 @@ async def run_live(
     # The gateway stops (flushing the recording) before run_experiment returns.
     result = await run_experiment(
         setup.fleet,
-        kvgate_router(policy, extra, settle_s=SETTLE_SCRAPES * setup.scrape_interval_s),
+        kvgate_router(
+            policy, extra, settle_s=SETTLE_SCRAPES * setup.scrape_interval_s, roles=setup.roles
+        ),
         open_loop("trace", requests),
         label=f"live-{tag}-{policy}",
         log_dir=setup.out_dir / "logs",

@@ -46,24 +46,41 @@ def _row(policy: str, label: str, m: RunMetrics, e: Errors | None) -> str:
 
 
 def _notes(c: PolicyCheck, label: str) -> list[str]:
-    """Where the TTFT error comes from, and what the recording held."""
+    """Where the TTFT error comes from, and what the recording held. On a P/D pool the
+    engines' TTFT histograms pool P's legs and D's: no split of the client's TTFT."""
     ms = 1000
     match = "equal" if c.recorded_tokens_match else "DIFFER from"
+    engines = f"engines' own mean TTFT {c.live.engine_ttft_mean_s * ms:.1f} ms"
+    outside = [
+        f"  HTTP + gateway + client add {c.client_overhead_s * ms:.1f} ms a request "
+        f"(client mean - engines' mean); modelled from the probe: "
+        f"{c.modelled_outside_s * ms:.1f} ms"
+    ]
+    if c.prefill:
+        engines += " (P's and D's legs pooled: not compared)"
+        outside = []
+    else:
+        engines += f" (simulated engines vs it: {_pct(c.engine_ttft_error)})"
     return [
         f"{label}: live {c.live.wall_s:.0f} s, {c.live.errors} errors, load average "
-        f"{c.live.load_average:.1f}; engines' own mean TTFT "
-        f"{c.live.engine_ttft_mean_s * ms:.1f} ms (simulated engines vs it: "
-        f"{_pct(c.engine_ttft_error)})",
+        f"{c.live.load_average:.1f}; {engines}",
         f"  engines' mean ITL {c.live.engine_itl_mean_s * ms:.1f} ms vs simulated "
         f"{c.sim.itl_mean_s * ms:.1f} ms: emulated steps ran {c.step_stretch:.2f}x as long as "
         "modelled",
-        f"  HTTP + gateway + client add {c.client_overhead_s * ms:.1f} ms a request "
-        f"(client mean - engines' mean); modelled from the probe: "
-        f"{c.modelled_outside_s * ms:.1f} ms",
+        *outside,
         f"  arrivals at the gateway jitter {c.jitter.mean_s * ms:.1f} ms mean, "
         f"{c.jitter.p99_s * ms:.1f} ms p99, {c.jitter.max_s * ms:.1f} ms max",
         f"  recording: {c.recorded_requests} requests, token counts {match} the trace's",
+        *_split_note(c),
     ]
+
+
+def _split_note(c: PolicyCheck) -> list[str]:
+    shares = c.split_shares()
+    if shares is None:
+        return []
+    live, sim, recorded = (_pct(x) for x in shares)
+    return [f"  P/D: requests split live {live}, sim: trace {sim}, sim: recording {recorded}"]
 
 
 def _name(c: PolicyCheck | PolicySeries) -> str:
@@ -167,6 +184,7 @@ def check_json(c: PolicyCheck) -> dict[str, Any]:
         "case": c.case,
         "policy": c.policy,
         "repetition": c.repetition,
+        "pd_split_shares": c.split_shares(),  # live, sim: trace, sim: recording (P/D only)
         "modelled_outside_s": c.modelled_outside_s,
         "live": {
             **_metrics(c.live_metrics),

@@ -6,9 +6,9 @@
   context, output capped, a burst's requests (one timestamp) sent 10 ms apart in trace order,
   time-compressed to ~70% of round-robin's throughput with everything queued, on
   `h100-llama3-8b` replicas with a contended cache (16,384 blocks of 16 tokens each).
-- **loaded**: the same at 6x the recorded rate (~91%), run `loaded_repeats` times per policy,
-  each repetition's arrivals shifted by its own seeded 0–5 ms (`jittered`; order within a
-  burst kept), judged on the means (docs/decisions/0023-fidelity-near-saturation.md).
+- **loaded**: the same at 6x the recorded rate (~91%), `loaded_repeats` runs per policy, each
+  with its own seeded 0–5 ms of arrival jitter (`jittered`), judged on the means (decision 0023).
+- **pd**: the mooncake case on `pd_prefill` P + `pd_decode` D replicas (vLLM), mode `pd_mode`.
 
 Live, each request is a streaming `/v1/completions` call whose prompt is token ids synthesised
 from the block ids (`sim.workloads.timed_requests`: equal ids, equal tokens), so the engines,
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from bench import DEFAULT_TRACES, trace_file
 from bench.jitter import jittered
 from routing.traces import TraceRequest, load_mooncake
 from sim.engine.profiles import get_profile
@@ -28,7 +29,7 @@ from sim.traces import time_scaled
 from sim.workloads import open_loop_chats
 
 MODEL = "kvgate-fidelity"
-CASES = ("chats", "mooncake", "loaded")
+CASES = ("chats", "mooncake", "loaded", "pd")
 MOONCAKE_TRACE = "mooncake_fast25_conversation_trace.jsonl"
 
 
@@ -54,7 +55,7 @@ class FidelitySettings:
     # context), outputs capped, `mooncake_rate_scale` times faster than recorded for engines
     # at full speed (so arrivals run rate_scale / slowdown times faster), on
     # `mooncake_profile` with this many KV blocks and this context.
-    traces: Path = Path("../shared/traces")
+    traces: Path = DEFAULT_TRACES
     mooncake_requests: int = 560
     mooncake_rate_scale: float = 4.5  # ~70% of round-robin's throughput (decision 0017)
     mooncake_max_output: int = 16
@@ -70,6 +71,10 @@ class FidelitySettings:
     loaded_rate_scale: float = 6.0  # ~91% of round-robin's throughput (decision 0023)
     loaded_repeats: int = 3
     loaded_jitter_s: float = 0.005
+    # The pd case's pool (vLLM's protocol) and when its gateway splits a request.
+    pd_prefill: int = 2
+    pd_decode: int = 2
+    pd_mode: str = "conditional"
     sim_seed: int = 0  # the simulator's scrape phases and random pickers
     # Engines and arrivals this many times slower on both sides: the same utilisation, with
     # a smaller share of TTFT in HTTP overhead and CPU contention.
@@ -96,6 +101,8 @@ class Case:
     emulator_args: tuple[str, ...] = ()
     repeats: int = 1  # live runs (and simulations) per policy
     jitter_s: float = 0.0  # each repetition's arrivals shifted by up to this much
+    prefill: int = 0  # a P/D pool: prefill and decode replicas instead of the settings' fleet
+    decode: int = 0
 
     def repetition(self, k: int) -> list[TraceRequest]:
         """The trace repetition `k` sends and simulates: `trace`, jittered with seed `k`."""
@@ -111,6 +118,8 @@ def build_case(s: FidelitySettings, name: str) -> Case:
     if name == "loaded":
         case = _mooncake(replace(s, mooncake_rate_scale=s.loaded_rate_scale))
         return replace(case, name="loaded", repeats=s.loaded_repeats, jitter_s=s.loaded_jitter_s)
+    if name == "pd":
+        return replace(_mooncake(s), name="pd", prefill=s.pd_prefill, decode=s.pd_decode)
     raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
 
 
@@ -139,7 +148,7 @@ def _mooncake(s: FidelitySettings) -> Case:
     cap = s.mooncake_max_output
     trace = [
         replace(r, output_tokens=min(r.output_tokens, cap), model=MODEL)
-        for r in load_mooncake(s.traces / MOONCAKE_TRACE, limit=s.mooncake_requests)
+        for r in load_mooncake(trace_file(s.traces, MOONCAKE_TRACE), limit=s.mooncake_requests)
         if r.input_tokens + cap <= config.max_model_len
     ]
     args: tuple[str, ...] = ("--num-gpu-blocks", str(config.num_blocks))

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from bench import DEFAULT_TRACES, TRACES_HELP
+from bench import DEFAULT_TRACES, TRACES_HELP, trace_file
 from bench.peers import PeerInstall, ensure_peer, peer_router
 from bench.quality import report
 from bench.quality.workloads import mooncake, synthetic
@@ -74,7 +74,7 @@ def _workloads(args: argparse.Namespace) -> list[tuple[Workload, Fleet]]:
     if "synthetic" in args.workloads:
         out.append(synthetic(args.conversations, args.rate, args.seed, args.replicas))
     if "mooncake" in args.workloads:
-        trace = args.traces / MOONCAKE_TRACE
+        trace = trace_file(args.traces, MOONCAKE_TRACE)
         out.append(
             mooncake(trace, args.trace_requests, args.rate_scale, args.max_output, args.replicas)
         )

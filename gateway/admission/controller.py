@@ -113,6 +113,10 @@ class AdmissionController:
         """The request's tenant, band and key (`gateway.admission.identity`)."""
         return self._identifier.identify(scope, headers)
 
+    def priority(self, headers: Mapping[str, str]) -> int:
+        """The priority of the InferenceObjective the request names (0: none, or unknown)."""
+        return self._identifier.priority(headers)
+
     async def admit(
         self, who: Identity, body_bytes: int, watch: Watch | None = None
     ) -> Grant | None:

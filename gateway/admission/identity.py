@@ -63,10 +63,13 @@ class Identifier:
                 requests_per_minute=_limit(getattr(principal, "requests_per_minute", None)),
                 tokens_per_minute=_limit(getattr(principal, "tokens_per_minute", None)),
             )
-        header = self._section.tenant_header
-        tenant = (headers.get(header) if header else None) or control_header(headers, FAIRNESS_ID)
-        tenant = tenant or ANONYMOUS
-        return Identity(tenant[:_MAX_TENANT_CHARS], band, self._section.bands[band])
+        tenant = header_tenant(headers, self._section.tenant_header) or ANONYMOUS
+        return Identity(tenant, band, self._section.bands[band])
+
+    def priority(self, headers: Mapping[str, str]) -> int:
+        """The priority of the known InferenceObjective the request names, else 0."""
+        priority = self._objectives.priority(control_header(headers, OBJECTIVE))
+        return 0 if priority is None else priority
 
     def _band(self, tier: object, headers: Mapping[str, str]) -> int:
         if isinstance(tier, str) and tier in self._section.tiers:
@@ -85,6 +88,13 @@ class Identifier:
                 f"unknown priority in header {header} (known: {known})", code="unknown_priority"
             )
         return band
+
+
+def header_tenant(headers: Mapping[str, str], header: str | None) -> str | None:
+    """The tenant a request names in the operator's `tenant_header`, else in its fairness id
+    (None: neither sent), cut to 128 characters: a client chose it."""
+    tenant = (headers.get(header) if header else None) or control_header(headers, FAIRNESS_ID)
+    return tenant[:_MAX_TENANT_CHARS] if tenant else None
 
 
 def _limit(value: object) -> int | None:

@@ -8,7 +8,9 @@ Protocol facts (the Gateway API Inference Extension's endpoint-picker protocol):
   `{"envoy.lb.subset_hint": {"x-gateway-destination-endpoint-subset": [ip:port, ...]}}`;
 - the endpoint that served comes back as `envoy.lb` / `x-gateway-destination-endpoint-served`
   in the metadata context (or, where a proxy cannot write that metadata, a response header of
-  that name).
+  that name);
+- a body handed back in full-duplex mode goes in chunks of at most 62,000 bytes, as the
+  reference's: some proxies cap a message near 64 KB.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ProcessingRequest = pb.ProcessingRequest
 ProcessingResponse = pb.ProcessingResponse
 HttpBody = pb.HttpBody
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+BODY_CHUNK_BYTES = 62_000
 
 
 def header_map(headers: pb.HttpHeaders) -> dict[str, str]:
@@ -98,7 +101,7 @@ def destination_on_headers(
     remove: Sequence[bytes] = (),
 ) -> pb.ProcessingResponse:
     """The request-headers answer naming `endpoints` (full-duplex mode: sent once the body
-    is in, which follows in `streamed_body`s of `new_length` bytes if that is given); `extra`
+    is in, which follows in `streamed_bodies` of `new_length` bytes if that is given); `extra`
     headers are set too (the trace context, the prefiller), `remove` ones taken out."""
     common = _destination_mutation(endpoints, new_length, extra, remove)
     return pb.ProcessingResponse(
@@ -163,6 +166,20 @@ def streamed_body(request: bool, body: bytes, end: bool) -> pb.ProcessingRespons
     if request:
         return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
     return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common))
+
+
+def streamed_bodies(request: bool, body: bytes, end: bool) -> list[pb.ProcessingResponse]:
+    """`body` handed back in full-duplex mode, in chunks of at most `BODY_CHUNK_BYTES` (one
+    empty chunk for an empty body); `end` marks the last one."""
+    if not body:
+        return [streamed_body(request, b"", end)]
+    view, size = memoryview(body), len(body)
+    return [
+        streamed_body(
+            request, bytes(view[i : i + BODY_CHUNK_BYTES]), end and i + BODY_CHUNK_BYTES >= size
+        )
+        for i in range(0, size, BODY_CHUNK_BYTES)
+    ]
 
 
 def continue_trailers(request: bool) -> pb.ProcessingResponse:

@@ -1,18 +1,17 @@
 """The endpoint picker's side of a request: ext_proc events mapped onto the `Director`.
 
-Per request (`Exchange`): `admit` waits for its place in admission (`docs/flow-control.md`),
-`pick` routes it (a rewritten model in its body) and dispatches it to the first-ranked backend;
-`served` moves the dispatch to the endpoint the proxy reports it really used;
-`response_status`, `response_chunk` (the asked model named back) and `finish` (the place given
-back) are the answer's status, events and end, told to the director as the front door's proxy
-tells them; `finish` runs once, whether the stream ended or was cut. Endpoints are `host:port`
-of each backend's URL (an `ORIGINAL_DST` cluster needs IP addresses). On a prefill/decode pool
-the destination is D; a split request also names P, for the decode pod's sidecar, in llm-d's
-header `x-prefiller-host-port` (a client's own is removed). The sidecar runs P before it asks
-D, so P's leg is over (settled, out of P's in-flight count) once D's answer starts.
-Stored responses: `pin` finds the backend of the one a request names (`previous_response_id`,
-`/v1/responses/{id}[/cancel]`), its only destination; `settle` learns a new one's backend (or
-forgets a deleted one) and is awaited before the chunk that holds its id is answered.
+Per request (`Exchange`): `admit` waits for its place in admission (`docs/flow-control.md`);
+`pick` parses and routes the body as the front door does (a rewritten model in it) and
+dispatches it to the first-ranked backend; `served` moves the dispatch to the endpoint the
+proxy used; `response_status`, `response_chunk` (the model asked named back) and `finish`
+(once, ended or cut; the place given back) tell the director the answer's status, events and
+end. Endpoints are `host:port` of each backend's URL (an `ORIGINAL_DST` cluster needs IP
+addresses). On a prefill/decode pool the destination is D; a split request also names P for
+D's sidecar in llm-d's `x-prefiller-host-port` (a client's own is removed); P's leg is over
+once D's answer starts. Stored responses: `pin` finds the backend holding the one a request
+names, its only destination; `settle` learns a new one's backend (or forgets a deleted one)
+before the chunk holding its id is answered. Data-parallel ranks behind one port share its
+address; the rank is named as the front door names it (`gateway.dp_rank`), with no fallback.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ from urllib.parse import urlsplit
 from gateway.admission.controller import AdmissionController, Grant
 from gateway.control_headers import MODEL_REWRITE
 from gateway.director import Attempt, Director
+from gateway.dp_rank import rank_body, rank_header
+from gateway.epp.request_metrics import EppRequestMetrics, RequestLabels
 from gateway.errors import GatewayError, MethodNotAllowedError, NoHealthyBackendError
 from gateway.inference_request import API_BY_PATH, InferenceRequest, parse_inference_body
 from gateway.model_names import ModelNameRestorer, with_model
@@ -57,6 +58,8 @@ class Exchange:
     ids: ResponseIdReader | None = None  # reads a stored response's id off the answer
     learned: str | None = None  # that id, found and not yet told to the director
     deleting: str | None = None  # DELETE /v1/responses/{id}: forgotten once it succeeds
+    labels: RequestLabels | None = None  # its llm_d_epp_* labels, while counted as running
+    rank: tuple[bytes, bytes] | None = None  # the header naming a vLLM data-parallel rank
     grant: Grant | None = None  # its place in admission, given back when it ends
     rewritten: str | None = None  # the model the engine gets, when a rewrite replaced the client's
     restore: ModelNameRestorer | None = None  # names the client's model back in the answer
@@ -69,6 +72,8 @@ class Exchange:
         out = t.propagation(t.route_id) if t is not None and t.route_id else []
         if self.prefiller is not None:
             out.append((PREFILLER_HEADER, self.prefiller.encode()))
+        if self.rank is not None:
+            out.append(self.rank)
         if self.rewritten is not None:
             out.append((MODEL_REWRITE[0].encode(), self.rewritten.encode()))
         return out
@@ -93,15 +98,19 @@ class EndpointPicker:
     def __init__(
         self,
         director: Director,
-        max_fallbacks: int = 2,
+        max_fallbacks: int = 0,
+        metrics: EppRequestMetrics | None = None,
+        *,
         admission: AdmissionController | None = None,
     ) -> None:
         self._director = director
+        self._metrics = metrics
         self._admission = admission  # None: requests are not admitted (all go at once)
         self._pool = director.pool
         self._max_endpoints = 1 + max_fallbacks
         self._address: dict[str, str] = {}
         self._by_address: dict[str, str] = {}
+        self._by_host: dict[str, list[str]] = {}
         self._learn_addresses()
 
     def pick(
@@ -121,7 +130,7 @@ class EndpointPicker:
         the backend of the stored response it names, from `pin`; `admitted`: what `admit`
         gave, the error answered as one of routing); raises a `GatewayError` (400, 404, 429,
         503, ...) it cannot. A grant is the caller's until the exchange is returned."""
-        allowed = None if subset is None else {self._backend_at(a) or a for a in subset}
+        allowed = None if subset is None else self._allowed(subset)
         path, _, query = path.partition("?")
         api = API_BY_PATH.get(path)
         stored = object_path(path) if api is None else None
@@ -146,29 +155,50 @@ class EndpointPicker:
             if isinstance(req, GatewayError):
                 raise req
             if isinstance(admitted, GatewayError):  # shed, or its deadline passed in the queue
-                rec.model, rec.stream = req.model, req.stream
+                rec.request, rec.model, rec.stream = req, req.model, req.stream
                 raise admitted
             route = director.pick(rec, req, headers, subset=allowed, token_ids=token_ids, pin=pin)
         except GatewayError as exc:
             rec.status, rec.error = exc.status, exc.message
             director.finish(rec)
+            if self._metrics is not None:
+                asked = rec.request.model_asked if rec.request is not None else None
+                labels = self._labels(asked or rec.model or "", rec.model or "", headers)
+                self._metrics.refused(labels, exc.status)
             raise
         ex = Exchange(rec, self._destination(route.decision.ranked), route)
         if isinstance(admitted, Grant):
             ex.grant = admitted
-        if req.model_asked is not None:  # rewritten: the target in the body, the asked back
-            body = ex.body = with_model(body, req.model)
-            ex.rewritten, ex.restore = req.model, ModelNameRestorer(req.model, req.model_asked)
-        if req.stream and api in STREAM_USAGE_APIS and (asked := ask_for_usage(body)) is not None:
-            ex.body, ex.asked_usage = asked, True  # not when the client asked for usage itself
+        if self._metrics is not None:
+            ex.labels = self._labels(req.model_asked or req.model, req.model, headers)
+            self._metrics.picked(ex.labels, len(body))
+        body = self._forwarded_body(ex, req, api, body)
         leg = "whole"
         if route.prefill is not None and (p := self._pool.find(route.prefill)) is not None:
             ex.prefill = director.dispatch(rec, route, p, leg="prefill")
             ex.prefiller, leg = self._destination((p.id,)), "decode"
-        ex.attempt = director.dispatch(
-            rec, route, self._pool.get(route.decision.ranked[0]), leg=leg
-        )
+        target = self._pool.get(route.decision.ranked[0])
+        ex.attempt = director.dispatch(rec, route, target, leg=leg)
+        if target.spec.rank is not None:  # one port, several ranks: name the rank
+            ex.rank = rank_header(target)
+            if ex.rank is None:  # SGLang: in the body
+                ex.body = rank_body(target, ex.body or body)
+            # The rank named holds for one engine: no fallback to another with it.
+            ex.destination = self._destination(route.decision.ranked[:1])
         return ex
+
+    @staticmethod
+    def _forwarded_body(ex: Exchange, req: InferenceRequest, api: str | None, body: bytes) -> bytes:
+        """The body as the engine gets it (in `ex.body` when changed): a rewrite's target model
+        in it (its answer to be named back), and a stream asking for the usage the client did
+        not ask for."""
+        if req.model_asked is not None:
+            body = ex.body = with_model(body, req.model)
+            ex.rewritten, ex.restore = req.model, ModelNameRestorer(req.model, req.model_asked)
+        if req.stream and api in STREAM_USAGE_APIS and (usage := ask_for_usage(body)) is not None:
+            body = ex.body = usage
+            ex.asked_usage = True
+        return body
 
     def _lookup(self, rec: RequestRecord, route: Route, deleting: str | None) -> Exchange:
         """A request on a stored response, to its backend alone."""
@@ -246,8 +276,8 @@ class EndpointPicker:
         a, rec = ex.attempt, ex.rec
         if a is None or rec is None or ex.route is None or ex.done:
             return
-        if backend_id is None or backend_id == a.endpoint.id:
-            return
+        if backend_id is None or self._address.get(a.endpoint.id) == address:
+            return  # the picked backend, or a rank at its address
         self._director.skipped(a)
         backend = self._pool.get(backend_id)
         ex.attempt = self._director.dispatch(rec, ex.route, backend, 2, leg=a.leg)
@@ -295,10 +325,14 @@ class EndpointPicker:
         if rec is None:
             return
         answered = completed and ex.status > 0
+        usage = ex.reader.usage() if answered else None
         if a is not None:
             if answered:
-                self._director.completed(rec, a, ex.status, ex.reader.usage())
+                self._director.completed(rec, a, ex.status, usage)
             self._director.end(a)
+        if ex.labels is not None and self._metrics is not None:
+            seconds = self._director.clock() - rec.started if answered else None
+            self._metrics.finished(ex.labels, ex.status, seconds, usage)
         if ex.prefill is not None:  # cut before D answered
             self._director.end(ex.prefill)
             ex.prefill = None
@@ -319,13 +353,45 @@ class EndpointPicker:
         chosen = ranked[: self._max_endpoints]
         if any(i not in self._address for i in chosen):  # joined the pool since
             self._learn_addresses()
-        return ",".join(self._address[i] for i in chosen)
+        # Ranks behind one port share an address: each address once, in rank order.
+        return ",".join(dict.fromkeys(self._address[i] for i in chosen))
 
     def _backend_at(self, address: str) -> str | None:
         if address not in self._by_address:
             self._learn_addresses()
         return self._by_address.get(address)
 
+    def _labels(self, model: str, target: str, headers: Mapping[str, str]) -> RequestLabels:
+        """The request's llm_d_epp_* labels: the model asked, the target, its fairness id and
+        its objective's priority."""
+        assert self._metrics is not None
+        admission = self._admission
+        priority = admission.priority(headers) if admission is not None else 0
+        return self._metrics.labels(model, target, headers, priority)
+
+    def _allowed(self, subset: list[str]) -> set[str]:
+        """The backends a subset hint allows: the one at each entry's address, else (ports
+        differ) every one at its IP, as the reference matches; an empty hint allows none."""
+        if any(a not in self._by_address for a in subset):
+            self._learn_addresses()
+        allowed: set[str] = set()
+        for address in subset:
+            exact = self._by_address.get(address)
+            allowed.update((exact,) if exact else self._by_host.get(_host(address), ()))
+        return allowed
+
     def _learn_addresses(self) -> None:
         self._address = {b.id: urlsplit(b.spec.url).netloc for b in self._pool}
-        self._by_address = {a: i for i, a in self._address.items()}
+        self._by_address = {}
+        for i, a in self._address.items():
+            self._by_address.setdefault(a, i)  # ranks behind one port: the first
+        self._by_host = {}
+        for address, backend_id in self._by_address.items():
+            self._by_host.setdefault(_host(address), []).append(backend_id)
+
+
+def _host(address: str) -> str:
+    """`ip:port` (or `[v6]:port`, or a bare IP) to its IP."""
+    if address.startswith("["):
+        return address[1 : address.find("]")]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address

@@ -2,17 +2,17 @@
 
 Request side, by the body mode the proxy announces (`protocol_config`):
 - `FULL_DUPLEX_STREAMED`: the headers are answered once the whole body is in (the answer
-  carries the destination), then the body is handed back as a streamed chunk, as required;
+  carries the destination), then the body is handed back in streamed chunks;
 - `BUFFERED` (and anything else): the headers are answered at once with no change, and the
   body answer carries the destination header (the proxy holds the headers until then).
+One decision per request: body chunks after it are dropped (envoy#46237 re-sends the last).
+Before it, an inference call waits for its place in admission (the proxy holds it; a place no
+exchange takes goes back when the stream closes) and a stored response's backend is found.
 Response side: the status and the served endpoint from the headers, TTFT from the first body
-chunk, the usage from the last ones (body mode `STREAMED`, or `FULL_DUPLEX_STREAMED` where
-chunks are handed back). As at the front door, a stream whose client did not ask for usage is
-forwarded asking for it (body and content-length replaced), and the usage event this adds is
-taken out of the relayed chunks. Errors the picker raises become immediate responses. Before
-the decision an inference call waits for its place in admission (the proxy holds it; a place no
-exchange takes goes back when the stream closes) and a stored response's backend is looked up;
-what an answer says of stored responses is settled before the message carrying it is answered.
+chunk, the usage from the last ones; a stream whose client did not ask for usage is forwarded
+asking for it and the usage event taken out, as at the front door. Errors the picker raises
+become immediate responses. What an answer says of stored responses is settled before the
+message carrying it is answered.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ class RequestStream:
             cfg = req.protocol_config
             self._request_duplex = cfg.request_body_mode == msg.FULL_DUPLEX
             self._response_duplex = cfg.response_body_mode == msg.FULL_DUPLEX
-        if req.HasField("metadata_context"):  # a subset hint may come with any request message
-            self._subset = msg.subset_hint(req) or self._subset
+        if (hint := msg.subset_hint(req)) is not None:  # with any message; empty: 503
+            self._subset = hint
         kind = req.WhichOneof("request")
         if kind == "request_headers":
             self._headers = msg.header_map(req.request_headers)
@@ -123,6 +123,9 @@ class RequestStream:
 
     def _request_body(self, req: msg.ProcessingRequest) -> Responses:
         chunk = req.request_body
+        if self._decided:  # a chunk re-sent after the end of the body: already answered
+            log.debug("request body chunk after the decision dropped (%d bytes)", len(chunk.body))
+            return []
         self._body.append(chunk.body)
         self._size += len(chunk.body)
         if self._size > self._limit:
@@ -167,8 +170,8 @@ class RequestStream:
         if self._request_duplex and ex.body is not None:
             body, new_length = ex.body, len(ex.body)
         out = [msg.destination_on_headers(ex.destination, new_length, extra, drop)]
-        if self._request_duplex and body:
-            out.append(msg.streamed_body(True, body, end))
+        if self._request_duplex and self._body:  # the proxy sent a body: it goes back
+            out.extend(msg.streamed_bodies(True, body, end))
         return out
 
     def _response_body(self, chunk: msg.HttpBody) -> Responses:
@@ -179,7 +182,7 @@ class RequestStream:
         if end:
             self.close(completed=True)
         if self._response_duplex:
-            return [msg.streamed_body(False, relay, end)]
+            return msg.streamed_bodies(False, relay, end)
         if relay == data:
             return [msg.continue_body(False)]
         return [msg.replaced_response_body(relay)]

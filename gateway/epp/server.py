@@ -1,14 +1,14 @@
 """Run the endpoint picker: ext_proc gRPC, gRPC health and Prometheus metrics, one event loop.
 
-Ports (the reference EPP's defaults): ext_proc 9002, health 9003 (`grpc.health.v1` with
-services `liveness`, always serving, and `readiness`, serving while some backend is healthy;
-the empty service name follows readiness), metrics 9090 (`GET /metrics`). Port 0 picks a free
-one; the start-up line names the ports bound. The gateway's health probes and metric scrapes
-run here as under `kvgate serve`, supervised (`gateway.supervisor`); readiness is NOT_SERVING
-while the probe loop is down. SIGTERM drains as `kvgate serve` does: health turns
-NOT_SERVING at once while ext_proc keeps answering for `server.drain_delay_s` (so Envoy's
-health checks move traffic away first), then the server stops, letting streams finish for up
-to `server.shutdown_grace_s`. SIGINT, or a second signal, skips the delay.
+Ports (the reference EPP's defaults): ext_proc 9002, health 9003 (`grpc.health.v1`, the
+reference's service names: `gateway.epp.health`), metrics 9090 (`GET /metrics`). Port 0 picks
+a free one; the start-up line names the ports bound. The gateway's health probes and metric
+scrapes run here as under `kvgate serve`, supervised (`gateway.supervisor`); readiness is
+NOT_SERVING while the probe loop is down. SIGTERM drains as `kvgate serve` does: readiness
+turns NOT_SERVING at once (liveness stays) while ext_proc keeps answering for
+`server.drain_delay_s` (so Envoy's health checks move traffic away first), then the server
+stops, letting streams finish for up to `server.shutdown_grace_s`. SIGINT, or a second
+signal, skips the delay.
 """
 
 from __future__ import annotations
@@ -20,20 +20,19 @@ import signal
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from gateway.epp.health import PickerHealth, pool_synced
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
+from gateway.epp.request_metrics import EppRequestMetrics
 from gateway.epp.settings import EppSettings
 from gateway.runtime import Runtime
 from gateway.services import Services
 
 log = logging.getLogger(__name__)
-_READINESS_EVERY_S = 0.5
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
@@ -53,8 +52,9 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     cfg = runtime.config
     services = Services(runtime)
     await services.start()
+    counted = EppRequestMetrics(runtime.metrics.registry, runtime.metrics.model_label)
     picker = EndpointPicker(
-        runtime.director, max(0, cfg.upstream.max_attempts - 1), admission=runtime.admission
+        runtime.director, settings.max_endpoints - 1, counted, admission=runtime.admission
     )
     # A BUFFERED body comes in one message: room for the largest body the config allows.
     limit = cfg.server.max_body_bytes + 64 * 1024
@@ -76,7 +76,8 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
         lambda r, w: _metrics_client(runtime, r, w), settings.host, settings.metrics_port
     )
     metrics_port = metrics.sockets[0].getsockname()[1]
-    await checks.set("liveness", _SERVING)
+    health = PickerHealth(checks, lambda: pool_synced(runtime) and services.ready())
+    await health.start()
     await server.start()
     await health_server.start()
     log.info(
@@ -87,11 +88,11 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     )  # fmt: skip
     try:
         loops = services.loops()
-        loops.add("readiness", lambda: _report_readiness(runtime, services, checks))
+        loops.add("readiness", health.run)
         async with asyncio.TaskGroup() as tg:
             supervised = tg.create_task(loops.run(), name="loops")
             await stop.wait()
-            await checks.enter_graceful_shutdown()  # NOT_SERVING; later sets are ignored
+            await health.drain()
             await _drain_delay(cfg.server.drain_delay_s, hurry)
             supervised.cancel()
     finally:
@@ -109,17 +110,6 @@ async def _drain_delay(delay_s: float, hurry: asyncio.Event) -> None:
     log.info("kvgate epp: draining for %.1f s (health NOT_SERVING), then stopping", delay_s)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(hurry.wait(), delay_s)
-
-
-async def _report_readiness(
-    runtime: Runtime, services: Services, checks: health_aio.HealthServicer
-) -> None:
-    while True:
-        # Not ready while the probes are down: health would be frozen at its last value.
-        status = _SERVING if runtime.pool.healthy() and services.ready() else _NOT_SERVING
-        await checks.set("readiness", status)
-        await checks.set("", status)
-        await asyncio.sleep(_READINESS_EVERY_S)
 
 
 async def _metrics_client(

@@ -1,5 +1,7 @@
-"""Where `kvgate epp` listens: the process settings (no gRPC import, so the CLI can show
-the defaults without loading it). The ports are the reference endpoint picker's."""
+"""`kvgate epp`'s process settings (no gRPC import, so the CLI can show the defaults without
+loading it). The ports are the reference endpoint picker's; so is one endpoint per answer
+(`max_endpoints`): an `ORIGINAL_DST` cluster reads one address, and only a proxy that walks
+a list (Envoy's `override_host` policy) can use fallbacks."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ class EppSettings:
     grpc_port: int = 9002  # ext_proc
     health_port: int = 9003  # grpc.health.v1
     metrics_port: int = 9090  # Prometheus
+    max_endpoints: int = 1  # addresses in x-gateway-destination-endpoint: the pick, then fallbacks
 
 
 DEFAULT_EPP = EppSettings()

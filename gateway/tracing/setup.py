@@ -11,7 +11,6 @@ its `Resource` `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` (service.name 
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 from gateway.tracing.context import RemoteParent
 from gateway.tracing.sampling import ALWAYS, NEVER, Bounds
 from gateway.tracing.spans import Outcome, RequestTrace, Sample, Tracer
+from gateway.version import installed_version
 from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class Tracing:
             resource = resource.merge(Resource({"service.name": SCOPE}))
         # The SDK's provider reads OTEL_TRACES_SAMPLER(_ARG); only its sampler is used.
         self.sampler = TracerProvider(resource=resource).sampler
-        version = _version()
+        version = installed_version() or "unknown"
         encoder = span_encoder(dict(resource.attributes), SCOPE, version)  # type: ignore[arg-type]
         self.protocol = settings.protocol
         self.export = BatchExport(
@@ -184,13 +184,6 @@ def _sampling(sampler: Sampler) -> Sample:
         return decision is record_and_sample
 
     return sample
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("kvgate")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def build_tracing(environ: Mapping[str, str]) -> Tracing | None:

@@ -3,11 +3,11 @@
 Whichever worker a scrape lands on asks its siblings for their pages
 (`gateway.workers.siblings`) and merges them with its own: counters, histograms and
 summaries are summed series by series (the gateway's requests, latencies and errors, as one
-process would count them), their `_created` timestamps take the earliest; every gauge keeps
-one series per worker with a `worker` label (a gauge's meaning varies: in-flight requests
-add up, health flags do not, so the sum is left to the query, e.g. `sum without (worker)`).
-A sibling that does not answer in time is left out, and `kvgate_workers_scraped` says how
-many workers the page covers.
+process would count them; `process_cpu_seconds_total` the workers' CPU together); every
+gauge keeps one series per worker with a `worker` label (a gauge's meaning varies: in-flight
+requests add up, health flags, memory and `kvgate_build_info` do not, so the sum is left to
+the query, e.g. `sum without (worker)`). A sibling that does not answer in time is left out,
+and `kvgate_workers_scraped` says how many workers the page covers.
 """
 
 from __future__ import annotations
@@ -51,17 +51,12 @@ def merge_pages(pages: Mapping[int, bytes], workers: int) -> bytes:
 
 
 def _add(merged: Metric, sums: dict[_Key, float], family: Metric, worker: int) -> None:
-    """`family`'s samples of one worker into `merged`: summed (a counter's, a histogram's),
-    the earliest (a `_created` timestamp), or labelled by worker (a gauge's)."""
-    created = family.type == "gauge" and family.name.endswith("_created")
+    """`family`'s samples of one worker into `merged`: summed (a counter's, a histogram's)
+    or labelled by worker (a gauge's)."""
     for s in family.samples:
-        if family.type in _SUMMED or created:
+        if family.type in _SUMMED:
             key = (s.name, tuple(sorted(s.labels.items())))
-            old = sums.get(key)
-            if old is None:
-                sums[key] = s.value
-            else:
-                sums[key] = min(old, s.value) if created else old + s.value
+            sums[key] = sums.get(key, 0.0) + s.value
         else:
             merged.samples.append(Sample(s.name, {**s.labels, "worker": str(worker)}, s.value))
 

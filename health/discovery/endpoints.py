@@ -1,18 +1,17 @@
 """From an `InferencePool` and pods to endpoints: pure functions over the API's JSON.
 A pod yields endpoints when the pool's `spec.selector.matchLabels` all match its labels (an
-empty selector selects nothing), its `Ready` condition is `True`, it has a `podIP` and no
-`deletionTimestamp`. It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`,
-with the engine type from the pod label `kvgate.dev/engine`, else
-`inference.networking.k8s.io/engine-type` (`vllm` when both are absent or unknown); its P/D
-role from `kvgate.dev/role`, else `llm-d.ai/role` (`both` when absent or unknown).
+empty selector selects nothing), it is `Ready`, has a `podIP` and no `deletionTimestamp`.
+It yields one endpoint per `spec.targetPorts[].number`, `http://IP:PORT`, its engine from the
+pod label `kvgate.dev/engine`, else `inference.networking.k8s.io/engine-type` (default
+`vllm`); its P/D role from `kvgate.dev/role`, else `llm-d.ai/role` (default `both`).
 
 KV-cache events come from pod annotations: `kvgate.dev/kv-events-port` (the publisher,
 `tcp://POD_IP:PORT`), optional `kvgate.dev/kv-events-replay-port` and
 `kvgate.dev/kv-events-topic` (default empty: every topic); an SGLang prefill pod's bootstrap
 port from `kvgate.dev/bootstrap-port`. Target port i (DP rank i) publishes on PORT + i, replays
-on REPLAY_PORT + i (`offset_endpoint_port`), the two ranges not overlapping. An invalid
-annotation is ignored (a bad port: no events; a bad replay port: no replay) and reported
-through `warn(pod, message)`; discovery never fails over one.
+on REPLAY_PORT + i (`offset_endpoint_port`), the two ranges not overlapping. Label
+`kvgate.dev/dp-size: N` makes a pool's one target port N data-parallel ranks. An invalid
+annotation is ignored (bad port: no events; bad replay port: no replay), `warn(pod, message)`.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ ROLE_LABEL = "kvgate.dev/role"
 PEER_ROLE_LABEL = "llm-d.ai/role"
 ROLES = frozenset({"prefill", "decode", "both"})
 BOOTSTRAP_PORT = "kvgate.dev/bootstrap-port"
+DP_SIZE_LABEL = "kvgate.dev/dp-size"
 KV_EVENTS_PORT = "kvgate.dev/kv-events-port"
 KV_EVENTS_REPLAY_PORT = "kvgate.dev/kv-events-replay-port"
 KV_EVENTS_TOPIC = "kvgate.dev/kv-events-topic"
@@ -63,6 +63,7 @@ class Endpoint:
     kv_events: KvEventsSource | None = None
     role: str = "both"
     bootstrap_port: int | None = None
+    dp_size: int | None = None  # data-parallel ranks behind the port (None: as the engine says)
 
     @property
     def address(self) -> str:
@@ -176,10 +177,26 @@ def pod_endpoints(pod: Mapping[str, Any], pool: PoolSpec, warn: Warn = _ignore) 
     role = labels.get(ROLE_LABEL) or labels.get(PEER_ROLE_LABEL) or "both"
     role = role if role in ROLES else "both"
     bootstrap = _port(annotations.get(BOOTSTRAP_PORT) if isinstance(annotations, dict) else None)
+    dp_size = _dp_size(labels.get(DP_SIZE_LABEL), len(pool.target_ports), lambda p: warn(name, p))
     return [
-        Endpoint(f"http://{host}:{port}", engine, name, source, role, bootstrap)
+        Endpoint(f"http://{host}:{port}", engine, name, source, role, bootstrap, dp_size)
         for port, source in zip(pool.target_ports, sources, strict=True)
     ]
+
+
+def _dp_size(value: object, ports: int, warn: Callable[[str], None]) -> int | None:
+    """The pod's `kvgate.dev/dp-size`: ranks behind its one target port (a pool of one port
+    per rank, llm-d's convention, has its ranks as ports already)."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 256):
+        warn(f"{DP_SIZE_LABEL}: {str(value)[:40]!r} is not a rank count (1-256): ignored")
+        return None
+    if ports > 1:
+        warn(f"{DP_SIZE_LABEL}: the pool has a port per rank already: ignored")
+        return None
+    return int(text)
 
 
 def pool_endpoints(

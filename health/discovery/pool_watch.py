@@ -4,8 +4,9 @@ Two informers: one on the pool object (`fieldSelector=metadata.name=NAME`), one 
 namespace's pods filtered by the pool's `labelSelector`. When the pool's selector changes,
 the pod informer is replaced by one with the new selector; a change of target ports only
 recomputes the endpoints. `on_endpoints` is called with the full endpoint set whenever it
-differs from the last one told (first call after the first lists, possibly empty). A pod's
-invalid annotation is logged at most once a minute per pod (`health.log_limit`).
+differs from the last one told (first call after the first lists, possibly empty). `synced`:
+the pool is found and its pods have been listed. A pod's invalid annotation is logged at most
+once a minute per pod (`health.log_limit`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class PoolDiscovery:
         self._settings = settings or WatchSettings()
         self._pool: PoolSpec | None = None
         self._pods: Objects = {}
+        self._pods_listed = False
         self._told: frozenset[Endpoint] | None = None
         self._selector_changed = asyncio.Event()
         self._pod_warnings = LogLimit(log, time.monotonic)
@@ -59,6 +61,11 @@ class PoolDiscovery:
             self._pool_changed,
             settings,
         )
+
+    @property
+    def synced(self) -> bool:
+        """The pool object is found and the pods it selects have been listed (at least once)."""
+        return self._pool is not None and (not self._pool.selector or self._pods_listed)
 
     async def run(self) -> None:
         """Run forever; cancel to stop."""
@@ -98,7 +105,7 @@ class PoolDiscovery:
         self._tell()
 
     def _pods_changed(self, objects: Objects) -> None:
-        self._pods = objects
+        self._pods, self._pods_listed = objects, True
         self._tell()
 
     def _tell(self) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kvgate.cli import check_config, demo, emulate, epp, hash_key, serve, sim
 from kvgate.cli.listen import ListenError
-from kvgate.cli.options import EnvParser, installed_version
+from kvgate.cli.options import EnvParser, VersionAction
 from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=argparse.ArgumentParser
     )

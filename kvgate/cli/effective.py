@@ -17,11 +17,16 @@ from routing.config.schema import (
     parse_config,
 )
 
+_BACKEND_KEYS = frozenset(
+    {"engine", "models", "id", "role", "bootstrap_port", "dp_size", "dp_rank_field"}
+)
+
 
 def parse_backend_arg(arg: str) -> BackendEntry:
     """Parse `--backend URL[,engine=vllm][,models=a|b][,id=name][,kv_events=ENDPOINT]
-    [,kv_replay=ENDPOINT][,role=prefill|decode|both][,bootstrap_port=N]` (the engine's
-    KV-event publisher and replay socket; its part in a P/D pool)."""
+    [,kv_replay=ENDPOINT][,role=prefill|decode|both][,bootstrap_port=N][,dp_size=N]
+    [,dp_rank_field=NAME]` (the engine's KV-event publisher and replay socket; its part in a
+    P/D pool; its data-parallel ranks)."""
     url, *opts = arg.split(",")
     fields: dict[str, object] = {"url": url}
     events: dict[str, str] = {}
@@ -30,10 +35,10 @@ def parse_backend_arg(arg: str) -> BackendEntry:
         if key in {"kv_events", "kv_replay"} and sep:
             events["endpoint" if key == "kv_events" else "replay"] = value
             continue
-        if not sep or key not in {"engine", "models", "id", "role", "bootstrap_port"}:
+        if not sep or key not in _BACKEND_KEYS:
             raise ConfigError(
                 f"--backend {arg!r}: expected key=value with key "
-                "engine|models|id|kv_events|kv_replay|role|bootstrap_port"
+                "engine|models|id|kv_events|kv_replay|role|bootstrap_port|dp_size|dp_rank_field"
             )
         fields[key] = [m for m in value.split("|") if m] if key == "models" else value
     if events:

@@ -111,6 +111,17 @@ def add_parser(sub: SubParsers) -> None:
         help="distinct adapters batched at once, as vLLM's flag (default %(default)s)",
     )
     e.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N data-parallel ranks behind each replica's port, each its own engine model and KV "
+        "cache (as vLLM's --data-parallel-size, SGLang's --dp-size): a request goes to the rank "
+        "named by vLLM's X-data-parallel-rank header (SGLang: body field routed_dp_rank), else "
+        'to the least loaded; metrics per rank (engine="R"; SGLang: dp_rank), rank R\'s KV '
+        "events on its replica's ports + R (default 1)",
+    )
+    e.add_argument(
         "--kv-events-port",
         type=int,
         metavar="P",
@@ -212,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--lora/--max-loras: {exc}") from None
     if args.model in lora.adapters:
         raise ConfigError(f"--lora: {args.model!r} is the served model's own name")
+    _check_data_parallel(args)
     _check_kv_event_ports(args)
     settings = EmulatorSettings(
         replicas=args.replicas,
@@ -235,12 +247,14 @@ def run(args: argparse.Namespace) -> int:
         bootstrap_port=args.bootstrap_port,
         decode_prefix_cache=args.decode_prefix_cache,
         engine=args.engine,
+        data_parallel_size=args.data_parallel_size,
     )
     ports = list(range(args.port, args.port + args.replicas)) if args.port else []
     ports += [p for i in range(args.replicas) if (p := settings.pd_settings(i).bootstrap_port)]
     if args.kv_events_port:  # port 0: every socket picks a free one
         for i in range(args.replicas):
-            ports += [args.kv_events_port + i, settings.replay_port(i)]
+            for r in range(args.data_parallel_size):
+                ports += [settings.publisher_port(i, r), settings.replay_port(i, r)]
     if len(set(ports)) < len(ports):
         raise ConfigError(
             "--port, --kv-events-port, --kv-events-replay-port and --bootstrap-port ranges overlap"
@@ -275,6 +289,15 @@ def _resolve_fleet(args: argparse.Namespace) -> None:
             )
 
 
+def _check_data_parallel(args: argparse.Namespace) -> None:
+    """ConfigError for a rank count out of range, or combined with what ranks do not model."""
+    n = args.data_parallel_size
+    if not 1 <= n <= 64:
+        raise ConfigError("--data-parallel-size must be in 1-64")
+    if n > 1 and (args.lora or args.prefill or args.decode or args.role != "both"):
+        raise ConfigError("--data-parallel-size: not with --lora or prefill/decode roles")
+
+
 def _check_kv_event_ports(args: argparse.Namespace) -> None:
     """ConfigError unless the KV-event port ranges (publishers, replay sockets) fit."""
     port, replay = args.kv_events_port, args.kv_events_replay_port
@@ -286,10 +309,11 @@ def _check_kv_event_ports(args: argparse.Namespace) -> None:
         raise ConfigError(
             "--kv-events-port, --kv-events-replay-port: both 0 (free ports) or neither"
         )
-    last = port + (2 if replay is None else 1) * args.replicas - 1
+    sockets = args.replicas * args.data_parallel_size  # one publisher a rank
+    last = port + (2 if replay is None else 1) * sockets - 1
     for flag, first, end in (
         ("--kv-events-port", port, last),
-        ("--kv-events-replay-port", replay, (replay or 0) + args.replicas - 1),
+        ("--kv-events-replay-port", replay, (replay or 0) + sockets - 1),
     ):
         if first is not None and (first < 0 or (first and end > 65535)):
             raise ConfigError(f"{flag}: ports {first}-{end} out of 0-65535")

@@ -29,9 +29,12 @@ examples:
              --backend http://10.0.0.6:8000,role=decode --pd-protocol vllm --pd-mode always
 
 Envoy (or a Gateway built on it) calls it over ext_proc for each request; it answers with
-header x-gateway-destination-endpoint: ip:port[,fallback...] and the same value in dynamic
-metadata envoy.lb. Backends are given as for `kvgate serve`, by IP address and port (what
-Envoy connects to). No ready backend: an immediate 503; a bad body: 400 (OpenAI-shaped JSON).
+header x-gateway-destination-endpoint: ip:port and the same value in dynamic metadata
+envoy.lb: one endpoint, what an ORIGINAL_DST cluster reads. Behind a proxy that walks a list
+(Envoy's override_host load-balancing policy), --max-endpoints N adds up to N-1 fallbacks
+(ip:port,ip:port...), tried in order on retry. Backends are given as for `kvgate serve`, by
+IP address and port (what Envoy connects to). No ready backend: an immediate 503; a bad
+body: 400 (OpenAI-shaped JSON).
 On a prefill/decode pool (backends with role=prefill and role=decode) the destination is a
 decode backend, and a split request names its prefill backend in x-prefiller-host-port, for
 llm-d's routing sidecar in front of the decode engine (a client's own header is removed).
@@ -39,7 +42,9 @@ Inference calls wait for their place in admission first, Envoy holding them (ban
 InferenceObjective named in x-llm-d-inference-objective, tenant from
 x-llm-d-inference-fairness-id); a shed one gets 429 with x-llm-d-request-dropped-reason.
 InferenceModelRewrite rules (`rewrites:`, and the pool's objects with --pool) rewrite the
-model. deploy/envoy/ in kvgate's source tree has an Envoy config that uses it. SIGHUP (or a
+model (docs/flow-control.md). deploy/envoy/ in kvgate's source tree has Envoy configs that
+use it (envoy-original-dst.yaml at the defaults, envoy.yaml with fallbacks);
+docs/endpoint-picker.md wires it into Envoy Gateway, kgateway, Istio and GKE. SIGHUP (or a
 change seen by --watch-config) reloads the config file as for `kvgate serve`.
 """
 
@@ -56,11 +61,26 @@ def add_parser(sub: SubParsers) -> None:
     )
     add_routing_args(s, backend_help="an engine replica (static endpoints); repeat for each")
     s.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
-    s.add_argument("--health-port", type=int, default=9003, help="gRPC health port (default 9003)")
+    s.add_argument(
+        "--health-port",
+        "--grpc-health-port",
+        type=int,
+        default=9003,
+        help="gRPC health port (default 9003)",
+    )
     s.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
-    add_discovery_args(s)
+    s.add_argument(
+        "--max-endpoints",
+        type=int,
+        default=1,
+        metavar="N",
+        help="endpoints per answer: the pick, then up to N-1 fallbacks; more than 1 only for "
+        "a proxy that walks the list (Envoy's override_host policy), not an ORIGINAL_DST "
+        "cluster (default 1)",
+    )
+    add_discovery_args(s, reference_names=True)
     add_process_args(s)
     add_env_vars(s)
 
@@ -68,6 +88,8 @@ def add_parser(sub: SubParsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
+    if args.max_endpoints < 1:
+        raise ConfigError(f"--max-endpoints: {args.max_endpoints} is not at least 1")
     import asyncio
 
     from gateway.epp.server import serve_epp
@@ -78,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = runtime.config
     ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
     check_can_listen(cfg.server.host, ports)
-    settings = EppSettings(cfg.server.host, args.grpc_port, args.health_port, args.metrics_port)
+    settings = EppSettings(
+        cfg.server.host, args.grpc_port, args.health_port, args.metrics_port, args.max_endpoints
+    )
     asyncio.run(serve_epp(runtime, settings))
     return 0

@@ -1,14 +1,17 @@
 """What several commands' parsers share: the parser that reads `KVGATE_*` variables, the
 flag groups of `serve` and `epp` (routing, discovery, process), the variables' epilog and
-the version `--version` prints."""
+the version `--version` prints (with which compiled extensions the install built)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from gateway.version import installed_version as gateway_version
 from kvgate.cli.env import apply_env
 from routing.config.profiles import BUILTIN_PROFILES, RoutingSection
 from routing.config.schema import ConfigError
@@ -23,16 +26,43 @@ commas before http:// or https://. Secrets have variables only: KVGATE_API_KEYS,
 KVGATE_ADMIN_KEY, KVGATE_UPSTREAM_API_KEY. OpenTelemetry tracing reads the standard OTEL_*
 variables: OTEL_TRACES_EXPORTER=otlp turns it on (kvgate[otel]), OTEL_EXPORTER_OTLP_ENDPOINT
 and OTEL_EXPORTER_OTLP_PROTOCOL (grpc, http/protobuf) say where, OTEL_TRACES_SAMPLER how
-many; see README "Observability".
+many; see the docs' "Dashboard and tracing" page (docs/operate/observability.md).
 """
 
 
 def installed_version() -> str:
     """The installed distribution's version (what `kvgate --version` prints)."""
-    try:
-        return importlib.metadata.version("kvgate")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown (not installed)"
+    return gateway_version() or "unknown (not installed)"  # run from a source tree
+
+
+# The optional compiled modules (setup.py): each has a pure-Python reference that runs when
+# the install found no C compiler, with the same results, more slowly.
+COMPILED = {
+    "sim.engine.kv_cache_native": "the simulator's KV cache",
+    "gateway.tracing.otlp_native": "the tracing encoder",
+}
+
+
+def compiled_extensions() -> str:
+    """One line: which compiled modules this install has, and which run in pure Python."""
+    built = [what for name, what in COMPILED.items() if importlib.util.find_spec(name)]
+    missing = [what for name, what in COMPILED.items() if what not in built]
+    if not missing:
+        return f"compiled: {', '.join(built)}"
+    line = f"pure Python (no C compiler at install): {', '.join(missing)}"
+    return line + (f"; compiled: {', '.join(built)}" if built else "")
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the installed version, then the compiled extensions' line."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version and which extensions are compiled, and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        sys.stdout.write(f"{parser.prog} {installed_version()}\n{compiled_extensions()}\n")
+        parser.exit()
 
 
 class EnvParser(argparse.ArgumentParser):
@@ -83,16 +113,21 @@ def add_routing_args(s: argparse.ArgumentParser, *, backend_help: str) -> None:
     )
 
 
-def add_discovery_args(s: argparse.ArgumentParser) -> None:
-    """The InferencePool to take backends from (`serve` and `epp`)."""
+def add_discovery_args(s: argparse.ArgumentParser, *, reference_names: bool = False) -> None:
+    """The InferencePool to take backends from (`serve` and `epp`); `reference_names`: also
+    the reference endpoint picker's flag names (`--pool-name`, `--pool-namespace`)."""
+    pool: tuple[str, ...] = ("--pool-name",) if reference_names else ()
+    namespace: tuple[str, ...] = ("--pool-namespace",) if reference_names else ()
     s.add_argument(
         "--pool",
+        *pool,
         metavar="NAME",
         help="add the ready pods of this Kubernetes InferencePool as backends, kept current "
         "(config discovery.pool)",
     )
     s.add_argument(
         "--namespace",
+        *namespace,
         metavar="NS",
         help="the InferencePool's namespace (config discovery.namespace, default 'default')",
     )

@@ -50,8 +50,9 @@ service account (RBAC: get/list/watch on pods and inferencepools), else KUBECONF
 
 With API keys (config security.api_keys, security.api_keys_file, env KVGATE_API_KEYS) every
 request but /health and /ready needs `Authorization: Bearer KEY`, else 401; `kvgate hash-key`
-prints a key's SHA-256 for the config. --admin-port moves /admin/*, /metrics and /docs to
-their own listener (404 on --port); without it they need the admin key (KVGATE_ADMIN_KEY)
+prints a key's SHA-256 for the config. --admin-port moves /admin/* and /metrics to their
+own listener (404 on --port), which also serves the admin API's OpenAPI page, /docs (never
+on --port); without it they need the admin key (KVGATE_ADMIN_KEY)
 if one is set, and are closed when API keys are set without one. With neither, /admin/*
 answers clients on this machine only (loopback, not relayed by a proxy; others get 403)
 and /metrics, read-only, answers anyone. A documented example key is refused at start-up.
@@ -99,7 +100,8 @@ def add_parser(sub: SubParsers) -> None:
     s.add_argument(
         "--admin-port",
         type=int,
-        help="serve /admin/*, /metrics and /docs on this port only, not on --port (config "
+        help="serve /admin/* and /metrics on this port only, not on --port, with the admin "
+        "API's OpenAPI page at /docs, served only here (config "
         "server.admin_port; default: on --port, behind security.admin_key_sha256 if set, "
         "else /admin/* for this machine's clients only)",
     )

@@ -50,7 +50,8 @@ class ServerSection(_Section):
         None,
         ge=0,
         le=65535,
-        description="serve /admin/*, /metrics and /docs on this port only (404 on `port`)",
+        description="serve /admin/* and /metrics on this port only (404 on `port`), and the "
+        "admin API's OpenAPI page /docs, which `port` never serves",
     )
     admin_host: str | None = Field(None, description="admin listener address (default: host)")
     header_timeout_s: float = Field(
@@ -164,6 +165,16 @@ class BackendEntry(_Section):
     role: Role = Field("both", description="prefill, decode or both (disaggregated P/D pools)")
     bootstrap_port: int | None = Field(
         None, ge=1, le=65535, description="SGLang prefill backends: the KV bootstrap port"
+    )
+    dp_size: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="data-parallel ranks behind the URL, each a routing target (default: as "
+        "the engine's metrics or server info say; 1: never split)",
+    )
+    dp_rank_field: Literal["routed_dp_rank", "data_parallel_rank"] = Field(
+        "routed_dp_rank", description="SGLang: the body field naming the rank (older servers)"
     )
 
     @field_validator("url")

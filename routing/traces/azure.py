@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from routing.traces.files import open_trace
 from routing.traces.request import TraceFormatError, TraceRequest
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -18,13 +19,14 @@ HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def load_azure(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
     rows: list[tuple[datetime, int, int]] = []
-    with Path(path).open(encoding="utf-8", newline="") as f:
-        header = f.readline().strip().lstrip("\ufeff")
+    with open_trace(path) as f:
+        header = _text(f.readline(), path, 1).strip().lstrip("\ufeff")
         if tuple(c.strip() for c in header.split(",")) != HEADER:
             raise TraceFormatError(path, 1, f"expected the header {','.join(HEADER)!r}")
-        for lineno, line in enumerate(f, 2):
+        for lineno, raw in enumerate(f, 2):
             if limit is not None and len(rows) >= limit:
                 break
+            line = _text(raw, path, lineno)
             if not line.strip():
                 continue
             try:
@@ -40,6 +42,13 @@ def load_azure(path: str | Path, limit: int | None = None) -> list[TraceRequest]
         )
         for ts, ctx, gen in rows
     ]
+
+
+def _text(raw: bytes, path: str | Path, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, lineno, f"not UTF-8: {exc}") from None
 
 
 def _parse(line: str) -> tuple[datetime, int, int]:

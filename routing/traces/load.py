@@ -2,7 +2,8 @@
 
 Detection: a `.csv` file, or a first line starting with `TIMESTAMP,`, is Azure's; a JSON
 first line with `kvgate_trace` is a kvgate recording; one with `timestamp` and `hash_ids` is
-Mooncake's. Anything else needs an explicit `format`.
+Mooncake's. Anything else needs an explicit `format`. Gzip and xz files are read decompressed
+(`routing.traces.files`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from routing.traces.azure import load_azure
+from routing.traces.files import open_trace, plain_name
 from routing.traces.mooncake import load_mooncake
 from routing.traces.recorded import HEADER_KEY, load_recorded
 from routing.traces.request import TraceFormatError, TraceRequest
@@ -44,7 +46,7 @@ def load_trace(
 
 def detect_format(path: str | Path) -> str:
     path = Path(path)
-    if path.suffix.lower() == ".csv":
+    if plain_name(path).suffix.lower() == ".csv":
         return "azure"
     first = _first_line(path)
     if first.startswith(b"TIMESTAMP,"):
@@ -64,7 +66,7 @@ def detect_format(path: str | Path) -> str:
 
 
 def _first_line(path: Path) -> bytes:
-    with path.open("rb") as f:
+    with open_trace(path) as f:
         for line in f:
             if line.strip():
                 return line.strip().lstrip(b"\xef\xbb\xbf")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from routing.traces.files import open_trace
 from routing.traces.request import (
     MOONCAKE_BLOCK_TOKENS,
     TraceFormatError,
@@ -26,7 +27,7 @@ def load_mooncake(path: str | Path, limit: int | None = None) -> list[TraceReque
     """The first `limit` requests (all by default), in file order; blank lines are skipped."""
     out: list[TraceRequest] = []
     interned: dict[int, int] = {}
-    with Path(path).open("rb") as f:
+    with open_trace(path) as f:
         for lineno, line in enumerate(f, 1):
             if limit is not None and len(out) >= limit:
                 break

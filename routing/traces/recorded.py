@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from routing.traces.files import open_trace
 from routing.traces.request import TraceFormatError, TraceRequest, count, id_tuple, reason
 
 FORMAT_VERSION = 1
@@ -62,7 +63,7 @@ def load_recorded(path: str | Path, limit: int | None = None) -> list[TraceReque
     interned: dict[int, int] = {}
     first: datetime | None = None
     offset, block_tokens = 0.0, 0
-    with Path(path).open("rb") as f:
+    with open_trace(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from routing.config.disaggregation import DisaggregationSection
+from routing.scheduler import Scheduler
 from routing.types import Decision, EndpointSnapshot, RoutingRequest
 from scoring.state.prefix_hash import covered_chars
 from scoring.state.prefix_index import PrefixIndex
@@ -68,24 +69,36 @@ class PdPlanner:
         lines: OnlineTtftModel,
         link: OnlineTtftModel,
         chars_per_token: float,
+        *,
+        prefill_scheduler: Scheduler | None = None,
     ) -> None:
         self.section = section
         self._index = index
         self._lines = lines
         self.link = link  # the transfer line, keyed LINK: seconds per moved token
         self._cpt = chars_per_token
+        # P is picked by a scheduler of its own (the same profiles): a stateful picker
+        # (round-robin) then cycles over the prefillers and the decoders each, not over both.
+        self.prefill_scheduler = prefill_scheduler
 
     def plan(
-        self, request: RoutingRequest, candidates: Sequence[EndpointSnapshot], schedule: Schedule
+        self,
+        request: RoutingRequest,
+        candidates: Sequence[EndpointSnapshot],
+        schedule: Schedule,
+        schedule_prefill: Schedule | None = None,
     ) -> PdPlan:
-        """The plan for `request` among `candidates` (healthy, serving its model)."""
+        """The plan for `request` among `candidates` (healthy, serving its model); P ranked
+        by `schedule_prefill` when given, else by `schedule`."""
+        s = self.section
+        sglang = s.protocol == "sglang"
         decoders = [e for e in candidates if decodes(e)] or list(candidates)
+        if sglang and s.mode == "never":  # an SGLang decode-only backend cannot serve alone
+            decoders = [e for e in decoders if e.role == "both"] or decoders
         decode = schedule(request, decoders)
         d = next((e for e in decoders if e.id == decode.target), None)
-        s = self.section
         if d is None:
             return PdPlan(decode, None, "no_prefill")
-        sglang = s.protocol == "sglang"
         total = request.token_estimate
         uncached_d = total if sglang and d.role == "decode" else self._uncached(request, d)
         moved = total if sglang else uncached_d
@@ -98,7 +111,7 @@ class PdPlanner:
         must = sglang and d.role == "decode"
         if not must and s.mode == "conditional" and uncached_d < s.min_uncached_tokens:
             return _with(base, why="cached")
-        prefill = schedule(request, prefillers)
+        prefill = (schedule_prefill or schedule)(request, prefillers)
         p = next((e for e in prefillers if e.id == prefill.target), None)
         if p is None:
             return base
@@ -127,6 +140,31 @@ class PdPlanner:
         `moved_tokens` having crossed the link: a point on the transfer line."""
         if self.section.learn:
             self.link.observe(LINK, moved_tokens, seconds)
+
+
+def decide(
+    planner: PdPlanner | None,
+    scheduler: Scheduler,
+    request: RoutingRequest,
+    candidates: Sequence[EndpointSnapshot],
+    *,
+    disaggregated: bool,
+    profile: str | None,
+) -> tuple[Decision, PdPlan | None]:
+    """`request`'s decision among `candidates` with routing `profile`: D's, with the plan,
+    when the pool is `disaggregated` (has a prefill backend); else the scheduler's."""
+    if planner is not None and disaggregated:
+        p_scheduler = planner.prefill_scheduler
+        pd = planner.plan(
+            request,
+            candidates,
+            lambda r, es: scheduler.schedule(r, es, profile=profile),
+            None
+            if p_scheduler is None
+            else lambda r, es: p_scheduler.schedule(r, es, profile=profile),
+        )
+        return pd.decode, pd
+    return scheduler.schedule(request, candidates, profile=profile), None
 
 
 def _pending(e: EndpointSnapshot) -> int:

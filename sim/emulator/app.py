@@ -8,15 +8,17 @@ replica (its `/metrics` then SGLang's) `/generate`, `/v1/rerank`, `/v1/score` (`
 (`probes`): `/server_info`, `/get_server_info`, `/model_info`, `/get_model_info`, `/get_load`,
 `POST /v1/completions/render`, `/v1/chat/completions/render` (403). Also `POST
 /reset_prefix_cache` (409 while requests hold blocks), `GET /kvgate/cache` (the cached block
-hashes, for tests), and for P/D (`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}` and `GET
-/kvgate/pd/handoffs`. LoRA adapters are models of their own, listed with the base model as
-their `parent`, served by the same engine model (`sim.emulator.lora`).
+hashes, for tests; per rank on a data-parallel replica, and `/kvgate/dp`), and for P/D
+(`sim.emulator.disagg`) `POST /kvgate/pd/pull/{id}`, `GET /kvgate/pd/handoffs`. LoRA
+adapters are models of their own, listed with the base model as their `parent`, served by the
+same engine model (`sim.emulator.lora`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -34,10 +36,12 @@ from sim.emulator.asgi import (
     respond,
     respond_json,
 )
+from sim.emulator.data_parallel import RankBalancer
 from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.disagg.settings import PDSettings
 from sim.emulator.generate import Generate
 from sim.emulator.inference import Completions
+from sim.emulator.metrics import render_families
 from sim.emulator.replica import Replica
 from sim.emulator.responses import Responses
 from sim.emulator.utility_api import Utilities
@@ -50,13 +54,23 @@ class EmulatorApp:
     """One replica's ASGI callable; its lifespan runs the replica's engine loop."""
 
     def __init__(
-        self, replica: Replica, tokenizer: Tokenizer, pd: PDSettings | None = None
+        self,
+        replica: Replica,
+        tokenizer: Tokenizer,
+        pd: PDSettings | None = None,
+        ranks: Sequence[Replica] = (),
     ) -> None:
-        self.replica = replica
+        self.ranks = tuple(ranks) or (replica,)  # a data-parallel engine's; `replica` is rank 0
+        self.replica = self.ranks[0]
         self.tokenizer = tokenizer
         self.pd = Disaggregation(replica, pd or PDSettings())
-        self.completions = Completions(replica, tokenizer, self.pd, self._check_model)
-        self.generate = Generate(replica, tokenizer) if replica.engine_name == "sglang" else None
+        self.balancer = RankBalancer(self.ranks)
+        self.completions = Completions(
+            replica, tokenizer, self.pd, self._check_model, self.balancer
+        )
+        self.generate = (
+            Generate(replica, tokenizer, self.balancer) if replica.engine_name == "sglang" else None
+        )
         self.utilities = Utilities(replica, tokenizer, self._check_model)
         self.responses = Responses(replica, tokenizer, self.completions, self._check_model)
         self._created = int(time.time())
@@ -84,12 +98,16 @@ class EmulatorApp:
             elif method == "GET" and path == "/v1/models":
                 await respond(send, 200, orjson.dumps(self._models()), JSON)
             elif method == "GET" and path == "/load":
-                body = orjson.dumps({"server_load": self.replica.in_flight})
+                body = orjson.dumps({"server_load": sum(r.in_flight for r in self.ranks)})
                 await respond(send, 200, body, JSON)
             elif method == "GET" and path == "/metrics":
-                await respond(send, 200, self.replica.metrics.render(), PROMETHEUS)
+                page = render_families([r.metrics.families() for r in self.ranks])
+                await respond(send, 200, page, PROMETHEUS)
             elif method == "GET" and path == "/kvgate/cache":
                 await respond(send, 200, orjson.dumps(self._cache_view()), JSON)
+            elif method == "GET" and path == "/kvgate/dp":
+                b = self.balancer
+                await respond_json(send, 200, {"named": b.named, "balanced": b.balanced})
             elif method == "POST" and path == "/reset_prefix_cache":
                 await self._reset_prefix_cache(send)
             elif method == "POST" and path.startswith(_PULL):
@@ -106,7 +124,7 @@ class EmulatorApp:
         """What peer routers ask a worker besides vLLM's own routes."""
         body: dict[str, Any]
         if method == "GET" and path in probes.SERVER_INFO:
-            body = probes.server_info(self.replica, self.pd)
+            body = probes.server_info(self.replica, self.pd, len(self.ranks))
         elif method == "GET" and path in probes.MODEL_INFO:
             body = probes.model_info(self.replica)
         elif method == "GET" and path == "/get_load":
@@ -121,11 +139,12 @@ class EmulatorApp:
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()
         async with asyncio.TaskGroup() as tg:
-            loop_task = tg.create_task(self.replica.run(), name="engine-loop")
+            loops = [tg.create_task(r.run(), name="engine-loop") for r in self.ranks]
             await send({"type": "lifespan.startup.complete"})
             await receive()
             await self.responses.close()
-            loop_task.cancel()
+            for loop_task in loops:
+                loop_task.cancel()
         await self.pd.close()
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -142,14 +161,18 @@ class EmulatorApp:
 
     def _cache_view(self) -> dict[str, Any]:
         config = self.replica.profile.config
-        return {
+        view: dict[str, Any] = {
             "block_size": config.block_size,
             "num_blocks": config.num_blocks,
             "block_hashes": self.replica.cached_block_hashes(),
         }
+        if len(self.ranks) > 1:  # each rank's cache apart (`block_hashes`: rank 0's)
+            view["ranks"] = [{"block_hashes": r.cached_block_hashes()} for r in self.ranks]
+        return view
 
     async def _reset_prefix_cache(self, send: Send) -> None:
-        if not await self.replica.reset_prefix_cache():
+        done = [await r.reset_prefix_cache() for r in self.ranks]
+        if not all(done):
             raise api.ApiError(
                 409, "KV blocks are still in use: the cache was not reset", "ConflictError"
             )

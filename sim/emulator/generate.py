@@ -4,7 +4,8 @@ Text is tokenized (ids are taken as they are), every prompt of a batch is admitt
 request of its own with its known output (`inference.output_ids`), and the answer takes
 SGLang's shapes (`sglang_api`): one object (or a list) at the end, or an event a token. A
 `lora_path` naming one of the replica's adapters runs with it. A client that disconnects
-aborts the batch's requests. Prompts too long for the context are refused as SGLang does.
+aborts the batch's requests. Prompts too long for the context are refused as SGLang does. A
+data-parallel replica runs them on the rank the body names (`routed_dp_rank`) or it balances.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from sim.emulator import asgi
 from sim.emulator import sglang_api as api
+from sim.emulator.data_parallel import RankBalancer, RankOutOfRange
 from sim.emulator.inference import ClientGone, Connection, generation_ids, output_ids
 from sim.emulator.replica import Generation, Replica
 from sim.engine.tokenizer import Tokenizer
@@ -26,28 +28,36 @@ _Tokens = asyncio.Queue[TokenEvent | None]
 class Generate:
     """Serves `/generate` on one replica (see the module docstring)."""
 
-    def __init__(self, replica: Replica, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, replica: Replica, tokenizer: Tokenizer, balancer: RankBalancer | None = None
+    ) -> None:
         self.replica = replica
+        self.balancer = balancer or RankBalancer([replica])
         self.tokenizer = tokenizer
         self._vocab = generation_ids(tokenizer)
 
     async def serve(self, receive: asgi.Receive, send: asgi.Send) -> None:
-        req = api.parse_generate(api.parse_json(await asgi.read_body(receive)))
+        data = api.parse_json(await asgi.read_body(receive))
+        req = api.parse_generate(data)
+        try:
+            replica = self.balancer.choose(None, data)
+        except RankOutOfRange as exc:
+            raise api.SglangError(str(exc)) from None
         adapter = self._adapter(req.lora_path)
         prompts = [
             list(i.input_ids or ()) or self.tokenizer.encode(i.text or "") for i in req.items
         ]
         for item, prompt in zip(req.items, prompts, strict=True):
             self._check_length(len(prompt), item.max_new_tokens)
-        conn = Connection(receive, self.replica)
+        conn = Connection(receive, replica)
         tokens: _Tokens = asyncio.Queue()
         gens: list[Generation] = []
         try:
             for item, prompt in zip(req.items, prompts, strict=True):
                 out = output_ids(prompt, item.max_new_tokens, req.seed, self._vocab)
-                engine_id = self.replica.new_request_id("generate")
+                engine_id = replica.new_request_id("generate")
                 try:
-                    gen = await self.replica.admit(engine_id, prompt, out, adapter, events=tokens)
+                    gen = await replica.admit(engine_id, prompt, out, adapter, events=tokens)
                 except ValueError as exc:  # an empty prompt
                     raise api.SglangError(str(exc)) from None
                 gens.append(gen)
@@ -61,7 +71,7 @@ class Generate:
         finally:
             await conn.close()
             for gen in gens:
-                self.replica.abort(gen.request_id)  # no-op once finished
+                replica.abort(gen.request_id)  # no-op once finished
 
     def _adapter(self, lora_path: str | None) -> str | None:
         if lora_path is None:

@@ -6,7 +6,8 @@ arrive (SSE) or at the end (one JSON body). A client that disconnects aborts the
 the engine model, which frees its KV blocks, as vLLM does; a request that is one leg of a
 P/D pair first waits for the other side, and a prefill leg hands its blocks over before it
 answers (`sim.emulator.disagg.coordinator`); one naming a prefiller in llm-d's header first
-runs that prefill leg (`disagg.sidecar`). `X-Request-Id` becomes part of the request id.
+runs that prefill leg (`disagg.sidecar`). `X-Request-Id` becomes part of the request id. A
+data-parallel replica runs it on the rank its `RankBalancer` chooses.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 from sim.emulator import asgi
 from sim.emulator import openai_api as api
+from sim.emulator.data_parallel import RANK_HEADER, RankBalancer, RankOutOfRange
 from sim.emulator.disagg.coordinator import Disaggregation
 from sim.emulator.disagg.legs import LegKind
 from sim.emulator.disagg.sidecar import PREFILLER_HEADER
@@ -42,8 +44,10 @@ class Completions:
         tokenizer: Tokenizer,
         pd: Disaggregation,
         check_model: Callable[[str | None], str | None],
+        balancer: RankBalancer | None = None,
     ) -> None:
         self.replica = replica
+        self.balancer = balancer or RankBalancer([replica])  # the rank each request runs on
         self.tokenizer = tokenizer
         self.pd = pd
         self._check_model = check_model
@@ -55,6 +59,7 @@ class Completions:
         data = api.parse_json(await asgi.read_body(receive))
         req = api.parse_inference(kind, data)
         adapter = self._check_model(req.model)
+        replica = self._rank(scope, data)
         prompt = list(req.prompt_ids or self.tokenizer.encode(req.prompt_text or ""))
         pd = self.pd.request(data)
         param = "messages" if req.kind == "chat" else "prompt"
@@ -69,8 +74,8 @@ class Completions:
             x_request_id = str(uuid.uuid4())  # one id for both legs, as the sidecar sends
         if x_request_id:
             prefix = f"{prefix}-{x_request_id}"
-        request_id = self.replica.new_request_id(prefix)
-        conn = Connection(receive, self.replica)
+        request_id = replica.new_request_id(prefix)
+        conn = Connection(receive, replica)
         answered = False
         try:
             if prefiller is not None:  # llm-d's sidecar runs P first
@@ -81,7 +86,7 @@ class Completions:
                 external = await conn.unless_gone(self.pd.before_admit(pd, prompt, adapter))
             hold = pd is not None and pd.prefill
             try:
-                gen = await self.replica.admit(
+                gen = await replica.admit(
                     request_id, prompt, output, adapter, external_tokens=external, hold=hold
                 )
             except ValueError as exc:
@@ -99,9 +104,15 @@ class Completions:
             pass  # nobody to answer
         finally:
             await conn.close()
-            self.replica.abort(request_id)  # no-op when it finished
+            replica.abort(request_id)  # no-op when it finished
             if pd is not None and not answered:
                 self.pd.abandon(pd, request_id)
+
+    def _rank(self, scope: asgi.Scope, data: dict[str, Any]) -> Replica:
+        try:
+            return self.balancer.choose(asgi.header(scope, RANK_HEADER), data)
+        except RankOutOfRange as exc:
+            raise api.ApiError(400, str(exc)) from None
 
     def output_len(self, prompt_len: int, max_tokens: int | None, param: str, default: int) -> int:
         """How many tokens to generate (`default` when `max_tokens` is None, within the

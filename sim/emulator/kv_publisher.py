@@ -3,7 +3,7 @@
 As vLLM's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`):
 
 - a PUB socket sends one multipart message per engine step that changed the cache:
-  `[topic, seq (8 bytes, big-endian, unsigned, from 0), msgpack([ts, [event, ...], 0])]`,
+  `[topic, seq (8 bytes, big-endian, unsigned, from 0), msgpack([ts, [event, ...], rank])]`,
   each event a map with a `type` key and vLLM 0.32's fields (`encode_event`);
 - a ROUTER socket (the replay endpoint) keeps the last `buffer_steps` batches. A request is
   `[identity, b"", start_seq (8 bytes big-endian)]` (a REQ socket sends the empty frame); the
@@ -89,8 +89,10 @@ class KVEventPublisher:
         topic: str = "",
         adapters: Sequence[str] = (),
         buffer_steps: int = 10_000,
+        rank: int = 0,
     ) -> None:
         self._topic = topic.encode()
+        self._rank = rank  # the data-parallel rank each batch names
         self._adapters = tuple(adapters)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self._seq = 0
@@ -111,7 +113,7 @@ class KVEventPublisher:
         if not events:
             return
         body = [encode_event(e, self._adapters) for e in events]
-        payload = msgpack.packb([time.time(), body, 0])
+        payload = msgpack.packb([time.time(), body, self._rank])
         seq = self._seq
         self._seq += 1
         self._buffer.append((seq, payload))

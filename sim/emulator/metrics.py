@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 
 from sim.engine.types import EngineConfig, EngineStats
 
+Family = tuple[str, str]  # a metric's HELP/TYPE head, and one rank's sample lines
+
 TTFT_BUCKETS = (
     0.001,
     0.005,
@@ -142,23 +144,37 @@ class LatencyHistogram:
         self._bucket_prefixes = [f'{name}_bucket{{{inner[0]},le="{le}",{inner[1]}}} ' for le in les]
         self._count_prefix = f"{name}_count{{{labels}}} "
         self._sum_prefix = f"{name}_sum{{{labels}}} "
-        self._created_text = (
-            f"# HELP {name}_created {doc}\n# TYPE {name}_created gauge\n{name}_created{{{labels}}} "
-        )
+        self._created_head = f"# HELP {name}_created {doc}\n# TYPE {name}_created gauge\n"
+        self._created_prefix = f"{name}_created{{{labels}}} "
 
     def observe(self, value: float) -> None:
         # Bucket i counts values <= bound i: the first bound not below the value.
         self._counts[bisect.bisect_left(self._bounds, value)] += 1
         self._sum += value
 
-    def render(self, out: list[str]) -> None:
-        out.append(self._head)
+    def families(self) -> list[Family]:
+        lines = []
         total = 0
         for prefix, count in zip(self._bucket_prefixes, self._counts, strict=True):
             total += count
-            out.append(f"{prefix}{total}.0\n")
-        out.append(f"{self._count_prefix}{total}.0\n{self._sum_prefix}{_num(self._sum)}\n")
-        out.append(f"{self._created_text}{_num(self._created)}\n")
+            lines.append(f"{prefix}{total}.0\n")
+        lines.append(f"{self._count_prefix}{total}.0\n{self._sum_prefix}{_num(self._sum)}\n")
+        created = f"{self._created_prefix}{_num(self._created)}\n"
+        return [(self._head, "".join(lines)), (self._created_head, created)]
+
+    def render(self, out: list[str]) -> None:
+        for head, body in self.families():
+            out += (head, body)
+
+
+def render_families(ranks: Sequence[Sequence[Family]]) -> bytes:
+    """The page of several ranks' series: each metric's head once, then every rank's lines
+    (the text format keeps a metric's lines together)."""
+    out: list[str] = []
+    for group in zip(*ranks, strict=True):
+        out.append(group[0][0])
+        out += (body for _, body in group)
+    return "".join(out).encode()
 
 
 class LoraInfoGauge:
@@ -203,7 +219,9 @@ class LoraInfoGauge:
 
 class ReplicaMetrics:
     """What one replica's `/metrics` renders: engine gauges and counters (prompt tokens by
-    source among them), latency histograms, and with LoRA adapters `vllm:lora_requests_info`."""
+    source among them), latency histograms, and with LoRA adapters `vllm:lora_requests_info`.
+    A data-parallel rank's series carry its rank as `engine` (`families`, merged by
+    `render_families`)."""
 
     def __init__(
         self,
@@ -211,15 +229,16 @@ class ReplicaMetrics:
         config: EngineConfig,
         stats: Callable[[], EngineStats],
         lora_info: LoraInfoGauge | None = None,
+        rank: int = 0,
     ):
         self._stats = stats
         self._lora_info = lora_info
-        labels = f'engine="0",model_name="{escape_label(model_name)}"'
+        labels = f'engine="{rank}",model_name="{escape_label(model_name)}"'
         self._gauges = [
-            (f"# HELP {n} {d}\n# TYPE {n} gauge\n{n}{{{labels}}} ", f) for n, d, f in _GAUGES
+            (f"# HELP {n} {d}\n# TYPE {n} gauge\n", f"{n}{{{labels}}} ", f) for n, d, f in _GAUGES
         ]
         self._counters = [
-            (f"# HELP {n}_total {d}\n# TYPE {n}_total counter\n{n}_total{{{labels}}} ", f)
+            (f"# HELP {n}_total {d}\n# TYPE {n}_total counter\n", f"{n}_total{{{labels}}} ", f)
             for n, d, f in _COUNTERS
         ]
         name = "vllm:prompt_tokens_by_source_total"
@@ -231,10 +250,10 @@ class ReplicaMetrics:
         ]
         self._cache_info = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
-            "# TYPE vllm:cache_config_info gauge\n"
+            "# TYPE vllm:cache_config_info gauge\n",
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
-            f'enable_prefix_caching="{config.enable_prefix_caching}",engine="0",'
-            f'num_gpu_blocks="{config.num_blocks}"}} 1.0\n'
+            f'enable_prefix_caching="{config.enable_prefix_caching}",engine="{rank}",'
+            f'num_gpu_blocks="{config.num_blocks}"}} 1.0\n',
         )
         self.ttft = LatencyHistogram(
             "vllm:time_to_first_token_seconds",
@@ -255,15 +274,20 @@ class ReplicaMetrics:
             labels,
         )
 
-    def render(self) -> bytes:
+    def families(self) -> list[Family]:
+        """Each metric's (head, this rank's lines), in page order."""
         s = self._stats()
-        out = [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._gauges]
-        out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._counters]
-        out.append(self._by_source_head)
-        out += [f"{prefix}{_num(getattr(s, field))}\n" for prefix, field in self._by_source]
-        out.append(self._cache_info)
+        out = [(head, f"{prefix}{_num(getattr(s, f))}\n") for head, prefix, f in self._gauges]
+        out += [(head, f"{prefix}{_num(getattr(s, f))}\n") for head, prefix, f in self._counters]
+        by_source = "".join(f"{prefix}{_num(getattr(s, f))}\n" for prefix, f in self._by_source)
+        out += [(self._by_source_head, by_source), self._cache_info]
         if self._lora_info is not None:
-            self._lora_info.render(out)
+            lora: list[str] = []
+            self._lora_info.render(lora)
+            out.append(("", "".join(lora)))
         for h in (self.ttft, self.itl, self.e2e):
-            h.render(out)
-        return "".join(out).encode()
+            out += h.families()
+        return out
+
+    def render(self) -> bytes:
+        return render_families([self.families()])

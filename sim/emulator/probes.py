@@ -22,7 +22,7 @@ MODEL_INFO = ("/model_info", "/get_model_info")
 RENDER = ("/v1/completions/render", "/v1/chat/completions/render")
 
 
-def server_info(replica: Replica, pd: Disaggregation) -> dict[str, Any]:
+def server_info(replica: Replica, pd: Disaggregation, dp_size: int = 1) -> dict[str, Any]:
     config = replica.profile.config
     role = pd.settings.role
     return {
@@ -34,7 +34,7 @@ def server_info(replica: Replica, pd: Disaggregation) -> dict[str, Any]:
         "max_running_requests": config.max_num_seqs,
         "context_length": config.max_model_len,
         "tp_size": 1,
-        "dp_size": 1,
+        "dp_size": dp_size,
         "version": "kvgate-emulator",
         # SGLang's names: "null" when not disaggregated.
         "disaggregation_mode": "null" if role == "both" else role,

@@ -58,10 +58,12 @@ class Replica:
         kv_events: bool = False,
         *,
         engine: Engine = "vllm",
+        rank: int | None = None,
     ):
         if speedup <= 0:
             raise ValueError("speedup must be > 0")
         self.engine_name = engine  # whose HTTP surface and metric names it shows
+        self.rank = rank  # its data-parallel rank, if it is one of several behind one endpoint
         self.profile = profile
         self.model_name = model_name
         self.speedup = speedup
@@ -77,9 +79,9 @@ class Replica:
             stats = self._stats_with_held
         self.metrics: ReplicaMetrics | SglangMetrics
         if engine == "sglang":  # SGLang reports no LoRA state in its metrics
-            self.metrics = SglangMetrics(model_name, profile.config, stats)
+            self.metrics = SglangMetrics(model_name, profile.config, stats, rank)
         else:
-            self.metrics = ReplicaMetrics(model_name, profile.config, stats, lora_info)
+            self.metrics = ReplicaMetrics(model_name, profile.config, stats, lora_info, rank or 0)
         self._live: dict[str, Generation] = {}
         self._wakeup = asyncio.Event()
         self._ids = itertools.count()

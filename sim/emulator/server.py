@@ -7,7 +7,9 @@ A P/D fleet (`prefill` + `decode` replicas, or `replicas` of one `role`) speaks 
 With `kv_events_port` set, replica i also publishes its KV-cache events on
 `tcp://host:kv_events_port + i` and answers replay requests on `kv_events_replay_port + i`
 (default: `kv_events_port + replicas + i`, the ports after the publishers'); port 0 picks
-free ports for both. See `sim.emulator.kv_publisher`.
+free ports for both. See `sim.emulator.kv_publisher`. With `data_parallel_size` N each replica
+is N ranks behind one port (`sim.emulator.data_parallel`), rank r publishing on its replica's
+rank-0 ports + r (index `replica × N + r` from the first ports).
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ class EmulatorSettings:
     bootstrap_port: int | None = None  # SGLang P i's is this + i; None: 8998, or 0 with port 0
     decode_prefix_cache: bool = False  # an SGLang D keeps a prefix cache (PDSettings)
     engine: Engine = "vllm"  # whose HTTP surface and metric names the replicas show
+    data_parallel_size: int = 1  # ranks behind each replica's endpoint (`data_parallel`)
 
     def __post_init__(self) -> None:
         if (self.prefill or self.decode) and self.replicas != self.prefill + self.decode:
             raise ValueError("a P/D fleet has replicas = prefill + decode")
+        if self.data_parallel_size < 1:
+            raise ValueError("data_parallel_size must be >= 1")
 
     def roles(self) -> list[Role]:
         """Each replica's role, in port order."""
@@ -100,14 +105,20 @@ class EmulatorSettings:
             bootstrap_port=bootstrap,
         )
 
-    def replay_port(self, replica: int) -> int:
-        """Replica `replica`'s replay port (0: a free one); needs `kv_events_port`."""
+    def publisher_port(self, replica: int, rank: int = 0) -> int:
+        """Rank `rank` of replica `replica`'s KV-event port (0: a free one)."""
+        first = self.kv_events_port or 0
+        return first + replica * self.data_parallel_size + rank if first else 0
+
+    def replay_port(self, replica: int, rank: int = 0) -> int:
+        """Rank `rank` of replica `replica`'s replay port (0: a free one); needs
+        `kv_events_port`."""
         first = self.kv_events_port or 0
         if self.kv_events_replay_port is not None:
             first = self.kv_events_replay_port
         elif first:
-            first += self.replicas
-        return first + replica if first else 0
+            first += self.replicas * self.data_parallel_size
+        return first + replica * self.data_parallel_size + rank if first else 0
 
 
 def resolve_profile(settings: EmulatorSettings) -> EngineProfile:
@@ -142,10 +153,20 @@ def make_apps(settings: EmulatorSettings) -> list[EmulatorApp]:
         own = profile
         if not pd.caches_prefixes:  # an SGLang decode server without its radix cache
             own = replace(profile, config=replace(profile.config, enable_prefix_caching=False))
-        replica = Replica(
-            own, settings.model, settings.speedup, settings.lora, events, engine=settings.engine
-        )
-        apps.append(EmulatorApp(replica, tokenizer, pd))
+        n = settings.data_parallel_size
+        ranks = [
+            Replica(
+                own,
+                settings.model,
+                settings.speedup,
+                settings.lora,
+                events,
+                engine=settings.engine,
+                rank=r if n > 1 else None,  # a rank's series and events name it
+            )
+            for r in range(n)
+        ]
+        apps.append(EmulatorApp(ranks[0], tokenizer, pd, ranks))
     return apps
 
 
@@ -180,27 +201,63 @@ async def serve(settings: EmulatorSettings) -> None:
 def _bind_publishers(
     ctx: zmq.asyncio.Context, settings: EmulatorSettings, apps: Sequence[EmulatorApp]
 ) -> list[KVEventPublisher]:
-    from sim.emulator.kv_publisher import KVEventPublisher
-
     publishers: list[KVEventPublisher] = []
     try:
         for i, app in enumerate(apps):
-            first = settings.kv_events_port or 0
-            publisher = KVEventPublisher(
-                ctx,
-                settings.host,
-                first + i if first else 0,
-                settings.replay_port(i),
-                topic=settings.kv_events_topic,
-                adapters=settings.lora.adapters,
-            )
-            publishers.append(publisher)
-            app.replica.on_kv_events = publisher.publish
+            ranks = _bind_ranks(ctx, settings, i) if len(app.ranks) > 1 else None
+            for r, rank in enumerate(app.ranks):
+                publisher = ranks[r] if ranks is not None else _publisher(ctx, settings, i, 0)
+                publishers.append(publisher)
+                rank.on_kv_events = publisher.publish
     except BaseException:
         for p in publishers:
             p.close()
         raise
     return publishers
+
+
+def _publisher(
+    ctx: zmq.asyncio.Context, settings: EmulatorSettings, replica: int, rank: int, *ports: int
+) -> KVEventPublisher:
+    from sim.emulator.kv_publisher import KVEventPublisher
+
+    port, replay = ports or (
+        settings.publisher_port(replica, rank),
+        settings.replay_port(replica, rank),
+    )
+    return KVEventPublisher(
+        ctx, settings.host, port, replay,
+        topic=settings.kv_events_topic, adapters=settings.lora.adapters, rank=rank,
+    )  # fmt: skip
+
+
+def _bind_ranks(
+    ctx: zmq.asyncio.Context, settings: EmulatorSettings, replica: int, tries: int = 20
+) -> list[KVEventPublisher]:
+    """A data-parallel replica's publishers, rank r on its rank 0's ports + r (as vLLM binds
+    them); with free ports, runs of free ports are searched for."""
+    import zmq
+
+    n = settings.data_parallel_size
+    for attempt in range(tries):
+        bound: list[KVEventPublisher] = []
+        try:
+            first = _publisher(ctx, settings, replica, 0)
+            bound.append(first)
+            base, replay_base = _port_of(first.endpoint), _port_of(first.replay_endpoint)
+            for r in range(1, n):
+                bound.append(_publisher(ctx, settings, replica, r, base + r, replay_base + r))
+            return bound
+        except zmq.ZMQError:
+            for p in bound:
+                p.close()
+            if settings.kv_events_port or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _port_of(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
 
 
 async def _serve_http(
@@ -241,7 +298,7 @@ async def _serve_http(
             print(f"{name}: http://{settings.host}:{_bound_port(s)}", flush=True)
             if i in bootstraps:
                 print(f"{name} bootstrap: {apps[i].pd.bootstrap_port}", flush=True)
-    for i, p in enumerate(publishers):
+    for i, p in enumerate(publishers[:: settings.data_parallel_size]):  # rank 0's: the base
         print(f"replica {i} kv-events: {p.endpoint} replay {p.replay_endpoint}", flush=True)
     profile = resolve_profile(settings)
     print(
@@ -249,6 +306,11 @@ async def _serve_http(
         f"{profile.name!r} ({profile.config.num_blocks} KV blocks of "
         f"{profile.config.block_size}), speedup {settings.speedup}"
         + ("" if settings.engine == "vllm" else f"; as {settings.engine}")
+        + (
+            f"; {settings.data_parallel_size} data-parallel ranks each"
+            if settings.data_parallel_size > 1
+            else ""
+        )
         + _lora_note(settings.lora)
         + _pd_note(settings),
         file=sys.stderr,

@@ -4,7 +4,8 @@
 template of `deploy/envoy/` (a source checkout's) with free ports and the given endpoints and
 starts Envoy once its admin answers `/ready`. With no picker (`epp_port=None`) the ext_proc
 filter and the `epp` cluster are taken out of the rendered config: what is left is plain Envoy
-whose pool cluster, with no destination header, balances round-robin.
+whose pool cluster, with no destination header, balances round-robin. `max_message_bytes`
+caps what Envoy accepts in one message from the picker, as some gateways' proxies do.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def render_envoy_config(
     body_mode: str = "FULL_DUPLEX_STREAMED",
     fail_open: bool = True,
     template: str = "envoy.yaml",
+    max_message_bytes: int | None = None,
 ) -> str:
     """The template filled in; without a picker (`epp_port=None`), stripped of ext_proc."""
     endpoints = "\n".join(
@@ -98,9 +100,26 @@ def render_envoy_config(
         REQUEST_TRAILER_MODE="SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
         POOL_ENDPOINTS=endpoints,
     )
-    if epp_port is not None:
+    if epp_port is None:
+        return yaml.safe_dump(_without_picker(yaml.safe_load(config)), sort_keys=False)
+    if max_message_bytes is None:
         return config
-    return yaml.safe_dump(_without_picker(yaml.safe_load(config)), sort_keys=False)
+    parsed = yaml.safe_load(config)
+    for f in _http_filters(parsed):
+        if f["name"] == _EXT_PROC:
+            grpc = f["typed_config"]["grpc_service"]["envoy_grpc"]
+            grpc["max_receive_message_length"] = max_message_bytes
+    return yaml.safe_dump(parsed, sort_keys=False)
+
+
+def _http_filters(config: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        f
+        for listener in config["static_resources"]["listeners"]
+        for chain in listener["filter_chains"]
+        for network_filter in chain["filters"]
+        for f in network_filter["typed_config"]["http_filters"]
+    ]
 
 
 def _without_picker(config: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +143,7 @@ def start_envoy(
     body_mode: str = "FULL_DUPLEX_STREAMED",
     fail_open: bool = True,
     template: str = "envoy.yaml",
+    max_message_bytes: int | None = None,
 ) -> tuple[ChildProcess, str, str]:
     """Envoy from a shipped template (its config written next to `log`); the process, its
     listener's and its admin's URL once ready. `epp_port=None`: no picker, round-robin."""
@@ -136,6 +156,7 @@ def start_envoy(
         body_mode=body_mode,
         fail_open=fail_open,
         template=template,
+        max_message_bytes=max_message_bytes,
     )
     path = log.with_suffix(".yaml")
     path.write_text(config)

@@ -1,15 +1,15 @@
 """One live experiment: a fresh fleet, a router, a workload, the replicas' counters around it.
 
 `run_experiment` launches `fleet` (a `FleetLauncher`: `Fleet` starts `kvgate emulate`, cold
-caches every time; a caller may bring replicas of its own, e.g. real engines whose caches
-it resets), starts a router in front of it through a `RouterFactory` (kvgate with a policy,
-`kvgate_router`, or any other router a caller can start), scrapes the replicas' counters,
-sends the workload through the router while printing progress, scrapes again, and stops
-the router, then releases the fleet. The
-result is typed: every request as the client saw it, each replica's counters over the run
-(deltas of the two scrapes), and the figures every report shows: the prefix-cache hit rate
-as the replicas count it (hit tokens / looked-up tokens, summed over replicas) and client
-TTFT percentiles of the requests that succeeded (nearest rank, `routing.percentile`).
+caches every time, `PdFleet` its P/D replicas; a caller may bring replicas of its own, e.g.
+real engines whose caches it resets), starts a router in front of it through a
+`RouterFactory` (kvgate with a policy, `kvgate_router`, or any other router a caller can
+start), scrapes the replicas' counters, sends the workload through the router while printing
+progress, scrapes again, and stops the router, then releases the fleet. The result is typed:
+every request as the client saw it, each replica's counters over the run (deltas of the two
+scrapes), and the figures every report shows: the prefix-cache hit rate as the replicas count
+it (hit tokens / looked-up tokens, summed over replicas) and client TTFT percentiles of the
+requests that succeeded (nearest rank, `routing.percentile`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sim.live.client import (
     run_closed_loop,
     run_open_loop,
 )
-from sim.live.processes import start_emulator, start_gateway
+from sim.live.processes import start_emulator, start_gateway, start_pd_emulator
 from sim.live.scrape import ReplicaReport, scrape_replicas
 from sim.workloads import Conversation, TimedRequest
 
@@ -116,6 +116,39 @@ class Fleet:
 
 
 @dataclass(frozen=True, slots=True)
+class PdFleet:
+    """Emulated P/D replicas (`kvgate emulate --prefill N --decode M`), started fresh for
+    every experiment; their URLs prefill first, in the order of `roles`."""
+
+    prefill: int
+    decode: int
+    profile: str
+    model: str
+    speedup: float = 1.0
+    protocol: str = "vllm"  # SGLang's also needs each prefill's bootstrap port in the router
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return ("prefill",) * self.prefill + ("decode",) * self.decode
+
+    @contextlib.contextmanager
+    def launch(self, log_dir: Path, tag: str) -> Iterator[Sequence[str]]:
+        emulator, fleet = start_pd_emulator(
+            self.prefill,
+            self.decode,
+            self.protocol,
+            log_dir / f"{tag}-emulator.log",
+            profile=self.profile,
+            model=self.model,
+            speedup=self.speedup,
+            extra=self.extra_args,
+        )
+        with emulator:
+            yield [url for url, _ in fleet.prefill] + fleet.decode
+
+
+@dataclass(frozen=True, slots=True)
 class RouterSite:
     """Where a router is started: in front of these replicas, logging into `log_dir` under
     names that begin with `tag` (unique per experiment)."""
@@ -143,15 +176,22 @@ RouterFactory = Callable[[RouterSite], AbstractContextManager[Router]]
 
 
 def kvgate_router(
-    policy: str, extra_args: Sequence[str] = (), settle_s: float = 0.0
+    policy: str,
+    extra_args: Sequence[str] = (),
+    settle_s: float = 0.0,
+    roles: Sequence[str] = (),
 ) -> RouterFactory:
     """`kvgate serve --policy POLICY EXTRA_ARGS` on a free port, once ready plus `settle_s`
-    (e.g. a few scrape periods, so its first decisions see engine metrics)."""
+    (e.g. a few scrape periods, so its first decisions see engine metrics); `roles`: each
+    replica's P/D role, in order (`PdFleet.roles`; empty: every one `both`)."""
 
     @contextlib.contextmanager
     def start(site: RouterSite) -> Iterator[Router]:
         log = site.log_dir / f"{site.tag}-gateway.log"
-        process, url = start_gateway(site.replica_urls, policy, log, extra_args)
+        backends = site.replica_urls
+        if roles:
+            backends = tuple(f"{u},role={r}" for u, r in zip(backends, roles, strict=True))
+        process, url = start_gateway(backends, policy, log, extra_args)
         with process:
             time.sleep(settle_s)
             yield Router(url, {}, tuple(process.command))

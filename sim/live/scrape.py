@@ -1,4 +1,4 @@
-"""Read what replicas report about themselves: vLLM's Prometheus counters.
+"""Read what replicas report about themselves: vLLM's (or SGLang's) Prometheus counters.
 
 Counters only grow, so what a run did is the difference of two scrapes (`ReplicaReport.since`).
 Prefix-cache queries and hits count tokens; the TTFT and inter-token latency histograms are
@@ -23,6 +23,14 @@ _SAMPLES = {
     "vllm:time_to_first_token_seconds_count": "ttft_count",
     "vllm:inter_token_latency_seconds_sum": "itl_sum_s",
     "vllm:inter_token_latency_seconds_count": "itl_count",
+    # An SGLang-speaking replica's: all prompt tokens as the tokens looked up.
+    "sglang:e2e_request_latency_seconds_count": "requests",
+    "sglang:prompt_tokens_total": "prefix_queries",
+    "sglang:cached_tokens_total": "prefix_hits",
+    "sglang:time_to_first_token_seconds_sum": "ttft_sum_s",
+    "sglang:time_to_first_token_seconds_count": "ttft_count",
+    "sglang:inter_token_latency_seconds_sum": "itl_sum_s",
+    "sglang:inter_token_latency_seconds_count": "itl_count",
 }
 
 

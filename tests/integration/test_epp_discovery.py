@@ -1,8 +1,9 @@
 """`kvgate epp --pool` as a real process: its endpoints come from a fake Kubernetes API.
 
-The EPP reports not ready while the InferencePool has no ready pod, picks the pod's replica
-up once the API marks it ready (readiness turns SERVING, the backend shows up in its
-metrics) and drops it once the pod is deleted, without a restart.
+The EPP reports not ready until it has found the InferencePool and listed its pods, then
+ready whether or not a pod is (with none, requests get 503, as the reference's); it picks the
+pod's replica up once the API marks it ready (the backend shows up in its metrics) and drops
+it once the pod is deleted, without a restart.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ def test_epp_follows_the_pools_ready_pods(tmp_path: Path) -> None:
     address = urlsplit(url)
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
     with child, FakeKubeAPI() as api:
-        api.put(POOLS, inference_pool("llm", ports=(address.port or 0,)), namespace="ml")
         api.put(PODS, pod("vllm-0", address.hostname, ready=False), namespace="ml")
         args = ["epp", "--pool", "llm", "--namespace", "ml", "--kube-api", api.url]
         args += ["--grpc-port", str(grpc_port), "--health-port", str(health_port)]
@@ -58,12 +58,16 @@ def test_epp_follows_the_pools_ready_pods(tmp_path: Path) -> None:
                         if line.startswith("kvgate_backend_healthy{") and address.netloc in line
                     )
 
-                assert not ready()  # the only pod is not ready
+                time.sleep(1.0)  # a few readiness rounds
+                assert not ready()  # no InferencePool yet
+                api.put(POOLS, inference_pool("llm", ports=(address.port or 0,)), namespace="ml")
+                _until(ready, "the pool listed")
+                assert up() == 0.0  # its only pod is not ready
                 api.put(PODS, pod("vllm-0", address.hostname, ready=True), namespace="ml")
-                _until(ready, "the pod's replica")
-                assert up() == 1.0
+                _until(lambda: up() == 1.0, "the pod's replica")
                 api.delete(PODS, "vllm-0", namespace="ml")
-                _until(lambda: not ready(), "the pod's removal")
+                _until(lambda: up() == 0.0, "the pod's removal")
+                assert ready()
             assert epp.running  # no restart along the way
         log = (tmp_path / "epp.log").read_text()
         assert f"backend {address.netloc} added" in log

@@ -1,6 +1,6 @@
-"""`kvgate epp` drains on SIGTERM as `kvgate serve` does: its gRPC health turns NOT_SERVING
-at once while ext_proc keeps listening for `server.drain_delay_s`, then it stops. SIGHUP
-reloads its config file."""
+"""`kvgate epp` drains on SIGTERM as `kvgate serve` does: its gRPC readiness turns NOT_SERVING
+at once (liveness stays SERVING) while ext_proc keeps listening for `server.drain_delay_s`,
+then it stops. SIGHUP reloads its config file."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_sigterm_turns_health_not_serving_while_ext_proc_keeps_listening(
         with epp.proc, grpc.insecure_channel(f"127.0.0.1:{epp.health_port}") as channel:
             check = health_pb2_grpc.HealthStub(channel).Check
 
-            def status() -> int:
-                req = health_pb2.HealthCheckRequest(service="readiness")
+            def status(service: str = "readiness") -> int:
+                req = health_pb2.HealthCheckRequest(service=service)
                 return int(check(req, timeout=5.0).status)
 
             deadline = time.monotonic() + 15
@@ -55,6 +55,7 @@ def test_sigterm_turns_health_not_serving_while_ext_proc_keeps_listening(
                 assert time.monotonic() < deadline, "health still SERVING after SIGTERM"
                 time.sleep(0.05)
             assert _accepts(epp.grpc_port), "ext_proc stopped listening during the delay"
+            assert status("liveness") == SERVING  # no restart mid-drain
             assert epp.proc.running
             while epp.proc.running:
                 assert time.monotonic() < sent + 15, "the EPP did not stop after the delay"

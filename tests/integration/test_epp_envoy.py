@@ -106,6 +106,9 @@ def test_streaming_is_relayed_and_credited_to_the_served_endpoint(
     assert epp.metric("kvgate_time_to_first_token_seconds_count") >= 1
     assert epp.metric("kvgate_observed_prompt_tokens_total") > observed_before
     assert epp.metric("kvgate_in_flight_requests") == 0
+    labels = {"model_name": MODEL, "fairness_id": "default-flow", "priority": "0"}
+    assert epp.metric("llm_d_epp_request_total", **labels) >= 1
+    assert epp.metric("llm_d_epp_request_running") == 0
     ids = {u.split("://", 1)[1] for u in urls}
     text = httpx.get(epp.metrics_url).text
     credited = {
@@ -174,18 +177,25 @@ def test_stored_responses_are_followed_to_their_replica_through_envoy(
 def test_grpc_health_services(stack: tuple[list[str], Epp, str]) -> None:
     _, epp, _ = stack
     serving = health_pb2.HealthCheckResponse.SERVING
+    names = ("liveness", "readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor")
     with grpc.insecure_channel(f"127.0.0.1:{epp.health_port}") as channel:
         check = health_pb2_grpc.HealthStub(channel).Check
-        for service in ("liveness", "readiness"):
+        for service in (*names, "inference-extension"):
             req = health_pb2.HealthCheckRequest(service=service)
-            assert check(req, timeout=5.0).status == serving
+            assert check(req, timeout=5.0).status == serving, service
+        with pytest.raises(grpc.RpcError) as unknown:
+            check(health_pb2.HealthCheckRequest(service="nope"), timeout=5.0)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_bad_body_gets_openai_shaped_400(stack: tuple[list[str], Epp, str]) -> None:
-    _, _, base = stack
+    _, epp, base = stack
+    before = epp.metric("llm_d_epp_request_error_total", error_code="BadRequest")
     resp = httpx.post(base + CHAT, content=b"{not json", timeout=10.0)
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "invalid_json"
+    assert epp.metric("llm_d_epp_request_error_total", error_code="BadRequest") == before + 1
+    assert epp.metric("inference_objective_request_error_total", error_code="BadRequest") >= 1
 
 
 def test_buffered_mode(stack: tuple[list[str], Epp, str], tmp_path: Path) -> None:
@@ -213,7 +223,8 @@ def test_fallback_to_next_endpoint_when_first_is_dead(tmp_path: Path) -> None:
         emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)
         with emulator:
             backends = [dead_url, *urls]
-            epp = start_epp(backends, tmp_path / "epp.log", config)
+            # Fallbacks are opt-in: override_host walks the list the picker names.
+            epp = start_epp(backends, tmp_path / "epp.log", config, extra=["--max-endpoints", "3"])
             with epp.proc:
                 envoy, base, admin = start_envoy(backends, epp.grpc_port, tmp_path / "envoy.log")
                 with envoy:
@@ -268,12 +279,10 @@ def test_epp_killed_fail_open_flows_fail_close_refuses(tmp_path: Path) -> None:
                         assert httpx.post(close_base + CHAT, json=body).status_code >= 500
 
 
-def test_original_dst_cluster_one_endpoint_per_answer(tmp_path: Path) -> None:
-    config = tmp_path / "kvgate.yaml"
-    config.write_text("upstream: {max_attempts: 1}\n")  # the header holds one address
+def test_original_dst_cluster_at_the_pickers_defaults(tmp_path: Path) -> None:
     emulator, urls = start_emulator(2, "demo", MODEL, tmp_path / "emulate.log", speedup=20)
     with emulator:
-        epp = start_epp(urls, tmp_path / "epp.log", config)
+        epp = start_epp(urls, tmp_path / "epp.log")  # one address per answer, by default
         with epp.proc:
             envoy, base, admin = start_envoy(
                 urls,

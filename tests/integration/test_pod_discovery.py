@@ -194,3 +194,22 @@ async def test_kv_event_annotations_follow_the_pod_and_bad_ones_warn_once(
     await seen.until(lambda: len(seen.urls) == 8)
     warned = [r for r in caplog.records if "kv-events-port" in r.getMessage()]
     assert len(warned) == 1 and "pod default/a" in warned[0].getMessage()
+
+
+async def test_synced_once_the_pool_is_found_and_its_pods_listed(
+    api: FakeKubeAPI, discovery: tuple[PoolDiscovery, Seen]
+) -> None:
+    watcher, seen = discovery
+
+    async def until_synced(want: bool) -> None:
+        async with asyncio.timeout(5.0):
+            while watcher.synced != want:  # noqa: ASYNC110 (the endpoints told may not change)
+                await asyncio.sleep(0.01)
+
+    await seen.until(lambda: len(seen.sets) == 1)  # the pool listed: not there
+    assert not watcher.synced
+    api.put(POOLS, inference_pool("llm", ports=(8000,)))
+    await until_synced(True)  # no pod: synced all the same (the picker answers 503)
+    assert seen.urls == set()
+    api.delete(POOLS, "llm")
+    await until_synced(False)

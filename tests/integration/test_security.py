@@ -77,7 +77,13 @@ def test_admin_port_split(fake_engines: StartEngines, start_gateway: StartGatewa
     [(_engine, s1)] = fake_engines(1)
     app, gw = start_gateway([s1.url], server={"admin_port": 0})
     api = client(gw)
-    for method, path in (("GET", "/admin/backends"), ("GET", "/metrics"), ("POST", "/admin/route")):
+    for method, path in (
+        ("GET", "/admin/backends"),
+        ("GET", "/metrics"),
+        ("POST", "/admin/route"),
+        ("GET", "/docs"),  # the OpenAPI page is the admin listener's alone
+        ("GET", "/openapi.json"),
+    ):
         assert api.request(method, path, json=CHAT).status_code == 404, path
     assert api.post("/v1/chat/completions", json=CHAT).status_code == 200
     assert app.runtime.access.listener is not None
@@ -97,6 +103,17 @@ def test_admin_port_split(fake_engines: StartEngines, start_gateway: StartGatewa
         paths = admin.get("/openapi.json").json()["paths"]
         assert {"/admin/backends", "/admin/route", "/metrics"} <= set(paths)
         assert admin.post("/v1/chat/completions", json=CHAT).status_code == 404
+
+
+def test_the_api_port_never_serves_the_openapi_page(
+    fake_engines: StartEngines, start_gateway: StartGateway, client
+) -> None:
+    [(_engine, s1)] = fake_engines(1)
+    _app, gw = start_gateway([s1.url])  # no admin port: /admin/* here, for this machine
+    api = client(gw)
+    assert api.get("/admin/backends").status_code == 200
+    assert api.get("/docs").status_code == 404
+    assert api.get("/openapi.json").status_code == 404
 
 
 def test_admin_port_asks_for_the_admin_key(

@@ -29,6 +29,11 @@ def test_the_wheel_holds_the_library_packages() -> None:
     assert "kvgate.cli" in packages
 
 
+def test_the_wheel_claims_exactly_the_library_top_level_names() -> None:
+    # Generic names (decision 0029): nothing beyond these seven may reach site-packages.
+    assert {p.split(".")[0] for p in installed_packages()} == set(LIBRARY)
+
+
 def test_the_lab_and_the_tests_are_not_installed() -> None:
     packages = installed_packages()
     assert (REPO / "bench" / "__init__.py").is_file()  # else the check proves nothing
@@ -43,3 +48,12 @@ def test_matplotlib_comes_only_with_the_plots_extra() -> None:
 
 def test_the_lab_is_type_checked_with_the_library() -> None:
     assert set(_pyproject()["tool"]["mypy"]["packages"]) == {*LIBRARY, "bench"}
+
+
+def test_the_sdist_carries_the_cython_sources() -> None:
+    # `python -m build` builds the wheel from the sdist: a .pyx left out fails that build.
+    manifest = (REPO / "MANIFEST.in").read_text(encoding="utf-8").splitlines()
+    found = (p.relative_to(REPO).parts for p in REPO.glob("*/**/*.pyx"))
+    # The project's own sources: not a virtual environment's or a build's in the checkout.
+    sources = sorted({parts[0] for parts in found if parts[0] in LIBRARY})
+    assert sources and all(f"recursive-include {top} *.pyx" in manifest for top in sources)

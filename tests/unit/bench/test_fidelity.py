@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from bench.fidelity.__main__ import pd_fleet
 from bench.fidelity.check import PolicyCheck, SimRun, check_policy, series
 from bench.fidelity.compare import (
     Errors,
@@ -33,9 +34,11 @@ from bench.fidelity.workload import (
     slowed,
     spread_bursts,
 )
+from routing.config.disaggregation import DisaggregationSection
 from routing.traces import TraceRequest
 from routing.traces.recorded import encode_header, encode_request
 from sim.engine.profiles import get_profile
+from sim.live.experiment import PdFleet
 from sim.live.scrape import ReplicaReport
 from sim.replay import SimSettings
 from sim.traces import prompt_token_ids
@@ -328,3 +331,36 @@ def test_repetitions_are_judged_on_their_means(tmp_path: Path) -> None:
     ]
     assert [p["repetition"] for p in doc["policies"]] == [0, 1, 0]
     assert write_plot([check, slower, other], tmp_path / "out").exists()
+
+
+def test_the_pd_case_is_the_mooncake_slice_on_a_pd_pool(tmp_path: Path) -> None:
+    mooncake_slice(tmp_path, 200)
+    (tmp_path / "conversation_1500.jsonl").rename(tmp_path / MOONCAKE_TRACE)
+    s = FidelitySettings(traces=tmp_path, mooncake_requests=200, out_dir=tmp_path / "out")
+    mooncake, pd = build_case(s, "mooncake"), build_case(s, "pd")
+    assert (pd.prefill, pd.decode, mooncake.prefill) == (2, 2, 0)
+    assert pd.trace == mooncake.trace and pd.profile == mooncake.profile
+    s.out_dir.mkdir()
+    fleet, settings = pd_fleet(s, pd, SimSettings(replicas=4, scrape_interval_s=0.05))
+    assert fleet.roles == ("prefill", "prefill", "decode", "decode")
+    assert isinstance(fleet.fleet, PdFleet) and fleet.fleet.speedup == pytest.approx(1 / 3)
+    assert (settings.replicas, settings.prefill, settings.decode) == (0, 2, 2)
+    assert settings.scrape_interval_s == 0.05
+    assert settings.disaggregation == DisaggregationSection(mode="conditional")
+    assert "disaggregation" in fleet.config_path.read_text()
+
+
+def test_a_pd_check_reports_the_share_of_requests_split(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    assert check.split_shares() is None and "P/D" not in format_report([check])
+    pd = replace(check, case="pd", prefill=1)
+    live, sim, recorded = pd.split_shares() or (0, 0, 0)
+    per_replica = check.live.requests_per_replica
+    assert live == pytest.approx(per_replica[0] / check.live_metrics.requests)
+    assert sim == pytest.approx(check.sim.requests_per_replica[0] / check.sim.metrics.requests)
+    assert 0 < recorded < 1
+    text = format_report([pd])
+    assert f"P/D: requests split live {live:.1%}, sim: trace {sim:.1%}" in text
+    assert "legs pooled: not compared" in text and "HTTP + gateway" not in text
+    entry = orjson.loads(write_json({}, [pd], tmp_path / "out").read_bytes())["policies"][0]
+    assert entry["pd_split_shares"] == pytest.approx([live, sim, recorded])

@@ -1,10 +1,12 @@
-"""The Grafana dashboard: every metric its queries name is one kvgate or vLLM exports.
+"""The Grafana dashboard: every metric its queries name is one kvgate, vLLM or SGLang exports.
 
 kvgate's names come from the registry a real `GatewayApp` builds (every collector, with a
 backend that publishes KV events so the precise-index families are there too); vLLM's from
-the real vLLM 0.32 `/metrics` page in tests/fixtures. A name in a query is a series name, so
-a counter is named with `_total` and a histogram with `_bucket`, `_sum` or `_count`; rate()
-must be over a counter or a histogram series, histogram_quantile() over buckets.
+the real vLLM 0.32 `/metrics` page in tests/fixtures, SGLang's from the page written from its
+collector's declarations. A name in a query is a series name, so a counter is named with
+`_total` and a histogram with `_bucket`, `_sum` or `_count`; rate() must be over a counter or
+a histogram series, histogram_quantile() over buckets. Engine panels read both engines; the
+gateway's series are narrowed by the `job` variable (chained to `pool`), models by `model`.
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
+from gateway.metrics import GatewayMetrics
 from routing.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "kvgate-dashboard.json"
 VLLM_PAGE = REPO / "tests" / "fixtures" / "vllm-0.32" / "metrics_after.txt"
+SGLANG_PAGE = REPO / "tests" / "fixtures" / "sglang-synthetic" / "metrics_serving.txt"
 
 # PromQL words that are not metric names where they stand alone.
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool"}
@@ -42,16 +47,20 @@ _TOKEN = re.compile(
     r"|."
 )
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+_NAME_MATCHER = re.compile(r'__name__\s*=~?\s*"([^"]*)"')
 
 
 def metric_names(expr: str) -> set[str]:
     """The metric names `expr` selects: identifiers that are not functions, aggregations,
-    keywords or the labels of a `by (...)` / `without (...)` clause."""
+    keywords or the labels of a `by (...)` / `without (...)` clause, and the alternatives of
+    a `{__name__=~"a|b"}` matcher."""
     names: set[str] = set()
     in_grouping = False
     for m in _TOKEN.finditer(expr):
         name = m.group("name")
-        if name is None:
+        if (matcher := _NAME_MATCHER.search(m.group(0))) is not None and m.group(0)[0] == "{":
+            names.update(matcher.group(1).split("|"))
+        elif name is None:
             in_grouping = in_grouping and m.group(0) != ")"
         elif m.group("call"):  # f(...), sum(...), or by (...)
             in_grouping = name in {"by", "without", "on", "ignoring"}
@@ -82,7 +91,8 @@ def _kvgate_page() -> str:
 
 @pytest.fixture(scope="module")
 def exported() -> dict[str, str]:
-    return {**series_names(VLLM_PAGE.read_text()), **series_names(_kvgate_page())}
+    engines = {**series_names(VLLM_PAGE.read_text()), **series_names(SGLANG_PAGE.read_text())}
+    return {**engines, **series_names(_kvgate_page())}
 
 
 def _queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -111,6 +121,10 @@ def test_the_tokenizer_finds_metric_names_only() -> None:
     )
     assert metric_names(expr) == {"vllm:ttft_seconds_bucket", "up"}
     assert metric_names("histogram_quantile(0.5, x_bucket) + sum(y)") == {"x_bucket", "y"}
+    assert metric_names('{__name__=~"vllm:a|sglang:b", model_name=~"$model"}') == {
+        "vllm:a",
+        "sglang:b",
+    }
 
 
 def test_every_query_names_an_exported_metric(
@@ -124,7 +138,7 @@ def test_every_query_names_an_exported_metric(
         for name in sorted(metric_names(expr))
         if name not in exported
     ]
-    assert not unknown, f"metrics neither kvgate nor vLLM exports: {unknown}"
+    assert not unknown, f"metrics neither kvgate nor an engine exports: {unknown}"
 
 
 def test_rates_are_of_counters_and_quantiles_of_buckets(
@@ -142,7 +156,7 @@ def test_rates_are_of_counters_and_quantiles_of_buckets(
 
 def test_panels_use_the_datasource_variable_and_fit_the_grid(dashboard: dict[str, Any]) -> None:
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"datasource", "backend", "instance"} <= variables
+    assert {"datasource", "job", "model", "pool", "backend", "instance"} <= variables
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     for panel in dashboard["panels"]:
@@ -157,3 +171,51 @@ def test_the_kustomization_ships_the_dashboard_to_grafanas_sidecar() -> None:
     assert kustomization["generatorOptions"]["labels"] == {"grafana_dashboard": "1"}
     [generator] = kustomization["configMapGenerator"]
     assert [DASHBOARD.parent / f for f in generator["files"]] == [DASHBOARD]
+
+
+def _selectors(expr: str) -> Iterator[tuple[str, str]]:
+    """(metric name, its label matchers) of every selector in `expr`."""
+    for m in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?", expr):
+        if m.group(1) in metric_names(expr):
+            yield m.group(1), m.group(2) or ""
+
+
+def test_engine_panels_read_vllm_and_sglang_alike(dashboard: dict[str, Any]) -> None:
+    engine_panels = 0
+    for panel in dashboard["panels"]:
+        exprs = " ".join(t["expr"] for t in panel.get("targets", []))
+        vllm, sglang = "vllm:" in exprs, "sglang:" in exprs
+        assert vllm == sglang, f"panel {panel['title']!r} reads one engine only"
+        engine_panels += vllm
+    assert engine_panels >= 6
+
+
+def _model_labelled() -> set[str]:
+    """kvgate's families with a `model` label (their series need no child to be known)."""
+    metrics = GatewayMetrics()
+    return {
+        m._name
+        for m in vars(metrics).values()
+        if isinstance(m, MetricWrapperBase) and "model" in m._labelnames
+    }
+
+
+def test_the_variables_narrow_every_query(dashboard: dict[str, Any]) -> None:
+    """kvgate's series by job (and model where they carry one), the engines' by instance and
+    model: no panel mixes in other gateways' or other jobs' series."""
+    with_model = _model_labelled()
+    assert "kvgate_requests" in with_model
+    for where, expr in _queries(dashboard):
+        if where.startswith("variable"):
+            continue
+        for name, matchers in _selectors(expr):
+            if name.startswith(("vllm:", "sglang:")):
+                assert 'instance=~"$instance"' in matchers, (where, name)
+                assert 'model_name=~"$model"' in matchers, (where, name)
+                continue
+            assert 'job=~"$job"' in matchers, (where, name)
+            if re.sub(r"_(total|bucket|sum|count)$", "", name) in with_model:
+                assert 'model=~"$model"' in matchers, (where, name)
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "$pool" in variables["job"]["definition"]  # the pool's gateways
+    assert "allValue" not in variables["job"]  # "All": kvgate's jobs, not the engines' too

@@ -10,6 +10,7 @@ RBAC covers what discovery watches, probes hit real endpoints, kvgate's args par
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Iterator
@@ -21,11 +22,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gateway.access_control import AccessControl
 from gateway.app import build_app
+from gateway.auth import ADMIN_KEY_ENV, admin_access
 from health.discovery.endpoints import KV_EVENTS_PORT, KV_EVENTS_REPLAY_PORT, kv_events_sources
 from kvgate.cli import build_parser
 from kvgate.cli.effective import effective_config
-from routing.config.schema import parse_config
+from routing.config.schema import ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
@@ -35,6 +38,7 @@ CRD_FILES = {
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepool-v1.json",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproute-v1.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-v1.json",  # test_alerts.py
 }
 SHAPES = ("epp", "frontdoor")
 
@@ -42,7 +46,8 @@ Doc = dict[str, Any]
 
 
 def render(directory: Path) -> list[Doc]:
-    """The documents a kustomization lists (resources only: no patches are used)."""
+    """The documents a kustomization lists, and the Secrets its `secretGenerator` makes from
+    literals, as kustomize writes them (no patches are used)."""
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     docs: list[Doc] = []
     for entry in kustomization["resources"]:
@@ -51,6 +56,11 @@ def render(directory: Path) -> list[Doc]:
             docs += render(path)
         else:
             docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for generator in kustomization.get("secretGenerator", []):
+        pairs = (literal.partition("=") for literal in generator["literals"])
+        data = {k: base64.b64encode(v.encode()).decode() for k, _, v in pairs}
+        meta = {"name": generator["name"]}
+        docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data})
     return docs
 
 
@@ -297,3 +307,51 @@ def test_kvgate_subcommands_in_manifests_exist() -> None:
         args = _container(doc)["args"]
         assert args[0] in commands, name
         parser.parse_args(args)
+
+
+def test_the_front_doors_replicas_share_their_routing_state_through_redis() -> None:
+    docs = render(KUBERNETES / "frontdoor")
+    gateway = _one(docs, "Deployment", "kvgate")
+    raw = yaml.safe_load(_one(docs, "ConfigMap", "kvgate")["data"]["kvgate.yaml"])
+    state = parse_config({**raw, "discovery": {"pool": "p"}}).state
+    assert gateway["spec"]["replicas"] > 1 and state.backend == "redis"
+    host, _, port = state.url.removeprefix("redis://").partition("/")[0].partition(":")
+    service = _one(docs, "Service", host)
+    [service_port] = service["spec"]["ports"]
+    assert service_port["port"] == int(port)
+    redis = _one(docs, "Deployment", host)
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert _labels_match(service["spec"]["selector"], pod_labels)
+    assert service_port["targetPort"] in {p["name"] for p in _container(redis)["ports"]}
+    # Only the gateway's pods may reach it.
+    policy = _one(docs, "NetworkPolicy", host)
+    assert _labels_match(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    [allowed] = policy["spec"]["ingress"]
+    [source] = allowed["from"]
+    gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert _labels_match(source["podSelector"]["matchLabels"], gateway_labels)
+    assert allowed["ports"] == [{"protocol": "TCP", "port": int(port)}]
+
+
+def test_the_front_doors_admin_port_needs_a_key_the_operator_must_set() -> None:
+    directory = KUBERNETES / "frontdoor"
+    docs = render(directory)
+    container = _container(_one(docs, "Deployment", "kvgate"))
+    [env] = [e for e in container["env"] if e["name"] == ADMIN_KEY_ENV]
+    ref = env["valueFrom"]["secretKeyRef"]
+    secret = _one(docs, "Secret", ref["name"])
+    placeholder = base64.b64decode(secret["data"][ref["key"]]).decode()
+    # Prometheus presents the same key; kustomize keeps the Secret's name for it to find.
+    [endpoint] = _one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": ref}
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert kustomization["generatorOptions"]["disableNameSuffixHash"] is True
+    # The shipped placeholder is no key: kvgate refuses to start with it.
+    raw = yaml.safe_load(_one(docs, "ConfigMap", "kvgate")["data"]["kvgate.yaml"])
+    cfg = parse_config({**raw, "discovery": {"pool": "p"}})
+    assert cfg.server.admin_port is not None
+    with pytest.raises(ValueError, match="documented example key"):
+        admin_access(cfg, {ADMIN_KEY_ENV: placeholder})
+    with pytest.raises(ConfigError, match=ADMIN_KEY_ENV):
+        AccessControl(cfg, {ADMIN_KEY_ENV: placeholder})
+    assert admin_access(cfg, {ADMIN_KEY_ENV: "a-key-of-the-operators-own"}).digest is not None

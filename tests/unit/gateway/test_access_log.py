@@ -14,6 +14,7 @@ from gateway.access_log import (
 )
 from gateway.inference_request import InferenceRequest
 from gateway.request_record import RequestRecord
+from gateway.usage import Usage
 
 
 def _is_generated(request_id: str) -> bool:
@@ -70,16 +71,46 @@ def test_log_request_emits_one_json_line(caplog: pytest.LogCaptureFixture) -> No
             "request_id": "rid-1",
             "method": "POST",
             "path": "/v1/completions",
+            "client": None,
+            "key": None,
+            "tenant": None,
             "model": "tiny",
             "policy": "session",
+            "reason": None,
             "backend": "b1",
             "status": 200,
             "attempts": 2,
             "stream": True,
+            "prompt_tokens": None,
+            "cached_tokens": None,
+            "completion_tokens": None,
             "ttft_s": 0.123457,
             "duration_s": 1.5,
         }
     ]
+
+
+def test_the_line_names_the_client_the_key_the_reason_and_the_tokens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rec = _record(
+        client="10.1.2.3",
+        key="team-a",
+        tenant="team-a",
+        reason="prefix",
+        status=200,
+        usage=Usage(prompt_tokens=120, cached_tokens=96, completion_tokens=7),
+    )
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        log_request(rec, now=11.0)
+    [line] = _lines(caplog)
+    assert {k: line[k] for k in ("client", "key", "tenant", "reason")} == {
+        "client": "10.1.2.3",
+        "key": "team-a",
+        "tenant": "team-a",
+        "reason": "prefix",
+    }
+    assert (line["prompt_tokens"], line["cached_tokens"], line["completion_tokens"]) == (120, 96, 7)
 
 
 def test_log_request_includes_the_error_only_when_set(caplog: pytest.LogCaptureFixture) -> None:
@@ -103,12 +134,19 @@ def test_log_request_never_logs_the_prompt(caplog: pytest.LogCaptureFixture) -> 
         "request_id",
         "method",
         "path",
+        "client",
+        "key",
+        "tenant",
         "model",
         "policy",
+        "reason",
         "backend",
         "status",
         "attempts",
         "stream",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
         "ttft_s",
         "duration_s",
         "error",

@@ -81,7 +81,30 @@ def test_objective_requests_by_model_over_backends_and_statuses() -> None:
     metrics.requests_by("llama", "a", "200").inc(3)
     metrics.requests_by("llama", "b", "503").inc()
     metrics.requests_by("qwen", "a", "200").inc()
+    metrics.requests_by("", "none", "401").inc()  # refused before its body was read
     got = _samples(metrics)
     name = "inference_objective_request_total"
     assert got[(name, (("model_name", "llama"), ("target_model_name", "llama")))] == 4.0
     assert got[(name, (("model_name", "qwen"), ("target_model_name", "qwen")))] == 1.0
+    assert not [k for k in got if k[0] == name and ("model_name", "") in k[1]]
+
+
+def test_each_series_also_under_llm_ds_current_name() -> None:
+    metrics = _metrics(_pool())
+    metrics.count_decision(Decision("prefix-aware", ("a",), ()), "load", 0.0004)
+    got = _samples(metrics)
+    pool = (("name", "llama-pool"),)
+    assert got[("llm_d_epp_ready_endpoints", pool)] == got[("inference_pool_ready_pods", pool)]
+    for gauge in ("average_queue_size", "average_kv_cache_utilization"):
+        assert got[(f"llm_d_epp_{gauge}", pool)] == got[(f"inference_pool_{gauge}", pool)]
+    endpoint = (("model_server_endpoint", "a"), ("name", "llama-pool"))
+    assert got[("llm_d_epp_per_endpoint_queue_size", endpoint)] == 4.0
+    old, new = (
+        "inference_extension_scheduler_e2e_duration_seconds",
+        "llm_d_epp_scheduler_e2e_duration_seconds",
+    )
+    assert {k[1]: v for k, v in got.items() if k[0] == f"{new}_bucket"} == {
+        k[1]: v for k, v in got.items() if k[0] == f"{old}_bucket"
+    }
+    assert got[(f"{new}_count", ())] == 1.0
+    assert not any(k[0].startswith("llm_d_epp_request_total") for k in got)  # the picker's own

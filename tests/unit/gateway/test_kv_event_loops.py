@@ -3,6 +3,7 @@ supervisor's report and the precise index (no sockets: the supervisor is not run
 
 from __future__ import annotations
 
+from adapters.kv_events import KvEventBatch
 from gateway.app import GatewayApp, build_app
 from gateway.kv_event_loops import source_settings
 from gateway.supervisor import Supervisor
@@ -87,3 +88,34 @@ def test_publishers_found_before_the_loops_run_are_supervised_once_they_do() -> 
     sup = Supervisor()
     app.runtime.kv_loops.attach(sup)
     assert set(sup.states()) == {f"kv-events:{POD}"}
+
+
+def test_a_data_parallel_engine_is_followed_per_rank_and_batches_go_by_their_rank() -> None:
+    engine = {"url": "http://dp:1", "dp_size": 2, "kv_events": "tcp://dp:6000"}
+    app = build_app(parse_config({"backends": [engine]}))
+    loops = app.runtime.kv_loops
+    assert {k: s.settings.endpoint for k, s in loops.subscribers.items()} == {
+        "dp:1@0": "tcp://dp:6000",
+        "dp:1@1": "tcp://dp:6001",
+    }
+    stored = BlockStored((1, 2), None, tuple(range(32)), 16)
+    batch = KvEventBatch(seq=0, timestamp=0.0, events=(stored,), dp_rank=1)
+    loops.subscribers["dp:1@0"]._deliver(batch)  # the batch names rank 1: it is rank 1's
+    precise = app.runtime.stack.precise
+    assert (precise.blocks("dp:1@0"), precise.blocks("dp:1@1")) == (0, 2)
+    loops.forget("dp:1")
+    assert loops.subscribers == {} and precise.blocks("dp:1@1") == 0
+
+
+def test_a_followed_engine_found_data_parallel_is_followed_per_rank() -> None:
+    app = build_app(
+        parse_config({"backends": [{"url": "http://dp:1", "kv_events": "tcp://dp:6000"}]})
+    )
+    loops = app.runtime.kv_loops
+    assert set(loops.subscribers) == {"dp:1"}
+    app.runtime.pool.set_ranks("dp:1", 3)
+    assert {k: s.settings.endpoint for k, s in loops.subscribers.items()} == {
+        "dp:1@0": "tcp://dp:6000",
+        "dp:1@1": "tcp://dp:6001",
+        "dp:1@2": "tcp://dp:6002",
+    }

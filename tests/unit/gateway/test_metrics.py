@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from platform import python_version
 
-from gateway.metrics import GatewayMetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.metrics import MAX_TENANT_SERIES, GatewayMetrics
+from gateway.request_record import RequestRecord
+from gateway.usage import Usage
+from gateway.version import installed_version
 from routing.types import Decision
 
 
@@ -58,3 +64,52 @@ def test_a_decision_counts_its_policy_backend_reason_and_duration() -> None:
     assert f'{bucket}{{le="5e-05",policy="prefix-aware"}} 1.0' in text
     assert f'{bucket}{{le="0.0005",policy="prefix-aware"}} 2.0' in text
     assert 'kvgate_routing_decision_duration_seconds_count{policy="session"} 1.0' in text
+
+
+def _finished(
+    model: str, usage: Usage | None, tenant: str | None, key: str | None = None
+) -> RequestRecord:
+    rec = RequestRecord("r", "POST", "/v1/chat/completions", 0.0, model=model, usage=usage)
+    rec.tenant, rec.key = tenant, key
+    return rec
+
+
+def test_tokens_count_by_model_and_tenant() -> None:
+    m = GatewayMetrics(models=lambda: frozenset({"llama"}))
+    m.count_tokens(_finished("llama", Usage(100, 64, 5), "team-a", key="team-a"))
+    m.count_tokens(_finished("llama", Usage(20, None, 3), "team-a", key="team-a"))
+    m.count_tokens(_finished("made-up", Usage(10, 0, 1), None))
+    m.count_tokens(_finished("llama", None, "team-b"))  # no usage reported: nothing
+    text = m.render().decode()
+    a = 'model="llama",tenant="team-a"'
+    assert f"kvgate_prompt_tokens_total{{{a}}} 120.0" in text
+    assert f"kvgate_cached_prompt_tokens_total{{{a}}} 64.0" in text
+    assert f"kvgate_completion_tokens_total{{{a}}} 8.0" in text
+    assert 'kvgate_prompt_tokens_total{model="other",tenant="anonymous"} 10.0' in text
+    assert "team-b" not in text
+
+
+def test_header_tenants_are_bounded_and_key_names_are_not() -> None:
+    m = GatewayMetrics()
+    for i in range(MAX_TENANT_SERIES + 50):
+        m.count_tokens(_finished("m", Usage(1, 0, 1), f"header-{i}"))
+    m.count_tokens(_finished("m", Usage(1, 0, 1), "a-key", key="a-key"))
+    m.count_tokens(_finished("m", Usage(1, 0, 1), "header-0"))  # one seen before keeps its own
+    text = m.render().decode()
+    series = [line for line in text.splitlines() if line.startswith("kvgate_prompt_tokens_total")]
+    assert len(series) == MAX_TENANT_SERIES + 2  # the first N, "other" and the key
+    assert 'kvgate_prompt_tokens_total{model="m",tenant="other"} 50.0' in text
+    assert 'kvgate_prompt_tokens_total{model="m",tenant="header-0"} 2.0' in text
+    assert 'kvgate_prompt_tokens_total{model="m",tenant="a-key"} 1.0' in text
+
+
+def test_the_page_has_build_info_and_process_metrics_and_no_created_series() -> None:
+    m = GatewayMetrics()
+    m.requests_by("m", "b1", "200").inc()
+    m.duration_by("m", "b1").observe(0.1)
+    families = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    [info] = families["kvgate_build_info"].samples
+    assert info.labels == {"version": installed_version() or "unknown", "python": python_version()}
+    assert info.value == 1
+    assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= set(families)
+    assert not [s.name for f in families.values() for s in f.samples if s.name.endswith("_created")]

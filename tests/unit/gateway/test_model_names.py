@@ -12,12 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.asgi import TrackedSend
-from gateway.auth import ANONYMOUS
+from gateway.app import GatewayApp
 from gateway.compose import build_runtime
-from gateway.inference import InferenceHandler
 from gateway.inference_request import parse_inference_body
-from gateway.lifecycle import Drain
 from gateway.model_names import ModelNameRestorer, with_model
 from gateway.proxy import Proxy
 from routing.config.schema import parse_config
@@ -131,8 +128,8 @@ async def _through_front_door(
     rt = build_runtime(parse_config(raw), rng=random.Random(1))
     for backend in rt.pool:
         backend.state.record_probe(True, 0.0)
-    handler = InferenceHandler(rt, Drain())
-    handler.proxy = Proxy(rt.director, upstream, max_attempts=1)  # type: ignore[arg-type]
+    app = GatewayApp(rt)
+    app.inference.proxy = Proxy(rt.director, upstream, max_attempts=1)  # type: ignore[arg-type]
     scope = {
         "type": "http",
         "method": "POST",
@@ -140,7 +137,6 @@ async def _through_front_door(
         "query_string": b"",
         "headers": [(b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 5000),
-        "kvgate.principal": ANONYMOUS,
     }
     messages = [{"type": "http.request", "body": orjson.dumps(body), "more_body": False}]
 
@@ -155,7 +151,7 @@ async def _through_front_door(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await handler(scope, receive, TrackedSend(send))
+    await app(scope, receive, send)
     start = sent[0]
     return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
 

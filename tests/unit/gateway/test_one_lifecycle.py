@@ -18,13 +18,10 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from gateway.asgi import TrackedSend
-from gateway.auth import ANONYMOUS
+from gateway.app import GatewayApp
 from gateway.compose import build_runtime
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor, RequestStream
-from gateway.inference import InferenceHandler
-from gateway.lifecycle import Drain
 from gateway.proxy import Proxy
 from gateway.runtime import Runtime
 from routing.config.schema import parse_config
@@ -131,8 +128,8 @@ async def _front_door(
     method: str = "POST",
 ) -> Runtime:
     rt = rt or _runtime(clock)[0]
-    handler = InferenceHandler(rt, Drain())
-    handler.proxy = Proxy(rt.director, _Client(answer, clock), max_attempts=1)  # type: ignore[arg-type]
+    app = GatewayApp(rt)
+    app.inference.proxy = Proxy(rt.director, _Client(answer, clock), max_attempts=1)  # type: ignore[arg-type]
     scope = {
         "type": "http",
         "method": method,
@@ -140,7 +137,6 @@ async def _front_door(
         "query_string": b"",
         "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"r1")],
         "client": ("127.0.0.1", 5000),
-        "kvgate.principal": ANONYMOUS,
     }
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -155,8 +151,7 @@ async def _front_door(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    serve = handler if path in {PATH, RESPONSES} else handler.stored
-    await serve(scope, receive, TrackedSend(send))
+    await app(scope, receive, send)
     assert sent[0]["status"] == answer.status
     return rt
 
@@ -189,10 +184,11 @@ def _picker(body: bytes, answer: Answer, clock: Clock) -> Runtime:
     return rt
 
 
-# Not the lifecycle's: how long a decision took (real time, perf_counter), and the admission
-# queue, which only the front door passes (its counts, not its gauges' presence, matter here).
+# Not the lifecycle's: how long a decision took (real time, perf_counter), the admission
+# queue, which only the front door passes (its counts, not its gauges' presence, matter here),
+# and the process's own figures.
 UNCOMPARED = re.compile(
-    r"_created|^#|decision_duration_seconds_(bucket|sum)|"
+    r"^process_|^#|decision_duration_seconds_(bucket|sum)|"
     r"scheduler_e2e_duration_seconds_(bucket|sum)|^kvgate_admission_queue_length"
 )
 
@@ -347,7 +343,6 @@ async def test_front_door_and_picker_follow_stored_responses_alike(answer: Answe
 async def test_an_unknown_stored_response_is_answered_by_the_gateway_on_both_paths() -> None:
     clock = Clock()
     rt, _ = _runtime(clock)
-    handler = InferenceHandler(rt, Drain())
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -358,9 +353,9 @@ async def test_an_unknown_stored_response_is_answered_by_the_gateway_on_both_pat
 
     scope = {
         "type": "http", "method": "GET", "path": RESPONSES + "/resp_x", "query_string": b"",
-        "headers": [], "client": ("127.0.0.1", 5000), "kvgate.principal": ANONYMOUS,
+        "headers": [], "client": ("127.0.0.1", 5000),
     }  # fmt: skip
-    await handler.stored(scope, receive, TrackedSend(send))
+    await GatewayApp(rt)(scope, receive, send)
     assert sent[0]["status"] == 404
     assert orjson.loads(sent[1]["body"])["error"]["param"] == "response_id"
     stream = RequestStream(EndpointPicker(rt.director, max_fallbacks=0), 1 << 20)

@@ -25,3 +25,10 @@ def test_each_round_starts_with_the_next_target() -> None:
     assert rotated(TARGETS, 0) == TARGETS
     assert rotated(TARGETS, 1) == (*TARGETS[1:], TARGETS[0])
     assert rotated(TARGETS, len(TARGETS)) == TARGETS
+
+
+def test_the_envoy_template_is_chosen_on_the_command_line() -> None:
+    assert parse_args([]).envoy_config == "envoy.yaml"
+    assert parse_args(["--envoy-config", "envoy-original-dst.yaml"]).envoy_config == (
+        "envoy-original-dst.yaml"
+    )

@@ -47,3 +47,28 @@ def test_immediate_error_is_openai_shaped_with_its_headers() -> None:
 def test_an_emptied_response_chunk_is_cleared() -> None:
     mutation = msg.replaced_response_body(b"").response_body.response.body_mutation
     assert mutation.clear_body
+
+
+def test_a_body_goes_back_in_chunks_of_at_most_62000_bytes() -> None:
+    body = bytes(range(256)) * 800  # 204,800 bytes
+    chunks = [
+        r.request_body.response.body_mutation.streamed_response
+        for r in msg.streamed_bodies(True, body, end=True)
+    ]
+    assert [len(c.body) for c in chunks] == [62_000, 62_000, 62_000, 18_800]
+    assert [c.end_of_stream for c in chunks] == [False, False, False, True]
+    assert b"".join(c.body for c in chunks) == body
+    exact = msg.streamed_bodies(False, b"x" * 124_000, end=False)
+    assert [len(r.response_body.response.body_mutation.streamed_response.body) for r in exact] == [
+        62_000,
+        62_000,
+    ]
+    assert not any(
+        r.response_body.response.body_mutation.streamed_response.end_of_stream for r in exact
+    )
+
+
+def test_an_empty_body_goes_back_as_one_empty_chunk() -> None:
+    [only] = msg.streamed_bodies(True, b"", end=True)
+    streamed = only.request_body.response.body_mutation.streamed_response
+    assert streamed.body == b"" and streamed.end_of_stream

@@ -104,7 +104,7 @@ def _set(common: pb.CommonResponse) -> dict[str, bytes]:
 
 async def test_a_queued_request_holds_its_stream_until_a_place_comes_back() -> None:
     rt = _runtime()
-    processor = ExternalProcessor(EndpointPicker(rt.director, 0, rt.admission), 1 << 20)
+    processor = ExternalProcessor(EndpointPicker(rt.director, admission=rt.admission), 1 << 20)
     first, second = Stream(processor), Stream(processor)
     first.request({}, _body())
     await _settle()
@@ -125,7 +125,7 @@ async def test_a_queued_request_holds_its_stream_until_a_place_comes_back() -> N
 
 async def test_a_shed_request_is_answered_429_with_the_dropped_reason() -> None:
     rt = _runtime(admission={"max_in_flight_per_backend": 1, "max_queue": 0})
-    processor = ExternalProcessor(EndpointPicker(rt.director, 0, rt.admission), 1 << 20)
+    processor = ExternalProcessor(EndpointPicker(rt.director, admission=rt.admission), 1 << 20)
     holder, shed = Stream(processor), Stream(processor)
     holder.request({}, _body())
     await _settle()
@@ -145,7 +145,7 @@ async def test_a_shed_request_is_answered_429_with_the_dropped_reason() -> None:
 
 async def test_a_client_gone_while_queued_leaves_the_queue() -> None:
     rt = _runtime()
-    processor = ExternalProcessor(EndpointPicker(rt.director, 0, rt.admission), 1 << 20)
+    processor = ExternalProcessor(EndpointPicker(rt.director, admission=rt.admission), 1 << 20)
     holder, leaver = Stream(processor), Stream(processor)
     holder.request({}, _body())
     await _settle()
@@ -162,7 +162,7 @@ async def test_a_client_gone_while_queued_leaves_the_queue() -> None:
 
 async def test_a_place_is_given_back_when_the_request_is_refused_after_admission() -> None:
     rt = _runtime()
-    processor = ExternalProcessor(EndpointPicker(rt.director, 0, rt.admission), 1 << 20)
+    processor = ExternalProcessor(EndpointPicker(rt.director, admission=rt.admission), 1 << 20)
     unknown = Stream(processor)
     unknown.request({}, _body(model="not-served"))
     await unknown.close()

@@ -8,6 +8,7 @@ import orjson
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
@@ -69,6 +70,16 @@ def _response_headers(
     return req
 
 
+def _decisions(app: GatewayApp) -> float:
+    text = app.runtime.metrics.render().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kvgate_routing_decisions_total"
+    )
+
+
 def _destination(resp: pb.ProcessingResponse, kind: str) -> str:
     common = getattr(resp, kind).response
     [option] = common.header_mutation.set_headers
@@ -90,6 +101,40 @@ def test_full_duplex_answers_headers_after_the_body_and_hands_the_body_back() ->
     )
     streamed = body.request_body.response.body_mutation.streamed_response
     assert streamed.body == BODY and streamed.end_of_stream
+
+
+def test_one_endpoint_per_answer_by_default() -> None:
+    stream = RequestStream(EndpointPicker(_app(backends=3).runtime.director), 1 << 20)
+    stream.handle(_headers())
+    [answer] = stream.handle(_body(BODY))
+    assert _destination(answer, "request_body") in {f"10.0.0.{i}:8000" for i in (1, 2, 3)}
+
+
+def test_a_large_body_is_handed_back_in_chunks() -> None:
+    stream = _stream(_app())
+    body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 200_000}]})
+    stream.handle(_duplex(_headers()))
+    stream.handle(_body(body[:65_536], end=False))
+    headers, *chunks = stream.handle(_body(body[65_536:]))
+    assert headers.HasField("request_headers")
+    streamed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
+    assert len(streamed) == 4 and all(len(s.body) <= msg.BODY_CHUNK_BYTES for s in streamed)
+    assert b"".join(s.body for s in streamed) == body
+    assert [s.end_of_stream for s in streamed] == [False, False, False, True]
+
+
+def test_a_re_sent_last_chunk_is_not_decided_again() -> None:
+    app = _app()
+    stream = _stream(app)
+    stream.handle(_duplex(_headers()))
+    stream.handle(_body(BODY[:10], end=False))
+    last = _body(BODY[10:])
+    assert len(stream.handle(last)) == 2  # the destination, then the body
+    exchange = stream.exchange
+    assert stream.final_body(last) is None  # nothing to parse again
+    assert stream.handle(last) == []  # envoy#46237: the last chunk again, end_of_stream set
+    assert stream.exchange is exchange and sum(b.in_flight for b in app.runtime.pool) == 1
+    assert _decisions(app) == 1
 
 
 def test_buffered_continues_the_headers_and_names_the_endpoint_on_the_body() -> None:
@@ -124,6 +169,48 @@ def test_the_subset_hint_limits_the_choice() -> None:
     stream.handle(_headers())
     [answer] = stream.handle(req)
     assert _destination(answer, "request_body") == "10.0.0.3:8000"
+
+
+def _hinted(app: GatewayApp, hint: list[str] | str) -> pb.ProcessingResponse:
+    stream = RequestStream(EndpointPicker(app.runtime.director), 1 << 20)
+    stream.handle(_headers())
+    req = _body(BODY)
+    req.metadata_context.filter_metadata[msg.SUBSET_NAMESPACE].update({msg.SUBSET: hint})
+    [answer] = stream.handle(req)
+    return answer
+
+
+@pytest.mark.parametrize("hint", [[], ""], ids=["empty list", "empty string"])
+def test_an_empty_subset_hint_is_503(hint: list[str] | str) -> None:
+    answer = _hinted(_app(backends=3), hint)
+    assert answer.immediate_response.status.code == 503
+
+
+def test_a_subset_hint_matching_no_backend_is_503() -> None:
+    assert _hinted(_app(), ["10.0.0.99:8000"]).immediate_response.status.code == 503
+
+
+def test_a_subset_entry_on_another_port_allows_the_backends_at_its_ip() -> None:
+    assert _destination(_hinted(_app(backends=3), ["10.0.0.2:9999"]), "request_body") == (
+        "10.0.0.2:8000"
+    )
+
+
+def test_an_exact_subset_entry_allows_that_backend_only() -> None:
+    raw = {
+        "backends": [
+            {"url": f"http://10.0.0.1:{port}", "models": [MODEL]} for port in (8000, 8001, 8002)
+        ],
+        "routing": {"policy": "round-robin"},
+    }
+    app = GatewayApp(build_runtime(parse_config(raw), clock=lambda: 1.0, rng=random.Random(1)))
+    for backend in app.runtime.pool:
+        backend.state.record_probe(True, 0.0)
+    for _ in range(3):  # round-robin would move on, the hint holds it
+        answer = _hinted(app, ["10.0.0.1:8001"])
+        assert _destination(answer, "request_body") == "10.0.0.1:8001"
+    shared_ip = {_destination(_hinted(app, ["10.0.0.1:7"]), "request_body") for _ in range(3)}
+    assert len(shared_ip) == 3  # another port: any backend at the IP
 
 
 def test_the_served_endpoint_gets_the_credit_and_the_count_is_released() -> None:
@@ -188,9 +275,11 @@ def test_sglang_generate_is_routed_for_the_pool_model_and_refused_in_sglangs_sha
     assert orjson.loads(answer.immediate_response.body) == {"error": {"message": message}}
 
 
-def test_a_request_without_a_body_is_routed_on_its_headers() -> None:
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_request_without_a_body_is_routed_on_its_headers(duplex: bool) -> None:
     stream = _stream(_app())
-    [answer] = stream.handle(_headers(end=True, **{":path": "/v1/models", ":method": "GET"}))
+    headers = _headers(end=True, **{":path": "/v1/models", ":method": "GET"})
+    [answer] = stream.handle(_duplex(headers) if duplex else headers)  # no body to hand back
     assert _destination(answer, "request_headers")
 
 

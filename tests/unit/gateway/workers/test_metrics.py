@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.metrics import GatewayMetrics
 from gateway.workers.metrics import merge_pages
 
 
@@ -41,9 +42,21 @@ def test_counters_and_histograms_add_up_and_gauges_stay_per_worker() -> None:
     assert merged[("kvgate_workers_scraped", ())] == 2
 
 
-def test_a_created_timestamp_is_the_earliest_and_a_missing_worker_is_told() -> None:
-    early, late = _page(1, 0, []), _page(1, 0, [])
-    created = next(v for k, v in _samples(early).items() if k[0] == "kvgate_requests_created")
-    merged = _samples(merge_pages({1: late, 0: early}, 3))
-    assert merged[("kvgate_requests_created", (("backend", "b1"),))] == created
+def test_a_missing_worker_is_told() -> None:
+    merged = _samples(merge_pages({1: _page(1, 0, []), 0: _page(1, 0, [])}, 3))
+    assert merged[("kvgate_requests_total", (("backend", "b1"),))] == 2
     assert merged[("kvgate_workers_scraped", ())] == 2  # of 3: one did not answer
+
+
+def test_each_workers_process_counts_once() -> None:
+    pages = {0: GatewayMetrics().render(), 1: GatewayMetrics().render()}
+    own = [_samples(page) for page in pages.values()]
+    merged = _samples(merge_pages(pages, 2))
+    cpu = ("process_cpu_seconds_total", ())
+    assert merged[cpu] == own[0][cpu] + own[1][cpu]  # the workers' CPU together
+    # What is not a count stays one series per worker.
+    memory = {labels for name, labels in merged if name == "process_resident_memory_bytes"}
+    assert memory == {(("worker", "0"),), (("worker", "1"),)}
+    info = [labels for name, labels in merged if name == "kvgate_build_info"]
+    assert [dict(labels)["worker"] for labels in sorted(info)] == ["0", "1"]
+    assert not [name for name, _ in merged if name.endswith("_created")]

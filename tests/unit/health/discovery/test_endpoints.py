@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from health.discovery.endpoints import (
+    DP_SIZE_LABEL,
     KV_EVENTS_PORT,
     KV_EVENTS_REPLAY_PORT,
     KV_EVENTS_TOPIC,
@@ -153,3 +154,16 @@ def test_odd_annotation_values_never_break_discovery() -> None:
     assert _warned(obj)[0] == [None, None]
     # pool_endpoints passes the warnings on, and the default ignores them
     assert len(pool_endpoints(POOL, [obj])) == 2
+
+
+def test_the_dp_size_label_makes_one_port_ranks() -> None:
+    one_port = PoolSpec(selector=(("app", "llm"),), target_ports=(8000,))
+    labels = {"app": "llm", DP_SIZE_LABEL: "4"}
+    [ep] = pod_endpoints(pod("a", labels=labels), one_port)
+    assert ep.dp_size == 4
+    problems: list[str] = []
+    eps = pod_endpoints(pod("a", labels=labels), POOL, lambda n, p: problems.append(p))
+    assert [e.dp_size for e in eps] == [None, None] and "a port per rank" in problems[0]
+    bad = {"app": "llm", DP_SIZE_LABEL: "lots"}
+    [ep] = pod_endpoints(pod("a", labels=bad), one_port, lambda n, p: problems.append(p))
+    assert ep.dp_size is None and len(problems) == 2

@@ -182,3 +182,11 @@ def test_parse_backend_arg_bad_url_names_the_field() -> None:
 def test_a_bad_backend_flag_url_names_the_field() -> None:
     with pytest.raises(ConfigError, match=r"(?m)^  url: .*must be a number in 1-65535"):
         parse_backend_arg("http://127.0.0.1:99999")
+
+
+def test_parse_backend_arg_data_parallel() -> None:
+    entry = parse_backend_arg("http://h:1,engine=sglang,dp_size=4,dp_rank_field=data_parallel_rank")
+    assert (entry.dp_size, entry.dp_rank_field) == (4, "data_parallel_rank")
+    assert parse_backend_arg("http://h:1").dp_size is None
+    with pytest.raises(ConfigError, match="dp_size"):
+        parse_backend_arg("http://h:1,dp_size=0")

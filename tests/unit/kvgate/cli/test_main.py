@@ -36,7 +36,9 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0
-    assert capsys.readouterr().out == f"kvgate {importlib.metadata.version('kvgate')}\n"
+    version, compiled = capsys.readouterr().out.splitlines()
+    assert version == f"kvgate {importlib.metadata.version('kvgate')}"
+    assert compiled.startswith(("compiled: ", "pure Python (no C compiler at install): "))
 
 
 def test_every_command_has_its_subparser_in_help_order() -> None:

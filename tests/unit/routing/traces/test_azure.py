@@ -5,9 +5,7 @@ from pathlib import Path
 import pytest
 
 from routing.traces import TraceFormatError, load_azure
-
-# CI checks the shared folder out beside the clone: a missing file fails, it does not skip.
-CODE = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces" / "azure_llm_2023_code.csv"
+from tests.support.public_traces import AZURE_CODE as CODE
 
 
 def test_code_trace() -> None:

@@ -7,11 +7,9 @@ import pytest
 
 from routing.traces import TraceFormatError, TraceRequest, detect_format, load_trace
 from routing.traces.recorded import encode_header, encode_request
+from tests.support.public_traces import AZURE_CODE as AZURE
+from tests.support.public_traces import MOONCAKE
 
-# CI checks the shared folder out beside the clone: a missing file fails, it does not skip.
-SHARED = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces"
-MOONCAKE = SHARED / "mooncake_fast25_conversation_trace.jsonl"
-AZURE = SHARED / "azure_llm_2023_code.csv"
 MOONCAKE_LINE = '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
 
 

@@ -6,11 +6,7 @@ from pathlib import Path
 import pytest
 
 from routing.traces import MOONCAKE_BLOCK_TOKENS, TraceFormatError, load_mooncake
-
-# CI checks the shared folder out beside the clone: a missing file fails, it does not skip.
-CONVERSATION = (
-    Path(__file__).resolve().parents[4] / ".." / "shared" / "traces"
-) / "mooncake_fast25_conversation_trace.jsonl"
+from tests.support.public_traces import MOONCAKE as CONVERSATION
 
 
 def test_conversation_trace() -> None:

@@ -8,8 +8,8 @@ from dataclasses import replace
 from routing import EndpointSnapshot, RoutingRequest
 from routing.config.disaggregation import DisaggregationSection
 from routing.config.profiles import RoutingSection
-from scoring.pd.planner import WHYS, PdPlan, PdPlanner, new_link_model
-from scoring.stack import RoutingStack, build_routing_stack
+from scoring.pd.planner import WHYS, PdPlan, PdPlanner, decide, new_link_model
+from scoring.stack import RoutingStack, build_routing_stack, build_scheduler
 from scoring.state.prefix_hash import covered_chars
 from tests.unit.scoring.helpers import endpoint
 
@@ -101,3 +101,32 @@ def test_the_transfer_line_learns_from_decode_legs() -> None:
         planner.observe_transfer(moved, 0.01 + 1e-5 * moved)
     learnt = planner.link.coefficients("link").predict(10000)
     assert learnt > 2 * prior
+
+
+def test_round_robin_cycles_over_the_decoders_and_the_prefillers_each() -> None:
+    """P has a scheduler of its own: one round-robin over both roles would pair the same P
+    and D every time."""
+    stack = build_routing_stack(RoutingSection(), lambda: 0.0, random.Random(0))
+    s = DisaggregationSection(mode="always")
+    p_scheduler = build_scheduler(RoutingSection(), stack.registry, lambda: 0.0, random.Random(1))
+    planner = PdPlanner(
+        s, stack.index, stack.ttft_model, new_link_model(s), 4.0, prefill_scheduler=p_scheduler
+    )
+    nodes = [_node("p0", "prefill"), _node("p1", "prefill"), _node("d0", "decode"),
+             _node("d1", "decode")]  # fmt: skip
+    pairs = set()
+    for i in range(4):
+        req = RoutingRequest(model="m", request_id=str(i), token_estimate=8000)
+        _, plan = decide(
+            planner, stack.scheduler, req, nodes, disaggregated=True, profile="round-robin"
+        )
+        assert plan is not None and plan.prefill is not None
+        pairs.add((plan.decode.target, plan.prefill.target))
+    assert {d for d, _ in pairs} == {"d0", "d1"}
+    assert {p for _, p in pairs} == {"p0", "p1"}
+
+
+def test_sglang_never_keeps_requests_off_decode_only_backends() -> None:
+    nodes = [_node("p", "prefill"), _node("d", "decode"), _node("b", "both")]
+    plan = _plan(nodes, protocol="sglang", mode="never")
+    assert plan.decode.target == "b" and not plan.split

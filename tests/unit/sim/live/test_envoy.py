@@ -38,3 +38,16 @@ def test_without_a_picker_only_ext_proc_and_its_cluster_go() -> None:
         for e in pool["load_assignment"]["endpoints"][0]["lb_endpoints"]
     ]
     assert ports == [8001, 8002]
+
+
+def test_the_pickers_messages_can_be_capped() -> None:
+    config = yaml.safe_load(
+        render_envoy_config(BACKENDS, 9002, 10000, 10001, max_message_bytes=65536)
+    )
+    [listener] = config["static_resources"]["listeners"]
+    [manager] = listener["filter_chains"][0]["filters"]
+    [ext_proc] = [
+        f for f in manager["typed_config"]["http_filters"] if f["name"].endswith("ext_proc")
+    ]
+    grpc = ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]
+    assert grpc == {"cluster_name": "epp", "max_receive_message_length": 65536}

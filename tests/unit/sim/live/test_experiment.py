@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 
+import pytest
+
+from sim.live import experiment
 from sim.live.client import RequestResult
-from sim.live.experiment import ExperimentResult, Router
+from sim.live.experiment import ExperimentResult, PdFleet, Router, RouterSite, kvgate_router
 from sim.live.scrape import ReplicaReport
 
 
@@ -36,3 +41,28 @@ def test_no_answers_give_nan_percentiles_and_no_hit_rate() -> None:
     r = ExperimentResult.of("x", [], [ReplicaReport("a")], wall_s=0.0, router=Router("u"))
     assert math.isnan(r.ttft_p50_s) and math.isnan(r.ttft_mean_s)
     assert r.hit_rate == 0.0 and math.isnan(r.max_mean_share) and r.throughput_rps == 0.0
+
+
+def test_kvgate_router_names_each_backends_pd_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[str, ...]] = []
+
+    class Process:
+        command = ("kvgate", "serve")
+
+        def __enter__(self) -> Process:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def start_gateway(backends: Sequence[str], *_: object) -> tuple[Process, str]:
+        started.append(tuple(backends))
+        return Process(), "http://gw"
+
+    monkeypatch.setattr(experiment, "start_gateway", start_gateway)
+    site = RouterSite(("http://p", "http://d"), "m", Path("/tmp"), "t")
+    fleet = PdFleet(1, 1, "demo", "m")
+    for roles in ((), fleet.roles):
+        with kvgate_router("round-robin", roles=roles)(site) as router:
+            assert router.url == "http://gw"
+    assert started == [("http://p", "http://d"), ("http://p,role=prefill", "http://d,role=decode")]

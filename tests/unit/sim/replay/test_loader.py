@@ -1,24 +1,15 @@
-"""The real Mooncake conversation trace, as the simulator loads it (shared/ sits beside the
-clone, in CI too: a missing file fails this test rather than skipping it)."""
+"""The real Mooncake conversation trace, as the simulator loads it (the repository's gzip
+copy: a missing file fails this test rather than skipping it)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from routing.traces import load_trace
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
-
-TRACE = (
-    Path(__file__).resolve().parents[4]
-    / ".."
-    / "shared"
-    / "traces"
-    / "mooncake_fast25_conversation_trace.jsonl"
-)
+from tests.support.public_traces import MOONCAKE as TRACE
 
 
 def test_the_mooncake_conversation_trace_loads_whole() -> None:
-    assert TRACE.is_file(), f"{TRACE} is missing: the shared traces must sit beside the repo"
+    assert TRACE.is_file(), f"{TRACE} is missing: the repository keeps it in traces/"
     trace = load_trace(TRACE, "auto")
     assert len(trace) == 12_031
     first = trace[0]
