@@ -56,3 +56,21 @@ def test_an_sglang_rank_goes_in_the_body() -> None:
     ex = EndpointPicker(rt.director).pick("/v1/chat/completions", {}, _body(), "r1")
     assert ex.rank is None and ex.attempt is not None and ex.body is not None
     assert orjson.loads(ex.body)["routed_dp_rank"] == ex.attempt.endpoint.spec.rank
+
+
+def test_a_stream_that_asked_for_usage_itself_keeps_its_usage_event_on_an_sglang_rank() -> None:
+    rt = _runtime("sglang")
+    body = orjson.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    picker = EndpointPicker(rt.director)
+    ex = picker.pick("/v1/chat/completions", {}, body, "r1")
+    assert ex.body is not None and not ex.asked_usage  # changed for the rank alone
+    picker.response_status(ex, 200, "text/event-stream")
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+    assert picker.response_chunk(ex, usage, end=False) == usage  # the client's own: relayed
