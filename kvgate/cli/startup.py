@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kvgate.cli.effective import effective_config
+from kvgate.cli.options import compiled_extensions
 from routing.config.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ def configure_logging(args: argparse.Namespace) -> None:
     handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(RequestIdFilter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    extensions = compiled_extensions()
+    if extensions.startswith("pure Python"):  # said once at start-up: slower, same results
+        logging.getLogger("kvgate").info("%s", extensions)
 
 
 def reloadable_runtime(args: argparse.Namespace, workers: WorkerContext | None = None) -> Runtime:
