@@ -19,11 +19,11 @@ import logging
 import signal
 
 import grpc
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
 from gateway.epp.settings import EppSettings

@@ -62,7 +62,7 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
+    if any(importlib.util.find_spec(m) is None for m in ("grpc", "grpc_health")):
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
     import asyncio
 
