@@ -12,6 +12,8 @@ class EppSettings:
     grpc_port: int = 9002  # ext_proc
     health_port: int = 9003  # grpc.health.v1
     metrics_port: int = 9090  # Prometheus
+    secure_serving: bool = True  # ext_proc over TLS (gateway.epp.tls)
+    cert_path: str | None = None  # tls.crt and tls.key, reloaded; None: self-signed
 
 
 DEFAULT_EPP = EppSettings()
