@@ -1,6 +1,6 @@
 """Regenerate gateway/epp/pb/ from the .proto files beside this script.
 
-Run with grpcio-tools installed (the dev extra pins the minor series whose protoc made the
+Run with grpcio-tools installed (the dev extra pins the release whose protoc made the
 checked-in code): `python proto/generate.py`. protoc names a generated module's imports after
 the proto paths (`from envoy.config.core.v3 import base_pb2`); they are rewritten under
 `gateway.epp.pb` so that no top-level `envoy`, `udpa`, `validate` or `xds` package is
