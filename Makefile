@@ -10,19 +10,12 @@ SOURCES := pyproject.toml setup.py sim/engine/kv_cache_native.pyx gateway/tracin
 
 .PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity docs docs-serve
 
-# xds-protos (the epp extra) ships its own, older copy of opentelemetry/proto/*, which
-# overwrites opentelemetry-proto's (the otel extra) when pip happens to install it later: the
-# OTLP exporters then fail to import. Reinstalling opentelemetry-proto last restores its files.
-OTEL_PROTO_FIX = $(BIN)/pip install --quiet --force-reinstall --no-deps \
-	"opentelemetry-proto==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
-
 # setup.py compiles sim/engine/kv_cache_native.pyx and gateway/tracing/otlp_native.pyx
 # (Cython, fetched by pip into the build environment) in place: editing one reinstalls.
 $(STAMP): $(SOURCES)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,plots]'
-	$(OTEL_PROTO_FIX)
 	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)

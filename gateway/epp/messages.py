@@ -1,5 +1,5 @@
 """The ext_proc messages the endpoint picker reads and writes (Envoy's
-`envoy.service.ext_proc.v3`, from the `xds-protos` stubs).
+`envoy.service.ext_proc.v3`, generated into `gateway.epp.pb`).
 
 Protocol facts (the Gateway API Inference Extension's endpoint-picker protocol):
 - the answer is header `x-gateway-destination-endpoint: ip:port[,ip:port...]` and the same
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from gateway.epp.pb.envoy.config.core.v3 import base_pb2
+from gateway.epp.pb.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from gateway.epp.pb.envoy.type.v3 import http_status_pb2
 from gateway.errors import GatewayError
 
 DESTINATION = "x-gateway-destination-endpoint"

@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-
 from gateway.access_log import clip, request_id_from
 from gateway.epp import messages as msg
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from gateway.epp.picker import Admitted, EndpointPicker, Exchange, Parsed
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.inference_request import ERROR_SHAPES

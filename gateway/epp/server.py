@@ -19,16 +19,17 @@ import logging
 import signal
 
 import grpc
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.epp.health import PickerHealth, pool_synced
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor
 from gateway.epp.request_metrics import EppRequestMetrics
 from gateway.epp.settings import EppSettings
+from gateway.epp.tls import add_ext_proc_port
 from gateway.runtime import Runtime
 from gateway.services import Services
 
@@ -67,10 +68,16 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     pb_grpc.add_ExternalProcessorServicer_to_server(
         ExternalProcessor(picker, cfg.server.max_body_bytes), server
     )
-    grpc_port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    grpc_port, transport = add_ext_proc_port(
+        server,
+        f"{settings.host}:{settings.grpc_port}",
+        secure=settings.secure_serving,
+        cert_path=settings.cert_path,
+    )
     health_server = grpc.aio.server()
     checks = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, health_server)
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)  # for Envoy's cluster checks
     health_port = health_server.add_insecure_port(f"{settings.host}:{settings.health_port}")
     metrics = await asyncio.start_server(
         lambda r, w: _metrics_client(runtime, r, w), settings.host, settings.metrics_port
@@ -81,9 +88,10 @@ async def serve_epp(runtime: Runtime, settings: EppSettings) -> None:
     await server.start()
     await health_server.start()
     log.info(
-        "kvgate epp: ext_proc on %s:%d, health on %s:%d, metrics on http://%s:%d/metrics; "
+        "kvgate epp: ext_proc on %s:%d (%s), health on %s:%d, metrics on http://%s:%d/metrics; "
         "%d/%d backends healthy, policy %s",
-        settings.host, grpc_port, settings.host, health_port, settings.host, metrics_port,
+        settings.host, grpc_port, transport, settings.host, health_port, settings.host,
+        metrics_port,
         len(runtime.pool.healthy()), len(runtime.pool), runtime.scheduler.default_profile,
     )  # fmt: skip
     try:

@@ -15,6 +15,8 @@ class EppSettings:
     health_port: int = 9003  # grpc.health.v1
     metrics_port: int = 9090  # Prometheus
     max_endpoints: int = 1  # addresses in x-gateway-destination-endpoint: the pick, then fallbacks
+    secure_serving: bool = True  # ext_proc over TLS (gateway.epp.tls)
+    cert_path: str | None = None  # tls.crt and tls.key, reloaded; None: self-signed
 
 
 DEFAULT_EPP = EppSettings()

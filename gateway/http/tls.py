@@ -20,11 +20,17 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 Stamp = tuple[tuple[int, int, int], ...]
+
+
+def read_stamp(files: Sequence[Path]) -> Stamp:
+    """What tells a changed file here: each file's modification time, size and inode."""
+    stats = [os.stat(f) for f in files]
+    return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
 
 
 class ReloadingTls:
@@ -41,7 +47,7 @@ class ReloadingTls:
         self._files = (Path(cert_file), Path(key_file))
         self._interval = check_interval_s
         self._clock = clock
-        self._stamp = self._read_stamp()
+        self._stamp = read_stamp(self._files)
         self.listener = self._load()  # bad files at start-up raise: fail before listening
         self.listener.sni_callback = self._on_client_hello
         self.current = self.listener
@@ -53,10 +59,6 @@ class ReloadingTls:
         ctx.set_alpn_protocols(["http/1.1"])  # the only protocol served: no h2 offers taken
         ctx.load_cert_chain(*self._files)
         return ctx
-
-    def _read_stamp(self) -> Stamp:
-        stats = [os.stat(f) for f in self._files]
-        return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
 
     def _on_client_hello(
         self, conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
@@ -73,7 +75,7 @@ class ReloadingTls:
             return False
         self._checked = now
         try:
-            stamp = self._read_stamp()
+            stamp = read_stamp(self._files)
             if stamp == self._stamp:
                 return False
             fresh = self._load()

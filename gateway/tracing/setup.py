@@ -85,9 +85,7 @@ class Tracing:
         except ImportError as exc:
             raise ConfigError(
                 f"OTEL_TRACES_EXPORTER is set but OpenTelemetry is not installed ({exc}): "
-                "pip install 'kvgate[otel]' (if xds-protos is installed too, reinstall "
-                "opentelemetry-proto after it: pip install --force-reinstall --no-deps "
-                "opentelemetry-proto)"
+                "pip install 'kvgate[otel]'"
             ) from None
         resource = Resource.create()
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):

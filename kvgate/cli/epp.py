@@ -46,6 +46,11 @@ model (docs/flow-control.md). deploy/envoy/ in kvgate's source tree has Envoy co
 use it (envoy-original-dst.yaml at the defaults, envoy.yaml with fallbacks);
 docs/endpoint-picker.md wires it into Envoy Gateway, kgateway, Istio and GKE. SIGHUP (or a
 change seen by --watch-config) reloads the config file as for `kvgate serve`.
+
+ext_proc is served over TLS by default, with a self-signed certificate (gateways dial it
+without verifying, as they do the reference picker) or --cert-path's, reloaded when its files
+change; health and metrics are plaintext. Several pickers can serve one pool side by side
+when they share routing state through --redis (Envoy spreads its ext_proc streams over them).
 """
 
 
@@ -72,6 +77,29 @@ def add_parser(sub: SubParsers) -> None:
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (default 9090)"
     )
     s.add_argument(
+        "--secure-serving",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="serve ext_proc over TLS (default true; --secure-serving=false: plaintext); "
+        "without --cert-path, with a self-signed certificate made at start",
+    )
+    s.add_argument(
+        "--cert-path",
+        metavar="DIR",
+        help="serve the certificate DIR/tls.crt with its key DIR/tls.key (a Kubernetes TLS "
+        "Secret mounted there), reloaded when they change (default: self-signed)",
+    )
+    s.add_argument(
+        "--redis",
+        metavar="URL",
+        help="share routing state with the other pickers (and gateways) using this Redis "
+        "server, e.g. redis://10.0.0.9:6379/0, so that several pickers serve one pool "
+        "(config state.backend redis, state.url)",
+    )
+    s.add_argument(
         "--max-endpoints",
         type=int,
         default=1,
@@ -85,11 +113,23 @@ def add_parser(sub: SubParsers) -> None:
     add_env_vars(s)
 
 
+def parse_bool(text: str) -> bool:
+    """A flag's true or false, as Go's flags spell them (true/false, t/f, 1/0, yes/no)."""
+    value = text.strip().lower()
+    if value in {"true", "t", "1", "yes", "y", "on"}:
+        return True
+    if value in {"false", "f", "0", "no", "n", "off"}:
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
 def run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("envoy") is None:
+    if any(importlib.util.find_spec(m) is None for m in ("grpc", "grpc_health", "cryptography")):
         raise ConfigError("kvgate epp needs the epp extra: pip install 'kvgate[epp]'")
     if args.max_endpoints < 1:
         raise ConfigError(f"--max-endpoints: {args.max_endpoints} is not at least 1")
+    if args.cert_path and not args.secure_serving:
+        raise ConfigError("--cert-path is for TLS: drop it or --secure-serving=false")
     import asyncio
 
     from gateway.epp.server import serve_epp
@@ -101,7 +141,13 @@ def run(args: argparse.Namespace) -> int:
     ports = [p for p in (args.grpc_port, args.health_port, args.metrics_port) if p]
     check_can_listen(cfg.server.host, ports)
     settings = EppSettings(
-        cfg.server.host, args.grpc_port, args.health_port, args.metrics_port, args.max_endpoints
+        cfg.server.host,
+        args.grpc_port,
+        args.health_port,
+        args.metrics_port,
+        args.max_endpoints,
+        secure_serving=args.secure_serving,
+        cert_path=args.cert_path,
     )
     asyncio.run(serve_epp(runtime, settings))
     return 0

@@ -2,17 +2,20 @@
 
 `start_epp` runs `kvgate epp` with static `--backend`s on free ports; `start_envoy` renders a
 template of `deploy/envoy/` (a source checkout's) with free ports and the given endpoints and
-starts Envoy once its admin answers `/ready`. With no picker (`epp_port=None`) the ext_proc
-filter and the `epp` cluster are taken out of the rendered config: what is left is plain Envoy
-whose pool cluster, with no destination header, balances round-robin. `max_message_bytes`
-caps what Envoy accepts in one message from the picker, as some gateways' proxies do.
+starts Envoy once its admin answers `/ready`. `epp_port` is one picker's ext_proc port or
+several (pickers side by side, one `epp` cluster). With no picker (`epp_port=None`) the
+ext_proc filter and the `epp` cluster are taken out of the rendered config: what is left is
+plain Envoy whose pool cluster, with no destination header, balances round-robin. The
+templates dial the picker over TLS, as `kvgate epp` serves by default; `epp_tls=False` takes
+the transport socket out, for a picker run with `--secure-serving=false`.
+`max_message_bytes` caps what Envoy accepts in one message from the picker.
 """
 
 from __future__ import annotations
 
 import string
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from sim.live.processes import ChildProcess, free_port, kvgate_command
 ENVOY = Path(sys.executable).parent / "envoy"
 TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "envoy"
 _EXT_PROC = "envoy.filters.http.ext_proc"
+EppPorts = int | Sequence[int] | None
 
 
 @dataclass
@@ -76,7 +80,7 @@ def start_epp(
 
 def render_envoy_config(
     backends: Sequence[str],
-    epp_port: int | None,
+    epp_port: EppPorts,
     listen_port: int,
     admin_port: int,
     *,
@@ -84,32 +88,34 @@ def render_envoy_config(
     fail_open: bool = True,
     template: str = "envoy.yaml",
     max_message_bytes: int | None = None,
+    epp_tls: bool = True,
 ) -> str:
     """The template filled in; without a picker (`epp_port=None`), stripped of ext_proc."""
-    endpoints = "\n".join(
-        f"        - endpoint: {{address: {{socket_address: {{address: {host}, "
-        f"port_value: {port}}}}}}}"
-        for host, port in (u.split("://", 1)[1].rsplit(":", 1) for u in backends)
-    )
+    pickers = [epp_port] if isinstance(epp_port, int) else list(epp_port or [0])
     config = string.Template((TEMPLATES / template).read_text()).substitute(
         ADMIN_PORT=admin_port,
         LISTEN_PORT=listen_port,
-        EPP_PORT=epp_port or 0,
+        EPP_ENDPOINTS=_endpoints(("127.0.0.1", p) for p in pickers),
         FAILURE_MODE_ALLOW="true" if fail_open else "false",
         REQUEST_BODY_MODE=body_mode,
         REQUEST_TRAILER_MODE="SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
-        POOL_ENDPOINTS=endpoints,
+        POOL_ENDPOINTS=_endpoints(u.split("://", 1)[1].rsplit(":", 1) for u in backends),
     )
+    loaded = yaml.safe_load(config)
     if epp_port is None:
-        return yaml.safe_dump(_without_picker(yaml.safe_load(config)), sort_keys=False)
-    if max_message_bytes is None:
+        return yaml.safe_dump(_without_picker(loaded), sort_keys=False)
+    if epp_tls and max_message_bytes is None:
         return config
-    parsed = yaml.safe_load(config)
-    for f in _http_filters(parsed):
-        if f["name"] == _EXT_PROC:
-            grpc = f["typed_config"]["grpc_service"]["envoy_grpc"]
-            grpc["max_receive_message_length"] = max_message_bytes
-    return yaml.safe_dump(parsed, sort_keys=False)
+    if not epp_tls:
+        for cluster in loaded["static_resources"]["clusters"]:
+            if cluster["name"] == "epp":
+                del cluster["transport_socket"]
+    if max_message_bytes is not None:
+        for f in _http_filters(loaded):
+            if f["name"] == _EXT_PROC:
+                grpc = f["typed_config"]["grpc_service"]["envoy_grpc"]
+                grpc["max_receive_message_length"] = max_message_bytes
+    return yaml.safe_dump(loaded, sort_keys=False)
 
 
 def _http_filters(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -120,6 +126,14 @@ def _http_filters(config: dict[str, Any]) -> list[dict[str, Any]]:
         for network_filter in chain["filters"]
         for f in network_filter["typed_config"]["http_filters"]
     ]
+
+
+def _endpoints(addresses: Iterable[Sequence[object]]) -> str:
+    return "\n".join(
+        f"        - endpoint: {{address: {{socket_address: {{address: {host}, "
+        f"port_value: {port}}}}}}}"
+        for host, port in addresses
+    )
 
 
 def _without_picker(config: dict[str, Any]) -> dict[str, Any]:
@@ -137,13 +151,14 @@ def _without_picker(config: dict[str, Any]) -> dict[str, Any]:
 
 def start_envoy(
     backends: Sequence[str],
-    epp_port: int | None,
+    epp_port: EppPorts,
     log: Path,
     *,
     body_mode: str = "FULL_DUPLEX_STREAMED",
     fail_open: bool = True,
     template: str = "envoy.yaml",
     max_message_bytes: int | None = None,
+    epp_tls: bool = True,
 ) -> tuple[ChildProcess, str, str]:
     """Envoy from a shipped template (its config written next to `log`); the process, its
     listener's and its admin's URL once ready. `epp_port=None`: no picker, round-robin."""
@@ -157,6 +172,7 @@ def start_envoy(
         fail_open=fail_open,
         template=template,
         max_message_bytes=max_message_bytes,
+        epp_tls=epp_tls,
     )
     path = log.with_suffix(".yaml")
     path.write_text(config)

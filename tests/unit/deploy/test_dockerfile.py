@@ -1,11 +1,14 @@
 """deploy/Dockerfile checked against the repository (no `docker build` here): every COPY
 source exists in the build context (the repository root), the wheel it builds holds every
 installed package, it runs as a non-root user, and its ENTRYPOINT/CMD name the `kvgate`
-console script and a command line kvgate's own parser accepts."""
+console script and a command line kvgate's own parser accepts; it compiles the extensions and
+installs the extras the manifests need (tests/integration/test_image_install.py, marked slow,
+installs the same way and starts every container command)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -86,3 +89,25 @@ def test_entrypoint_is_the_kvgate_script_and_cmd_a_real_command_line() -> None:
     assert args.host == "0.0.0.0"  # reachable from outside the container
     exposed = {int(p) for p in steps["EXPOSE"].split()}
     assert args.port in exposed
+
+
+def _extras(spec_pattern: str) -> set[str]:
+    """The extras of the one RUN line that names `spec_pattern`'s requirement."""
+    runs = [args for word, args in instructions() if word == "RUN" and spec_pattern in args]
+    [run] = runs
+    match = re.search(re.escape(spec_pattern) + r"\[([a-z,]+)\]", run)
+    assert match is not None, run
+    return set(match.group(1).split(","))
+
+
+def test_the_build_compiles_the_extensions_and_installs_what_the_manifests_run() -> None:
+    copied = {s for word, args in instructions() if word == "COPY" for s in shlex.split(args)}
+    assert "setup.py" in copied  # without it the Cython extensions are never built
+    assert "KVGATE_REQUIRE_NATIVE=1" in [args for word, args in instructions() if word == "ENV"]
+    built, installed = _extras('".'), _extras('"kvgate')
+    assert built == installed
+    # `kvgate epp` needs epp; tracing (OTEL_*) and local tokenizers are config-driven.
+    assert {"epp", "otel", "tokens"} <= installed
+    final = max(i for i, (word, _) in enumerate(instructions()) if word == "FROM")
+    [install] = [a for w, a in instructions()[final:] if w == "RUN" and "pip install" in a]
+    assert "--no-index" in install  # the wheels built in stage 1, nothing fetched or compiled

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
+from gateway.epp.pb.envoy.config.core.v3 import base_pb2
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor, RequestStream
 from gateway.proxy import Proxy

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import orjson
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from gateway.epp import messages as msg
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from gateway.errors import NoHealthyBackendError
 
 

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from envoy.config.core.v3 import base_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from gateway.compose import build_runtime
 from gateway.epp import messages as msg
+from gateway.epp.pb.envoy.config.core.v3 import base_pb2
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import ExternalProcessor, RequestStream
 from gateway.runtime import Runtime

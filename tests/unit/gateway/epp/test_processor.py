@@ -6,13 +6,13 @@ import random
 
 import orjson
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
 from gateway.epp import messages as msg
+from gateway.epp.pb.envoy.config.core.v3 import base_pb2
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import RequestStream
 from routing.config.schema import parse_config

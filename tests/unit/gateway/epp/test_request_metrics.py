@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 
 import orjson
-from envoy.config.core.v3 import base_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayApp
 from gateway.compose import build_runtime
+from gateway.epp.pb.envoy.config.core.v3 import base_pb2
+from gateway.epp.pb.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from gateway.epp.picker import EndpointPicker
 from gateway.epp.processor import RequestStream
 from gateway.epp.request_metrics import MAX_FAIRNESS_IDS, EppRequestMetrics, error_code

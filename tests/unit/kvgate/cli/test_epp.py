@@ -1,10 +1,14 @@
+"""`kvgate epp`'s command line: the reference ports, TLS flags, --redis."""
+
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 import pytest
 
 from kvgate.cli import build_parser, main
+from routing.config.schema import ConfigError
 
 
 def test_epp_help_shows_the_reference_ports(help_text: Callable[..., str]) -> None:
@@ -32,3 +36,39 @@ def test_the_reference_pickers_flag_names_are_accepted() -> None:
     assert (args.pool, args.namespace, args.health_port) == ("llm", "ml", 9500)
     serve = build_parser({}).parse_args(["serve", "--pool", "llm"])
     assert serve.pool == "llm"
+
+
+def test_secure_serving_is_on_by_default_and_spelled_as_go_flags_are() -> None:
+    from kvgate.cli import build_parser
+
+    def parse(*argv: str) -> argparse.Namespace:
+        return build_parser({}).parse_args(["epp", *argv])
+
+    assert parse().secure_serving is True and parse().cert_path is None
+    assert parse("--secure-serving").secure_serving is True
+    assert parse("--secure-serving=false").secure_serving is False
+    assert parse("--secure-serving", "0").secure_serving is False
+    assert parse("--cert-path", "/tls").cert_path == "/tls"
+    env = build_parser({"KVGATE_SECURE_SERVING": "False"}).parse_args(["epp"])
+    assert env.secure_serving is False
+    with pytest.raises(SystemExit):
+        parse("--secure-serving=maybe")
+
+
+def test_a_cert_path_without_tls_is_refused() -> None:
+    from kvgate.cli import build_parser
+    from kvgate.cli.epp import run
+
+    args = build_parser({}).parse_args(["epp", "--secure-serving=false", "--cert-path", "/x"])
+    with pytest.raises(ConfigError, match="--cert-path"):
+        run(args)
+
+
+def test_epp_takes_redis(help_text: Callable[..., str]) -> None:
+    from kvgate.cli import build_parser
+    from kvgate.cli.effective import effective_config
+
+    args = build_parser({}).parse_args(["epp", "--redis", "redis://127.0.0.1:1/0"])
+    state = effective_config(args).state
+    assert (state.backend, state.url) == ("redis", "redis://127.0.0.1:1/0")
+    assert "--redis" in help_text("epp")

@@ -1,4 +1,5 @@
-"""The Envoy template rendered with and without the endpoint picker."""
+"""The Envoy template rendered with and without the endpoint picker, over TLS or not, with
+one picker or several."""
 
 from __future__ import annotations
 
@@ -51,3 +52,31 @@ def test_the_pickers_messages_can_be_capped() -> None:
     ]
     grpc = ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]
     assert grpc == {"cluster_name": "epp", "max_receive_message_length": 65536}
+
+
+def _epp_cluster(config: Any) -> dict[str, Any]:
+    [epp] = [c for c in config["static_resources"]["clusters"] if c["name"] == "epp"]
+    return dict(epp)
+
+
+def test_the_picker_is_dialled_over_tls_unless_told_otherwise() -> None:
+    for template in ("envoy.yaml", "envoy-original-dst.yaml"):
+        tls = yaml.safe_load(render_envoy_config(BACKENDS, 9002, 1, 2, template=template))
+        socket = _epp_cluster(tls)["transport_socket"]
+        assert socket["name"] == "envoy.transport_sockets.tls"
+        assert "validation_context" not in socket["typed_config"]["common_tls_context"]
+        plain = render_envoy_config(BACKENDS, 9002, 1, 2, template=template, epp_tls=False)
+        assert "transport_socket" not in _epp_cluster(yaml.safe_load(plain))
+
+
+def test_several_pickers_are_endpoints_of_one_checked_cluster() -> None:
+    config = yaml.safe_load(render_envoy_config(BACKENDS, [9002, 9012], 10000, 10001))
+    epp = _epp_cluster(config)
+    ports = [
+        e["endpoint"]["address"]["socket_address"]["port_value"]
+        for e in epp["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    ]
+    assert ports == [9002, 9012]
+    [check] = epp["health_checks"]
+    assert check["grpc_health_check"] == {"service_name": "readiness"}
+    assert epp["outlier_detection"]["consecutive_local_origin_failure"] == 1
