@@ -29,7 +29,7 @@ from routing.config.profiles import RoutingSection
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
-from scoring.pd.planner import PdPlan, PdPlanner
+from scoring.pd.planner import PdPlan, PdPlanner, decide
 
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
@@ -160,16 +160,10 @@ class RequestRouter:
         *,
         started: float,
     ) -> Route:
-        pd: PdPlan | None = None
         try:
-            if self.planner is not None and any(e.role == "prefill" for e in endpoints):
-                scheduler = self._scheduler
-                pd = self.planner.plan(
-                    rreq, candidates, lambda r, es: scheduler.schedule(r, es, profile=policy)
-                )
-                decision = pd.decode
-            else:
-                decision = self._scheduler.schedule(rreq, candidates, profile=policy)
+            decision, pd = decide(
+                self.planner, self._scheduler, rreq, candidates, endpoints=endpoints, profile=policy
+            )
         except UnknownProfileError:
             known = ", ".join(sorted(self._scheduler.profiles))
             raise UnknownPolicyError(

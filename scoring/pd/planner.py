@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from routing.config.disaggregation import DisaggregationSection
+from routing.scheduler import Scheduler
 from routing.types import Decision, EndpointSnapshot, RoutingRequest
 from scoring.state.prefix_hash import covered_chars
 from scoring.state.prefix_index import PrefixIndex
@@ -127,6 +128,25 @@ class PdPlanner:
         `moved_tokens` having crossed the link: a point on the transfer line."""
         if self.section.learn:
             self.link.observe(LINK, moved_tokens, seconds)
+
+
+def decide(
+    planner: PdPlanner | None,
+    scheduler: Scheduler,
+    request: RoutingRequest,
+    candidates: Sequence[EndpointSnapshot],
+    *,
+    endpoints: Sequence[EndpointSnapshot],
+    profile: str | None,
+) -> tuple[Decision, PdPlan | None]:
+    """`request`'s decision among `candidates` with routing `profile`: D's, with the plan,
+    when the pool (`endpoints`, eligible or not) has a prefill backend; else the scheduler's."""
+    if planner is not None and any(e.role == "prefill" for e in endpoints):
+        pd = planner.plan(
+            request, candidates, lambda r, es: scheduler.schedule(r, es, profile=profile)
+        )
+        return pd.decode, pd
+    return scheduler.schedule(request, candidates, profile=profile), None
 
 
 def _pending(e: EndpointSnapshot) -> int:

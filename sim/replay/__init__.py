@@ -15,9 +15,10 @@
 """
 
 from sim.replay.closed_loop import ClosedLoop
+from sim.replay.outcomes import ReplayResult
 from sim.replay.report import PolicySummary, summarize
 from sim.replay.settings import PolicySpec, SimSettings, load_config
-from sim.replay.simulator import Replay, ReplayResult
+from sim.replay.simulator import Replay
 
 __all__ = [
     "ClosedLoop",

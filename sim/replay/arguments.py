@@ -78,7 +78,8 @@ def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="gateway config file: its routing: section and health: scrape settings",
+        help="gateway config file: its routing: and disaggregation: sections and health: "
+        "scrape settings",
     )
     p.add_argument(
         "--slo-ttft",
@@ -126,6 +127,44 @@ def _add_trace_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     )
 
 
+def _add_pd_options(m: argparse.ArgumentParser) -> None:
+    g = m.add_argument_group(
+        "disaggregated prefill/decode",
+        "A P/D pool: --prefill N and --decode M replicas beside the --replicas K of role both; "
+        "the gateway's planner (the config file's disaggregation: section) sends a request "
+        "through a prefill replica or not, and the KV crosses the engine profile's link",
+    )
+    g.add_argument("--prefill", type=int, default=0, metavar="N", help="prefill replicas")
+    g.add_argument(
+        "--decode", type=int, default=0, metavar="M", help="decode replicas (need --prefill)"
+    )
+    g.add_argument(
+        "--pd-protocol",
+        choices=["vllm", "sglang"],
+        help="vllm (P answers, D pulls what it lacks) or sglang (P and D at once, P pushes "
+        "every block; decode replicas keep no prefix cache) (config disaggregation.protocol, "
+        "default vllm)",
+    )
+    g.add_argument(
+        "--pd-mode",
+        choices=["conditional", "always", "never"],
+        help="when requests go through a prefill replica (config disaggregation.mode, default "
+        "conditional)",
+    )
+    g.add_argument(
+        "--transfer-bandwidth",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="the P→D KV link's bandwidth (default: the engine profile's, e.g. 25e9)",
+    )
+    g.add_argument(
+        "--transfer-latency",
+        type=float,
+        metavar="S",
+        help="the P→D KV link's latency per transfer (default: the engine profile's, e.g. 5e-05)",
+    )
+
+
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = sub.add_parser(
         "sim",
@@ -147,7 +186,13 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="comma-separated profiles, `oracle` (prefix-aware with perfect signals) or "
         "`oracle:PROFILE` (default: round-robin,least-load,prefix-aware,oracle)",
     )
-    m.add_argument("--replicas", type=int, default=8, help="simulated replicas (default 8)")
+    m.add_argument(
+        "--replicas",
+        type=int,
+        metavar="K",
+        help="simulated replicas of role both, serving whole requests (default 8, or 0 with "
+        "--prefill/--decode)",
+    )
     m.add_argument(
         "--rate-scale",
         type=float,
@@ -183,6 +228,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="requests reach the gateways round-robin by request, or every request of a "
         "session at one gateway (default %(default)s)",
     )
+    _add_pd_options(m)
     modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
     w = modes.add_parser(
         "sweep",

@@ -13,17 +13,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from routing.config.disaggregation import DisaggregationSection
 from routing.traces import FORMATS, TraceRequest, load_trace
 from sim.engine.kv_store import NATIVE_BUILT
 from sim.engine.profiles import get_profile
 from sim.engine.types import EngineProfile
 from sim.plots import PLOTS_SKIPPED, PlotsUnavailable
-from sim.replay.report import PolicySummary, format_table, summarize, write_plots, write_summary
+from sim.replay.outcomes import ReplayResult
+from sim.replay.report import (
+    PolicySummary,
+    format_pd,
+    format_table,
+    summarize,
+    write_plots,
+    write_summary,
+)
 from sim.replay.settings import SimSettings, load_config
-from sim.replay.simulator import Replay, ReplayResult
+from sim.replay.simulator import Replay
 from sim.traces import time_scaled
 
 DEFAULT_POLICIES = ("round-robin", "least-load", "prefix-aware", "oracle")
+DEFAULT_REPLICAS = 8
 DEFAULT_PROFILE = "h100-llama3-8b"
 PROGRESS_EVERY_S = 2.0
 PURE_PYTHON_NOTE = (
@@ -127,6 +137,74 @@ def gateway_settings(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def fleet_settings(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
+    """SimSettings keyword arguments for `--replicas`, `--prefill`, `--decode`, `--pd-*`, over
+    the config file's (`config`); ValueError when they contradict each other."""
+    prefill, decode = getattr(args, "prefill", 0), getattr(args, "decode", 0)
+    replicas = args.replicas
+    if replicas is None:
+        replicas = 0 if prefill or decode else DEFAULT_REPLICAS
+    if min(replicas, prefill, decode) < 0:
+        raise ValueError("--replicas, --prefill and --decode must be >= 0")
+    if decode and not prefill:
+        raise ValueError("--decode needs --prefill: decode replicas take prefilled requests")
+    if prefill and not replicas + decode:
+        raise ValueError("--prefill needs replicas that decode: --decode M or --replicas K")
+    if replicas + prefill + decode < 1:
+        raise ValueError("--replicas must be >= 1")
+    flags = {"protocol": getattr(args, "pd_protocol", None), "mode": getattr(args, "pd_mode", None)}
+    changes = {k: v for k, v in flags.items() if v is not None}
+    link = (getattr(args, "transfer_bandwidth", None), getattr(args, "transfer_latency", None))
+    if not prefill and (changes or link != (None, None)):
+        raise ValueError("--pd-protocol, --pd-mode and --transfer-* are for --prefill replicas")
+    section = config.get("disaggregation", DisaggregationSection())
+    return {
+        "replicas": replicas,
+        "prefill": prefill,
+        "decode": decode,
+        "disaggregation": section.model_copy(update=changes),
+    }
+
+
+def with_link(profile: EngineProfile, args: argparse.Namespace) -> tuple[EngineProfile, str]:
+    """The profile with the P/D link of `--transfer-bandwidth` and `--transfer-latency`; a note
+    says so ("" if nothing changed)."""
+    bandwidth = getattr(args, "transfer_bandwidth", None)
+    latency = getattr(args, "transfer_latency", None)
+    if bandwidth is None and latency is None:
+        return profile, ""
+    if bandwidth is not None and not bandwidth > 0:
+        raise ValueError("--transfer-bandwidth must be > 0")
+    if latency is not None and not latency >= 0:
+        raise ValueError("--transfer-latency must be >= 0")
+    link = profile.transfer
+    link = replace(
+        link,
+        bandwidth_bytes_s=link.bandwidth_bytes_s if bandwidth is None else bandwidth,
+        latency_s=link.latency_s if latency is None else latency,
+    )
+    note = (
+        f"note: the P/D KV link moves {link.bandwidth_bytes_s / 1e9:g} GB/s after "
+        f"{link.latency_s * 1e6:g} us a transfer ({link.bytes_per_token:,} bytes a token)"
+    )
+    return replace(profile, transfer=link), note
+
+
+def describe_fleet(settings: SimSettings, profile: EngineProfile) -> str:
+    """The fleet in a few words: `8 replicas`, or the P/D pool's roles and protocol."""
+    if not settings.prefill:
+        return f"{settings.replicas} replicas"
+    parts = [f"{settings.prefill} prefill", f"{settings.decode} decode"]
+    if settings.replicas:
+        parts.append(f"{settings.replicas} both")
+    s = settings.disaggregation
+    link = profile.transfer
+    return (
+        f"{' + '.join(parts)} replicas (P/D {s.protocol}, {s.mode}; KV link "
+        f"{link.bandwidth_bytes_s / 1e9:g} GB/s + {link.latency_s * 1e6:g} us)"
+    )
+
+
 def describe_gateways(settings: SimSettings) -> str:
     """One line on the gateways: how many, how requests reach them, what they share."""
     spread = "by session" if settings.spread == "session" else "round-robin by request"
@@ -143,8 +221,8 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.rate_scale <= 0:
         raise ValueError("--rate-scale must be > 0")
     policies = [p for p in args.policies.split(",") if p] or list(DEFAULT_POLICIES)
+    config = load_config(args.config)
     settings = SimSettings(
-        replicas=args.replicas,
         seed=args.seed,
         slo_ttft_s=args.slo_ttft,
         slo_itl_s=args.slo_itl,
@@ -152,15 +230,17 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         gateway_overhead_s=args.gateway_overhead,
         gateway_overhead_token_s=args.gateway_overhead_token,
         **gateway_settings(args),
-        **load_config(args.config),
+        **{**config, **fleet_settings(args, config)},
     )
     trace, profile, notes = load_inputs(args)
+    profile, link_note = with_link(profile, args)
+    notes += [link_note] if link_note else []
     if args.rate_scale != 1.0:
         trace = time_scaled(trace, args.rate_scale)
     span = trace[-1].arrival_s if trace else 0.0
     print(
-        f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; {settings.replicas} "
-        f"replicas of {profile.name}; policies {', '.join(policies)}",
+        f"{len(trace):,} requests over {span:,.0f} s from {args.trace}; "
+        f"{describe_fleet(settings, profile)} of {profile.name}; policies {', '.join(policies)}",
         file=out,
     )
     if settings.gateways > 1:
@@ -176,6 +256,8 @@ def run_sim(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"  {policy}: {seconds:.2f} s ({cpu:.2f} s CPU)", file=out, flush=True)
     print(file=out)
     print(format_table(summaries), file=out)
+    if pd := format_pd(summaries):
+        print(pd, file=out)
     print(
         f"goodput: TTFT <= {settings.slo_ttft_s:g} s and mean ITL <= {settings.slo_itl_s:g} s",
         file=out,

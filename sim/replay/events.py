@@ -3,9 +3,9 @@
 At equal times, a step's end (its tokens reach the gateway) comes before a batch of KV-cache
 events reaching the precise index, then another gateway's state change reaching the rest
 (`sim.replay.sharing`), all before an arrival (which is routed with what the gateways know
-by then), and an arrival (at the gateway, then at the engine, past its API server's queue)
-before the engine starts its next step, so a request reaching the engine exactly at a step
-boundary joins the step that starts then.
+by then), and an arrival (at the gateway, a P/D prefill's answer there, then at the engine,
+past its API server's queue, or a P/D transfer's end) before the engine starts its next step,
+so a request reaching the engine exactly at a step boundary joins the step that starts then.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ class Kind(IntEnum):
     KV_EVENTS = 1
     SYNC = 2
     ARRIVAL = 3
-    ENGINE_ARRIVAL = 4
-    STEP_START = 5
-    SAMPLE = 6
+    HANDOFF = 4
+    ENGINE_ARRIVAL = 5
+    TRANSFER_END = 6
+    STEP_START = 7
+    SAMPLE = 8
 
 
 class EventQueue:

@@ -1,10 +1,10 @@
 """Several gateways in one replay: each with its own routing state, shared or not.
 
 `kvgate sim --gateways N` puts N gateways in front of the simulated fleet, as a deployment behind
-a load balancer would. Each `SimGateway` has its own routing stack
-(`scoring.stack.build_routing_stack`) and its own counters per replica (`ReplicaView`: in-flight
-requests and pending prefill, what its scheduler's `EndpointSnapshot`s show); a lone gateway
-counts on the `SimReplica`s themselves.
+a load balancer would. Each `SimGateway` has its own routing stack, P/D planner (a fleet with
+prefill replicas) and counters per replica (`ReplicaView`: in-flight requests and pending
+prefill, what its scheduler's `EndpointSnapshot`s show); a lone gateway counts on the
+`SimReplica`s themselves.
 
 Requests reach the gateways by `spread`: `request` (default), round-robin by request, so any turn
 of a chat may land on any gateway; `session`, every request of a session on one gateway (a
@@ -26,6 +26,7 @@ from typing import Protocol
 from routing import PluginRegistry
 from routing.traces import TraceRequest
 from routing.types import EndpointSnapshot, EngineMetrics
+from scoring.pd.planner import PdPlanner, new_link_model
 from scoring.stack import RoutingStack, build_routing_stack
 from scoring.state.precise_index import PreciseIndex
 from scoring.state.prefix_index import PrefixIndex
@@ -63,6 +64,8 @@ class SimGateway:
 
     stack: RoutingStack
     views: Sequence[Counters]  # by replica position
+    roles: Sequence[str] = ()  # by replica position (empty: every one `both`)
+    planner: PdPlanner | None = None  # a fleet with prefill replicas: P/D placement
     shown: list[EndpointSnapshot | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -91,6 +94,7 @@ class SimGateway:
                 metrics=metrics,
                 in_flight=view.in_flight,
                 pending_prefill_tokens=view.pending_prefill_tokens,
+                role=self.roles[position] if self.roles else "both",
             )
         return shown
 
@@ -108,6 +112,8 @@ def build_gateways(
     """`settings.gateways` gateways on `settings.routing`; the first routes with `rng` (and,
     alone, counts on `replicas`), the others with RNGs of their own from `settings.seed`."""
     count = settings.gateways
+    roles = settings.roles()
+    section = settings.disaggregation
     out = []
     for g in range(count):
         stack = build_routing_stack(
@@ -119,7 +125,13 @@ def build_gateways(
             precise=precise,
         )
         views = replicas if count == 1 else [ReplicaView(r.id, r.url) for r in replicas]
-        out.append(SimGateway(stack, views))
+        planner = None
+        if settings.prefill:  # as `gateway.compose` builds it
+            planner = PdPlanner(
+                section, stack.index, stack.ttft_model, new_link_model(section),
+                settings.routing.prefix.chars_per_token,
+            )  # fmt: skip
+        out.append(SimGateway(stack, views, roles if settings.prefill else (), planner))
     return out
 
 

@@ -1,4 +1,5 @@
-"""What a replay keeps: a few numbers per finished request, an ITL histogram, a timeline.
+"""What a replay keeps: a few numbers per finished request, an ITL histogram, a timeline, and
+the `ReplayResult` that holds them with the fleet's counts.
 
 Memory stays proportional to the requests' summary numbers alone: a finished request leaves
 three floats and a replica index in typed arrays (~26 bytes), inter-token latencies go to a
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
+
+from sim.replay.disaggregation import PdSummary
 
 _RATIO = 1.001
 _LOG_RATIO = math.log(_RATIO)
@@ -100,3 +103,24 @@ class Timeline:
     times_s: array[float] = field(default_factory=lambda: array("d"))
     hit_rate: list[array[float]] = field(default_factory=list)  # per replica, cumulative
     load: list[array[int]] = field(default_factory=list)  # running + waiting, per replica
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Everything one replay measured (summarised by `sim.replay.report`)."""
+
+    policy: str
+    replica_ids: tuple[str, ...]
+    requests: int  # finished
+    rejected: int  # could never fit an engine
+    log: RequestLog
+    itl: LatencyHistogram
+    timeline: Timeline
+    dispatched: tuple[int, ...]
+    prefix_queries: int  # tokens looked up, summed over the engines
+    prefix_hits: int
+    preemptions: int
+    makespan_s: float  # virtual time of the last token
+    segments: int  # engine steps and decode runs simulated
+    steps: int  # engine steps they stand for
+    pd: PdSummary | None = None  # a P/D pool's splits, transfers and busy shares

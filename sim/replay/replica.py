@@ -56,6 +56,7 @@ class SimReplica:
         self.in_flight = 0
         self.dispatched = 0
         self.pending_prefill_tokens = 0
+        self.busy_s = 0.0  # virtual seconds spent in steps
         self.frontend_free_at = 0.0  # when its API server has worked through its queue
         self.current: Segment | None = None
         self.start_pending = False
@@ -115,6 +116,7 @@ class SimReplica:
         if segment.after is None:
             self._apply(segment)
         self.current = None
+        self.busy_s += segment.end - segment.start
         return segment
 
     def _apply(self, segment: Segment) -> None:

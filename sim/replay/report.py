@@ -8,7 +8,10 @@ Definitions:
 - goodput: the share of the trace's requests with TTFT ≤ the TTFT bound and mean ITL ≤ the
   ITL bound (a one-token answer meets any ITL bound); requests that could not run count
   against it.
-- max/mean share: requests dispatched to the busiest replica over the mean per replica.
+- max/mean share: requests dispatched to the busiest replica over the mean per replica (a P/D
+  request's legs count on both replicas).
+- P/D (a fleet with prefill replicas, `pd`): the share of requests split, the planner's reasons,
+  the mean KV transfer, each role's busy share; `summary.json` has `pd` only then.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import orjson
 
 from routing.percentile import percentile
 from sim.plots import pyplot
+from sim.replay.disaggregation import PdSummary
+from sim.replay.outcomes import ReplayResult
 from sim.replay.settings import SimSettings
-from sim.replay.simulator import ReplayResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,7 @@ class PolicySummary:
     engine_steps: int
     sim_seconds: float  # wall time of the replay
     sim_cpu_seconds: float  # CPU time of the replay (steadier on a busy machine)
+    pd: PdSummary | None = None  # a P/D pool's
 
 
 def summarize(
@@ -85,6 +90,7 @@ def summarize(
         engine_steps=result.steps,
         sim_seconds=sim_seconds,
         sim_cpu_seconds=sim_cpu_seconds,
+        pd=result.pd,
     )
 
 
@@ -128,15 +134,47 @@ def format_table(summaries: Sequence[PolicySummary]) -> str:
     return "\n".join(lines)
 
 
+def format_pd(summaries: Sequence[PolicySummary]) -> str:
+    """One line per policy on a P/D pool: splits and why, transfers, busy shares ("" if none)."""
+    lines = []
+    for s in summaries:
+        pd = s.pd
+        if pd is None:
+            continue
+        why = ", ".join(f"{k} {v:,}" for k, v in pd.why.items())
+        busy = ", ".join(f"{role} {share:.0%}" for role, share in pd.busy.items())
+        lines.append(
+            f"{s.policy}: split {pd.split:,}/{pd.planned:,} ({pd.split_share:.1%}; {why}); "
+            f"transfer mean {pd.transfer_mean_s * 1000:.2f} ms, {pd.moved_blocks_mean:.1f} "
+            f"blocks; busy {busy}"
+        )
+    if not lines:
+        return ""
+    return "\n".join(["P/D (requests split through a prefill replica, and why):", *lines])
+
+
 def write_summary(summaries: Sequence[PolicySummary], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "summary.json"
-    rows = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(s).items()}
-        for s in summaries
-    ]
+    rows = [summary_row(s) for s in summaries]
     path.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     return path
+
+
+def summary_row(s: PolicySummary) -> dict[str, object]:
+    """A summary as JSON: NaN as null, `pd` only on a P/D pool."""
+    row = asdict(s)
+    if row["pd"] is None:
+        del row["pd"]
+    return {k: _json_value(v) for k, v in row.items()}
+
+
+def _json_value(v: object) -> object:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    return v
 
 
 def write_plots(results: Sequence[ReplayResult], out_dir: Path) -> list[Path]:

@@ -1,9 +1,13 @@
 """What one replay needs besides the trace: fleet, engine profile, gateway signals, SLO.
 
 `load_config` reads the gateway's own YAML file with the gateway's own schema and loader
-(`routing.config.schema`): its `routing:` section and, from `health:`, the two settings that shape
-what routing sees, `scrape_interval_s` and `metrics_stale_after_s` (their defaults are the
-gateway's). Other sections are validated but are the gateway's business.
+(`routing.config.schema`): its `routing:` and `disaggregation:` sections and, from `health:`, the
+two settings that shape what routing sees, `scrape_interval_s` and `metrics_stale_after_s` (their
+defaults are the gateway's). Other sections are validated but are the gateway's business.
+
+The fleet: `replicas` of role `both` (whole requests), then `prefill` and `decode` replicas of a
+disaggregated P/D pool (`sim.replay.disaggregation`); a fleet with prefill replicas needs some
+replica that decodes, and decode replicas need prefill replicas.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routing.config.disaggregation import DisaggregationSection
 from routing.config.profiles import RoutingSection
 from routing.config.schema import HealthSection
 from routing.config.schema import load_config as load_gateway_config
@@ -28,8 +33,11 @@ DEFAULT_SYNC_DELAY_S = 0.05  # a gateway's dispatch to the others' mirrors of it
 class SimSettings:
     """Everything a replay needs besides the trace and the engine profile."""
 
-    replicas: int = 8
+    replicas: int = 8  # of role both; the P/D pool's prefill and decode replicas follow them
     routing: RoutingSection = field(default_factory=RoutingSection)
+    prefill: int = 0
+    decode: int = 0
+    disaggregation: DisaggregationSection = field(default_factory=DisaggregationSection)
     scrape_interval_s: float = _HEALTH.scrape_interval_s
     stale_after_s: float = _HEALTH.metrics_stale_after_s  # older metrics are unknown
     slo_ttft_s: float = 2.0
@@ -58,8 +66,12 @@ class SimSettings:
     gateway_overhead_token_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.replicas < 1:
-            raise ValueError("replicas must be >= 1")
+        if min(self.replicas, self.prefill, self.decode) < 0 or self.fleet < 1:
+            raise ValueError("replicas must be >= 1 (prefill and decode replicas count too)")
+        if self.prefill and not self.replicas + self.decode:
+            raise ValueError("prefill replicas need a replica that decodes (decode or both)")
+        if self.decode and not self.prefill:
+            raise ValueError("decode replicas need prefill replicas")
         for name in ("scrape_interval_s", "stale_after_s", "slo_ttft_s", "slo_itl_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
@@ -72,6 +84,15 @@ class SimSettings:
         for name in ("sync_delay_s", "gateway_overhead_s", "gateway_overhead_token_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0")
+
+    @property
+    def fleet(self) -> int:
+        """Every replica: both, prefill and decode."""
+        return self.replicas + self.prefill + self.decode
+
+    def roles(self) -> tuple[str, ...]:
+        """Each replica's role, in fleet order."""
+        return ("both",) * self.replicas + ("prefill",) * self.prefill + ("decode",) * self.decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +116,15 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     """SimSettings keyword arguments from the gateway's config file (empty without one).
 
     The file is validated whole by the gateway's own schema (`routing.config.schema`); the
-    simulator takes `routing:` and the two `health:` settings that shape what routing sees.
+    simulator takes `routing:`, `disaggregation:` and the two `health:` settings that shape
+    what routing sees.
     """
     if path is None:
         return {}
     config = load_gateway_config(path)
     return {
         "routing": config.routing,
+        "disaggregation": config.disaggregation,
         "scrape_interval_s": config.health.scrape_interval_s,
         "stale_after_s": config.health.metrics_stale_after_s,
     }

@@ -72,10 +72,21 @@ class StateSharing:
         self.load = SharedLoad([g.views for g in gateways])
 
     def placed(
-        self, now: float, source: int, position: int, request: RoutingRequest, uncached: int
+        self,
+        now: float,
+        source: int,
+        position: int,
+        request: RoutingRequest,
+        uncached: int,
+        *,
+        record: bool = True,
     ) -> None:
         """Gateway `source` sent `request`, of `uncached` predicted uncached prompt tokens,
-        to the replica at `position`."""
+        to the replica at `position` (`record=False`: a P/D decode leg to a replica that keeps
+        no prefix cache, whose load alone changes)."""
+        if not record:
+            self._send(now, source, LoadChange(position, 1, uncached))
+            return
         placement = Placement(
             _gateway_id(source),
             self._ids[position],

@@ -1,14 +1,14 @@
 """The discrete-event replay: a trace, through the gateway's routing, onto simulated engines.
 
 One virtual clock and one event heap (`events`): trace arrivals, and each replica's steps or
-fast-forwarded decode runs (`replica`). Each arrival is routed by the stack
+fast-forwarded decode runs (`stepping`). Each arrival is routed by the stack
 `scoring.stack.build_routing_stack` builds from the gateway's `routing:` section, on what a live
-gateway would see: scraped metrics (stale after `stale_after_s`), its own in-flight counts and
-pending prefill, the prefix index and TTFT model its `PrefixFeed` feeds, and the precise index
-fed the engines' KV events late (`kv_feed`). `SimSettings.gateways` > 1 spreads requests over
-gateways (`gateways`, `sharing`); `oracle[:<profile>]` reads perfect signals; a `ClosedLoop`
-makes `users` users send each turn `think_s` after the last; a `ReplayObserver` sees every
-decision, first token and completion (docs/architecture.md, "The replay").
+gateway would see (`scrapes`): scraped metrics, its own in-flight counts and pending prefill, the
+prefix index and TTFT model its `PrefixFeed` feeds, and the precise index fed the engines' KV
+events late (`kv_feed`). `SimSettings.gateways` > 1 spreads requests over gateways (`gateways`,
+`sharing`); `oracle[:<profile>]` reads perfect signals; a `ClosedLoop` makes `users` users send
+each turn `think_s` after the last; a `ReplayObserver` sees every decision, first token and
+completion (docs/architecture.md, "The replay"); on a P/D pool, `disaggregation` runs the legs.
 
 A request reaches its engine at once or after an API server's queue (`frontend_s`); its TTFT and
 latency run from its arrival at the gateway to its token's end of step, plus `request_overhead_s`
@@ -22,27 +22,32 @@ import math
 import random
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from itertools import pairwise
 from typing import Protocol
 
 from routing import PluginRegistry
 from routing.traces import TraceRequest
-from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, metrics_fresh
+from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest
+from scoring.pd.planner import decide
 from scoring.state.precise_index import PreciseIndex
-from scoring.state.prefix_feed import Dispatch, kv_tokens
+from scoring.state.prefix_feed import Dispatch
 from sim.engine.model import EngineModel
-from sim.engine.types import EngineProfile
+from sim.engine.types import EngineConfig, EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.closed_loop import ClosedLoop, turns_of
+from sim.replay.disaggregation import PdFlow
 from sim.replay.events import EventQueue, Kind
-from sim.replay.gateways import Counters, SimGateway, Spread, build_gateways
+from sim.replay.flight import Flight
+from sim.replay.gateways import Counters, Spread, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
-from sim.replay.outcomes import LatencyHistogram, RequestLog, Timeline
+from sim.replay.outcomes import LatencyHistogram, ReplayResult, RequestLog, Timeline
 from sim.replay.replica import Segment, SimReplica
+from sim.replay.scrapes import Scrapes
 from sim.replay.settings import PolicySpec, SimSettings
 from sim.replay.sharing import StateSharing
+from sim.replay.stepping import Stepping
 
 DEFAULT_MODEL = "sim"
 CLOSED_LOOP_SPAN_S = 60.0  # a closed loop's timeline: samples every span / timeline_points
@@ -65,40 +70,6 @@ class ReplayObserver(Protocol):
     def first_token(self, now: float, request_id: str) -> None: ...
 
     def finished(self, now: float, request_id: str) -> None: ...
-
-
-@dataclass(slots=True)
-class _Live:
-    """A request between its arrival and its last token."""
-
-    replica: int
-    arrival: float
-    dispatch: Dispatch[Counters]
-    output_tokens: int
-    gateway: int
-    hashes: Sequence[int] = ()  # its prompt's engine block hashes, until it reaches the engine
-    first_at: float = math.nan
-    last_at: float = math.nan
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
-    """Everything one replay measured (summarised by `sim.replay.report`)."""
-
-    policy: str
-    replica_ids: tuple[str, ...]
-    requests: int  # finished
-    rejected: int  # could never fit an engine
-    log: RequestLog
-    itl: LatencyHistogram
-    timeline: Timeline
-    dispatched: tuple[int, ...]
-    prefix_queries: int  # tokens looked up, summed over the engines
-    prefix_hits: int
-    preemptions: int
-    makespan_s: float  # virtual time of the last token
-    segments: int  # engine steps and decode runs simulated
-    steps: int  # engine steps they stand for
 
 
 class Replay:
@@ -134,22 +105,20 @@ class Replay:
         kv_events = settings.kv_events
         if kv_events is None:
             kv_events = needs_precise(section, self._spec.profile)
-        self.replicas = [
-            SimReplica(
-                f"replica-{i:02d}",
-                EngineModel(
-                    profile.config, profile.timing, kv_events=kv_events, native=settings.native
-                ),
-                rng.uniform(0.0, settings.scrape_interval_s),
-            )
-            for i in range(settings.replicas)
-        ]
+        roles = settings.roles()
+        self.replicas = _fleet(roles, profile, settings, rng, kv_events=kv_events)
         self.precise = PreciseIndex()
         self.kv_feed: KvEventFeed | None = None
         if kv_events:
             ids = [r.id for r in self.replicas]
             self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s)
         self._position = {r.id: i for i, r in enumerate(self.replicas)}
+        self._scrapes = Scrapes(
+            self.replicas,
+            settings.scrape_interval_s,
+            settings.stale_after_s,
+            oracle=self._spec.oracle,
+        )
         self._oracle_index: EngineCacheIndex | None = None
         if self._spec.oracle:
             self._oracle_index = EngineCacheIndex({r.id: r.engine for r in self.replicas})
@@ -169,15 +138,7 @@ class Replay:
             raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
         many = settings.gateways > 1
         self._spread = Spread(settings.gateways, settings.spread) if many else None
-        self.sharing: StateSharing | None = None
-        if many and settings.shared:
-            self.sharing = StateSharing(
-                self.gateways,
-                settings.sync_delay_s,
-                section.ttft.learn,
-                self._sync_due,
-                self._kv_tokens,
-            )
+        self.sharing = self._state_sharing() if many and settings.shared else None
         self._cpt = section.prefix.chars_per_token
         self._frontend = profile.frontend
         # From the engine's first (and last) token to the client's: added to TTFT and latency.
@@ -186,19 +147,41 @@ class Replay:
             settings.gateway_overhead_token_s,
         )
         self._queue = EventQueue()
-        self._live: dict[str, _Live] = {}
+        self._engines = Stepping(self.replicas, self._queue, fast_forward=settings.fast_forward)
+        self._live: dict[str, Flight] = {}
+        self._pd = self._pd_flow(roles, profile) if settings.prefill else None
         self._log = RequestLog()
         self._itl = LatencyHistogram()
         self._timeline = Timeline(
             hit_rate=[_floats() for _ in self.replicas], load=[_ints() for _ in self.replicas]
         )
-        self._rejected = 0
-        self._next = 0
-        self._segments = self._steps = self._decisions = 0
+        self._rejected = self._next = 0
         self._last_token_at = 0.0
 
     def _clock(self) -> float:
         return self.now
+
+    def _state_sharing(self) -> StateSharing:
+        settings = self._settings
+        return StateSharing(
+            self.gateways,
+            settings.sync_delay_s,
+            settings.routing.ttft.learn,
+            self._sync_due,
+            self._scrapes.kv_tokens,
+        )
+
+    def _pd_flow(self, roles: Sequence[str], profile: EngineProfile) -> PdFlow:
+        return PdFlow(
+            self,
+            queue=self._queue,
+            engines=self._engines,
+            roles=roles,
+            gateways=self.gateways,
+            flights=self._live,
+            profile=profile,
+            section=self._settings.disaggregation,
+        )
 
     def run(self) -> ReplayResult:
         # A replay makes and drops millions of containers but no reference cycles (what a
@@ -229,7 +212,9 @@ class Replay:
             self._kv_events,
             self._sync,
             self._arrival,
+            self._handoff,
             self._engine_arrival,
+            self._transfer_end,
             self._step_start,
             self._sample,
         ]
@@ -307,92 +292,117 @@ class Replay:
             token_keys=request_keys(engine_hashes, block_size) if kv_feed is not None else (),
         )
         if self._oracle_index is not None:
-            self._settle_engines()
+            self._engines.cut_all(self.now)
             self._oracle_index.prepare(
                 routing_request.prefix_hashes,
                 engine_hashes,
                 request.input_tokens,
                 request.block_tokens,
             )
-        snapshots = self._snapshots(routing_request.model, gateway)
-        decision = gateway.stack.scheduler.schedule(
-            routing_request, snapshots, profile=self._spec.profile
+        snapshots = self._scrapes.snapshots(routing_request.model, gateway, self.now)
+        decision, plan = decide(
+            gateway.planner,
+            gateway.stack.scheduler,
+            routing_request,
+            snapshots,
+            endpoints=snapshots,
+            profile=self._spec.profile,
         )
         assert decision.target is not None  # filters fail open; every replica is healthy
         if self._observer is not None:
-            self._observer.decided(self.now, routing_request, snapshots, self._scraped(), decision)
+            self._observer.decided(
+                self.now, routing_request, snapshots, self._scrapes.scraped(self.now), decision
+            )
+        if plan is not None:
+            assert self._pd is not None
+            if self._pd.route(
+                i, routing_request, plan, hashes=engine_hashes, gateway=g, output=output
+            ):
+                return
         position = self._position[decision.target]
-        replica = self.replicas[position]
-        view = gateway.views[position]
-        dispatch = gateway.stack.feed.dispatch(
-            view, routing_request, self.now, self._kv_tokens(replica.id, self.now)
-        )
-        if kv_feed is not None:
-            self.precise.speculate(replica.id, routing_request.token_keys[0][1], self.now)
-        view.in_flight += 1
-        replica.dispatched += 1
-        if self.sharing is not None:
-            self.sharing.placed(self.now, g, position, routing_request, dispatch.uncached_tokens)
-        live = _Live(position, self.now, dispatch, output, g)
+        dispatch = self.send(g, position, routing_request)
+        live = Flight(position, self.now, dispatch, output, g)
         self._live[rid] = live
         if self._frontend.frontend_s > 0:
             live.hashes = engine_hashes
-            at = replica.through_frontend(self.now, self._frontend.frontend_s)
+            at = self.replicas[position].through_frontend(self.now, self._frontend.frontend_s)
             self._queue.push(at, Kind.ENGINE_ARRIVAL, i)
         else:
-            self._enter_engine(rid, request.input_tokens, engine_hashes, live)
+            self._engines.enter(
+                self.now,
+                rid,
+                position,
+                input_tokens=request.input_tokens,
+                engine_hashes=engine_hashes,
+                output_tokens=output,
+            )
+
+    def send(
+        self,
+        g: int,
+        position: int,
+        request: RoutingRequest,
+        *,
+        leg: str = "whole",
+        record: bool = True,
+    ) -> Dispatch[Counters]:
+        """Gateway `g` dispatches `request` (or a P/D leg of it) to the replica at `position`:
+        its prefix feed, the precise index's speculation, its counters, the shared state."""
+        gateway = self.gateways[g]
+        replica = self.replicas[position]
+        view = gateway.views[position]
+        now = self.now
+        dispatch = gateway.stack.feed.dispatch(
+            view, request, now, self._scrapes.kv_tokens(replica.id, now), leg=leg, record=record
+        )
+        if self.kv_feed is not None:
+            self.precise.speculate(replica.id, request.token_keys[0][1], now)
+        view.in_flight += 1
+        replica.dispatched += 1
+        if self.sharing is not None:
+            self.sharing.placed(now, g, position, request, dispatch.uncached_tokens, record=record)
+        return dispatch
 
     def _engine_arrival(self, i: int, _token: int) -> None:
         rid = str(i)
         live = self._live[rid]
+        if live.split is not None:
+            assert self._pd is not None
+            self._pd.engine_arrival(i, live)
+            return
         hashes, live.hashes = live.hashes, ()
-        self._enter_engine(rid, self._trace[i].input_tokens, hashes, live)
+        self._engines.enter(
+            self.now,
+            rid,
+            live.replica,
+            input_tokens=self._trace[i].input_tokens,
+            engine_hashes=hashes,
+            output_tokens=live.output_tokens,
+        )
 
-    def _enter_engine(
-        self, rid: str, input_tokens: int, engine_hashes: Sequence[int], live: _Live
-    ) -> None:
-        """The request reaches its engine now: it joins the engine's next step."""
-        position = live.replica
-        replica = self.replicas[position]
-        new_end = replica.cut(self.now)
-        if new_end is not None:
-            self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
-        replica.engine.add_request_hashed(rid, input_tokens, engine_hashes, live.output_tokens)
-        if not replica.busy and not replica.start_pending:
-            replica.start_pending = True
-            self._queue.push(self.now, Kind.STEP_START, position)
+    def _handoff(self, i: int, _token: int) -> None:
+        assert self._pd is not None
+        self._pd.handoff(i)
 
-    def _settle_engines(self) -> None:
-        """Apply every engine's decode steps that started by now, so that the oracle reads
-        their KV caches as stepping one step at a time would leave them."""
-        for position, replica in enumerate(self.replicas):
-            new_end = replica.cut(self.now)
-            if new_end is not None:
-                self._queue.push(new_end, Kind.STEP_END, position, replica.event_token)
+    def _transfer_end(self, i: int, _token: int) -> None:
+        assert self._pd is not None
+        self._pd.transfer_end(i)
 
     def _step_start(self, position: int, _token: int) -> None:
-        replica = self.replicas[position]
-        replica.start_pending = False
-        if replica.busy or not replica.engine.has_work():
-            return
-        end = replica.start(self.now, self._settings.fast_forward)
-        self._queue.push(end, Kind.STEP_END, position, replica.event_token)
+        self._engines.start(self.now, position)
 
     def _step_end(self, position: int, token: int) -> None:
-        replica = self.replicas[position]
-        if token != replica.event_token or not replica.busy:
-            return  # superseded: the run was cut short
-        segment = replica.finish()
-        self._segments += 1
-        self._steps += segment.steps
+        engines = self._engines
+        segment = engines.end(position, token)
+        if segment is None:
+            return
         if self.kv_feed is not None:
-            due = self.kv_feed.collect(position, replica.engine.take_kv_events(), self.now)
+            events = self.replicas[position].engine.take_kv_events()
+            due = self.kv_feed.collect(position, events, self.now)
             if due is not None:
                 self._queue.push(due, Kind.KV_EVENTS, position)
         self._deliver(segment)
-        if replica.engine.has_work():
-            replica.start_pending = True
-            self._queue.push(self.now, Kind.STEP_START, position)
+        engines.resume(self.now, position, segment)
 
     def _kv_events(self, position: int, _token: int) -> None:
         assert self.kv_feed is not None
@@ -416,54 +426,6 @@ class Replay:
         if self._next < len(self._trace) or self._live:
             self._queue.push(self.now + self._sample_every, Kind.SAMPLE)
 
-    # -- what the gateway sees --------------------------------------------------------------
-
-    def _last_scrape(self, replica: SimReplica) -> float | None:
-        """When the gateway last scraped `replica` (None: not yet)."""
-        interval = self._settings.scrape_interval_s
-        phase = replica.scrape_phase_s
-        if self.now < phase:
-            return None
-        return phase + math.floor((self.now - phase) / interval) * interval
-
-    def _kv_tokens(self, replica_id: str, at: float) -> int | None:
-        """A replica's KV capacity in tokens as the gateways know it at `at` (None: not
-        scraped by then)."""
-        replica = self.replicas[self._position[replica_id]]
-        if at < replica.scrape_phase_s:
-            return None
-        config = replica.engine.config
-        return kv_tokens(config.num_blocks, config.block_size)
-
-    def _scraped(self) -> list[EngineMetrics | None]:
-        """Each replica's metrics as last scraped, however old."""
-        out: list[EngineMetrics | None] = []
-        for replica in self.replicas:
-            scraped = self._last_scrape(replica)
-            out.append(None if scraped is None else replica.metrics_at(scraped))
-        return out
-
-    def _snapshots(self, model: str, gateway: SimGateway) -> list[EndpointSnapshot]:
-        models = frozenset((model,))
-        stale_after = self._settings.stale_after_s
-        now = self.now
-        self._decisions += 1
-        tidy = self._decisions % 64 == 0
-        out = []
-        show = gateway.snapshot
-        for position, replica in enumerate(self.replicas):
-            scraped = self._last_scrape(replica)
-            if self._spec.oracle:
-                metrics = replica.metrics_at(now)
-            elif scraped is None or not metrics_fresh(scraped, now, stale_after):
-                metrics = None
-            else:
-                metrics = replica.metrics_at(scraped)
-            if tidy and scraped is not None:
-                replica.forget_before(scraped)
-            out.append(show(position, metrics, models))
-        return out
-
     # -- tokens -----------------------------------------------------------------------------
 
     def _deliver(self, segment: Segment) -> None:
@@ -474,6 +436,11 @@ class Replay:
             for token in segment.result.tokens:
                 request = live[token.request_id]
                 if token.index == 0:
+                    split = request.split
+                    if split is not None and not split.prefilled:
+                        assert self._pd is not None
+                        self._pd.prefilled(int(token.request_id), request)
+                        continue  # P's token: the client's come from D
                     request.first_at = now
                     seen = now - request.dispatch.at + self._frontend.request_overhead_s
                     self._settle(request, seen)
@@ -502,23 +469,40 @@ class Replay:
         for rid in segment.finished:
             self._complete(rid, live[rid])
 
-    def _settle(self, request: _Live, ttft_s: float | None) -> None:
-        """The request's prefill is done (`ttft_s`: from dispatch, if this is its first token)."""
+    def _settle(self, request: Flight, ttft_s: float | None) -> None:
+        """The request's prefill is done (`ttft_s`: from dispatch, if this is its first token;
+        a P/D decode leg's teaches the transfer line instead of the replica's)."""
         dispatch = request.dispatch
         if dispatch.settled:
             return
-        seen = self.gateways[request.gateway].stack.feed.first_token(dispatch, ttft_s)
-        if self.sharing is not None:
-            self.sharing.first_token(
-                self.now, request.gateway, request.replica, dispatch.uncached_tokens, seen
-            )
+        if dispatch.leg == "decode":
+            if ttft_s is not None:
+                assert self._pd is not None
+                self._pd.decode_first_token(request, ttft_s)
+            ttft_s = None
+        self.settle(request.gateway, request.replica, dispatch, ttft_s)
 
-    def _complete(self, rid: str, request: _Live) -> None:
-        now = self.now
-        request.dispatch.endpoint.in_flight -= 1
-        self._settle(request, None)
+    def settle(
+        self, g: int, position: int, dispatch: Dispatch[Counters], ttft_s: float | None
+    ) -> None:
+        """Gateway `g`'s dispatch to the replica at `position` is prefilled (`ttft_s`: the
+        point it teaches, from dispatch to first token)."""
+        if dispatch.settled:
+            return
+        seen = self.gateways[g].stack.feed.first_token(dispatch, ttft_s)
         if self.sharing is not None:
-            self.sharing.ended(now, request.gateway, request.replica)
+            self.sharing.first_token(self.now, g, position, dispatch.uncached_tokens, seen)
+
+    def end(self, g: int, position: int, dispatch: Dispatch[Counters]) -> None:
+        """Gateway `g`'s dispatch to the replica at `position` is over."""
+        dispatch.endpoint.in_flight -= 1
+        self.settle(g, position, dispatch, None)
+        if self.sharing is not None:
+            self.sharing.ended(self.now, g, position)
+
+    def _complete(self, rid: str, request: Flight) -> None:
+        now = self.now
+        self.end(request.gateway, request.replica, request.dispatch)
         if self._observer is not None:
             self._observer.finished(now, rid)
         n = request.output_tokens
@@ -554,9 +538,47 @@ class Replay:
             prefix_hits=sum(s.prefix_hits for s in stats),
             preemptions=sum(s.preemptions for s in stats),
             makespan_s=self._last_token_at,
-            segments=self._segments,
-            steps=self._steps,
+            segments=self._engines.segments,
+            steps=self._engines.steps,
+            pd=self._pd.summary(self._last_token_at) if self._pd is not None else None,
         )
+
+
+def _fleet(
+    roles: Sequence[str],
+    profile: EngineProfile,
+    settings: SimSettings,
+    rng: random.Random,
+    *,
+    kv_events: bool,
+) -> list[SimReplica]:
+    """A replica of each role, each with its engine and the phase of its scrapes."""
+    return [
+        SimReplica(
+            _replica_id(roles, i),
+            EngineModel(
+                _engine_config(profile, settings, role),
+                profile.timing,
+                kv_events=kv_events,
+                native=settings.native,
+            ),
+            rng.uniform(0.0, settings.scrape_interval_s),
+        )
+        for i, role in enumerate(roles)
+    ]
+
+
+def _replica_id(roles: Sequence[str], position: int) -> str:
+    """`replica-NN` (role both), `prefill-NN`, `decode-NN`: numbered within the role."""
+    role = roles[position]
+    return f"{'replica' if role == 'both' else role}-{position - roles.index(role):02d}"
+
+
+def _engine_config(profile: EngineProfile, settings: SimSettings, role: str) -> EngineConfig:
+    """The profile's engine; an SGLang decode replica keeps no prefix cache (SGLang's P/D)."""
+    if role == "decode" and settings.disaggregation.protocol == "sglang":
+        return replace(profile.config, enable_prefix_caching=False)
+    return profile.config
 
 
 def _floats() -> array[float]:

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import yaml
 
 from routing.config.profiles import PluginSpec, ProfileSpec, RoutingSection
 from sim.plots import pyplot
+from sim.replay.report import summary_row
 from sim.replay.sweep.grid import policy_profile, with_weights
 from sim.replay.sweep.rank import (
     GRID_METRICS,
@@ -116,10 +115,7 @@ def _profile_dict(spec: ProfileSpec) -> dict[str, Any]:
 def run_record(run: SweepRun, position: int, ranking: Ranking) -> dict[str, Any]:
     """One run for `sweep.json`: its grid parameters, rank, and `summary.json`'s fields."""
     p = run.point
-    summary = {
-        k: (None if isinstance(v, float) and math.isnan(v) else v)
-        for k, v in asdict(run.summary).items()
-    }
+    summary = summary_row(run.summary)
     return {
         "rank": position,
         "run": run.index,
