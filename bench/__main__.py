@@ -4,7 +4,8 @@ Run from the repository's root (`bench` is not installed). Subcommands, each doc
 `--help` (their modules are listed in `SUBCOMMANDS`):
 
 - routing and admission: quality (against peer routers), regime (a grid of regimes, live and
-  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise;
+  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise,
+  pd (prefill/decode pools against peers' P/D modes);
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events;
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
@@ -41,6 +42,7 @@ SUBCOMMANDS = {
     "sweep-runners": "bench.sweep_runners",
     "sim-speed": "bench.sim_speed",
     "tracing-overhead": "bench.overhead.tracing",
+    "pd": "bench.pd.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).
