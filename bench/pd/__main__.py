@@ -8,7 +8,8 @@ SGLang's protocol, or 4 replicas of role both.
   through kvgate P/D (vLLM fleet, conditional); its steady completion rate (the middle half
   of the completions) is the fleet's capacity, unless `--capacity` gives one.
 - A (headline): multi-tenant chats (`bench.pd.workloads.tenant_chats`: 8 tenants with
-  1,500-token system prompts, 2–6 turns) open loop at each `--loads` fraction of capacity,
+  1,500-token system prompts, 2–6 turns) open loop at each `--loads` fraction of capacity
+  over `--duration` seconds (steady from the start: chats under way at the edges are cut),
   through kvgate P/D (vLLM fleet, conditional), vllm-router's P/D mode (vLLM fleet),
   sglang-router's (SGLang fleet, its default cache_aware policy), kvgate P/D on the SGLang
   fleet, and kvgate on the aggregated fleet; the same requests for all in a repeat.
@@ -35,6 +36,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench.pd import report, simulate
 from bench.pd.live import FleetSpec, LiveRun, RouterSpec, pd_figures, run
@@ -145,9 +148,9 @@ class Bench:
             seed = self.args.seed + repeat
             for load in self.args.loads:
                 rate = load * capacity
-                chats = tenant_chats(seed, conversations_for(rate, self.args.duration))
                 think = THINK_MODEL_S / self.args.speedup
-                requests = chat_requests(chats, rate, think, seed)
+                chats = tenant_chats(seed, conversations_for(rate, self.args.duration, think))
+                requests = chat_requests(chats, rate, think, seed, self.args.duration)
                 cell = f"load-{load:g}"
                 for spec in _rotated(ROUTERS_A, repeat):
                     self.note(
@@ -159,6 +162,7 @@ class Bench:
                     row: dict[str, Any] = {"comparison": "A", "mode": "live", "cell": cell}
                     row["router"] = spec.name
                     row |= {"repeat": repeat, "seed": seed, "load": load, "offered_rps": rate}
+                    row["sent_rps"] = len(requests) / self.args.duration
                     self.rows.append(row | _figures(done))
                     _print_run(self.rows[-1])
                     self.save()
@@ -285,6 +289,18 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return bench.rows
 
 
+def rerender(source: Path, out: Path) -> int:
+    """The outputs of an earlier run, from its pd.json, written into `out`."""
+    doc = orjson.loads(source.read_bytes())
+    rows = doc["rows"]
+    kept = {k: doc[k] for k in ("settings", "capacity") if k in doc}
+    report.write_json(kept, rows, out / "pd.json")
+    plots = report.write_plots(rows, out)
+    report.print_tables(rows)
+    print(f"\nwrote {out / 'pd.json'}" + "".join(f", {p}" for p in plots))
+    return 1 if any(r["errors"] for r in rows) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench pd",
@@ -297,13 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=0.5, help="emulator speedup (default 0.5)")
     p.add_argument("--loads", default="0.5,0.8", help="A: fractions of capacity")
     p.add_argument("--capacity", type=float, help="A: capacity in req/s (default: probe)")
-    p.add_argument("--duration", type=float, default=24.0, help="A: seconds of arrivals a run")
+    p.add_argument("--duration", type=float, default=30.0, help="A: seconds of arrivals a run")
     p.add_argument("--probe-chats", type=int, default=90, help="chats in the capacity probe")
     p.add_argument("--b-requests", type=int, default=100, help="B: requests a run")
     p.add_argument("--b-load", type=float, default=0.6, help="B: fraction of D's prefill rate")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="out/bench/pd")
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: the tables, JSON and plots again from an earlier pd.json",
+    )
     args = p.parse_args(argv)
+    if args.from_json is not None:
+        return rerender(args.from_json, Path(args.out))
     args.loads = [float(x) for x in args.loads.split(",")]
     if args.quick:
         args.repeats, args.duration, args.probe_chats, args.b_requests = 1, 12.0, 30, 50

@@ -94,5 +94,8 @@ def replay(
             f"{'split' if why in SPLIT_WHYS else 'local'}/{why}": n for why, n in pd.why.items()
         }
         out["transfer_mean_s"] = pd.transfer_mean_s * scale
+        # The planner's learnt decode-leg line at the end: seconds + seconds per moved token.
+        out["link_overhead_s"] = pd.link_overhead_s * scale
+        out["link_token_s"] = pd.link_token_s * scale
         out["busy"] = dict(pd.busy)
     return out

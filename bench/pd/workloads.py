@@ -1,8 +1,10 @@
 """The P/D benchmark's workloads and its capacity arithmetic; pure and seeded.
 
 - `tenant_chats` (comparison A): `TENANTS` tenants, each with a `PREFIX_TOKENS`-token system
-  prompt, chats of 2–6 turns (`sim.workloads.family`), sent open loop (`chat_requests`:
-  chats start as a Poisson process, turns `think_s` apart on average).
+  prompt, chats of 2–6 turns (`sim.workloads.family`), sent open loop by `chat_requests`:
+  chats start as a Poisson process, turns `think_s` apart on average, from a warm-up before
+  the window so that requests arrive at the steady rate from its start (the turns before the
+  window and after its end are left out: chats already under way, or not over, at the edges).
 - `mixed_trace` (comparison B): single requests with prompts of their own, `SHORT_SHARE` of
   them short (`SHORT_TOKENS` ± 50 %), the rest long (`LONG_TOKENS`, uniform), Poisson
   arrivals; sent live as token-id completions, replayed as the same trace by the simulator.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import count
 
 from routing.traces import TraceRequest
@@ -51,17 +54,30 @@ def tenant_chats(seed: int, conversations: int) -> list[family.Chat]:
     return family.chats(cell)
 
 
-def conversations_for(rate_rps: float, duration_s: float) -> int:
-    """How many chats make about `duration_s` of requests at `rate_rps` (mean turns)."""
-    return max(1, round(rate_rps * duration_s / ((MIN_TURNS + MAX_TURNS) / 2)))
+def warmup_s(think_s: float) -> float:
+    """How long before the window chats start: a long chat's turns (`MAX_TURNS` − 1 gaps)."""
+    return (MAX_TURNS - 1) * think_s
+
+
+def conversations_for(rate_rps: float, duration_s: float, think_s: float = 0.0) -> int:
+    """How many chats make requests at `rate_rps` over `duration_s` and the warm-up before it
+    (`warmup_s(think_s)`), at the mean number of turns."""
+    span = duration_s + warmup_s(think_s)
+    return max(1, round(rate_rps * span / ((MIN_TURNS + MAX_TURNS) / 2)))
 
 
 def chat_requests(
-    chats: Sequence[family.Chat], rate_rps: float, think_s: float, seed: int
+    chats: Sequence[family.Chat], rate_rps: float, think_s: float, seed: int, duration_s: float
 ) -> list[TimedRequest]:
-    """The chats open loop at `rate_rps` requests a second, streamed chat completions."""
+    """The chats' turns that arrive within a window of `duration_s`, open loop at `rate_rps`
+    requests a second, as streamed chat completions (see the module docstring)."""
     arrivals = family.open_arrivals(chats, rate_rps, think_s, seed)
-    return family.chat_requests(chats, arrivals, MODEL)
+    start = warmup_s(think_s)
+    return [
+        replace(r, at_s=r.at_s - start)
+        for r in family.chat_requests(chats, arrivals, MODEL)
+        if start <= r.at_s < start + duration_s
+    ]
 
 
 def mixed_trace(seed: int, requests: int, rate_rps: float) -> list[TraceRequest]:

@@ -71,3 +71,15 @@ def test_tenant_chats_share_one_system_prompt_per_tenant() -> None:
     assert all(c.system_prompt == prompts[c.tenant] for c in chats)
     assert len(set(prompts.values())) == len(prompts) <= workloads.TENANTS
     assert all(workloads.MIN_TURNS <= len(c.user_turns) <= workloads.MAX_TURNS for c in chats)
+
+
+def test_chat_requests_arrive_at_the_steady_rate_across_the_window() -> None:
+    rate, think, duration = 6.0, 2.0, 200.0
+    chats = workloads.tenant_chats(
+        seed=4, conversations=workloads.conversations_for(rate, duration, think)
+    )
+    requests = workloads.chat_requests(chats, rate, think, seed=4, duration_s=duration)
+    times = [r.at_s for r in requests]
+    assert times == sorted(times) and times[0] >= 0 and times[-1] < duration
+    first, second = (sum(1 for t in times if lo <= t < lo + 50) / 50 for lo in (0, 150))
+    assert first == pytest.approx(rate, rel=0.25) and second == pytest.approx(rate, rel=0.25)
