@@ -133,6 +133,15 @@ calibrate: $(STAMP)
 bench-precise: $(STAMP)
 	$(BIN)/python -m bench precise --repeats 3 $(PRECISE_ARGS)
 
+# kvgate on prefill/decode pools (2 P + 2 D emulated, demo profile at half speed): A, multi-tenant
+# chats at 50% and 80% of a probed capacity through kvgate P/D, vllm-router's and
+# sglang-router's P/D modes, kvgate on an SGLang fleet and kvgate aggregated; B, kvgate's
+# conditional/always/never on short+long prompts, live and simulated; 3 repeats, ~35 min
+# (PD_ARGS=--quick: ~10); writes out/bench/pd/{pd.json,pd_ttft.png,pd_modes.png}.
+.PHONY: bench-pd
+bench-pd: $(STAMP)
+	$(BIN)/python -m bench pd $(PD_ARGS)
+
 # The Grafana dashboard's panels drawn from a live run (3 emulated replicas, chats with a
 # surge): ~2 min; writes out/dashboard/ (the panels PNG and their series as JSON).
 .PHONY: bench-dashboard

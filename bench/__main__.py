@@ -3,8 +3,9 @@
 Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
 `--help` (their modules are listed in `SUBCOMMANDS`):
 - routing and admission: quality (against peer routers), regime (a grid of regimes), dp
-  (data-parallel ranks), vllm-pressure (real vLLM CPU), epp and epp-flow (behind Envoy; its
-  flow control and rewrites), admission, precise;
+  (data-parallel ranks), pd (prefill/decode pools against peers' P/D modes), vllm-pressure
+  (real vLLM CPU), epp and epp-flow (behind Envoy; its flow control and rewrites), admission,
+  precise;
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events, body-parse (loop stall);
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
@@ -44,6 +45,7 @@ SUBCOMMANDS = {
     "tracing-overhead": "bench.overhead.tracing",
     "body-parse": "bench.body_parse",
     "dp": "bench.data_parallel.__main__",
+    "pd": "bench.pd.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -42,6 +42,7 @@ class RequestResult:
     backend: str | None  # the gateway's x-kvgate-backend header, if any
     error: str | None = None
     itls_s: tuple[float, ...] = ()  # gaps between streamed output chunks
+    prefill_backend: str | None = None  # x-kvgate-prefill-backend: a split P/D request's P
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +184,7 @@ async def _turn(
             "POST", "/v1/chat/completions", json=body, headers=headers
         ) as resp:
             backend = resp.headers.get("x-kvgate-backend")
+            prefill_backend = resp.headers.get("x-kvgate-prefill-backend")
             if resp.status_code != 200:
                 await resp.aread()
                 duration = time.monotonic() - start
@@ -206,7 +208,9 @@ async def _turn(
     except (httpx.HTTPError, RuntimeError) as exc:
         return RequestResult(conv_id, ttft, time.monotonic() - start, 0, None, repr(exc)), ""
     duration = time.monotonic() - start
-    result = RequestResult(conv_id, ttft, duration, 200, backend, None, _gaps(stamps))
+    result = RequestResult(
+        conv_id, ttft, duration, 200, backend, None, _gaps(stamps), prefill_backend
+    )
     return result, "".join(parts)
 
 
@@ -248,6 +252,7 @@ async def _timed(
     try:
         async with client.stream("POST", req.path, content=req.body, headers=headers) as resp:
             backend = resp.headers.get("x-kvgate-backend")
+            prefill_backend = resp.headers.get("x-kvgate-prefill-backend")
             if resp.status_code != 200:
                 text = (await resp.aread())[:200].decode(errors="replace")
                 duration = time.monotonic() - start
@@ -263,7 +268,9 @@ async def _timed(
                         ttft = stamps[0] - start
             duration = time.monotonic() - start
             stats.results.append(
-                RequestResult(rid, ttft, duration, 200, backend, None, _gaps(stamps))
+                RequestResult(
+                    rid, ttft, duration, 200, backend, None, _gaps(stamps), prefill_backend
+                )
             )
     except httpx.HTTPError as exc:
         stats.results.append(RequestResult(rid, ttft, time.monotonic() - start, 0, None, repr(exc)))
