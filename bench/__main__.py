@@ -3,9 +3,8 @@
 Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
 `--help` (their modules are listed in `SUBCOMMANDS`):
 
-- routing and admission: quality (against peer routers), regime (a grid of regimes, live and
-  simulated), vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise,
-  pd (prefill/decode pools against peers' P/D modes);
+- routing and admission: quality (against peer routers), regime (regimes, live and simulated),
+  vllm-pressure (real vLLM CPU servers), epp (behind Envoy), admission, precise, pd (P/D pools);
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events;
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
