@@ -1,7 +1,7 @@
 """`python -m bench SUBCOMMAND [ARGS]`: kvgate's benchmarks, calibration and fidelity check.
 
-Run from the repository's root (`bench` is not installed). Subcommands, each documented by its
-`--help` (their modules are listed in `SUBCOMMANDS`):
+Run from the repository's root (`bench` is not installed). Subcommands (modules in
+`SUBCOMMANDS`, each with its `--help`):
 - routing and admission: quality (against peer routers), regime (a grid of regimes), dp
   (data-parallel ranks), pd (prefill/decode pools against peers' P/D modes), vllm-pressure
   (real vLLM CPU), epp and epp-flow (behind Envoy; its flow control and rewrites), admission,
@@ -12,7 +12,6 @@ Run from the repository's root (`bench` is not installed). Subcommands, each doc
   sim-speed, sweep-runners;
 - several gateways: shared-state, shared-state-fleet; and dashboard (Grafana panels rendered);
 - all: quality, overhead and decision in turn; takes only `--quick`, passed to those with it.
-
 Arguments after the subcommand go to it: `python -m bench quality --help`.
 """
 

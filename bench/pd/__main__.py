@@ -1,29 +1,17 @@
 """`python -m bench pd`: kvgate on disaggregated prefill/decode pools, against peers' P/D modes.
 
-Fleets: `kvgate emulate` on the `demo` profile (its default KV link), run `--speedup` times
-real time, fresh (cold) for every run: 2 prefill + 2 decode replicas speaking vLLM's or
-SGLang's protocol, or 4 replicas of role both.
-
-- Capacity: a closed-loop saturation probe of comparison A's chats (`PROBE_CLIENTS` clients)
-  through kvgate P/D (vLLM fleet, conditional); its steady completion rate (the middle half
-  of the completions) is the fleet's capacity, unless `--capacity` gives one.
-- A (headline): multi-tenant chats (`bench.pd.workloads.tenant_chats`: 8 tenants with
-  1,500-token system prompts, 2–6 turns) open loop at each `--loads` fraction of capacity
-  over `--duration` seconds (steady from the start: chats under way at the edges are cut),
-  through kvgate P/D (vLLM fleet, conditional), vllm-router's P/D mode (vLLM fleet),
-  sglang-router's (SGLang fleet, its default cache_aware policy), kvgate P/D on the SGLang
-  fleet, and kvgate on the aggregated fleet; the same requests for all in a repeat.
-- B: 70 % short (~100-token), 30 % long (3–4k-token) prompts open loop at `--b-load` of the two
-  decode replicas' prefill capacity (engine-model arithmetic,
-  `bench.pd.workloads.prefill_capacity_rps`), kvgate P/D (vLLM fleet) in modes conditional,
-  always and never, live and replayed by the simulator on the same trace.
-
-Every cell is repeated `--repeats` times with its own seed (the routers' order rotated per
-repeat). Per run: client TTFT and ITL (mean, p50, p90), errors, throughput, the share of
-requests that reached a P, tokens moved to D, P's and D's engine TTFT, and kvgate's P/D
-decisions, prefill fallbacks and decode-leg first-token time. Writes OUT/pd.json (rows,
-summaries over repeats, kvgate/peer ratios, targets) and OUT/pd_ttft.png, OUT/pd_modes.png;
-prints the tables at the end.
+Fresh `kvgate emulate` fleets on the `demo` profile at `--speedup`: 2 prefill + 2 decode
+replicas (vLLM's or SGLang's protocol) or 4 of role both. A: multi-tenant chats (8 tenants,
+1,500-token system prompts, 2–6 turns) open loop at `--loads` × the capacity a closed-loop
+probe measures through kvgate P/D (or `--capacity`), through kvgate P/D (vLLM fleet,
+conditional), vllm-router's and sglang-router's P/D modes, kvgate P/D on the SGLang fleet and
+kvgate aggregated. B: 70 % short, 30 % long (3–4k-token) prompts at `--b-load` × the decode
+pair's prefill rate, kvgate in modes conditional, always and never, live and simulated on the
+same trace. Cells repeat `--repeats` times (own seed, routers' order rotated). Per run: TTFT
+and ITL, errors, throughput, P's share, moved tokens, P's and D's engine TTFT, kvgate's P/D
+decisions, fallbacks and decode legs. Writes OUT/pd.json (rows, means ± sd over repeats,
+ratios, targets), OUT/pd_ttft.png and OUT/pd_modes.png; prints the tables. docs/benchmarks.md
+has the latest figures.
 """
 
 from __future__ import annotations
@@ -83,7 +71,13 @@ class Bench:
         names = dict.fromkeys(s.router for s in ROUTERS_A)
         self.installs: dict[str, PeerInstall] = {n: ensure_peer(n) for n in names}
         self.rows: list[dict[str, Any]] = []
-        self.doc: dict[str, Any] = {"settings": {**vars(args)}, "capacity": {}}
+        self.doc: dict[str, Any] = {
+            "settings": {**vars(args)},
+            "routers": {
+                n: {"version": i.version, "python": str(i.python)} for n, i in self.installs.items()
+            },
+            "capacity": {},
+        }
         self.started = time.monotonic()
         self.runs_done = 0
         self.runs_total = args.repeats * (
@@ -289,11 +283,17 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return bench.rows
 
 
-def rerender(source: Path, out: Path) -> int:
-    """The outputs of an earlier run, from its pd.json, written into `out`."""
-    doc = orjson.loads(source.read_bytes())
-    rows = doc["rows"]
-    kept = {k: doc[k] for k in ("settings", "capacity") if k in doc}
+def rerender(sources: Sequence[Path], out: Path) -> int:
+    """The outputs of earlier runs, from their pd.json files (rows pooled; settings, routers
+    and capacity of the first, the others' under `merged`), written into `out`."""
+    docs = [orjson.loads(source.read_bytes()) for source in sources]
+    rows = [row for doc in docs for row in doc["rows"]]
+    kept = {k: docs[0][k] for k in ("settings", "routers", "capacity") if k in docs[0]}
+    if len(docs) > 1:
+        kept["merged"] = [
+            {"source": str(src), **{k: doc[k] for k in ("settings", "capacity") if k in doc}}
+            for src, doc in zip(sources[1:], docs[1:], strict=True)
+        ]
     report.write_json(kept, rows, out / "pd.json")
     plots = report.write_plots(rows, out)
     report.print_tables(rows)
@@ -322,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--from-json",
         type=Path,
+        nargs="+",
         metavar="FILE",
-        help="run nothing: the tables, JSON and plots again from an earlier pd.json",
+        help="run nothing: the tables, JSON and plots again from earlier pd.json files (their "
+        "rows pooled, e.g. a run with --loads 0.3 --capacity C beside the run that probed C)",
     )
     args = p.parse_args(argv)
     if args.from_json is not None:

@@ -254,7 +254,8 @@ def write_plots(rows: Sequence[Row], out: Path) -> list[Path]:
         a = [s for s in summaries if s["comparison"] == "A"]
         if a:
             path = out / "pd_ttft.png"
-            written.append(_bars(a, "cell", path, "A: TTFT per router", A_BARS, unit="seconds"))
+            title, unit = "A: TTFT per router", "seconds (log scale)"
+            written.append(_bars(a, "cell", path, title, A_BARS, unit=unit, log=True))
         b = [s for s in summaries if s["comparison"] == "B"]
         if b:
             path = out / "pd_modes.png"
@@ -283,11 +284,12 @@ def _bars(
     bars: Sequence[tuple[str, str]],
     *,
     unit: str,
+    log: bool = False,
 ) -> Path:
     """One panel per `panel_key` value, a group of `bars` (figure, legend) per router: the
     means over the repeats, ± sd whiskers."""
     plt = pyplot()
-    panels = list(dict.fromkeys(s[panel_key] for s in summaries))
+    panels = sorted(dict.fromkeys(s[panel_key] for s in summaries))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
         group = [s for s in summaries if s[panel_key] == panel]
@@ -306,6 +308,14 @@ def _bars(
         ax.set_xticks(list(xs))
         ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(unit)
+        if log:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+            # Minor ticks: 2 and 5 of each decade labelled, the others bare.
+            minor = plt.FuncFormatter(
+                lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in "25" else ""
+            )
+            ax.yaxis.set_minor_formatter(minor)
         ax.set_title(f"{title}: {panel}")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
