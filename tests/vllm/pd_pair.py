@@ -6,10 +6,10 @@ random weights (`write_random_weights`: greedy answers depend on the whole promp
 caching, blocks of 32 tokens and `NIXL_CONNECTOR` (`kv_both`, CPU buffers): each engine on
 its own core, each NIXL side channel on a free port of 127.0.0.1. It yields a `PdPair` once a
 split request has succeeded (`_warm_up`); both are stopped by pid on exit. `prefill_body`
-and `decode_body` are the two legs of vLLM's protocol as its own proxy sends them: P
-prefills with `max_tokens` 1 and `do_remote_decode` and answers `kv_transfer_params`; D gets
-the client's body with those params and pulls P's blocks. `read_counters` reads what an
-engine's `/metrics` counts of it."""
+and `decode_body` are the two legs of vLLM's protocol, as the gateway sends them
+(`routing.nixl_bodies`): P prefills with `max_tokens` 1 and `do_remote_decode` and answers
+`kv_transfer_params`; D gets the client's body with those params and pulls P's blocks.
+`read_counters` reads what an engine's `/metrics` counts of it."""
 
 from __future__ import annotations
 
@@ -29,21 +29,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.calibrate.server import NIXL_CONNECTOR, ServerSettings, vllm_servers
 from bench.calibrate.tinymodel import ModelSpec, write_random_weights
 from bench.live_vllm import prepare_vllm
+from routing.nixl_bodies import decode_request, prefill_request
 from sim.live.processes import free_port
 
 log = logging.getLogger(__name__)
 
 MODEL = "kvgate-vllm"
 WARM_UP_ATTEMPTS = 5
-# What P is told: decode elsewhere; the remote fields are filled in by P's answer.
-REMOTE_DECODE: dict[str, Any] = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+prefill_body = prefill_request  # the legs' bodies, as the gateway sends them
+decode_body = decode_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,20 +127,6 @@ def _warm_up(prefill_url: str, decode_url: str, attempts: int = WARM_UP_ATTEMPTS
                 return attempt
             log.warning("warm-up split request %d: D answered %d", attempt, resp.status_code)
     raise RuntimeError(f"D failed every one of {attempts} split requests: see its log")
-
-
-def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    """P's copy of a client's body: one token, not streamed, `do_remote_decode`."""
-    out = {k: v for k, v in body.items() if k not in ("stream_options", "min_tokens")}
-    out.update(stream=False, max_tokens=1, n=1, kv_transfer_params=dict(REMOTE_DECODE))
-    if "max_completion_tokens" in body:
-        out["max_completion_tokens"] = 1
-    return out
-
-
-def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
-    """D's copy: the client's body with P's `kv_transfer_params`, verbatim."""
-    return {**body, "kv_transfer_params": kv_transfer_params}
 
 
 async def prefill(
