@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.pd.live import KVGATE_POLICY
 from bench.pd.workloads import is_long
-from routing import RoutingRequest
+from bench.regime.simulate import Timings
 from routing.config.disaggregation import DisaggregationSection
 from routing.percentile import percentile
 from routing.traces import TraceRequest
@@ -23,24 +23,6 @@ from sim.engine.profiles import get_profile
 from sim.replay import Replay, SimSettings
 
 SPLIT_WHYS = ("faster", "mode_always", "cannot_prefill")  # the planner's reasons to use a P
-
-
-class _Timings:
-    """Each request's TTFT (a `ReplayObserver`), by trace index."""
-
-    def __init__(self, n: int) -> None:
-        self.sent = [math.nan] * n
-        self.ttft = [math.nan] * n
-
-    def decided(self, now: float, request: RoutingRequest, *_: object) -> None:
-        self.sent[int(request.request_id)] = now
-
-    def first_token(self, now: float, request_id: str) -> None:
-        i = int(request_id)
-        self.ttft[i] = now - self.sent[i]
-
-    def finished(self, now: float, request_id: str) -> None:
-        pass
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -63,7 +45,7 @@ def replay(
         decode=decode,
         disaggregation=DisaggregationSection(protocol="vllm", mode=mode),
     )
-    seen = _Timings(len(trace))
+    seen = Timings(len(trace))
     result = Replay(trace, KVGATE_POLICY, get_profile(profile), settings, observer=seen).run()
     scale = 1.0 / speedup
     ttfts = sorted(t * scale for t in seen.ttft if not math.isnan(t))

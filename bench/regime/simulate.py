@@ -50,7 +50,7 @@ class SimRun:
         return floor.floors(self.trace, self.sent_s, get_profile(fleet.profile))
 
 
-class _Timings:
+class Timings:
     """A `ReplayObserver` that keeps each request's routing instant and TTFT."""
 
     def __init__(self, n: int) -> None:
@@ -83,7 +83,7 @@ def replay(
         routing=peer_model.routing_section(routing),
     )
     profile = get_profile(fleet.profile)
-    seen = _Timings(len(trace))
+    seen = Timings(len(trace))
     result = Replay(
         trace, policy, profile, settings, register=peer_model.register, observer=seen, loop=loop
     ).run()
