@@ -5,7 +5,6 @@ gateway, which finds their ranks from the metrics' `engine` labels, names the ch
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,47 +12,23 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import GatewayApp
-from sim.live.processes import ChildProcess, start_emulator
-from sim.workloads import synth_text
+from sim.live.processes import start_emulator
 from tests.integration.conftest import StartGateway
+from tests.support.kv_emulator import Sockets, events_settled, replicas_with_events, tenant_chat
 
 MODEL = "emu"
 RANKS = 4
 
 
 @pytest.fixture
-def engines(tmp_path: Path) -> Iterator[tuple[list[str], list[tuple[str, str]]]]:
-    extra = ["--kv-events-port", "0", "--num-gpu-blocks", "48"]
-    extra += ["--data-parallel-size", str(RANKS)]
-    child: ChildProcess
-    child, urls = start_emulator(2, "demo", MODEL, tmp_path / "emu.log", speedup=50, extra=extra)
-    try:
-        found = child.wait_for_line(r"^replica \d+ kv-events: (\S+) replay (\S+)", 2)
-        yield urls, [(m.group(1), m.group(2)) for m in found]
-    finally:
-        child.stop()
-
-
-def _settled(app: GatewayApp, quiet_s: float = 0.15) -> None:
-    last, since = -1, time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        seen = sum(s.counters.batches for s in app.runtime.kv_loops.subscribers.values())
-        if seen != last:
-            last, since = seen, time.monotonic()
-        time.sleep(0.02)
+def engines(tmp_path: Path) -> Iterator[tuple[list[str], Sockets]]:
+    extra = ("--num-gpu-blocks", "48", "--data-parallel-size", str(RANKS))
+    with replicas_with_events(tmp_path, *extra) as replicas:
+        yield replicas
 
 
 def _chat(tenant: int, turn: int, rng: random.Random) -> dict[str, Any]:
-    system = synth_text(random.Random(tenant), 200)
-    return {
-        "model": MODEL,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": f"turn {turn}: " + synth_text(rng, 20)},
-        ],
-        "max_tokens": 4,
-    }
+    return tenant_chat(tenant, turn, rng, 200)
 
 
 def test_ranks_are_targets_with_their_own_metrics_events_and_exact_predictions(
@@ -74,7 +49,7 @@ def test_ranks_are_targets_with_their_own_metrics_events_and_exact_predictions(
         for i in range(80):  # 12 tenants on 8 ranks of 48 blocks: each rank evicts
             r = c.post("/v1/chat/completions", json=_chat(rng.randrange(12), i, rng))
             assert r.status_code == 200, r.text
-            _settled(app)
+            events_settled(app)
         state = {b["id"]: b for b in c.get("/admin/backends").json()["backends"]}
         page = c.get("/metrics").text
     assert set(state) == set(ids)

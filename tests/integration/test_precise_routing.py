@@ -5,7 +5,6 @@ every request's cached prompt tokens exactly, evictions included."""
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,46 +12,20 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import GatewayApp
-from sim.live.processes import ChildProcess, start_emulator
-from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
+from tests.support.kv_emulator import Sockets, events_settled, replicas_with_events, tenant_chat
 
 MODEL = "emu"
 
 
 @pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[tuple[list[str], list[tuple[str, str]]]]:
-    extra = ["--kv-events-port", "0", "--num-gpu-blocks", "64"]
-    child: ChildProcess
-    child, urls = start_emulator(2, "demo", MODEL, tmp_path / "emu.log", speedup=50, extra=extra)
-    try:
-        found = child.wait_for_line(r"^replica \d+ kv-events: (\S+) replay (\S+)", 2)
-        yield urls, [(m.group(1), m.group(2)) for m in found]
-    finally:
-        child.stop()
-
-
-def _settled(app: GatewayApp, quiet_s: float = 0.15) -> None:
-    """Wait until no KV-event batch arrived for `quiet_s` (the last answer's events are in)."""
-    last, since = -1, time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        seen = sum(s.counters.batches for s in app.runtime.kv_loops.subscribers.values())
-        if seen != last:
-            last, since = seen, time.monotonic()
-        time.sleep(0.02)
+def emulator(tmp_path: Path) -> Iterator[tuple[list[str], Sockets]]:
+    with replicas_with_events(tmp_path, "--num-gpu-blocks", "64") as replicas:
+        yield replicas
 
 
 def _chat(tenant: int, turn: int, rng: random.Random) -> dict[str, Any]:
-    system = synth_text(random.Random(tenant), 300)  # ~300 words a tenant, shared
-    return {
-        "model": MODEL,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": f"turn {turn}: " + synth_text(rng, 20)},
-        ],
-        "max_tokens": 4,
-    }
+    return tenant_chat(tenant, turn, rng, 300)  # ~300 words a tenant, shared
 
 
 def test_predictions_match_the_engines_cached_tokens(
@@ -72,7 +45,7 @@ def test_predictions_match_the_engines_cached_tokens(
             body = _chat(rng.randrange(8), i, rng)
             r = c.post("/v1/chat/completions", json=body)
             assert r.status_code == 200, r.text
-            _settled(app)
+            events_settled(app)
         state = c.get("/admin/backends").json()["backends"]
         route = c.post("/admin/route", json=_chat(0, 99, rng)).json()
     graded = [b["precise_index"]["predictions"] for b in state]

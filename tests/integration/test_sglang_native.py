@@ -24,10 +24,10 @@ from sim.emulator.engines import Engine
 from sim.emulator.replica import Replica
 from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer
-from sim.live.processes import ChildProcess, start_emulator
 from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import ServeApp
+from tests.support.kv_emulator import Sockets, events_settled, replicas_with_events
 from tests.support.servers import ServerThread
 
 MODEL = "emu"
@@ -291,25 +291,9 @@ def test_utility_endpoints_are_relayed(
 
 
 @pytest.fixture
-def sglang_with_events(tmp_path: Path) -> Iterator[tuple[list[str], list[tuple[str, str]]]]:
-    extra = ["--engine", "sglang", "--kv-events-port", "0", "--num-gpu-blocks", "64"]
-    child: ChildProcess
-    child, urls = start_emulator(2, "demo", MODEL, tmp_path / "emu.log", speedup=50, extra=extra)
-    try:
-        found = child.wait_for_line(r"^replica \d+ kv-events: (\S+) replay (\S+)", 2)
-        yield urls, [(m.group(1), m.group(2)) for m in found]
-    finally:
-        child.stop()
-
-
-def _settled(app: GatewayApp, quiet_s: float = 0.15) -> None:
-    """Wait until no KV-event batch arrived for `quiet_s` (the last answer's events are in)."""
-    last, since = -1, time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        seen = sum(s.counters.batches for s in app.runtime.kv_loops.subscribers.values())
-        if seen != last:
-            last, since = seen, time.monotonic()
-        time.sleep(0.02)
+def sglang_with_events(tmp_path: Path) -> Iterator[tuple[list[str], Sockets]]:
+    with replicas_with_events(tmp_path, "--engine", "sglang", "--num-gpu-blocks", "64") as r:
+        yield r
 
 
 def test_input_ids_key_the_precise_index_without_a_tokenizer(
@@ -331,7 +315,7 @@ def test_input_ids_key_the_precise_index_without_a_tokenizer(
             body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}
             r = c.post("/generate", json=body)
             assert r.status_code == 200, r.text
-            _settled(app)
+            events_settled(app)
         state = c.get("/admin/backends").json()["backends"]
     graded = [b["precise_index"]["predictions"] for b in state]
     requests = sum(g["requests"] for g in graded)
