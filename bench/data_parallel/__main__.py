@@ -7,7 +7,8 @@ chats with shared system prompts (closed loop), each router on a fresh fleet, al
 turn within each repeat: kvgate naming ranks (found from the engines), kvgate with `dp_size=1`
 (the engine balances, least loaded), sglang-router `cache_aware --dp-aware`. Reports the
 replicas' prefix-cache hit rate and client mean TTFT per router, and the ratios over the
-repeats' means; writes `dp.json` to `--out`.
+repeats' means; writes `dp.json` to `--out`. `--sim`: the same shape in the offline simulator
+instead (`bench.data_parallel.simulated`; seconds, no processes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from bench.data_parallel.simulated import simulate
 from bench.peers import ensure_peer, peer_router
 from sim.live.experiment import (
     Fleet,
@@ -115,6 +117,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--policy", default="prefix-aware", help="kvgate's policy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="1 repeat of 24 chats")
+    p.add_argument("--sim", action="store_true", help="replay in the simulator, not live")
+    p.add_argument("--clients", type=int, default=6, help="--sim: closed-loop users (6)")
     p.add_argument("--out", default="out/bench/dp")
     args = p.parse_args(argv)
     if args.quick:
@@ -129,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    runs = asyncio.run(run(args, logs))
+    runs = simulate(args) if args.sim else asyncio.run(run(args, logs))
     report = {
         "started_utc": when,
         "wall_s": time.monotonic() - started,
@@ -139,7 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary(runs),
         "runs": runs,
     }
-    (out / "dp.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out / ("dp-sim.json" if args.sim else "dp.json")).write_text(
+        json.dumps(report, indent=2, default=str) + "\n"
+    )
     print(json.dumps(report["summary"], indent=2))
     return 0
 

@@ -165,6 +165,27 @@ def _add_pd_options(m: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_dp_options(m: argparse.ArgumentParser) -> None:
+    g = m.add_argument_group(
+        "data-parallel engines",
+        "Each replica an engine of N data-parallel ranks behind one endpoint, each rank with "
+        "its own KV cache and queue (vLLM --data-parallel-size, SGLang --dp-size)",
+    )
+    g.add_argument(
+        "--data-parallel-size",
+        type=int,
+        metavar="N",
+        help="ranks per replica (default 1)",
+    )
+    g.add_argument(
+        "--dp-routing",
+        choices=["rank", "engine"],
+        help="rank: the gateway routes to each rank, as kvgate does with dp_size (default); "
+        "engine: the gateway routes to the replica and its engine balances the ranks "
+        "(least 4 x waiting + running), as for a gateway that does not know them",
+    )
+
+
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = sub.add_parser(
         "sim",
@@ -229,6 +250,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "session at one gateway (default %(default)s)",
     )
     _add_pd_options(m)
+    _add_dp_options(m)
     modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
     w = modes.add_parser(
         "sweep",

@@ -163,7 +163,21 @@ def fleet_settings(args: argparse.Namespace, config: dict[str, Any]) -> dict[str
         "prefill": prefill,
         "decode": decode,
         "disaggregation": section.model_copy(update=changes),
+        **_data_parallel(args, prefill),
     }
+
+
+def _data_parallel(args: argparse.Namespace, prefill: int) -> dict[str, Any]:
+    """SimSettings keyword arguments for `--data-parallel-size` and `--dp-routing`."""
+    size = getattr(args, "data_parallel_size", None) or 1
+    routing = getattr(args, "dp_routing", None)
+    if size < 1:
+        raise ValueError("--data-parallel-size must be >= 1")
+    if routing is not None and size == 1:
+        raise ValueError("--dp-routing is for --data-parallel-size N > 1")
+    if routing == "engine" and prefill:
+        raise ValueError("--dp-routing engine is not simulated on a P/D pool (ranks: rank)")
+    return {"data_parallel_size": size, "dp_routing": routing or "rank"}
 
 
 def with_link(profile: EngineProfile, args: argparse.Namespace) -> tuple[EngineProfile, str]:
@@ -192,15 +206,20 @@ def with_link(profile: EngineProfile, args: argparse.Namespace) -> tuple[EngineP
 
 def describe_fleet(settings: SimSettings, profile: EngineProfile) -> str:
     """The fleet in a few words: `8 replicas`, or the P/D pool's roles and protocol."""
+    n = settings.data_parallel_size
+    ranks = ""
+    if n > 1:
+        who = "the gateway routes to ranks" if settings.dp_routing == "rank" else "engine-balanced"
+        ranks = f" of {n} data-parallel ranks ({who})"
     if not settings.prefill:
-        return f"{settings.replicas} replicas"
+        return f"{settings.replicas} replicas{ranks}"
     parts = [f"{settings.prefill} prefill", f"{settings.decode} decode"]
     if settings.replicas:
         parts.append(f"{settings.replicas} both")
     s = settings.disaggregation
     link = profile.transfer
     return (
-        f"{' + '.join(parts)} replicas (P/D {s.protocol}, {s.mode}; KV link "
+        f"{' + '.join(parts)} replicas{ranks} (P/D {s.protocol}, {s.mode}; KV link "
         f"{link.bandwidth_bytes_s / 1e9:g} GB/s + {link.latency_s * 1e6:g} us)"
     )
 

@@ -252,7 +252,7 @@ class PdFlow:
         record = not (self._sglang and self._roles[d] == "decode")
         dispatch = self._host.send(flight.gateway, d, split.request, leg="decode", record=record)
         dispatch.moved_tokens = split.moved_tokens
-        flight.dispatch, flight.replica = dispatch, d
+        flight.dispatch, flight.replica, flight.engine = dispatch, d, d
 
     def _prefill_answered(self, flight: Flight, split: Split) -> None:
         """P's whole answer reached the gateway: a point on P's line; P's leg is over."""

@@ -2,7 +2,8 @@
 
 `Flight.replica` and `Flight.dispatch` are the replica and the gateway's dispatch the client's
 tokens come from: a whole request's, or a split P/D request's decode leg once it is sent
-(before that, its prefill leg's). `Flight.split` holds the rest of a split request
+(before that, its prefill leg's); `Flight.engine` is where it runs, the replica itself or the
+rank its data-parallel engine chose. `Flight.split` holds the rest of a split request
 (`sim.replay.disaggregation`).
 """
 
@@ -44,3 +45,9 @@ class Flight:
     first_at: float = math.nan
     last_at: float = math.nan
     split: Split | None = None  # a split P/D request
+    # The engine's position (a data-parallel rank the engine chose; -1: `replica`'s own).
+    engine: int = -1
+
+    def __post_init__(self) -> None:
+        if self.engine < 0:
+            self.engine = self.replica

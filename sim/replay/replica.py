@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from routing.types import EngineMetrics
+from scoring.state.prefix_feed import kv_tokens
 from sim.engine.decode_run import DecodeRun
 from sim.engine.model import EngineModel
 from sim.engine.types import StepResult
@@ -44,10 +45,25 @@ class Segment:
     finished: tuple[str, ...] = ()  # a run's finished requests, once applied
 
 
+class ApiServer:
+    """An engine's API server: serial work in front of its engine (or its data-parallel ranks)."""
+
+    __slots__ = ("free_at",)
+
+    def __init__(self) -> None:
+        self.free_at = 0.0  # when it has worked through its queue
+
+
 class SimReplica:
     """An engine model, its timeline, and the gateway's own counters for it."""
 
-    def __init__(self, replica_id: str, engine: EngineModel, scrape_phase_s: float) -> None:
+    def __init__(
+        self,
+        replica_id: str,
+        engine: EngineModel,
+        scrape_phase_s: float,
+        api_server: ApiServer | None = None,
+    ) -> None:
         self.id = replica_id
         self.url = f"sim://{replica_id}"
         self.engine = engine
@@ -57,7 +73,7 @@ class SimReplica:
         self.dispatched = 0
         self.pending_prefill_tokens = 0
         self.busy_s = 0.0  # virtual seconds spent in steps
-        self.frontend_free_at = 0.0  # when its API server has worked through its queue
+        self.api_server = api_server or ApiServer()  # data-parallel ranks share one
         self.current: Segment | None = None
         self.start_pending = False
         self.event_token = 0  # bumped when the current segment's end moves
@@ -68,8 +84,14 @@ class SimReplica:
     def through_frontend(self, now: float, frontend_s: float) -> float:
         """When a request dispatched `now` reaches the engine, past its API server's queue
         (`frontend_s` of serial work a request; `sim.engine.types.FrontEnd`)."""
-        self.frontend_free_at = max(now, self.frontend_free_at) + frontend_s
-        return self.frontend_free_at
+        server = self.api_server
+        server.free_at = max(now, server.free_at) + frontend_s
+        return server.free_at
+
+    def kv_tokens(self) -> int | None:
+        """Its KV capacity in tokens."""
+        config = self.engine.config
+        return kv_tokens(config.num_blocks, config.block_size)
 
     def _gauges(self) -> Gauges:
         return Gauges._make(self.engine.load())

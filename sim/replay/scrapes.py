@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 from routing.types import EndpointSnapshot, EngineMetrics, metrics_fresh
-from scoring.state.prefix_feed import kv_tokens
 from sim.replay.gateways import SimGateway
-from sim.replay.replica import SimReplica
 
 TIDY_EVERY = 64  # decisions between drops of the replicas' history older than any scrape
+
+
+class Scraped(Protocol):
+    """What a gateway scrapes: a `Scraped`, or a data-parallel engine's combined page."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def scrape_phase_s(self) -> float: ...
+
+    def metrics_at(self, s: float) -> EngineMetrics: ...
+
+    def forget_before(self, s: float) -> None: ...
+
+    def kv_tokens(self) -> int | None: ...
 
 
 class Scrapes:
@@ -25,7 +40,7 @@ class Scrapes:
 
     def __init__(
         self,
-        replicas: Sequence[SimReplica],
+        replicas: Sequence[Scraped],
         interval_s: float,
         stale_after_s: float,
         *,
@@ -38,7 +53,7 @@ class Scrapes:
         self._oracle = oracle
         self._decisions = 0
 
-    def last_scrape(self, replica: SimReplica, now: float) -> float | None:
+    def last_scrape(self, replica: Scraped, now: float) -> float | None:
         """When the gateway last scraped `replica` by `now` (None: not yet)."""
         phase = replica.scrape_phase_s
         if now < phase:
@@ -51,8 +66,7 @@ class Scrapes:
         replica = self._replicas[self._position[replica_id]]
         if at < replica.scrape_phase_s:
             return None
-        config = replica.engine.config
-        return kv_tokens(config.num_blocks, config.block_size)
+        return replica.kv_tokens()
 
     def scraped(self, now: float) -> list[EngineMetrics | None]:
         """Each replica's metrics as last scraped, however old."""

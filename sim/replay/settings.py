@@ -7,7 +7,9 @@ defaults are the gateway's). Other sections are validated but are the gateway's 
 
 The fleet: `replicas` of role `both` (whole requests), then `prefill` and `decode` replicas of a
 disaggregated P/D pool (`sim.replay.disaggregation`); a fleet with prefill replicas needs some
-replica that decodes, and decode replicas need prefill replicas.
+replica that decodes, and decode replicas need prefill replicas. With `data_parallel_size` N
+each of them is N ranks, routed to by the gateway or balanced by the engine (`dp_routing`;
+`sim.replay.data_parallel`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _HEALTH = HealthSection()  # the gateway's defaults for the scrape cadence and s
 ORACLE = "oracle"
 ORACLE_PROFILE = "prefix-aware"
 DEFAULT_KV_EVENT_DELAY_S = 0.005  # a step's end to its KV-cache events in the precise index
+DP_ROUTINGS = ("rank", "engine")  # who picks a data-parallel rank (`sim.replay.data_parallel`)
 SPREADS = ("request", "session")  # how requests reach the gateways (`sim.replay.gateways`)
 DEFAULT_SYNC_DELAY_S = 0.05  # a gateway's dispatch to the others' mirrors of it
 
@@ -38,6 +41,8 @@ class SimSettings:
     prefill: int = 0
     decode: int = 0
     disaggregation: DisaggregationSection = field(default_factory=DisaggregationSection)
+    data_parallel_size: int = 1  # ranks behind each replica's endpoint
+    dp_routing: str = "rank"  # rank: the gateway routes to ranks; engine: the engine balances
     scrape_interval_s: float = _HEALTH.scrape_interval_s
     stale_after_s: float = _HEALTH.metrics_stale_after_s  # older metrics are unknown
     slo_ttft_s: float = 2.0
@@ -77,6 +82,12 @@ class SimSettings:
                 raise ValueError(f"{name} must be > 0")
         if not self.kv_event_delay_s >= 0:
             raise ValueError("kv_event_delay_s must be >= 0")
+        if self.data_parallel_size < 1:
+            raise ValueError("data_parallel_size must be >= 1")
+        if self.dp_routing not in DP_ROUTINGS:
+            raise ValueError(f"dp_routing must be one of {', '.join(DP_ROUTINGS)}")
+        if self.prefill and self.data_parallel_size > 1 and self.dp_routing == "engine":
+            raise ValueError("a P/D pool's data-parallel ranks are routed by the gateway (rank)")
         if self.gateways < 1:
             raise ValueError("gateways must be >= 1")
         if self.spread not in SPREADS:
@@ -87,12 +98,17 @@ class SimSettings:
 
     @property
     def fleet(self) -> int:
-        """Every replica: both, prefill and decode."""
+        """Every replica (endpoint): both, prefill and decode."""
         return self.replicas + self.prefill + self.decode
 
-    def roles(self) -> tuple[str, ...]:
-        """Each replica's role, in fleet order."""
+    def endpoint_roles(self) -> tuple[str, ...]:
+        """Each replica's (endpoint's) role, in fleet order."""
         return ("both",) * self.replicas + ("prefill",) * self.prefill + ("decode",) * self.decode
+
+    def roles(self) -> tuple[str, ...]:
+        """Each engine's role, in fleet order: an endpoint's `data_parallel_size` ranks in turn."""
+        n = self.data_parallel_size
+        return tuple(role for role in self.endpoint_roles() for _ in range(n))
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from sim.engine.model import EngineModel
 from sim.engine.types import EngineConfig, EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.closed_loop import ClosedLoop, turns_of
+from sim.replay.data_parallel import Target, balanced_endpoints, endpoint_ids, rank_id
 from sim.replay.disaggregation import PdFlow
 from sim.replay.events import EventQueue, Kind
 from sim.replay.flight import Flight
@@ -43,7 +44,7 @@ from sim.replay.gateways import Counters, Spread, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, ReplayResult, RequestLog, Timeline
-from sim.replay.replica import Segment, SimReplica
+from sim.replay.replica import ApiServer, Segment, SimReplica
 from sim.replay.scrapes import Scrapes
 from sim.replay.settings import PolicySpec, SimSettings
 from sim.replay.sharing import StateSharing
@@ -105,16 +106,15 @@ class Replay:
         kv_events = settings.kv_events
         if kv_events is None:
             kv_events = needs_precise(section, self._spec.profile)
-        roles = settings.roles()
-        self.replicas = _fleet(roles, profile, settings, rng, kv_events=kv_events)
+        self.replicas = _fleet(profile, settings, rng, kv_events=kv_events)  # the engines
+        # What the gateways route to: the engines, or data-parallel endpoints balancing ranks.
+        self._endpoints = balanced_endpoints(self.replicas, settings, oracle=self._spec.oracle)
+        self.targets: list[Target] = [*(self._endpoints or self.replicas)]
         self.precise = PreciseIndex()
-        self.kv_feed: KvEventFeed | None = None
-        if kv_events:
-            ids = [r.id for r in self.replicas]
-            self.kv_feed = KvEventFeed(self.precise, ids, settings.kv_event_delay_s)
-        self._position = {r.id: i for i, r in enumerate(self.replicas)}
+        self.kv_feed = self._kv_feed() if kv_events else None
+        self._position = {r.id: i for i, r in enumerate(self.targets)}
         self._scrapes = Scrapes(
-            self.replicas,
+            self.targets,
             settings.scrape_interval_s,
             settings.stale_after_s,
             oracle=self._spec.oracle,
@@ -126,7 +126,7 @@ class Replay:
             settings,
             self._clock,
             rng,
-            self.replicas,
+            self.targets,
             index=self._oracle_index,
             register=register,
             precise=self.precise,
@@ -149,7 +149,7 @@ class Replay:
         self._queue = EventQueue()
         self._engines = Stepping(self.replicas, self._queue, fast_forward=settings.fast_forward)
         self._live: dict[str, Flight] = {}
-        self._pd = self._pd_flow(roles, profile) if settings.prefill else None
+        self._pd = self._pd_flow(settings.roles(), profile) if settings.prefill else None
         self._log = RequestLog()
         self._itl = LatencyHistogram()
         self._timeline = Timeline(
@@ -160,6 +160,14 @@ class Replay:
 
     def _clock(self) -> float:
         return self.now
+
+    def _kv_feed(self) -> KvEventFeed:
+        """Each engine's KV events, for the target they belong to (a rank-unaware gateway
+        files a data-parallel engine's ranks under their endpoint)."""
+        n = self._settings.data_parallel_size
+        ends = self._endpoints
+        ids = [(ends[e // n] if ends else r).id for e, r in enumerate(self.replicas)]
+        return KvEventFeed(self.precise, ids, self._settings.kv_event_delay_s)
 
     def _state_sharing(self) -> StateSharing:
         settings = self._settings
@@ -314,17 +322,18 @@ class Replay:
                 return
         position = self._position[decision.target]
         dispatch = self.send(g, position, routing_request)
-        live = Flight(position, self.now, dispatch, output, g)
+        engine = self._endpoints[position].choose() if self._endpoints else position
+        live = Flight(position, self.now, dispatch, output, g, engine=engine)
         self._live[rid] = live
         if self._frontend.frontend_s > 0:
             live.hashes = engine_hashes
-            at = self.replicas[position].through_frontend(self.now, self._frontend.frontend_s)
+            at = self.replicas[engine].through_frontend(self.now, self._frontend.frontend_s)
             self._queue.push(at, Kind.ENGINE_ARRIVAL, i)
         else:
             self._engines.enter(
                 self.now,
                 rid,
-                position,
+                engine,
                 input_tokens=request.input_tokens,
                 engine_hashes=engine_hashes,
                 output_tokens=output,
@@ -353,7 +362,7 @@ class Replay:
         """Gateway `g` dispatches `request` (or a P/D leg of it) to the replica at `position`:
         its prefix feed, the precise index's speculation, its counters, the shared state."""
         gateway = self.gateways[g]
-        replica = self.replicas[position]
+        replica = self.targets[position]
         view = gateway.views[position]
         now = self.now
         dispatch = gateway.stack.feed.dispatch(
@@ -378,7 +387,7 @@ class Replay:
         self._engines.enter(
             self.now,
             rid,
-            live.replica,
+            live.engine,
             input_tokens=self._trace[i].input_tokens,
             engine_hashes=hashes,
             output_tokens=live.output_tokens,
@@ -516,7 +525,7 @@ class Replay:
             request.first_at - request.arrival + outside,
             now - request.arrival + outside,
             itl,
-            request.replica,
+            request.engine,
         )
         del self._live[rid]
         self._last_token_at = now
@@ -549,33 +558,25 @@ class Replay:
 
 
 def _fleet(
-    roles: Sequence[str],
-    profile: EngineProfile,
-    settings: SimSettings,
-    rng: random.Random,
-    *,
-    kv_events: bool,
+    profile: EngineProfile, settings: SimSettings, rng: random.Random, *, kv_events: bool
 ) -> list[SimReplica]:
-    """A replica of each role, each with its engine and the phase of its scrapes."""
-    return [
-        SimReplica(
-            _replica_id(roles, i),
-            EngineModel(
+    """A replica of each role, each with its engine and the phase of its scrapes; with
+    data-parallel ranks, each endpoint's ranks in turn, sharing its API server and phase."""
+    n = settings.data_parallel_size
+    out = []
+    for endpoint, role in zip(endpoint_ids(settings), settings.endpoint_roles(), strict=True):
+        phase = rng.uniform(0.0, settings.scrape_interval_s)
+        api_server = ApiServer()
+        for rank in range(n):
+            engine = EngineModel(
                 _engine_config(profile, settings, role),
                 profile.timing,
                 kv_events=kv_events,
                 native=settings.native,
-            ),
-            rng.uniform(0.0, settings.scrape_interval_s),
-        )
-        for i, role in enumerate(roles)
-    ]
-
-
-def _replica_id(roles: Sequence[str], position: int) -> str:
-    """`replica-NN` (role both), `prefill-NN`, `decode-NN`: numbered within the role."""
-    role = roles[position]
-    return f"{'replica' if role == 'both' else role}-{position - roles.index(role):02d}"
+            )
+            rid = rank_id(endpoint, rank) if n > 1 else endpoint
+            out.append(SimReplica(rid, engine, phase, api_server))
+    return out
 
 
 def _engine_config(profile: EngineProfile, settings: SimSettings, role: str) -> EngineConfig:
