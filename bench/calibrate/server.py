@@ -92,6 +92,8 @@ class ServerSettings:
     # VLLM_NIXL_SIDE_CHANNEL_PORT: where NixlConnector's handshake listens (vLLM's default
     # 5600 is one port for every server on the machine).
     nixl_side_channel_port: int | None = None
+    # `--data-parallel-size`: ranks behind the one API server (vLLM's engine cores).
+    data_parallel_size: int = 1
 
     def env(self) -> dict[str, str | None]:
         """The server's environment changes (VIRTUAL_ENV of this venv would mislead the
@@ -117,6 +119,8 @@ class ServerSettings:
             optional += ["--served-model-name", self.served_model_name]
         if self.kv_events is not None:
             optional += ["--kv-events-config", self.kv_events.config_json()]
+        if self.data_parallel_size > 1:
+            optional += ["--data-parallel-size", str(self.data_parallel_size)]
         if self.kv_transfer_config is not None:
             optional += ["--kv-transfer-config", self.kv_transfer_config]
         if self.lora_modules:
