@@ -129,8 +129,8 @@ def displaced_tokens(
     that storing the rest of the prompt there would evict (`PrefixIndex.displaced`)."""
     whole = covered_chars(len(hashes), block_chars)
     base_tokens = block_chars / chars_per_token  # tokens per base block
-    return [
-        base_tokens
-        * index.displaced(r, (whole - covered_chars(d, block_chars)) // block_chars, hashes[:d])
-        for r, d in zip(replicas, depths, strict=True)
-    ]
+    # Candidates share few distinct depths: each one's new weight once.
+    new = {d: (whole - covered_chars(d, block_chars)) // block_chars for d in set(depths)}
+    new_weights = list(map(new.__getitem__, depths))
+    values = index.displaced_list(replicas, new_weights, hashes, depths)
+    return [base_tokens * v for v in values]

@@ -17,10 +17,13 @@ and one comparison, and steps block by block only through stale runs
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import accumulate, groupby, islice, repeat
+from itertools import accumulate, compress, groupby, islice, repeat
+from operator import gt
 
+from scoring.state.lru_tails import LruTails, Tail
 from scoring.state.prefix_hash import GROUP
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
@@ -90,6 +93,8 @@ class PrefixIndex:
         self._weight: dict[str, int] = {}
         self._capacity: dict[str, int] = {}
         self._fill: dict[str, float] = {}  # replica → fill(replica), for the replicas with weight
+        self._room: dict[str, int] = {}  # replica → capacity − weight, for the same replicas
+        self._tails = LruTails()  # for `displaced_list`
         # replica → hash → times a request found that entry held (entries never reused: absent)
         self._reuses: dict[str, Counter[int]] = {}
         self._holders: dict[int, _Run] = {}
@@ -111,8 +116,10 @@ class PrefixIndex:
 
     def _refill(self, replica: str) -> None:
         # `fill`, kept up to date for `fill_list` (read per candidate of every request).
-        x = self._weight.get(replica, 0) / self.capacity(replica)
+        weight, capacity = self._weight.get(replica, 0), self.capacity(replica)
+        x = weight / capacity
         self._fill[replica] = x if x < 1.0 else 1.0
+        self._room[replica] = capacity - weight
 
     def fill(self, replica: str) -> float:
         """How full the replica's tracked cache is, 0..1 (in base blocks of its capacity)."""
@@ -145,6 +152,8 @@ class PrefixIndex:
         if lru is None:
             lru = self._lru[replica] = OrderedDict()
             self._weight[replica] = 0
+        if hashes:  # each leaves the old end: moved to the new one, or new there
+            self._tails.leave(replica, hashes, grown=True)
         # One pass touching each entry once: the LRU is large and cold in the CPU cache, so
         # memory accesses, not Python steps, set the cost (bulk passes in C measured slower).
         # The head the last match found on this replica is held: it is only moved, in C.
@@ -244,6 +253,8 @@ class PrefixIndex:
         self._lru.clear()
         self._weight.clear()
         self._fill.clear()
+        self._room.clear()
+        self._tails.clear()
         self._holders.clear()
         self._reuses.clear()
 
@@ -253,6 +264,7 @@ class PrefixIndex:
         self._drop_holder(replica, list(self._lru.pop(replica, ())))
         self._weight.pop(replica, None)
         self._fill.pop(replica, None)
+        self._room.pop(replica, None)
         self._capacity.pop(replica, None)
         self._solo.pop(replica, None)
 
@@ -329,6 +341,56 @@ class PrefixIndex:
                 value += w * r / (r + 1)
         return value
 
+    def displaced_list(
+        self,
+        replicas: Sequence[str],
+        new_weights: Sequence[int],
+        hashes: Sequence[int],
+        depths: Sequence[int],
+    ) -> list[float]:
+        """`displaced(r, w, hashes[:d])` for each replica r, new weight w and depth d, in order,
+        the same floats: 0.0 at once where there is room, else from the kept tails
+        (`scoring.state.lru_tails`), O(log entries) a replica unless the spares interfere."""
+        n = len(replicas)
+        if type(self).displaced is not PrefixIndex.displaced:  # a subclass answers itself
+            triples = zip(replicas, new_weights, depths, strict=True)
+            return [self.displaced(r, w, hashes[:d]) for r, w, d in triples]
+        out = [0.0] * n
+        rooms = map(self._room.get, replicas, repeat(math.inf))  # no entries: never over
+        over = list(compress(range(n), map(gt, new_weights, rooms)))
+        if not over:
+            return out
+        walked: dict[int, tuple[Tail, int]] = {}  # candidate with a matched head → its walk
+        for k in over:
+            r = replicas[k]
+            lru = self._lru.get(r)
+            if not lru:
+                continue
+            excess = self._weight[r] + new_weights[k] - self.capacity(r)
+            tail = self._tails.tail(r, lru, self._reuses.get(r) or {}, excess)
+            last, out[k] = tail.walked(excess)
+            if depths[k]:
+                walked[k] = (tail, last)
+        for k in self._spared(walked, hashes, depths):
+            out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
+        return out
+
+    @staticmethod
+    def _spared(
+        walked: Mapping[int, tuple[Tail, int]], hashes: Sequence[int], depths: Sequence[int]
+    ) -> list[int]:
+        """The candidates whose walks take an entry of the request's matched head, which
+        `displaced` passes over: those are walked in full."""
+        if not walked:
+            return []
+        n = len(hashes)
+        first = dict(zip(reversed(hashes), range(n - 1, -1, -1), strict=True))  # → first place
+        return [
+            k
+            for k, (tail, last) in walked.items()
+            if min(map(first.get, islice(tail.hashes, last + 1), repeat(n))) < depths[k]
+        ]
+
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)
         if lru is None:
@@ -369,6 +431,7 @@ class PrefixIndex:
     def _drop_holder(self, replica: str, hashes: list[int]) -> None:
         """`hashes` (oldest first: tails before heads) lose `replica` as a holder."""
         self._version += 1
+        self._tails.leave(replica, hashes, grown=False)
         reuses = self._reuses.get(replica)
         if reuses:
             deque(map(reuses.pop, hashes, repeat(None)), maxlen=0)

@@ -1,0 +1,120 @@
+"""Running totals over each replica's least recently used prefix-index entries.
+
+`PrefixIndex.displaced` walks a replica's oldest entries until their weight covers the excess
+a request would add, valuing each w × r ÷ (r + 1) for r reuses. Asked for every full
+candidate of every request, the walks were most of a decision (decision 0033). A `LruTails`
+keeps each replica's walk: its oldest entries in order with the running weight and value
+after each, so an answer is a bisection. Entries leave a tail as they leave the LRU's old end
+(evicted, dropped, or used and so moved to the new end); what stays keeps its order, weight
+and reuse count, so the tail stays the LRU's first entries, and its totals are summed again
+in C. The totals add the same terms in the same order as the walk: answers are the walk's to
+the last bit. A candidate whose walked part holds an entry the request spares (its matched
+head) is walked in full.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Collection, Mapping
+from itertools import accumulate, compress, islice, repeat
+from operator import add, mul, not_, truediv
+
+SLACK = 2  # a tail is built to cover this many times the excess asked
+
+
+class Tail:
+    """A replica's oldest entries: `hashes` in LRU order with their weights `ws` and reuse
+    values `terms`; `weights[k]` and `values[k]` the running sums over the first k + 1 (summed
+    again on first use after a change); `complete` when these are all the replica's entries."""
+
+    __slots__ = ("complete", "hashes", "members", "terms", "values", "weights", "ws")
+
+    def __init__(self, lru: OrderedDict[int, int], counts: Mapping[int, int], need: int) -> None:
+        # `PrefixIndex.displaced`'s walk, spares aside, in C. The LRU is cold in the CPU
+        # cache: read it a slice at a time, no further than `need` asks.
+        values = iter(lru.values())
+        ws: list[int] = []
+        total = 0
+        while total < need:
+            chunk = list(islice(values, max(16, (need - total) // 2)))
+            if not chunk:
+                break
+            ws += chunk
+            total += sum(chunk)
+        weights = list(accumulate(ws))
+        m = min(bisect_left(weights, need) + 1, len(weights))
+        del ws[m:], weights[m:]
+        self.hashes = list(islice(lru, m))
+        self.members = set(self.hashes)
+        self.ws = ws
+        reuses = list(map(counts.get, self.hashes, repeat(0)))
+        # w × r / (r + 1) as the walk computes it; an entry never reused adds 0.0, which
+        # leaves a running sum unchanged, as the walk's skip does.
+        self.terms = list(map(truediv, map(mul, ws, reuses), map(add, reuses, repeat(1))))
+        self.complete = m == len(lru)
+        self.weights: list[int] | None = weights
+        self.values: list[float] | None = list(accumulate(self.terms, initial=0.0))[1:]
+
+    def drop(self, gone: Collection[int]) -> None:
+        """`gone` are no longer among the replica's oldest entries."""
+        k = len(gone)
+        if type(gone) is list and self.hashes[:k] == gone:  # an eviction: the front
+            del self.hashes[:k], self.ws[:k], self.terms[:k]
+        else:
+            if not isinstance(gone, set | frozenset):
+                gone = set(gone)
+            selectors = list(map(not_, map(gone.__contains__, self.hashes)))
+            self.hashes = list(compress(self.hashes, selectors))
+            self.ws = list(compress(self.ws, selectors))
+            self.terms = list(compress(self.terms, selectors))
+        self.members.difference_update(gone)
+        self.weights = self.values = None
+
+    def covers(self, excess: int) -> bool:
+        return self.complete or sum(self.ws) >= excess
+
+    def walked(self, excess: int) -> tuple[int, float]:
+        """Position of the last entry the walk for `excess` (> 0) takes, and its total."""
+        weights, values = self.weights, self.values
+        if weights is None or values is None:
+            weights = self.weights = list(accumulate(self.ws))
+            values = self.values = list(accumulate(self.terms, initial=0.0))[1:]
+        last = min(bisect_left(weights, excess), len(weights) - 1)
+        return last, values[last]
+
+
+class LruTails:
+    """Each replica's `Tail`, kept in step with its LRU (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._tails: dict[str, Tail] = {}
+
+    def tail(
+        self, replica: str, lru: OrderedDict[int, int], counts: Mapping[int, int], excess: int
+    ) -> Tail:
+        """The replica's tail, long enough for `excess` (built or lengthened as needed)."""
+        old = self._tails.get(replica)
+        if old is not None and old.covers(excess):
+            return old
+        # With room to spare: each dispatch to the replica evicts about one prompt from the
+        # tail's front, and the next one's excess is about the same again.
+        tail = self._tails[replica] = Tail(lru, counts, SLACK * excess)
+        return tail
+
+    def leave(self, replica: str, hashes: Collection[int], grown: bool) -> None:
+        """`hashes` left the replica's LRU or moved to its new end; `grown` if entries were
+        added or moved after the tail (then it is no longer all of them)."""
+        tail = self._tails.get(replica)
+        if tail is None:
+            return
+        if grown:
+            tail.complete = False
+        if tail.members.isdisjoint(hashes):  # the usual case for a request's blocks
+            return
+        tail.drop(hashes if type(hashes) is list else set(hashes))
+        if not tail.hashes:
+            del self._tails[replica]
+
+    def clear(self) -> None:
+        self._tails.clear()
