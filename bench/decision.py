@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from bench.decision_plugins import plugin_medians, timed_scheduler
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
 from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, Scheduler
@@ -212,8 +213,10 @@ def time_match(cell: Cell, data: bytes) -> int:
     return time.perf_counter_ns() - t0
 
 
-def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> list[Stages]:
-    prompts = queries(cell, iterations + warmup)
+def run_cell(
+    cell: Cell, iterations: int, warmup: int, collect: bool = True, seed: int = 11
+) -> list[Stages]:
+    prompts = queries(cell, iterations + warmup, seed)
     gc.collect()
     gc.freeze()  # the warm index is old state, as in a long-running gateway
     if not collect:
@@ -273,35 +276,54 @@ def iterations_for(tokens: int, replicas: int, scale: float) -> int:
     return max(50, int(base * scale * (64 / max(64, replicas)) ** 0.5))
 
 
+def plugin_split(cell: Cell, iterations: int, collect: bool) -> dict[str, float]:
+    """Median µs per filter, scorer and picker of the default profile, on fresh prompts."""
+    plain = cell.scheduler
+    cell.scheduler, times = timed_scheduler(plain)
+    try:
+        warmup = max(10, iterations // 20)
+        runs = run_cell(cell, iterations, warmup, collect, seed=17)
+    finally:
+        cell.scheduler = plain
+    return plugin_medians(times, [s[2] for s in runs], warmup)
+
+
+def _short(name: str) -> str:
+    return name.removesuffix("-scorer").removesuffix("-filter").removesuffix("-picker")
+
+
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     rows = []
     say(
         f"{'tokens':>8} {'replicas':>8} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'p99 µs':>9}"
         f" {'CPU median':>10} {'CPU p99':>9} {'snapshot':>8} {'hash':>7} {'schedule':>8}"
-        f" {'record':>7}"
-        f" {'decision':>8}"
+        f" {'record':>7} {'decision':>8} {'dec. p99':>8}"
     )
-    for tokens in args.tokens:
-        for replicas in args.replicas:
-            cell = build_cell(tokens, replicas)
-            n = iterations_for(tokens, replicas, args.scale)
-            runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
-            row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
-            row.update(percentiles_us([sum(s[:4]) for s in runs]))
-            row.update(percentiles_us([s[4] for s in runs], "cpu_"))
-            for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
-                row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
-            row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
-            rows.append(row)
-            say(
-                f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
-                f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
-                f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
-                f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
-                f"{row['schedule_median_us']:>8.1f} "
-                f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
-            )
-            del cell
+    cells = [(t, r) for t in args.tokens for r in args.replicas]
+    for i, (tokens, replicas) in enumerate(cells, 1):
+        print(f"[{i}/{len(cells)}] {tokens} tokens × {replicas} replicas …", file=sys.stderr)
+        cell = build_cell(tokens, replicas)
+        n = iterations_for(tokens, replicas, args.scale)
+        runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
+        row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
+        row.update(percentiles_us([sum(s[:4]) for s in runs]))
+        row.update(percentiles_us([s[4] for s in runs], "cpu_"))
+        for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
+            row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
+        row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
+        row["plugins_median_us"] = plugin_split(cell, max(50, n // 2), args.gc)
+        rows.append(row)
+        say(
+            f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
+            f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
+            f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
+            f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
+            f"{row['schedule_median_us']:>8.1f} "
+            f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
+            f" {row['decision_p99_us']:>8.1f}"
+        )
+        del cell
+    _plugin_table(rows, say)
     say(f"calibration: {calibrate():.1f} ms for a fixed pure-Python loop (lower is faster)")
     parts = breakdown(build_cell(8_192, 64), iterations_for(8_192, 64, args.scale))
     say("8k tokens x 64 replicas, medians: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
@@ -315,6 +337,16 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         "cells": rows,
         "breakdown_8k_64": parts,
     }
+
+
+def _plugin_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    names = list(rows[0]["plugins_median_us"]) if rows else []
+    say("per plugin, median µs (a separate pass; `scheduler`: the schedule stage less these)")
+    say(f"{'tokens':>8} {'replicas':>8} " + " ".join(f"{_short(n):>13}" for n in names))
+    for row in rows:
+        parts = row["plugins_median_us"]
+        cells = " ".join(f"{parts.get(n, math.nan):>13.1f}" for n in names)
+        say(f"{row['tokens']:>8} {row['replicas']:>8} {cells}")
 
 
 def write_plot(result: dict[str, Any], path: Path) -> None:

@@ -37,12 +37,11 @@ def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[
         ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
     else:
         # The same order without the keys: a stable sort, reversed, keeps equal totals in
-        # input order, as the ascending sort by −total does (so sorting the totals themselves
-        # lists them in `order`).
+        # input order, as the ascending sort by −total does.
         order = sorted(range(len(ids)), key=totals.__getitem__, reverse=True)
-        ordered = sorted(totals, reverse=True)
+        ordered = list(map(totals.__getitem__, order))
     if all(map(gt, map(sub, ordered, ordered[1:]), repeat(TIE_TOLERANCE))):
-        return [ids[k] for k in order]  # no two totals tie: nothing to shuffle
+        return list(map(ids.__getitem__, order))  # no two totals tie: nothing to shuffle
     keys = [math.inf if math.isnan(t) else -t for t in totals]
     return _shuffle_ties(ids, keys, order, ordered, rng)
 

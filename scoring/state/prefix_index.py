@@ -94,6 +94,7 @@ class PrefixIndex:
         self._capacity: dict[str, int] = {}
         self._fill: dict[str, float] = {}  # replica → fill(replica), for the replicas with weight
         self._room: dict[str, int] = {}  # replica → capacity − weight, for the same replicas
+        self._least: float | None = None  # min(self._room.values()), None: to be worked out
         self._tails = LruTails()  # for `displaced_list`
         # replica → hash → times a request found that entry held (entries never reused: absent)
         self._reuses: dict[str, Counter[int]] = {}
@@ -120,6 +121,7 @@ class PrefixIndex:
         x = weight / capacity
         self._fill[replica] = x if x < 1.0 else 1.0
         self._room[replica] = capacity - weight
+        self._least = None
 
     def fill(self, replica: str) -> float:
         """How full the replica's tracked cache is, 0..1 (in base blocks of its capacity)."""
@@ -231,10 +233,14 @@ class PrefixIndex:
     def _match(self, hashes: Sequence[int], replicas: Sequence[str]) -> dict[str, int]:
         if type(hashes) is not tuple:
             hashes = tuple(hashes)
-        alive = set(replicas)
-        matched: dict[str, int] = {}
+        matched = dict.fromkeys(replicas, 0)
         get = self._holders.get
         depth, n = 0, len(hashes)
+        first = get(hashes[0]) if n else None
+        if first is None:
+            return matched
+        # Most candidates miss at once: start from the first block's holders among them.
+        alive = set(first.holders.intersection(replicas))
         # Run by run: the replicas that drop out do so at a run's first block.
         while depth < n and alive:
             run = get(hashes[depth])
@@ -254,6 +260,7 @@ class PrefixIndex:
         self._weight.clear()
         self._fill.clear()
         self._room.clear()
+        self._least = None
         self._tails.clear()
         self._holders.clear()
         self._reuses.clear()
@@ -265,6 +272,7 @@ class PrefixIndex:
         self._weight.pop(replica, None)
         self._fill.pop(replica, None)
         self._room.pop(replica, None)
+        self._least = None
         self._capacity.pop(replica, None)
         self._solo.pop(replica, None)
 
@@ -356,6 +364,8 @@ class PrefixIndex:
             triples = zip(replicas, new_weights, depths, strict=True)
             return [self.displaced(r, w, hashes[:d]) for r, w, d in triples]
         out = [0.0] * n
+        if not new_weights or max(new_weights) <= self._least_room():  # room everywhere
+            return out
         rooms = map(self._room.get, replicas, repeat(math.inf))  # no entries: never over
         over = list(compress(range(n), map(gt, new_weights, rooms)))
         if not over:
@@ -374,6 +384,14 @@ class PrefixIndex:
         for k in self._spared(walked, hashes, depths):
             out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
         return out
+
+    def _least_room(self) -> float:
+        """min(capacity − weight) over the replicas with entries (inf for none), kept until a
+        weight or capacity changes."""
+        least = self._least
+        if least is None:
+            least = self._least = min(self._room.values(), default=math.inf)
+        return least
 
     @staticmethod
     def _spared(
