@@ -18,16 +18,18 @@ and one comparison, and steps block by block only through stale runs
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
-from scoring.state.lru_tails import LruTails, Tail
+from scoring.state.lru_tails import LruTails, Walked
 from scoring.state.prefix_hash import GROUP
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
+_NEVER_FULL = 1 << 62  # the room of a replica without entries: no request fills it
 
 
 class _Run:
@@ -364,25 +366,42 @@ class PrefixIndex:
             triples = zip(replicas, new_weights, depths, strict=True)
             return [self.displaced(r, w, hashes[:d]) for r, w, d in triples]
         out = [0.0] * n
-        if not new_weights or max(new_weights) <= self._least_room():  # room everywhere
+        widest = max(new_weights, default=0)
+        if widest <= self._least_room():  # room everywhere
             return out
-        rooms = map(self._room.get, replicas, repeat(math.inf))  # no entries: never over
+        rooms = list(map(self._room.get, replicas, repeat(_NEVER_FULL)))  # no entries
         over = list(compress(range(n), map(gt, new_weights, rooms)))
-        if not over:
-            return out
-        walked: dict[int, tuple[Tail, int]] = {}  # candidate with a matched head → its walk
+        walked: dict[int, Walked] = {}  # candidates with a matched head, and their walks
+        kept = self._tails.kept
         for k in over:
             r = replicas[k]
-            lru = self._lru.get(r)
-            if not lru:
-                continue
-            excess = self._weight[r] + new_weights[k] - self.capacity(r)
-            tail = self._tails.tail(r, lru, self._reuses.get(r) or {}, excess)
-            last, out[k] = tail.walked(excess)
+            excess = new_weights[k] - rooms[k]  # weight + new weight − capacity
+            tail = kept.get(r)
+            # Inlined `Tail.covers` and `Tail.walked` for a summed tail: this runs for every
+            # full candidate of every request.
+            if (
+                tail is not None
+                and tail.weights is not None
+                and tail.values is not None
+                and (tail.complete or tail.total >= excess)
+            ):
+                weights = tail.weights
+                last = bisect_left(weights, excess)
+                if last == len(weights):
+                    last -= 1
+                out[k] = tail.values[last]
+            else:
+                lru = self._lru.get(r)
+                if not lru:
+                    continue
+                counts: Mapping[int, int] = self._reuses.get(r) or {}
+                tail = self._tails.tail(r, lru, counts, excess, widest - rooms[k])
+                last, out[k] = tail.walked(excess)
             if depths[k]:
-                walked[k] = (tail, last)
-        for k in self._spared(walked, hashes, depths):
-            out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
+                walked[k] = (r, tail, last)
+        if walked:
+            for k in self._tails.spared(walked, hashes, depths):
+                out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
         return out
 
     def _least_room(self) -> float:
@@ -392,22 +411,6 @@ class PrefixIndex:
         if least is None:
             least = self._least = min(self._room.values(), default=math.inf)
         return least
-
-    @staticmethod
-    def _spared(
-        walked: Mapping[int, tuple[Tail, int]], hashes: Sequence[int], depths: Sequence[int]
-    ) -> list[int]:
-        """The candidates whose walks take an entry of the request's matched head, which
-        `displaced` passes over: those are walked in full."""
-        if not walked:
-            return []
-        n = len(hashes)
-        first = dict(zip(reversed(hashes), range(n - 1, -1, -1), strict=True))  # → first place
-        return [
-            k
-            for k, (tail, last) in walked.items()
-            if min(map(first.get, islice(tail.hashes, last + 1), repeat(n))) < depths[k]
-        ]
 
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)
