@@ -4,8 +4,8 @@
 Everything else is in pyproject.toml. The extensions are optional: where they cannot be
 built (no C compiler), the install goes on without them and kvgate runs their pure-Python
 references (the simulator's KV cache, the OTLP span encoder, the scheduler's sums and
-order), which the compiled ones are tested against. KVGATE_REQUIRE_NATIVE=1 (the image's build) makes them required: a build
-that cannot compile them fails.
+order), which the compiled ones are tested against. KVGATE_REQUIRE_NATIVE=1 (the image's
+build) makes them required: a build that cannot compile them fails.
 """
 
 import os
