@@ -1,18 +1,17 @@
 """Microbenchmark of one routing decision, as the gateway makes it for one request.
 
 `python -m bench decision [--out out/bench/decision]` times the steps of
-`gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch`, one
-by one, on the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the
-pool's snapshots and the healthy candidates), hash (the prompt's chained prefix blocks),
-schedule (the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
-bookkeeping, without pending prefill) and `decision` = hash + schedule, for prompts of 1k, 8k
-and 128k tokens over 8, 64 and 512 replicas.
-
-Load moves between decisions (in-flight counts; a scrape round every 25), the TTFT model has
-learnt every replica's line, and each cell's index is warm (16 tenants' system prompts and
-conversations; most queries continue one, each with a fresh tail). `perf_counter_ns` per
-decision, garbage collector on after a collect and freeze of the warm state. Prints a table
-of medians; writes `decision.json` and `decision.png` to `--out`.
+`gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch` on
+the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the pool's
+snapshots and the healthy candidates), hash (the prompt's chained prefix blocks), schedule
+(the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
+bookkeeping) and `decision` = hash + schedule, for 1k, 8k and 128k tokens over 8, 64 and
+512 replicas; then each plugin's median (`bench.decision_plugins`). Load moves between
+decisions (in-flight counts; a scrape round every 25), every replica's TTFT line is learnt,
+each cell's index is warm (16 tenants' system prompts and conversations; most queries
+continue one, with a fresh tail); `--fill N` makes N untimed decisions first, so that every
+replica's tracked cache is full. `perf_counter_ns` per decision, the collector on after a
+collect and freeze of the warm state. Writes `decision.json` and `decision.png` to `--out`.
 """
 
 from __future__ import annotations
@@ -303,6 +302,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     for i, (tokens, replicas) in enumerate(cells, 1):
         print(f"[{i}/{len(cells)}] {tokens} tokens × {replicas} replicas …", file=sys.stderr)
         cell = build_cell(tokens, replicas)
+        if args.fill:  # untimed decisions first: every replica's tracked cache fills up
+            run_cell(cell, args.fill, 0, seed=23)
         n = iterations_for(tokens, replicas, args.scale)
         runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
         row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
@@ -332,6 +333,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         "machine": platform.machine(),
         "block_chars": BLOCK_CHARS,
         "gc": "enabled" if args.gc else "disabled while timing",
+        "fill": args.fill,
         "calibration_ms": calibrate(),
         "target_us": TARGET_US,
         "cells": rows,
@@ -382,6 +384,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--replicas", type=int, nargs="+", default=list(REPLICAS))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the iterations")
+    parser.add_argument(
+        "--fill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="make N untimed decisions per cell first, so that the replicas' tracked caches are"
+        " full and evictions (the displacement term) count (default 0)",
+    )
     parser.add_argument(
         "--no-gc", dest="gc", action="store_false", help="disable the collector while timing"
     )
