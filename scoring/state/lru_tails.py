@@ -171,15 +171,19 @@ class LruTails:
             return set()
         n = len(hashes)
         first = dict(zip(reversed(hashes), range(n - 1, -1, -1), strict=True))
-        at = {replica: k for k, (replica, _, _) in walked.items()}
+        # replica → (candidate, its depth, the sequence number of the last entry it walks)
+        open_ = {r: (k, depths[k], tail.seqs[last]) for k, (r, tail, last) in walked.items()}
         out = set()
-        for h in hits:
-            for replica, seq in where[h].items():
-                k = at.get(replica)
-                if k is not None and first[h] < depths[k]:
-                    _, tail, last = walked[k]
-                    if seq <= tail.seqs[last]:
-                        out.add(k)
+        for h in sorted(hits, key=first.__getitem__):  # the head's first blocks first
+            holders = where[h]
+            i = first[h]
+            for r in holders.keys() & open_.keys():  # C: the candidates still in question
+                k, depth, limit = open_[r]
+                if i < depth and holders[r] <= limit:
+                    out.add(k)
+                    del open_[r]
+            if not open_:
+                break
         return out
 
     def _unlist(self, replica: str, hashes: Iterable[int]) -> None:
