@@ -213,23 +213,38 @@ def time_match(cell: Cell, data: bytes) -> int:
 
 
 def run_cell(
-    cell: Cell, iterations: int, warmup: int, collect: bool = True, seed: int = 11
+    cell: Cell,
+    iterations: int,
+    warmup: int,
+    collect: bool = True,
+    *,
+    seed: int = 11,
+    timed: tuple[Scheduler, list[Stages]] | None = None,
 ) -> list[Stages]:
+    """Time `iterations` decisions after `warmup` untimed ones. With `timed` (a scheduler and
+    a list), every other decision runs on that scheduler instead and its stages go to the
+    list: both kinds see the same state as it evolves."""
     prompts = queries(cell, iterations + warmup, seed)
     gc.collect()
     gc.freeze()  # the warm index is old state, as in a long-running gateway
     if not collect:
         gc.disable()
     rng = random.Random(13)
+    plain = cell.scheduler
     try:
-        out = []
+        out: list[Stages] = []
         for i, data in enumerate(prompts):
             _live_load(cell, i, rng)
+            other = timed is not None and i % 2 == 1
+            if timed is not None and other:
+                cell.scheduler = timed[0]
             stages = decide(cell, data)
+            cell.scheduler = plain
             if i >= warmup:
-                out.append(stages)
+                (timed[1] if timed is not None and other else out).append(stages)
         return out
     finally:
+        cell.scheduler = plain
         gc.enable()
         gc.unfreeze()
 
@@ -275,18 +290,6 @@ def iterations_for(tokens: int, replicas: int, scale: float) -> int:
     return max(50, int(base * scale * (64 / max(64, replicas)) ** 0.5))
 
 
-def plugin_split(cell: Cell, iterations: int, collect: bool) -> dict[str, float]:
-    """Median µs per filter, scorer and picker of the default profile, on fresh prompts."""
-    plain = cell.scheduler
-    cell.scheduler, times = timed_scheduler(plain)
-    try:
-        warmup = max(10, iterations // 20)
-        runs = run_cell(cell, iterations, warmup, collect, seed=17)
-    finally:
-        cell.scheduler = plain
-    return plugin_medians(times, [s[2] for s in runs], warmup)
-
-
 def _short(name: str) -> str:
     return name.removesuffix("-scorer").removesuffix("-filter").removesuffix("-picker")
 
@@ -305,14 +308,19 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         if args.fill:  # untimed decisions first: every replica's tracked cache fills up
             run_cell(cell, args.fill, 0, seed=23)
         n = iterations_for(tokens, replicas, args.scale)
-        runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
+        # Every other decision on the same plugins behind timers (`bench.decision_plugins`).
+        timed, times = timed_scheduler(cell.scheduler)
+        timed_runs: list[Stages] = []
+        warmup = 2 * max(10, n // 20)
+        runs = run_cell(cell, 2 * n, warmup, collect=args.gc, timed=(timed, timed_runs))
         row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
         row.update(percentiles_us([sum(s[:4]) for s in runs]))
         row.update(percentiles_us([s[4] for s in runs], "cpu_"))
         for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
             row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
         row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
-        row["plugins_median_us"] = plugin_split(cell, max(50, n // 2), args.gc)
+        schedule = [s[2] for s in timed_runs]
+        row["plugins_median_us"] = plugin_medians(times, schedule, warmup // 2)
         rows.append(row)
         say(
             f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
@@ -343,7 +351,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
 
 def _plugin_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
     names = list(rows[0]["plugins_median_us"]) if rows else []
-    say("per plugin, median µs (a separate pass; `scheduler`: the schedule stage less these)")
+    say("per plugin, median µs (every other decision; `scheduler`: its schedule less these)")
     say(f"{'tokens':>8} {'replicas':>8} " + " ".join(f"{_short(n):>13}" for n in names))
     for row in rows:
         parts = row["plugins_median_us"]

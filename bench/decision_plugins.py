@@ -2,8 +2,9 @@
 
 The default profile's filters, scorers and picker run behind a `Timed` wrapper that takes
 `perf_counter_ns` around each call; `scheduler` is the schedule stage less the plugins (the
-runner's weighted sum, the candidates' ids, the wrappers' own calls). A separate pass from the
-stage timings, since the wrappers add a call each. The first scorer to look the prompt up in
+runner's weighted sum, the candidates' ids, the wrappers' own calls). `python -m bench
+decision` runs every other decision on such a copy of the scheduler, so that the stage
+timings (the other decisions) carry no wrapper. The first scorer to look the prompt up in
 the prefix index pays for the lookup (`estimated-ttft-scorer` in the default profile; the
 others reuse it), so the stage table's `match` column is part of that scorer's time.
 """
@@ -56,12 +57,9 @@ def timed_scheduler(scheduler: Scheduler, seed: int = 7) -> tuple[Scheduler, dic
     """A copy of `scheduler` whose default profile's plugins are `Timed`, and their times."""
     times: dict[str, list[int]] = defaultdict(list)
     p = scheduler.profiles[scheduler.default_profile]
-    profile = Profile(
-        name=p.name,
-        picker=Timed(p.picker, times),
-        filters=tuple(Timed(f, times) for f in p.filters),
-        scorers=tuple(WeightedScorer(Timed(s.scorer, times), s.weight) for s in p.scorers),
-    )
+    filters = tuple(Timed(f, times) for f in p.filters)  # in pipeline order: the table's
+    scorers = tuple(WeightedScorer(Timed(s.scorer, times), s.weight) for s in p.scorers)
+    profile = Profile(name=p.name, picker=Timed(p.picker, times), filters=filters, scorers=scorers)
     copy = Scheduler({p.name: profile}, p.name, time.monotonic, random.Random(seed))
     return copy, times
 
