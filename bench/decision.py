@@ -223,7 +223,7 @@ def run_cell(
 ) -> list[Stages]:
     """Time `iterations` decisions after `warmup` untimed ones. With `timed` (a scheduler and
     a list), every other decision runs on that scheduler instead and its stages go to the
-    list: both kinds see the same state as it evolves."""
+    list: both halves see the same state as it evolves, as one run of plain ones would."""
     prompts = queries(cell, iterations + warmup, seed)
     gc.collect()
     gc.freeze()  # the warm index is old state, as in a long-running gateway
@@ -311,8 +311,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         # Every other decision on the same plugins behind timers (`bench.decision_plugins`).
         timed, times = timed_scheduler(cell.scheduler)
         timed_runs: list[Stages] = []
-        warmup = 2 * max(10, n // 20)
-        runs = run_cell(cell, 2 * n, warmup, collect=args.gc, timed=(timed, timed_runs))
+        warmup = 2 * max(5, n // 40)  # even: as many of each kind
+        runs = run_cell(cell, n, warmup, collect=args.gc, timed=(timed, timed_runs))
         row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
         row.update(percentiles_us([sum(s[:4]) for s in runs]))
         row.update(percentiles_us([s[4] for s in runs], "cpu_"))
