@@ -1,18 +1,17 @@
 """Microbenchmark of one routing decision, as the gateway makes it for one request.
 
 `python -m bench decision [--out out/bench/decision]` times the steps of
-`gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch`, one
-by one, on the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the
-pool's snapshots and the healthy candidates), hash (the prompt's chained prefix blocks),
-schedule (the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
-bookkeeping, without pending prefill) and `decision` = hash + schedule, for prompts of 1k, 8k
-and 128k tokens over 8, 64 and 512 replicas.
-
-Load moves between decisions (in-flight counts; a scrape round every 25), the TTFT model has
-learnt every replica's line, and each cell's index is warm (16 tenants' system prompts and
-conversations; most queries continue one, each with a fresh tail). `perf_counter_ns` per
-decision, garbage collector on after a collect and freeze of the warm state. Prints a table
-of medians; writes `decision.json` and `decision.png` to `--out`.
+`gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch` on
+the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the pool's
+snapshots and the healthy candidates), hash (the prompt's chained prefix blocks), schedule
+(the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
+bookkeeping) and `decision` = hash + schedule, for 1k, 8k and 128k tokens over 8, 64 and
+512 replicas; then each plugin's median (`bench.decision_plugins`). Load moves between
+decisions (in-flight counts; a scrape round every 25), every replica's TTFT line is learnt,
+each cell's index is warm (16 tenants' system prompts and conversations; most queries
+continue one, with a fresh tail); `--fill N` makes N untimed decisions first, so that every
+replica's tracked cache is full. `perf_counter_ns` per decision, the collector on after a
+collect and freeze of the warm state. Writes `decision.json` and `decision.png` to `--out`.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from bench.decision_plugins import plugin_medians, timed_scheduler
 from health.pool import BackendPool, BackendSpec
 from health.state import HealthPolicy
 from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, Scheduler
@@ -212,22 +212,39 @@ def time_match(cell: Cell, data: bytes) -> int:
     return time.perf_counter_ns() - t0
 
 
-def run_cell(cell: Cell, iterations: int, warmup: int, collect: bool = True) -> list[Stages]:
-    prompts = queries(cell, iterations + warmup)
+def run_cell(
+    cell: Cell,
+    iterations: int,
+    warmup: int,
+    collect: bool = True,
+    *,
+    seed: int = 11,
+    timed: tuple[Scheduler, list[Stages]] | None = None,
+) -> list[Stages]:
+    """Time `iterations` decisions after `warmup` untimed ones. With `timed` (a scheduler and
+    a list), every other decision runs on that scheduler instead and its stages go to the
+    list: both halves see the same state as it evolves, as one run of plain ones would."""
+    prompts = queries(cell, iterations + warmup, seed)
     gc.collect()
     gc.freeze()  # the warm index is old state, as in a long-running gateway
     if not collect:
         gc.disable()
     rng = random.Random(13)
+    plain = cell.scheduler
     try:
-        out = []
+        out: list[Stages] = []
         for i, data in enumerate(prompts):
             _live_load(cell, i, rng)
+            other = timed is not None and i % 2 == 1
+            if timed is not None and other:
+                cell.scheduler = timed[0]
             stages = decide(cell, data)
+            cell.scheduler = plain
             if i >= warmup:
-                out.append(stages)
+                (timed[1] if timed is not None and other else out).append(stages)
         return out
     finally:
+        cell.scheduler = plain
         gc.enable()
         gc.unfreeze()
 
@@ -273,35 +290,49 @@ def iterations_for(tokens: int, replicas: int, scale: float) -> int:
     return max(50, int(base * scale * (64 / max(64, replicas)) ** 0.5))
 
 
+def _short(name: str) -> str:
+    return name.removesuffix("-scorer").removesuffix("-filter").removesuffix("-picker")
+
+
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     rows = []
     say(
         f"{'tokens':>8} {'replicas':>8} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'p99 µs':>9}"
         f" {'CPU median':>10} {'CPU p99':>9} {'snapshot':>8} {'hash':>7} {'schedule':>8}"
-        f" {'record':>7}"
-        f" {'decision':>8}"
+        f" {'record':>7} {'decision':>8} {'dec. p99':>8}"
     )
-    for tokens in args.tokens:
-        for replicas in args.replicas:
-            cell = build_cell(tokens, replicas)
-            n = iterations_for(tokens, replicas, args.scale)
-            runs = run_cell(cell, n, warmup=max(10, n // 20), collect=args.gc)
-            row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
-            row.update(percentiles_us([sum(s[:4]) for s in runs]))
-            row.update(percentiles_us([s[4] for s in runs], "cpu_"))
-            for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
-                row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
-            row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
-            rows.append(row)
-            say(
-                f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
-                f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
-                f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
-                f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
-                f"{row['schedule_median_us']:>8.1f} "
-                f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
-            )
-            del cell
+    cells = [(t, r) for t in args.tokens for r in args.replicas]
+    for i, (tokens, replicas) in enumerate(cells, 1):
+        print(f"[{i}/{len(cells)}] {tokens} tokens × {replicas} replicas …", file=sys.stderr)
+        cell = build_cell(tokens, replicas)
+        if args.fill:  # untimed decisions first: every replica's tracked cache fills up
+            run_cell(cell, args.fill, 0, seed=23)
+        n = iterations_for(tokens, replicas, args.scale)
+        # Every other decision on the same plugins behind timers (`bench.decision_plugins`).
+        timed, times = timed_scheduler(cell.scheduler)
+        timed_runs: list[Stages] = []
+        warmup = 2 * max(5, n // 40)  # even: as many of each kind
+        runs = run_cell(cell, n, warmup, collect=args.gc, timed=(timed, timed_runs))
+        row: dict[str, Any] = {"tokens": tokens, "replicas": replicas, "iterations": n}
+        row.update(percentiles_us([sum(s[:4]) for s in runs]))
+        row.update(percentiles_us([s[4] for s in runs], "cpu_"))
+        for k, stage in enumerate(("snapshot", "hash", "schedule", "record")):
+            row[f"{stage}_median_us"] = percentile((s[k] for s in runs), 50) / 1000
+        row.update(percentiles_us([s[1] + s[2] for s in runs], "decision_"))
+        schedule = [s[2] for s in timed_runs]
+        row["plugins_median_us"] = plugin_medians(times, schedule, warmup // 2)
+        rows.append(row)
+        say(
+            f"{tokens:>8} {replicas:>8} {n:>6} {row['median_us']:>10.1f} "
+            f"{row['p90_us']:>9.1f} {row['p99_us']:>9.1f} "
+            f"{row['cpu_median_us']:>10.1f} {row['cpu_p99_us']:>9.1f} "
+            f"{row['snapshot_median_us']:>8.1f} {row['hash_median_us']:>7.1f} "
+            f"{row['schedule_median_us']:>8.1f} "
+            f"{row['record_median_us']:>7.1f} {row['decision_median_us']:>8.1f}"
+            f" {row['decision_p99_us']:>8.1f}"
+        )
+        del cell
+    _plugin_table(rows, say)
     say(f"calibration: {calibrate():.1f} ms for a fixed pure-Python loop (lower is faster)")
     parts = breakdown(build_cell(8_192, 64), iterations_for(8_192, 64, args.scale))
     say("8k tokens x 64 replicas, medians: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
@@ -310,11 +341,22 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         "machine": platform.machine(),
         "block_chars": BLOCK_CHARS,
         "gc": "enabled" if args.gc else "disabled while timing",
+        "fill": args.fill,
         "calibration_ms": calibrate(),
         "target_us": TARGET_US,
         "cells": rows,
         "breakdown_8k_64": parts,
     }
+
+
+def _plugin_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    names = list(rows[0]["plugins_median_us"]) if rows else []
+    say("per plugin, median µs (every other decision; `scheduler`: its schedule less these)")
+    say(f"{'tokens':>8} {'replicas':>8} " + " ".join(f"{_short(n):>13}" for n in names))
+    for row in rows:
+        parts = row["plugins_median_us"]
+        cells = " ".join(f"{parts.get(n, math.nan):>13.1f}" for n in names)
+        say(f"{row['tokens']:>8} {row['replicas']:>8} {cells}")
 
 
 def write_plot(result: dict[str, Any], path: Path) -> None:
@@ -350,6 +392,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--replicas", type=int, nargs="+", default=list(REPLICAS))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the iterations")
+    parser.add_argument(
+        "--fill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="make N untimed decisions per cell first, so that the replicas' tracked caches are"
+        " full and evictions (the displacement term) count (default 0)",
+    )
     parser.add_argument(
         "--no-gc", dest="gc", action="store_false", help="disable the collector while timing"
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, mul
 from types import MappingProxyType
+from typing import cast
 
 from routing.protocols import Filter, Picker, SchedulingContext, Scorer
 from routing.types import (
@@ -25,6 +26,12 @@ from routing.types import (
     ScoreColumn,
     ScoreTable,
 )
+
+_compiled_totals: Callable[[list[list[float]], list[float], int], list[float]] | None
+try:
+    from routing.columns_native import weighted_totals as _compiled_totals
+except ImportError:  # not built (no C compiler): the reference runs
+    _compiled_totals = None
 
 
 class UnknownProfileError(KeyError):
@@ -84,11 +91,7 @@ class Profile:
             return ()
         candidates = Candidates(candidates)
         ids = candidates.ids
-        totals: Iterable[float] = [0.0] * len(ids)
-        columns = []
-        # Column by column, maps chained and run once at the end: per endpoint this is the
-        # weighted sum `total += weight × clamp(score)` in scorer order, with the same float
-        # results (a weight of 1 multiplies nothing: 1.0 × x is x).
+        columns: list[Sequence[float]] = []
         for ws in self.scorers:
             result = ws.scorer.score(request, candidates, ctx)
             column: Sequence[float]
@@ -101,10 +104,10 @@ class Profile:
                 if not _in_unit_interval(column):
                     column = [_clamp(x) for x in column]
             columns.append(column)
-            weighted = column if ws.weight == 1.0 else map(mul, repeat(ws.weight), column)
-            totals = map(add, totals, weighted)
+        weights = [ws.weight for ws in self.scorers]
+        totals = _totals(columns, weights, len(ids))
         names = [ws.scorer.name for ws in self.scorers]
-        return ScoreTable(ids, names, columns, list(totals))
+        return ScoreTable(ids, names, columns, totals)
 
 
 _Step = tuple[list[EndpointSnapshot], list[EndpointSnapshot], str]  # before, after, filter
@@ -131,6 +134,26 @@ class _FilteredOut(LazyMapping[str]):
                     out[e.id] = name
         self._steps = []
         return out
+
+
+def weighted_totals(
+    columns: Sequence[Sequence[float]], weights: Sequence[float], n: int
+) -> list[float]:
+    """Per endpoint, `total += weight × score` in scorer order from 0.0 (a weight of 1
+    multiplies nothing: 1.0 × x is x). The reference for `routing.columns_native`."""
+    # Column by column, maps chained and run once at the end: the same float results as
+    # the loop per endpoint, without a Python step per endpoint.
+    totals: Iterable[float] = [0.0] * n
+    for weight, column in zip(weights, columns, strict=True):
+        weighted = column if weight == 1.0 else map(mul, repeat(weight), column)
+        totals = map(add, totals, weighted)
+    return list(totals)
+
+
+def _totals(columns: list[Sequence[float]], weights: list[float], n: int) -> list[float]:
+    if _compiled_totals is not None and all(type(c) is list for c in columns):
+        return _compiled_totals(cast(list[list[float]], columns), weights, n)
+    return weighted_totals(columns, weights, n)
 
 
 def _in_unit_interval(column: Sequence[float]) -> bool:

@@ -40,6 +40,7 @@ def installed_version() -> str:
 COMPILED = {
     "sim.engine.kv_cache_native": "the simulator's KV cache",
     "gateway.tracing.otlp_native": "the tracing encoder",
+    "routing.columns_native": "the scheduler's weighted sum",
 }
 
 

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import gt, neg, sub
 
 from routing import EndpointScores, RoutingRequest, SchedulingContext, ScoreTable
+
+_compiled_order: Callable[[list[float], float], tuple[list[int], bool]] | None
+try:
+    from routing.columns_native import rank_order as _compiled_order
+except ImportError:  # not built (no C compiler): the reference runs
+    _compiled_order = None
 
 TIE_TOLERANCE = 1e-9
 
@@ -35,16 +41,26 @@ def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[
         keys = [math.inf if math.isnan(t) else -t for t in totals]
         order = sorted(range(len(ids)), key=keys.__getitem__)
         ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
+    elif _compiled_order is not None and type(totals) is list:
+        order, distinct = _compiled_order(totals, TIE_TOLERANCE)  # `_order`, in C
+        if distinct:
+            return list(map(ids.__getitem__, order))
+        ordered = list(map(totals.__getitem__, order))
     else:
-        # The same order without the keys: a stable sort, reversed, keeps equal totals in
-        # input order, as the ascending sort by −total does (so sorting the totals themselves
-        # lists them in `order`).
-        order = sorted(range(len(ids)), key=totals.__getitem__, reverse=True)
-        ordered = sorted(totals, reverse=True)
+        order, ordered = _order(totals)
     if all(map(gt, map(sub, ordered, ordered[1:]), repeat(TIE_TOLERANCE))):
-        return [ids[k] for k in order]  # no two totals tie: nothing to shuffle
+        return list(map(ids.__getitem__, order))  # no two totals tie: nothing to shuffle
     keys = [math.inf if math.isnan(t) else -t for t in totals]
     return _shuffle_ties(ids, keys, order, ordered, rng)
+
+
+def _order(totals: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Positions by total descending, equal totals in input order, and the totals in that
+    order (no NaN). The reference for `routing.columns_native.rank_order`."""
+    # The same order as sorting by (−total) ascending without the keys: a stable sort,
+    # reversed, keeps equal totals in input order.
+    order = sorted(range(len(totals)), key=totals.__getitem__, reverse=True)
+    return order, list(map(totals.__getitem__, order))
 
 
 def _shuffle_ties(

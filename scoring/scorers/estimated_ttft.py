@@ -97,9 +97,10 @@ class EstimatedTtftScorer:
                 block_chars=block_chars,
                 chars_per_token=self._cpt,
             )
-            k = self._eviction_weight
-            triples = zip(est, lines, displaced, strict=True)
-            est = [t + k * c.prefill_token_s * d for t, c, d in triples]
+            if any(displaced):  # else each estimate gains (k × slope) × 0.0: itself
+                k = self._eviction_weight
+                triples = zip(est, lines, displaced, strict=True)
+                est = [t + k * c.prefill_token_s * d for t, c, d in triples]
         return est
 
     def score(
@@ -129,8 +130,8 @@ def displaced_tokens(
     that storing the rest of the prompt there would evict (`PrefixIndex.displaced`)."""
     whole = covered_chars(len(hashes), block_chars)
     base_tokens = block_chars / chars_per_token  # tokens per base block
-    return [
-        base_tokens
-        * index.displaced(r, (whole - covered_chars(d, block_chars)) // block_chars, hashes[:d])
-        for r, d in zip(replicas, depths, strict=True)
-    ]
+    # Candidates share few distinct depths: each one's new weight once.
+    new = {d: (whole - covered_chars(d, block_chars)) // block_chars for d in set(depths)}
+    new_weights = list(map(new.__getitem__, depths))
+    values = index.displaced_list(replicas, new_weights, hashes, depths)
+    return [base_tokens * v for v in values] if any(values) else values

@@ -17,14 +17,19 @@ and one comparison, and steps block by block only through stale runs
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import accumulate, groupby, islice, repeat
+from itertools import accumulate, compress, groupby, islice, repeat
+from operator import gt
 
+from scoring.state.lru_tails import LruTails, Walked
 from scoring.state.prefix_hash import GROUP
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
+_NEVER_FULL = 1 << 62  # the room of a replica without entries: no request fills it
 
 
 class _Run:
@@ -90,6 +95,9 @@ class PrefixIndex:
         self._weight: dict[str, int] = {}
         self._capacity: dict[str, int] = {}
         self._fill: dict[str, float] = {}  # replica → fill(replica), for the replicas with weight
+        self._room: dict[str, int] = {}  # replica → capacity − weight, for the same replicas
+        self._least: float | None = None  # min(self._room.values()), None: to be worked out
+        self._tails = LruTails()  # for `displaced_list`
         # replica → hash → times a request found that entry held (entries never reused: absent)
         self._reuses: dict[str, Counter[int]] = {}
         self._holders: dict[int, _Run] = {}
@@ -111,8 +119,11 @@ class PrefixIndex:
 
     def _refill(self, replica: str) -> None:
         # `fill`, kept up to date for `fill_list` (read per candidate of every request).
-        x = self._weight.get(replica, 0) / self.capacity(replica)
+        weight, capacity = self._weight.get(replica, 0), self.capacity(replica)
+        x = weight / capacity
         self._fill[replica] = x if x < 1.0 else 1.0
+        self._room[replica] = capacity - weight
+        self._least = None
 
     def fill(self, replica: str) -> float:
         """How full the replica's tracked cache is, 0..1 (in base blocks of its capacity)."""
@@ -145,6 +156,8 @@ class PrefixIndex:
         if lru is None:
             lru = self._lru[replica] = OrderedDict()
             self._weight[replica] = 0
+        if hashes:  # each leaves the old end: moved to the new one, or new there
+            self._tails.leave(replica, hashes, grown=True)
         # One pass touching each entry once: the LRU is large and cold in the CPU cache, so
         # memory accesses, not Python steps, set the cost (bulk passes in C measured slower).
         # The head the last match found on this replica is held: it is only moved, in C.
@@ -222,10 +235,14 @@ class PrefixIndex:
     def _match(self, hashes: Sequence[int], replicas: Sequence[str]) -> dict[str, int]:
         if type(hashes) is not tuple:
             hashes = tuple(hashes)
-        alive = set(replicas)
-        matched: dict[str, int] = {}
+        matched = dict.fromkeys(replicas, 0)
         get = self._holders.get
         depth, n = 0, len(hashes)
+        first = get(hashes[0]) if n else None
+        if first is None:
+            return matched
+        # Most candidates miss at once: start from the first block's holders among them.
+        alive = set(first.holders.intersection(replicas))
         # Run by run: the replicas that drop out do so at a run's first block.
         while depth < n and alive:
             run = get(hashes[depth])
@@ -244,6 +261,9 @@ class PrefixIndex:
         self._lru.clear()
         self._weight.clear()
         self._fill.clear()
+        self._room.clear()
+        self._least = None
+        self._tails.clear()
         self._holders.clear()
         self._reuses.clear()
 
@@ -253,6 +273,8 @@ class PrefixIndex:
         self._drop_holder(replica, list(self._lru.pop(replica, ())))
         self._weight.pop(replica, None)
         self._fill.pop(replica, None)
+        self._room.pop(replica, None)
+        self._least = None
         self._capacity.pop(replica, None)
         self._solo.pop(replica, None)
 
@@ -329,6 +351,67 @@ class PrefixIndex:
                 value += w * r / (r + 1)
         return value
 
+    def displaced_list(
+        self,
+        replicas: Sequence[str],
+        new_weights: Sequence[int],
+        hashes: Sequence[int],
+        depths: Sequence[int],
+    ) -> list[float]:
+        """`displaced(r, w, hashes[:d])` for each replica r, new weight w and depth d, in order,
+        the same floats: 0.0 at once where there is room, else from the kept tails
+        (`scoring.state.lru_tails`), O(log entries) a replica unless the spares interfere."""
+        n = len(replicas)
+        if type(self).displaced is not PrefixIndex.displaced:  # a subclass answers itself
+            triples = zip(replicas, new_weights, depths, strict=True)
+            return [self.displaced(r, w, hashes[:d]) for r, w, d in triples]
+        out = [0.0] * n
+        widest = max(new_weights, default=0)
+        if widest <= self._least_room():  # room everywhere
+            return out
+        rooms = list(map(self._room.get, replicas, repeat(_NEVER_FULL)))  # no entries
+        over = list(compress(range(n), map(gt, new_weights, rooms)))
+        walked: dict[int, Walked] = {}  # candidates with a matched head, and their walks
+        kept = self._tails.kept
+        for k in over:
+            r = replicas[k]
+            excess = new_weights[k] - rooms[k]  # weight + new weight − capacity
+            tail = kept.get(r)
+            # Inlined `Tail.covers` and `Tail.walked` for a summed tail: this runs for every
+            # full candidate of every request.
+            if (
+                tail is not None
+                and tail.weights is not None
+                and tail.values is not None
+                and (tail.complete or tail.total >= excess)
+            ):
+                weights = tail.weights
+                last = bisect_left(weights, excess)
+                if last == len(weights):
+                    last -= 1
+                out[k] = tail.values[last]
+            else:
+                lru = self._lru.get(r)
+                if not lru:
+                    continue
+                counts: Mapping[int, int] = self._reuses.get(r) or {}
+                tail = self._tails.tail(r, lru, counts, excess, widest - rooms[k])
+                last, out[k] = tail.walked(excess)
+            if depths[k]:
+                walked[k] = (r, tail, last)
+        if walked:
+            for k in self._tails.spared(walked, hashes, depths):
+                out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
+        return out
+
+    def _least_room(self) -> float:
+        """min(capacity − weight) over the replicas with entries (inf for none), kept until a
+        weight or capacity changes."""
+        least = self._least
+        if least is None:
+            least = self._least = min(self._room.values(), default=math.inf)
+        return least
+
     def _evict(self, replica: str) -> None:
         lru = self._lru.get(replica)
         if lru is None:
@@ -369,6 +452,7 @@ class PrefixIndex:
     def _drop_holder(self, replica: str, hashes: list[int]) -> None:
         """`hashes` (oldest first: tails before heads) lose `replica` as a holder."""
         self._version += 1
+        self._tails.leave(replica, hashes, grown=False)
         reuses = self._reuses.get(replica)
         if reuses:
             deque(map(reuses.pop, hashes, repeat(None)), maxlen=0)

@@ -1,0 +1,86 @@
+"""`PrefixIndex.displaced_list` (kept tails) against `PrefixIndex.displaced` (the walk)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.state.prefix_hash import covered_chars, hash_blocks, prefix_seed
+from scoring.state.prefix_index import PrefixIndex
+
+REPLICAS = ("r0", "r1", "r2", "r3")
+
+
+def _chain(tag: str, n: int) -> tuple[int, ...]:
+    return hash_blocks(bytes(covered_chars(n, 1)), prefix_seed(tag), 1)
+
+
+STEMS = [_chain(f"stem{k}", 160) for k in range(4)]  # past 128 blocks: weights of 2
+
+# One step: (operation, replica, stem, length, tail tag, amount)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["record", "record", "record", "drop", "evict", "capacity", "remove"]),
+        st.sampled_from(REPLICAS),
+        st.integers(0, len(STEMS) - 1),
+        st.integers(0, 160),
+        st.integers(0, 20),
+        st.integers(1, 120),
+    ),
+    max_size=60,
+)
+
+
+def _prompt(stem: int, length: int, tag: int) -> tuple[int, ...]:
+    return STEMS[stem][:length] + _chain(f"tail{tag}", 3)
+
+
+def _reference(index: PrefixIndex, prompt: tuple[int, ...], weights: list[int]) -> list[float]:
+    depths = index.match_list(prompt, REPLICAS)
+    return [
+        index.displaced(r, w, prompt[:d]) for r, w, d in zip(REPLICAS, weights, depths, strict=True)
+    ]
+
+
+def _apply(index: PrefixIndex, step: tuple[str, str, int, int, int, int]) -> None:
+    op, replica, stem, length, tag, amount = step
+    prompt = _prompt(stem, length, tag)
+    if op == "record":
+        index.record(replica, prompt)
+    elif op == "drop":
+        index.drop(replica, prompt, min(amount, len(prompt)))
+    elif op == "evict":
+        index.evict_oldest(replica, amount, prompt[: amount // 4])
+    elif op == "capacity":
+        index.set_capacity(replica, 40 + 4 * amount)
+    else:
+        index.remove_replica(replica)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
+def test_kept_tails_answer_as_the_walk_does(
+    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+) -> None:
+    index = PrefixIndex(150)
+    for k, step in enumerate(history):
+        _apply(index, step)
+        prompt = _prompt(stem, (37 * k) % 161, k % 5)
+        depths = index.match_list(prompt, REPLICAS)
+        got = index.displaced_list(REPLICAS, weights, prompt, depths)
+        assert got == _reference(index, prompt, weights)  # bit for bit, not approximately
+
+
+def test_a_spared_head_among_the_oldest_entries_is_passed_over() -> None:
+    index = PrefixIndex(20)
+    old, new = _chain("old", 10), _chain("new", 10)
+    index.record("r", old)
+    index.record("r", old)  # every block of `old` reused once
+    index.record("r", new)
+    index.record("r", old[3:])  # `old`'s head stays the oldest three entries
+    depths = index.match_list(old, ["r"])
+    assert depths == [10]
+    assert index.displaced("r", 8) == 1.5  # three entries reused once: 3 × ½
+    assert index.displaced("r", 8, old) == 0.0  # the request's own blocks are passed over
+    assert index.displaced_list(["r"], [8], old, depths) == [0.0]
+    assert index.displaced_list(["r"], [8], old, [0]) == [1.5]
