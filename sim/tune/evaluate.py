@@ -74,8 +74,9 @@ class Evaluation:
 
     @property
     def fidelity(self) -> float | None:
-        """Replayed / observed mean TTFT of the live profile (the first candidate), seed 0;
-        1.0 is a perfect replay, None without observed TTFTs."""
+        """Replayed / observed mean TTFT of the live profile (the first candidate), first
+        seed (0: the window as recorded); 1.0 is a perfect replay, None without observed
+        TTFTs."""
         observed = self.observed_ttft_mean_s
         if not observed or not self.ttft_mean_s:
             return None
@@ -110,9 +111,10 @@ def evaluate(
     *,
     seeds: int,
     runner: SweepRunner,
+    first_seed: int = 0,
 ) -> Evaluation:
-    """Replay `trace` under every candidate for `seeds` seeds (`base`: the scrape cadence
-    and SLO; replicas and routing are set here)."""
+    """Replay `trace` under every candidate for seeds `first_seed`.. (`seeds` of them;
+    `base`: the scrape cadence and SLO; replicas and routing are set here)."""
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ValueError("candidate names must be distinct")
@@ -120,7 +122,7 @@ def evaluate(
     means = [[0.0] * seeds for _ in candidates]
     cpu = 0.0
     engine = fit_profile(shape.engine, trace)[0] if trace else shape.engine
-    for seed in range(seeds):
+    for column, seed in enumerate(range(first_seed, first_seed + seeds)):
         specs = []
         for i, c in enumerate(candidates):
             routing = base.routing.model_copy(update={"policy": c.name, "profiles": profiles})
@@ -128,7 +130,7 @@ def evaluate(
             specs.append(RunSpec(i, c.name, c.name, 1.0, settings))
         traces = {1.0: perturbed(trace, seed)}
         for index, summary in runner.run(specs, traces, engine):
-            means[index][seed] = summary.ttft_mean_s
+            means[index][column] = summary.ttft_mean_s
             cpu += summary.sim_cpu_seconds
     observed = [r.ttft_s for r in trace if r.ttft_s is not None]
     return Evaluation(

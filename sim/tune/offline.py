@@ -31,8 +31,8 @@ from sim.replay.sweep.command import open_runner
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
-from sim.tune.evaluate import Evaluation, FleetShape, evaluate, window
-from sim.tune.proposal import Proposal, propose
+from sim.tune.evaluate import Evaluation, FleetShape, window
+from sim.tune.proposal import Proposal, assess
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +137,8 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
         others += [pending[1]] if pending else []
         candidates = candidate_set(state.live, others, tuning.search, seed=k)
         started = time.process_time()
-        ev = evaluate(
-            requests, candidates, loop.shape, loop.base, seeds=tuning.seeds, runner=loop.runner
-        )
-        proposal = propose(ev, tuning.min_gain, tuning.confidence)
+        proposal = assess(requests, candidates, loop.shape, loop.base, tuning, runner=loop.runner)
+        ev = proposal.evaluation
         measured = _measured(ev, pending)
         ran = state.live.name
         state, action = step(state, proposal, loop.mode, tuning.rollback_tolerance)

@@ -3,17 +3,25 @@
 For candidate c and seed s, gain(c, s) = 1 − TTFT(c, s) / TTFT(live, s) (mean TTFTs; > 0: c
 is faster). The predicted gain is its mean over seeds, the spread its standard deviation,
 the win share the fraction of seeds with gain > 0. The best candidate has the highest mean
-gain; it is `confident` when its mean gain ≥ `min_gain` and its win share ≥ `confidence`.
+gain; picking the best of many noisy estimates flatters it, so `confirm` replays the live
+and the best candidate again on fresh seeds (a hold-out) and the proposal's figures are the
+hold-out's. It is `confident` when that gain ≥ `min_gain`, exceeds its spread, and the win
+share ≥ `confidence`.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from routing.config.tuning import TuningSection
+from routing.traces import TraceRequest
+from sim.replay.settings import SimSettings
+from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate
-from sim.tune.evaluate import Evaluation
+from sim.tune.evaluate import Evaluation, FleetShape, evaluate
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,26 +91,69 @@ def _mean_gain(candidate: tuple[float, ...], live: tuple[float, ...]) -> float:
     return statistics.fmean(gains(candidate, live))
 
 
-def propose(evaluation: Evaluation, min_gain: float, confidence: float) -> Proposal:
-    """The proposal from an evaluation whose first candidate is the live profile."""
+def best_index(evaluation: Evaluation) -> int:
+    """The candidate with the highest mean gain over the live one (0, the live one, if none
+    gains)."""
     live_means = evaluation.ttft_mean_s[0]
     best_i, best_gain = 0, 0.0
     for i, means in enumerate(evaluation.ttft_mean_s[1:], 1):
         gain = _mean_gain(means, live_means)
         if gain > best_gain:
             best_i, best_gain = i, gain
-    per_seed = gains(evaluation.ttft_mean_s[best_i], live_means)
+    return best_i
+
+
+def propose(
+    evaluation: Evaluation,
+    min_gain: float,
+    confidence: float,
+    holdout: Evaluation | None = None,
+) -> Proposal:
+    """The proposal from an evaluation whose first candidate is the live profile; with
+    `holdout` (the live and the best candidate on fresh seeds), its figures are the
+    hold-out's."""
+    best_i = best_index(evaluation)
+    live_means, best_means = evaluation.ttft_mean_s[0], evaluation.ttft_mean_s[best_i]
+    if holdout is not None and best_i:
+        live_means, best_means = holdout.ttft_mean_s[0], holdout.ttft_mean_s[1]
+    per_seed = gains(best_means, live_means)
+    gain = statistics.fmean(per_seed)
     spread = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
     wins = sum(g > 0 for g in per_seed) / len(per_seed)
-    confident = best_i != 0 and best_gain >= min_gain and wins >= confidence
+    confident = best_i != 0 and gain >= min_gain and gain > spread and wins >= confidence
     return Proposal(
         live=evaluation.candidates[0].name,
         best=evaluation.candidates[best_i],
-        gain=best_gain,
-        spread=spread,
+        gain=gain if best_i else 0.0,
+        spread=spread if best_i else 0.0,
         win_share=wins if best_i else 0.0,
         confident=confident,
-        predicted_ttft_s=statistics.fmean(evaluation.ttft_mean_s[best_i]),
+        predicted_ttft_s=statistics.fmean(best_means),
         live_ttft_s=statistics.fmean(live_means),
         evaluation=evaluation,
     )
+
+
+def assess(
+    trace: Sequence[TraceRequest],
+    candidates: Sequence[Candidate],
+    shape: FleetShape,
+    base: SimSettings,
+    tuning: TuningSection,
+    *,
+    runner: SweepRunner,
+) -> Proposal:
+    """Evaluate every candidate on `tuning.seeds` seeds, confirm the best on as many fresh
+    ones, and propose (the live profile is `candidates[0]`)."""
+    seeds = tuning.seeds
+    ev = evaluate(trace, candidates, shape, base, seeds=seeds, runner=runner)
+    best = best_index(ev)
+    holdout = None
+    if best:
+        pair = [candidates[0], candidates[best]]
+        holdout = evaluate(trace, pair, shape, base, seeds=seeds, runner=runner, first_seed=seeds)
+        ev = Evaluation(
+            ev.candidates, ev.ttft_mean_s, ev.requests, ev.observed_ttft_mean_s,
+            ev.cpu_s + holdout.cpu_s,
+        )  # fmt: skip
+    return propose(ev, tuning.min_gain, tuning.confidence, holdout)
