@@ -162,7 +162,7 @@ class TuningBoard:
             "mode": self.section.mode,
             "settings": self.section.model_dump(mode="json"),
             "live_profile": name,
-            "live_spec": spec.model_dump(mode="json"),
+            "live_spec": spec.model_dump(mode="json", exclude_unset=True),
             "previous_profile": self.previous,
             "generation": generation,
             "proposal": self.proposal,

@@ -87,7 +87,8 @@ class LiveTuner:
         """One evaluation; the action taken (None: too little traffic)."""
         tuning = self.config.tuning
         board = self.admin.get("/admin/tuning")
-        live = Candidate(board["live_profile"], ProfileSpec.model_validate(board["live_spec"]))
+        spec = ProfileSpec.model_validate(board["live_spec"])
+        live = Candidate(board["live_profile"], spec, "live")
         if self.state is None or board["generation"] != self.generation:
             self.state, self.generation, self.since_s = TunerState(live), board["generation"], -1.0
         elif self.state.live.name != live.name:  # switched by someone else: start from it
@@ -117,7 +118,7 @@ class LiveTuner:
         body = {
             "kind": action.kind,
             "profile": action.target.name,
-            "spec": action.target.profile.model_dump(mode="json"),
+            "spec": action.target.profile.model_dump(mode="json", exclude_unset=True),
             "reason": action.reason,
             "generation": self.generation,
             "predicted_gain": proposal.gain if action.kind == "switch" else None,

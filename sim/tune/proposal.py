@@ -66,7 +66,7 @@ class Proposal:
         return {
             "live": self.live,
             "best": self.best.name,
-            "best_profile": self.best.profile.model_dump(mode="json"),
+            "best_profile": self.best.profile.model_dump(mode="json", exclude_unset=True),
             "predicted_gain": round(self.gain, 4),
             "spread": round(self.spread, 4),
             "win_share": round(self.win_share, 3),
