@@ -5,16 +5,14 @@ not embeddings), keys in any order, unknown keys ignored:
 
     {"kvgate_trace": 1, "started_at": "2025-06-01T12:00:00.000000+00:00", "block_tokens": 16,
      "chars_per_token": 4.0, "hash": "xxh3-64 chained, fixed blocks, keyed per recording"}
-    {"t": 0.013, "model": "llama", "input_tokens": 812, "output_tokens": 95,
-     "block_tokens": 16, "hash_ids": [8461839501729273041, ...], "session": "chat-7",
-     "ttft_s": 0.042}
+    {"t": 0.013, "model": "llama", "input_tokens": 812, "output_tokens": 95, "block_tokens":
+     16, "hash_ids": [8461839501729273041, ...], "session": "chat-7", "ttft_s": 0.042}
 
 `t` is seconds since `started_at` (lines come in completion order; the loader sorts them);
 `hash_ids` are chained hashes of the prompt's full blocks, comparable within one recording
-only; `ttft_s`, the time to first token the gateway observed (optional). Never any prompt or
-completion text. A restarted gateway appends a new header (each
-segment is placed by its `started_at`); a last line cut short is ignored, any other bad line
-is an error. Every field: docs/architecture.md, "Recorded traces".
+only; `ttft_s` the TTFT the gateway saw (streamed answers). Never any prompt or completion
+text. A restarted gateway appends a new header (segments placed by `started_at`); a last line
+cut short is ignored, any other bad line is an error. Fields: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ row: the profile that ran in it and its replayed mean TTFT beside the config's o
 (the fixed default) and the best named profile for that window; then the proposal. The totals
 weigh windows by requests: tuned vs fixed default vs the best fixed profile per window, and
 the share of switches whose predicted gain had the sign the next window then measured.
-Replays start each window on cold caches (for every profile alike). Writes `tune.json`.
+Replays start each window on cold caches (for every profile alike). A recording's observed
+TTFTs (of the config's profile, which recorded it) count only while that profile runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import itertools
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -133,6 +134,8 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
         if len(requests) < tuning.min_requests:
             print(f"window {k} (to {end:g} s): {len(requests)} requests, skipped", file=out)
             continue
+        if state.live.name != home.name:  # the recorded TTFTs are of the recorded profile
+            requests = [replace(r, ttft_s=None) for r in requests]
         others = [*named_ones, *([state.previous] if state.previous else [])]
         others += [pending[1]] if pending else []
         candidates = candidate_set(state.live, others, tuning.search, seed=k)
