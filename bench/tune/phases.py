@@ -35,11 +35,13 @@ class Phase:
     prefix_tokens: int = 2048
 
 
-# Low pressure, then many tenants under a hot one at high load, then a quiet uniform spread.
+# High reuse at moderate load (the default's ground); long Zipf prompts at twice the KV
+# capacity near saturation; a hot tenant among many at high load; high reuse again.
 DEFAULT_PHASES = (
-    Phase("reuse", 0.25, "uniform", 6.0, 90.0),
-    Phase("pressure", 3.0, "hot", 10.0, 90.0),
-    Phase("spread", 1.0, "zipf", 4.0, 90.0),
+    Phase("reuse", 0.25, "uniform", 6.0, 60.0),
+    Phase("long", 2.0, "zipf", 11.0, 60.0, prefix_tokens=4096),
+    Phase("hot", 1.5, "hot", 14.0, 60.0),
+    Phase("reuse-again", 0.25, "uniform", 6.0, 60.0),
 )
 
 

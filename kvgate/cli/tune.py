@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.tune.live import GatewayAdmin, LiveTuner
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per admin call otherwise
     config = load_config(args.config)
     record = args.record or config.server.record_path
     if record is None:
