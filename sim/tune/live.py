@@ -8,7 +8,8 @@ live profile from `GET /admin/tuning`, runs `assess` and `controller.step`, post
 (`/admin/tuning/proposal`) and, in mode `apply`, a switch or rollback (`/admin/tuning/switch`).
 Engine timing is the named profile `tuning.engine_profile`; the proposal's `fidelity` says how
 close its replay of the live profile came to the TTFTs the gateway observed. A reload seen in
-`generation` resets the loop to the reloaded profile. Admin key: `KVGATE_ADMIN_KEY`.
+`generation` resets the loop. Several gateways: proposals and switches go to each (the first
+is read); several tuners: only the holder of a Redis lease (`lease`) evaluates.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
 from sim.tune.evaluate import FleetShape, window
+from sim.tune.lease import Lease
 from sim.tune.proposal import Proposal, assess
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class LiveTuner:
     record_path: Path
     base: SimSettings
     runner: SweepRunner
+    others: list[GatewayAdmin] = field(default_factory=list)  # the pool's other gateways
+    lease: Lease | None = None  # several tuners: only the lease holder evaluates
     state: TunerState | None = None
     generation: int = -1
     since_s: float = -math.inf  # the recording's clock at the last switch
@@ -86,6 +90,10 @@ class LiveTuner:
     def tick(self, cpu: Callable[[], float] = time.process_time) -> Action | None:
         """One evaluation; the action taken (None: too little traffic)."""
         tuning = self.config.tuning
+        if self.lease is not None and not self.lease.acquire():
+            log.info("tuning: another tuner holds %s, standing by", self.lease.key)
+            self.state = None
+            return None
         board = self.admin.get("/admin/tuning")
         spec = ProfileSpec.model_validate(board["live_spec"])
         live = Candidate(board["live_profile"], spec, "live")
@@ -108,7 +116,8 @@ class LiveTuner:
         proposal = assess(recent, candidates, shape, self.base, tuning, runner=self.runner)
         self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance)
         report = _report(proposal, action, shape, tuning.engine_profile, cpu())
-        self.admin.post("/admin/tuning/proposal", report).raise_for_status()
+        for admin in (self.admin, *self.others):
+            admin.post("/admin/tuning/proposal", report).raise_for_status()
         if action.kind in ("switch", "rollback"):
             self._switch(action, proposal, end)
         log.info("tuning %s: %s", action.kind, action.reason)
@@ -130,6 +139,11 @@ class LiveTuner:
             return
         r.raise_for_status()
         self.since_s = end
+        for other in self.others:  # every gateway of the pool routes with the same profile
+            generation = other.get("/admin/tuning")["generation"]
+            answer = other.post("/admin/tuning/switch", {**body, "generation": generation})
+            if answer.status_code != 200:
+                log.warning("tuning: a gateway refused the switch: %s", answer.text)
 
 
 def _report(

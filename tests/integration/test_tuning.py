@@ -1,5 +1,6 @@
 """The live tuner beside a real gateway and emulated engines: shadow proposals shown at
-/admin/tuning, an apply switch with no request errors around it, and a reload that wins."""
+/admin/tuning, an apply switch with no request errors around it, a reload that wins, a switch
+reaching every gateway of a pool, and one tuner per pool through a Redis lease."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from sim.engine.profiles import get_profile
 from sim.engine.tokenizer import BuiltinTokenizer
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import LocalRunner
+from sim.tune.lease import Lease
 from sim.tune.live import GatewayAdmin, LiveTuner
 from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import ServeApp
+from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerThread
 
 MODEL = "emu"
@@ -149,3 +152,35 @@ def test_switches_need_apply(
     body = {"kind": "switch", "profile": "p", "spec": state["live_spec"], "generation": 0}
     r = httpx.post(gw.url + "/admin/tuning/switch", json=body)
     assert r.status_code == 409 and "apply" in r.text
+
+
+def test_one_tuner_holds_the_lease(redis_server: RedisServer) -> None:
+    first = Lease(redis_server.url, "kvgate:tuner:default", ttl_s=0.3)
+    second = Lease(redis_server.url, "kvgate:tuner:default", ttl_s=0.3)
+    assert first.acquire() and not second.acquire()
+    assert first.acquire()  # renewed by its holder
+    time.sleep(0.5)  # the holder stopped renewing: the lease lapses
+    assert second.acquire() and not first.acquire()
+    second.release()
+    assert first.acquire()
+    first.release()
+
+
+def test_a_switch_reaches_every_gateway_of_the_pool(
+    serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    record = tmp_path / "recorded.jsonl"
+    urls = _fleet(serve_app)
+    _, gw, tuner = _gateway(start_gateway, urls, record, "apply")
+    _, other = start_gateway(urls, policy="round-robin", tuning={"mode": "apply"})
+    tuner.others.append(GatewayAdmin(other.url))
+    assert set(_chats(gw.url, 8, seed=4)) == {200}
+    _wait_recorded(record, 24)
+    action = tuner.tick()
+    assert action is not None and action.kind == "switch"
+    for url in (gw.url, other.url):
+        state = httpx.get(url + "/admin/tuning").json()
+        assert state["live_profile"] == "prefix-aware", url
+        assert state["proposal"]["best"] == "prefix-aware"
+    for admin in (tuner.admin, *tuner.others):
+        admin.close()
