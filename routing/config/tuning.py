@@ -14,9 +14,9 @@ and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TUNING_MODES = ("off", "shadow", "apply")
 DEFAULT_CANDIDATES = ("prefix-aware", "least-load", "estimated-ttft", "session")
@@ -59,3 +59,8 @@ class TuningSection(BaseModel):
     ray_address: str | None = Field(
         None, description='run the replays on this Ray cluster ("" for a local instance)'
     )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
