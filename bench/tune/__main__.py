@@ -26,7 +26,7 @@ import orjson
 from bench.regime.grid import FleetSpec
 from bench.tune import live
 from bench.tune.fixed import PhaseSweep, sweep_phases
-from bench.tune.phases import DEFAULT_PHASES, phase_chats, requests, scaled
+from bench.tune.phases import DEFAULT_PHASES, phase_chats, requests, scaled, write_trace
 from routing.config.profiles import BUILTIN_PROFILES
 from routing.traces.recorded import load_recorded
 from sim.live.experiment import ExperimentResult, RouterFactory
@@ -61,6 +61,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     sweeps = sweep_phases(phases, fleet, args.seed)
     for s in sweeps:
         print(f"offline {s.phase}: best {s.best.name} {s.ranked[0][1]:.3f} s", flush=True)
+    write_trace(args.out / "phases.jsonl", phases, fleet, args.seed)  # for kvgate sim tune
     schedule = requests(phases, fleet, args.seed)
     _, _, spans = phase_chats(phases, fleet, args.seed)
     profiles = {s.best.name: s.best.profile for s in sweeps if s.best.name not in BUILTIN_PROFILES}

@@ -4,8 +4,8 @@ popularity and load, one after another, open loop.
 A phase is `seconds` long: chats of its tenants (`pressure` × the fleet's KV tokens over
 `prefix_tokens`-token system prompts, picked by `popularity`) start as a Poisson process at
 `rps` requests a second over 2–4 turns (`THINK_S` apart on average). `trace` is the whole
-run for the simulator, `requests` the same turns as streamed chat completions for a live
-fleet; every phase has its own tenants (its own seed).
+run for the simulator (`write_trace`: as a recording), `requests` the same turns as streamed
+chat completions for a live fleet; every phase has its own tenants (its own seed).
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 from bench.regime.grid import THINK_S, FleetSpec
 from routing.traces import TraceRequest
+from routing.traces.recorded import encode_header, encode_request
 from sim.workloads import family
 from sim.workloads.family import Arrivals, Chat, FamilyCell, tenants_for_pressure
 from sim.workloads.open_loop import TimedRequest
@@ -79,6 +82,15 @@ def phase_chats(
 def trace(phases: Sequence[Phase], fleet: FleetSpec, seed: int) -> list[TraceRequest]:
     chats, arrivals, _ = phase_chats(phases, fleet, seed)
     return family.chat_trace(chats, arrivals, fleet.block_tokens)
+
+
+def write_trace(path: Path, phases: Sequence[Phase], fleet: FleetSpec, seed: int) -> Path:
+    """The run as a kvgate recording (for `kvgate sim tune --trace PATH`)."""
+    lines = [encode_header(datetime.now(UTC), fleet.block_tokens, 4.0)]
+    lines += [encode_request(r) for r in trace(phases, fleet, seed)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(lines))
+    return path
 
 
 def requests(phases: Sequence[Phase], fleet: FleetSpec, seed: int) -> list[TimedRequest]:
