@@ -83,6 +83,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         router = live.gateway_with_tuner(config, name, tuner=False, seen=seen)
         runs[f"fixed:{name}"] = (await _live(f"fixed-{name}", schedule, fleet, router, args), seen)
+        _keep(args.out, f"fixed-{name}", runs[f"fixed:{name}"])
     for mode in ("apply", "shadow") if args.shadow else ("apply",):
         config = live.write_config(
             args.out / f"{mode}.yaml", DEFAULT, profiles, {**tuning, "mode": mode}
@@ -90,6 +91,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         seen = {}
         router = live.gateway_with_tuner(config, DEFAULT, tuner=True, seen=seen)
         runs[mode] = (await _live(mode, schedule, fleet, router, args), seen)
+        _keep(args.out, mode, runs[mode])
     return report(runs, sweeps, schedule, spans, args)
 
 
@@ -101,6 +103,15 @@ async def _live(
     args: argparse.Namespace,
 ) -> ExperimentResult:
     return await live.run_live(label, schedule, fleet, router, args.out / "logs")
+
+
+def _keep(out: Path, label: str, run: tuple[ExperimentResult, dict[str, Any]]) -> None:
+    """A run's requests (id, TTFT, error) and `/admin/tuning`, as soon as it ends."""
+    result, seen = run
+    rows = [(r.request, r.ttft_s, r.error) for r in result.results]
+    path = out / "runs" / f"{label}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps({"results": rows, "tuning": seen, **result.figures()}))
 
 
 def _run_start(recording: Path) -> float:
@@ -144,7 +155,11 @@ def report(
         result, seen = runs["apply"]
         out["apply_vs_default"] = figures["apply"]["ttft_mean_s"] / default["ttft_mean_s"]
         out["switches"] = _switches(result, seen, runs, schedule, args)
-        checked = [s for s in out["switches"] if s["measured_gain"] is not None]
+        checked = [
+            s
+            for s in out["switches"]
+            if s["measured_gain"] is not None and s.get("predicted_gain") is not None
+        ]
         agree = [s for s in checked if (s["predicted_gain"] > 0) == (s["measured_gain"] > 0)]
         out["sign_agreement"] = len(agree) / len(checked) if checked else None
         proposal = seen.get("proposal") or {}
