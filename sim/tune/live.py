@@ -120,7 +120,14 @@ class LiveTuner:
             admin.post("/admin/tuning/proposal", report).raise_for_status()
         if action.kind in ("switch", "rollback"):
             self._switch(action, proposal, end)
-        log.info("tuning %s: %s", action.kind, action.reason)
+        log.info(
+            "tuning %s: %s (%d requests, fidelity %s, replays %.1f s CPU)",
+            action.kind,
+            action.reason,
+            report["requests"],
+            report["fidelity"],
+            report["replay_cpu_s"],
+        )
         return action
 
     def _switch(self, action: Action, proposal: Proposal, end: float) -> None:
