@@ -85,8 +85,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         runs[f"fixed:{name}"] = (await _live(f"fixed-{name}", schedule, fleet, router, args), seen)
         _keep(args.out, f"fixed-{name}", runs[f"fixed:{name}"])
     for mode in ("apply", "shadow") if args.shadow else ("apply",):
-        config = live.write_config(
-            args.out / f"{mode}.yaml", DEFAULT, profiles, {**tuning, "mode": mode}
+        config = _fresh(
+            live.write_config(
+                args.out / f"{mode}.yaml", DEFAULT, profiles, {**tuning, "mode": mode}
+            )
         )
         seen = {}
         router = live.gateway_with_tuner(config, DEFAULT, tuner=True, seen=seen)
@@ -120,6 +122,13 @@ def _run_start(recording: Path) -> float:
     started = datetime.fromisoformat(header["started_at"]).timestamp()
     trace = load_recorded(recording)
     return started + (trace[0].arrival_s if trace else 0.0)
+
+
+def _fresh(config: Path) -> Path:
+    """A tuned run's config, its recording removed: the recorder appends, and an earlier
+    run's lines would be replayed and would shift the run's clock."""
+    config.with_suffix(".jsonl").unlink(missing_ok=True)
+    return config
 
 
 def report(
