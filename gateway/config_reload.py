@@ -11,8 +11,8 @@ one step of the event loop (backends through `RuntimeBackends`), so no request s
 | `routing.policy`, `profiles`, `session_header`,    | `routing.prefix`, `ttft`, `state`,      |
 | `allow_policy_header`; `health` but its timeouts   | `security`, `admission`, `tokenizers`   |
 
-A changed field on the right or a health timeout is reported (a warning each) and keeps its
-running value; `security.api_keys_file` reloads apart (`gateway.auth`); stateful pickers start over.
+A changed field on the right (or `tuning`) is reported, a warning each, and keeps its value;
+`security.api_keys_file` reloads apart; stateful pickers start over; a tuner's profile goes.
 """
 
 from __future__ import annotations
