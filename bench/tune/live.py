@@ -68,7 +68,8 @@ def gateway_with_tuner(
             child = None
             if tuner:
                 command = kvgate_command("tune", "--gateway", url, "--config", str(config))
-                child = ChildProcess(["nice", "-n", "10", *command], site.log_dir / "tuner.log")
+                log_path = site.log_dir / f"{site.tag}-tuner.log"
+                child = ChildProcess(["nice", "-n", "10", *command], log_path)
                 child.start()
             try:
                 yield Router(url, {}, tuple(process.command))
