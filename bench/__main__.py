@@ -5,7 +5,7 @@ Run from the repository's root (`bench` is not installed). Subcommands (modules 
 - routing and admission: quality (against peer routers), regime (a grid of regimes), dp
   (data-parallel ranks), pd (prefill/decode pools against peers' P/D modes), vllm-pressure
   (real vLLM CPU), epp and epp-flow (behind Envoy; its flow control and rewrites), admission,
-  precise;
+  precise, tune (the self-tuning loop on a regime-switching workload);
 - cost: overhead (latency and CPU a router adds), decision (one routing decision),
   tracing-overhead, tokenize (tokenizer-exact prompt ids), kv-events, body-parse (loop stall);
 - the simulator: calibrate (fit the engine model to vLLM), fidelity (live against simulated),
@@ -45,6 +45,7 @@ SUBCOMMANDS = {
     "body-parse": "bench.body_parse",
     "dp": "bench.data_parallel.__main__",
     "pd": "bench.pd.__main__",
+    "tune": "bench.tune.__main__",
 }
 ALL = ("quality", "overhead", "decision")
 # Subcommands that take `--quick` (the decision microbenchmark is quick already).

@@ -28,6 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from gateway import tuning
 from gateway.admin_ops import AdminOperations, parse_backend_entry
 from gateway.asgi import Receive, Scope, Send, TrackedSend, send_bytes
 from gateway.auth import AdminAccess
@@ -41,6 +42,7 @@ from gateway.errors import (
 )
 from gateway.http.limits import ServerEvents, ServerLimits
 from gateway.http.server import server_protocol
+from gateway.tuning import TuningBoard
 from routing.config.schema import BackendEntry, GatewayConfig, ServerSection, UpstreamSection
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,9 @@ class AdminSource(Protocol):
     def operations(self) -> AdminOperations: ...
 
     def backends_state(self) -> dict[str, Any]: ...
+
+    @property
+    def tuning(self) -> TuningBoard: ...
 
     async def metrics_exposition(self) -> bytes: ...
 
@@ -181,6 +186,20 @@ def build_admin_app(source: AdminSource, access: AdminAccess) -> FastAPI:
         body = await _read_body(request, source.config.server.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
         return _json(await source.dry_run(body, headers, request.url.query.encode("latin-1")))
+
+    @app.get(tuning.TUNING, summary="The self-tuning loop: mode, live profile, proposal, switches")
+    async def tuning_state() -> Response:
+        return _json(source.tuning.state())
+
+    @app.post(tuning.PROPOSAL, summary="The tuner reports a proposal (shown, not applied)")
+    async def tuning_proposal(request: Request) -> Response:
+        body = await _read_body(request, source.config.server.max_body_bytes)
+        return _json(source.tuning.post(tuning.PROPOSAL, body))
+
+    @app.post(tuning.SWITCH, summary="The tuner switches the live profile (mode apply only)")
+    async def tuning_switch(request: Request) -> Response:
+        body = await _read_body(request, source.config.server.max_body_bytes)
+        return _json(source.tuning.post(tuning.SWITCH, body))
 
     @app.get("/metrics", summary="Prometheus exposition of the gateway's metrics")
     async def metrics() -> Response:

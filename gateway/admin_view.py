@@ -12,6 +12,7 @@ from gateway import admin
 from gateway.admin_ops import AdminOperations
 from gateway.asgi import check_json_content_type
 from gateway.runtime import Runtime
+from gateway.tuning import TuningBoard
 from routing.config.schema import GatewayConfig
 
 
@@ -28,6 +29,10 @@ class AdminView:
     @property
     def operations(self) -> AdminOperations:
         return self._rt.operations
+
+    @property
+    def tuning(self) -> TuningBoard:
+        return self._rt.tuning
 
     def backends_state(self) -> dict[str, Any]:
         """`/admin/backends`, each backend with its `x-kvgate-backend` tag."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway import admin_ops
+from gateway import admin_ops, tuning
 from gateway.access_log import clip, request_id_var
 from gateway.admin_view import AdminView
 from gateway.admission.identity import header_tenant
@@ -85,6 +85,9 @@ class GatewayApp:
             ("POST", "/admin/route"): self._admin_route,
             ("POST", admin_ops.BACKENDS): self._admin_write,
             ("POST", admin_ops.RELOAD): self._admin_write,
+            ("GET", tuning.TUNING): self._admin_tuning,
+            ("POST", tuning.PROPOSAL): self._admin_tuning,
+            ("POST", tuning.SWITCH): self._admin_tuning,
         }
         for path in API_BY_PATH:
             self._routes[("POST", path)] = self.inference
@@ -265,6 +268,16 @@ class GatewayApp:
     ) -> None:
         rt = self.runtime
         await admin_ops.handle(rt.operations, scope, receive, send, rt.config.server.max_body_bytes)
+
+    async def _admin_tuning(
+        self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord
+    ) -> None:
+        board = self.runtime.tuning
+        if scope["method"] == "GET":
+            await send_json(send, 200, board.state())
+            return
+        body = await read_body(receive, self.runtime.config.server.max_body_bytes)
+        await send_json(send, 200, board.post(scope["path"], body))
 
     async def _admin_route(
         self, scope: Scope, receive: Receive, send: TrackedSend, rec: RequestRecord

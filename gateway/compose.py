@@ -39,6 +39,7 @@ from gateway.state.collector import SharedStateCollector
 from gateway.tokens.backends import healthy_backend_picker
 from gateway.tokens.build import build_tokenizers
 from gateway.tracing.setup import build_tracing
+from gateway.tuning import TuningBoard
 from health.pool import Backend, BackendPool
 from routing.admission.objectives import Objectives
 from routing.config.objectives import RewriteEntry
@@ -199,6 +200,7 @@ def _build(
         backends=backends,
         live=live,
         operations=operations,
+        tuning=TuningBoard(config.tuning, live.use_profile, live.live_profile, metrics.registry),
     )
     return runtime
 

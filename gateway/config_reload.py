@@ -11,8 +11,8 @@ one step of the event loop (backends through `RuntimeBackends`), so no request s
 | `routing.policy`, `profiles`, `session_header`,    | `routing.prefix`, `ttft`, `state`,      |
 | `allow_policy_header`; `health` but its timeouts   | `security`, `admission`, `tokenizers`   |
 
-A changed field on the right or a health timeout is reported (a warning each) and keeps its
-running value; `security.api_keys_file` reloads apart (`gateway.auth`); stateful pickers start over.
+A changed field on the right (or `tuning`) is reported, a warning each, and keeps its value;
+`security.api_keys_file` reloads apart; stateful pickers start over; a tuner's profile goes.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gateway.runtime_backends import RuntimeBackends
 from health.pool import BackendPool
 from health.prober import Prober
 from health.scraper import Scraper
-from routing.config.profiles import RoutingSection
+from routing.config.profiles import ProfileSpec, RoutingSection, effective_profiles
 from routing.config.schema import ConfigError, GatewayConfig, HealthSection
 from routing.registry import PluginError
 from routing.scheduler import Scheduler
@@ -100,10 +100,31 @@ class LiveConfig:
         self._pool = pool
         self._build_scheduler = build_scheduler
         self._pollers: tuple[Prober, Scraper] | None = None
+        self.generation = 0  # reloads applied: a tuner's switch names the one it saw
 
     def watch_health(self, prober: Prober, scraper: Scraper) -> None:
         """The running probes and scrapes, whose settings a reload replaces."""
         self._pollers = (prober, scraper)
+
+    def use_profile(self, name: str, spec: ProfileSpec) -> None:
+        """The tuner's switch: `spec` as profile `name`, the default policy from now on (a
+        reload installs the file's routing again)."""
+        old = self.config
+        profiles = {**old.routing.profiles, name: spec}
+        routing = old.routing.model_copy(update={"policy": name, "profiles": profiles})
+        try:
+            scheduler = self._build_scheduler(routing)
+        except (PluginError, ValueError) as exc:
+            raise ConfigError(f"profile {name}: {exc}") from None
+        if (planner := self._router.planner) is not None:
+            planner.prefill_scheduler = self._build_scheduler(routing)
+        self._router.reconfigure(scheduler, routing, probe_readmit_s(old.health))
+        self.config = old.model_copy(update={"routing": routing})
+
+    def live_profile(self) -> tuple[str, ProfileSpec, int]:
+        """The default policy's name and profile, and the reload generation."""
+        routing = self.config.routing
+        return routing.policy, effective_profiles(routing)[routing.policy], self.generation
 
     def apply(self, new: GatewayConfig) -> dict[str, Any]:
         """Apply `new`'s live fields (ConfigError, nothing changed, if it cannot be); the
@@ -127,6 +148,7 @@ class LiveConfig:
         if merged.routing != old.routing or merged.health != old.health:
             self._router.reconfigure(scheduler, merged.routing, probe_readmit_s(merged.health))
         self.config = merged
+        self.generation += 1
         report = {
             "applied": True,
             "backends": {

@@ -268,6 +268,7 @@ class Director:
                 arrival=rec.started,
                 session=rec.session,
                 output_tokens=rec.output_tokens,
+                ttft_s=rec.ttft_s,
             )
 
     # -- one attempt -------------------------------------------------------------------

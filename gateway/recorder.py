@@ -81,6 +81,7 @@ class TraceRecorder:
         arrival: float,
         session: str | None,
         output_tokens: int | None,
+        ttft_s: float | None = None,
     ) -> None:
         """Buffer the line of one completed request (`arrival` on the recorder's clock)."""
         if self._file is None or req.api not in RECORDED_APIS:
@@ -100,6 +101,7 @@ class TraceRecorder:
                 block_tokens=self._block_tokens,
                 model=req.model,
                 session=session,
+                ttft_s=ttft_s,
             )
         )
         if self._buffered + len(line) > self._max_bytes:

@@ -24,6 +24,7 @@ from gateway.state.shared import SharedState
 from gateway.supervisor import Supervisor
 from gateway.tokens.build import TokenizerSet
 from gateway.tracing.setup import Tracing
+from gateway.tuning import TuningBoard
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
 from routing.admission.objectives import Objectives
@@ -58,6 +59,7 @@ class Runtime:
     backends: RuntimeBackends  # the admin API's and the config file's backends
     live: LiveConfig
     operations: AdminOperations
+    tuning: TuningBoard  # the self-tuning loop's reports and switches (`/admin/tuning`)
     reloader: ConfigReloader | None = None  # set by the command line before start
     loops: Supervisor | None = None  # the background loops, while `Services` runs them
 

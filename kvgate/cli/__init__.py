@@ -1,6 +1,7 @@
 """`kvgate` command line: serve the gateway, run it as an endpoint picker, check a config
-file, hash an API key, emulate engines, run the demo, simulate. One module per command, each
-with `add_parser(sub)` and `run(args)`; this one builds the parser and dispatches.
+file, hash an API key, emulate engines, run the demo, simulate, tune the routing profile. One
+module per command, each with `add_parser(sub)` and `run(args)`; this one builds the parser
+and dispatches.
 
 CLI flags cover process concerns only (where to listen, log level, where to record) plus quick
 overrides for the backends and the default policy; everything else is in the YAML config file.
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from kvgate.cli import check_config, demo, emulate, epp, hash_key, serve, sim
+from kvgate.cli import check_config, demo, emulate, epp, hash_key, serve, sim, tune
 from kvgate.cli.listen import ListenError
 from kvgate.cli.options import EnvParser, VersionAction
 from routing.config.schema import ConfigError
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
     "check-config": check_config,
     "hash-key": hash_key,
     "sim": sim,
+    "tune": tune,
 }
 
 

@@ -1,6 +1,6 @@
-"""`kvgate sim` and `kvgate sim sweep`: the simulator's own options and runners
-(`sim.replay.arguments`, `sim.replay.cli`, `sim.replay.sweep`); exit status 3 when a sweep
-lost a run on a Ray cluster."""
+"""`kvgate sim`, `kvgate sim sweep` and `kvgate sim tune`: the simulator's own options and
+runners (`sim.replay.arguments`, `sim.replay.cli`, `sim.replay.sweep`, `sim.tune.offline`);
+exit status 3 when a sweep lost a run on a Ray cluster."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
             from sim.replay.sweep import run_sweep
 
             return run_sweep(args)
+        if args.sim_mode == "tune":
+            from sim.tune.offline import run_tune
+
+            return run_tune(args)
         if args.trace is None:
             raise ValueError("sim: --trace is required (or: kvgate sim sweep --trace ...)")
         return run_sim(args)

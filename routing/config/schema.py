@@ -29,6 +29,7 @@ from routing.config.example_keys import check_not_example
 from routing.config.objectives import ObjectiveEntry, RewriteEntry, check_unique_objectives
 from routing.config.profiles import RoutingSection
 from routing.config.responses import ResponsesSection
+from routing.config.tuning import TuningSection
 from routing.config.yaml_loader import load_yaml
 
 EngineType = Literal["vllm", "sglang", "trtllm", "openai"]
@@ -407,6 +408,7 @@ class GatewayConfig(_Section):
     state: StateSection = StateSection()
     disaggregation: DisaggregationSection = DisaggregationSection()
     responses: ResponsesSection = ResponsesSection()
+    tuning: TuningSection = TuningSection()
     objectives: list[ObjectiveEntry] = Field(
         default_factory=list, description="InferenceObjectives by name (priority, sheddable)"
     )

@@ -5,14 +5,14 @@ not embeddings), keys in any order, unknown keys ignored:
 
     {"kvgate_trace": 1, "started_at": "2025-06-01T12:00:00.000000+00:00", "block_tokens": 16,
      "chars_per_token": 4.0, "hash": "xxh3-64 chained, fixed blocks, keyed per recording"}
-    {"t": 0.013, "model": "llama", "input_tokens": 812, "output_tokens": 95,
-     "block_tokens": 16, "hash_ids": [8461839501729273041, ...], "session": "chat-7"}
+    {"t": 0.013, "model": "llama", "input_tokens": 812, "output_tokens": 95, "block_tokens":
+     16, "hash_ids": [8461839501729273041, ...], "session": "chat-7", "ttft_s": 0.042}
 
 `t` is seconds since `started_at` (lines come in completion order; the loader sorts them);
 `hash_ids` are chained hashes of the prompt's full blocks, comparable within one recording
-only. Never any prompt or completion text. A restarted gateway appends a new header (each
-segment is placed by its `started_at`); a last line cut short is ignored, any other bad line
-is an error. Every field: docs/architecture.md, "Recorded traces".
+only; `ttft_s` the TTFT the gateway saw (streamed answers). Never any prompt or completion
+text. A restarted gateway appends a new header (segments placed by `started_at`); a last line
+cut short is ignored, any other bad line is an error. Fields: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def encode_request(req: TraceRequest) -> bytes:
         "hash_ids": req.hash_ids,
         "session": req.session,
     }
+    if req.ttft_s is not None:
+        line["ttft_s"] = round(req.ttft_s, 6)
     return orjson.dumps(line) + b"\n"
 
 
@@ -113,6 +115,9 @@ def _request(
     block_tokens = count(row.get("block_tokens", default_block), "block_tokens")
     if block_tokens < 1:
         raise ValueError("block_tokens must be >= 1")
+    ttft = row.get("ttft_s")
+    if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, int | float)):
+        raise ValueError(f"ttft_s must be a number of seconds or null, got {ttft!r}")
     return TraceRequest(
         arrival_s=offset + t,
         input_tokens=count(row["input_tokens"], "input_tokens"),
@@ -121,4 +126,5 @@ def _request(
         block_tokens=block_tokens,
         model=model,
         session=session,
+        ttft_s=None if ttft is None else float(ttft),
     )

@@ -28,6 +28,7 @@ class TraceRequest:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str | None = None
     session: str | None = None
+    ttft_s: float | None = None  # as observed live (kvgate recordings only)
 
 
 class TraceFormatError(ValueError):

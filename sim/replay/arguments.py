@@ -11,7 +11,8 @@ import argparse
 
 SIM_USAGE = """\
 kvgate sim --trace FILE [options]
-       kvgate sim sweep --trace FILE [sweep options]   (see kvgate sim sweep --help)"""
+       kvgate sim sweep --trace FILE [sweep options]   (see kvgate sim sweep --help)
+       kvgate sim tune --trace FILE [tune options]     (see kvgate sim tune --help)"""
 
 SWEEP_EPILOG = """\
 example:
@@ -251,7 +252,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     _add_pd_options(m)
     _add_dp_options(m)
-    modes = m.add_subparsers(dest="sim_mode", metavar="{sweep}")
+    modes = m.add_subparsers(dest="sim_mode", metavar="{sweep,tune}")
     w = modes.add_parser(
         "sweep",
         prog="kvgate sim sweep",
@@ -304,3 +305,47 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "ADDRESS, this machine's instance (started if none); needs kvgate[ray]",
     )
     w.add_argument("--out", default="out/sim-sweep", help="output directory (default %(default)s)")
+    add_tune_parser(modes)
+
+
+TUNE_EPILOG = """\
+example:
+  kvgate sim tune --trace recorded.jsonl --profile demo --replicas 4 --interval 60
+
+The trace is cut into windows of --interval seconds; at the end of each, the tuner replays
+the last --window seconds under the live profile, the --candidates and up to --search
+variants of the live profile's weights and thresholds, --seeds times each, and (--mode
+apply) switches when the best predicted mean-TTFT gain is at least --min-gain and wins in at
+least --confidence of the seeds. Options left out take the config file's tuning: values.
+Prints one line per window and the totals (tuned vs the fixed default vs the best fixed
+profile per window); writes tune.json to --out.
+"""
+
+
+def add_tune_parser(modes: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`kvgate sim tune`: the self-tuning loop over a whole trace (`sim.tune.offline`)."""
+    t = modes.add_parser(
+        "tune",
+        prog="kvgate sim tune",
+        help="what the self-tuning loop would have done over a trace, window by window",
+        description="Replay a trace window by window as the self-tuning loop would, and\n"
+        "report its proposals, switches and the mean TTFT they would have given.",
+        epilog=TUNE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_trace_options(t, required=True)
+    t.add_argument("--replicas", type=int, default=8, help="fleet size (default %(default)s)")
+    t.add_argument(
+        "--mode", choices=("shadow", "apply"), default="apply", help="default %(default)s"
+    )
+    t.add_argument("--interval", type=float, metavar="S", help="seconds between evaluations")
+    t.add_argument("--window", type=float, metavar="S", help="seconds replayed (default: S)")
+    t.add_argument("--candidates", metavar="P,...", help="named profiles evaluated")
+    t.add_argument("--search", type=int, metavar="N", help="variants of the live profile")
+    t.add_argument("--seeds", type=int, metavar="N", help="replays per candidate")
+    t.add_argument("--min-gain", type=float, metavar="X", help="least predicted gain")
+    t.add_argument("--confidence", type=float, metavar="X", help="least share of seeds won")
+    t.add_argument("--min-requests", type=int, metavar="N", help="smaller windows: skipped")
+    t.add_argument("--jobs", type=int, default=1, help="replays at a time (default 1)")
+    t.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="replay on a Ray cluster")
+    t.add_argument("--out", default="out/sim-tune", help="output directory (default %(default)s)")

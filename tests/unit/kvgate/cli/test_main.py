@@ -53,4 +53,5 @@ def test_every_command_has_its_subparser_in_help_order() -> None:
         "check-config",
         "hash-key",
         "sim",
+        "tune",
     ]

@@ -42,6 +42,21 @@ def test_lines_are_the_documented_json(tmp_path: Path) -> None:
     }
 
 
+def test_observed_ttft_round_trips_when_known(tmp_path: Path) -> None:
+    timed = TraceRequest(0.5, 40, 9, (1,), block_tokens=16, ttft_s=0.0421234567)
+    assert orjson.loads(encode_request(timed))["ttft_s"] == 0.042123
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(encode_header(START, 16, 4.0) + encode_request(timed))
+    [back] = load_recorded(path)
+    assert back.ttft_s == 0.042123
+    bad = orjson.dumps(
+        {"t": 1, "input_tokens": 1, "output_tokens": 1, "hash_ids": [], "ttft_s": "x"}
+    )
+    path.write_bytes(encode_header(START, 16, 4.0) + bad + b"\n")
+    with pytest.raises(TraceFormatError, match="ttft_s"):
+        load_recorded(path)
+
+
 def test_appended_recordings_share_one_timeline(tmp_path: Path) -> None:
     later = START + timedelta(seconds=100)
     path = tmp_path / "rec.jsonl"
@@ -59,7 +74,7 @@ def test_appended_recordings_share_one_timeline(tmp_path: Path) -> None:
 def test_unknown_keys_are_ignored(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     line = orjson.loads(encode_request(_req(1.0, (1,))))
-    path.write_bytes(encode_header(START, 16, 4.0) + orjson.dumps({**line, "ttft_s": 0.1}) + b"\n")
+    path.write_bytes(encode_header(START, 16, 4.0) + orjson.dumps({**line, "e2e_s": 0.1}) + b"\n")
     assert load_recorded(path) == [_req(1.0, (1,))]
 
 

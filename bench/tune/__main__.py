@@ -1,0 +1,222 @@
+"""`python -m bench tune`: the self-tuning loop on a live emulated fleet, on a workload whose
+regime changes (`bench.tune.phases`: cache pressure, tenant popularity and load per phase).
+
+1. Offline, each phase's best fixed profile: the phase replayed alone under the named
+   profiles and every one-knob variant of the default (`bench.tune.fixed`).
+2. Live, the same open-loop schedule through: the fixed default; each phase's best fixed
+   profile (when not the default); the default with `kvgate tune` in mode apply beside it.
+3. Figures: whole-run mean TTFT, apply / fixed default; per phase, apply / the phase's best
+   fixed profile (live); switches and rollbacks; for each switch, its predicted gain against
+   the gain measured over the next interval (apply against the fixed run of the profile it
+   replaced, same requests); errors; the tuner's CPU. Writes `tune.json` to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.regime.grid import FleetSpec
+from bench.tune import live
+from bench.tune.fixed import PhaseSweep, sweep_phases
+from bench.tune.phases import DEFAULT_PHASES, phase_chats, requests, scaled, write_trace
+from routing.config.profiles import BUILTIN_PROFILES
+from routing.traces.recorded import load_recorded
+from sim.live.experiment import ExperimentResult, RouterFactory
+from sim.workloads.open_loop import TimedRequest
+
+DEFAULT = "prefix-aware"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench tune", description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=60.0, help="per phase (default 60)")
+    p.add_argument("--rate", type=float, default=1.0, help="request-rate multiplier")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--interval", type=float, default=15.0, help="tuner interval and window")
+    p.add_argument("--seeds", type=int, default=2, help="tuner seeds")
+    p.add_argument("--search", type=int, default=4, help="tuner variants per evaluation")
+    p.add_argument("--min-gain", type=float, default=0.05)
+    p.add_argument("--confidence", type=float, default=1.0)
+    p.add_argument("--shadow", action="store_true", help="also run the tuner in shadow mode")
+    p.add_argument("--no-fixed", action="store_true", help="skip the best-fixed live runs")
+    p.add_argument("--out", type=Path, default=Path("out/bench-tune"))
+    return p.parse_args(argv)
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    fleet = FleetSpec()
+    phases = scaled(DEFAULT_PHASES, args.seconds, args.rate)
+    sweeps = sweep_phases(phases, fleet, args.seed)
+    for s in sweeps:
+        print(f"offline {s.phase}: best {s.best.name} {s.ranked[0][1]:.3f} s", flush=True)
+    write_trace(args.out / "phases.jsonl", phases, fleet, args.seed)  # for kvgate sim tune
+    schedule = requests(phases, fleet, args.seed)
+    _, _, spans = phase_chats(phases, fleet, args.seed)
+    profiles = {s.best.name: s.best.profile for s in sweeps if s.best.name not in BUILTIN_PROFILES}
+    tuning = {
+        "interval_s": args.interval,
+        "window_s": args.interval,
+        "min_requests": 20,
+        "seeds": args.seeds,
+        "search": args.search,
+        "min_gain": args.min_gain,
+        "confidence": args.confidence,
+        "candidates": ["prefix-aware", "least-load", "estimated-ttft"],
+        "engine_profile": fleet.profile,
+    }
+    runs: dict[str, tuple[ExperimentResult, dict[str, Any]]] = {}
+    fixed = [DEFAULT] + ([] if args.no_fixed else [s.best.name for s in sweeps])
+    for name in dict.fromkeys(fixed):
+        config = live.write_config(args.out / f"fixed-{name}.yaml", name, profiles)
+        seen: dict[str, Any] = {}
+        router = live.gateway_with_tuner(config, name, tuner=False, seen=seen)
+        runs[f"fixed:{name}"] = (await _live(f"fixed-{name}", schedule, fleet, router, args), seen)
+        _keep(args.out, f"fixed-{name}", runs[f"fixed:{name}"])
+    for mode in ("apply", "shadow") if args.shadow else ("apply",):
+        config = _fresh(
+            live.write_config(
+                args.out / f"{mode}.yaml", DEFAULT, profiles, {**tuning, "mode": mode}
+            )
+        )
+        seen = {}
+        router = live.gateway_with_tuner(config, DEFAULT, tuner=True, seen=seen)
+        runs[mode] = (await _live(mode, schedule, fleet, router, args), seen)
+        _keep(args.out, mode, runs[mode])
+    return report(runs, sweeps, schedule, spans, args)
+
+
+async def _live(
+    label: str,
+    schedule: list[TimedRequest],
+    fleet: FleetSpec,
+    router: RouterFactory,
+    args: argparse.Namespace,
+) -> ExperimentResult:
+    return await live.run_live(label, schedule, fleet, router, args.out / "logs")
+
+
+def _keep(out: Path, label: str, run: tuple[ExperimentResult, dict[str, Any]]) -> None:
+    """A run's requests (id, TTFT, error) and `/admin/tuning`, as soon as it ends."""
+    result, seen = run
+    rows = [(r.request, r.ttft_s, r.error) for r in result.results]
+    path = out / "runs" / f"{label}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps({"results": rows, "tuning": seen, **result.figures()}))
+
+
+def _run_start(recording: Path) -> float:
+    """The epoch second the workload's first request reached the gateway (its recording)."""
+    header = orjson.loads(recording.read_bytes().split(b"\n", 1)[0])
+    started = datetime.fromisoformat(header["started_at"]).timestamp()
+    trace = load_recorded(recording)
+    return started + (trace[0].arrival_s if trace else 0.0)
+
+
+def _fresh(config: Path) -> Path:
+    """A tuned run's config, its recording removed: the recorder appends, and an earlier
+    run's lines would be replayed and would shift the run's clock."""
+    config.with_suffix(".jsonl").unlink(missing_ok=True)
+    return config
+
+
+def report(
+    runs: dict[str, tuple[ExperimentResult, dict[str, Any]]],
+    sweeps: list[PhaseSweep],
+    schedule: list[TimedRequest],
+    spans: list[tuple[str, float, float]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for label, (result, _) in runs.items():
+        by_phase = live.phase_ttfts(result, schedule, spans)
+        figures[label] = {
+            "ttft_mean_s": result.ttft_mean_s,
+            "ttft_p90_s": result.ttft_p90_s,
+            "errors": len(result.errors),
+            "requests": len(result.results),
+            "phases": {p: _mean(t) for p, t in by_phase.items()},
+        }
+    default = figures[f"fixed:{DEFAULT}"]
+    out: dict[str, Any] = {"runs": figures, "phases": [], "switches": []}
+    for s, (name, start, end) in zip(sweeps, spans, strict=True):
+        best = figures.get(f"fixed:{s.best.name}", default)["phases"][name]
+        row = {"phase": name, "span_s": [start, end], "best_fixed": s.best.name,
+               "best_fixed_sim_ttft_s": s.ranked[0][1], "best_fixed_live_ttft_s": best,
+               "default_live_ttft_s": default["phases"][name]}  # fmt: skip
+        for mode in ("apply", "shadow"):
+            if mode in figures:
+                row[f"{mode}_ttft_s"] = figures[mode]["phases"][name]
+                row[f"{mode}_vs_best_fixed"] = figures[mode]["phases"][name] / best
+        out["phases"].append(row)
+    if "apply" in runs:
+        result, seen = runs["apply"]
+        out["apply_vs_default"] = figures["apply"]["ttft_mean_s"] / default["ttft_mean_s"]
+        out["switches"] = _switches(result, seen, runs, schedule, args)
+        checked = [
+            s
+            for s in out["switches"]
+            if s["measured_gain"] is not None and s.get("predicted_gain") is not None
+        ]
+        agree = [s for s in checked if (s["predicted_gain"] > 0) == (s["measured_gain"] > 0)]
+        out["sign_agreement"] = len(agree) / len(checked) if checked else None
+        proposal = seen.get("proposal") or {}
+        out["tuner_cpu_s"] = proposal.get("tuner_cpu_s")
+        out["last_fidelity"] = proposal.get("fidelity")
+        out["last_proposal"] = proposal
+    if "shadow" in runs:
+        out["shadow_last_proposal"] = runs["shadow"][1].get("proposal")
+    return out
+
+
+def _switches(
+    result: ExperimentResult,
+    seen: dict[str, Any],
+    runs: dict[str, tuple[ExperimentResult, dict[str, Any]]],
+    schedule: list[TimedRequest],
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """Each switch with its predicted gain and the gain measured over the next interval:
+    1 − mean TTFT (apply) / mean TTFT (the fixed run of the profile it replaced)."""
+    t0 = _run_start(args.out / "apply.jsonl")
+    out = []
+    for sw in seen.get("switches", []):
+        at = sw["at"] - t0
+        mine = live.window_ttfts(result, schedule, at, at + args.interval)
+        base = runs.get(f"fixed:{sw['from']}") or runs.get(f"fixed:{DEFAULT}")
+        theirs = live.window_ttfts(base[0], schedule, at, at + args.interval) if base else []
+        measured = 1 - _mean(mine) / _mean(theirs) if mine and theirs else None
+        out.append({**sw, "at_s": at, "measured_gain": measured,
+                    "compared_with": f"fixed:{sw['from']}" if f"fixed:{sw['from']}" in runs
+                    else f"fixed:{DEFAULT}"})  # fmt: skip
+    return [s for s in out if s.get("predicted_gain") is not None or s["kind"] == "rollback"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(run(args))
+    result["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    path = args.out / "tune.json"
+    path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    for row in result["phases"]:
+        print(orjson.dumps(row).decode())
+    for key in ("apply_vs_default", "sign_agreement", "tuner_cpu_s", "last_fidelity"):
+        print(f"{key}: {result.get(key)}")
+    print(f"switches: {len(result['switches'])}; wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

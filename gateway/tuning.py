@@ -1,0 +1,170 @@
+"""The gateway's side of self-tuning: `/admin/tuning`, the tuner's reports and switches.
+
+The tuner (`kvgate tune`, a process of its own: nothing here runs on the request path) posts
+each proposal (`POST /admin/tuning/proposal`: predicted gain, spread, fidelity, the chosen
+profile) and, in mode `apply`, switches (`POST /admin/tuning/switch`: `switch` or `rollback`,
+a profile and the reason). A switch replaces the live routing profile in one step of the
+event loop (`LiveConfig.use_profile`) and keeps the one it replaced; each is logged, counted
+(`kvgate_tuning_switches_total{kind}`) and listed. A config reload wins: it installs the file's
+routing, and `generation` tells the tuner to start over from it. `GET /admin/tuning` shows it all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import BadRequestError, ConflictError, NotFoundError
+from routing.config.profiles import ProfileSpec
+from routing.config.schema import ConfigError
+from routing.config.tuning import TuningSection
+
+log = logging.getLogger(__name__)
+
+HISTORY = 50  # switches listed by GET /admin/tuning
+TUNING = "/admin/tuning"
+PROPOSAL = TUNING + "/proposal"
+SWITCH = TUNING + "/switch"
+
+
+class SwitchRequest(BaseModel):
+    """`POST /admin/tuning/switch`'s body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(pattern="^(switch|rollback)$")
+    profile: str = Field(min_length=1)
+    spec: ProfileSpec
+    reason: str = ""
+    generation: int = Field(ge=0, description="the config generation the tuner started from")
+    predicted_gain: float | None = None
+
+
+class TuningBoard:
+    """What the tuner reported and did, and the switch itself (see the module docstring)."""
+
+    def __init__(
+        self,
+        section: TuningSection,
+        use_profile: Callable[[str, ProfileSpec], None],
+        live: Callable[[], tuple[str, ProfileSpec, int]],
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.section = section
+        self._use_profile = use_profile
+        self._live = live  # (live profile's name, its spec, config generation)
+        self._clock = clock
+        self.proposal: dict[str, Any] | None = None
+        self.previous: str | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._switches = Counter(
+            "kvgate_tuning_switches_total",
+            "Live routing-profile changes by the tuner (switch, rollback)",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in ("switch", "rollback"):
+            self._switches.labels(kind)
+        self._gain = Gauge(
+            "kvgate_tuning_predicted_gain",
+            "The last proposal's predicted mean-TTFT gain over the live profile (fraction)",
+            registry=registry,
+        )
+        self._spread = Gauge(
+            "kvgate_tuning_predicted_gain_spread",
+            "The last proposal's gain: standard deviation across seeds",
+            registry=registry,
+        )
+        self._fidelity = Gauge(
+            "kvgate_tuning_fidelity",
+            "Replayed / observed mean TTFT of the live profile in the last window (1: exact)",
+            registry=registry,
+        )
+        self._cpu = Gauge(
+            "kvgate_tuning_cpu_seconds",
+            "CPU seconds the tuner process has used, as it last reported",
+            registry=registry,
+        )
+
+    def post(self, path: str, body: bytes) -> dict[str, Any]:
+        """`POST /admin/tuning/proposal` or `/switch` with a JSON body."""
+        try:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError as exc:
+            raise BadRequestError(
+                f"request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+        if path == PROPOSAL:
+            return self.report(data)
+        if path == SWITCH:
+            return self.switch(data)
+        raise NotFoundError(f"no route for POST {path}")
+
+    def report(self, body: Any) -> dict[str, Any]:
+        """A proposal from the tuner (a JSON object), shown as is and in the gauges."""
+        if not isinstance(body, dict):
+            raise BadRequestError("a proposal must be a JSON object")
+        self.proposal = {**body, "received_at": self._clock()}
+        for gauge, key in ((self._gain, "predicted_gain"), (self._spread, "spread")):
+            if isinstance(value := body.get(key), int | float):
+                gauge.set(value)
+        if isinstance(value := body.get("fidelity"), int | float):
+            self._fidelity.set(value)
+        if isinstance(value := body.get("tuner_cpu_s"), int | float):
+            self._cpu.set(value)
+        log.info("tuning proposal: %s", body.get("reason", "(no reason given)"))
+        return {"accepted": True}
+
+    def switch(self, body: Any) -> dict[str, Any]:
+        """Switch the live profile as the tuner asks (409 unless mode is apply, or when a
+        reload came after the tuner's view)."""
+        try:
+            req = SwitchRequest.model_validate(body)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise BadRequestError(f"{where}: {err['msg']}", code="invalid_switch") from None
+        if self.section.mode != "apply":
+            raise ConflictError(f"tuning mode is {self.section.mode}: switches need apply")
+        before, _, generation = self._live()
+        if req.generation != generation:
+            raise ConflictError("the config was reloaded since: the reload's profile stays")
+        try:
+            self._use_profile(req.profile, req.spec)
+        except ConfigError as exc:
+            raise BadRequestError(str(exc), code="invalid_profile") from None
+        self.previous = before
+        self._switches.labels(req.kind).inc()
+        event = {
+            "at": self._clock(),
+            "kind": req.kind,
+            "from": before,
+            "to": req.profile,
+            "predicted_gain": req.predicted_gain,
+            "reason": req.reason,
+        }
+        self.history.append(event)
+        log.warning("tuning %s: %s -> %s: %s", req.kind, before, req.profile, req.reason)
+        return {"switched": True, **event}
+
+    def state(self) -> dict[str, Any]:
+        """`GET /admin/tuning`."""
+        name, spec, generation = self._live()
+        return {
+            "mode": self.section.mode,
+            "settings": self.section.model_dump(mode="json"),
+            "live_profile": name,
+            "live_spec": spec.model_dump(mode="json", exclude_unset=True),
+            "previous_profile": self.previous,
+            "generation": generation,
+            "proposal": self.proposal,
+            "switches": list(self.history),
+        }

@@ -1,0 +1,66 @@
+"""The `tuning:` section: the self-tuning loop that replays recent traffic in the simulator
+and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/self-tuning.md).
+
+    tuning:
+      mode: shadow          # off (default) | shadow | apply
+      interval_s: 60        # one evaluation this often
+      window_s: 120         # of the most recently recorded traffic
+      min_gain: 0.05        # apply: switch only for >= 5% lower predicted mean TTFT ...
+      confidence: 0.8       # ... and a lower TTFT in >= 80% of the seeds
+      candidates: [prefix-aware, least-load, estimated-ttft]
+      search: 6             # plus up to this many variants of the live profile's weights
+      seeds: 3
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TUNING_MODES = ("off", "shadow", "apply")
+DEFAULT_CANDIDATES = ("prefix-aware", "least-load", "estimated-ttft", "session")
+
+
+class TuningSection(BaseModel):
+    """How the tuner evaluates recent traffic and what it may do with its proposal."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["off", "shadow", "apply"] = Field(
+        "off", description="off; shadow: propose only; apply: switch the live profile"
+    )
+    interval_s: float = Field(60.0, gt=0, description="seconds between evaluations")
+    window_s: float = Field(120.0, gt=0, description="seconds of recent traffic replayed")
+    min_requests: int = Field(50, ge=1, description="fewer in the window: no proposal")
+    min_gain: float = Field(
+        0.05, ge=0, lt=1, description="apply: least predicted mean-TTFT gain (fraction)"
+    )
+    confidence: float = Field(
+        0.8, gt=0, le=1, description="apply: least share of seeds in which the candidate wins"
+    )
+    rollback_tolerance: float = Field(
+        0.2,
+        ge=0,
+        description="roll back when the next window's observed mean TTFT exceeds the "
+        "prediction by more than this fraction",
+    )
+    candidates: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_CANDIDATES),
+        description="profiles evaluated beside the live one (built-in or from routing.profiles)",
+    )
+    search: int = Field(
+        6, ge=0, description="variants of the live profile's weights and thresholds tried"
+    )
+    seeds: int = Field(3, ge=1, le=32, description="replays per candidate (perturbed arrivals)")
+    engine_profile: str = Field(
+        "demo", min_length=1, description="the simulator's engine timing (a named profile)"
+    )
+    ray_address: str | None = Field(
+        None, description='run the replays on this Ray cluster ("" for a local instance)'
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
