@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
 from pydantic import ValidationError
 
 from gateway.asgi import (
@@ -30,6 +29,7 @@ from gateway.asgi import (
     Send,
     check_json_content_type,
     header_map,
+    parse_json_body,
     read_body,
     send_json,
 )
@@ -134,12 +134,7 @@ def parse_backend_entry(body: bytes, content_type: str | None = None) -> Backend
     """A `backends:` entry of the config, as JSON: 415 if the body is not JSON, 400 if it is
     not an object or names a bad field (the first one, by its path: `kv_events.endpoint`)."""
     check_json_content_type(content_type)
-    try:
-        data = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError as exc:
-        raise BadRequestError(
-            f"request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+    data = parse_json_body(body)
     if not isinstance(data, dict):
         raise BadRequestError(
             "request body must be a JSON object: a `backends:` entry, e.g. "

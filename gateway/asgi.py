@@ -8,7 +8,12 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import ClientDisconnectedError, PayloadTooLargeError, UnsupportedMediaTypeError
+from gateway.errors import (
+    BadRequestError,
+    ClientDisconnectedError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+)
 
 DISCONNECT_EXTENSION = "kvgate.disconnect"
 
@@ -73,6 +78,15 @@ def check_json_content_type(value: str | None) -> None:
         raise UnsupportedMediaTypeError(
             f"content type {mime or '(empty)'!r} is not supported; send application/json"
         )
+
+
+def parse_json_body(body: bytes) -> Any:
+    """An admin request's JSON body (None when empty); 400 `invalid_json` when it is not JSON."""
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError as exc:
+        message = f"request body is not valid JSON: {exc}"
+        raise BadRequestError(message, code="invalid_json") from None
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

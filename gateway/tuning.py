@@ -17,10 +17,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.asgi import parse_json_body
 from gateway.errors import BadRequestError, ConflictError, NotFoundError
 from routing.config.profiles import ProfileSpec
 from routing.config.schema import ConfigError
@@ -96,12 +96,7 @@ class TuningBoard:
 
     def post(self, path: str, body: bytes) -> dict[str, Any]:
         """`POST /admin/tuning/proposal` or `/switch` with a JSON body."""
-        try:
-            data = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(
-                f"request body is not valid JSON: {exc}", code="invalid_json"
-            ) from None
+        data = parse_json_body(body)
         if path == PROPOSAL:
             return self.report(data)
         if path == SWITCH:
