@@ -116,10 +116,22 @@ class LiveConfig:
             scheduler = self._build_scheduler(routing)
         except (PluginError, ValueError) as exc:
             raise ConfigError(f"profile {name}: {exc}") from None
-        if (planner := self._router.planner) is not None:
-            planner.prefill_scheduler = self._build_scheduler(routing)
-        self._router.reconfigure(scheduler, routing, probe_readmit_s(old.health))
+        self._route_with(scheduler, routing, old.health, rebuild_prefill=True)
         self.config = old.model_copy(update={"routing": routing})
+
+    def _route_with(
+        self,
+        scheduler: Scheduler,
+        routing: RoutingSection,
+        health: HealthSection,
+        *,
+        rebuild_prefill: bool,
+    ) -> None:
+        """Route with `scheduler` on `routing` (a P/D planner's prefill scheduler rebuilt from
+        it when `rebuild_prefill`)."""
+        if rebuild_prefill and (planner := self._router.planner) is not None:
+            planner.prefill_scheduler = self._build_scheduler(routing)
+        self._router.reconfigure(scheduler, routing, probe_readmit_s(health))
 
     def live_profile(self) -> tuple[str, ProfileSpec, int]:
         """The default policy's name and profile, and the reload generation."""
@@ -143,10 +155,9 @@ class LiveConfig:
         changes = self._backends.apply_config(merged.backends)
         if merged.health != old.health:
             self._apply_health(merged.health)
-        if merged.routing != old.routing and (planner := self._router.planner) is not None:
-            planner.prefill_scheduler = self._build_scheduler(merged.routing)
         if merged.routing != old.routing or merged.health != old.health:
-            self._router.reconfigure(scheduler, merged.routing, probe_readmit_s(merged.health))
+            rebuild = merged.routing != old.routing
+            self._route_with(scheduler, merged.routing, merged.health, rebuild_prefill=rebuild)
         self.config = merged
         self.generation += 1
         report = {
