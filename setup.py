@@ -1,5 +1,6 @@
 """Build hook for the compiled modules (Cython): `sim.engine.kv_cache_native`,
-`gateway.tracing.otlp_native` and `routing.columns_native`.
+`gateway.tracing.otlp_native`, `routing.columns_native` and
+`scoring.state.prefix_hash_native` (which also needs xxHash's `xxhash.h`).
 
 Everything else is in pyproject.toml. The extensions are optional: where they cannot be
 built (no C compiler), the install goes on without them and kvgate runs their pure-Python
@@ -14,6 +15,14 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 OPTIONAL = os.environ.get("KVGATE_REQUIRE_NATIVE") != "1"
+
+
+def _has_header(name: str) -> bool:
+    """Whether the C compiler's usual include directories hold `name`."""
+    paths = os.environ.get("CPATH", "") + os.pathsep + os.environ.get("C_INCLUDE_PATH", "")
+    dirs = [*paths.split(os.pathsep), "/usr/local/include"]
+    return any(os.path.isfile(os.path.join(d, name)) for d in [*dirs, "/usr/include"] if d)
+
 
 setup(
     ext_modules=cythonize(
@@ -36,6 +45,20 @@ setup(
                 ["routing/columns_native.pyx"],
                 optional=OPTIONAL,
                 extra_compile_args=["-O2", "-ffp-contract=off"],
+            ),
+            # XXH3-64 from the xxHash library's header (libxxhash-dev), inlined: no library to
+            # link. Left out where the header is missing, as where there is no compiler.
+            *(
+                [
+                    Extension(
+                        "scoring.state.prefix_hash_native",
+                        ["scoring/state/prefix_hash_native.pyx"],
+                        optional=OPTIONAL,
+                        extra_compile_args=["-O2"],
+                    )
+                ]
+                if not OPTIONAL or _has_header("xxhash.h")
+                else []
             ),
         ],
         compiler_directives={"language_level": "3"},

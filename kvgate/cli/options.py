@@ -41,6 +41,7 @@ COMPILED = {
     "sim.engine.kv_cache_native": "the simulator's KV cache",
     "gateway.tracing.otlp_native": "the tracing encoder",
     "routing.columns_native": "the scheduler's weighted sum",
+    "scoring.state.prefix_hash_native": "the prompt's prefix hashes",
 }
 
 
@@ -50,7 +51,7 @@ def compiled_extensions() -> str:
     missing = [what for name, what in COMPILED.items() if what not in built]
     if not missing:
         return f"compiled: {', '.join(built)}"
-    line = f"pure Python (no C compiler at install): {', '.join(missing)}"
+    line = f"pure Python (no C compiler or header at install): {', '.join(missing)}"
     return line + (f"; compiled: {', '.join(built)}" if built else "")
 
 

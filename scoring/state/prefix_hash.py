@@ -11,13 +11,15 @@ with position: the first `GROUP` (128) blocks have `block_chars` bytes, the next
 that, then four times, and so on. Boundaries depend only on position, so prompts sharing a
 prefix share its blocks; a 128k-token prompt makes ~770 blocks instead of 8,000, tracking the
 far end of a long context, where the exact match length matters least, more coarsely.
-`hash_fixed_blocks` is the same chain without the growth, for recorded traces.
+`hash_fixed_blocks` is the same chain without the growth, for recorded traces. Both are
+compiled (`prefix_hash_native`) where the install could build it, these functions otherwise.
 """
 
 from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections.abc import Callable
 from functools import lru_cache
 from itertools import accumulate
 
@@ -33,8 +35,9 @@ def prefix_seed(model: str, cache_salt: str | None = None) -> int:
     return _xxh3(model.encode() + b"\x00" + (cache_salt or "").encode())
 
 
-def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
-    """Chained hashes of the full blocks of `data` (see the module docstring)."""
+def hash_blocks_reference(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
+    """Chained hashes of the full blocks of `data` (see the module docstring): `hash_blocks`
+    in Python, the reference of the compiled one."""
     ends = _block_ends(block_chars)
     count = bisect_right(ends, len(data))
     if count == len(ends):  # beyond the precomputed layout (over ~0.5 TB): never in practice
@@ -69,7 +72,7 @@ def _splitter(size: int, count: int) -> struct.Struct:
     return struct.Struct(f"{size}s" * count)
 
 
-def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
+def hash_fixed_blocks_reference(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]:
     """Chained hashes of the full blocks of `data`, all `block_chars` bytes (no growth): the
     same chain as `hash_blocks` for the first GROUP blocks, then one hash per base block.
     For recorded traces, whose block ids must all stand for the same number of tokens."""
@@ -89,6 +92,18 @@ def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ..
         tail = _splitter(block_chars, rest).unpack_from(data, full * step)
         hashes += [h := _xxh3(b, h) for b in tail]
     return tuple(hashes)
+
+
+Chain = Callable[[bytes, int, int], tuple[int, ...]]
+hash_blocks: Chain = hash_blocks_reference
+hash_fixed_blocks: Chain = hash_fixed_blocks_reference
+try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built
+    from scoring.state import prefix_hash_native
+except ImportError:  # no C compiler or no xxhash.h at install: the references run
+    pass
+else:
+    hash_blocks = prefix_hash_native.hash_blocks
+    hash_fixed_blocks = prefix_hash_native.hash_fixed_blocks
 
 
 def block_weight(index: int) -> int:

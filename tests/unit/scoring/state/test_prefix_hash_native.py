@@ -1,0 +1,48 @@
+"""The compiled chained block hashes against their Python references."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.state import prefix_hash
+from scoring.state.prefix_hash import GROUP, hash_blocks_reference, hash_fixed_blocks_reference
+
+native = pytest.importorskip("scoring.state.prefix_hash_native")
+
+seeds = st.integers(0, 2**64 - 1)
+sizes = st.sampled_from([1, 2, 3, 16, 63, 64, 65, 240, 241])  # XXH3's length classes at 64
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4_000), seeds, sizes)
+def test_both_chains_equal_the_reference(data: bytes, seed: int, block_chars: int) -> None:
+    assert native.hash_blocks(data, seed, block_chars) == hash_blocks_reference(
+        data, seed, block_chars
+    )
+    assert native.hash_fixed_blocks(data, seed, block_chars) == hash_fixed_blocks_reference(
+        data, seed, block_chars
+    )
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 300])
+def test_growing_blocks_across_group_boundaries(extra: int) -> None:
+    # GROUP blocks of 16 bytes, GROUP of 32, GROUP of 64, then part of the next group of 128.
+    data = bytes(range(256)) * 100
+    length = 16 * GROUP * (1 + 2 + 4) + extra
+    assert native.hash_blocks(data[:length], 7, 16) == hash_blocks_reference(data[:length], 7, 16)
+
+
+def test_other_buffers_and_bad_sizes_behave_as_the_reference() -> None:
+    data = b"abc" * 100
+    assert native.hash_blocks(memoryview(data), 1, 8) == hash_blocks_reference(data, 1, 8)
+    assert native.hash_blocks(bytearray(data), 1, 8) == hash_blocks_reference(data, 1, 8)
+    for chain in (native.hash_blocks, native.hash_fixed_blocks):
+        with pytest.raises(ValueError, match="block_chars"):
+            chain(data, 1, 0)
+
+
+def test_the_module_uses_the_compiled_chain_where_built() -> None:
+    assert prefix_hash.hash_blocks is native.hash_blocks
+    assert prefix_hash.hash_fixed_blocks is native.hash_fixed_blocks
