@@ -94,9 +94,16 @@ def hash_fixed_blocks_reference(data: bytes, seed: int, block_chars: int) -> tup
     return tuple(hashes)
 
 
+def _as_is(hashes: tuple[int, ...]) -> tuple[int, ...]:
+    return hashes
+
+
 Chain = Callable[[bytes, int, int], tuple[int, ...]]
 hash_blocks: Chain = hash_blocks_reference
 hash_fixed_blocks: Chain = hash_fixed_blocks_reference
+# For tuples of hashes kept long (the prefix index's runs): compiled, it takes them out of the
+# cyclic collector's young generation at once (they can hold no cycle); here, a no-op.
+untracked: Callable[[tuple[int, ...]], tuple[int, ...]] = _as_is
 try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built
     from scoring.state import prefix_hash_native
 except ImportError:  # no C compiler or no xxhash.h at install: the references run
@@ -104,6 +111,7 @@ except ImportError:  # no C compiler or no xxhash.h at install: the references r
 else:
     hash_blocks = prefix_hash_native.hash_blocks
     hash_fixed_blocks = prefix_hash_native.hash_fixed_blocks
+    untracked = prefix_hash_native.untracked
 
 
 def block_weight(index: int) -> int:

@@ -9,7 +9,11 @@ compares the two. At 8k tokens the Python chain costs ~30 µs (one call per bloc
 
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, PyObject
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void *op)
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc
 
@@ -34,6 +38,9 @@ cdef tuple _pack(uint64_t *hashes, Py_ssize_t count):
         h = PyLong_FromUnsignedLongLong(hashes[i])
         Py_INCREF(h)  # PyTuple_SET_ITEM steals a reference
         PyTuple_SET_ITEM(out, i, h)
+    # Only ints: no cycle can pass through it. Untracked now, as the collector would untrack
+    # it at its first pass, which costs one look at every item of every such young tuple.
+    PyObject_GC_UnTrack(<void *>out)
     return out
 
 
@@ -79,6 +86,19 @@ cdef tuple _chain(const unsigned char[::1] data, uint64_t seed, Py_ssize_t block
         return _pack(hashes, count)
     finally:
         free(hashes)
+
+
+def untracked(tuple hashes):
+    """`hashes` (a tuple of ints, for the prefix index to keep) out of the cyclic collector's
+    young generation: the collector would untrack it at its first pass, after looking at
+    every item three times, on every such tuple the index made since the last pass. A tuple
+    holding anything but ints is returned as it is."""
+    cdef object h
+    for h in hashes:
+        if type(h) is not int:
+            return hashes
+    PyObject_GC_UnTrack(<void *>hashes)
+    return hashes
 
 
 def hash_blocks(const unsigned char[::1] data, unsigned long long seed, Py_ssize_t block_chars):

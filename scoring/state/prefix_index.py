@@ -25,7 +25,7 @@ from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
 from scoring.state.lru_tails import LruTails, Walked
-from scoring.state.prefix_hash import GROUP
+from scoring.state.prefix_hash import GROUP, untracked
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
@@ -39,7 +39,7 @@ class _Run:
     __slots__ = ("hashes", "holders", "intact")
 
     def __init__(self, hashes: tuple[int, ...], holders: frozenset[str]) -> None:
-        self.hashes = hashes
+        self.hashes = untracked(hashes)
         self.holders = holders
         self.intact = True
 
@@ -51,9 +51,9 @@ class _Run:
             return
         k, hashes = len(blocks), self.hashes
         if hashes[len(hashes) - k :] == blocks:
-            self.hashes = hashes[: len(hashes) - k]
+            self.hashes = untracked(hashes[: len(hashes) - k])
         elif hashes[:k] == blocks:
-            self.hashes = hashes[k:]
+            self.hashes = untracked(hashes[k:])
         else:
             self.intact = False
 

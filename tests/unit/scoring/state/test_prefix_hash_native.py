@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,3 +48,13 @@ def test_other_buffers_and_bad_sizes_behave_as_the_reference() -> None:
 def test_the_module_uses_the_compiled_chain_where_built() -> None:
     assert prefix_hash.hash_blocks is native.hash_blocks
     assert prefix_hash.hash_fixed_blocks is native.hash_fixed_blocks
+
+
+def test_untracked_takes_tuples_of_ints_out_of_the_collector_only() -> None:
+    ints = tuple([1, 2, 3, 2**64 - 1])  # built at run time: tracked
+    assert gc.is_tracked(ints)
+    assert native.untracked(ints) is ints and not gc.is_tracked(ints)
+    mixed = tuple([1, [2]])
+    assert native.untracked(mixed) is mixed and gc.is_tracked(mixed)
+    assert not gc.is_tracked(native.hash_blocks(b"x" * 640, 3, 64))
+    assert prefix_hash.untracked is native.untracked
