@@ -21,6 +21,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate, compress, islice, repeat
 from operator import add, mul, not_, truediv
 
+from scoring.state.prefix_hash import untracked
+
 SLACK = 2  # a tail is built to cover this many times the excess asked
 
 
@@ -34,6 +36,7 @@ class Tail:
         "complete",
         "hashes",
         "members",
+        "need",
         "seqs",
         "terms",
         "total",
@@ -59,17 +62,20 @@ class Tail:
         weights = list(accumulate(ws))
         m = min(bisect_left(weights, need) + 1, len(weights))
         del ws[m:], weights[m:]
-        self.hashes = list(islice(lru, m))
+        self.need = need
+        # Lists of numbers only, kept a while: out of the cyclic collector (`untracked`).
+        self.hashes = untracked(list(islice(lru, m)))
         self.members = set(self.hashes)
-        self.seqs = list(range(seq, seq + m))
-        self.ws = ws
+        self.seqs = untracked(list(range(seq, seq + m)))
+        self.ws = untracked(ws)
         reuses = list(map(counts.get, self.hashes, repeat(0)))
         # w × r / (r + 1) as the walk computes it; an entry never reused adds 0.0, which
         # leaves a running sum unchanged, as the walk's skip does.
-        self.terms = list(map(truediv, map(mul, ws, reuses), map(add, reuses, repeat(1))))
+        terms = map(truediv, map(mul, ws, reuses), map(add, reuses, repeat(1)))
+        self.terms = untracked(list(terms))
         self.complete = m == len(lru)
-        self.weights: list[int] | None = weights
-        self.values: list[float] | None = list(accumulate(self.terms, initial=0.0))[1:]
+        self.weights: list[int] | None = untracked(weights)
+        self.values: list[float] | None = untracked(list(accumulate(self.terms, initial=0.0))[1:])
         self.total = weights[-1] if weights else 0
 
     def drop(self, gone: Collection[int]) -> list[int]:
@@ -83,10 +89,10 @@ class Tail:
                 gone = set(gone)
             selectors = list(map(not_, map(gone.__contains__, self.hashes)))
             removed = list(compress(self.hashes, map(not_, selectors)))
-            self.hashes = list(compress(self.hashes, selectors))
-            self.ws = list(compress(self.ws, selectors))
-            self.terms = list(compress(self.terms, selectors))
-            self.seqs = list(compress(self.seqs, selectors))
+            self.hashes = untracked(list(compress(self.hashes, selectors)))
+            self.ws = untracked(list(compress(self.ws, selectors)))
+            self.terms = untracked(list(compress(self.terms, selectors)))
+            self.seqs = untracked(list(compress(self.seqs, selectors)))
         self.members.difference_update(removed)
         self.weights = self.values = None
         self.total = sum(self.ws)
@@ -95,12 +101,32 @@ class Tail:
     def covers(self, excess: int) -> bool:
         return self.complete or self.total >= excess
 
-    def walked(self, excess: int) -> tuple[int, float]:
-        """Position of the last entry the walk for `excess` (> 0) takes, and its total."""
+    def summed(self) -> tuple[list[int], list[float]]:
+        """`weights` and `values`, summed again first if a change cleared them."""
         weights, values = self.weights, self.values
         if weights is None or values is None:
-            weights = self.weights = list(accumulate(self.ws))
-            values = self.values = list(accumulate(self.terms, initial=0.0))[1:]
+            weights = self.weights = untracked(list(accumulate(self.ws)))
+            values = self.values = untracked(list(accumulate(self.terms, initial=0.0))[1:])
+        return weights, values
+
+    def sparing(self, excess: int, spare: Collection[int]) -> float | None:
+        """`PrefixIndex.displaced`'s walk for `excess` passing over the hashes in `spare`, on
+        the tail's lists (the same sums in the same order: an entry never reused adds 0.0);
+        None if the walk would go past the tail's end."""
+        total = 0
+        value = 0.0
+        for h, w, term in zip(self.hashes, self.ws, self.terms, strict=True):
+            if total >= excess:
+                return value
+            if h in spare:
+                continue
+            total += w
+            value += term
+        return value if total >= excess or self.complete else None
+
+    def walked(self, excess: int) -> tuple[int, float]:
+        """Position of the last entry the walk for `excess` (> 0) takes, and its total."""
+        weights, values = self.summed()
         last = min(bisect_left(weights, excess), len(weights) - 1)
         return last, values[last]
 
@@ -116,6 +142,10 @@ class LruTails:
         # hash → replica → the entry's sequence number in that replica's tail
         self._where: dict[int, dict[str, int]] = {}
         self._seq = 0
+        # The longest tail each replica was asked for (entries' weight), and over all: what
+        # `refresh` builds, so that later requests, whose excess varies, find it long enough.
+        self._want: dict[str, int] = {}
+        self.want = 0
 
     def tail(
         self,
@@ -135,7 +165,31 @@ class LruTails:
         # With room to spare: each dispatch to the replica evicts about one prompt from the
         # tail's front, and the next request's excess is about the same again, or up to the
         # widest (the whole prompt where nothing matches).
-        tail = self.kept[replica] = Tail(lru, counts, SLACK * max(excess, widest), self._seq)
+        need = SLACK * max(excess, widest)
+        if need > self._want.get(replica, 0):
+            self._want[replica] = need
+            self.want = max(self.want, need)
+        return self._build(replica, lru, counts, max(need, self._want[replica]))
+
+    def refresh(self, replica: str, lru: OrderedDict[int, int], counts: Mapping[int, int]) -> None:
+        """After the replica's LRU changed (a request recorded there and it is full, or nearly):
+        its tail made ready for the next decisions now, rather than by one of them. Built
+        (again) at the longest size asked of it (of any replica, for a first one) when it has
+        none or it no longer covers half of that, else summed again."""
+        tail = self.kept.get(replica)
+        want = self._want.get(replica, self.want)
+        if tail is None or (not tail.complete and tail.total * SLACK < want):
+            if tail is not None:
+                self._unlist(replica, tail.hashes)
+            if not want:
+                return
+            tail = self._build(replica, lru, counts, want)
+        tail.summed()
+
+    def _build(
+        self, replica: str, lru: OrderedDict[int, int], counts: Mapping[int, int], need: int
+    ) -> Tail:
+        tail = self.kept[replica] = Tail(lru, counts, need, self._seq)
         self._seq += len(tail.hashes)
         where = self._where
         for h, q in zip(tail.hashes, tail.seqs, strict=True):
@@ -166,24 +220,30 @@ class LruTails:
         """The candidates (positions, keys of `walked`) whose walks take an entry of their
         matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over."""
         where = self._where
-        hits = where.keys() & hashes[: max(map(depths.__getitem__, walked))]
+        reach = max(map(depths.__getitem__, walked))
+        hits = where.keys() & hashes[:reach]
         if not hits:  # the usual case: a matched head was used recently, far from the tails
             return set()
-        n = len(hashes)
-        first = dict(zip(reversed(hashes), range(n - 1, -1, -1), strict=True))
         # replica → (candidate, its depth, the sequence number of the last entry it walks)
         open_ = {r: (k, depths[k], tail.seqs[last]) for k, (r, tail, last) in walked.items()}
+        first: dict[int, int] | None = None  # a hit's position in the prompt, when needed
         out = set()
-        for h in sorted(hits, key=first.__getitem__):  # the head's first blocks first
-            holders = where[h]
-            i = first[h]
-            for r in holders.keys() & open_.keys():  # C: the candidates still in question
-                k, depth, limit = open_[r]
-                if i < depth and holders[r] <= limit:
-                    out.add(k)
-                    del open_[r]
-            if not open_:
-                break
+        for h in hits:  # each hit is in few tails: one pass over those
+            for r, q in where[h].items():
+                held = open_.get(r)
+                if held is None or q > held[2]:  # not a candidate's, or past its walk
+                    continue
+                k, depth, _ = held
+                if depth < reach:  # is the hit within this candidate's head?
+                    if first is None:
+                        head = hashes[:reach]
+                        first = dict(zip(reversed(head), range(reach - 1, -1, -1), strict=True))
+                    if first[h] >= depth:
+                        continue
+                out.add(k)
+                del open_[r]
+                if not open_:
+                    return out
         return out
 
     def _unlist(self, replica: str, hashes: Iterable[int]) -> None:
@@ -198,3 +258,5 @@ class LruTails:
     def clear(self) -> None:
         self.kept.clear()
         self._where.clear()
+        self._want.clear()
+        self.want = 0

@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from functools import lru_cache
 from itertools import accumulate
+from typing import TypeVar
 
 import xxhash
 
@@ -94,16 +95,20 @@ def hash_fixed_blocks_reference(data: bytes, seed: int, block_chars: int) -> tup
     return tuple(hashes)
 
 
-def _as_is(hashes: tuple[int, ...]) -> tuple[int, ...]:
-    return hashes
+_N = TypeVar("_N", tuple[int, ...], tuple[float, ...], list[int], list[float])
+
+
+def _as_is(numbers: _N) -> _N:
+    return numbers
 
 
 Chain = Callable[[bytes, int, int], tuple[int, ...]]
 hash_blocks: Chain = hash_blocks_reference
 hash_fixed_blocks: Chain = hash_fixed_blocks_reference
-# For tuples of hashes kept long (the prefix index's runs): compiled, it takes them out of the
-# cyclic collector's young generation at once (they can hold no cycle); here, a no-op.
-untracked: Callable[[tuple[int, ...]], tuple[int, ...]] = _as_is
+# For tuples and lists of numbers the routing state keeps a while (the prefix index's runs,
+# the LRU tails): compiled, it takes them out of the cyclic collector, which would otherwise
+# look at each of their items at every pass (they can hold no cycle); here, a no-op.
+untracked = _as_is
 try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built
     from scoring.state import prefix_hash_native
 except ImportError:  # no C compiler or no xxhash.h at install: the references run

@@ -88,17 +88,19 @@ cdef tuple _chain(const unsigned char[::1] data, uint64_t seed, Py_ssize_t block
         free(hashes)
 
 
-def untracked(tuple hashes):
-    """`hashes` (a tuple of ints, for the prefix index to keep) out of the cyclic collector's
-    young generation: the collector would untrack it at its first pass, after looking at
-    every item three times, on every such tuple the index made since the last pass. A tuple
-    holding anything but ints is returned as it is."""
-    cdef object h
-    for h in hashes:
-        if type(h) is not int:
-            return hashes
-    PyObject_GC_UnTrack(<void *>hashes)
-    return hashes
+def untracked(numbers):
+    """`numbers` (a tuple or list of ints and floats, for the routing state to keep) out of the
+    cyclic collector: it can hold no cycle, and the collector would otherwise look at every
+    item at each pass over it (a tuple it untracks at its first pass, a list never). Anything
+    else, or a sequence holding anything else, is returned as it is."""
+    cdef object x
+    if type(numbers) is not tuple and type(numbers) is not list:
+        return numbers
+    for x in numbers:
+        if type(x) is not int and type(x) is not float:
+            return numbers
+    PyObject_GC_UnTrack(<void *>numbers)
+    return numbers
 
 
 def hash_blocks(const unsigned char[::1] data, unsigned long long seed, Py_ssize_t block_chars):

@@ -188,6 +188,9 @@ class PrefixIndex:
             self._add_holder(replica, fresh)
             self._evict(replica)
             self._refill(replica)
+        tails = self._tails  # ready for the next decisions, where they may be asked for
+        if replica in tails.kept or self._room.get(replica, _NEVER_FULL) < tails.want:
+            tails.refresh(replica, lru, self._reuses.get(replica) or {})
 
     def _held_head(self, replica: str, hashes: Sequence[int]) -> int:
         """Leading blocks of `hashes` the replica holds, as the last match (if still valid for
@@ -399,9 +402,13 @@ class PrefixIndex:
                 last, out[k] = tail.walked(excess)
             if depths[k]:
                 walked[k] = (r, tail, last)
-        if walked:
-            for k in self._tails.spared(walked, hashes, depths):
-                out[k] = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
+        for k in self._tails.spared(walked, hashes, depths) if walked else ():
+            # The walk passing over the matched head: on the tail where it is long enough.
+            spare = set(hashes[: depths[k]])
+            value = walked[k][1].sparing(new_weights[k] - rooms[k], spare)
+            if value is None:
+                value = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
+            out[k] = value
         return out
 
     def _least_room(self) -> float:
