@@ -226,10 +226,10 @@ class PrefixIndex:
             and last[1] == self._version
             and (asked is last[2] or asked == last[2])
         ):
-            matched = self.match(hashes, asked)
-            last = self._last
-            if last is None or last[0] is not hashes or last[2] is not asked:  # not kept
-                return list(map(matched.__getitem__, asked))
+            if type(hashes) is not tuple or len(asked) < 2 or type(self).match is not _MATCH:
+                return list(map(self.match(hashes, asked).__getitem__, asked))  # not kept
+            # `match`, without the copy of the answer it would return
+            last = self._last = (hashes, self._version, asked, self._match(hashes, asked), [])
         depths = last[4]  # filled once per cycle, copied out
         if not depths and asked:
             depths.extend(map(last[3].__getitem__, asked))
@@ -478,3 +478,6 @@ class PrefixIndex:
                 else:
                     deque(map(holders_of.__delitem__, run), maxlen=0)
             start = end
+
+
+_MATCH = PrefixIndex.match  # a subclass answering its own `match` (the oracle) is asked it
