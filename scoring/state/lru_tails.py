@@ -173,18 +173,16 @@ class LruTails:
 
     def refresh(self, replica: str, lru: OrderedDict[int, int], counts: Mapping[int, int]) -> None:
         """After the replica's LRU changed (a request recorded there and it is full, or nearly):
-        its tail made ready for the next decisions now, rather than by one of them. Built
-        (again) at the longest size asked of it (of any replica, for a first one) when it has
-        none or it no longer covers half of that, else summed again."""
+        its tail built (again) now, rather than by one of the next decisions, at the longest
+        size asked of it (of any replica, for a first one) when it has none or it no longer
+        covers half of that. Its sums are left to the first decision that reads them."""
         tail = self.kept.get(replica)
         want = self._want.get(replica, self.want)
         if tail is None or (not tail.complete and tail.total * SLACK < want):
             if tail is not None:
                 self._unlist(replica, tail.hashes)
-            if not want:
-                return
-            tail = self._build(replica, lru, counts, want)
-        tail.summed()
+            if want:
+                self._build(replica, lru, counts, want)
 
     def _build(
         self, replica: str, lru: OrderedDict[int, int], counts: Mapping[int, int], need: int
