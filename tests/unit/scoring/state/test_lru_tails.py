@@ -84,3 +84,19 @@ def test_a_spared_head_among_the_oldest_entries_is_passed_over() -> None:
     assert index.displaced("r", 8, old) == 0.0  # the request's own blocks are passed over
     assert index.displaced_list(["r"], [8], old, depths) == [0.0]
     assert index.displaced_list(["r"], [8], old, [0]) == [1.5]
+
+
+def test_a_record_on_a_full_replica_leaves_its_tail_ready_for_the_next_decision() -> None:
+    index = PrefixIndex(60)
+    for k in range(6):  # r full: each new prompt evicts the oldest one
+        index.record("r", _chain(f"p{k}", 20))
+    index.displaced_list(["r"], [20], _chain("q", 20), [0])  # a decision asks for a tail
+    tails = index._tails
+    for k in range(6, 30):
+        index.record("r", _chain(f"p{k}", 20))
+        tail = tails.kept["r"]  # rebuilt at the record when evictions shortened it
+        assert tail.covers(20)
+        prompt = _chain(f"q{k}", 20)
+        got = index.displaced_list(["r"], [20], prompt, [0])
+        assert tails.kept["r"] is tail  # the decision built nothing
+        assert got == [index.displaced("r", 20)]
