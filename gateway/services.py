@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from gateway import tuning
 from gateway.health_settings import probe_settings, scrape_settings
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
@@ -25,9 +26,11 @@ from health.discovery.informer import WatchSettings
 from health.discovery.kube_api import KubeClient, KubeConnection, resolve_connection
 from health.prober import Prober
 from health.scraper import Scraper
+from routing.config.tuning import published_profile_key
 
 log = logging.getLogger(__name__)
 PROBE_LOOP = "health-probes"  # while it is not running, the gateway is not ready
+TUNING_LOOP = "tuning-follow"
 
 
 class Services:
@@ -93,6 +96,9 @@ class Services:
                 loops.add("inference-objects", lambda: _watch_objects(rt, kube))
         rt.kv_loops.attach(loops)  # configured publishers now, discovered ones as they come
         rt.shared.attach(loops)
+        if (link := rt.shared.link) is not None:  # the pool's tuned profile, in mode apply
+            key = published_profile_key(rt.config.state.namespace, rt.config.discovery.pool)
+            loops.add(TUNING_LOOP, lambda: tuning.follow(link, rt.tuning, key))
         if rt.peers is not None:
             loops.add(SIBLINGS_LOOP, rt.peers.siblings.serve)
         return loops

@@ -7,10 +7,15 @@ a profile and the reason). A switch replaces the live routing profile in one ste
 event loop (`LiveConfig.use_profile`) and keeps the one it replaced; each is logged, counted
 (`kvgate_tuning_switches_total{kind}`) and listed. A config reload wins: it installs the file's
 routing, and `generation` tells the tuner to start over from it. `GET /admin/tuning` shows it all.
+With shared state in Redis and mode `apply`, `follow` reads the profile the pool's tuner
+published there (`kvgate tune --redis`) and installs it once (`adopt`): a gateway the tuner
+does not post to, or started after the switch, routes as the rest of the pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 from collections import deque
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.asgi import parse_json_body
 from gateway.errors import BadRequestError, ConflictError, NotFoundError
+from gateway.state.link import RedisLink
 from routing.config.profiles import ProfileSpec
 from routing.config.schema import ConfigError
 from routing.config.tuning import TuningSection
@@ -29,6 +35,7 @@ from routing.config.tuning import TuningSection
 log = logging.getLogger(__name__)
 
 HISTORY = 50  # switches listed by GET /admin/tuning
+FOLLOW_S = 5.0  # longest wait between two reads of the pool's published profile
 TUNING = "/admin/tuning"
 PROPOSAL = TUNING + "/proposal"
 SWITCH = TUNING + "/switch"
@@ -65,13 +72,15 @@ class TuningBoard:
         self.proposal: dict[str, Any] | None = None
         self.previous: str | None = None
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.adopted: int | None = None  # the last published profile's sequence number seen
         self._switches = Counter(
             "kvgate_tuning_switches_total",
-            "Live routing-profile changes by the tuner (switch, rollback)",
+            "Live routing-profile changes by the tuner (switch, rollback; adopt: the pool's "
+            "published profile)",
             ["kind"],
             registry=registry,
         )
-        for kind in ("switch", "rollback"):
+        for kind in ("switch", "rollback", "adopt"):
             self._switches.labels(kind)
         self._gain = Gauge(
             "kvgate_tuning_predicted_gain",
@@ -136,19 +145,51 @@ class TuningBoard:
             self._use_profile(req.profile, req.spec)
         except ConfigError as exc:
             raise BadRequestError(str(exc), code="invalid_profile") from None
+        return {"switched": True, **self._switched(req.kind, before, req)}
+
+    def adopt(self, raw: bytes | str | None) -> bool:
+        """Install the pool's published profile (`follow`), in mode apply, when it is newer
+        than the last one seen here and not the live one already; whether it was installed.
+        A reload after it wins: the same publication is not installed again."""
+        if raw is None:
+            return False
+        try:
+            record = json.loads(raw)
+            seq = record.pop("seq")
+            record.pop("tuner", None)
+            req = SwitchRequest.model_validate(record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("tuning: unreadable published profile: %s", exc)
+            return False
+        if not isinstance(seq, int) or (self.adopted is not None and seq <= self.adopted):
+            return False
+        self.adopted = seq
+        before, spec, _ = self._live()
+        if self.section.mode != "apply" or (before == req.profile and spec == req.spec):
+            return False
+        try:
+            self._use_profile(req.profile, req.spec)
+        except ConfigError as exc:
+            log.warning("tuning: the published profile %s is not valid here: %s", req.profile, exc)
+            return False
+        self._switched("adopt", before, req)
+        return True
+
+    def _switched(self, kind: str, before: str, req: SwitchRequest) -> dict[str, Any]:
         self.previous = before
-        self._switches.labels(req.kind).inc()
+        self._switches.labels(kind).inc()
+        reason = req.reason if kind != "adopt" else f"the pool's tuner switched: {req.reason}"
         event = {
             "at": self._clock(),
-            "kind": req.kind,
+            "kind": kind,
             "from": before,
             "to": req.profile,
             "predicted_gain": req.predicted_gain,
-            "reason": req.reason,
+            "reason": reason,
         }
         self.history.append(event)
-        log.warning("tuning %s: %s -> %s: %s", req.kind, before, req.profile, req.reason)
-        return {"switched": True, **event}
+        log.warning("tuning %s: %s -> %s: %s", kind, before, req.profile, reason)
+        return event
 
     def state(self) -> dict[str, Any]:
         """`GET /admin/tuning`."""
@@ -163,3 +204,13 @@ class TuningBoard:
             "proposal": self.proposal,
             "switches": list(self.history),
         }
+
+
+async def follow(link: RedisLink, board: TuningBoard, key: str) -> None:
+    """Read the pool's published profile at `key` every `FOLLOW_S` seconds (at most the
+    tuning interval) and let `board` adopt it; Redis down: tried again after the backoff."""
+    get = link.commands.get
+    while True:
+        raw = await link.attempt(lambda: get(key), link.settings.command_timeout_s)
+        board.adopt(raw)
+        await asyncio.sleep(min(FOLLOW_S, board.section.interval_s))

@@ -64,3 +64,9 @@ class TuningSection(BaseModel):
     @classmethod
     def _yaml_off(cls, value: Any) -> Any:
         return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+
+def published_profile_key(namespace: str, pool: str | None) -> str:
+    """The Redis key where the pool's tuner (`kvgate tune --redis`) publishes the profile it
+    switched the pool to, and where gateways of the pool in mode `apply` read it."""
+    return f"{namespace}:tuning:{pool or 'default'}:profile"

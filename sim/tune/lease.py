@@ -1,11 +1,15 @@
 """One tuner per pool: a leader lease in Redis (`SET key id NX PX ttl`, renewed by its holder
 with a compare-and-extend script). A tuner that does not hold the lease stands by and
 evaluates nothing; when the leader stops renewing, the lease lapses after `ttl_s` and the
-next tuner to ask takes it. `redis` is imported only when a lease is used."""
+next tuner to ask takes it. The holder also publishes the profile it switched the pool to
+(`publish`), for gateways that start or reload later (`gateway.tuning.follow`), and takes it
+back when a reload won (`withdraw`). `redis` is imported only when a lease is used."""
 
 from __future__ import annotations
 
+import json
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 # Extend the lease only if this holder still has it (atomic on the server).
@@ -35,6 +39,16 @@ class Lease:
         if self._client.set(self.key, self.holder, nx=True, px=self._ttl_ms):
             return True
         return bool(self._client.eval(_RENEW, 1, self.key, self.holder, self._ttl_ms))
+
+    def publish(self, key: str, switch: Mapping[str, Any]) -> int:
+        """Publish a switch's body under `key` with the next sequence number (returned)."""
+        seq = int(self._client.incr(key + ":seq"))
+        self._client.set(key, json.dumps({**switch, "seq": seq, "tuner": self.holder}))
+        return seq
+
+    def withdraw(self, key: str) -> None:
+        """Take the published profile back: gateways keep what they run."""
+        self._client.delete(key)
 
     def release(self) -> None:
         """Let the lease go at once if this tuner holds it (a clean stop)."""

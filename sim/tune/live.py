@@ -9,7 +9,8 @@ live profile from `GET /admin/tuning`, runs `assess` and `controller.step`, post
 Engine timing is the named profile `tuning.engine_profile`; the proposal's `fidelity` says how
 close its replay of the live profile came to the TTFTs the gateway observed. A reload seen in
 `generation` resets the loop. Several gateways: proposals and switches go to each (the first
-is read); several tuners: only the holder of a Redis lease (`lease`) evaluates.
+is read); several tuners: only the holder of a Redis lease (`lease`) evaluates, and it
+publishes each switch there for the pool's other gateways (`gateway.tuning.follow`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import httpx
 
 from routing.config.profiles import ProfileSpec
 from routing.config.schema import GatewayConfig
+from routing.config.tuning import published_profile_key
 from routing.traces.recorded import load_recorded
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import SweepRunner
@@ -140,12 +142,17 @@ class LiveTuner:
             "predicted_gain": proposal.gain if action.kind == "switch" else None,
         }
         r = self.admin.post("/admin/tuning/switch", body)
+        key = published_profile_key(self.config.state.namespace, self.config.discovery.pool)
         if r.status_code == 409:  # reloaded meanwhile, or not in apply mode: start over
             log.warning("tuning: the gateway refused the switch: %s", r.text)
             self.state = None
+            if self.lease is not None:  # the reload's profile stays, here and for newcomers
+                self.lease.withdraw(key)
             return
         r.raise_for_status()
         self.since_s = end
+        if self.lease is not None:  # for gateways not listed here, or started later
+            self.lease.publish(key, body)
         for other in self.others:  # every gateway of the pool routes with the same profile
             generation = other.get("/admin/tuning")["generation"]
             answer = other.post("/admin/tuning/switch", {**body, "generation": generation})

@@ -1,6 +1,7 @@
 """The live tuner beside a real gateway and emulated engines: shadow proposals shown at
 /admin/tuning, an apply switch with no request errors around it, a reload that wins, a switch
-reaching every gateway of a pool, and one tuner per pool through a Redis lease."""
+reaching every gateway of a pool, one tuner per pool through a Redis lease, and a gateway
+started after a switch adopting the profile the tuner published in Redis."""
 
 from __future__ import annotations
 
@@ -184,3 +185,37 @@ def test_a_switch_reaches_every_gateway_of_the_pool(
         assert state["proposal"]["best"] == "prefix-aware"
     for admin in (tuner.admin, *tuner.others):
         admin.close()
+
+
+def test_a_gateway_started_after_a_switch_adopts_the_published_profile(
+    serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    record = tmp_path / "recorded.jsonl"
+    urls = _fleet(serve_app)
+    state = {"backend": "redis", "url": redis_server.url, "namespace": "tune-test"}
+    tuning = {"mode": "apply", **TUNING, "interval_s": 0.2}
+    app, gw = start_gateway(
+        urls, policy="round-robin", server={"record_path": str(record)}, state=state, tuning=tuning
+    )
+    lease = Lease(redis_server.url, "tune-test:tuner:default", ttl_s=5.0)
+    config = app.runtime.config
+    tuner = LiveTuner(config, GatewayAdmin(gw.url), record, SimSettings(), LocalRunner(1))
+    tuner.lease = lease
+    assert set(_chats(gw.url, 8, seed=5)) == {200}
+    _wait_recorded(record, 24)
+    action = tuner.tick()
+    assert action is not None and action.kind == "switch"
+    # Not listed to the tuner, started after the switch: it reads the pool's profile.
+    _, late = start_gateway(urls, policy="round-robin", state=state, tuning=tuning)
+    deadline = time.monotonic() + 10
+    while (board := httpx.get(late.url + "/admin/tuning").json())["live_profile"] != "prefix-aware":
+        assert time.monotonic() < deadline, board
+        time.sleep(0.1)
+    assert board["switches"][-1]["kind"] == "adopt"
+    assert set(_chats(late.url, 2, seed=6)) == {200}
+    # A gateway in shadow mode on the same Redis keeps its own profile.
+    _, watcher = start_gateway(urls, policy="round-robin", state=state, tuning={"mode": "shadow"})
+    time.sleep(0.5)
+    assert httpx.get(watcher.url + "/admin/tuning").json()["live_profile"] == "round-robin"
+    tuner.admin.close()
+    lease.release()

@@ -69,3 +69,36 @@ def test_a_switch_needs_apply_and_the_current_generation() -> None:
          "predicted_gain": 0.1, "reason": "faster"}
     ]  # fmt: skip
     assert registry.get_sample_value("kvgate_tuning_switches_total", {"kind": "switch"}) == 1
+
+
+def _published(seq: int, **over: Any) -> bytes:
+    return orjson.dumps({**orjson.loads(_switch(**over)), "seq": seq, "tuner": "t1"})
+
+
+def test_the_pools_published_profile_is_adopted_once_in_apply_mode() -> None:
+    board, live, registry = _board("apply")
+    assert board.adopt(None) is False and board.adopt(b"{not json") is False
+    assert board.adopt(_published(3)) is True
+    assert live.name == "least-load" and board.state()["previous_profile"] == "prefix-aware"
+    [event] = board.state()["switches"]
+    assert event["kind"] == "adopt" and "faster" in event["reason"]
+    assert registry.get_sample_value("kvgate_tuning_switches_total", {"kind": "adopt"}) == 1
+    live.name, live.spec = "prefix-aware", BUILTIN_PROFILES["prefix-aware"]  # a reload won
+    assert board.adopt(_published(3)) is False and live.name == "prefix-aware"  # not again
+    assert board.adopt(_published(2)) is False  # older
+    assert board.adopt(_published(4)) is True and live.name == "least-load"  # a new switch
+    assert board.adopt(_published(5)) is False  # the live profile already: nothing to do
+    assert registry.get_sample_value("kvgate_tuning_switches_total", {"kind": "adopt"}) == 2
+
+
+@pytest.mark.parametrize("mode", ["shadow", "off"])
+def test_a_published_profile_is_not_adopted_outside_apply(mode: str) -> None:
+    board, live, _ = _board(mode)
+    assert board.adopt(_published(1)) is False and live.name == "prefix-aware"
+
+
+def test_an_invalid_published_profile_is_refused() -> None:
+    board, live, _ = _board("apply")
+    assert board.adopt(_published(1, kind="sideways")) is False
+    assert board.adopt(orjson.dumps({"profile": "x"})) is False  # no sequence number
+    assert live.name == "prefix-aware" and board.state()["switches"] == []
