@@ -92,6 +92,16 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
         stubs = fleet.process
         yield Target("direct", fleet.urls[0], stubs.pid, command=stubs.command)
         return
+    if spec == "floor":  # the least a Python relay does (bench.overhead.floor)
+        port = free_port()
+        cmd = [sys.executable, "-m", "bench.overhead.floor", "--port", str(port)]
+        cmd += [arg for url in fleet.urls for arg in ("--backend", url)]
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        with ChildProcess(cmd, logs / "floor.log", env=env).start() as proc:
+            url = f"http://127.0.0.1:{port}"
+            proc.wait_for_http(url + "/v1/models")
+            yield Target("floor", url, proc.pid, command=proc.command)
+        return
     from bench.peers import PEER_HEADERS, ensure_peer, start_peer
 
     name, _, policy = spec.partition(":")
@@ -262,7 +272,8 @@ def _parse(argv: Sequence[str] | None) -> Settings:
     p.add_argument(
         "--targets",
         default=",".join(DEFAULT_TARGETS),
-        help="comma-separated: direct, kvgate:POLICY, sglang-router, vllm-router, "
+        help="comma-separated: direct, floor (the least a Python relay does: "
+        "bench.overhead.floor), kvgate:POLICY, sglang-router, vllm-router, "
         "litellm (PEER:POLICY picks a peer's policy); kvgate+w2:POLICY runs --workers 2, "
         "kvgate+redis:POLICY shares state through a redis-server of its own, "
         "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink",
