@@ -1,0 +1,71 @@
+"""The fitted engine timing: the line it recovers, how it scales the named profile, and when
+it falls back to the named profile."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from routing.traces import TraceRequest
+from sim.engine.profiles import get_profile
+from sim.tune.timing import fit_timing, line, uncached_tokens
+
+A, B = 0.030, 4e-4  # seconds, and seconds per uncached prompt token
+
+
+def _trace(n: int, ttft: bool = True) -> list[TraceRequest]:
+    """Requests with prompts of their own (no shared blocks), TTFT = A + B·tokens."""
+    out = []
+    for i in range(n):
+        tokens = 64 + 48 * (i % 9)
+        ids = tuple(range(1000 * i, 1000 * i + tokens // 16))
+        out.append(
+            TraceRequest(float(i), tokens, 4, ids, 16, ttft_s=A + B * tokens if ttft else None)
+        )
+    return out
+
+
+def test_uncached_tokens_leave_out_blocks_sent_before() -> None:
+    trace = [
+        TraceRequest(0.0, 64, 1, (1, 2, 3, 4), 16),
+        TraceRequest(1.0, 70, 1, (1, 2, 9, 10), 16),  # two blocks shared, 38 tokens new
+        TraceRequest(2.0, 64, 1, (5, 2, 3, 4), 16),  # another first block: all new
+    ]
+    assert uncached_tokens(trace) == [64, 38, 64]
+
+
+def test_line_recovers_intercept_and_slope() -> None:
+    assert line([1.0, 2.0, 3.0], [5.0, 7.0, 9.0]) == pytest.approx((3.0, 2.0))
+    assert line([2.0, 2.0], [1.0, 3.0]) is None
+
+
+def test_the_fit_scales_the_named_profile_onto_the_observed_line() -> None:
+    named = get_profile("demo")
+    timing = fit_timing(_trace(60), named, min_observations=30)
+    assert timing.source == "fitted" and timing.observations == 60
+    assert timing.intercept_s == pytest.approx(A) and timing.slope_s == pytest.approx(B)
+    t0, fe0 = named.timing, named.frontend
+    assert timing.prefill_ratio == pytest.approx(B / t0.prefill_token_s)
+    fixed0 = t0.overhead_s + fe0.frontend_s + fe0.request_overhead_s
+    assert timing.fixed_ratio == pytest.approx(A / fixed0)
+    t = timing.engine.timing
+    assert t.prefill_token_s == pytest.approx(B)
+    assert t.overhead_s == pytest.approx(t0.overhead_s * A / fixed0)
+    assert t.attention_s == pytest.approx(t0.attention_s * timing.prefill_ratio)
+    assert t.decode_seq_s == t0.decode_seq_s  # decode is not what a TTFT measures
+    assert timing.engine.config == named.config
+    body = timing.to_json()
+    assert body["source"] == "fitted" and body["slope_s_per_token"] == pytest.approx(B)
+    assert timing.describe().startswith("fitted to 60 observed TTFTs: 30.0 ms + 400.00 us")
+
+
+def test_too_few_observations_or_an_unusable_line_keep_the_named_profile() -> None:
+    named = get_profile("demo")
+    few = fit_timing(_trace(60)[:10] + _trace(60, ttft=False)[10:], named, min_observations=30)
+    assert few.source == "named" and few.engine == named and few.observations == 10
+    assert few.describe() == "named profile demo (10 observed TTFTs, fewer than 30)"
+    alike = [TraceRequest(float(i), 64, 4, (i,), 16, ttft_s=0.05) for i in range(40)]
+    assert fit_timing(alike, named, 30).note == "every prompt had as many uncached tokens"
+    falling = [replace(r, ttft_s=1.0 - r.input_tokens / 1e3) for r in _trace(40)]
+    assert fit_timing(falling, named, 30).source == "named"
