@@ -46,26 +46,54 @@ def test_the_fit_scales_the_named_profile_onto_the_observed_line() -> None:
     assert timing.source == "fitted" and timing.observations == 60
     assert timing.intercept_s == pytest.approx(A) and timing.slope_s == pytest.approx(B)
     t0, fe0 = named.timing, named.frontend
-    assert timing.prefill_ratio == pytest.approx(B / t0.prefill_token_s)
     fixed0 = t0.overhead_s + fe0.frontend_s + fe0.request_overhead_s
-    assert timing.fixed_ratio == pytest.approx(A / fixed0)
-    t = timing.engine.timing
+    assert timing.prefill_ratio == pytest.approx(B / t0.prefill_token_s)
+    assert timing.added_s == pytest.approx(A - fixed0) and timing.fixed_ratio == 1.0
+    t, fe = timing.engine.timing, timing.engine.frontend
     assert t.prefill_token_s == pytest.approx(B)
-    assert t.overhead_s == pytest.approx(t0.overhead_s * A / fixed0)
     assert t.attention_s == pytest.approx(t0.attention_s * timing.prefill_ratio)
-    assert t.decode_seq_s == t0.decode_seq_s  # decode is not what a TTFT measures
+    assert t.overhead_s == t0.overhead_s and t.decode_seq_s == t0.decode_seq_s
+    assert fe.request_overhead_s == pytest.approx(fe0.request_overhead_s + A - fixed0)
     assert timing.engine.config == named.config
     body = timing.to_json()
     assert body["source"] == "fitted" and body["slope_s_per_token"] == pytest.approx(B)
     assert timing.describe().startswith("fitted to 60 observed TTFTs: 30.0 ms + 400.00 us")
 
 
-def test_too_few_observations_or_an_unusable_line_keep_the_named_profile() -> None:
+def test_queued_requests_above_the_line_do_not_lift_it() -> None:
+    trace = _trace(90)
+    queued = [replace(r, ttft_s=(r.ttft_s or 0) + 0.5 * (i % 3 == 0)) for i, r in enumerate(trace)]
+    timing = fit_timing(queued, get_profile("demo"), min_observations=30)
+    assert timing.intercept_s == pytest.approx(A) and timing.slope_s == pytest.approx(B)
+
+
+def test_a_fast_engine_scales_the_fixed_costs_down() -> None:
+    named = get_profile("demo")
+    fast = [replace(r, ttft_s=0.001 + B * r.input_tokens) for r in _trace(60)]
+    timing = fit_timing(fast, named, min_observations=30)
+    fixed0 = named.timing.overhead_s + named.frontend.frontend_s + named.frontend.request_overhead_s
+    assert timing.fixed_ratio == pytest.approx(0.001 / fixed0) and timing.added_s == 0.0
+    assert timing.engine.timing.overhead_s == pytest.approx(
+        named.timing.overhead_s * 0.001 / fixed0
+    )
+
+
+def test_without_a_usable_slope_the_named_one_is_kept() -> None:
+    named = get_profile("demo")
+    b0 = named.timing.prefill_token_s
+    alike = [TraceRequest(float(i), 64, 4, (i,), 16, ttft_s=0.05) for i in range(40)]
+    timing = fit_timing(alike, named, 30)
+    assert timing.source == "fitted" and timing.slope_s == b0
+    assert timing.intercept_s == pytest.approx(0.05 - 64 * b0)
+    falling = [replace(r, ttft_s=1.0 - r.input_tokens / 1e3) for r in _trace(40)]
+    assert fit_timing(falling, named, 30).slope_s == b0
+
+
+def test_too_few_observations_or_no_fixed_cost_keep_the_named_profile() -> None:
     named = get_profile("demo")
     few = fit_timing(_trace(60)[:10] + _trace(60, ttft=False)[10:], named, min_observations=30)
     assert few.source == "named" and few.engine == named and few.observations == 10
     assert few.describe() == "named profile demo (10 observed TTFTs, fewer than 30)"
-    alike = [TraceRequest(float(i), 64, 4, (i,), 16, ttft_s=0.05) for i in range(40)]
-    assert fit_timing(alike, named, 30).note == "every prompt had as many uncached tokens"
-    falling = [replace(r, ttft_s=1.0 - r.input_tokens / 1e3) for r in _trace(40)]
-    assert fit_timing(falling, named, 30).source == "named"
+    instant = [TraceRequest(float(i), 64, 4, (i,), 16, ttft_s=0.001) for i in range(40)]
+    timing = fit_timing(instant, named, 30)
+    assert timing.source == "named" and timing.note.startswith("fitted line")
