@@ -6,13 +6,11 @@ switch, so a switch is judged on its own traffic), reads the fleet's shape from
 `GET /admin/backends` (healthy replicas, KV block size and count from their scrapes) and the
 live profile from `GET /admin/tuning`, runs `assess` and `controller.step`, posts the proposal
 (`/admin/tuning/proposal`) and, in mode `apply`, a switch or rollback (`/admin/tuning/switch`).
-The recording is read incrementally (`RecordingTail`); an evaluation with fewer than
-`tuning.min_new_requests` requests recorded since the last one is skipped. Engine timing is
-the named profile `tuning.engine_profile`, or that profile fitted to the window's observed
-TTFTs (`timing`); the report says which, and its `fidelity` how close the replay of the live
-profile came to the observed TTFTs. A reload seen in `generation` resets the loop. Several
-gateways: proposals and switches go to each (the first is read); several tuners: only the
-holder of a Redis lease (`lease`) evaluates.
+It reads the recording incrementally (`RecordingTail`) and skips an evaluation with fewer than
+`tuning.min_new_requests` requests new since the last. Engine timing: `tuning.engine_profile`
+as named or fitted to the window's observed TTFTs (`timing`), reported with the `fidelity`.
+A reload seen in `generation` resets the loop. Several gateways: proposals and switches go to
+each (the first is read); several tuners: only the holder of a Redis lease evaluates.
 """
 
 from __future__ import annotations

@@ -76,8 +76,9 @@ def tuning_settings(args: argparse.Namespace, section: TuningSection) -> TuningS
     return TuningSection.model_validate({**section.model_dump(), **update})
 
 
-def run_tune(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """The `kvgate sim tune` command."""
+def run_tune(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The `kvgate sim tune` command (to `out`, by default the standard output of the call)."""
+    out = out or sys.stdout
     from routing.config.schema import load_config as load_gateway_config
 
     config = load_gateway_config(args.config)
