@@ -101,8 +101,9 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
         with launch_traced(policy or "prefix-aware", fleet.urls, logs) as (proc, url, _):
             yield Target(spec, url, proc.pid, command=proc.command)
         return
-    if name == "kvgate+tune":  # recording, with `kvgate tune` in shadow mode beside it
-        with launch_tuned(policy or "prefix-aware", fleet.urls, logs) as (proc, url, tuner):
+    if name in ("kvgate+tune", "kvgate+tune+idle"):  # recording, `kvgate tune` beside it
+        idle = name.endswith("+idle")
+        with launch_tuned(policy or "prefix-aware", fleet.urls, logs, idle) as (proc, url, tuner):
             yield Target(spec, url, proc.pid, command=proc.command, tuner_pid=tuner.pid)
         return
     name, _, source = name.partition("@")
@@ -279,7 +280,8 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         "litellm (PEER:POLICY picks a peer's policy); kvgate+w2:POLICY runs --workers 2, "
         "kvgate+redis:POLICY shares state through a redis-server of its own, "
         "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink, "
-        "kvgate+tune:POLICY records its traffic with `kvgate tune` (shadow) beside it",
+        "kvgate+tune:POLICY records its traffic with `kvgate tune` (shadow, niced) beside "
+        "it, kvgate+tune+idle:POLICY with the tuner at the idle scheduling class",
     )
     p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")

@@ -75,7 +75,7 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "targets": targets,
         "saturation_ratios": _ratios(reports),
         "redis_vs_memory": _versus(targets, "kvgate+redis:"),
-        "tuner_vs_none": _versus(targets, "kvgate+tune:"),
+        "tuner_vs_none": _versus(targets, "kvgate+tune"),
     }
 
 
@@ -92,7 +92,7 @@ def _ratios(reports: list[dict[str, Any]]) -> dict[str, list[float | None]]:
 
 
 def _versus(targets: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """`kvgate+X:P` (`prefix` kvgate+X:) minus `kvgate:P`, per rate: p50 and p99 (ms), per
+    """Each target named `prefix`...:P minus `kvgate:P`, per rate: p50 and p99 (ms), per
     round."""
     out: dict[str, Any] = {}
     for name, t in targets.items():

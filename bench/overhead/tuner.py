@@ -2,10 +2,11 @@
 
 The gateway runs as `kvgate:POLICY` does, plus `--config` (a `tuning:` section in mode
 `shadow`, which never changes routing) and `--record` to a file in the log directory; the
-tuner evaluates every `INTERVAL_S` the last `INTERVAL_S` of the recording, niced as the docs
-advise. Its CPU seconds are the overhead run's `tuner_cpu_s` (per rate and in all); they are
-not the router's. What the comparison with `kvgate:POLICY` measures is the latency a tuner
-adds to the gateway by sharing its machine and writing the recording.
+tuner evaluates every `INTERVAL_S` the last `INTERVAL_S` of the recording, niced (`nice -n
+10`), or with `idle` at the idle scheduling class (`chrt --idle 0`: it runs only on a core
+nothing else wants). Its CPU seconds are the overhead run's `tuner_cpu_s` (per rate and in
+all); they are not the router's. What the comparison with `kvgate:POLICY` measures is the
+latency a tuner adds to the gateway by sharing its machine and writing the recording.
 """
 
 from __future__ import annotations
@@ -40,20 +41,22 @@ def write_config(path: Path) -> Path:
 
 @contextlib.contextmanager
 def launch_tuned(
-    policy: str, urls: Sequence[str], logs: Path
+    policy: str, urls: Sequence[str], logs: Path, idle: bool = False
 ) -> Iterator[tuple[ChildProcess, str, ChildProcess]]:
     """The recording gateway, its URL and the tuner process (see the module docstring)."""
-    config = write_config(logs / f"tuned-{policy}.yaml")
-    record = logs / f"tuned-{policy}.jsonl"
+    tag = f"{policy}-idle" if idle else policy
+    config = write_config(logs / f"tuned-{tag}.yaml")
+    record = logs / f"tuned-{tag}.jsonl"
     record.unlink(missing_ok=True)  # the recorder appends
     port = free_port()
     extra = ("--log-level", "warning", "--config", str(config), "--record", str(record))
     cmd = gateway_command(urls, policy, port=port, extra=extra)
-    with ChildProcess(cmd, logs / f"tuned-{policy}.log").start() as gateway:
+    with ChildProcess(cmd, logs / f"tuned-{tag}.log").start() as gateway:
         url = f"http://127.0.0.1:{port}"
         gateway.wait_for_http(url + "/v1/models")
         tune = kvgate_command("tune", "--gateway", url, "--config", str(config))
         tune += ["--record", str(record)]
-        log = logs / f"tuner-{policy}.log"
-        with ChildProcess(["nice", "-n", "10", *tune], log).start() as tuner:
+        log = logs / f"tuner-{tag}.log"
+        below = ["chrt", "--idle", "0"] if idle else ["nice", "-n", "10"]
+        with ChildProcess([*below, *tune], log).start() as tuner:
             yield gateway, url, tuner
