@@ -33,6 +33,7 @@ from bench.overhead.fleet import MODEL, StubFleet, start_stub_fleet
 from bench.overhead.report import print_row, summarise, write_outputs
 from bench.overhead.rounds import rotated, write_rounds
 from bench.overhead.tracing import launch_traced
+from bench.overhead.tuner import launch_tuned
 from bench.overhead.usage import usage
 from bench.overhead.wrk import WrkResult, ensure_wrk, run_wrk
 from sim.live.processes import ChildProcess, free_port, start_redis, wait_for_workers
@@ -81,6 +82,7 @@ class Target:
     version: str = ""
     command: list[str] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)  # what every request must carry
+    tuner_pid: int | None = None  # `kvgate tune` beside it (its CPU is not the router's)
 
 
 @contextlib.contextmanager
@@ -108,6 +110,11 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
     if name == "kvgate+otel":  # tracing on, exporting to a discarding OTLP receiver
         with launch_traced(policy or "prefix-aware", fleet.urls, logs) as (proc, url, _):
             yield Target(spec, url, proc.pid, command=proc.command)
+        return
+    if name in ("kvgate+tune", "kvgate+tune+idle"):  # recording, `kvgate tune` beside it
+        idle = name.endswith("+idle")
+        with launch_tuned(policy or "prefix-aware", fleet.urls, logs, idle) as (proc, url, tuner):
+            yield Target(spec, url, proc.pid, command=proc.command, tuner_pid=tuner.pid)
         return
     name, _, source = name.partition("@")
     name, *options = name.split("+")
@@ -214,17 +221,20 @@ def measure_target(spec: str, fleet: StubFleet, settings: Settings, wrk: str) ->
                 pid=own_pid,
                 fleet_pid=fleet.process.pid,
                 idle_cpu_per_s=idle,
+                tuner_pid=target.tuner_pid,
             )
             runs.append(row)
             print_row(spec, row)
             if not row["sustained"]:
                 break
+        tuner = {"tuner_cpu_s": usage(target.tuner_pid).cpu_s} if target.tuner_pid else {}
         return {
             "target": spec,
             "version": target.version,
             "command": target.command,
             "idle_cpu_per_s": idle,
             "runs": runs,
+            **tuner,
         }
 
 
@@ -243,10 +253,12 @@ def _measure_rate(
     pid: int | None,
     fleet_pid: int,
     idle_cpu_per_s: float | None,
+    tuner_pid: int | None = None,
 ) -> dict[str, Any]:
-    """One wrk run at `rate`, with the router's and the stubs' CPU over it."""
+    """One wrk run at `rate`, with the router's, the stubs' (and a tuner's) CPU over it."""
     before = usage(pid) if pid else None
     fleet_before = usage(fleet_pid).cpu_s
+    tuner_before = usage(tuner_pid).cpu_s if tuner_pid else None
     t0 = time.perf_counter()
     result = shoot(rate=rate, duration_s=duration_s)
     wall = time.perf_counter() - t0
@@ -254,6 +266,8 @@ def _measure_rate(
     row: dict[str, Any] = {"rate": rate, **asdict(result), "sustained": result.sustained}
     row["wall_s"] = wall
     row["stub_cpu_s"] = usage(fleet_pid).cpu_s - fleet_before
+    if tuner_pid and tuner_before is not None:
+        row["tuner_cpu_s"] = usage(tuner_pid).cpu_s - tuner_before
     if before is not None and after is not None:
         n = max(1, result.requests)
         row["cpu_s"] = after.cpu_s - before.cpu_s
@@ -276,7 +290,9 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         "bench.overhead.floor), kvgate:POLICY, sglang-router, vllm-router, "
         "litellm (PEER:POLICY picks a peer's policy); kvgate+w2:POLICY runs --workers 2, "
         "kvgate+redis:POLICY shares state through a redis-server of its own, "
-        "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink",
+        "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink, "
+        "kvgate+tune:POLICY records its traffic with `kvgate tune` (shadow, niced) beside "
+        "it, kvgate+tune+idle:POLICY with the tuner at the idle scheduling class",
     )
     p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")

@@ -20,6 +20,8 @@ def print_row(target: str, row: dict[str, Any]) -> None:
     cpu, net = row.get("cpu_s_per_1k"), row.get("cpu_s_per_1k_net")
     cpu_text = f" cpu/1k {cpu:.3f}s" if cpu is not None else ""
     cpu_text += f" (net {net:.3f}s)" if net is not None else ""
+    if (tuner := row.get("tuner_cpu_s")) is not None:
+        cpu_text += f" tuner cpu {tuner:.2f}s"
     flag = "" if row["sustained"] else "  (not sustained)"
     print(
         f"  {target:<24} {row['rate']:>6.0f}/s -> {row['achieved_rps']:7.1f}/s "

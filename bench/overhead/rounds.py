@@ -7,7 +7,8 @@ per router and rate, the median over rounds (and the range) of the achieved rate
 added over direct in the same round, and CPU per 1,000 requests; per router its saturation
 rate in each round; per round the saturation ratio of each kvgate variant to each peer; and
 for each `kvgate+redis:P` the latency it adds over `kvgate:P` in the same round (Redis
-sharing on vs in-memory).
+sharing on vs in-memory), and likewise for each `kvgate+tune:P` (a tuner beside it), with
+the tuner's CPU seconds per round.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
                     if r.get(f) is not None:
                         cell[f].append(r[f])
         targets[name] = {
+            **({"tuner_cpu_s": [t.get("tuner_cpu_s") for t in runs]} if "+tune" in name else {}),
             "saturation_rps": sats,
             "saturation_median": _median([s or 0.0 for s in sats]),
             "version": runs[0]["version"] if runs else "",
@@ -72,7 +74,8 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "rounds": len(reports),
         "targets": targets,
         "saturation_ratios": _ratios(reports),
-        "redis_vs_memory": _redis_vs_memory(targets),
+        "redis_vs_memory": _versus(targets, "kvgate+redis:"),
+        "tuner_vs_none": _versus(targets, "kvgate+tune"),
     }
 
 
@@ -88,11 +91,12 @@ def _ratios(reports: list[dict[str, Any]]) -> dict[str, list[float | None]]:
     return out
 
 
-def _redis_vs_memory(targets: dict[str, Any]) -> dict[str, Any]:
-    """`kvgate+redis:P` minus `kvgate:P`, per rate: added p50 and p99 (ms), per round."""
+def _versus(targets: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Each target named `prefix`...:P minus `kvgate:P`, per rate: p50 and p99 (ms), per
+    round."""
     out: dict[str, Any] = {}
     for name, t in targets.items():
-        if not name.startswith("kvgate+redis:"):
+        if not name.startswith(prefix):
             continue
         base = targets.get("kvgate:" + name.split(":", 1)[1])
         if base is None:
@@ -140,12 +144,17 @@ def table(combined: dict[str, Any], rates: Sequence[float] = (500.0, 1000.0, 200
     for k, v in combined["saturation_ratios"].items():
         shown = ", ".join("—" if x is None else f"{x:.2f}" for x in v)
         lines.append(f"saturation {k}: {shown}")
-    for name, per_rate in combined["redis_vs_memory"].items():
-        for rate, d in per_rate.items():
-            lines.append(
-                f"{name} − memory at {rate:.0f}/s: p50 {_cell(d['p50_ms'])} ms, "
-                f"p99 {_cell(d['p99_ms'])} ms"
-            )
+    for key, label in (("redis_vs_memory", "memory"), ("tuner_vs_none", "no tuner")):
+        for name, per_rate in combined.get(key, {}).items():
+            for rate, d in per_rate.items():
+                lines.append(
+                    f"{name} − {label} at {rate:.0f}/s: p50 {_cell(d['p50_ms'])} ms, "
+                    f"p99 {_cell(d['p99_ms'])} ms"
+                )
+    for name, t in combined["targets"].items():
+        if "tuner_cpu_s" in t:
+            shown = ", ".join("—" if c is None else f"{c:.1f}" for c in t["tuner_cpu_s"])
+            lines.append(f"{name}: the tuner's CPU seconds per round: {shown}")
     return "\n".join(lines)
 
 

@@ -40,6 +40,12 @@ def add_parser(sub: SubParsers) -> None:
         metavar="URL",
         help="one tuner per pool: evaluate only while holding a lease in this Redis server",
     )
+    p.add_argument(
+        "--engine-timing",
+        choices=("named", "fitted"),
+        help="the replays' engine timing: tuning.engine_profile as is, or fitted to the "
+        "observed TTFTs (default tuning.engine_timing)",
+    )
     p.add_argument("--once", action="store_true", help="one evaluation now, then exit")
     p.add_argument("--log-level", default="info", help="default %(default)s")
 
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         with open_runner(1, config.tuning.ray_address) as runner:
             settings = SimSettings(**sim_config(args.config))
             tuner = LiveTuner(config, admin, Path(record), settings, runner, others, lease)
+            tuner.timing = args.engine_timing
             while True:
                 if not args.once:
                     time.sleep(config.tuning.interval_s)

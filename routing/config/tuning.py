@@ -10,6 +10,8 @@ and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/
       candidates: [prefix-aware, least-load, estimated-ttft]
       search: 6             # plus up to this many variants of the live profile's weights
       seeds: 3
+      engine_profile: demo
+      engine_timing: named  # or fitted: scaled to the observed TTFTs
 """
 
 from __future__ import annotations
@@ -53,8 +55,19 @@ class TuningSection(BaseModel):
         6, ge=0, description="variants of the live profile's weights and thresholds tried"
     )
     seeds: int = Field(3, ge=1, le=32, description="replays per candidate (perturbed arrivals)")
+    min_new_requests: int = Field(
+        1, ge=0, description="fewer recorded since the last evaluation: skip this one"
+    )
     engine_profile: str = Field(
         "demo", min_length=1, description="the simulator's engine timing (a named profile)"
+    )
+    engine_timing: Literal["named", "fitted"] = Field(
+        "named",
+        description="named: engine_profile as is; fitted: engine_profile scaled to the "
+        "window's observed TTFTs",
+    )
+    fit_min_requests: int = Field(
+        30, ge=2, description="fitted: fewer observed TTFTs in the window: the named profile"
     )
     ray_address: str | None = Field(
         None, description='run the replays on this Ray cluster ("" for a local instance)'

@@ -346,6 +346,11 @@ def add_tune_parser(modes: argparse._SubParsersAction[argparse.ArgumentParser]) 
     t.add_argument("--min-gain", type=float, metavar="X", help="least predicted gain")
     t.add_argument("--confidence", type=float, metavar="X", help="least share of seeds won")
     t.add_argument("--min-requests", type=int, metavar="N", help="smaller windows: skipped")
+    t.add_argument(
+        "--engine-timing",
+        choices=("named", "fitted"),
+        help="--profile as is, or fitted to each window's observed TTFTs",
+    )
     t.add_argument("--jobs", type=int, default=1, help="replays at a time (default 1)")
     t.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="replay on a Ray cluster")
     t.add_argument("--out", default="out/sim-tune", help="output directory (default %(default)s)")

@@ -6,11 +6,13 @@ switch, so a switch is judged on its own traffic), reads the fleet's shape from
 `GET /admin/backends` (healthy replicas, KV block size and count from their scrapes) and the
 live profile from `GET /admin/tuning`, runs `assess` and `controller.step`, posts the proposal
 (`/admin/tuning/proposal`) and, in mode `apply`, a switch or rollback (`/admin/tuning/switch`).
-Engine timing is the named profile `tuning.engine_profile`; the proposal's `fidelity` says how
-close its replay of the live profile came to the TTFTs the gateway observed. A reload seen in
-`generation` resets the loop. Several gateways: proposals and switches go to each (the first
-is read); several tuners: only the holder of a Redis lease (`lease`) evaluates, and it
-publishes each switch there for the pool's other gateways (`gateway.tuning.follow`).
+It reads the recording incrementally (`RecordingTail`) and skips an evaluation with fewer than
+`tuning.min_new_requests` requests new since the last. Engine timing: `tuning.engine_profile`
+as named or fitted to the window's observed TTFTs (`timing`), reported with the `fidelity`.
+A reload seen in `generation` resets the loop. Several gateways: proposals and switches go to
+each (the first is read); several tuners: only the holder of a Redis lease (`lease`)
+evaluates, and it publishes each switch there for the pool's other gateways
+(`gateway.tuning.follow`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import httpx
 from routing.config.profiles import ProfileSpec
 from routing.config.schema import GatewayConfig
 from routing.config.tuning import published_profile_key
-from routing.traces.recorded import load_recorded
+from routing.traces import TraceRequest
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
@@ -36,6 +38,8 @@ from sim.tune.controller import Action, TunerState, step
 from sim.tune.evaluate import FleetShape, window
 from sim.tune.lease import Lease
 from sim.tune.proposal import Proposal, assess
+from sim.tune.recording import RecordingTail
+from sim.tune.timing import Timing, fit_timing, named_timing
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 10.0
@@ -88,6 +92,9 @@ class LiveTuner:
     generation: int = -1
     since_s: float = -math.inf  # the recording's clock at the last switch
     ticks: int = 0
+    timing: str | None = None  # overrides tuning.engine_timing (`kvgate tune --engine-timing`)
+    evaluated_s: float = -math.inf  # the latest arrival the last evaluation saw
+    tail: RecordingTail | None = None
 
     def tick(self, cpu: Callable[[], float] = time.process_time) -> Action | None:
         """One evaluation; the action taken (None: too little traffic)."""
@@ -103,34 +110,50 @@ class LiveTuner:
             self.state, self.generation, self.since_s = TunerState(live), board["generation"], -1.0
         elif self.state.live.name != live.name:  # switched by someone else: start from it
             self.state = TunerState(live)
-        trace = load_recorded(self.record_path)
+        if self.tail is None or self.tail.path != self.record_path:
+            self.tail = RecordingTail(self.record_path, tuning.window_s)
+        trace = self.tail.read()
         end = trace[-1].arrival_s if trace else 0.0
         recent = window(trace, end, min(tuning.window_s, end - self.since_s))
         self.ticks += 1
         if len(recent) < tuning.min_requests:
             log.info("tuning: %d requests in the window: too few", len(recent))
             return None
+        new = sum(r.arrival_s > self.evaluated_s for r in trace)
+        if new < tuning.min_new_requests:
+            log.info("tuning: %d requests since the last evaluation: skipped", new)
+            return None
+        self.evaluated_s = end
         shape = fleet_shape(self.admin.get("/admin/backends"), tuning.engine_profile)
+        timing = self._timing(recent, shape)
+        shape = FleetShape(shape.replicas, timing.engine)
         home = self.config.routing.policy
         others = named(self.config.routing, list(dict.fromkeys([home, *tuning.candidates])))
         others += [self.state.previous] if self.state.previous else []
         candidates = candidate_set(self.state.live, others, tuning.search, seed=self.ticks)
         proposal = assess(recent, candidates, shape, self.base, tuning, runner=self.runner)
         self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance)
-        report = _report(proposal, action, shape, tuning.engine_profile, cpu())
+        report = _report(proposal, action, shape, timing, cpu())
         for admin in (self.admin, *self.others):
             admin.post("/admin/tuning/proposal", report).raise_for_status()
         if action.kind in ("switch", "rollback"):
             self._switch(action, proposal, end)
         log.info(
-            "tuning %s: %s (%d requests, fidelity %s, replays %.1f s CPU)",
+            "tuning %s: %s (%d requests, engine timing %s, fidelity %s, replays %.1f s CPU)",
             action.kind,
             action.reason,
             report["requests"],
+            report["engine_timing"],
             report["fidelity"],
             report["replay_cpu_s"],
         )
         return action
+
+    def _timing(self, recent: list[TraceRequest], shape: FleetShape) -> Timing:
+        tuning = self.config.tuning
+        if (self.timing or tuning.engine_timing) == "fitted":
+            return fit_timing(recent, shape.engine, tuning.fit_min_requests)
+        return named_timing(shape.engine, sum(r.ttft_s is not None for r in recent))
 
     def _switch(self, action: Action, proposal: Proposal, end: float) -> None:
         body = {
@@ -161,7 +184,7 @@ class LiveTuner:
 
 
 def _report(
-    proposal: Proposal, action: Action, shape: FleetShape, engine: str, cpu_s: float
+    proposal: Proposal, action: Action, shape: FleetShape, timing: Timing, cpu_s: float
 ) -> dict[str, Any]:
     return {
         **proposal.to_json(),
@@ -169,6 +192,7 @@ def _report(
         "action_target": action.target.name,
         "action_reason": action.reason,
         "fleet": shape.describe(),
-        "engine_timing": f"named profile {engine}",
+        "engine_timing": timing.describe(),
+        "engine_fit": timing.to_json(),
         "tuner_cpu_s": round(cpu_s, 3),
     }

@@ -34,6 +34,7 @@ from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
 from sim.tune.evaluate import Evaluation, FleetShape, window
 from sim.tune.proposal import Proposal, assess
+from sim.tune.timing import Timing, fit_timing, named_timing
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ def tuning_settings(args: argparse.Namespace, section: TuningSection) -> TuningS
         ("min_gain", "min_gain"),
         ("confidence", "confidence"),
         ("min_requests", "min_requests"),
+        ("engine_timing", "engine_timing"),
     ):
         if getattr(args, flag, None) is not None:
             update[key] = getattr(args, flag)
@@ -74,8 +76,9 @@ def tuning_settings(args: argparse.Namespace, section: TuningSection) -> TuningS
     return TuningSection.model_validate({**section.model_dump(), **update})
 
 
-def run_tune(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """The `kvgate sim tune` command."""
+def run_tune(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The `kvgate sim tune` command (to `out`, by default the standard output of the call)."""
+    out = out or sys.stdout
     from routing.config.schema import load_config as load_gateway_config
 
     config = load_gateway_config(args.config)
@@ -140,7 +143,13 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
         others += [pending[1]] if pending else []
         candidates = candidate_set(state.live, others, tuning.search, seed=k)
         started = time.process_time()
-        proposal = assess(requests, candidates, loop.shape, loop.base, tuning, runner=loop.runner)
+        timing = (
+            fit_timing(requests, loop.shape.engine, tuning.fit_min_requests)
+            if tuning.engine_timing == "fitted"
+            else named_timing(loop.shape.engine)
+        )
+        shape = FleetShape(loop.shape.replicas, timing.engine)
+        proposal = assess(requests, candidates, shape, loop.base, tuning, runner=loop.runner)
         ev = proposal.evaluation
         measured = _measured(ev, pending)
         ran = state.live.name
@@ -155,11 +164,17 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
             f"window {k} (to {end:g} s): {row.requests} requests; ran {ran} "
             f"{row.ran_ttft_s:.3f} s, default {row.default_ttft_s:.3f} s, best fixed "
             f"{row.best_fixed} {row.best_fixed_ttft_s:.3f} s; {action.kind}: {action.reason} "
-            f"({time.process_time() - started:.1f} s CPU)",
+            f"({time.process_time() - started:.1f} s CPU{_fidelity(ev, timing)})",
             file=out,
             flush=True,
         )
     return rows
+
+
+def _fidelity(ev: Evaluation, timing: Timing) -> str:
+    if ev.fidelity is None:
+        return ""
+    return f"; fidelity {ev.fidelity:.2f}, engine timing {timing.describe()}"
 
 
 def _measured(ev: Evaluation, pending: tuple[str, Candidate, float] | None) -> float | None:

@@ -102,11 +102,20 @@ def test_shadow_proposes_and_leaves_the_profile(
     proposal = state["proposal"]
     assert proposal["best"] == "prefix-aware" and proposal["predicted_gain"] > 0.02
     assert proposal["fidelity"] > 0 and proposal["engine_timing"] == "named profile demo"
+    assert proposal["engine_fit"]["source"] == "named"
+    assert proposal["engine_fit"]["observations"] == 24
     assert proposal["requests"] == 24
     assert [c["origin"] for c in proposal["candidates"]] == ["live", "named"]  # no knobs
     assert state["switches"] == []
     page = httpx.get(gw.url + "/metrics").text
     assert "kvgate_tuning_predicted_gain " in page and "kvgate_tuning_fidelity " in page
+    assert tuner.tick() is None  # nothing recorded since: no evaluation
+    assert set(_chats(gw.url, 4, seed=4)) == {200}
+    _wait_recorded(record, 36)
+    tuner.timing = "fitted"  # 36 observed TTFTs, more than the 30 a fit needs
+    assert tuner.tick() is not None
+    fit = httpx.get(gw.url + "/admin/tuning").json()["proposal"]["engine_fit"]
+    assert fit["source"] == "fitted" and fit["observations"] == 36 and fit["slope_s_per_token"]
     tuner.admin.close()
 
 

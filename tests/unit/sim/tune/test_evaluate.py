@@ -82,3 +82,19 @@ def test_sim_tune_reports_each_window_and_the_totals(
     assert first["target"] == "prefix-aware" and first["proposal"]["confident"]
     assert report["switches"] == 1 and report["tuned_vs_default"] < 1.0
     assert all(w["ran"] == "prefix-aware" for w in report["windows"][1:])
+
+
+def test_sim_tune_fits_the_engine_timing_to_observed_ttfts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "recorded.jsonl"
+    lines = [encode_header(datetime.now(UTC), 16, 4.0), *map(encode_request, _trace(20.0))]
+    path.write_bytes(b"".join(lines))
+    config = tmp_path / "kvgate.yaml"
+    config.write_text("tuning: {candidates: [round-robin], fit_min_requests: 5}\n")
+    args = ["sim", "tune", "--trace", str(path), "--profile", "demo", "--replicas", "2"]
+    args += ["--config", str(config), "--interval", "10", "--seeds", "1", "--search", "0"]
+    args += ["--min-requests", "5", "--mode", "shadow", "--engine-timing", "fitted"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "fidelity" in out and "engine timing fitted to" in out
