@@ -26,7 +26,7 @@ import orjson
 from bench.regime.grid import FleetSpec
 from bench.tune import live
 from bench.tune.fixed import PhaseSweep, sweep_phases
-from bench.tune.phases import DEFAULT_PHASES, phase_chats, requests, scaled, write_trace
+from bench.tune.phases import FAMILIES, phase_chats, requests, scaled, write_trace
 from routing.config.profiles import BUILTIN_PROFILES
 from routing.traces.recorded import load_recorded
 from sim.live.experiment import ExperimentResult, RouterFactory
@@ -37,7 +37,13 @@ DEFAULT = "prefix-aware"
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench tune", description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=60.0, help="per phase (default 60)")
+    p.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default="regimes",
+        help="the phases (bench.tune.phases): regimes (default) or pressure",
+    )
+    p.add_argument("--seconds", type=float, help="per phase (default: each phase's own)")
     p.add_argument("--rate", type=float, default=1.0, help="request-rate multiplier")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--interval", type=float, default=15.0, help="tuner interval and window")
@@ -45,6 +51,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--search", type=int, default=4, help="tuner variants per evaluation")
     p.add_argument("--min-gain", type=float, default=0.05)
     p.add_argument("--confidence", type=float, default=1.0)
+    p.add_argument(
+        "--rollback-tolerance",
+        type=float,
+        default=0.2,
+        help="tuning.rollback_tolerance (default %(default)s)",
+    )
     p.add_argument("--shadow", action="store_true", help="also run the tuner in shadow mode")
     p.add_argument("--no-fixed", action="store_true", help="skip the best-fixed live runs")
     p.add_argument("--out", type=Path, default=Path("out/bench-tune"))
@@ -57,7 +69,7 @@ def _mean(xs: list[float]) -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     fleet = FleetSpec()
-    phases = scaled(DEFAULT_PHASES, args.seconds, args.rate)
+    phases = scaled(FAMILIES[args.family], args.seconds, args.rate)
     sweeps = sweep_phases(phases, fleet, args.seed)
     for s in sweeps:
         print(f"offline {s.phase}: best {s.best.name} {s.ranked[0][1]:.3f} s", flush=True)
@@ -73,6 +85,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "search": args.search,
         "min_gain": args.min_gain,
         "confidence": args.confidence,
+        "rollback_tolerance": args.rollback_tolerance,
         "candidates": ["prefix-aware", "least-load", "estimated-ttft"],
         "engine_profile": fleet.profile,
     }

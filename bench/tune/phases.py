@@ -47,9 +47,21 @@ DEFAULT_PHASES = (
     Phase("reuse-again", 0.25, "uniform", 6.0, 60.0),
 )
 
+# The same, with the middle phase under heavy KV pressure (4× the fleet's KV in 4,096-token
+# system prompts of Zipf-popular tenants) at a load the fleet still serves: where the
+# simulator finds the default ~1.6× slower than its variant with twice the prefix-match
+# weight, so that what a tuner wins shows; longer, so that it has time to.
+PRESSURE_PHASES = (
+    Phase("reuse", 0.25, "uniform", 6.0, 60.0),
+    Phase("pressure", 4.0, "zipf", 9.0, 150.0, prefix_tokens=4096),
+    Phase("hot", 1.5, "hot", 14.0, 60.0),
+    Phase("reuse-again", 0.25, "uniform", 6.0, 60.0),
+)
+FAMILIES = {"regimes": DEFAULT_PHASES, "pressure": PRESSURE_PHASES}
+
 
 def scaled(phases: Sequence[Phase], seconds: float | None, rate: float) -> list[Phase]:
-    """The phases with another length and their rates times `rate`."""
+    """The phases with another length (None: their own) and their rates times `rate`."""
     return [
         Phase(p.name, p.pressure, p.popularity, p.rps * rate, seconds or p.seconds, p.prefix_tokens)
         for p in phases
