@@ -36,7 +36,8 @@ DEFAULT = "prefix-aware"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench tune", description=__doc__.splitlines()[0])
+    summary = " ".join(__doc__.split("\n\n")[0].split())  # the first paragraph, one line
+    p = argparse.ArgumentParser(prog="python -m bench tune", description=summary)
     p.add_argument(
         "--family",
         choices=sorted(FAMILIES),
