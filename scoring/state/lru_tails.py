@@ -36,7 +36,6 @@ class Tail:
         "complete",
         "hashes",
         "members",
-        "need",
         "seqs",
         "terms",
         "total",
@@ -62,7 +61,6 @@ class Tail:
         weights = list(accumulate(ws))
         m = min(bisect_left(weights, need) + 1, len(weights))
         del ws[m:], weights[m:]
-        self.need = need
         # Lists of numbers only, kept a while: out of the cyclic collector (`untracked`).
         self.hashes = untracked(list(islice(lru, m)))
         self.members = set(self.hashes)
