@@ -52,6 +52,7 @@ def add_parser(sub: SubParsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from routing.config.schema import load_config
+    from routing.config.tuning import tuner_lease_key
     from sim.replay.settings import SimSettings
     from sim.replay.settings import load_config as sim_config
     from sim.replay.sweep.command import open_runner
@@ -70,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     admin, *others = [GatewayAdmin(url, key) for url in args.gateway]
     lease = None
     if args.redis:
-        pool = config.discovery.pool or "default"
-        name = f"{config.state.namespace}:tuner:{pool}"
+        name = tuner_lease_key(config.state.namespace, config.discovery.pool)
         lease = Lease(args.redis, name, ttl_s=3 * config.tuning.interval_s)
     try:
         with open_runner(1, config.tuning.ray_address) as runner:

@@ -79,6 +79,11 @@ class TuningSection(BaseModel):
         return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
 
 
+def tuner_lease_key(namespace: str, pool: str | None) -> str:
+    """The Redis key of the pool's tuner lease (`kvgate tune --redis`: one tuner evaluates)."""
+    return f"{namespace}:tuner:{pool or 'default'}"
+
+
 def published_profile_key(namespace: str, pool: str | None) -> str:
     """The Redis key where the pool's tuner (`kvgate tune --redis`) publishes the profile it
     switched the pool to, and where gateways of the pool in mode `apply` read it."""
