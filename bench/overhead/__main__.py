@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench import REPO_ROOT
 from bench.overhead.fleet import MODEL, StubFleet, start_stub_fleet
 from bench.overhead.report import print_row, summarise, write_outputs
 from bench.overhead.rounds import rotated, write_rounds
@@ -98,7 +99,7 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
         port = free_port()
         cmd = [sys.executable, "-m", "bench.overhead.floor", "--port", str(port)]
         cmd += [arg for url in fleet.urls for arg in ("--backend", url)]
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env = {"PYTHONPATH": str(REPO_ROOT)}
         with ChildProcess(cmd, logs / "floor.log", env=env).start() as proc:
             url = f"http://127.0.0.1:{port}"
             proc.wait_for_http(url + "/v1/models")
