@@ -28,10 +28,12 @@ from routing.types import (
 )
 
 _compiled_totals: Callable[[list[list[float]], list[float], int], list[float]] | None
+_compiled_unit: Callable[[list[float]], bool] | None
 try:
+    from routing.columns_native import in_unit_interval as _compiled_unit
     from routing.columns_native import weighted_totals as _compiled_totals
 except ImportError:  # not built (no C compiler): the reference runs
-    _compiled_totals = None
+    _compiled_totals = _compiled_unit = None
 
 
 class UnknownProfileError(KeyError):
@@ -157,6 +159,14 @@ def _totals(columns: list[Sequence[float]], weights: list[float], n: int) -> lis
 
 
 def _in_unit_interval(column: Sequence[float]) -> bool:
+    if _compiled_unit is not None and type(column) is list:
+        return _compiled_unit(column)
+    return in_unit_interval(column)
+
+
+def in_unit_interval(column: Sequence[float]) -> bool:
+    """Whether every score of a (non-empty) column is in [0, 1], none NaN. The reference for
+    `routing.columns_native.in_unit_interval`."""
     # A NaN anywhere makes the sum NaN (min and max may step over it).
     return min(column) >= 0.0 and max(column) <= 1.0 and not math.isnan(sum(column))
 

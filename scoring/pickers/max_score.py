@@ -22,10 +22,12 @@ from operator import gt, neg, sub
 from routing import EndpointScores, RoutingRequest, SchedulingContext, ScoreTable
 
 _compiled_order: Callable[[list[float], float], tuple[list[int], bool]] | None
+_compiled_ids: Callable[[Sequence[str], list[float], float], list[str] | None] | None
 try:
     from routing.columns_native import rank_order as _compiled_order
+    from routing.columns_native import ranked_ids as _compiled_ids
 except ImportError:  # not built (no C compiler): the reference runs
-    _compiled_order = None
+    _compiled_order = _compiled_ids = None
 
 TIE_TOLERANCE = 1e-9
 
@@ -41,10 +43,11 @@ def rank_by_total(scored: Sequence[EndpointScores], rng: random.Random) -> list[
         keys = [math.inf if math.isnan(t) else -t for t in totals]
         order = sorted(range(len(ids)), key=keys.__getitem__)
         ordered = list(map(neg, map(keys.__getitem__, order)))  # totals best first
-    elif _compiled_order is not None and type(totals) is list:
-        order, distinct = _compiled_order(totals, TIE_TOLERANCE)  # `_order`, in C
-        if distinct:
-            return list(map(ids.__getitem__, order))
+    elif _compiled_order is not None and _compiled_ids is not None and type(totals) is list:
+        ranked = _compiled_ids(ids, totals, TIE_TOLERANCE)  # `_order` and the ids, in C
+        if ranked is not None:  # no two totals tie
+            return ranked
+        order, _ = _compiled_order(totals, TIE_TOLERANCE)
         ordered = list(map(totals.__getitem__, order))
     else:
         order, ordered = _order(totals)
