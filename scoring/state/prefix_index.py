@@ -104,9 +104,11 @@ class PrefixIndex:
         self._solo: dict[str, frozenset[str]] = {}  # replica → {replica}, the one instance
         self._version = 0  # bumped whenever a block gains or loses a holder
         # The last match over many replicas, for the other scorers of the same cycle and the
-        # one-replica match at dispatch: (hashes, version, replicas asked, answer, answer in
-        # the order asked, filled on first use).
+        # one-replica match at dispatch: (hashes, version, replicas asked, those of them
+        # holding a head → its length in blocks, depths in the order asked, filled on first
+        # use).
         self._last: _Last | None = None
+        self._asked: tuple[tuple[str, ...], frozenset[str]] | None = None  # `_set_of`'s
 
     def capacity(self, replica: str) -> int:
         return self._capacity.get(replica, self._default_capacity)
@@ -205,16 +207,14 @@ class PrefixIndex:
         asked = replicas if type(replicas) is tuple else tuple(replicas)
         last = self._last
         if last is not None and last[0] is hashes and last[1] == self._version:
-            known = last[3]
-            if asked is last[2] or asked == last[2]:  # the next scorer of the same cycle
-                return dict(known)
-            if all(map(known.__contains__, asked)):  # e.g. the dispatch after the scoring
-                return {r: known[r] for r in asked}
-        matched = self._match(hashes, asked)
+            held = last[3]
+            if asked is last[2] or asked == last[2] or self._among(asked, last[2]):
+                # the next scorer of the same cycle, or e.g. the dispatch after the scoring
+                return {r: held.get(r, 0) for r in asked}
+        held = self._held(hashes, self._set_of(asked))
         if type(hashes) is tuple and len(asked) > 1:  # a tuple is immutable: identity will do
-            self._last = (hashes, self._version, asked, matched, [])
-            return dict(matched)
-        return matched
+            self._last = (hashes, self._version, asked, held, [])
+        return {r: held.get(r, 0) for r in asked}
 
     def match_list(self, hashes: Sequence[int], replicas: Sequence[str]) -> list[int]:
         """`match`, as a list in the order of `replicas`."""
@@ -228,35 +228,56 @@ class PrefixIndex:
         ):
             if type(hashes) is not tuple or len(asked) < 2 or type(self).match is not _MATCH:
                 return list(map(self.match(hashes, asked).__getitem__, asked))  # not kept
-            # `match`, without the copy of the answer it would return
-            last = self._last = (hashes, self._version, asked, self._match(hashes, asked), [])
+            # `match`, without the answer's dict
+            held = self._held(hashes, self._set_of(asked))
+            last = self._last = (hashes, self._version, asked, held, [])
         depths = last[4]  # filled once per cycle, copied out
         if not depths and asked:
-            depths.extend(map(last[3].__getitem__, asked))
+            depths.extend(map(last[3].get, asked, repeat(0)))
         return list(depths)
 
-    def _match(self, hashes: Sequence[int], replicas: Sequence[str]) -> dict[str, int]:
+    def _set_of(self, asked: tuple[str, ...]) -> frozenset[str]:
+        """The replicas of `asked` as a set, kept while the same candidates are asked (a
+        cycle's candidates are usually the last cycle's): so that a match costs O(holders),
+        not O(candidates)."""
+        kept = self._asked
+        if kept is not None and asked is kept[0]:
+            return kept[1]
+        members = kept[1] if kept is not None and asked == kept[0] else frozenset(asked)
+        self._asked = (asked, members)  # this very tuple, for `_among`
+        return members
+
+    def _among(self, asked: tuple[str, ...], known: tuple[str, ...]) -> bool:
+        """Whether every replica of `asked` was among those of the last match (`known`)."""
+        kept = self._asked
+        members = kept[1] if kept is not None and kept[0] is known else frozenset(known)
+        return members.issuperset(asked)
+
+    def _held(self, hashes: Sequence[int], replicas: frozenset[str]) -> dict[str, int]:
+        """The replicas among `replicas` that hold a head of `hashes`, and its length in
+        blocks (the others hold none)."""
         if type(hashes) is not tuple:
             hashes = tuple(hashes)
-        matched = dict.fromkeys(replicas, 0)
+        held: dict[str, int] = {}
         get = self._holders.get
         depth, n = 0, len(hashes)
         first = get(hashes[0]) if n else None
         if first is None:
-            return matched
-        # Most candidates miss at once: start from the first block's holders among them.
-        alive = set(first.holders.intersection(replicas))
+            return held
+        # Most candidates miss at once: start from the first block's holders among them (the
+        # intersection walks the smaller of the two sets).
+        alive = set(first.holders & replicas)
         # Run by run: the replicas that drop out do so at a run's first block.
         while depth < n and alive:
             run = get(hashes[depth])
             if run is None:
                 break
             if not alive <= run.holders:
-                matched.update(dict.fromkeys(alive - run.holders, depth))
+                held.update(dict.fromkeys(alive - run.holders, depth))
                 alive &= run.holders
             depth += _same_run(hashes, depth, run)
-        matched.update(dict.fromkeys(alive, depth))
-        return matched
+        held.update(dict.fromkeys(alive, depth))
+        return held
 
     def clear(self) -> None:
         """Forget everything (the block size changed, so every hash did)."""

@@ -426,3 +426,21 @@ def test_reuse_counts_go_with_the_replica() -> None:
     index.clear()
     index.record("r", A)
     assert index.reuses("r", A[0]) == 0
+
+
+def test_matches_stay_right_as_the_candidates_asked_change() -> None:
+    """The candidates' set is kept between cycles; answers follow what is asked each time."""
+    index = PrefixIndex()
+    index.record("r1", A)
+    index.record("r2", A[:4])
+    index.record("r3", B)
+    every = ("r1", "r2", "r3", "r4")
+    assert index.match_list(A, every) == [10, 4, 0, 0]
+    assert index.match_list(A, tuple(every)) == [10, 4, 0, 0]  # equal, not the same tuple
+    assert index.match(A, ("r2",)) == {"r2": 4}  # among the last ones asked
+    assert index.match(A, ("r5", "r1")) == {"r5": 0, "r1": 10}  # r5 was not asked before
+    assert index.match_list(A, ("r2", "r3")) == [4, 0]  # fewer candidates
+    assert index.match_list(B, ("r3", "r1", "r2")) == [10, 0, 0]
+    index.record("r4", A[:7])  # a new holder: the kept answer is stale
+    assert index.match_list(A, every) == [10, 4, 0, 7]
+    assert index.match(A, ("r4", "r2")) == {"r4": 7, "r2": 4}
