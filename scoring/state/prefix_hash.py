@@ -102,6 +102,25 @@ def _as_is(numbers: _N) -> _N:
     return numbers
 
 
+def agreeing_reference(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int, hi: int) -> int:
+    """How many of the `hi` blocks from `a[i]` and `b[j]` agree, block for block from the first
+    (for chained hashes, which agree up to a point and then never again)."""
+    if i < 0 or j < 0 or hi < 0 or i + hi > len(a) or j + hi > len(b):
+        raise IndexError("blocks out of range")
+    if a[i : i + hi] == b[j : j + hi]:  # the usual case: to the end of either
+        return hi
+    if a[i] != b[j]:
+        return 0
+    lo = 1  # the first lo blocks agree, the first hi do not: bisect, comparing new blocks only
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[i + lo : i + mid] == b[j + lo : j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 Chain = Callable[[bytes, int, int], tuple[int, ...]]
 hash_blocks: Chain = hash_blocks_reference
 hash_fixed_blocks: Chain = hash_fixed_blocks_reference
@@ -109,6 +128,7 @@ hash_fixed_blocks: Chain = hash_fixed_blocks_reference
 # the LRU tails): compiled, it takes them out of the cyclic collector, which would otherwise
 # look at each of their items at every pass (they can hold no cycle); here, a no-op.
 untracked = _as_is
+agreeing = agreeing_reference
 try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built
     from scoring.state import prefix_hash_native
 except ImportError:  # no C compiler or no xxhash.h at install: the references run
@@ -117,6 +137,7 @@ else:
     hash_blocks = prefix_hash_native.hash_blocks
     hash_fixed_blocks = prefix_hash_native.hash_fixed_blocks
     untracked = prefix_hash_native.untracked
+    agreeing = prefix_hash_native.agreeing
 
 
 def block_weight(index: int) -> int:

@@ -5,6 +5,7 @@
 names, with the xxHash library's XXH3-64 (its header, inlined: the system's `xxhash.h`); the
 Python code is the reference, and `tests/unit/scoring/state/test_prefix_hash_native.py`
 compares the two. At 8k tokens the Python chain costs ~30 µs (one call per block), this ~3.
+Beside them, helpers for the prefix index's lists of hashes: `untracked` and `agreeing`.
 """
 
 from cpython.long cimport PyLong_FromUnsignedLongLong
@@ -101,6 +102,22 @@ def untracked(numbers):
             return numbers
     PyObject_GC_UnTrack(<void *>numbers)
     return numbers
+
+
+def agreeing(tuple a, Py_ssize_t i, tuple b, Py_ssize_t j, Py_ssize_t hi):
+    """How many of the `hi` blocks from `a[i]` and `b[j]` agree, block for block from the first:
+    `prefix_hash.agreeing_reference`, by one scan without the slices it compares."""
+    if i < 0 or j < 0 or hi < 0 or i + hi > len(a) or j + hi > len(b):
+        raise IndexError("blocks out of range")
+    cdef Py_ssize_t k = 0
+    cdef object x, y
+    while k < hi:
+        x = a[i + k]
+        y = b[j + k]
+        if x is not y and not (x == y):
+            break
+        k += 1
+    return k
 
 
 def hash_blocks(const unsigned char[::1] data, unsigned long long seed, Py_ssize_t block_chars):

@@ -25,7 +25,7 @@ from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
 from scoring.state.lru_tails import LruTails, Walked
-from scoring.state.prefix_hash import GROUP, untracked
+from scoring.state.prefix_hash import GROUP, agreeing, untracked
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
@@ -68,17 +68,8 @@ def _same_run(hashes: tuple[int, ...], i: int, run: _Run) -> int:
         j = 0 if ordered[0] == hashes[i] else ordered.index(hashes[i])  # intact: it is there
     except ValueError:  # never, while runs stay consistent; then a plain step is still right
         return 1
-    hi = min(len(hashes) - i, len(ordered) - j)
-    if hashes[i : i + hi] == ordered[j : j + hi]:  # the usual case: to the end of either
-        return hi
-    lo = 1  # the first lo blocks agree, the first hi do not: bisect, comparing new blocks only
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if hashes[i + lo : i + mid] == ordered[j + lo : j + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    # As far as the prompt and the run agree, to the end of either (at least this block).
+    return agreeing(hashes, i, ordered, j, min(len(hashes) - i, len(ordered) - j)) or 1
 
 
 _Last = tuple[tuple[int, ...], int, tuple[str, ...], dict[str, int], list[int]]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 import xxhash
 
+from scoring.state import prefix_hash
 from scoring.state.prefix_hash import (
     GROUP,
     block_weight,
@@ -231,3 +232,12 @@ def test_too_long_and_bad_block_sizes_are_rejected() -> None:
             hash_blocks(DATA, 0, block_chars)
         with pytest.raises(ValueError, match="block_chars"):
             hash_fixed_blocks(DATA, 0, block_chars)
+
+
+def test_agreeing_counts_the_blocks_two_chains_share_from_a_start() -> None:
+    a = (1, 2, 3, 4, 5, 6)
+    assert prefix_hash.agreeing_reference(a, 0, a, 0, 6) == 6
+    assert prefix_hash.agreeing_reference(a, 2, (9, 3, 4, 5, 0), 1, 4) == 3
+    assert prefix_hash.agreeing_reference(a, 0, (7, 2, 3), 0, 3) == 0
+    assert prefix_hash.agreeing_reference(a, 5, (6,), 0, 1) == 1
+    assert prefix_hash.agreeing_reference(a, 6, (), 0, 0) == 0

@@ -58,3 +58,33 @@ def test_untracked_takes_tuples_of_ints_out_of_the_collector_only() -> None:
     assert native.untracked(mixed) is mixed and gc.is_tracked(mixed)
     assert not gc.is_tracked(native.hash_blocks(b"x" * 640, 3, 64))
     assert prefix_hash.untracked is native.untracked
+
+
+# Two chains that agree up to a point and never after, as chained hashes do.
+_chains = st.tuples(
+    st.integers(0, 300), st.integers(0, 300), st.integers(0, 300), st.integers(0, 40)
+).map(
+    lambda t: (
+        tuple(range(1000, 1000 + t[0] + t[1])),
+        tuple(range(1000, 1000 + t[0])) + tuple(range(-t[2], 0)),
+        t[3],
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_chains, st.integers(0, 50), st.integers(0, 50))
+def test_agreeing_equals_the_reference(
+    chains: tuple[tuple[int, ...], tuple[int, ...], int], i: int, j: int
+) -> None:
+    a, b, shift = chains
+    b = (*range(-100, -100 + shift), *b)  # b's blocks start later in b than a's in a
+    j = min(j + shift, len(b))
+    i = min(i, len(a))
+    hi = min(len(a) - i, len(b) - j)
+    assert native.agreeing(a, i, b, j, hi) == prefix_hash.agreeing_reference(a, i, b, j, hi)
+    for bad in ((-1, j, hi), (i, j, hi + 1)):
+        with pytest.raises(IndexError):
+            native.agreeing(a, bad[0], b, bad[1], bad[2])
+        with pytest.raises(IndexError):
+            prefix_hash.agreeing_reference(a, bad[0], b, bad[1], bad[2])
