@@ -132,6 +132,12 @@ class Tail:
 Walked = tuple[str, Tail, int]  # a candidate's replica, its tail and the last entry walked
 
 
+def _positions(hashes: Sequence[int], reach: int) -> dict[int, int]:
+    """Each of the first `reach` hashes → its first position in the prompt."""
+    head = hashes[:reach]
+    return dict(zip(reversed(head), range(reach - 1, -1, -1), strict=True))
+
+
 class LruTails:
     """Each replica's `Tail`, kept in step with its LRU (see the module docstring)."""
 
@@ -220,6 +226,25 @@ class LruTails:
         hits = where.keys() & hashes[:reach]
         if not hits:  # the usual case: a matched head was used recently, far from the tails
             return set()
+        # Two ways to the same set: through each hit's tails, or along each candidate's walked
+        # entries; the cheaper one (a long prompt whose head sits in many full replicas' tails
+        # has tens of thousands of the former).
+        walks = sum(last for _, _, last in walked.values()) + len(walked)
+        if walks < sum(map(len, map(where.__getitem__, hits))):
+            return self.spared_by_walks(walked, hashes, depths, reach)
+        return self.spared_by_hits(walked, hashes, depths, reach, hits)
+
+    def spared_by_hits(
+        self,
+        walked: Mapping[int, Walked],
+        hashes: Sequence[int],
+        depths: Sequence[int],
+        reach: int,
+        hits: Iterable[int],
+    ) -> set[int]:
+        """`spared`, one pass over the tails holding each of the `hits` (the head's hashes
+        that some tail holds, `reach` the deepest head)."""
+        where = self._where
         # replica → (candidate, its depth, the sequence number of the last entry it walks)
         open_ = {r: (k, depths[k], tail.seqs[last]) for k, (r, tail, last) in walked.items()}
         first: dict[int, int] | None = None  # a hit's position in the prompt, when needed
@@ -232,8 +257,7 @@ class LruTails:
                 k, depth, _ = held
                 if depth < reach:  # is the hit within this candidate's head?
                     if first is None:
-                        head = hashes[:reach]
-                        first = dict(zip(reversed(head), range(reach - 1, -1, -1), strict=True))
+                        first = _positions(hashes, reach)
                     if first[h] >= depth:
                         continue
                 out.add(k)
@@ -241,6 +265,20 @@ class LruTails:
                 if not open_:
                     return out
         return out
+
+    @staticmethod
+    def spared_by_walks(
+        walked: Mapping[int, Walked], hashes: Sequence[int], depths: Sequence[int], reach: int
+    ) -> set[int]:
+        """`spared`, one pass over each candidate's walked entries (`reach`: the deepest
+        head)."""
+        first = _positions(hashes, reach)
+        return {
+            k
+            for k, (_, tail, last) in walked.items()
+            if min(map(first.get, islice(tail.hashes, last + 1), repeat(reach)), default=reach)
+            < depths[k]
+        }
 
     def _unlist(self, replica: str, hashes: Iterable[int]) -> None:
         where = self._where

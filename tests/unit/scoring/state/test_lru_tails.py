@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scoring.state.lru_tails import Walked
 from scoring.state.prefix_hash import covered_chars, hash_blocks, prefix_seed
 from scoring.state.prefix_index import PrefixIndex
 
@@ -100,3 +103,32 @@ def test_a_record_on_a_full_replica_leaves_its_tail_ready_for_the_next_decision(
         got = index.displaced_list(["r"], [20], prompt, [0])
         assert tails.kept["r"] is tail  # the decision built nothing
         assert got == [index.displaced("r", 20)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
+def test_both_ways_to_the_spared_candidates_agree(
+    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+) -> None:
+    index = PrefixIndex(150)
+    tails = index._tails
+    asked: list[tuple[dict[int, Walked], Sequence[int], list[int]]] = []
+    chosen = tails.spared
+
+    def spared(
+        walked: Mapping[int, Walked], hashes: Sequence[int], depths: Sequence[int]
+    ) -> set[int]:
+        asked.append((dict(walked), hashes, list(depths)))
+        return chosen(walked, hashes, depths)
+
+    tails.spared = spared  # type: ignore[method-assign]
+    for k, step in enumerate(history):
+        _apply(index, step)
+        prompt = _prompt(stem, (37 * k) % 161, k % 5)
+        index.displaced_list(REPLICAS, weights, prompt, index.match_list(prompt, REPLICAS))
+        for walked, hashes, depths in asked:
+            reach = max(depths[j] for j in walked)
+            hits = tails._where.keys() & hashes[:reach]
+            by_hits = tails.spared_by_hits(walked, hashes, depths, reach, hits)
+            assert by_hits == tails.spared_by_walks(walked, hashes, depths, reach)
+        asked.clear()
