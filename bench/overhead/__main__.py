@@ -112,10 +112,12 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
         with launch_traced(policy or "prefix-aware", fleet.urls, logs) as (proc, url, _):
             yield Target(spec, url, proc.pid, command=proc.command)
         return
-    if name in ("kvgate+tune", "kvgate+tune+idle"):  # recording, `kvgate tune` beside it
-        idle = name.endswith("+idle")
-        with launch_tuned(policy or "prefix-aware", fleet.urls, logs, idle) as (proc, url, tuner):
-            yield Target(spec, url, proc.pid, command=proc.command, tuner_pid=tuner.pid)
+    if name in ("kvgate+tune", "kvgate+tune+idle", "kvgate+burn", "kvgate+record"):
+        # recording, with `kvgate tune` (or a control, bench.overhead.tuner) beside it
+        beside = name.removeprefix("kvgate+")
+        with launch_tuned(policy or "prefix-aware", fleet.urls, logs, beside) as (proc, url, by):
+            pid = by.pid if by is not None else None
+            yield Target(spec, url, proc.pid, command=proc.command, tuner_pid=pid)
         return
     name, _, source = name.partition("@")
     name, *options = name.split("+")
@@ -293,7 +295,9 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         "kvgate+redis:POLICY shares state through a redis-server of its own, "
         "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink, "
         "kvgate+tune:POLICY records its traffic with `kvgate tune` (shadow, niced) beside "
-        "it, kvgate+tune+idle:POLICY with the tuner at the idle scheduling class",
+        "it, kvgate+tune+idle:POLICY with the tuner at the idle scheduling class; controls: "
+        "kvgate+record:POLICY records alone, kvgate+burn:POLICY beside a niced process "
+        "spinning as long as the tuner evaluates",
     )
     p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)), help="requests/s")
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate (default 6)")

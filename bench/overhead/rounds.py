@@ -8,7 +8,8 @@ added over direct in the same round, and CPU per 1,000 requests; per router its 
 rate in each round; per round the saturation ratio of each kvgate variant to each peer; and
 for each `kvgate+redis:P` the latency it adds over `kvgate:P` in the same round (Redis
 sharing on vs in-memory), and likewise for each `kvgate+tune:P` (a tuner beside it), with
-the tuner's CPU seconds per round.
+the tuner's CPU seconds per round, and for its controls `kvgate+burn:P` (a process spinning
+beside it; its CPU seconds too) and `kvgate+record:P` (the recording alone).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
                     if r.get(f) is not None:
                         cell[f].append(r[f])
         targets[name] = {
-            **({"tuner_cpu_s": [t.get("tuner_cpu_s") for t in runs]} if "+tune" in name else {}),
+            **({"tuner_cpu_s": [t.get("tuner_cpu_s") for t in runs]} if _beside(name) else {}),
             "saturation_rps": sats,
             "saturation_median": _median([s or 0.0 for s in sats]),
             "version": runs[0]["version"] if runs else "",
@@ -76,6 +77,8 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "saturation_ratios": _ratios(reports),
         "redis_vs_memory": _versus(targets, "kvgate+redis:"),
         "tuner_vs_none": _versus(targets, "kvgate+tune"),
+        "burn_vs_none": _versus(targets, "kvgate+burn"),
+        "record_vs_none": _versus(targets, "kvgate+record"),
     }
 
 
@@ -89,6 +92,11 @@ def _ratios(reports: list[dict[str, Any]]) -> dict[str, list[float | None]]:
                 if k.startswith("kvgate") and not p.startswith("kvgate") and p != "direct":
                     out.setdefault(f"{k} / {p}", []).append(sk / sp if sk and sp else None)
     return out
+
+
+def _beside(name: str) -> bool:
+    """Whether the target runs a process beside the router (a tuner, or the burn control)."""
+    return "+tune" in name or "+burn" in name
 
 
 def _versus(targets: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -144,7 +152,13 @@ def table(combined: dict[str, Any], rates: Sequence[float] = (500.0, 1000.0, 200
     for k, v in combined["saturation_ratios"].items():
         shown = ", ".join("—" if x is None else f"{x:.2f}" for x in v)
         lines.append(f"saturation {k}: {shown}")
-    for key, label in (("redis_vs_memory", "memory"), ("tuner_vs_none", "no tuner")):
+    versus = (
+        ("redis_vs_memory", "memory"),
+        ("tuner_vs_none", "no tuner"),
+        ("burn_vs_none", "nothing beside"),
+        ("record_vs_none", "no recording"),
+    )
+    for key, label in versus:
         for name, per_rate in combined.get(key, {}).items():
             for rate, d in per_rate.items():
                 lines.append(
@@ -154,7 +168,8 @@ def table(combined: dict[str, Any], rates: Sequence[float] = (500.0, 1000.0, 200
     for name, t in combined["targets"].items():
         if "tuner_cpu_s" in t:
             shown = ", ".join("—" if c is None else f"{c:.1f}" for c in t["tuner_cpu_s"])
-            lines.append(f"{name}: the tuner's CPU seconds per round: {shown}")
+            beside = "the tuner's" if "+tune" in name else "the process beside it:"
+            lines.append(f"{name}: {beside} CPU seconds per round: {shown}")
     return "\n".join(lines)
 
 
