@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import accumulate
 from typing import TypeVar
@@ -102,23 +102,31 @@ def _as_is(numbers: _N) -> _N:
     return numbers
 
 
-def agreeing_reference(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int, hi: int) -> int:
-    """How many of the `hi` blocks from `a[i]` and `b[j]` agree, block for block from the first
-    (for chained hashes, which agree up to a point and then never again)."""
-    if i < 0 or j < 0 or hi < 0 or i + hi > len(a) or j + hi > len(b):
-        raise IndexError("blocks out of range")
-    if a[i : i + hi] == b[j : j + hi]:  # the usual case: to the end of either
-        return hi
-    if a[i] != b[j]:
-        return 0
-    lo = 1  # the first lo blocks agree, the first hi do not: bisect, comparing new blocks only
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[i + lo : i + mid] == b[j + lo : j + mid]:
-            lo = mid
+def common_prefix_reference(
+    a: Sequence[int | None], i: int, b: Sequence[int | None], j: int, limit: int
+) -> int:
+    """How many of a[i], a[i + 1], … equal b[j], b[j + 1], … (at most `limit`, which must not
+    reach past either's end): slices of doubling length compared in C, then a bisection of the last
+    one. The reference for `prefix_hash_native.common_prefix`."""
+    if i < 0 or j < 0 or limit < 0 or i + limit > len(a) or j + limit > len(b):
+        raise IndexError("a start or limit out of range")
+    good, size = 0, 16
+    while good < limit:
+        size = min(size, limit - good)
+        if a[i + good : i + good + size] != b[j + good : j + good + size]:
+            break
+        good += size
+        size *= 2
+    else:
+        return good
+    bad = good + size  # a[i + bad − 1] and b[j + bad − 1] differ somewhere before
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if a[i + good : i + mid] == b[j + good : j + mid]:
+            good = mid
         else:
-            hi = mid
-    return lo
+            bad = mid
+    return good
 
 
 Chain = Callable[[bytes, int, int], tuple[int, ...]]
@@ -128,7 +136,7 @@ hash_fixed_blocks: Chain = hash_fixed_blocks_reference
 # the LRU tails): compiled, it takes them out of the cyclic collector, which would otherwise
 # look at each of their items at every pass (they can hold no cycle); here, a no-op.
 untracked = _as_is
-agreeing = agreeing_reference
+common_prefix = common_prefix_reference
 try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built
     from scoring.state import prefix_hash_native
 except ImportError:  # no C compiler or no xxhash.h at install: the references run
@@ -137,7 +145,7 @@ else:
     hash_blocks = prefix_hash_native.hash_blocks
     hash_fixed_blocks = prefix_hash_native.hash_fixed_blocks
     untracked = prefix_hash_native.untracked
-    agreeing = prefix_hash_native.agreeing
+    common_prefix = prefix_hash_native.common_prefix
 
 
 def block_weight(index: int) -> int:

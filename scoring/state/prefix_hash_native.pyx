@@ -5,7 +5,7 @@
 names, with the xxHash library's XXH3-64 (its header, inlined: the system's `xxhash.h`); the
 Python code is the reference, and `tests/unit/scoring/state/test_prefix_hash_native.py`
 compares the two. At 8k tokens the Python chain costs ~30 µs (one call per block), this ~3.
-Beside them, helpers for the prefix index's lists of hashes: `untracked` and `agreeing`.
+Beside them, helpers for the lists of hashes routing keeps: `untracked` and `common_prefix`.
 """
 
 from cpython.long cimport PyLong_FromUnsignedLongLong
@@ -104,14 +104,15 @@ def untracked(numbers):
     return numbers
 
 
-def agreeing(tuple a, Py_ssize_t i, tuple b, Py_ssize_t j, Py_ssize_t hi):
-    """How many of the `hi` blocks from `a[i]` and `b[j]` agree, block for block from the first:
-    `prefix_hash.agreeing_reference`, by one scan without the slices it compares."""
-    if i < 0 or j < 0 or hi < 0 or i + hi > len(a) or j + hi > len(b):
-        raise IndexError("blocks out of range")
+def common_prefix(a, Py_ssize_t i, b, Py_ssize_t j, Py_ssize_t limit):
+    """How many of a[i], a[i + 1], … equal b[j], b[j + 1], … (at most `limit`, which must not
+    reach past either's end): `prefix_hash.common_prefix_reference`, by one scan without the
+    slices it compares."""
+    if i < 0 or j < 0 or limit < 0 or i + limit > len(a) or j + limit > len(b):
+        raise IndexError("a start or limit out of range")
     cdef Py_ssize_t k = 0
     cdef object x, y
-    while k < hi:
+    while k < limit:
         x = a[i + k]
         y = b[j + k]
         if x is not y and not (x == y):

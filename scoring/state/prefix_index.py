@@ -25,7 +25,7 @@ from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
 from scoring.state.lru_tails import LruTails, Walked
-from scoring.state.prefix_hash import GROUP, agreeing, untracked
+from scoring.state.prefix_hash import GROUP, common_prefix, untracked
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
@@ -69,7 +69,7 @@ def _same_run(hashes: tuple[int, ...], i: int, run: _Run) -> int:
     except ValueError:  # never, while runs stay consistent; then a plain step is still right
         return 1
     # As far as the prompt and the run agree, to the end of either (at least this block).
-    return agreeing(hashes, i, ordered, j, min(len(hashes) - i, len(ordered) - j)) or 1
+    return common_prefix(hashes, i, ordered, j, min(len(hashes) - i, len(ordered) - j)) or 1
 
 
 _Last = tuple[tuple[int, ...], int, tuple[str, ...], dict[str, int], list[int]]

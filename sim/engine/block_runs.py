@@ -139,27 +139,3 @@ def add_irregular(pieces: list[Piece], i: int, j: int) -> None:
         pieces[-1] = (pieces[-1][0], j, 0)
     else:
         pieces.append((i, j, 0))
-
-
-def common_prefix(
-    a: Sequence[int | None], i: int, b: Sequence[int | None], j: int, limit: int
-) -> int:
-    """How many of a[i], a[i + 1], … equal b[j], b[j + 1], … (at most `limit`): slices
-    of doubling length compared in C, then a bisection of the last one."""
-    good, size = 0, 2 * SHORT
-    while good < limit:
-        size = min(size, limit - good)
-        if a[i + good : i + good + size] != b[j + good : j + good + size]:
-            break
-        good += size
-        size *= 2
-    else:
-        return good
-    bad = good + size  # a[i + bad − 1] and b[j + bad − 1] differ somewhere before
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if a[i + good : i + mid] == b[j + good : j + mid]:
-            good = mid
-        else:
-            bad = mid
-    return good

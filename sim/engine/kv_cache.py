@@ -23,11 +23,11 @@ from itertools import compress, takewhile
 from operator import is_not, not_
 from typing import cast
 
+from scoring.state.prefix_hash import common_prefix
 from sim.engine.block_runs import (
     SHORT,
     Piece,
     canonical_ints,
-    common_prefix,
     reversed_pieces,
     span,
     stretches,

@@ -234,10 +234,14 @@ def test_too_long_and_bad_block_sizes_are_rejected() -> None:
             hash_fixed_blocks(DATA, 0, block_chars)
 
 
-def test_agreeing_counts_the_blocks_two_chains_share_from_a_start() -> None:
+def test_common_prefix_counts_the_equal_items_from_two_starts() -> None:
     a = (1, 2, 3, 4, 5, 6)
-    assert prefix_hash.agreeing_reference(a, 0, a, 0, 6) == 6
-    assert prefix_hash.agreeing_reference(a, 2, (9, 3, 4, 5, 0), 1, 4) == 3
-    assert prefix_hash.agreeing_reference(a, 0, (7, 2, 3), 0, 3) == 0
-    assert prefix_hash.agreeing_reference(a, 5, (6,), 0, 1) == 1
-    assert prefix_hash.agreeing_reference(a, 6, (), 0, 0) == 0
+    assert prefix_hash.common_prefix_reference(a, 0, a, 0, 6) == 6
+    assert prefix_hash.common_prefix_reference(a, 2, (9, 3, 4, 5, 0), 1, 4) == 3
+    assert prefix_hash.common_prefix_reference(a, 0, (7, 2, 3), 0, 3) == 0
+    assert prefix_hash.common_prefix_reference(a, 5, (6,), 0, 1) == 1
+    assert prefix_hash.common_prefix_reference(a, 6, (), 0, 0) == 0
+    long = tuple(range(100))
+    assert prefix_hash.common_prefix_reference(long, 0, (*range(70), -1), 0, 71) == 70
+    with pytest.raises(IndexError):
+        prefix_hash.common_prefix_reference(a, 0, a, 0, 7)

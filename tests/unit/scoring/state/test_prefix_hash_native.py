@@ -60,31 +60,44 @@ def test_untracked_takes_tuples_of_ints_out_of_the_collector_only() -> None:
     assert prefix_hash.untracked is native.untracked
 
 
-# Two chains that agree up to a point and never after, as chained hashes do.
-_chains = st.tuples(
-    st.integers(0, 300), st.integers(0, 300), st.integers(0, 300), st.integers(0, 40)
-).map(
-    lambda t: (
-        tuple(range(1000, 1000 + t[0] + t[1])),
-        tuple(range(1000, 1000 + t[0])) + tuple(range(-t[2], 0)),
-        t[3],
-    )
+# Two sequences with a common stretch, then anything (repeats and None included, as the
+# simulator's block lists have).
+_items = st.one_of(st.integers(0, 5), st.none(), st.integers(2**62, 2**62 + 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_items, max_size=300),
+    st.lists(_items, max_size=80),
+    st.lists(_items, max_size=80),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.booleans(),
 )
-
-
-@settings(max_examples=300, deadline=None)
-@given(_chains, st.integers(0, 50), st.integers(0, 50))
-def test_agreeing_equals_the_reference(
-    chains: tuple[tuple[int, ...], tuple[int, ...], int], i: int, j: int
+def test_common_prefix_equals_the_reference(
+    shared: list[int | None],
+    a_rest: list[int | None],
+    b_rest: list[int | None],
+    i: int,
+    j: int,
+    as_tuples: bool,
 ) -> None:
-    a, b, shift = chains
-    b = (*range(-100, -100 + shift), *b)  # b's blocks start later in b than a's in a
-    j = min(j + shift, len(b))
-    i = min(i, len(a))
-    hi = min(len(a) - i, len(b) - j)
-    assert native.agreeing(a, i, b, j, hi) == prefix_hash.agreeing_reference(a, i, b, j, hi)
-    for bad in ((-1, j, hi), (i, j, hi + 1)):
+    a = [*a_rest[:i], *shared, *a_rest]
+    b = [*b_rest[:j], *shared, *b_rest]
+    i, j = min(i, len(a)), min(j, len(b))
+    if as_tuples:
+        a, b = tuple(a), tuple(b)  # type: ignore[assignment]
+    limit = min(len(a) - i, len(b) - j)
+    for n in (limit, limit // 2, 0):
+        assert native.common_prefix(a, i, b, j, n) == prefix_hash.common_prefix_reference(
+            a, i, b, j, n
+        )
+    for bad in ((-1, j, 0), (i, j, limit + 1)):
         with pytest.raises(IndexError):
-            native.agreeing(a, bad[0], b, bad[1], bad[2])
+            native.common_prefix(a, bad[0], b, bad[1], bad[2])
         with pytest.raises(IndexError):
-            prefix_hash.agreeing_reference(a, bad[0], b, bad[1], bad[2])
+            prefix_hash.common_prefix_reference(a, bad[0], b, bad[1], bad[2])
+
+
+def test_the_module_uses_the_compiled_common_prefix_where_built() -> None:
+    assert prefix_hash.common_prefix is native.common_prefix
