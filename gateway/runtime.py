@@ -24,6 +24,7 @@ from gateway.state.shared import SharedState
 from gateway.supervisor import Supervisor
 from gateway.tokens.build import TokenizerSet
 from gateway.tracing.setup import Tracing
+from gateway.tuner_child import TunerChild
 from gateway.tuning import TuningBoard
 from gateway.workers.peers import WorkerPeers
 from health.pool import BackendPool
@@ -61,6 +62,8 @@ class Runtime:
     operations: AdminOperations
     tuning: TuningBoard  # the self-tuning loop's reports and switches (`/admin/tuning`)
     reloader: ConfigReloader | None = None  # set by the command line before start
+    tuner: TunerChild | None = None  # `kvgate tune` as a child, set by the command line
+    api_port: int | None = None  # the API port bound, once the server listens
     loops: Supervisor | None = None  # the background loops, while `Services` runs them
 
     @property

@@ -69,8 +69,15 @@ def run_gateway(
     config.load()
     if tls is not None:
         config.ssl = tls.listener  # uvicorn's own context cannot be reloaded
+
+    def started() -> None:
+        # The port bound (the real one when the config said 0), for the tuner beside it.
+        app.runtime.api_port = gateway_server.servers[0].sockets[0].getsockname()[1]
+        if on_started is not None:
+            on_started()
+
     gateway_server = GatewayServer(
-        config, app.drain, server.drain_delay_s, server.shutdown_grace_s, on_started
+        config, app.drain, server.drain_delay_s, server.shutdown_grace_s, started
     )
     # Start-up objects live as long as the process: out of GC passes (docs/decisions/0004).
     gc.collect()

@@ -3,8 +3,8 @@
 `start`: the recorder's file, a first probe round and metric scrape (the first request is
 routed on real health and metrics). `loops()`: the supervised loops — probes, scrapes, the
 recorder, admission, backend changes, trace export, config reload, pod discovery (and the
-pool's InferenceObjectives and rewrites), KV events, shared state, sibling workers — for the
-caller to run and cancel. `ready()`: the probe loop
+pool's InferenceObjectives and rewrites), KV events, shared state, sibling workers, the
+tuner beside the gateway — for the caller to run and cancel. `ready()`: the probe loop
 runs and the shared state has caught up. `stop`: flush and close, after the loops.
 """
 
@@ -20,6 +20,7 @@ from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.fetcher import CappedFetcher
 from gateway.runtime import Runtime
 from gateway.supervisor import Supervisor
+from gateway.tuner_child import local_address
 from gateway.workers.peers import SIBLINGS_LOOP
 from health.discovery.inference_objects import ObjectWatch
 from health.discovery.informer import WatchSettings
@@ -31,6 +32,7 @@ from routing.config.tuning import published_profile_key
 log = logging.getLogger(__name__)
 PROBE_LOOP = "health-probes"  # while it is not running, the gateway is not ready
 TUNING_LOOP = "tuning-follow"
+TUNER_LOOP = "tuner"
 
 
 class Services:
@@ -101,6 +103,8 @@ class Services:
             loops.add(TUNING_LOOP, lambda: tuning.follow(link, rt.tuning, key))
         if rt.peers is not None:
             loops.add(SIBLINGS_LOOP, rt.peers.siblings.serve)
+        if (tuner := rt.tuner) is not None:  # `kvgate tune` beside the gateway
+            loops.add(TUNER_LOOP, lambda: tuner.run(lambda: admin_url(rt)))
         return loops
 
     def ready(self) -> bool:
@@ -127,6 +131,18 @@ class Services:
         self._rt.ledger.forget(backend_id)
         if self._on_down is not None:
             self._on_down(backend_id)
+
+
+def admin_url(rt: Runtime) -> str | None:
+    """Where this gateway's admin API answers, from this machine: the admin listener's
+    port, else the API port once bound (None until then)."""
+    server = rt.config.server
+    if (listener := rt.access.listener) is not None:
+        return local_address(server.admin_host or server.host, listener.port)
+    if rt.api_port is None:
+        return None
+    scheme = "https" if server.tls_cert_file else "http"
+    return local_address(server.host, rt.api_port, scheme)
 
 
 async def _watch_objects(rt: Runtime, conn: KubeConnection) -> None:

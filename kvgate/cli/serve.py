@@ -19,6 +19,7 @@ from kvgate.cli.options import (
     add_routing_args,
 )
 from kvgate.cli.startup import configure_logging, reloadable_runtime
+from kvgate.cli.tune import beside_gateway
 from routing.config.schema import ConfigError, GatewayConfig
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return _serve_workers(args)
     app = GatewayApp(reloadable_runtime(args))
     cfg = app.runtime.config
+    app.runtime.tuner = beside_gateway(args, cfg)  # `kvgate tune`, with tuning.spawn
     if cfg.server.port:  # port 0 is always free
         check_can_listen(cfg.server.host, [cfg.server.port])  # just before uvicorn binds it
     check_admin_port(cfg)

@@ -3,6 +3,7 @@ and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/
 
     tuning:
       mode: shadow          # off (default) | shadow | apply
+      spawn: true           # kvgate serve runs `kvgate tune` beside itself (default)
       interval_s: 60        # one evaluation this often
       window_s: 120         # of the most recently recorded traffic
       min_gain: 0.05        # apply: switch only for >= 5% lower predicted mean TTFT ...
@@ -31,6 +32,11 @@ class TuningSection(BaseModel):
 
     mode: Literal["off", "shadow", "apply"] = Field(
         "off", description="off; shadow: propose only; apply: switch the live profile"
+    )
+    spawn: bool = Field(
+        True,
+        description="kvgate serve starts `kvgate tune` beside itself and restarts it if it "
+        "exits; false: run `kvgate tune` yourself (e.g. on another machine)",
     )
     interval_s: float = Field(60.0, gt=0, description="seconds between evaluations")
     window_s: float = Field(120.0, gt=0, description="seconds of recent traffic replayed")

@@ -5,7 +5,6 @@ started after a switch adopting the profile the tuner published in Redis."""
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,16 @@ import pytest
 
 from gateway.app import GatewayApp
 from routing.config.schema import parse_config
-from sim.emulator.app import EmulatorApp
-from sim.emulator.replica import Replica
-from sim.engine.profiles import get_profile
-from sim.engine.tokenizer import BuiltinTokenizer
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import LocalRunner
 from sim.tune.lease import Lease
 from sim.tune.live import GatewayAdmin, LiveTuner
-from sim.workloads import synth_text
 from tests.integration.conftest import StartGateway
 from tests.support.fixture_types import ServeApp
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerThread
+from tests.support.tuning_traffic import chats, emulated_fleet
 
-MODEL = "emu"
 TUNING = {
     "min_requests": 10,
     "seeds": 2,
@@ -38,33 +32,6 @@ TUNING = {
     "min_gain": 0.02,
     "confidence": 0.5,
 }
-
-
-def _chats(url: str, conversations: int, seed: int) -> list[int]:
-    """Chats over two tenants' long system prompts, one request at a time; the statuses."""
-    rng = random.Random(seed)
-    systems = [f"You answer for tenant {t}. " + synth_text(rng, 600) for t in range(2)]
-    statuses = []
-    with httpx.Client(base_url=url, timeout=30) as c:
-        for n in range(conversations):
-            messages = [{"role": "system", "content": systems[n % 2]}]
-            for _ in range(3):
-                messages.append({"role": "user", "content": synth_text(rng, 30)})
-                body = {"model": MODEL, "messages": messages, "max_tokens": 4, "stream": True}
-                r = c.post("/v1/chat/completions", json=body, headers={"x-session-id": f"c{n}"})
-                statuses.append(r.status_code)
-                messages.append({"role": "assistant", "content": "ok"})
-    return statuses
-
-
-def _fleet(serve_app: ServeApp) -> list[str]:
-    profile = get_profile("demo")
-    return [
-        serve_app(
-            EmulatorApp(Replica(profile, MODEL, speedup=10.0), BuiltinTokenizer()), lifespan="on"
-        ).url
-        for _ in range(2)
-    ]
 
 
 def _gateway(
@@ -92,8 +59,8 @@ def test_shadow_proposes_and_leaves_the_profile(
     serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
     record = tmp_path / "recorded.jsonl"
-    _, gw, tuner = _gateway(start_gateway, _fleet(serve_app), record, "shadow")
-    assert set(_chats(gw.url, 8, seed=1)) == {200}
+    _, gw, tuner = _gateway(start_gateway, emulated_fleet(serve_app), record, "shadow")
+    assert set(chats(gw.url, 8, seed=1)) == {200}
     _wait_recorded(record, 24)
     action = tuner.tick()
     assert action is not None and action.kind == "propose"
@@ -110,7 +77,7 @@ def test_shadow_proposes_and_leaves_the_profile(
     page = httpx.get(gw.url + "/metrics").text
     assert "kvgate_tuning_predicted_gain " in page and "kvgate_tuning_fidelity " in page
     assert tuner.tick() is None  # nothing recorded since: no evaluation
-    assert set(_chats(gw.url, 4, seed=4)) == {200}
+    assert set(chats(gw.url, 4, seed=4)) == {200}
     _wait_recorded(record, 36)
     tuner.timing = "fitted"  # 36 observed TTFTs, more than the 30 a fit needs
     assert tuner.tick() is not None
@@ -123,8 +90,8 @@ def test_apply_switches_without_errors_and_a_reload_wins(
     serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
     record = tmp_path / "recorded.jsonl"
-    app, gw, tuner = _gateway(start_gateway, _fleet(serve_app), record, "apply")
-    assert set(_chats(gw.url, 8, seed=2)) == {200}
+    app, gw, tuner = _gateway(start_gateway, emulated_fleet(serve_app), record, "apply")
+    assert set(chats(gw.url, 8, seed=2)) == {200}
     _wait_recorded(record, 24)
     action = tuner.tick()
     assert action is not None and action.kind == "switch"
@@ -134,7 +101,7 @@ def test_apply_switches_without_errors_and_a_reload_wins(
     assert state["previous_profile"] == "round-robin"
     [switch] = state["switches"]
     assert switch["kind"] == "switch" and switch["predicted_gain"] > 0.02 and switch["reason"]
-    assert set(_chats(gw.url, 4, seed=3)) == {200}  # no errors after the switch
+    assert set(chats(gw.url, 4, seed=3)) == {200}  # no errors after the switch
     page = httpx.get(gw.url + "/metrics").text
     assert 'kvgate_tuning_switches_total{kind="switch"} 1.0' in page
 
@@ -157,7 +124,7 @@ def _raw(app: GatewayApp) -> dict[str, Any]:
 def test_switches_need_apply(
     serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path, mode: str
 ) -> None:
-    _, gw = start_gateway(_fleet(serve_app), tuning={"mode": mode})
+    _, gw = start_gateway(emulated_fleet(serve_app), tuning={"mode": mode})
     state = httpx.get(gw.url + "/admin/tuning").json()
     body = {"kind": "switch", "profile": "p", "spec": state["live_spec"], "generation": 0}
     r = httpx.post(gw.url + "/admin/tuning/switch", json=body)
@@ -180,11 +147,11 @@ def test_a_switch_reaches_every_gateway_of_the_pool(
     serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
     record = tmp_path / "recorded.jsonl"
-    urls = _fleet(serve_app)
+    urls = emulated_fleet(serve_app)
     _, gw, tuner = _gateway(start_gateway, urls, record, "apply")
     _, other = start_gateway(urls, policy="round-robin", tuning={"mode": "apply"})
     tuner.others.append(GatewayAdmin(other.url))
-    assert set(_chats(gw.url, 8, seed=4)) == {200}
+    assert set(chats(gw.url, 8, seed=4)) == {200}
     _wait_recorded(record, 24)
     action = tuner.tick()
     assert action is not None and action.kind == "switch"
@@ -200,7 +167,7 @@ def test_a_gateway_started_after_a_switch_adopts_the_published_profile(
     serve_app: ServeApp, start_gateway: StartGateway, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     record = tmp_path / "recorded.jsonl"
-    urls = _fleet(serve_app)
+    urls = emulated_fleet(serve_app)
     state = {"backend": "redis", "url": redis_server.url, "namespace": "tune-test"}
     tuning = {"mode": "apply", **TUNING, "interval_s": 0.2}
     app, gw = start_gateway(
@@ -210,7 +177,7 @@ def test_a_gateway_started_after_a_switch_adopts_the_published_profile(
     config = app.runtime.config
     tuner = LiveTuner(config, GatewayAdmin(gw.url), record, SimSettings(), LocalRunner(1))
     tuner.lease = lease
-    assert set(_chats(gw.url, 8, seed=5)) == {200}
+    assert set(chats(gw.url, 8, seed=5)) == {200}
     _wait_recorded(record, 24)
     action = tuner.tick()
     assert action is not None and action.kind == "switch"
@@ -221,7 +188,7 @@ def test_a_gateway_started_after_a_switch_adopts_the_published_profile(
         assert time.monotonic() < deadline, board
         time.sleep(0.1)
     assert board["switches"][-1]["kind"] == "adopt"
-    assert set(_chats(late.url, 2, seed=6)) == {200}
+    assert set(chats(late.url, 2, seed=6)) == {200}
     # A gateway in shadow mode on the same Redis keeps its own profile.
     _, watcher = start_gateway(urls, policy="round-robin", state=state, tuning={"mode": "shadow"})
     time.sleep(0.5)
