@@ -39,6 +39,7 @@ _BURN = (
 )
 TUNING = {
     "mode": "shadow",
+    "spawn": False,  # started here, niced or at the idle class, its CPU read by its pid
     "interval_s": INTERVAL_S,
     "window_s": INTERVAL_S,
     "min_requests": 20,

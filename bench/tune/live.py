@@ -48,7 +48,8 @@ def write_config(
     }
     if tuning is not None:
         raw["server"]["record_path"] = str(path.with_suffix(".jsonl"))
-        raw["tuning"] = dict(tuning)
+        # The bench starts the tuner itself (its own log), not the gateway.
+        raw["tuning"] = {**tuning, "spawn": False}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     return path
