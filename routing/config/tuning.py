@@ -42,7 +42,7 @@ class TuningSection(BaseModel):
         le=MAX_LEAD_IN_S,
         description="seconds of traffic before the window replayed first and not measured, "
         "so the window starts on the queues and caches it inherited (default: window_s; "
-        "0: the window starts cold)",
+        "0: the window starts cold; at most 3600)",
     )
     min_requests: int = Field(50, ge=1, description="fewer in the window: no proposal")
     min_gain: float = Field(
