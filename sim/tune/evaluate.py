@@ -4,16 +4,17 @@ The fleet's shape (`FleetShape`): replica count, and a named engine profile's ti
 KV capacity and block size the live engines report. Seed 0 replays the window as recorded;
 seed k > 0 shifts each arrival by up to ± one mean gap (uniform, seeded) and starts the
 scrapes at another phase: the spread of a candidate's gain over seeds is the proposal's
-uncertainty. A window is replayed after its lead-in (`Span`: the traffic of the seconds
-before it, routed by the profile that ran then, for every candidate alike), so it starts on
-the queues and caches it inherited; only the window's requests are measured (without a
-lead-in, it starts cold). The replays run through the sweep's runners (this process, or a Ray
-cluster). `fidelity` compares the live profile's replayed mean TTFT with the mean the gateway
-observed for the same requests.
+uncertainty. A window is replayed after its lead-in (`Span`: the traffic of the seconds before
+it, routed by the profile that ran through most of it (`ran_most`), for every candidate
+alike), so it starts on the queues and caches it inherited; only the window's requests are
+measured (without a lead-in, it starts cold). The replays run through the sweep's runners
+(this process, or a Ray cluster). `fidelity` compares the live profile's replayed mean TTFT
+with the mean the gateway observed for the same requests.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -148,6 +149,19 @@ def span(
         return Span([])
     t0 = picked[0].arrival_s
     return Span([replace(r, arrival_s=r.arrival_s - t0) for r in picked], lead, lead_in)
+
+
+def ran_most(
+    history: Sequence[tuple[float, Candidate]], start_s: float, lead_in_s: float
+) -> Candidate:
+    """The profile that ran longest in the lead-in (start_s - lead_in_s, start_s]; `history`:
+    (since, profile) in order of time, the first since -inf."""
+    lo = start_s - lead_in_s
+    untils = [since for since, _ in history[1:]] + [math.inf]
+    spans = [
+        (min(u, start_s) - max(since, lo), c) for (since, c), u in zip(history, untils, strict=True)
+    ]
+    return max(spans, key=lambda t: t[0])[1]
 
 
 def perturbed(trace: Sequence[TraceRequest], seed: int) -> list[TraceRequest]:

@@ -36,7 +36,7 @@ from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
-from sim.tune.evaluate import FleetShape, span
+from sim.tune.evaluate import FleetShape, ran_most, span
 from sim.tune.lease import Lease
 from sim.tune.proposal import Proposal, assess
 from sim.tune.recording import RecordingTail
@@ -118,9 +118,9 @@ class LiveTuner:
         trace = tail.read()
         end = trace[-1].arrival_s if trace else 0.0
         length = min(tuning.window_s, end - self.since_s)
-        # The lead-in ran under the profile replaced at the window's start, if it is a switch.
-        state = self.state
-        lead_in = state.previous if length < tuning.window_s and state.previous else state.live
+        state = self.state  # the lead-in is replayed under the profile that ran most of it
+        ran = [(-math.inf, state.previous), (self.since_s, state.live)] if state.previous else []
+        lead_in = ran_most(ran or [(-math.inf, state.live)], end - length, tuning.lead_in)
         part = span(trace, end, length, tuning.lead_in, lead_in)
         recent = part.measured
         self.ticks += 1

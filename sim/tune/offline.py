@@ -34,7 +34,7 @@ from sim.replay.sweep.command import open_runner
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
-from sim.tune.evaluate import Evaluation, FleetShape, span
+from sim.tune.evaluate import Evaluation, FleetShape, ran_most, span
 from sim.tune.proposal import Proposal, assess
 from sim.tune.timing import Timing, fit_timing, named_timing
 
@@ -138,8 +138,7 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
     pending: tuple[str, Candidate, float] | None = None  # a proposal: from, to, its gain
     ran: list[tuple[float, Candidate]] = [(-math.inf, state.live)]  # (since, profile)
     for k, end in enumerate(ends):
-        start = end - tuning.window_s
-        lead_in = [c for since, c in ran if since < start][-1]  # what ran before the window
+        lead_in = ran_most(ran, end - tuning.window_s, tuning.lead_in)
         part = span(trace, end, tuning.window_s, tuning.lead_in, lead_in)
         if len(part.measured) < tuning.min_requests:
             print(f"window {k} (to {end:g} s): {len(part.measured)} requests, skipped", file=out)

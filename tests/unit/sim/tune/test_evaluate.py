@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from routing.traces.recorded import encode_header, encode_request
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import LocalRunner
 from sim.tune.candidates import Candidate
-from sim.tune.evaluate import FleetShape, evaluate, perturbed, span, window
+from sim.tune.evaluate import FleetShape, evaluate, perturbed, ran_most, span, window
 from sim.workloads import family
 
 
@@ -138,3 +139,13 @@ def test_the_lead_in_is_replayed_but_only_the_window_is_measured() -> None:
     assert cold.requests == ev.requests and cold.lead_in_requests == 0
     # The window inherits the burst's queues: its requests wait far longer than on a cold start.
     assert ev.ttft_mean_s[0][0] > 5 * cold.ttft_mean_s[0][0]
+
+
+def test_the_lead_in_runs_under_the_profile_that_ran_most_of_it() -> None:
+    a = Candidate("round-robin", BUILTIN_PROFILES["round-robin"])
+    b = Candidate("prefix-aware", BUILTIN_PROFILES["prefix-aware"])
+    history = [(-math.inf, a), (100.0, b)]
+    assert ran_most(history, 100.0, 15.0) is a  # the window starts at the switch
+    assert ran_most(history, 107.0, 15.0) is a  # 8 s of a, 7 s of b
+    assert ran_most(history, 108.0, 15.0) is b
+    assert ran_most([(-math.inf, a)], 50.0, 15.0) is a
