@@ -6,6 +6,7 @@ and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/
       spawn: true           # kvgate serve runs `kvgate tune` beside itself (default)
       interval_s: 60        # one evaluation this often
       window_s: 120         # of the most recently recorded traffic
+      lead_in_s: 120        # replayed before it, unmeasured (default window_s; 0: none)
       min_gain: 0.05        # apply: switch only for >= 5% lower predicted mean TTFT ...
       confidence: 0.8       # ... and a lower TTFT in >= 80% of the seeds
       candidates: [prefix-aware, least-load, estimated-ttft]
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TUNING_MODES = ("off", "shadow", "apply")
 DEFAULT_CANDIDATES = ("prefix-aware", "least-load", "estimated-ttft", "session")
+MAX_LEAD_IN_S = 3600.0  # an hour of traffic replayed before each window at most
 
 
 class TuningSection(BaseModel):
@@ -40,6 +42,14 @@ class TuningSection(BaseModel):
     )
     interval_s: float = Field(60.0, gt=0, description="seconds between evaluations")
     window_s: float = Field(120.0, gt=0, description="seconds of recent traffic replayed")
+    lead_in_s: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_LEAD_IN_S,
+        description="seconds of traffic before the window replayed first and not measured, "
+        "so the window starts on the queues and caches it inherited (default: window_s; "
+        "0: the window starts cold; at most 3600)",
+    )
     min_requests: int = Field(50, ge=1, description="fewer in the window: no proposal")
     min_gain: float = Field(
         0.05, ge=0, lt=1, description="apply: least predicted mean-TTFT gain (fraction)"
@@ -78,6 +88,11 @@ class TuningSection(BaseModel):
     ray_address: str | None = Field(
         None, description='run the replays on this Ray cluster ("" for a local instance)'
     )
+
+    @property
+    def lead_in(self) -> float:
+        """The lead-in in seconds (`lead_in_s`, by default `window_s`)."""
+        return self.window_s if self.lead_in_s is None else self.lead_in_s
 
     @field_validator("mode", mode="before")
     @classmethod

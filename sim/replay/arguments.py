@@ -313,10 +313,11 @@ example:
   kvgate sim tune --trace recorded.jsonl --profile demo --replicas 4 --interval 60
 
 The trace is cut into windows of --interval seconds; at the end of each, the tuner replays
-the last --window seconds under the live profile, the --candidates and up to --search
-variants of the live profile's weights and thresholds, --seeds times each, and (--mode
-apply) switches when the best predicted mean-TTFT gain is at least --min-gain and wins in at
-least --confidence of the seeds. Options left out take the config file's tuning: values.
+the last --window seconds (after the --lead-in seconds before them, unmeasured) under the
+live profile, the --candidates and up to --search variants of the live profile's weights and
+thresholds, --seeds times each, and (--mode apply) switches when the best predicted
+mean-TTFT gain is at least --min-gain and wins in at least --confidence of the seeds.
+Options left out take the config file's tuning: values.
 Prints one line per window and the totals (tuned vs the fixed default vs the best fixed
 profile per window); writes tune.json to --out.
 """
@@ -340,6 +341,13 @@ def add_tune_parser(modes: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     t.add_argument("--interval", type=float, metavar="S", help="seconds between evaluations")
     t.add_argument("--window", type=float, metavar="S", help="seconds replayed (default: S)")
+    t.add_argument(
+        "--lead-in",
+        type=float,
+        metavar="S",
+        help="seconds before each window replayed first, unmeasured (default: the window's; "
+        "0: each window starts cold)",
+    )
     t.add_argument("--candidates", metavar="P,...", help="named profiles evaluated")
     t.add_argument("--search", type=int, metavar="N", help="variants of the live profile")
     t.add_argument("--seeds", type=int, metavar="N", help="replays per candidate")

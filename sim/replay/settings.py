@@ -69,6 +69,13 @@ class SimSettings:
     # much per prompt token (request bodies parsed, hashed and sent on).
     gateway_overhead_s: float = 0.0
     gateway_overhead_token_s: float = 0.0
+    # A lead-in: requests arriving before `measure_from_s` (virtual seconds) run, filling the
+    # queues and caches, but are not measured: the summary's requests, rejections, TTFTs,
+    # latencies, ITLs and goodput are the later ones', its hit rate counts from the first of
+    # them (dispatch shares, makespan and timeline: the whole replay). `lead_in_policy` routes
+    # the lead-in's requests (None: the policy itself).
+    measure_from_s: float = 0.0
+    lead_in_policy: str | None = None
 
     def __post_init__(self) -> None:
         if min(self.replicas, self.prefill, self.decode) < 0 or self.fleet < 1:
@@ -92,7 +99,12 @@ class SimSettings:
             raise ValueError("gateways must be >= 1")
         if self.spread not in SPREADS:
             raise ValueError(f"spread must be one of {', '.join(SPREADS)}")
-        for name in ("sync_delay_s", "gateway_overhead_s", "gateway_overhead_token_s"):
+        for name in (
+            "sync_delay_s",
+            "gateway_overhead_s",
+            "gateway_overhead_token_s",
+            "measure_from_s",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0")
 

@@ -21,7 +21,7 @@ import gc
 import math
 import random
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from typing import Protocol
@@ -98,6 +98,11 @@ class Replay:
         self._trace = trace
         self._spec = PolicySpec.parse(policy)
         self._settings = settings
+        # The lead-in (`SimSettings.measure_from_s`): unmeasured arrivals, routed thus.
+        self._measure_from = settings.measure_from_s
+        lead_in = settings.lead_in_policy or policy
+        self._lead_in = PolicySpec.parse(lead_in).profile
+        self._hits_before: tuple[int, int] | None = None  # prefix queries, hits then
         self._progress = progress
         self._progress_every = progress_every
         self._observer = observer
@@ -105,7 +110,9 @@ class Replay:
         section = settings.routing
         kv_events = settings.kv_events
         if kv_events is None:
-            kv_events = needs_precise(section, self._spec.profile)
+            kv_events = needs_precise(section, self._spec.profile) or needs_precise(
+                section, self._lead_in
+            )
         self.replicas = _fleet(profile, settings, rng, kv_events=kv_events)  # the engines
         # What the gateways route to: the engines, or data-parallel endpoints balancing ranks.
         self._endpoints = balanced_endpoints(self.replicas, settings, oracle=self._spec.oracle)
@@ -132,10 +139,7 @@ class Replay:
             precise=self.precise,
         )
         self.stack = self.gateways[0].stack
-        profiles = self.stack.scheduler.profiles
-        if self._spec.profile not in profiles:
-            known = ", ".join(sorted(profiles))
-            raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
+        _known(self.stack.scheduler.profiles, {policy: self._spec.profile, lead_in: self._lead_in})
         many = settings.gateways > 1
         self._spread = Spread(settings.gateways, settings.spread) if many else None
         self.sharing = self._state_sharing() if many and settings.shared else None
@@ -246,6 +250,8 @@ class Replay:
             i = subject
         self._next += 1  # arrivals so far
         request = self._trace[i]
+        if self._hits_before is None and self.now >= self._measure_from > 0:
+            self._hits_before = self._prefix_counts()
         config = self.replicas[0].engine.config
         output = max(1, request.output_tokens)
         needed = -(-(request.input_tokens + output - 1) // config.block_size)
@@ -254,7 +260,7 @@ class Replay:
             or request.input_tokens + output > config.max_model_len
             or needed > config.num_blocks
         ):
-            self._rejected += 1
+            self._rejected += self.now >= self._measure_from
             self._turn_done(i)
             return
         self._dispatch(i, request, output)
@@ -307,7 +313,7 @@ class Replay:
             routing_request,
             snapshots,
             disaggregated=any(e.role == "prefill" for e in snapshots),
-            profile=self._spec.profile,
+            profile=self._spec.profile if self.now >= self._measure_from else self._lead_in,
         )
         assert decision.target is not None  # filters fail open; every replica is healthy
         if self._observer is not None:
@@ -459,7 +465,7 @@ class Replay:
                     self._settle(request, seen)
                     if self._observer is not None:
                         self._observer.first_token(now, token.request_id)
-                else:
+                elif request.arrival >= self._measure_from:
                     self._itl.add(now - request.last_at)
                 request.last_at = now
                 if token.finished:
@@ -468,17 +474,21 @@ class Replay:
         run = segment.run
         first_end = segment.start + run.first_step_s
         # Requests that emitted a token when the run began all wait one first step.
-        steady = 0
+        steady = measured = 0
+        start = self._measure_from
         for rid in run.request_ids:
             request = live[rid]
-            if request.last_at == segment.start:
+            if request.arrival < start:
+                pass  # the lead-in's: not measured
+            elif request.last_at == segment.start:
                 steady += 1
             else:
                 self._itl.add(first_end - request.last_at)
+            measured += request.arrival >= start
             request.last_at = now
         if steady:
             self._itl.add(run.first_step_s, steady)
-        self._itl.add_linear(run.first_step_s, run.step_growth_s, 1, segment.steps, run.decode_seqs)
+        self._itl.add_linear(run.first_step_s, run.step_growth_s, 1, segment.steps, measured)
         for rid in segment.finished:
             self._complete(rid, live[rid])
 
@@ -521,12 +531,13 @@ class Replay:
         n = request.output_tokens
         itl = (now - request.first_at) / (n - 1) if n > 1 else math.nan
         outside = self._outside_s(int(rid))
-        self._log.add(
-            request.first_at - request.arrival + outside,
-            now - request.arrival + outside,
-            itl,
-            request.engine,
-        )
+        if request.arrival >= self._measure_from:
+            self._log.add(
+                request.first_at - request.arrival + outside,
+                now - request.arrival + outside,
+                itl,
+                request.engine,
+            )
         del self._live[rid]
         self._last_token_at = now
         self._turn_done(int(rid))
@@ -536,8 +547,13 @@ class Replay:
         fixed, per_token = self._outside
         return fixed + per_token * self._trace[i].input_tokens
 
+    def _prefix_counts(self) -> tuple[int, int]:
+        stats = [r.engine.stats() for r in self.replicas]
+        return sum(s.prefix_queries for s in stats), sum(s.prefix_hits for s in stats)
+
     def _result(self) -> ReplayResult:
         stats = [r.engine.stats() for r in self.replicas]
+        queries_before, hits_before = self._hits_before or (0, 0)
         return ReplayResult(
             policy=self._spec.name,
             replica_ids=tuple(r.id for r in self.replicas),
@@ -547,14 +563,22 @@ class Replay:
             itl=self._itl,
             timeline=self._timeline,
             dispatched=tuple(r.dispatched for r in self.replicas),
-            prefix_queries=sum(s.prefix_queries for s in stats),
-            prefix_hits=sum(s.prefix_hits for s in stats),
+            prefix_queries=sum(s.prefix_queries for s in stats) - queries_before,
+            prefix_hits=sum(s.prefix_hits for s in stats) - hits_before,
             preemptions=sum(s.preemptions for s in stats),
             makespan_s=self._last_token_at,
             segments=self._engines.segments,
             steps=self._engines.steps,
             pd=self._pd.summary(self._last_token_at) if self._pd is not None else None,
         )
+
+
+def _known(profiles: Mapping[str, object], policies: Mapping[str, str]) -> None:
+    """ValueError unless each policy's profile is one of `profiles`."""
+    for policy, profile in policies.items():
+        if profile not in profiles:
+            known = ", ".join(sorted(profiles))
+            raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
 
 
 def _fleet(

@@ -1,11 +1,17 @@
 """What the tuner does with a proposal: nothing (`shadow`), or switch and check (`apply`).
 
 `apply` switches to a confident proposal and keeps the profile it replaced. The first
-evaluation after a switch checks it: the calibration c = observed / replayed mean TTFT of the
-window before the switch turns the new profile's replayed TTFT r of the window after it into
-an expected observed TTFT c·r; an observed mean above c·r·(1 + tolerance) rolls back to the
-previous profile, and the next evaluation makes no switch. Without observed TTFTs (offline
-traces) the check has nothing to compare and passes. Pure: the caller carries the state.
+evaluation after a switch checks it, on the window after the switch replayed after its
+lead-in (the traffic before the switch, routed by the old profile: the queues and caches the
+switch inherited are in the replays). The calibration c = observed / replayed mean TTFT of
+the window before the switch turns a replayed TTFT r of the window after it into an expected
+observed TTFT c·r. The switch is rolled back to the previous profile, and the next evaluation
+makes no switch, when the observed mean o exceeds both c·r_new·(1 + tolerance) (the new
+profile did worse than predicted) and c·r_old·(1 + tolerance) (the old profile, replayed on
+the same window, would have done better): a backlog that both would have drained is no
+fault of the switch. Without the old profile's replay, the first condition decides. Without
+observed TTFTs (offline traces) the check has nothing to compare and passes. Pure: the
+caller carries the state.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ def step(
 ) -> tuple[TunerState, Action]:
     """The state after `proposal` and the action taken (see the module docstring)."""
     if state.check is not None and state.previous is not None:
-        verdict = _check(state.check, proposal, tolerance)
+        verdict = _check(state.check, proposal, state.previous, tolerance)
         if verdict is not None:
             rolled = TunerState(state.previous, state.live, None, hold=1)
             return rolled, Action("rollback", state.previous, verdict)
@@ -70,15 +76,23 @@ def step(
     return switched, Action("switch", proposal.best, proposal.reason())
 
 
-def _check(check: Check, proposal: Proposal, tolerance: float) -> str | None:
-    """Why the switch under check fails (None: it stands)."""
-    observed = proposal.evaluation.observed_ttft_mean_s
+def _check(check: Check, proposal: Proposal, previous: Candidate, tolerance: float) -> str | None:
+    """Why the switch under check (from `previous`) fails (None: it stands)."""
+    ev = proposal.evaluation
+    observed = ev.observed_ttft_mean_s
     if check.calibration is None or observed is None:
         return None
-    expected = check.calibration * proposal.evaluation.ttft_mean_s[0][0]
+    expected = check.calibration * ev.ttft_mean_s[0][0]
     if observed <= expected * (1 + tolerance):
         return None
-    return (
+    reason = (
         f"observed mean TTFT {observed:.3f} s after the switch exceeds the predicted "
         f"{expected:.3f} s by more than {tolerance:.0%}"
     )
+    old = ev.of_candidate(previous)
+    if old is None:
+        return reason
+    alternative = check.calibration * old[0]
+    if observed <= alternative * (1 + tolerance):
+        return None  # the old profile would have fared no better on this window
+    return f"{reason}, and {previous.name} would have given {alternative:.3f} s"

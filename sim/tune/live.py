@@ -2,7 +2,8 @@
 
 Every `tuning.interval_s` it reads the gateway's recording (`server.record_path`: hashes,
 lengths and observed TTFTs only), takes the last `tuning.window_s` of it (after the last
-switch, so a switch is judged on its own traffic), reads the fleet's shape from
+switch, so a switch is judged on its own traffic) and the `tuning.lead_in_s` before that
+(replayed first, unmeasured, routed by the profile that ran then), reads the fleet's shape from
 `GET /admin/backends` (healthy replicas, KV block size and count from their scrapes) and the
 live profile from `GET /admin/tuning`, runs `assess` and `controller.step`, posts the proposal
 (`/admin/tuning/proposal`) and, in mode `apply`, a switch or rollback (`/admin/tuning/switch`).
@@ -35,7 +36,7 @@ from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
-from sim.tune.evaluate import FleetShape, window
+from sim.tune.evaluate import FleetShape, ran_most, span
 from sim.tune.lease import Lease
 from sim.tune.proposal import Proposal, assess
 from sim.tune.recording import RecordingTail
@@ -110,11 +111,18 @@ class LiveTuner:
             self.state, self.generation, self.since_s = TunerState(live), board["generation"], -1.0
         elif self.state.live.name != live.name:  # switched by someone else: start from it
             self.state = TunerState(live)
-        if self.tail is None or self.tail.path != self.record_path:
-            self.tail = RecordingTail(self.record_path, tuning.window_s)
-        trace = self.tail.read()
+        horizon = tuning.window_s + tuning.lead_in
+        tail = self.tail
+        if tail is None or tail.path != self.record_path or tail.horizon_s != horizon:
+            tail = self.tail = RecordingTail(self.record_path, horizon)
+        trace = tail.read()
         end = trace[-1].arrival_s if trace else 0.0
-        recent = window(trace, end, min(tuning.window_s, end - self.since_s))
+        length = min(tuning.window_s, end - self.since_s)
+        state = self.state  # the lead-in is replayed under the profile that ran most of it
+        ran = [(-math.inf, state.previous), (self.since_s, state.live)] if state.previous else []
+        lead_in = ran_most(ran or [(-math.inf, state.live)], end - length, tuning.lead_in)
+        part = span(trace, end, length, tuning.lead_in, lead_in)
+        recent = part.measured
         self.ticks += 1
         if len(recent) < tuning.min_requests:
             log.info("tuning: %d requests in the window: too few", len(recent))
@@ -131,7 +139,7 @@ class LiveTuner:
         others = named(self.config.routing, list(dict.fromkeys([home, *tuning.candidates])))
         others += [self.state.previous] if self.state.previous else []
         candidates = candidate_set(self.state.live, others, tuning.search, seed=self.ticks)
-        proposal = assess(recent, candidates, shape, self.base, tuning, runner=self.runner)
+        proposal = assess(part, candidates, shape, self.base, tuning, runner=self.runner)
         self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance)
         report = _report(proposal, action, shape, timing, cpu())
         for admin in (self.admin, *self.others):

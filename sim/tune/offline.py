@@ -1,14 +1,16 @@
 """`kvgate sim tune --trace FILE`: what the tuner would have done over a whole trace.
 
 The trace is cut into consecutive windows of `--interval` seconds (each replayed with the last
-`--window` seconds, by default the same); at the end of each window the tuner evaluates it
-(`evaluate`, `propose`) and `controller.step` decides the profile for the next. Each window's
-row: the profile that ran in it and its replayed mean TTFT beside the config's own profile
-(the fixed default) and the best named profile for that window; then the proposal. The totals
-weigh windows by requests: tuned vs fixed default vs the best fixed profile per window, and
-the share of switches whose predicted gain had the sign the next window then measured.
-Replays start each window on cold caches (for every profile alike). A recording's observed
-TTFTs (of the config's profile, which recorded it) count only while that profile runs.
+`--window` seconds, by default the same, after the `--lead-in` seconds before them, by default
+a window's length: unmeasured, routed by the profile that ran then); at the end of each window
+the tuner evaluates it (`evaluate`, `propose`) and `controller.step` decides the profile for
+the next. Each window's row: the profile that ran in it and its replayed mean TTFT beside the
+config's own profile (the fixed default) and the best named profile for that window; then the
+proposal. The totals weigh windows by requests: tuned vs fixed default vs the best fixed
+profile per window, and the share of switches whose predicted gain had the sign the next
+window then measured. Without a lead-in, replays start each window on cold caches (for every
+profile alike). A recording's observed TTFTs (of the config's profile, which recorded it)
+count only while that profile runs.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sim.replay.sweep.command import open_runner
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate, candidate_set, named
 from sim.tune.controller import Action, TunerState, step
-from sim.tune.evaluate import Evaluation, FleetShape, window
+from sim.tune.evaluate import Evaluation, FleetShape, ran_most, span
 from sim.tune.proposal import Proposal, assess
 from sim.tune.timing import Timing, fit_timing, named_timing
 
@@ -60,6 +62,7 @@ def tuning_settings(args: argparse.Namespace, section: TuningSection) -> TuningS
     for flag, key in (
         ("interval", "interval_s"),
         ("window", "window_s"),
+        ("lead_in", "lead_in_s"),
         ("seeds", "seeds"),
         ("search", "search"),
         ("min_gain", "min_gain"),
@@ -90,7 +93,8 @@ def run_tune(args: argparse.Namespace, out: TextIO | None = None) -> int:
     named_ones = named(base.routing, list(dict.fromkeys([home, *tuning.candidates])))
     print(
         f"{len(trace):,} requests from {args.trace}; {shape.describe()}; windows of "
-        f"{tuning.interval_s:g} s (replaying {tuning.window_s:g} s); mode {args.mode}; "
+        f"{tuning.interval_s:g} s (replaying {tuning.window_s:g} s after a lead-in of "
+        f"{tuning.lead_in:g} s); mode {args.mode}; "
         f"{len(named_ones)} named profiles + {tuning.search} variants, {tuning.seeds} seeds",
         file=out,
     )
@@ -128,17 +132,20 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
     tuning, named_ones = loop.tuning, loop.named_ones
     home = named_ones[0]
     state = TunerState(Candidate(home.name, home.profile, "live"))
-    span = trace[-1].arrival_s if trace else 0.0
-    ends = [tuning.interval_s * k for k in range(1, math.ceil(span / tuning.interval_s) + 1)]
+    last = trace[-1].arrival_s if trace else 0.0
+    ends = [tuning.interval_s * k for k in range(1, math.ceil(last / tuning.interval_s) + 1)]
     rows: list[WindowRow] = []
     pending: tuple[str, Candidate, float] | None = None  # a proposal: from, to, its gain
+    ran: list[tuple[float, Candidate]] = [(-math.inf, state.live)]  # (since, profile)
     for k, end in enumerate(ends):
-        requests = window(trace, end, tuning.window_s)
-        if len(requests) < tuning.min_requests:
-            print(f"window {k} (to {end:g} s): {len(requests)} requests, skipped", file=out)
+        lead_in = ran_most(ran, end - tuning.window_s, tuning.lead_in)
+        part = span(trace, end, tuning.window_s, tuning.lead_in, lead_in)
+        if len(part.measured) < tuning.min_requests:
+            print(f"window {k} (to {end:g} s): {len(part.measured)} requests, skipped", file=out)
             continue
         if state.live.name != home.name:  # the recorded TTFTs are of the recorded profile
-            requests = [replace(r, ttft_s=None) for r in requests]
+            part = replace(part, requests=[replace(r, ttft_s=None) for r in part.requests])
+        requests = part.measured
         others = [*named_ones, *([state.previous] if state.previous else [])]
         others += [pending[1]] if pending else []
         candidates = candidate_set(state.live, others, tuning.search, seed=k)
@@ -149,19 +156,21 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
             else named_timing(loop.shape.engine)
         )
         shape = FleetShape(loop.shape.replicas, timing.engine)
-        proposal = assess(requests, candidates, shape, loop.base, tuning, runner=loop.runner)
+        proposal = assess(part, candidates, shape, loop.base, tuning, runner=loop.runner)
         ev = proposal.evaluation
         measured = _measured(ev, pending)
-        ran = state.live.name
+        running = state.live.name
         state, action = step(state, proposal, loop.mode, tuning.rollback_tolerance)
         pending = None
         if action.kind in ("switch", "propose"):
-            pending = (ran, action.target, proposal.gain)
-        row = _row(k, end, ev, ran=ran, home=home.name, named_ones=named_ones,
+            pending = (running, action.target, proposal.gain)
+        if state.live.name != running:
+            ran.append((end, state.live))
+        row = _row(k, end, ev, ran=running, home=home.name, named_ones=named_ones,
                    outcome=(proposal, action, measured))  # fmt: skip
         rows.append(row)
         print(
-            f"window {k} (to {end:g} s): {row.requests} requests; ran {ran} "
+            f"window {k} (to {end:g} s): {row.requests} requests; ran {running} "
             f"{row.ran_ttft_s:.3f} s, default {row.default_ttft_s:.3f} s, best fixed "
             f"{row.best_fixed} {row.best_fixed_ttft_s:.3f} s; {action.kind}: {action.reason} "
             f"({time.process_time() - started:.1f} s CPU{_fidelity(ev, timing)})",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from routing.config.tuning import TuningSection
@@ -21,7 +21,7 @@ from routing.traces import TraceRequest
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import SweepRunner
 from sim.tune.candidates import Candidate
-from sim.tune.evaluate import Evaluation, FleetShape, evaluate
+from sim.tune.evaluate import Evaluation, FleetShape, Span, evaluate
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,7 @@ class Proposal:
             "observed_ttft_s": ev.observed_ttft_mean_s,
             "fidelity": None if ev.fidelity is None else round(ev.fidelity, 4),
             "requests": ev.requests,
+            "lead_in_requests": ev.lead_in_requests,
             "replay_cpu_s": round(ev.cpu_s, 3),
             "reason": self.reason(),
             "candidates": table,
@@ -135,7 +136,7 @@ def propose(
 
 
 def assess(
-    trace: Sequence[TraceRequest],
+    trace: Sequence[TraceRequest] | Span,
     candidates: Sequence[Candidate],
     shape: FleetShape,
     base: SimSettings,
@@ -144,7 +145,8 @@ def assess(
     runner: SweepRunner,
 ) -> Proposal:
     """Evaluate every candidate on `tuning.seeds` seeds, confirm the best on as many fresh
-    ones, and propose (the live profile is `candidates[0]`)."""
+    ones, and propose (the live profile is `candidates[0]`; `trace`: the window, or a `Span`
+    with its lead-in)."""
     seeds = tuning.seeds
     ev = evaluate(trace, candidates, shape, base, seeds=seeds, runner=runner)
     best = best_index(ev)
@@ -152,8 +154,5 @@ def assess(
     if best:
         pair = [candidates[0], candidates[best]]
         holdout = evaluate(trace, pair, shape, base, seeds=seeds, runner=runner, first_seed=seeds)
-        ev = Evaluation(
-            ev.candidates, ev.ttft_mean_s, ev.requests, ev.observed_ttft_mean_s,
-            ev.cpu_s + holdout.cpu_s,
-        )  # fmt: skip
+        ev = replace(ev, cpu_s=ev.cpu_s + holdout.cpu_s)
     return propose(ev, tuning.min_gain, tuning.confidence, holdout)

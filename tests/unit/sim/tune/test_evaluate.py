@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from routing.traces.recorded import encode_header, encode_request
 from sim.replay.settings import SimSettings
 from sim.replay.sweep.runners import LocalRunner
 from sim.tune.candidates import Candidate
-from sim.tune.evaluate import FleetShape, evaluate, perturbed, window
+from sim.tune.evaluate import FleetShape, evaluate, perturbed, ran_most, span, window
 from sim.workloads import family
 
 
@@ -75,6 +76,7 @@ def test_sim_tune_reports_each_window_and_the_totals(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "window 0 (to 10 s)" in out and "mean TTFT over" in out
+    assert "replaying 10 s after a lead-in of 10 s" in out  # one window, by default
     report = orjson.loads((tmp_path / "out" / "tune.json").read_bytes())
     assert report["home"] == "round-robin" and report["mode"] == "apply"
     first = report["windows"][0]
@@ -95,6 +97,55 @@ def test_sim_tune_fits_the_engine_timing_to_observed_ttfts(
     args = ["sim", "tune", "--trace", str(path), "--profile", "demo", "--replicas", "2"]
     args += ["--config", str(config), "--interval", "10", "--seeds", "1", "--search", "0"]
     args += ["--min-requests", "5", "--mode", "shadow", "--engine-timing", "fitted"]
+    args += ["--lead-in", "0"]
     assert main([*args, "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "fidelity" in out and "engine timing fitted to" in out
+    assert "after a lead-in of 0 s" in out
+
+
+def test_a_span_is_the_window_after_its_lead_in() -> None:
+    trace = [TraceRequest(float(t), 10, 1, ()) for t in range(10)]
+    part = span(trace, 9.0, 3.0, 2.0)
+    assert [r.arrival_s for r in part.requests] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert part.lead == 2 and part.measure_from_s == 2.0
+    assert [r.arrival_s for r in part.measured] == [2.0, 3.0, 4.0]
+    cold = span(trace, 9.0, 3.0, 0.0)
+    assert cold.requests == window(trace, 9.0, 3.0) and cold.measure_from_s == 0.0
+    assert span(trace, 100.0, 3.0, 50.0).requests == []  # nothing in the window itself
+    with pytest.raises(ValueError, match="lead_in_s must be >= 0"):
+        span(trace, 9.0, 3.0, -1.0)
+
+
+def backlog_trace() -> list[TraceRequest]:
+    """A burst for 10 s that the fleet cannot keep up with, then 10 s of calm."""
+    burst = _trace(10.0, rps=200.0)
+    calm = [replace(r, arrival_s=r.arrival_s + 10.0) for r in _trace(10.0, rps=3.0)]
+    return sorted(burst + calm, key=lambda r: r.arrival_s)
+
+
+def test_the_lead_in_is_replayed_but_only_the_window_is_measured() -> None:
+    old = Candidate("round-robin", BUILTIN_PROFILES["round-robin"])
+    new = Candidate("prefix-aware", BUILTIN_PROFILES["prefix-aware"], "live")
+    shape = FleetShape.of(2, "demo", block_size=16, num_blocks=400)
+    trace = [replace(r, ttft_s=9.0 if r.arrival_s <= 10.0 else 0.5) for r in backlog_trace()]
+    runner = LocalRunner(1)
+    warm = span(trace, 20.0, 10.0, 10.0, old)
+    ev = evaluate(warm, [new, old], shape, SimSettings(), seeds=1, runner=runner)
+    assert ev.requests == len(warm.measured) < ev.lead_in_requests == warm.lead
+    assert ev.observed_ttft_mean_s == pytest.approx(0.5)  # the window's requests alone
+    cold = evaluate(span(trace, 20.0, 10.0, 0.0), [new], shape, SimSettings(), seeds=1,
+                    runner=runner)  # fmt: skip
+    assert cold.requests == ev.requests and cold.lead_in_requests == 0
+    # The window inherits the burst's queues: its requests wait far longer than on a cold start.
+    assert ev.ttft_mean_s[0][0] > 5 * cold.ttft_mean_s[0][0]
+
+
+def test_the_lead_in_runs_under_the_profile_that_ran_most_of_it() -> None:
+    a = Candidate("round-robin", BUILTIN_PROFILES["round-robin"])
+    b = Candidate("prefix-aware", BUILTIN_PROFILES["prefix-aware"])
+    history = [(-math.inf, a), (100.0, b)]
+    assert ran_most(history, 100.0, 15.0) is a  # the window starts at the switch
+    assert ran_most(history, 107.0, 15.0) is a  # 8 s of a, 7 s of b
+    assert ran_most(history, 108.0, 15.0) is b
+    assert ran_most([(-math.inf, a)], 50.0, 15.0) is a
