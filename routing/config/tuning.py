@@ -3,7 +3,6 @@ and proposes (`shadow`) or switches to (`apply`) a better routing profile (docs/
 
     tuning:
       mode: shadow          # off (default) | shadow | apply
-      spawn: true           # kvgate serve runs `kvgate tune` beside itself (default)
       interval_s: 60        # one evaluation this often
       window_s: 120         # of the most recently recorded traffic
       lead_in_s: 120        # replayed before it, unmeasured (default window_s; 0: none)

@@ -11,9 +11,8 @@ It reads the recording incrementally (`RecordingTail`) and skips an evaluation w
 `tuning.min_new_requests` requests new since the last. Engine timing: `tuning.engine_profile`
 as named or fitted to the window's observed TTFTs (`timing`), reported with the `fidelity`.
 A reload seen in `generation` resets the loop. Several gateways: proposals and switches go to
-each (the first is read); several tuners: only the holder of a Redis lease (`lease`)
-evaluates, and it publishes each switch there for the pool's other gateways
-(`gateway.tuning.follow`).
+each (the first is read); several tuners: only the holder of a Redis lease (`lease`) evaluates,
+and it publishes each switch there for the pool's other gateways (`gateway.tuning.follow`).
 """
 
 from __future__ import annotations
