@@ -10,16 +10,21 @@ the rank:
   emulator's `RankBalancer`). The gateway routes to the endpoint and sees its ranks' series
   combined as `adapters.metric_map` combines them: queues and blocks summed, KV usage averaged;
   its prefix index and precise index hold the endpoint as one.
+`build_fleet` makes the replay's replicas, ranks included.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TypeAlias
 
 from routing.types import EngineMetrics
 from scoring.state.prefix_feed import kv_tokens
-from sim.replay.replica import SimReplica
+from sim.engine.model import EngineModel
+from sim.engine.types import EngineConfig, EngineProfile
+from sim.replay.replica import ApiServer, SimReplica
 from sim.replay.settings import SimSettings
 
 
@@ -129,3 +134,32 @@ def balanced_endpoints(
 
 Target: TypeAlias = SimReplica | DpEndpoint
 """What a gateway routes to in the replay: an engine (or rank), or a balancing endpoint."""
+
+
+def build_fleet(
+    profile: EngineProfile, settings: SimSettings, rng: random.Random, *, kv_events: bool
+) -> list[SimReplica]:
+    """A replica of each role, each with its engine and the phase of its scrapes; with
+    data-parallel ranks, each endpoint's ranks in turn, sharing its API server and phase."""
+    n = settings.data_parallel_size
+    out = []
+    for endpoint, role in zip(endpoint_ids(settings), settings.endpoint_roles(), strict=True):
+        phase = rng.uniform(0.0, settings.scrape_interval_s)
+        api_server = ApiServer()
+        for rank in range(n):
+            engine = EngineModel(
+                _engine_config(profile, settings, role),
+                profile.timing,
+                kv_events=kv_events,
+                native=settings.native,
+            )
+            rid = rank_id(endpoint, rank) if n > 1 else endpoint
+            out.append(SimReplica(rid, engine, phase, api_server))
+    return out
+
+
+def _engine_config(profile: EngineProfile, settings: SimSettings, role: str) -> EngineConfig:
+    """The profile's engine; an SGLang decode replica keeps no prefix cache (SGLang's P/D)."""
+    if role == "decode" and settings.disaggregation.protocol == "sglang":
+        return replace(profile.config, enable_prefix_caching=False)
+    return profile.config

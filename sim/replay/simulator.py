@@ -22,7 +22,6 @@ import math
 import random
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from itertools import pairwise
 from typing import Protocol
 
@@ -32,11 +31,10 @@ from routing.types import Decision, EndpointSnapshot, EngineMetrics, RoutingRequ
 from scoring.pd.planner import decide
 from scoring.state.precise_index import PreciseIndex
 from scoring.state.prefix_feed import Dispatch
-from sim.engine.model import EngineModel
-from sim.engine.types import EngineConfig, EngineProfile
+from sim.engine.types import EngineProfile
 from sim.replay.blocks import engine_block_hashes, routing_prefix_hashes
 from sim.replay.closed_loop import ClosedLoop, turns_of
-from sim.replay.data_parallel import Target, balanced_endpoints, endpoint_ids, rank_id
+from sim.replay.data_parallel import Target, balanced_endpoints, build_fleet
 from sim.replay.disaggregation import PdFlow
 from sim.replay.events import EventQueue, Kind
 from sim.replay.flight import Flight
@@ -44,7 +42,7 @@ from sim.replay.gateways import Counters, Spread, build_gateways
 from sim.replay.kv_feed import KvEventFeed, needs_precise, request_keys
 from sim.replay.oracle_index import EngineCacheIndex
 from sim.replay.outcomes import LatencyHistogram, ReplayResult, RequestLog, Timeline
-from sim.replay.replica import ApiServer, Segment, SimReplica
+from sim.replay.replica import Segment
 from sim.replay.scrapes import Scrapes
 from sim.replay.settings import PolicySpec, SimSettings
 from sim.replay.sharing import StateSharing
@@ -113,7 +111,7 @@ class Replay:
             kv_events = needs_precise(section, self._spec.profile) or needs_precise(
                 section, self._lead_in
             )
-        self.replicas = _fleet(profile, settings, rng, kv_events=kv_events)  # the engines
+        self.replicas = build_fleet(profile, settings, rng, kv_events=kv_events)  # the engines
         # What the gateways route to: the engines, or data-parallel endpoints balancing ranks.
         self._endpoints = balanced_endpoints(self.replicas, settings, oracle=self._spec.oracle)
         self.targets: list[Target] = [*(self._endpoints or self.replicas)]
@@ -579,35 +577,6 @@ def _known(profiles: Mapping[str, object], policies: Mapping[str, str]) -> None:
         if profile not in profiles:
             known = ", ".join(sorted(profiles))
             raise ValueError(f"unknown policy {policy!r} (profiles: {known}; or oracle)")
-
-
-def _fleet(
-    profile: EngineProfile, settings: SimSettings, rng: random.Random, *, kv_events: bool
-) -> list[SimReplica]:
-    """A replica of each role, each with its engine and the phase of its scrapes; with
-    data-parallel ranks, each endpoint's ranks in turn, sharing its API server and phase."""
-    n = settings.data_parallel_size
-    out = []
-    for endpoint, role in zip(endpoint_ids(settings), settings.endpoint_roles(), strict=True):
-        phase = rng.uniform(0.0, settings.scrape_interval_s)
-        api_server = ApiServer()
-        for rank in range(n):
-            engine = EngineModel(
-                _engine_config(profile, settings, role),
-                profile.timing,
-                kv_events=kv_events,
-                native=settings.native,
-            )
-            rid = rank_id(endpoint, rank) if n > 1 else endpoint
-            out.append(SimReplica(rid, engine, phase, api_server))
-    return out
-
-
-def _engine_config(profile: EngineProfile, settings: SimSettings, role: str) -> EngineConfig:
-    """The profile's engine; an SGLang decode replica keeps no prefix cache (SGLang's P/D)."""
-    if role == "decode" and settings.disaggregation.protocol == "sglang":
-        return replace(profile.config, enable_prefix_caching=False)
-    return profile.config
 
 
 def _floats() -> array[float]:
