@@ -64,9 +64,19 @@ def _is_sse(headers: Headers) -> bool:
     return False
 
 
+_HEADER_MAP = "kvgate.header_map"
+
+
 def header_map(scope: Scope) -> dict[str, str]:
-    """Request headers as a lower-case dict (the last value wins for repeated names)."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """Request headers as a lower-case dict (the last value wins for repeated names); built
+    once per request and kept in the scope (the app's dispatch and its handler both ask).
+    Read it, never change it."""
+    headers: dict[str, str] | None = scope.get(_HEADER_MAP)
+    if headers is None:
+        headers = scope[_HEADER_MAP] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+        }
+    return headers
 
 
 def check_json_content_type(value: str | None) -> None:

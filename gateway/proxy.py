@@ -380,7 +380,12 @@ class Proxy:
                 chunk = restore.feed(chunk, ended)
             if not ended and not chunk:
                 continue  # held back, or the usage event taken out
-            if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
+            # find(), not `in`: see gateway.http.client._request_head (bytes.__contains__).
+            if (
+                aligner is not None
+                and chunk.find(b"data:") >= 0
+                and not chunk.startswith(b"data: [DONE]")
+            ):
                 director.event(rec, attempt)
             if ids is not None and (stored := ids.feed(chunk, ended)) is not None:
                 await director.stored(attempt, stored)  # known everywhere before it is relayed

@@ -125,7 +125,7 @@ def ask_for_usage(body: bytes) -> bytes | None:
     """`body` (a streaming request's JSON object) with `stream_options.include_usage` set;
     None when the client asked for usage itself. The usual body, without `stream_options`,
     is spliced without parsing."""
-    if _STREAM_OPTIONS not in body:
+    if body.find(_STREAM_OPTIONS) < 0:  # find(), not `in`: it raises nothing inside
         head = body.rstrip()
         if head.endswith(b"}"):
             return head[:-1] + b"," + _INCLUDE_USAGE
@@ -162,7 +162,7 @@ class UsageEventFilter:
             cut = last_event_end(data)
             self._held = data[cut:]
             data = data[:cut]
-        return self._drop_usage_event(data) if _KEY in data else data
+        return self._drop_usage_event(data) if data.find(_KEY) >= 0 else data
 
     def finish(self) -> bytes:
         """The rest, at the end of the stream (an unfinished event, relayed as it is)."""

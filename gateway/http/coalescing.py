@@ -42,6 +42,11 @@ class CoalescingTransport:
         self._flush()
         self._transport.write_eof()
 
+    def is_closing(self) -> bool:
+        # Not through __getattr__: that runs only after the normal lookup failed, raising
+        # (and formatting) an AttributeError first. The server asks on every response.
+        return self._transport.is_closing()
+
     def get_write_buffer_size(self) -> int:
         pending = sum(map(len, self._pending)) if self._pending else 0
         return pending + self._transport.get_write_buffer_size()
