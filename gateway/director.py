@@ -97,14 +97,11 @@ class Director:
     ) -> RequestRecord:
         """A request arrived: its id (`request_id`, else the client's `x-request-id` if sane,
         else a new one) and its trace (unless not `traced`: a probe)."""
-        rec = RequestRecord(
-            request_id or request_id_from(headers.get("x-request-id")),
-            method,
-            path,
-            self.clock(),
-            client=client,
-            scheme=scheme,
-        )
+        rec_id = request_id or request_id_from(headers.get("x-request-id"))
+        rec = RequestRecord(rec_id, method, path, self.clock())
+        # Assigned, not passed as keywords: a class called with keywords builds a dict of
+        # them on every call (per request, on the hot path).
+        rec.client, rec.scheme = client, scheme
         if (tracer := self.tracer) is not None and traced:
             rec.trace = tracer.start(
                 method, path, headers.get("traceparent"), headers.get("tracestate")

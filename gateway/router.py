@@ -131,19 +131,20 @@ class RequestRouter:
         keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
         if token_ids and not req.cache_salt:
             keys = self.ledger.token_keys(token_ids, adapter)
+        # Every field by position, in their order: keywords cost a dict per call.
         rreq = RoutingRequest(
-            model=req.model,
-            request_id=request_id,
-            api=req.api,
-            prefix_hashes=hashes,
-            prefix_block_chars=block_chars,
-            token_estimate=prompt_tokens,
-            session_key=session_key(req, headers, self._section.session_header),
-            lora_adapter=adapter,
-            stream=req.stream,
-            headers=MappingProxyType(self._routing_headers(headers)),
-            prompt_tokens=len(token_ids) if token_ids else 0,
-            token_keys=keys,
+            req.model,
+            request_id,
+            req.api,
+            hashes,  # prefix_hashes
+            block_chars,  # prefix_block_chars
+            prompt_tokens,  # token_estimate
+            session_key(req, headers, self._section.session_header),
+            adapter,  # lora_adapter
+            req.stream,
+            MappingProxyType(self._routing_headers(headers)),
+            len(token_ids) if token_ids else 0,  # prompt_tokens
+            keys,  # token_keys
         )
         if pin is not None:
             return self._pinned(rreq, pin, endpoints, started)

@@ -160,18 +160,21 @@ class Backend:
         metrics = self.metrics
         if metrics is not None and not metrics_fresh(metrics.scraped_at, now, stale_after_s):
             metrics = None
+        spec = self.spec
+        # Every field by position, in their order: keywords cost a dict per call, and the
+        # snapshot is taken anew whenever the in-flight count moved (every request).
         snap = EndpointSnapshot(
-            id=self.spec.id,
-            url=self.spec.url,
-            models=self.models,
-            health=self.health(now),
-            engine=self.spec.engine,
-            role=self.spec.role,
-            metrics=metrics,
-            in_flight=self.in_flight,
-            pending_prefill_tokens=self.pending_prefill_tokens,
-            remote_in_flight=self.remote_in_flight,
-            remote_pending_prefill_tokens=self.remote_pending_prefill_tokens,
+            spec.id,
+            spec.url,
+            self.models,
+            self.health(now),
+            spec.engine,
+            spec.role,
+            metrics,
+            self.in_flight,
+            self.pending_prefill_tokens,
+            self.remote_in_flight,
+            self.remote_pending_prefill_tokens,
         )
         object.__setattr__(self, "_snap", snap)
         object.__setattr__(self, "_snap_at", now)

@@ -74,11 +74,8 @@ class Profile:
                 break
         scored = self._score(request, candidates, ctx)
         ranked = tuple(self.picker.pick(request, scored, ctx)) if scored else ()
-        return Decision(
-            profile=self.name,
-            ranked=ranked,
-            scores=scored,
-            filtered_out=_FilteredOut(steps) if steps else _NONE_FILTERED,
+        return Decision(  # by position: keywords cost a dict per call
+            self.name, ranked, scored, _FilteredOut(steps) if steps else _NONE_FILTERED
         )
 
     def _score(
