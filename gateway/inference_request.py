@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import BadRequestError
+from routing.frozen import fast_init
 
 # API name → (path, the field holding the prompt, the JSON types it may have)
 APIS: dict[str, tuple[str, str, tuple[type, ...]]] = {
@@ -51,6 +52,7 @@ COMPLETION_PROMPT_APIS = frozenset({"completions", "generate"})  # tokenized as 
 _TYPE_NAMES: dict[type, str] = {list: "an array", str: "a string"}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InferenceRequest:
     api: str

@@ -55,12 +55,14 @@ from gateway.usage import (
     UsageTap,
     ask_for_usage,
 )
+from routing.frozen import fast_init
 
 _RETRY_STATUSES = frozenset({502, 503})
 _CACHED = re.compile(rb'("cached_tokens"\s*:\s*)(null|\d+)')
 PREFILL_GRACE_S = 5.0  # SGLang: how long P's answer may trail D's before it is cancelled
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Outgoing:
     """The request as every attempt sends it."""

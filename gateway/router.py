@@ -40,6 +40,7 @@ from gateway.inference_request import (
 from gateway.responses.affinity import Pin
 from health.pool import BackendPool
 from routing.config.profiles import RoutingSection
+from routing.frozen import fast_init
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
@@ -51,6 +52,7 @@ _ROUTING_HEADERS = (POLICY_HEADER,)
 _PINNABLE = frozenset({Health.HEALTHY, Health.DRAINING})  # draining: it still holds its responses
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Route:
     request: RoutingRequest

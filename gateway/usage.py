@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.sse_events import last_event_end
+from routing.frozen import fast_init
 
 TAIL_BYTES = 8192
 STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
@@ -39,6 +40,7 @@ _STREAM_OPTIONS = b'"stream_options"'
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}}'
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts from an answer's `usage` (None: not reported)."""

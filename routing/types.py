@@ -9,6 +9,8 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import TypeVar, overload
 
+from routing.frozen import fast_init
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -52,6 +54,7 @@ def metrics_fresh(scraped_at: float, now: float, stale_after_s: float | None) ->
     return stale_after_s is None or not now - scraped_at > stale_after_s
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EndpointSnapshot:
     """One replica at one instant, as the scheduler sees it."""
@@ -75,6 +78,7 @@ class EndpointSnapshot:
         return self.health is Health.HEALTHY
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RoutingRequest:
     """The parts of an inference request that routing looks at. Never holds prompt text."""
@@ -251,6 +255,7 @@ class ScoreTable(Sequence[EndpointScores]):
         return repr(self.rows())
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The scheduler's answer: endpoints ranked best first, and why.

@@ -20,6 +20,7 @@ from gateway.control_headers import FAIRNESS_ID, OBJECTIVE, control_header
 from gateway.errors import BadRequestError
 from routing.admission.objectives import Objectives, band_of
 from routing.config.schema import AdmissionSection
+from routing.frozen import fast_init
 
 PRINCIPAL_SCOPE_KEY = "kvgate.principal"
 ANONYMOUS = "anonymous"
@@ -27,6 +28,7 @@ DEFAULT_BAND = "standard"
 _MAX_TENANT_CHARS = 128  # a client-chosen header value: keep the queue's keys small
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Identity:
     """A request's tenant and band, and the limits of the key it came with (None: none)."""
