@@ -149,7 +149,7 @@ def weighted_totals(
 
 def _totals(columns: list[Sequence[float]], weights: list[float], n: int) -> list[float]:
     if _compiled_totals is not None and all(type(c) is list for c in columns):
-        return _compiled_totals(cast(list[list[float]], columns), weights, n)
+        return _compiled_totals(cast("list[list[float]]", columns), weights, n)  # no alias built
     return weighted_totals(columns, weights, n)
 
 

@@ -186,7 +186,7 @@ class ScoreColumn(LazyMapping[float]):
     def __init__(self, ids: Sequence[str], column: Sequence[float], unit: bool = False) -> None:
         if len(ids) != len(column):
             raise ValueError("a score column needs one score per id")
-        super().__init__()
+        self._by_id = None  # LazyMapping's, set here: one call fewer per scorer and request
         self.ids = ids
         self.column = column
         self.unit = unit
