@@ -133,6 +133,19 @@ async def test_response_with_length_is_read_and_connection_pooled() -> None:
     assert len(client.connections) == 1
 
 
+async def test_one_connection_reads_responses_of_every_framing_in_turn() -> None:
+    client = FakeClient()
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+    replies = [CHUNKED, OK, interim + OK, no_content, CHUNKED, OK]
+    for reply in replies:
+        resp = await _send(client, reply)
+        body = await _body(resp)
+        assert body == {CHUNKED: b"data: hi", no_content: b""}.get(reply, b"{}")
+        await resp.aclose()
+    assert len(client.connections) == 1
+
+
 async def test_chunked_body_is_decoded_and_queued_chunks_joined() -> None:
     client = FakeClient()
     resp = await _send(client, CHUNKED)
