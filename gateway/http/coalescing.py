@@ -19,11 +19,13 @@ class CoalescingTransport:
         self._pending: list[bytes] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        if type(data) is not bytes:  # bytes(data) of bytes is itself, after a slot lookup
+            data = bytes(data)
         if self._pending is None:
-            self._pending = [bytes(data)]
+            self._pending = [data]
             self._loop.call_soon(self._flush)
         else:
-            self._pending.append(bytes(data))
+            self._pending.append(data)
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
