@@ -169,13 +169,32 @@ class Director:
         rec.request, rec.model, rec.stream = req, req.model, req.stream
         if (trace := rec.trace) is not None:
             trace.route_started()
-        route = self._pinned(
+        if pin is None:  # nothing for `_pinned` to count
+            route = self.router.route(
+                req, headers, rec.request_id, subset=subset, token_ids=token_ids
+            )
+        else:
+            route = self._route_pinned(
+                rec, req, headers, subset=subset, token_ids=token_ids, pin=pin
+            )
+        return self._picked(rec, route)
+
+    def _route_pinned(
+        self,
+        rec: RequestRecord,
+        req: InferenceRequest,
+        headers: Mapping[str, str],
+        *,
+        subset: Collection[str] | None,
+        token_ids: Sequence[int] | None,
+        pin: Pin,
+    ) -> Route:
+        return self._pinned(
             pin,
             lambda: self.router.route(
                 req, headers, rec.request_id, subset=subset, token_ids=token_ids, pin=pin
             ),
         )
-        return self._picked(rec, route)
 
     def pick_stored(
         self,

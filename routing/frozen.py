@@ -58,5 +58,6 @@ def fast_init(cls: type[T]) -> type[T]:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(getattr(cls.__init__, "__annotations__", {}))
     setattr(cls, "__init__", init)  # noqa: B010 (a method assigned on the class)
     return cls
