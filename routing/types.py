@@ -178,7 +178,8 @@ class ScoreColumn(LazyMapping[float]):
     ids (`Candidates.ids`, the same object), the scheduler takes `column` as it is instead of
     looking up every id, so a scorer that computes its scores as a list never builds a dict.
     `unit=True` states that every score is in [0, 1] (no NaN) by construction, so the
-    scheduler skips its range check; the column must not be changed once returned.
+    scheduler skips its range check; the column must not be changed once returned. (The
+    scorers pass it by position: a class called with keywords builds a dict of them.)
     """
 
     __slots__ = ("column", "ids", "unit")
