@@ -1,22 +1,15 @@
-"""Instructions per request of a router, counted by valgrind's callgrind: an A/B measure for
-CPU work that a shared, noisy machine cannot blur (seconds of CPU can).
+"""Instructions per request of kvgate, counted by valgrind's callgrind: an A/B measure of CPU
+work that a shared, noisy machine cannot blur (CPU seconds it can).
 
-`python -m bench.overhead.instructions` starts the stub replicas (`engine.py`), then kvgate
-under `valgrind --tool=callgrind` in front of them, warms it up, zeroes the counters
-(`callgrind_control --zero`), sends a fixed number of the overhead bench's small chat
-completions (half plain, half streaming, from a few keep-alive connections), dumps the
-counters (`callgrind_control --dump`) and prints instructions per request. The same
-command before and after a change gives the change's cost or saving; the dump file, read
-with `callgrind_annotate --inclusive=yes`, says where the instructions go.
-
-Background work the gateway does while the requests run is counted too. Under valgrind
-the gateway runs some 20 times slower while its timers keep wall-clock time, so its engine
-metrics scrapes (every 50 ms by default) would add a tenth to every request: the gateway is
-run with a config that scrapes every `--scrape-interval` seconds (1 s; the metrics stay fresh
-for ten of them, so routing reads them as usual). `--idle S` counts S seconds without
-traffic and subtracts that rate over the measured run (`ir_per_request_net`).
-`--source DIR` runs the gateway from another source tree (a checkout of the commit before a
-change, say) with the same stubs and client: run both and compare.
+Starts the stub replicas (`engine.py`), then kvgate under `valgrind --tool=callgrind`; warms it
+up, zeroes the counters (`callgrind_control --zero`), sends `--requests` of the overhead bench's
+chat completions (half streaming, a few keep-alive connections), dumps the counters and prints
+instructions per request. `--idle S` also counts S seconds without traffic and subtracts that
+rate over the run (`ir_per_request_net`). Under valgrind the gateway runs ~20x slower while its
+timers keep wall time, so it scrapes engine metrics every `--scrape-interval` s (1; fresh for
+ten), not every 50 ms. `--source DIR` runs the gateway from another tree (the commit before a
+change, say): the same command before and after gives the change's cost or saving, and the dump
+read with `callgrind_annotate --inclusive=yes` says where the instructions go, by C function.
 """
 
 from __future__ import annotations
