@@ -49,6 +49,7 @@ from scoring.pd.planner import PdPlan, PdPlanner, decide
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
 _ROUTING_HEADERS = (POLICY_HEADER,)
+_HEALTHY = Health.HEALTHY  # a global: the enum class's attribute lookup is slower
 _PINNABLE = frozenset({Health.HEALTHY, Health.DRAINING})  # draining: it still holds its responses
 
 
@@ -85,7 +86,7 @@ class RequestRouter:
         self._probe_readmit_s = probe_readmit_s
         self._pool = pool
         self._scheduler = scheduler
-        self._section = section
+        self._set_section(section)
         self.ledger = ledger
         self._reasons = DecisionReasons(ledger.index)
 
@@ -97,8 +98,16 @@ class RequestRouter:
         self, scheduler: Scheduler, section: RoutingSection, probe_readmit_s: float
     ) -> None:
         """A reloaded config's profiles and options, for every decision from now on."""
-        self._scheduler, self._section = scheduler, section
+        self._scheduler = scheduler
+        self._set_section(section)
         self._probe_readmit_s = probe_readmit_s
+
+    def _set_section(self, section: RoutingSection) -> None:
+        # The options read per request, kept as plain attributes: a pydantic model's
+        # `__getattr__` makes every attribute read on it the slower lookup.
+        self._section = section
+        self._allow_policy_header = section.allow_policy_header
+        self._session_header = section.session_header
 
     def route(
         self,
@@ -141,7 +150,7 @@ class RequestRouter:
             hashes,  # prefix_hashes
             block_chars,  # prefix_block_chars
             prompt_tokens,  # token_estimate
-            session_key(req, headers, self._section.session_header),
+            session_key(req, headers, self._session_header),
             adapter,  # lora_adapter
             req.stream,
             MappingProxyType(self._routing_headers(headers)),
@@ -239,7 +248,7 @@ class RequestRouter:
     def _candidates(
         self, model: str, endpoints: tuple[EndpointSnapshot, ...], engine: str | None = None
     ) -> tuple[list[EndpointSnapshot], dict[str, str]]:
-        healthy = Health.HEALTHY
+        healthy = _HEALTHY
         candidates = [
             e
             for e in endpoints
@@ -303,13 +312,13 @@ class RequestRouter:
     def _policy(self, headers: Mapping[str, str]) -> str | None:
         # Off by default: a client that picks the profile can pin its requests to one
         # backend past the load filters.
-        if not self._section.allow_policy_header:
+        if not self._allow_policy_header:
             return None
         return headers.get(POLICY_HEADER) or None
 
     def _routing_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """The headers plugins may read: none of a policy header that is not honoured."""
-        if not self._section.allow_policy_header:
+        if not self._allow_policy_header:
             return {}
         return {h: headers[h] for h in _ROUTING_HEADERS if h in headers}
 

@@ -70,6 +70,10 @@ class AdmissionController:
         objectives: Objectives | None = None,
     ) -> None:
         self.section = section
+        # Read per request, kept as plain attributes (a pydantic model's `__getattr__` makes
+        # every attribute read on it the slower lookup); the section is frozen.
+        self._enabled = section.enabled
+        self._holdback_share = section.sheddable_holdback
         self.queue = FairQueue(len(section.bands), section.max_queue)
         self.rate = ServiceRate()
         self.limiter = KeyLimiter()
@@ -96,7 +100,7 @@ class AdmissionController:
         rec: RequestRecord,
     ) -> bool:
         """The front door's `admit`: False if its client left meanwhile (`rec` says 499)."""
-        if not self.section.enabled:
+        if not self._enabled:
             return True
 
         def watch(turn: Coroutine[Any, Any, None]) -> Awaitable[bool]:
@@ -234,7 +238,7 @@ class AdmissionController:
     def _room(self) -> int | None:
         """The fleet's room now; the places held back from the sheddable band set with it."""
         snapshots = self._pool.snapshots()
-        share = self.section.sheddable_holdback
+        share = self._holdback_share
         self._holdback = math.floor(share * self._capacity.size(snapshots)) if share else 0
         return self._capacity.room(snapshots, self.admitted)
 
