@@ -127,6 +127,13 @@ CASES = [
     ("POST", True, [_start(200, (b"x-ok", b"1"), (b"bad name", b"1"))]),
     ("POST", True, [_start(200, (b"x-a", b"bad\nvalue"), (b"bad:name", b"1"))]),
     ("POST", True, [_start(200, (b"x-a", b"tab\tis fine"), (b"content-length", b"0")), _body(b"")]),
+    ("POST", True, [_start(200, (b"x-a", b"del\x7f"))]),
+    ("POST", True, [_start(200, (b"x(y)", b"1"))]),
+    (
+        "POST",
+        True,
+        [_start(200, (b"x-a", "caf\u00e9".encode()), (b"content-length", b"0")), _body(b"")],
+    ),
     ("POST", True, [_body(b"before the start")]),
     ("POST", True, [_start(200, (b"content-length", b"0")), _body(b""), _body(b"after")]),
 ]
