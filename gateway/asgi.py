@@ -42,6 +42,10 @@ class TrackedSend:
         self.sse = False
         self.at_event_boundary = True
 
+    def is_finished(self) -> bool:
+        """The last body message went out (a bound method is cheaper than a lambda)."""
+        return self.finished
+
     def __call__(self, message: Message) -> Awaitable[None]:
         # Not a coroutine itself: hands back the server's `send(message)` to be awaited, one
         # coroutine per message fewer.
@@ -73,9 +77,9 @@ def header_map(scope: Scope) -> dict[str, str]:
     Read it, never change it."""
     headers: dict[str, str] | None = scope.get(_HEADER_MAP)
     if headers is None:
-        headers = scope[_HEADER_MAP] = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-        }
+        headers = scope[_HEADER_MAP] = {}
+        for k, v in scope["headers"]:  # a loop, not a comprehension: no function object
+            headers[k.decode("latin-1").lower()] = v.decode("latin-1")
     return headers
 
 

@@ -167,9 +167,7 @@ class InferenceHandler:
             method=method,
             lookup=lookup,
         )
-        watched = run_until_disconnect(
-            work, receive, lambda: send.finished, disconnect_signal(scope)
-        )
+        watched = run_until_disconnect(work, receive, send.is_finished, disconnect_signal(scope))
         left = await self._drain.run(watched, send)
         rec.client_gone = left is True
         if left is None:

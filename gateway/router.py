@@ -249,11 +249,10 @@ class RequestRouter:
         self, model: str, endpoints: tuple[EndpointSnapshot, ...], engine: str | None = None
     ) -> tuple[list[EndpointSnapshot], dict[str, str]]:
         healthy = _HEALTHY
-        candidates = [
-            e
-            for e in endpoints
-            if model in e.models and e.health is healthy and (engine is None or e.engine == engine)
-        ]
+        candidates = []
+        for e in endpoints:  # a loop: a comprehension is a function object per call
+            if model in e.models and e.health is healthy and (engine is None or e.engine == engine):
+                candidates.append(e)
         excluded: dict[str, str] = {}
         if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
             for e in endpoints:

@@ -327,7 +327,10 @@ class BackendPool:
 
     def snapshots(self) -> tuple[EndpointSnapshot, ...]:
         now, stale_after_s = self._clock(), self._stale_after_s
-        return tuple([b.snapshot(now, stale_after_s) for b in self._targets.values()])
+        snaps = []
+        for b in self._targets.values():  # a loop: a comprehension is a function object per call
+            snaps.append(b.snapshot(now, stale_after_s))
+        return tuple(snaps)
 
     def healthy(self) -> list[Backend]:
         now = self._clock()
