@@ -6,6 +6,7 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TypeVar, overload
 
@@ -120,6 +121,9 @@ class EndpointScores:
     total: float
 
 
+_ID = attrgetter("id")
+
+
 class Candidates(list[EndpointSnapshot]):
     """The endpoints one scheduling cycle scores, with their ids listed once for every scorer.
 
@@ -133,7 +137,7 @@ class Candidates(list[EndpointSnapshot]):
 
     def __init__(self, endpoints: Iterable[EndpointSnapshot] = ()) -> None:
         super().__init__(endpoints)
-        self.ids = tuple([e.id for e in self])
+        self.ids = tuple(map(_ID, self))  # no comprehension's function object per call
 
 
 def endpoint_ids(endpoints: Sequence[EndpointSnapshot]) -> Sequence[str]:
