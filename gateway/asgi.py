@@ -42,6 +42,10 @@ class TrackedSend:
         self.sse = False
         self.at_event_boundary = True
 
+    def is_finished(self) -> bool:
+        """The last body message went out (a bound method is cheaper than a lambda)."""
+        return self.finished
+
     def __call__(self, message: Message) -> Awaitable[None]:
         # Not a coroutine itself: hands back the server's `send(message)` to be awaited, one
         # coroutine per message fewer.
@@ -64,9 +68,19 @@ def _is_sse(headers: Headers) -> bool:
     return False
 
 
+_HEADER_MAP = "kvgate.header_map"
+
+
 def header_map(scope: Scope) -> dict[str, str]:
-    """Request headers as a lower-case dict (the last value wins for repeated names)."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """Request headers as a lower-case dict (the last value wins for repeated names); built
+    once per request and kept in the scope (the app's dispatch and its handler both ask).
+    Read it, never change it."""
+    headers: dict[str, str] | None = scope.get(_HEADER_MAP)
+    if headers is None:
+        headers = scope[_HEADER_MAP] = {}
+        for k, v in scope["headers"]:  # a loop, not a comprehension: no function object
+            headers[k.decode("latin-1").lower()] = v.decode("latin-1")
+    return headers
 
 
 def check_json_content_type(value: str | None) -> None:

@@ -97,14 +97,11 @@ class Director:
     ) -> RequestRecord:
         """A request arrived: its id (`request_id`, else the client's `x-request-id` if sane,
         else a new one) and its trace (unless not `traced`: a probe)."""
-        rec = RequestRecord(
-            request_id or request_id_from(headers.get("x-request-id")),
-            method,
-            path,
-            self.clock(),
-            client=client,
-            scheme=scheme,
-        )
+        rec_id = request_id or request_id_from(headers.get("x-request-id"))
+        rec = RequestRecord(rec_id, method, path, self.clock())
+        # Assigned, not passed as keywords: a class called with keywords builds a dict of
+        # them on every call (per request, on the hot path).
+        rec.client, rec.scheme = client, scheme
         if (tracer := self.tracer) is not None and traced:
             rec.trace = tracer.start(
                 method, path, headers.get("traceparent"), headers.get("tracestate")
@@ -172,13 +169,32 @@ class Director:
         rec.request, rec.model, rec.stream = req, req.model, req.stream
         if (trace := rec.trace) is not None:
             trace.route_started()
-        route = self._pinned(
+        if pin is None:  # nothing for `_pinned` to count
+            route = self.router.route(
+                req, headers, rec.request_id, subset=subset, token_ids=token_ids
+            )
+        else:
+            route = self._route_pinned(
+                rec, req, headers, subset=subset, token_ids=token_ids, pin=pin
+            )
+        return self._picked(rec, route)
+
+    def _route_pinned(
+        self,
+        rec: RequestRecord,
+        req: InferenceRequest,
+        headers: Mapping[str, str],
+        *,
+        subset: Collection[str] | None,
+        token_ids: Sequence[int] | None,
+        pin: Pin,
+    ) -> Route:
+        return self._pinned(
             pin,
             lambda: self.router.route(
                 req, headers, rec.request_id, subset=subset, token_ids=token_ids, pin=pin
             ),
         )
-        return self._picked(rec, route)
 
     def pick_stored(
         self,

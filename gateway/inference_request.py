@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import BadRequestError
+from routing.frozen import fast_init
 
 # API name → (path, the field holding the prompt, the JSON types it may have)
 APIS: dict[str, tuple[str, str, tuple[type, ...]]] = {
@@ -51,6 +52,7 @@ COMPLETION_PROMPT_APIS = frozenset({"completions", "generate"})  # tokenized as 
 _TYPE_NAMES: dict[type, str] = {list: "an array", str: "a string"}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InferenceRequest:
     api: str
@@ -119,18 +121,19 @@ def inference_request(api: str, data: Any, body_bytes: int) -> InferenceRequest:
     salt = data.get("cache_salt")
     instructions = data.get("instructions")
     previous = data.get("previous_response_id") if api == "responses" else None
+    # Every field by position, in their order: keywords cost a dict per call (per request).
     return InferenceRequest(
-        api=api,
-        model=model or "",
-        stream=stream,
-        user=user if isinstance(user, str) else None,
-        body_bytes=body_bytes,
-        prompt=prompt,
-        cache_salt=salt if isinstance(salt, str) else None,
-        instructions=instructions if isinstance(instructions, str) else None,
-        batch=batch,
-        previous_response_id=previous if isinstance(previous, str) else None,
-        store=api == "responses" and data.get("store") is not False,
+        api,
+        model or "",
+        stream,
+        user if isinstance(user, str) else None,
+        body_bytes,
+        prompt,
+        salt if isinstance(salt, str) else None,  # cache_salt
+        instructions if isinstance(instructions, str) else None,
+        batch,
+        previous if isinstance(previous, str) else None,  # previous_response_id
+        api == "responses" and data.get("store") is not False,  # store
     )
 
 

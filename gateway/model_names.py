@@ -41,7 +41,7 @@ class ModelNameRestorer:
         """What to relay of `chunk` now (`end`: the answer's last chunk, nothing held)."""
         data = self._held + chunk if self._held else chunk
         self._held = b""
-        if _KEY in data:
+        if data.find(_KEY) >= 0:  # not `in`: bytes.__contains__ raises inside
             data = self._pattern.sub(lambda m: m.group(1) + self._asked, data)
         if end:
             return data

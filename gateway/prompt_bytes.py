@@ -91,6 +91,10 @@ def _messages(messages: Any) -> bytes:
 
 
 def _record(m: Any) -> str:
+    if type(m) is dict and len(m) == 2:  # the usual message, {"role": str, "content": str}
+        role, content = m.get("role"), m.get("content")
+        if type(role) is str and type(content) is str:
+            return role + _US + content + _RS
     if not isinstance(m, dict) or "role" not in m:  # e.g. a Responses function_call item
         return _ref(m) + _RS
     parts = [str(m.get("role", ""))]

@@ -55,12 +55,14 @@ from gateway.usage import (
     UsageTap,
     ask_for_usage,
 )
+from routing.frozen import fast_init
 
 _RETRY_STATUSES = frozenset({502, 503})
 _CACHED = re.compile(rb'("cached_tokens"\s*:\s*)(null|\d+)')
 PREFILL_GRACE_S = 5.0  # SGLang: how long P's answer may trail D's before it is cancelled
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Outgoing:
     """The request as every attempt sends it."""
@@ -380,7 +382,12 @@ class Proxy:
                 chunk = restore.feed(chunk, ended)
             if not ended and not chunk:
                 continue  # held back, or the usage event taken out
-            if aligner is not None and b"data:" in chunk and not chunk.startswith(b"data: [DONE]"):
+            # find(), not `in`: see gateway.http.client._request_head (bytes.__contains__).
+            if (
+                aligner is not None
+                and chunk.find(b"data:") >= 0
+                and not chunk.startswith(b"data: [DONE]")
+            ):
                 director.event(rec, attempt)
             if ids is not None and (stored := ids.feed(chunk, ended)) is not None:
                 await director.stored(attempt, stored)  # known everywhere before it is relayed

@@ -40,6 +40,7 @@ from gateway.inference_request import (
 from gateway.responses.affinity import Pin
 from health.pool import BackendPool
 from routing.config.profiles import RoutingSection
+from routing.frozen import fast_init
 from routing.scheduler import Scheduler, UnknownProfileError
 from routing.types import Decision, EndpointSnapshot, Health, RoutingRequest
 from scoring.decision_reason import DecisionReasons
@@ -48,9 +49,11 @@ from scoring.pd.planner import PdPlan, PdPlanner, decide
 POLICY_HEADER = "x-kvgate-policy"
 RETRY_AFTER_MAX_S = 60
 _ROUTING_HEADERS = (POLICY_HEADER,)
+_HEALTHY = Health.HEALTHY  # a global: the enum class's attribute lookup is slower
 _PINNABLE = frozenset({Health.HEALTHY, Health.DRAINING})  # draining: it still holds its responses
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Route:
     request: RoutingRequest
@@ -83,7 +86,7 @@ class RequestRouter:
         self._probe_readmit_s = probe_readmit_s
         self._pool = pool
         self._scheduler = scheduler
-        self._section = section
+        self._set_section(section)
         self.ledger = ledger
         self._reasons = DecisionReasons(ledger.index)
 
@@ -95,8 +98,16 @@ class RequestRouter:
         self, scheduler: Scheduler, section: RoutingSection, probe_readmit_s: float
     ) -> None:
         """A reloaded config's profiles and options, for every decision from now on."""
-        self._scheduler, self._section = scheduler, section
+        self._scheduler = scheduler
+        self._set_section(section)
         self._probe_readmit_s = probe_readmit_s
+
+    def _set_section(self, section: RoutingSection) -> None:
+        # The options read per request, kept as plain attributes: a pydantic model's
+        # `__getattr__` makes every attribute read on it the slower lookup.
+        self._section = section
+        self._allow_policy_header = section.allow_policy_header
+        self._session_header = section.session_header
 
     def route(
         self,
@@ -131,19 +142,20 @@ class RequestRouter:
         keys: tuple[tuple[int, tuple[int, ...]], ...] = ()
         if token_ids and not req.cache_salt:
             keys = self.ledger.token_keys(token_ids, adapter)
+        # Every field by position, in their order: keywords cost a dict per call.
         rreq = RoutingRequest(
-            model=req.model,
-            request_id=request_id,
-            api=req.api,
-            prefix_hashes=hashes,
-            prefix_block_chars=block_chars,
-            token_estimate=prompt_tokens,
-            session_key=session_key(req, headers, self._section.session_header),
-            lora_adapter=adapter,
-            stream=req.stream,
-            headers=MappingProxyType(self._routing_headers(headers)),
-            prompt_tokens=len(token_ids) if token_ids else 0,
-            token_keys=keys,
+            req.model,
+            request_id,
+            req.api,
+            hashes,  # prefix_hashes
+            block_chars,  # prefix_block_chars
+            prompt_tokens,  # token_estimate
+            session_key(req, headers, self._session_header),
+            adapter,  # lora_adapter
+            req.stream,
+            MappingProxyType(self._routing_headers(headers)),
+            len(token_ids) if token_ids else 0,  # prompt_tokens
+            keys,  # token_keys
         )
         if pin is not None:
             return self._pinned(rreq, pin, endpoints, started)
@@ -236,12 +248,11 @@ class RequestRouter:
     def _candidates(
         self, model: str, endpoints: tuple[EndpointSnapshot, ...], engine: str | None = None
     ) -> tuple[list[EndpointSnapshot], dict[str, str]]:
-        healthy = Health.HEALTHY
-        candidates = [
-            e
-            for e in endpoints
-            if model in e.models and e.health is healthy and (engine is None or e.engine == engine)
-        ]
+        healthy = _HEALTHY
+        candidates = []
+        for e in endpoints:  # a loop: a comprehension is a function object per call
+            if model in e.models and e.health is healthy and (engine is None or e.engine == engine):
+                candidates.append(e)
         excluded: dict[str, str] = {}
         if len(candidates) < len(endpoints):  # the usual case, every backend eligible, skips this
             for e in endpoints:
@@ -300,13 +311,13 @@ class RequestRouter:
     def _policy(self, headers: Mapping[str, str]) -> str | None:
         # Off by default: a client that picks the profile can pin its requests to one
         # backend past the load filters.
-        if not self._section.allow_policy_header:
+        if not self._allow_policy_header:
             return None
         return headers.get(POLICY_HEADER) or None
 
     def _routing_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """The headers plugins may read: none of a policy header that is not honoured."""
-        if not self._section.allow_policy_header:
+        if not self._allow_policy_header:
             return {}
         return {h: headers[h] for h in _ROUTING_HEADERS if h in headers}
 

@@ -25,13 +25,14 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.sse_events import last_event_end
+from routing.frozen import fast_init
 
 TAIL_BYTES = 8192
 STREAM_USAGE_APIS = frozenset({"chat", "completions"})  # the APIs with stream_options
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a key: inside a JSON string the quotes are escaped
 _COUNTS = re.compile(rb'"(?:usage|meta_info)"\s*:\s*\{')
-# A usage object holds numbers and objects of numbers: two levels of braces, no strings.
-_OBJECT = re.compile(rb"\{(?:[^{}]|\{[^{}]*\})*\}")
+# A usage object holds numbers and objects of numbers: two levels of braces, no strings
+# (`_object_end` finds where one ends).
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _KEY = b'"usage"'
 _META_KEY = b'"meta_info"'
@@ -39,6 +40,7 @@ _STREAM_OPTIONS = b'"stream_options"'
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}}'
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts from an answer's `usage` (None: not reported)."""
@@ -89,16 +91,35 @@ def parse_last_usage(tail: bytes) -> Usage | None:
     while (at := max(tail.rfind(_KEY, 0, end), tail.rfind(_META_KEY, 0, end))) >= 0:
         end = at
         key = _COUNTS.match(tail, at)
-        obj = _OBJECT.match(tail, key.end() - 1) if key else None
-        if obj is None:
+        start = key.end() - 1 if key else -1
+        stop = _object_end(tail, start) if key else -1
+        if stop < 0:
             continue
         try:
-            usage = usage_from(orjson.loads(obj.group()))
+            usage = usage_from(orjson.loads(tail[start:stop]))
         except orjson.JSONDecodeError:
             continue
         if usage is not None:
             return usage
     return None
+
+
+def _object_end(data: bytes, start: int) -> int:
+    """Where the object opening at `data[start]` (a `{`) ends, just past its `}`, if it nests
+    no deeper than one object in it (the regex `\\{(?:[^{}]|\\{[^{}]*\\})*\\}`); -1 if it
+    does or is cut off. Brace to brace with `find`: a regex steps through every byte."""
+    pos = start + 1
+    while True:
+        close = data.find(b"}", pos)
+        if close < 0:
+            return -1
+        inner = data.find(b"{", pos, close)
+        if inner < 0:
+            return close + 1  # no object opens before this brace: it closes ours
+        inner_close = data.find(b"}", inner + 1)
+        if inner_close < 0 or data.find(b"{", inner + 1, inner_close) >= 0:
+            return -1  # cut off, or a third level
+        pos = inner_close + 1
 
 
 def usage_from(obj: dict[str, Any]) -> Usage | None:
@@ -125,7 +146,7 @@ def ask_for_usage(body: bytes) -> bytes | None:
     """`body` (a streaming request's JSON object) with `stream_options.include_usage` set;
     None when the client asked for usage itself. The usual body, without `stream_options`,
     is spliced without parsing."""
-    if _STREAM_OPTIONS not in body:
+    if body.find(_STREAM_OPTIONS) < 0:  # find(), not `in`: it raises nothing inside
         head = body.rstrip()
         if head.endswith(b"}"):
             return head[:-1] + b"," + _INCLUDE_USAGE
@@ -162,7 +183,7 @@ class UsageEventFilter:
             cut = last_event_end(data)
             self._held = data[cut:]
             data = data[:cut]
-        return self._drop_usage_event(data) if _KEY in data else data
+        return self._drop_usage_event(data) if data.find(_KEY) >= 0 else data
 
     def finish(self) -> bytes:
         """The rest, at the end of the stream (an unfinished event, relayed as it is)."""

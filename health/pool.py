@@ -160,18 +160,21 @@ class Backend:
         metrics = self.metrics
         if metrics is not None and not metrics_fresh(metrics.scraped_at, now, stale_after_s):
             metrics = None
+        spec = self.spec
+        # Every field by position, in their order: keywords cost a dict per call, and the
+        # snapshot is taken anew whenever the in-flight count moved (every request).
         snap = EndpointSnapshot(
-            id=self.spec.id,
-            url=self.spec.url,
-            models=self.models,
-            health=self.health(now),
-            engine=self.spec.engine,
-            role=self.spec.role,
-            metrics=metrics,
-            in_flight=self.in_flight,
-            pending_prefill_tokens=self.pending_prefill_tokens,
-            remote_in_flight=self.remote_in_flight,
-            remote_pending_prefill_tokens=self.remote_pending_prefill_tokens,
+            spec.id,
+            spec.url,
+            self.models,
+            self.health(now),
+            spec.engine,
+            spec.role,
+            metrics,
+            self.in_flight,
+            self.pending_prefill_tokens,
+            self.remote_in_flight,
+            self.remote_pending_prefill_tokens,
         )
         object.__setattr__(self, "_snap", snap)
         object.__setattr__(self, "_snap_at", now)
@@ -324,7 +327,10 @@ class BackendPool:
 
     def snapshots(self) -> tuple[EndpointSnapshot, ...]:
         now, stale_after_s = self._clock(), self._stale_after_s
-        return tuple([b.snapshot(now, stale_after_s) for b in self._targets.values()])
+        snaps = []
+        for b in self._targets.values():  # a loop: a comprehension is a function object per call
+            snaps.append(b.snapshot(now, stale_after_s))
+        return tuple(snaps)
 
     def healthy(self) -> list[Backend]:
         now = self._clock()

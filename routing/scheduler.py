@@ -76,11 +76,8 @@ class Profile:
                 break
         scored = self._score(request, candidates, ctx)
         ranked = tuple(self.picker.pick(request, scored, ctx)) if scored else ()
-        return Decision(
-            profile=self.name,
-            ranked=ranked,
-            scores=scored,
-            filtered_out=_FilteredOut(steps) if steps else _NONE_FILTERED,
+        return Decision(  # by position: keywords cost a dict per call
+            self.name, ranked, scored, _FilteredOut(steps) if steps else _NONE_FILTERED
         )
 
     def _score(
@@ -94,7 +91,11 @@ class Profile:
         candidates = Candidates(candidates)
         ids = candidates.ids
         columns: list[Sequence[float]] = []
-        for ws in self.scorers:
+        weights: list[float] = []
+        names: list[str] = []
+        for ws in self.scorers:  # weights and names gathered here, not by two comprehensions
+            weights.append(ws.weight)
+            names.append(ws.scorer.name)
             result = ws.scorer.score(request, candidates, ctx)
             column: Sequence[float]
             if type(result) is ScoreColumn and result.ids is ids:
@@ -106,9 +107,7 @@ class Profile:
                 if not _in_unit_interval(column):
                     column = [_clamp(x) for x in column]
             columns.append(column)
-        weights = [ws.weight for ws in self.scorers]
         totals = _totals(columns, weights, len(ids))
-        names = [ws.scorer.name for ws in self.scorers]
         return ScoreTable(ids, names, columns, totals)
 
 
@@ -153,8 +152,12 @@ def weighted_totals(
 
 
 def _totals(columns: list[Sequence[float]], weights: list[float], n: int) -> list[float]:
-    if _compiled_totals is not None and all(type(c) is list for c in columns):
-        return _compiled_totals(cast(list[list[float]], columns), weights, n)
+    if _compiled_totals is not None:
+        for c in columns:  # a loop, not all() over a generator: no function object per call
+            if type(c) is not list:
+                break
+        else:
+            return _compiled_totals(cast("list[list[float]]", columns), weights, n)  # no alias
     return weighted_totals(columns, weights, n)
 
 

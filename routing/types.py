@@ -6,8 +6,11 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TypeVar, overload
+
+from routing.frozen import fast_init
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -26,6 +29,11 @@ class Health(enum.Enum):
     EJECTED = "ejected"  # passively ejected after upstream failures, in backoff
     UNKNOWN = "unknown"  # not probed yet
     DRAINING = "draining"  # taken out of rotation by an operator; requests in flight finish
+
+
+# Read per endpoint and request: `Health.HEALTHY` goes through EnumType.__getattr__'s slower
+# class attribute lookup on Python 3.11, a module global does not.
+_HEALTHY = Health.HEALTHY
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,7 @@ def metrics_fresh(scraped_at: float, now: float, stale_after_s: float | None) ->
     return stale_after_s is None or not now - scraped_at > stale_after_s
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EndpointSnapshot:
     """One replica at one instant, as the scheduler sees it."""
@@ -72,9 +81,10 @@ class EndpointSnapshot:
 
     @property
     def healthy(self) -> bool:
-        return self.health is Health.HEALTHY
+        return self.health is _HEALTHY
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RoutingRequest:
     """The parts of an inference request that routing looks at. Never holds prompt text."""
@@ -111,6 +121,9 @@ class EndpointScores:
     total: float
 
 
+_ID = attrgetter("id")
+
+
 class Candidates(list[EndpointSnapshot]):
     """The endpoints one scheduling cycle scores, with their ids listed once for every scorer.
 
@@ -124,7 +137,7 @@ class Candidates(list[EndpointSnapshot]):
 
     def __init__(self, endpoints: Iterable[EndpointSnapshot] = ()) -> None:
         super().__init__(endpoints)
-        self.ids = tuple([e.id for e in self])
+        self.ids = tuple(map(_ID, self))  # no comprehension's function object per call
 
 
 def endpoint_ids(endpoints: Sequence[EndpointSnapshot]) -> Sequence[str]:
@@ -174,7 +187,8 @@ class ScoreColumn(LazyMapping[float]):
     ids (`Candidates.ids`, the same object), the scheduler takes `column` as it is instead of
     looking up every id, so a scorer that computes its scores as a list never builds a dict.
     `unit=True` states that every score is in [0, 1] (no NaN) by construction, so the
-    scheduler skips its range check; the column must not be changed once returned.
+    scheduler skips its range check; the column must not be changed once returned. (The
+    scorers pass it by position: a class called with keywords builds a dict of them.)
     """
 
     __slots__ = ("column", "ids", "unit")
@@ -182,7 +196,7 @@ class ScoreColumn(LazyMapping[float]):
     def __init__(self, ids: Sequence[str], column: Sequence[float], unit: bool = False) -> None:
         if len(ids) != len(column):
             raise ValueError("a score column needs one score per id")
-        super().__init__()
+        self._by_id = None  # LazyMapping's, set here: one call fewer per scorer and request
         self.ids = ids
         self.column = column
         self.unit = unit
@@ -251,6 +265,7 @@ class ScoreTable(Sequence[EndpointScores]):
         return repr(self.rows())
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The scheduler's answer: endpoints ranked best first, and why.

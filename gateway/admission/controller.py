@@ -20,6 +20,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gateway.admission.identity import Identifier, Identity
@@ -70,6 +71,10 @@ class AdmissionController:
         objectives: Objectives | None = None,
     ) -> None:
         self.section = section
+        # Read per request, kept as plain attributes (a pydantic model's `__getattr__` makes
+        # every attribute read on it the slower lookup); the section is frozen.
+        self._enabled = section.enabled
+        self._holdback_share = section.sheddable_holdback
         self.queue = FairQueue(len(section.bands), section.max_queue)
         self.rate = ServiceRate()
         self.limiter = KeyLimiter()
@@ -96,12 +101,9 @@ class AdmissionController:
         rec: RequestRecord,
     ) -> bool:
         """The front door's `admit`: False if its client left meanwhile (`rec` says 499)."""
-        if not self.section.enabled:
+        if not self._enabled:
             return True
-
-        def watch(turn: Coroutine[Any, Any, None]) -> Awaitable[bool]:
-            return run_until_disconnect(turn, receive, signal=disconnect_signal(scope))
-
+        watch = partial(_watch, receive, scope)  # a partial: cheaper to make than a closure
         grant = await self.admit(self.identify(scope, headers), body_bytes, watch)
         if grant is None:
             rec.client_gone = True
@@ -234,7 +236,7 @@ class AdmissionController:
     def _room(self) -> int | None:
         """The fleet's room now; the places held back from the sheddable band set with it."""
         snapshots = self._pool.snapshots()
-        share = self.section.sheddable_holdback
+        share = self._holdback_share
         self._holdback = math.floor(share * self._capacity.size(snapshots)) if share else 0
         return self._capacity.room(snapshots, self.admitted)
 
@@ -296,6 +298,11 @@ class AdmissionController:
     def _refund(self, who: Identity, tokens: int) -> None:
         if who.key is not None:
             self.limiter.refund(who.key, tokens, self._clock())
+
+
+def _watch(receive: Receive, scope: Scope, turn: Coroutine[Any, Any, None]) -> Awaitable[bool]:
+    """A queued request's wait, until its client leaves (`Watch`)."""
+    return run_until_disconnect(turn, receive, signal=disconnect_signal(scope))
 
 
 _EVICTED = (

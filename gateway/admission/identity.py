@@ -20,6 +20,7 @@ from gateway.control_headers import FAIRNESS_ID, OBJECTIVE, control_header
 from gateway.errors import BadRequestError
 from routing.admission.objectives import Objectives, band_of
 from routing.config.schema import AdmissionSection
+from routing.frozen import fast_init
 
 PRINCIPAL_SCOPE_KEY = "kvgate.principal"
 ANONYMOUS = "anonymous"
@@ -27,6 +28,7 @@ DEFAULT_BAND = "standard"
 _MAX_TENANT_CHARS = 128  # a client-chosen header value: keep the queue's keys small
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Identity:
     """A request's tenant and band, and the limits of the key it came with (None: none)."""
@@ -44,6 +46,12 @@ class Identifier:
 
     def __init__(self, section: AdmissionSection, objectives: Objectives | None = None) -> None:
         self._section = section
+        # Read per request, kept as plain attributes (a pydantic model's `__getattr__` makes
+        # every attribute read on it the slower lookup); the section is frozen.
+        self._band_names = section.bands
+        self._tiers = section.tiers
+        self._tenant_header = section.tenant_header
+        self._priority_header = section.priority_header
         self._objectives = objectives if objectives is not None else Objectives()
         self._bands = {name.lower(): i for i, name in enumerate(section.bands)}  # header: any case
         self._default = self._bands.get(DEFAULT_BAND, len(section.bands) - 1)
@@ -58,13 +66,13 @@ class Identifier:
             return Identity(
                 tenant=name,
                 band=band,
-                band_name=self._section.bands[band],
+                band_name=self._band_names[band],
                 key=name,
                 requests_per_minute=_limit(getattr(principal, "requests_per_minute", None)),
                 tokens_per_minute=_limit(getattr(principal, "tokens_per_minute", None)),
             )
-        tenant = header_tenant(headers, self._section.tenant_header) or ANONYMOUS
-        return Identity(tenant, band, self._section.bands[band])
+        tenant = header_tenant(headers, self._tenant_header) or ANONYMOUS
+        return Identity(tenant, band, self._band_names[band])
 
     def priority(self, headers: Mapping[str, str]) -> int:
         """The priority of the known InferenceObjective the request names, else 0."""
@@ -72,12 +80,12 @@ class Identifier:
         return 0 if priority is None else priority
 
     def _band(self, tier: object, headers: Mapping[str, str]) -> int:
-        if isinstance(tier, str) and tier in self._section.tiers:
-            return self._bands[self._section.tiers[tier].lower()]
+        if isinstance(tier, str) and tier in self._tiers:
+            return self._bands[self._tiers[tier].lower()]
         priority = self._objectives.priority(control_header(headers, OBJECTIVE))
         if priority is not None:
             return band_of(priority, len(self._section.bands), self._default)
-        header = self._section.priority_header
+        header = self._priority_header
         asked = headers.get(header) if header else None
         if not asked:
             return self._default

@@ -301,11 +301,18 @@ class UpstreamClient:
 
 
 def _request_head(method: str, target: str, host: bytes, headers: Headers, length: int) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), b"host: ", host]
-    lines.append(b"\r\ncontent-length: %d\r\n" % length)
+    first = f"{method} {target} HTTP/1.1\r\n".encode("latin-1")
+    fixed = b"host: " + host + b"\r\ncontent-length: %d\r\n" % length
+    lines = [first, fixed]
     for name, value in headers:
-        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-            raise RemoteProtocolError("refusing a header with a line break")
         lines += (name, b": ", value, b"\r\n")
     lines.append(b"\r\n")
-    return b"".join(lines)
+    head = b"".join(lines)
+    # A line break in a header's name or value: more CRs or LFs after the fixed lines than
+    # one per header line and the blank line. Counted once over the block, not per header
+    # (`b"\r" in value` costs ~2k instructions on Python 3.11: bytes.__contains__ tries
+    # the operand as an int first, raising and clearing a TypeError).
+    start, lines_after = len(first) + len(fixed), len(headers) + 1
+    if head.count(b"\r", start) != lines_after or head.count(b"\n", start) != lines_after:
+        raise RemoteProtocolError("refusing a header with a line break")
+    return head

@@ -9,7 +9,9 @@ from typing import Any
 
 class CoalescingTransport:
     """Wraps a transport: the writes of one loop step are joined and written once, at its
-    end; everything else is passed through (closing flushes first)."""
+    end; the rest of `asyncio.Transport` is passed through (closing flushes first). Each
+    method is spelled out: with a `__getattr__`, every attribute read on the instance, its
+    own included, would go through the slower lookup that calls it."""
 
     __slots__ = ("_loop", "_pending", "_transport")
 
@@ -19,11 +21,13 @@ class CoalescingTransport:
         self._pending: list[bytes] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        if type(data) is not bytes:  # bytes(data) of bytes is itself, after a slot lookup
+            data = bytes(data)
         if self._pending is None:
-            self._pending = [bytes(data)]
+            self._pending = [data]
             self._loop.call_soon(self._flush)
         else:
-            self._pending.append(bytes(data))
+            self._pending.append(data)
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
@@ -42,10 +46,39 @@ class CoalescingTransport:
         self._flush()
         self._transport.write_eof()
 
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
     def get_write_buffer_size(self) -> int:
         pending = sum(map(len, self._pending)) if self._pending else 0
         return pending + self._transport.get_write_buffer_size()
 
-    def __getattr__(self, name: str) -> Any:
-        # is_closing, abort, get_extra_info, pause/resume_reading, set_protocol, ...
-        return getattr(self._transport, name)
+    def abort(self) -> None:
+        self._transport.abort()  # a flush still due then finds it closing: nothing written
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()

@@ -97,10 +97,12 @@ class Http1Connection(asyncio.Protocol):
         self._read_deadline = 0.0
         self._read_limit = 0.0
         self._read_timer: asyncio.TimerHandle | None = None
+        self._parser = httptools.HttpResponseParser(self)
         self._reset()
 
     def _reset(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        # The parser is kept: after a complete keep-alive response it parses the next one
+        # (a new parser per response looks up its ten callbacks again).
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.chunks: deque[bytes] = deque()

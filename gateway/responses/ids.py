@@ -95,7 +95,7 @@ class ResponseIdReader:
         start = 0
         for m in _EVENT_END.finditer(data):
             event, start = data[start : m.start()], m.end()
-            if _CREATED in event:
+            if event.find(_CREATED) >= 0:  # not `in`: bytes.__contains__ raises inside
                 found = _created_id(event)
                 if found is not None:
                     return found

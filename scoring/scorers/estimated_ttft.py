@@ -113,7 +113,7 @@ class EstimatedTtftScorer:
         est = self._estimates(request, endpoints, ids, ctx.clock())
         best = min(est, default=0.0)
         if best > 0.0 and not math.isnan(sum(est)):  # 0 < best <= every estimate
-            return ScoreColumn(ids, list(map(truediv, repeat(best), est)), unit=True)
+            return ScoreColumn(ids, list(map(truediv, repeat(best), est)), True)  # unit
         return ScoreColumn(ids, [(best / t if t > 0 else 1.0) for t in est])
 
 

@@ -42,7 +42,7 @@ class InFlightScorer:
         distinct = set(counts)
         high, low = max(distinct), min(distinct)
         if high == low:
-            return ScoreColumn(ids, [1.0] * len(ids), unit=True)
+            return ScoreColumn(ids, [1.0] * len(ids), True)  # unit
         span = high - low
         score_of = {x: (high - x) / span for x in distinct}
-        return ScoreColumn(ids, list(map(score_of.__getitem__, counts)), unit=True)
+        return ScoreColumn(ids, list(map(score_of.__getitem__, counts)), True)  # unit

@@ -35,7 +35,7 @@ class KvUtilizationScorer:
     ) -> Mapping[str, float]:
         free = _free_shares(endpoints)
         if free is not None:  # the usual case: one pass over the endpoints, no dict
-            return ScoreColumn(endpoint_ids(endpoints), free, unit=True)
+            return ScoreColumn(endpoint_ids(endpoints), free, True)  # unit
         known: dict[str, float] = {}
         for e in endpoints:
             usage = e.metrics.kv_usage if e.metrics is not None else None

@@ -33,4 +33,4 @@ class PrecisePrefixScorer:
         ctx: SchedulingContext,
     ) -> Mapping[str, float]:
         ids = endpoint_ids(endpoints)
-        return ScoreColumn(ids, self._view.share_list(request, ids, ctx.clock()), unit=True)
+        return ScoreColumn(ids, self._view.share_list(request, ids, ctx.clock()), True)  # unit

@@ -37,10 +37,10 @@ class PrefixMatchScorer:
         hashes = request.prefix_hashes
         ids = endpoint_ids(endpoints)
         if not hashes:
-            return ScoreColumn(ids, [0.0] * len(ids), unit=True)
+            return ScoreColumn(ids, [0.0] * len(ids), True)  # unit
         depths = self._index.match_list(hashes, ids)
         base = request.prefix_block_chars
         total = covered_chars(len(hashes), base)
         # Endpoints share few distinct depths: compute each depth's share once.
         share = {m: covered_chars(m, base) / total for m in set(depths)}
-        return ScoreColumn(ids, list(map(share.__getitem__, depths)), unit=True)  # depth <= n
+        return ScoreColumn(ids, list(map(share.__getitem__, depths)), True)  # unit; depth <= n

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from routing.frozen import fast_init
 from scoring.state.prefix_hash import block_weight, blocks_covered_by, covered_chars
 
 SLACK_SHARE = 0.1  # of the predicted hit: the byte/token ratio of a prompt's head varies
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CacheCheck:
     """Predicted vs observed cached prompt tokens of one request, and what the index got

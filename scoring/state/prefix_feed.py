@@ -79,6 +79,10 @@ class PrefixFeed:
         ttft_model: OnlineTtftModel | None = None,
     ) -> None:
         self._section = section
+        # Read per request, a plain attribute (a pydantic model's `__getattr__` makes every
+        # attribute read on it the slower lookup); the section is frozen.
+        self._cpt = section.chars_per_token
+        self._follow_engines = section.block_tokens is None
         self.index = index
         self._ttft_model = ttft_model  # None: do not learn
         self._block_chars = self._chars(section.block_tokens or DEFAULT_BLOCK_TOKENS)
@@ -93,13 +97,13 @@ class PrefixFeed:
 
     @property
     def chars_per_token(self) -> float:
-        return self._section.chars_per_token
+        return self._cpt
 
     @property
     def capacity_chars_per_token(self) -> float:
         """Prompt bytes per engine token, as learned (`observe_prompt`), else configured."""
         if self._prompt_tokens < LEARN_MIN_TOKENS:
-            return self._section.chars_per_token
+            return self._cpt
         return self._prompt_bytes / self._prompt_tokens
 
     def observe_prompt(self, d: Dispatch[Any], prompt_tokens: int) -> None:
@@ -107,7 +111,7 @@ class PrefixFeed:
         r = d.request
         if r is None or prompt_tokens <= 0 or r.token_estimate <= 0:
             return
-        prompt_bytes = r.token_estimate * self._section.chars_per_token
+        prompt_bytes = r.token_estimate * self._cpt
         if not 0.5 <= prompt_bytes / prompt_tokens <= 32.0:  # not a tokenizer: ignore
             return
         self._prompt_bytes = self._prompt_bytes * LEARN_DECAY + prompt_bytes
@@ -115,7 +119,7 @@ class PrefixFeed:
 
     def block_chars(self, endpoints: Sequence[EndpointSnapshot]) -> int:
         """The routing block size in bytes, following the engines' block size if unset."""
-        if self._section.block_tokens is None:
+        if self._follow_engines:
             sizes = {
                 size for e in endpoints if (m := e.metrics) is not None and (size := m.block_size)
             }
@@ -146,7 +150,7 @@ class PrefixFeed:
         hashes = request.prefix_hashes
         block_chars = request.prefix_block_chars
         matched = self.index.match(hashes, (endpoint.id,))[endpoint.id] if hashes else 0
-        cached = covered_chars(matched, block_chars) / self._section.chars_per_token
+        cached = covered_chars(matched, block_chars) / self._cpt
         uncached = max(0, int(request.token_estimate - cached))
         moved = 0
         if leg == "decode":

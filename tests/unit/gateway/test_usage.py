@@ -213,6 +213,17 @@ def test_tap_keeps_only_the_tail() -> None:
         ),
         (b'"meta_info":{"id":"x","prompt_tokens":4}', Usage(4, None, None)),  # an embedding's
         (orjson.dumps({"text": '"meta_info": {"prompt_tokens": 9}'}), None),
+        # A third level of braces is not a usage object: the one before it is read.
+        (
+            b'"usage":{"prompt_tokens":5} "usage":{"prompt_tokens":6,"a":{"b":{"c":1}}}',
+            Usage(5, None, None),
+        ),
+        (  # two nested objects, side by side
+            b'"usage":{"prompt_tokens_details":{"cached_tokens":1},"prompt_tokens":3,'
+            b'"completion_tokens_details":{"reasoning_tokens":0},"completion_tokens":2}',
+            Usage(3, 1, 2),
+        ),
+        (b'"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":1', None),
     ],
 )
 def test_parse_last_usage(tail: bytes, expected: Usage | None) -> None:

@@ -83,9 +83,27 @@ def test_request_head_is_one_http11_block() -> None:
     assert head == b"POST /v1/chat HTTP/1.1\r\nhost: b:9\r\ncontent-length: 12\r\nx-a: 1\r\n\r\n"
 
 
-def test_request_head_refuses_line_breaks_in_headers() -> None:
+@pytest.mark.parametrize(
+    "header",
+    [
+        (b"x-a", b"1\r\nx-evil: 2"),
+        (b"x-a", b"bare\nlf"),
+        (b"x-a", b"bare\rcr"),
+        (b"x-\r\na", b"1"),
+        (b"x-\na", b"1"),
+    ],
+)
+def test_request_head_refuses_line_breaks_in_headers(header: tuple[bytes, bytes]) -> None:
+    headers = [(b"x-before", b"ok"), header, (b"x-after", b"ok")]
     with pytest.raises(http1.RemoteProtocolError):
-        _request_head("POST", "/", b"b", [(b"x-a", b"1\r\nx-evil: 2")], 0)
+        _request_head("POST", "/", b"b", headers, 0)
+
+
+def test_request_head_passes_many_headers_without_line_breaks() -> None:
+    headers = [(b"x-%d" % i, b"v %d" % i) for i in range(40)]
+    head = _request_head("GET", "/a?b=c", b"h:1", headers, 0)
+    assert head.count(b"\r\n") == 2 + 1 + 40 + 1
+    assert head.endswith(b"x-39: v 39\r\n\r\n")
 
 
 def test_origin_parse_keeps_path_prefix_and_default_ports() -> None:
@@ -112,6 +130,19 @@ async def test_response_with_length_is_read_and_connection_pooled() -> None:
     resp = await _send(client, OK)
     await _body(resp)
     await resp.aclose()
+    assert len(client.connections) == 1
+
+
+async def test_one_connection_reads_responses_of_every_framing_in_turn() -> None:
+    client = FakeClient()
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+    replies = [CHUNKED, OK, interim + OK, no_content, CHUNKED, OK]
+    for reply in replies:
+        resp = await _send(client, reply)
+        body = await _body(resp)
+        assert body == {CHUNKED: b"data: hi", no_content: b""}.get(reply, b"{}")
+        await resp.aclose()
     assert len(client.connections) == 1
 
 

@@ -12,6 +12,7 @@ class RecordingTransport:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.closed = False
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         assert not self.closed
@@ -26,8 +27,14 @@ class RecordingTransport:
     def get_write_buffer_size(self) -> int:
         return 0
 
-    def get_extra_info(self, name: str) -> str:
+    def get_extra_info(self, name: str, default: object = None) -> str:
         return f"info:{name}"
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
 
 def _wrap(inner: RecordingTransport) -> CoalescingTransport:
@@ -61,6 +68,21 @@ async def test_close_flushes_first_and_later_writes_are_dropped() -> None:
 
 
 async def test_other_calls_pass_through() -> None:
-    t = _wrap(RecordingTransport())
+    inner = RecordingTransport()
+    t = _wrap(inner)
     assert t.get_extra_info("peername") == "info:peername"
     assert not t.is_closing()
+    t.pause_reading()
+    assert not inner.reading
+    t.resume_reading()
+    assert inner.reading
+
+
+def test_it_passes_through_the_whole_transport_interface() -> None:
+    public = {
+        name
+        for cls in (asyncio.ReadTransport, asyncio.WriteTransport)
+        for name in vars(cls)
+        if not name.startswith("_")
+    }
+    assert public <= set(vars(CoalescingTransport))
