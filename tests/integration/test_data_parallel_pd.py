@@ -4,6 +4,7 @@ P's and D's requests; SGLang's `routed_dp_rank` on each and P's rank to D
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -51,6 +52,24 @@ class _Prefill:
         await send({"type": "http.response.body", "body": answer})
 
 
+class _BootstrappedDecode:
+    """An SGLang D: like the real one, it answers only once P has the request (the KV comes
+    from P through the bootstrap room), so the test never races the P leg's connection."""
+
+    def __init__(self, engine: FakeEngine, prefill: FakeEngine) -> None:
+        self.engine = engine
+        self.prefill = prefill
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            wanted = len(self.engine.inference_requests()) + 1
+            for _ in range(400):
+                if len(self.prefill.inference_requests()) >= wanted:
+                    break
+                await asyncio.sleep(0.01)
+        await self.engine.app(scope, receive, send)
+
+
 def _ready(url: str, targets: int) -> None:
     for _ in range(400):
         r = httpx.get(url + "/ready")
@@ -91,7 +110,7 @@ def test_sglang_legs_carry_their_rank_and_d_is_told_ps(
 ) -> None:
     p = FakeEngine(models=[MODEL], name="p")
     d = FakeEngine(models=[MODEL], name="d")
-    p_url, d_url = serve_app(p.app).url, serve_app(d.app).url
+    p_url, d_url = serve_app(p.app).url, serve_app(_BootstrappedDecode(d, p)).url
     backends = [
         {"url": p_url, "role": "prefill", "dp_size": 2, "engine": "sglang", "models": [MODEL]},
         {"url": d_url, "role": "decode", "dp_size": 2, "engine": "sglang", "models": [MODEL]},
