@@ -1,25 +1,25 @@
 """What the tuner does with a proposal: nothing (`shadow`), or switch and check (`apply`).
 
-`apply` switches to a confident proposal and keeps the profile it replaced. The first
-evaluation after a switch checks it, on the window after the switch replayed after its
-lead-in (the traffic before the switch, routed by the old profile: the queues and caches the
-switch inherited are in the replays). The calibration c = observed / replayed mean TTFT of
-the window before the switch turns a replayed TTFT r of the window after it into an expected
-observed TTFT c·r. The switch is rolled back to the previous profile, and the next evaluation
-makes no switch, when the observed mean o exceeds both c·r_new·(1 + tolerance) (the new
-profile did worse than predicted) and c·r_old·(1 + tolerance) (the old profile, replayed on
-the same window, would have done better): a backlog that both would have drained is no
-fault of the switch. Without the old profile's replay, the first condition decides. Without
-observed TTFTs (offline traces) the check has nothing to compare and passes. Pure: the
-caller carries the state.
+`apply` switches to a confident proposal and keeps the profile it replaced. The next
+evaluation checks the switch on the window after it (replayed after its lead-in), calibrated
+by c = observed / replayed mean TTFT of the window before: it is rolled back (and the next
+evaluation makes no switch) when the observed mean exceeds both c·r_new·(1 + tolerance) and,
+where the old profile was replayed too, c·r_old·(1 + tolerance) — a backlog both would have
+drained is no fault of the switch. Without observed TTFTs (offline traces) the check passes.
+Away from home (the configured profile) the live profile has to keep earning its place: with
+no confident change, the tuner returns home (a switch, checked like one) when the live
+profile's predicted lead over home (mean over seeds of 1 − live / home) is below half of
+`min_gain`; between half and all of it, it stays (a band against flapping). Pure: the caller
+carries the state.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 
 from sim.tune.candidates import Candidate
-from sim.tune.proposal import Proposal
+from sim.tune.proposal import Proposal, gains
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,13 @@ class Action:
 
 
 def step(
-    state: TunerState, proposal: Proposal, mode: str, tolerance: float
+    state: TunerState,
+    proposal: Proposal,
+    mode: str,
+    tolerance: float,
+    *,
+    home: Candidate | None = None,
+    min_gain: float = 0.05,
 ) -> tuple[TunerState, Action]:
     """The state after `proposal` and the action taken (see the module docstring)."""
     if state.check is not None and state.previous is not None:
@@ -59,21 +65,44 @@ def step(
             rolled = TunerState(state.previous, state.live, None, hold=1)
             return rolled, Action("rollback", state.previous, verdict)
         state = replace(state, check=None)
+    target, reason, gain = proposal.best, proposal.reason(), proposal.gain
     if not (proposal.changes and proposal.confident):
-        return replace(state, hold=max(0, state.hold - 1)), Action(
-            "keep", state.live, proposal.reason()
-        )
+        behind = None if mode != "apply" or state.hold else _home_ahead(
+            state.live, proposal, home, min_gain
+        )  # fmt: skip
+        if behind is None or home is None:
+            return replace(state, hold=max(0, state.hold - 1)), Action("keep", state.live, reason)
+        target, reason, gain = home, behind, 0.0
     if mode != "apply":
-        return state, Action("propose", proposal.best, proposal.reason())
+        return state, Action("propose", target, reason)
     if state.hold:
-        reason = f"{proposal.reason()}; held after a rollback"
+        reason = f"{reason}; held after a rollback"
         return replace(state, hold=state.hold - 1), Action("keep", state.live, reason)
     ev = proposal.evaluation
     replayed = ev.ttft_mean_s[0][0]
     observed = ev.observed_ttft_mean_s
     calibration = observed / replayed if observed and replayed > 0 else None
-    switched = TunerState(proposal.best, state.live, Check(calibration, proposal.gain))
-    return switched, Action("switch", proposal.best, proposal.reason())
+    switched = TunerState(target, state.live, Check(calibration, gain))
+    return switched, Action("switch", target, reason)
+
+
+def _home_ahead(
+    live: Candidate, proposal: Proposal, home: Candidate | None, min_gain: float
+) -> str | None:
+    """Why the tuner returns home from `live` (None: it stays; see the module docstring)."""
+    if home is None or live.name == home.name or live.profile == home.profile:
+        return None
+    ev = proposal.evaluation
+    at_home = ev.of_candidate(home)
+    if at_home is None:
+        return None
+    lead = statistics.fmean(gains(ev.ttft_mean_s[0], at_home))  # 1 − live / home
+    if lead >= min_gain / 2:
+        return None
+    return (
+        f"{live.name} is no longer ahead of {home.name}: predicted mean TTFT {lead:+.1%} "
+        f"lower (below half the {min_gain:.0%} a switch needs); back home"
+    )
 
 
 def _check(check: Check, proposal: Proposal, previous: Candidate, tolerance: float) -> str | None:

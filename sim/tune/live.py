@@ -134,12 +134,14 @@ class LiveTuner:
         shape = fleet_shape(self.admin.get("/admin/backends"), tuning.engine_profile)
         timing = self._timing(recent, shape)
         shape = FleetShape(shape.replicas, timing.engine)
-        home = self.config.routing.policy
-        others = named(self.config.routing, list(dict.fromkeys([home, *tuning.candidates])))
+        policy = self.config.routing.policy
+        others = named(self.config.routing, list(dict.fromkeys([policy, *tuning.candidates])))
+        home = others[0]
         others += [self.state.previous] if self.state.previous else []
         candidates = candidate_set(self.state.live, others, tuning.search, seed=self.ticks)
         proposal = assess(part, candidates, shape, self.base, tuning, runner=self.runner)
-        self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance)
+        self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance,
+                                  home=home, min_gain=tuning.min_gain)  # fmt: skip
         report = _report(proposal, action, shape, timing, cpu())
         for admin in (self.admin, *self.others):
             admin.post("/admin/tuning/proposal", report).raise_for_status()

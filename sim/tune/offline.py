@@ -160,7 +160,8 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
         ev = proposal.evaluation
         measured = _measured(ev, pending)
         running = state.live.name
-        state, action = step(state, proposal, loop.mode, tuning.rollback_tolerance)
+        state, action = step(state, proposal, loop.mode, tuning.rollback_tolerance, home=home,
+                             min_gain=tuning.min_gain)  # fmt: skip
         pending = None
         if action.kind in ("switch", "propose"):
             pending = (running, action.target, proposal.gain)
