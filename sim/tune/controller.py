@@ -42,11 +42,13 @@ class TunerState:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """`keep`, `propose` (shadow), `switch` or `rollback`, to `target`, and why."""
+    """`keep`, `propose` (shadow), `switch` or `rollback`, to `target`, and why; for `switch`
+    and `propose`, the target's predicted gain over the live profile."""
 
     kind: str
     target: Candidate
     reason: str
+    gain: float | None = None
 
 
 def step(
@@ -67,14 +69,14 @@ def step(
         state = replace(state, check=None)
     target, reason, gain = proposal.best, proposal.reason(), proposal.gain
     if not (proposal.changes and proposal.confident):
-        behind = None if mode != "apply" or state.hold else _home_ahead(
+        back = None if mode != "apply" or state.hold else _home_ahead(
             state.live, proposal, home, min_gain
         )  # fmt: skip
-        if behind is None or home is None:
+        if back is None or home is None:
             return replace(state, hold=max(0, state.hold - 1)), Action("keep", state.live, reason)
-        target, reason, gain = home, behind, 0.0
+        target, (reason, gain) = home, back
     if mode != "apply":
-        return state, Action("propose", target, reason)
+        return state, Action("propose", target, reason, gain)
     if state.hold:
         reason = f"{reason}; held after a rollback"
         return replace(state, hold=state.hold - 1), Action("keep", state.live, reason)
@@ -83,13 +85,14 @@ def step(
     observed = ev.observed_ttft_mean_s
     calibration = observed / replayed if observed and replayed > 0 else None
     switched = TunerState(target, state.live, Check(calibration, gain))
-    return switched, Action("switch", target, reason)
+    return switched, Action("switch", target, reason, gain)
 
 
 def _home_ahead(
     live: Candidate, proposal: Proposal, home: Candidate | None, min_gain: float
-) -> str | None:
-    """Why the tuner returns home from `live` (None: it stays; see the module docstring)."""
+) -> tuple[str, float] | None:
+    """Why the tuner returns home from `live`, and home's predicted gain over it (None: it
+    stays; see the module docstring)."""
     if home is None or live.name == home.name or live.profile == home.profile:
         return None
     ev = proposal.evaluation
@@ -99,10 +102,11 @@ def _home_ahead(
     lead = statistics.fmean(gains(ev.ttft_mean_s[0], at_home))  # 1 − live / home
     if lead >= min_gain / 2:
         return None
-    return (
+    reason = (
         f"{live.name} is no longer ahead of {home.name}: predicted mean TTFT {lead:+.1%} "
         f"lower (below half the {min_gain:.0%} a switch needs); back home"
     )
+    return reason, statistics.fmean(gains(at_home, ev.ttft_mean_s[0]))
 
 
 def _check(check: Check, proposal: Proposal, previous: Candidate, tolerance: float) -> str | None:

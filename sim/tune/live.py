@@ -146,7 +146,7 @@ class LiveTuner:
         for admin in (self.admin, *self.others):
             admin.post("/admin/tuning/proposal", report).raise_for_status()
         if action.kind in ("switch", "rollback"):
-            self._switch(action, proposal, end)
+            self._switch(action, end)
         log.info(
             "tuning %s: %s (%d requests, engine timing %s, fidelity %s, replays %.1f s CPU)",
             action.kind,
@@ -164,14 +164,14 @@ class LiveTuner:
             return fit_timing(recent, shape.engine, tuning.fit_min_requests)
         return named_timing(shape.engine, sum(r.ttft_s is not None for r in recent))
 
-    def _switch(self, action: Action, proposal: Proposal, end: float) -> None:
+    def _switch(self, action: Action, end: float) -> None:
         body = {
             "kind": action.kind,
             "profile": action.target.name,
             "spec": action.target.profile.model_dump(mode="json", exclude_unset=True),
             "reason": action.reason,
             "generation": self.generation,
-            "predicted_gain": proposal.gain if action.kind == "switch" else None,
+            "predicted_gain": action.gain,
         }
         r = self.admin.post("/admin/tuning/switch", body)
         key = published_profile_key(self.config.state.namespace, self.config.discovery.pool)

@@ -164,7 +164,7 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
                              min_gain=tuning.min_gain)  # fmt: skip
         pending = None
         if action.kind in ("switch", "propose"):
-            pending = (running, action.target, proposal.gain)
+            pending = (running, action.target, action.gain or 0.0)
         if state.live.name != running:
             ran.append((end, state.live))
         row = _row(k, end, ev, ran=running, home=home.name, named_ones=named_ones,
@@ -223,7 +223,7 @@ def summarize_rows(rows: list[WindowRow], home: str) -> dict[str, Any]:
     default = sum(r.default_ttft_s * r.requests for r in rows) / n
     best = sum(r.best_fixed_ttft_s * r.requests for r in rows) / n
     checked = [
-        (prev.proposal.gain, r.measured_gain)
+        (prev.action.gain or 0.0, r.measured_gain)
         for prev, r in itertools.pairwise(rows)
         if r.measured_gain is not None
     ]
@@ -277,6 +277,7 @@ def _row_json(r: WindowRow) -> dict[str, Any]:
         "action": r.action.kind,
         "target": r.action.target.name,
         "reason": r.action.reason,
+        "predicted_gain": r.action.gain,
         "measured_gain": r.measured_gain,
         "proposal": r.proposal.to_json(),
     }

@@ -38,6 +38,8 @@ def test_a_profile_no_longer_ahead_of_home_returns_there() -> None:
     assert action.kind == "switch" and action.target is HOME
     assert state.live is HOME and state.previous is AWAY and state.check is not None
     assert "no longer ahead of prefix-aware" in action.reason and "back home" in action.reason
+    # Home's own predicted gain over the live profile: 1 − 1.02 / 1.00 = −2 %.
+    assert action.gain is not None and abs(action.gain + 0.02) < 1e-9
 
 
 def test_home_faster_returns_there() -> None:
@@ -58,7 +60,7 @@ def test_a_profile_still_well_ahead_stays() -> None:
 
 def test_a_confident_change_elsewhere_goes_there_not_home() -> None:
     _, action = _step(AWAY_STATE, (1.00, 1.00), (1.01, 1.01), third=(0.50, 0.50))
-    assert action.kind == "switch" and action.target is THIRD
+    assert action.kind == "switch" and action.target is THIRD and action.gain == 0.5
 
 
 def test_after_a_rollback_the_hold_keeps_the_live_profile_one_evaluation() -> None:
