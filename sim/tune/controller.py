@@ -69,9 +69,9 @@ def step(
         state = replace(state, check=None)
     target, reason, gain = proposal.best, proposal.reason(), proposal.gain
     if not (proposal.changes and proposal.confident):
-        back = None if mode != "apply" or state.hold else _home_ahead(
-            state.live, proposal, home, min_gain
-        )  # fmt: skip
+        back = None
+        if mode == "apply" and not state.hold and home is not None:
+            back = _home_ahead(state.live, proposal, home, min_gain)
         if back is None or home is None:
             return replace(state, hold=max(0, state.hold - 1)), Action("keep", state.live, reason)
         target, (reason, gain) = home, back
@@ -89,11 +89,11 @@ def step(
 
 
 def _home_ahead(
-    live: Candidate, proposal: Proposal, home: Candidate | None, min_gain: float
+    live: Candidate, proposal: Proposal, home: Candidate, min_gain: float
 ) -> tuple[str, float] | None:
     """Why the tuner returns home from `live`, and home's predicted gain over it (None: it
     stays; see the module docstring)."""
-    if home is None or live.name == home.name or live.profile == home.profile:
+    if live.name == home.name or live.profile == home.profile:  # at home already
         return None
     ev = proposal.evaluation
     at_home = ev.of_candidate(home)
