@@ -1,5 +1,5 @@
 """Build hook for the compiled modules (Cython): `sim.engine.kv_cache_native`,
-`gateway.tracing.otlp_native`, `routing.columns_native` and
+`gateway.tracing.otlp_native`, `routing.columns_native`, `scoring.fused_native` and
 `scoring.state.prefix_hash_native` (which also needs xxHash's `xxhash.h`).
 
 Everything else is in pyproject.toml. The extensions are optional: where they cannot be
@@ -43,6 +43,12 @@ setup(
             Extension(
                 "routing.columns_native",
                 ["routing/columns_native.pyx"],
+                optional=OPTIONAL,
+                extra_compile_args=["-O2", "-ffp-contract=off"],
+            ),
+            Extension(
+                "scoring.fused_native",
+                ["scoring/fused_native.pyx"],
                 optional=OPTIONAL,
                 extra_compile_args=["-O2", "-ffp-contract=off"],
             ),

@@ -48,14 +48,23 @@ class WeightedScorer:
     weight: float
 
 
+FastPath = Callable[
+    [RoutingRequest, Sequence[EndpointSnapshot], SchedulingContext], Decision | None
+]
+"""A profile's plugins computed at once (`scoring.fused`): the same decision as theirs, or None
+where it does not apply (the plugins then run)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """One scheduling pipeline."""
+    """One scheduling pipeline. `fast`, when set, makes the same decision as the plugins in
+    fewer steps; the plugins are its reference and run wherever it answers None."""
 
     name: str
     picker: Picker
     filters: tuple[Filter, ...] = ()
     scorers: tuple[WeightedScorer, ...] = field(default=())
+    fast: FastPath | None = field(default=None, compare=False, repr=False)
 
     def run(
         self,
@@ -63,6 +72,11 @@ class Profile:
         endpoints: Sequence[EndpointSnapshot],
         ctx: SchedulingContext,
     ) -> Decision:
+        fast = self.fast
+        if fast is not None:
+            decision = fast(request, endpoints, ctx)
+            if decision is not None:
+                return decision
         candidates = list(endpoints)
         steps: list[_Step] = []
         for flt in self.filters:
@@ -76,9 +90,7 @@ class Profile:
                 break
         scored = self._score(request, candidates, ctx)
         ranked = tuple(self.picker.pick(request, scored, ctx)) if scored else ()
-        return Decision(  # by position: keywords cost a dict per call
-            self.name, ranked, scored, _FilteredOut(steps) if steps else _NONE_FILTERED
-        )
+        return Decision(self.name, ranked, scored, filtered_out(steps))  # by position
 
     def _score(
         self,
@@ -113,6 +125,12 @@ class Profile:
 
 _Step = tuple[list[EndpointSnapshot], list[EndpointSnapshot], str]  # before, after, filter
 _NONE_FILTERED: Mapping[str, str] = MappingProxyType({})
+
+
+def filtered_out(steps: list[_Step]) -> Mapping[str, str]:
+    """Endpoint id → the filter that removed it, from each filter step that removed some:
+    (its input, its output, its name)."""
+    return _FilteredOut(steps) if steps else _NONE_FILTERED
 
 
 class _FilteredOut(LazyMapping[str]):

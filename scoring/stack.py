@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -18,6 +18,7 @@ from routing import PluginRegistry, Profile, Scheduler, WeightedScorer
 from routing.config.profiles import ProfileSpec, RoutingSection, effective_profiles
 from routing.registry import PluginError
 from scoring.builtin import register_builtins
+from scoring.fused import fused_path
 from scoring.state.precise_index import PreciseIndex
 from scoring.state.prefix_feed import PrefixFeed
 from scoring.state.prefix_index import PrefixIndex
@@ -91,7 +92,9 @@ def _build_profile(name: str, spec: ProfileSpec, registry: PluginRegistry) -> Pr
         picker = registry.make_picker(p.type, p.instance_name, _frozen(p.params))
     except PluginError as exc:
         raise PluginError(f"profile {name!r}: {exc}") from exc
-    return Profile(name=name, picker=picker, filters=filters, scorers=scorers)
+    profile = Profile(name=name, picker=picker, filters=filters, scorers=scorers)
+    fast = fused_path(profile)  # the same decisions in one compiled pass, where it applies
+    return profile if fast is None else replace(profile, fast=fast)
 
 
 def _frozen(params: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -129,6 +129,10 @@ def displaced_tokens(
     """Per replica (matching `depths[i]` leading blocks of `hashes`), the reuse-valued tokens
     that storing the rest of the prompt there would evict (`PrefixIndex.displaced`)."""
     whole = covered_chars(len(hashes), block_chars)
+    if not depths or index.fits_everywhere(
+        (whole - covered_chars(min(depths), block_chars)) // block_chars  # the widest
+    ):
+        return [0.0] * len(depths)  # room everywhere: what `displaced_list` answers
     base_tokens = block_chars / chars_per_token  # tokens per base block
     # Candidates share few distinct depths: each one's new weight once.
     new = {d: (whole - covered_chars(d, block_chars)) // block_chars for d in set(depths)}

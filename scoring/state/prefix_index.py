@@ -115,8 +115,14 @@ class PrefixIndex:
         weight, capacity = self._weight.get(replica, 0), self.capacity(replica)
         x = weight / capacity
         self._fill[replica] = x if x < 1.0 else 1.0
-        self._room[replica] = capacity - weight
-        self._least = None
+        room, old = capacity - weight, self._room.get(replica)
+        self._room[replica] = room
+        least = self._least  # min(self._room.values()), kept as rooms change one at a time
+        if least is not None:
+            if room <= least:
+                self._least = room
+            elif old is not None and old <= least:  # the least room may have grown
+                self._least = None
 
     def fill(self, replica: str) -> float:
         """How full the replica's tracked cache is, 0..1 (in base blocks of its capacity)."""
@@ -401,6 +407,8 @@ class PrefixIndex:
                 and (tail.complete or tail.total >= excess)
             ):
                 weights = tail.weights
+                if not weights:  # a complete tail with no entry: the replica holds none
+                    continue
                 last = bisect_left(weights, excess)
                 if last == len(weights):
                     last -= 1
@@ -422,6 +430,12 @@ class PrefixIndex:
                 value = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
             out[k] = value
         return out
+
+    def fits_everywhere(self, weight: float) -> bool:
+        """Whether `weight` new base blocks fit on every replica without an eviction, so that
+        `displaced_list` answers 0.0 for every replica (False where a subclass answers
+        `displaced` itself)."""
+        return type(self).displaced is PrefixIndex.displaced and weight <= self._least_room()
 
     def _least_room(self) -> float:
         """min(capacity − weight) over the replicas with entries (inf for none), kept until a

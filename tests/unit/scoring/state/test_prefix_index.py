@@ -444,3 +444,43 @@ def test_matches_stay_right_as_the_candidates_asked_change() -> None:
     index.record("r4", A[:7])  # a new holder: the kept answer is stale
     assert index.match_list(A, every) == [10, 4, 0, 7]
     assert index.match(A, ("r4", "r2")) == {"r4": 7, "r2": 4}
+
+
+def test_a_full_replica_whose_entries_all_went_displaces_nothing() -> None:
+    # A full replica whose entries are all dropped keeps its (now empty) tail for the eviction
+    # term; a request without hashes sent there sums it again, empty: it answers 0.0.
+    index = PrefixIndex(8)
+    old = hash_blocks(bytes(range(256)) * 2, prefix_seed("m"), 64)
+    prompt = hash_blocks(bytes(range(256)) * 8, prefix_seed("m"), 64)
+    index.record("a", old)
+    index.displaced_list(["a"], [100], prompt, [0])  # a decision asks for a's tail
+    index.drop("a", old)
+    index.record("a", ())
+    assert index.displaced("a", 100) == 0.0
+    assert index.displaced_list(["a", "b"], [100, 100], prompt, [0, 0]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_least_room_follows_every_change(seed: int) -> None:
+    # Kept as rooms change one at a time: always the minimum over the replicas with entries.
+    rng = random.Random(seed)
+    index = PrefixIndex(64)
+    replicas = ["a", "b", "c", "d"]
+    for step in range(300):
+        r = rng.choice(replicas)
+        op = rng.random()
+        hashes = hash_blocks(rng.randbytes(rng.choice([64, 640, 2000])), prefix_seed("m"), 64)
+        if op < 0.6:
+            index.record(r, hashes)
+        elif op < 0.75:
+            index.drop(r, hashes)
+        elif op < 0.85:
+            index.set_capacity(r, rng.choice([8, 64, 300]))
+        elif op < 0.9:
+            index.remove_replica(r)
+        else:
+            index.evict_oldest(r, rng.choice([1, 10, 100]))
+        least = min(index._room.values(), default=float("inf"))
+        assert index._least_room() == least, step
+        assert index.fits_everywhere(least)
+        assert not index.fits_everywhere(least + 1) or least == float("inf")
