@@ -4,9 +4,10 @@
 `gateway.router.RequestRouter.route` and `scoring.state.prefix_feed.PrefixFeed.dispatch` on
 the stack the gateway and the simulator both build (`scoring.stack`): snapshot (the pool's
 snapshots and the healthy candidates), hash (the prompt's chained prefix blocks), schedule
-(the default `prefix-aware` profile, prefix lookup included), record (the dispatch's
-bookkeeping) and `decision` = hash + schedule, for 1k, 8k and 128k tokens over 8, 64 and
-512 replicas; then each plugin's median (`bench.decision_plugins`). Load moves between
+(the default `prefix-aware` profile, prefix lookup included: its compiled pass,
+`scoring.fused`, where built), record (the dispatch's bookkeeping) and `decision` = hash +
+schedule, for 1k, 8k and 128k tokens over 8, 64 and 512 replicas; then each plugin's median
+on the plugins' own path, the pass's reference (`bench.decision_plugins`). Load moves between
 decisions (in-flight counts; a scrape round every 25), every replica's TTFT line is learnt,
 each cell's index is warm (16 tenants' system prompts and conversations; most queries
 continue one, with a fresh tail); `--fill N` makes N untimed decisions first, so that every
@@ -37,6 +38,7 @@ from routing import EndpointSnapshot, EngineMetrics, RoutingRequest, Scheduler
 from routing.config.profiles import RoutingSection
 from routing.percentile import percentile
 from routing.types import Health
+from scoring import fused
 from scoring.stack import build_routing_stack
 from scoring.state.prefix_hash import hash_blocks, prefix_seed
 from scoring.state.prefix_index import PrefixIndex
@@ -343,6 +345,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         "gc": "enabled" if args.gc else "disabled while timing",
         "fill": args.fill,
         "calibration_ms": calibrate(),
+        "compiled_pass": fused.compiled(),  # the default profile's (`scoring.fused`)
         "target_us": TARGET_US,
         "cells": rows,
         "breakdown_8k_64": parts,
@@ -351,7 +354,10 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
 
 def _plugin_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
     names = list(rows[0]["plugins_median_us"]) if rows else []
-    say("per plugin, median µs (every other decision; `scheduler`: its schedule less these)")
+    say(
+        "per plugin on the plugins' own path, median µs (every other decision; the others take"
+        " the compiled pass; `scheduler`: its schedule less these)"
+    )
     say(f"{'tokens':>8} {'replicas':>8} " + " ".join(f"{_short(n):>13}" for n in names))
     for row in rows:
         parts = row["plugins_median_us"]

@@ -4,9 +4,11 @@ The default profile's filters, scorers and picker run behind a `Timed` wrapper t
 `perf_counter_ns` around each call; `scheduler` is the schedule stage less the plugins (the
 runner's weighted sum, the candidates' ids, the wrappers' own calls). `python -m bench
 decision` runs every other decision on such a copy of the scheduler, so that the stage
-timings (the other decisions) carry no wrapper. The first scorer to look the prompt up in
-the prefix index pays for the lookup (`estimated-ttft-scorer` in the default profile; the
-others reuse it), so the stage table's `match` column is part of that scorer's time.
+timings (the other decisions) carry no wrapper. The copy has no compiled pass
+(`scoring.fused`): these are the plugins' own times, the pass's reference. The first scorer
+to look the prompt up in the prefix index pays for the lookup (`estimated-ttft-scorer` in
+the default profile; the others reuse it), so the stage table's `match` column is part of
+that scorer's time.
 """
 
 from __future__ import annotations

@@ -17,18 +17,13 @@ from cpython.ref cimport Py_INCREF
 from libc.stdlib cimport free, malloc
 
 
-cdef struct Ranked:
-    double total
-    Py_ssize_t index
-
-
 cdef inline bint _after(const Ranked *x, const Ranked *y) noexcept nogil:
     # Whether x ranks after y: descending by total, equal totals in input order
     # (`sorted(..., reverse=True)`'s order).
     return x.total < y.total or (x.total == y.total and x.index > y.index)
 
 
-cdef void _sort(Ranked *r, Ranked *tmp, Py_ssize_t n) noexcept nogil:
+cdef void sort_ranked(Ranked *r, Ranked *tmp, Py_ssize_t n) noexcept nogil:
     # Bottom-up merge sort with the comparison inlined (qsort's call per comparison cost
     # more than the rest of a ranking): insertion-sorted runs of RUN, then merged pairwise.
     cdef Ranked v
@@ -93,11 +88,11 @@ cdef Ranked *_ranked(list totals, Py_ssize_t n) except NULL:
     except BaseException:
         free(r)
         raise
-    _sort(r, r + n, n)
+    sort_ranked(r, r + n, n)
     return r
 
 
-cdef bint _distinct(const Ranked *r, Py_ssize_t n, double tolerance) noexcept nogil:
+cdef bint distinct_totals(const Ranked *r, Py_ssize_t n, double tolerance) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n - 1):
         if not (r[i].total - r[i + 1].total > tolerance):
@@ -140,7 +135,7 @@ def rank_order(list totals, double tolerance):
     cdef Py_ssize_t n = len(totals), i
     cdef Ranked *r = _ranked(totals, n)
     try:
-        return [r[i].index for i in range(n)], _distinct(r, n, tolerance)
+        return [r[i].index for i in range(n)], distinct_totals(r, n, tolerance)
     finally:
         free(r)
 
@@ -155,7 +150,7 @@ def ranked_ids(object ids, list totals, double tolerance):
     cdef object item
     cdef list out
     try:
-        if not _distinct(r, n, tolerance):
+        if not distinct_totals(r, n, tolerance):
             return None
         out = PyList_New(n)
         for i in range(n):

@@ -5,12 +5,12 @@ the plugins the pass knows: the default profile and its variants.
 and scorers among `estimated-ttft-scorer` (approximate cache view), `prefix-match-scorer`,
 `in-flight-scorer`, `kv-utilization-scorer` and `cache-headroom-scorer`, each at most once,
 over one prefix index. For such a profile it returns a `routing.scheduler.FastPath`: the
-index and the TTFT model are asked what the plugins ask them, the per-candidate arithmetic
-runs in `scoring.fused_native`, the picker ranks the same table. The decision is the
-plugins' one (same columns to the last bit, same ranking, same draws from the RNG); where
-a candidate is not a plain snapshot, or a plugin would take a rare branch (unknown KV
-usage, a NaN estimate), the path answers None and the plugins decide. Without the compiled
-module there is no fast path.
+index and the TTFT model are asked what the plugins ask them; the per-candidate arithmetic
+and the max-score order run in `scoring.fused_native` (tied totals go to the picker's
+shuffle). The decision is the plugins' (same columns to the last bit, same ranking, same
+draws from the RNG); where a candidate is not a plain snapshot, or a plugin would take a
+rare branch (unknown KV usage, a NaN estimate), the path answers None and the plugins
+decide. Without the compiled module there is no fast path.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from routing import Decision, EndpointSnapshot, EngineMetrics, RoutingRequest, S
 from routing.scheduler import FastPath, Profile, filtered_out
 from routing.types import ScoreTable
 from scoring.filters.load_imbalance import LoadImbalanceFilter
-from scoring.pickers.max_score import MaxScorePicker, rank_by_total
+from scoring.pickers.max_score import TIE_TOLERANCE, MaxScorePicker, rank_by_total
 from scoring.scorers.cache_headroom import CacheHeadroomScorer
 from scoring.scorers.estimated_ttft import EstimatedTtftScorer, displaced_tokens
 from scoring.scorers.in_flight import InFlightScorer
@@ -36,6 +36,8 @@ try:
     from scoring import fused_native
 except ImportError:  # not built (no C compiler): the plugins run
     fused_native = None  # type: ignore[assignment]
+else:  # its columns are read-only sequences of floats
+    Sequence.register(fused_native.Column)
 
 _KINDS: dict[type, int] = {
     EstimatedTtftScorer: 0,
@@ -46,6 +48,11 @@ _KINDS: dict[type, int] = {
 }
 _TTFT, _PREFIX, _HEADROOM = 0, 1, 4
 _MAX_SCORERS = 8
+
+
+def compiled() -> bool:
+    """Whether this install has the compiled pass (else every profile runs its plugins)."""
+    return fused_native is not None
 
 
 def fused_path(profile: Profile) -> FastPath | None:
@@ -107,6 +114,7 @@ class _FusedPath:
             kinds,
             [ws.weight for ws in profile.scorers],
             eviction,
+            TIE_TOLERANCE,
         )
 
     def __call__(
@@ -138,12 +146,16 @@ class _FusedPath:
                 block_chars=request.prefix_block_chars,
                 chars_per_token=self._cpt,
             )
-        got = kernel.columns(depths, lines, fills, displaced, _Terms(request, self._cpt))
+        got = kernel.columns(ids, depths, lines, fills, displaced, _Terms(request, self._cpt))
         if got is None:
             return None
-        columns, totals = got
-        table = ScoreTable(ids, self._names, columns, totals)
-        ranked = tuple(rank_by_total(table, ctx.rng))
+        columns, totals, order = got
+        if order is None:  # totals tie: the picker shuffles them with the RNG
+            table = ScoreTable(ids, self._names, columns, list(totals))
+            order = rank_by_total(table, ctx.rng)
+        else:
+            table = ScoreTable(ids, self._names, columns, totals)
+        ranked = tuple(order)
         steps = [(list(given), kept, self._filter_name)] if dropped else []
         return Decision(self._name, ranked, table, filtered_out(steps))
 

@@ -1731,9 +1731,39 @@ static const char* const __pyx_f[] = {
 /* #### Code section: type_declarations ### */
 
 /*--- Type declarations ---*/
+struct __pyx_obj_7scoring_12fused_native_Column;
 struct __pyx_obj_7scoring_12fused_native_Kernel;
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__;
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__;
+struct __pyx_t_7routing_14columns_native_Ranked;
 
-/* "scoring/fused_native.pyx":96
+/* "routing/columns_native.pxd":3
+ * # What `columns_native.pyx` shares with other compiled modules (`scoring.fused_native`).
+ * 
+ * cdef struct Ranked:             # <<<<<<<<<<<<<<
+ *     double total
+ *     Py_ssize_t index
+*/
+struct __pyx_t_7routing_14columns_native_Ranked {
+  double total;
+  Py_ssize_t index;
+};
+
+/* "scoring/fused_native.pyx":100
+ * 
+ * 
+ * cdef class Column:             # <<<<<<<<<<<<<<
+ *     """A read-only sequence of floats over a C array: a score column or the totals, whose
+ *     float objects are made only for the items read (most decisions read two or three)."""
+*/
+struct __pyx_obj_7scoring_12fused_native_Column {
+  PyObject_HEAD
+  double *data;
+  Py_ssize_t n;
+};
+
+
+/* "scoring/fused_native.pyx":184
  * 
  * 
  * cdef class Kernel:             # <<<<<<<<<<<<<<
@@ -1764,8 +1794,10 @@ struct __pyx_obj_7scoring_12fused_native_Kernel {
   int kinds[8];
   double weights[8];
   double eviction_weight;
+  double tie_tolerance;
   Py_ssize_t cap;
   Py_ssize_t n;
+  struct __pyx_t_7routing_14columns_native_Ranked *ranked;
   double *count;
   double *pending;
   double *remote_pending;
@@ -1776,6 +1808,46 @@ struct __pyx_obj_7scoring_12fused_native_Kernel {
 };
 
 
+/* "scoring/fused_native.pyx":128
+ *         return self.data[i]
+ * 
+ *     def __iter__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n):
+*/
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ {
+  PyObject_HEAD
+  Py_ssize_t __pyx_v_i;
+  struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self;
+  Py_ssize_t __pyx_t_0;
+  Py_ssize_t __pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+};
+
+
+/* "scoring/fused_native.pyx":133
+ *             yield self.data[i]
+ * 
+ *     def __reversed__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):
+*/
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ {
+  PyObject_HEAD
+  Py_ssize_t __pyx_v_i;
+  struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self;
+  Py_ssize_t __pyx_t_0;
+};
+
+
+
+/* "scoring/fused_native.pyx":184
+ * 
+ * 
+ * cdef class Kernel:             # <<<<<<<<<<<<<<
+ *     """One profile's filter and scorers over C arrays, reused from decision to decision."""
+ * 
+*/
 
 struct __pyx_vtabstruct_7scoring_12fused_native_Kernel {
   void (*_release)(struct __pyx_obj_7scoring_12fused_native_Kernel *);
@@ -1859,14 +1931,18 @@ static struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *__pyx_vtabptr_7sc
 #define __Pyx_CLEAR(r)    do { PyObject* tmp = ((PyObject*)(r)); r = NULL; __Pyx_DECREF(tmp);} while(0)
 #define __Pyx_XCLEAR(r)   do { if((r) != NULL) {PyObject* tmp = ((PyObject*)(r)); r = NULL; __Pyx_DECREF(tmp);}} while(0)
 
-/* IncludeStringH.proto (used by PyObjectCompare) */
-#include <string.h>
-
-/* PyObjectCompare.proto */
-static CYTHON_INLINE int __Pyx_PyObject_CompareBoolGt_int_int(PyObject *op1, PyObject *op2, int pyop);
-
-/* PyObjectCompare.proto */
-static CYTHON_INLINE int __Pyx_PyObject_CompareBoolLt_int_int(PyObject *op1, PyObject *op2, int pyop);
+/* FastTypeChecks.proto (used by GivenExceptionMatches) */
+#if CYTHON_COMPILING_IN_CPYTHON
+#define __Pyx_TypeCheck(obj, type) __Pyx_IsSubtype(Py_TYPE(obj), (PyTypeObject *)type)
+#define __Pyx_TypeCheck2(obj, type1, type2) __Pyx_IsAnySubtype2(Py_TYPE(obj), (PyTypeObject *)type1, (PyTypeObject *)type2)
+static CYTHON_INLINE int __Pyx_IsSubtype(PyTypeObject *a, PyTypeObject *b);
+static CYTHON_INLINE int __Pyx_IsAnySubtype2(PyTypeObject *cls, PyTypeObject *a, PyTypeObject *b);
+#define __Pyx_PyAnySet_Check(obj)  __Pyx_TypeCheck2(obj, &PySet_Type, &PyFrozenSet_Type)
+#else
+#define __Pyx_TypeCheck(obj, type) PyObject_TypeCheck(obj, (PyTypeObject *)type)
+#define __Pyx_TypeCheck2(obj, type1, type2) (PyObject_TypeCheck(obj, (PyTypeObject *)type1) || PyObject_TypeCheck(obj, (PyTypeObject *)type2))
+#define __Pyx_PyAnySet_Check(obj)  PyAnySet_Check(obj)
+#endif
 
 /* PyThreadStateGet.proto (used by PyErrFetchRestore) */
 #if CYTHON_FAST_THREAD_STATE
@@ -1886,7 +1962,7 @@ static CYTHON_INLINE int __Pyx_PyObject_CompareBoolLt_int_int(PyObject *op1, PyO
 #define __Pyx_PyErr_CurrentExceptionType()  PyErr_Occurred()
 #endif
 
-/* PyErrFetchRestore.proto (used by WriteUnraisableException) */
+/* PyErrFetchRestore.proto (used by GivenExceptionMatches) */
 #if CYTHON_FAST_THREAD_STATE
 #define __Pyx_PyErr_Clear() __Pyx_ErrRestore(NULL, NULL, NULL)
 #define __Pyx_ErrRestoreWithState(type, value, tb)  __Pyx_ErrRestoreInState(PyThreadState_GET(), type, value, tb)
@@ -1911,17 +1987,52 @@ static CYTHON_INLINE void __Pyx_ErrFetchInState(PyThreadState *tstate, PyObject 
 #define __Pyx_ErrFetch(type, value, tb)  PyErr_Fetch(type, value, tb)
 #endif
 
-/* WriteUnraisableException.proto */
-static void __Pyx_WriteUnraisable(const char *name, int clineno,
-                                  int lineno, const char *filename,
-                                  int full_traceback, int nogil);
+/* GivenExceptionMatches.proto (used by PyErrExceptionMatches) */
+#if CYTHON_COMPILING_IN_CPYTHON
+static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches(PyObject *err, PyObject *type);
+static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *type1, PyObject *type2);
+#else
+#define __Pyx_PyErr_GivenExceptionMatches(err, type) PyErr_GivenExceptionMatches(err, type)
+static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *type1, PyObject *type2) {
+    return PyErr_GivenExceptionMatches(err, type1) || PyErr_GivenExceptionMatches(err, type2);
+}
+#endif
+#define __Pyx_PyErr_ExceptionMatches2(err1, err2)  __Pyx_PyErr_GivenExceptionMatches2(__Pyx_PyErr_CurrentExceptionType(), err1, err2)
 
-/* PyObjectGetAttrStr.proto */
+/* PyErrExceptionMatches.proto (used by PyObjectGetAttrStrNoError) */
+#if CYTHON_FAST_THREAD_STATE
+#define __Pyx_PyErr_ExceptionMatches(err) __Pyx_PyErr_ExceptionMatchesInState(__pyx_tstate, err)
+static CYTHON_INLINE int __Pyx_PyErr_ExceptionMatchesInState(PyThreadState* tstate, PyObject* err);
+#else
+#define __Pyx_PyErr_ExceptionMatches(err)  PyErr_ExceptionMatches(err)
+#endif
+
+/* PyObjectGetAttrStr.proto (used by PyObjectGetAttrStrNoError) */
 #if CYTHON_USE_TYPE_SLOTS
 static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStr(PyObject* obj, PyObject* attr_name);
 #else
 #define __Pyx_PyObject_GetAttrStr(o,n) PyObject_GetAttr(o,n)
 #endif
+
+/* PyObjectGetAttrStrNoError.proto (used by GetBuiltinName) */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStrNoError(PyObject* obj, PyObject* attr_name);
+
+/* GetBuiltinName.proto */
+static PyObject *__Pyx_GetBuiltinName(PyObject *name);
+
+/* IncludeStringH.proto (used by PyObjectCompare) */
+#include <string.h>
+
+/* PyObjectCompare.proto */
+static CYTHON_INLINE int __Pyx_PyObject_CompareBoolGt_int_int(PyObject *op1, PyObject *op2, int pyop);
+
+/* PyObjectCompare.proto */
+static CYTHON_INLINE int __Pyx_PyObject_CompareBoolLt_int_int(PyObject *op1, PyObject *op2, int pyop);
+
+/* WriteUnraisableException.proto */
+static void __Pyx_WriteUnraisable(const char *name, int clineno,
+                                  int lineno, const char *filename,
+                                  int full_traceback, int nogil);
 
 /* PyObjectCall.proto (used by PyObjectFastCall) */
 #if CYTHON_COMPILING_IN_CPYTHON
@@ -1944,19 +2055,6 @@ static CYTHON_INLINE PyObject* __Pyx_PyObject_FastCallDict(PyObject *func, PyObj
 #define __Pyx_PyObject_FastCallMethod(name, args, nargsf) PyObject_VectorcallMethod(name, args, nargsf, NULL)
 #else
 static PyObject *__Pyx_PyObject_FastCallMethod(PyObject *name, PyObject *const *args, size_t nargsf);
-#endif
-
-/* FastTypeChecks.proto (used by PyTypeError_Check) */
-#if CYTHON_COMPILING_IN_CPYTHON
-#define __Pyx_TypeCheck(obj, type) __Pyx_IsSubtype(Py_TYPE(obj), (PyTypeObject *)type)
-#define __Pyx_TypeCheck2(obj, type1, type2) __Pyx_IsAnySubtype2(Py_TYPE(obj), (PyTypeObject *)type1, (PyTypeObject *)type2)
-static CYTHON_INLINE int __Pyx_IsSubtype(PyTypeObject *a, PyTypeObject *b);
-static CYTHON_INLINE int __Pyx_IsAnySubtype2(PyTypeObject *cls, PyTypeObject *a, PyTypeObject *b);
-#define __Pyx_PyAnySet_Check(obj)  __Pyx_TypeCheck2(obj, &PySet_Type, &PyFrozenSet_Type)
-#else
-#define __Pyx_TypeCheck(obj, type) PyObject_TypeCheck(obj, (PyTypeObject *)type)
-#define __Pyx_TypeCheck2(obj, type1, type2) (PyObject_TypeCheck(obj, (PyTypeObject *)type1) || PyObject_TypeCheck(obj, (PyTypeObject *)type2))
-#define __Pyx_PyAnySet_Check(obj)  PyAnySet_Check(obj)
 #endif
 
 /* PyTypeError_Check.proto */
@@ -2157,6 +2255,34 @@ static int __Pyx_PyDict_NextRef(PyObject *p, Py_ssize_t *ppos, PyObject **pkey, 
 /* RejectKeywords.export */
 static void __Pyx_RejectKeywords(const char* function_name, PyObject *kwds);
 
+/* PyRange_Check.proto */
+#if CYTHON_COMPILING_IN_PYPY && !defined(PyRange_Check)
+  #define PyRange_Check(obj)  __Pyx_TypeCheck((obj), &PyRange_Type)
+#endif
+
+/* ListCompAppendAndDecref.proto */
+static CYTHON_INLINE int __Pyx_ListComp_AppendAndDecref(PyObject* list, PyObject* x);
+
+/* PyIndexError_Check.proto */
+#define __Pyx_PyExc_IndexError_Check(obj)  __Pyx_TypeCheck(obj, PyExc_IndexError)
+
+/* GetException.proto (used by pep479) */
+#if CYTHON_FAST_THREAD_STATE
+#define __Pyx_GetException(type, value, tb)  __Pyx__GetException(__pyx_tstate, type, value, tb)
+static int __Pyx__GetException(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb);
+#else
+static int __Pyx_GetException(PyObject **type, PyObject **value, PyObject **tb);
+#endif
+
+/* pep479.proto */
+static void __Pyx_Generator_Replace_StopIteration(int in_async_gen);
+
+/* PySequenceContains.proto */
+static CYTHON_INLINE int __Pyx_PySequence_ContainsTF(PyObject* item, PyObject* seq, int eq) {
+    int result = PySequence_Contains(seq, item);
+    return unlikely(result < 0) ? result : (result == (eq == Py_EQ));
+}
+
 /* RaiseDoubleKeywords.proto (used by ParseKeywordsImpl) */
 static void __Pyx_RaiseDoubleKeywordsError(const char* func_name, PyObject* kw_name);
 
@@ -2208,14 +2334,56 @@ static CYTHON_INLINE int __Pyx_ParseKeywords(
     int ignore_unknown_kwargs
 );
 
-/* ArgTypeTestError.export */
-static void __Pyx_ArgTypeError(PyObject *obj, PyTypeObject *type, const char *name, int exact);
+/* PyObjectFormatAndDecref.proto */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_FormatSimpleAndDecref(PyObject* s, PyObject* f);
+static CYTHON_INLINE PyObject* __Pyx_PyObject_FormatAndDecref(PyObject* s, PyObject* f);
 
-/* ArgTypeTest.proto */
-static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, int none_allowed, const char *name, int exact);
+/* PyDictVersioning.proto (used by GetModuleGlobalName) */
+#if CYTHON_USE_DICT_VERSIONS && CYTHON_USE_TYPE_SLOTS
+#define __PYX_DICT_VERSION_INIT  ((PY_UINT64_T) -1)
+#define __PYX_GET_DICT_VERSION(dict)  (((PyDictObject*)(dict))->ma_version_tag)
+#define __PYX_UPDATE_DICT_CACHE(dict, value, cache_var, version_var)\
+    (version_var) = __PYX_GET_DICT_VERSION(dict);\
+    (cache_var) = (value);
+#define __PYX_PY_DICT_LOOKUP_IF_MODIFIED(VAR, DICT, LOOKUP) {\
+    static PY_UINT64_T __pyx_dict_version = 0;\
+    static PyObject *__pyx_dict_cached_value = NULL;\
+    if (likely(__PYX_GET_DICT_VERSION(DICT) == __pyx_dict_version)) {\
+        (VAR) = __Pyx_XNewRef(__pyx_dict_cached_value);\
+    } else {\
+        (VAR) = __pyx_dict_cached_value = (LOOKUP);\
+        __pyx_dict_version = __PYX_GET_DICT_VERSION(DICT);\
+    }\
+}
+static CYTHON_INLINE PY_UINT64_T __Pyx_get_tp_dict_version(PyObject *obj);
+static CYTHON_INLINE PY_UINT64_T __Pyx_get_object_dict_version(PyObject *obj);
+static CYTHON_INLINE int __Pyx_object_dict_version_matches(PyObject* obj, PY_UINT64_T tp_dict_version, PY_UINT64_T obj_dict_version);
+#else
+#define __PYX_GET_DICT_VERSION(dict)  (0)
+#define __PYX_UPDATE_DICT_CACHE(dict, value, cache_var, version_var)
+#define __PYX_PY_DICT_LOOKUP_IF_MODIFIED(VAR, DICT, LOOKUP)  (VAR) = (LOOKUP);
+#endif
 
-/* PyValueError_Check.proto */
-#define __Pyx_PyExc_ValueError_Check(obj)  __Pyx_TypeCheck(obj, PyExc_ValueError)
+/* GetModuleGlobalName.proto */
+#if CYTHON_USE_DICT_VERSIONS
+#define __Pyx_GetModuleGlobalName(var, name)  do {\
+    static PY_UINT64_T __pyx_dict_version = 0;\
+    static PyObject *__pyx_dict_cached_value = NULL;\
+    (var) = (likely(__pyx_dict_version == __PYX_GET_DICT_VERSION(__pyx_mstate_global->__pyx_d))) ?\
+        (likely(__pyx_dict_cached_value) ? __Pyx_NewRef(__pyx_dict_cached_value) : __Pyx_GetBuiltinName(name)) :\
+        __Pyx__GetModuleGlobalName(name, &__pyx_dict_version, &__pyx_dict_cached_value);\
+} while(0)
+#define __Pyx_GetModuleGlobalNameUncached(var, name)  do {\
+    PY_UINT64_T __pyx_dict_version;\
+    PyObject *__pyx_dict_cached_value;\
+    (var) = __Pyx__GetModuleGlobalName(name, &__pyx_dict_version, &__pyx_dict_cached_value);\
+} while(0)
+static PyObject *__Pyx__GetModuleGlobalName(PyObject *name, PY_UINT64_T *dict_version, PyObject **dict_cached_value);
+#else
+#define __Pyx_GetModuleGlobalName(var, name)  (var) = __Pyx__GetModuleGlobalName(name)
+#define __Pyx_GetModuleGlobalNameUncached(var, name)  (var) = __Pyx__GetModuleGlobalName(name)
+static CYTHON_INLINE PyObject *__Pyx__GetModuleGlobalName(PyObject *name);
+#endif
 
 /* PyFrozenDict.proto (used by GetItemInt) */
 #if CYTHON_COMPILING_IN_LIMITED_API
@@ -2285,78 +2453,14 @@ static PyObject *__Pyx_GetItemInt_Generic(PyObject *o, PyObject* j);
 static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Fast(PyObject *o, Py_ssize_t i,
                                                      int wraparound, int boundscheck, int unsafe_shared);
 
-/* GivenExceptionMatches.proto (used by PyErrExceptionMatches) */
-#if CYTHON_COMPILING_IN_CPYTHON
-static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches(PyObject *err, PyObject *type);
-static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *type1, PyObject *type2);
-#else
-#define __Pyx_PyErr_GivenExceptionMatches(err, type) PyErr_GivenExceptionMatches(err, type)
-static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *type1, PyObject *type2) {
-    return PyErr_GivenExceptionMatches(err, type1) || PyErr_GivenExceptionMatches(err, type2);
-}
-#endif
-#define __Pyx_PyErr_ExceptionMatches2(err1, err2)  __Pyx_PyErr_GivenExceptionMatches2(__Pyx_PyErr_CurrentExceptionType(), err1, err2)
+/* ArgTypeTestError.export */
+static void __Pyx_ArgTypeError(PyObject *obj, PyTypeObject *type, const char *name, int exact);
 
-/* PyErrExceptionMatches.proto (used by PyObjectGetAttrStrNoError) */
-#if CYTHON_FAST_THREAD_STATE
-#define __Pyx_PyErr_ExceptionMatches(err) __Pyx_PyErr_ExceptionMatchesInState(__pyx_tstate, err)
-static CYTHON_INLINE int __Pyx_PyErr_ExceptionMatchesInState(PyThreadState* tstate, PyObject* err);
-#else
-#define __Pyx_PyErr_ExceptionMatches(err)  PyErr_ExceptionMatches(err)
-#endif
+/* ArgTypeTest.proto */
+static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, int none_allowed, const char *name, int exact);
 
-/* PyObjectGetAttrStrNoError.proto (used by GetBuiltinName) */
-static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStrNoError(PyObject* obj, PyObject* attr_name);
-
-/* GetBuiltinName.proto (used by GetModuleGlobalName) */
-static PyObject *__Pyx_GetBuiltinName(PyObject *name);
-
-/* PyDictVersioning.proto (used by GetModuleGlobalName) */
-#if CYTHON_USE_DICT_VERSIONS && CYTHON_USE_TYPE_SLOTS
-#define __PYX_DICT_VERSION_INIT  ((PY_UINT64_T) -1)
-#define __PYX_GET_DICT_VERSION(dict)  (((PyDictObject*)(dict))->ma_version_tag)
-#define __PYX_UPDATE_DICT_CACHE(dict, value, cache_var, version_var)\
-    (version_var) = __PYX_GET_DICT_VERSION(dict);\
-    (cache_var) = (value);
-#define __PYX_PY_DICT_LOOKUP_IF_MODIFIED(VAR, DICT, LOOKUP) {\
-    static PY_UINT64_T __pyx_dict_version = 0;\
-    static PyObject *__pyx_dict_cached_value = NULL;\
-    if (likely(__PYX_GET_DICT_VERSION(DICT) == __pyx_dict_version)) {\
-        (VAR) = __Pyx_XNewRef(__pyx_dict_cached_value);\
-    } else {\
-        (VAR) = __pyx_dict_cached_value = (LOOKUP);\
-        __pyx_dict_version = __PYX_GET_DICT_VERSION(DICT);\
-    }\
-}
-static CYTHON_INLINE PY_UINT64_T __Pyx_get_tp_dict_version(PyObject *obj);
-static CYTHON_INLINE PY_UINT64_T __Pyx_get_object_dict_version(PyObject *obj);
-static CYTHON_INLINE int __Pyx_object_dict_version_matches(PyObject* obj, PY_UINT64_T tp_dict_version, PY_UINT64_T obj_dict_version);
-#else
-#define __PYX_GET_DICT_VERSION(dict)  (0)
-#define __PYX_UPDATE_DICT_CACHE(dict, value, cache_var, version_var)
-#define __PYX_PY_DICT_LOOKUP_IF_MODIFIED(VAR, DICT, LOOKUP)  (VAR) = (LOOKUP);
-#endif
-
-/* GetModuleGlobalName.proto */
-#if CYTHON_USE_DICT_VERSIONS
-#define __Pyx_GetModuleGlobalName(var, name)  do {\
-    static PY_UINT64_T __pyx_dict_version = 0;\
-    static PyObject *__pyx_dict_cached_value = NULL;\
-    (var) = (likely(__pyx_dict_version == __PYX_GET_DICT_VERSION(__pyx_mstate_global->__pyx_d))) ?\
-        (likely(__pyx_dict_cached_value) ? __Pyx_NewRef(__pyx_dict_cached_value) : __Pyx_GetBuiltinName(name)) :\
-        __Pyx__GetModuleGlobalName(name, &__pyx_dict_version, &__pyx_dict_cached_value);\
-} while(0)
-#define __Pyx_GetModuleGlobalNameUncached(var, name)  do {\
-    PY_UINT64_T __pyx_dict_version;\
-    PyObject *__pyx_dict_cached_value;\
-    (var) = __Pyx__GetModuleGlobalName(name, &__pyx_dict_version, &__pyx_dict_cached_value);\
-} while(0)
-static PyObject *__Pyx__GetModuleGlobalName(PyObject *name, PY_UINT64_T *dict_version, PyObject **dict_cached_value);
-#else
-#define __Pyx_GetModuleGlobalName(var, name)  (var) = __Pyx__GetModuleGlobalName(name)
-#define __Pyx_GetModuleGlobalNameUncached(var, name)  (var) = __Pyx__GetModuleGlobalName(name)
-static CYTHON_INLINE PyObject *__Pyx__GetModuleGlobalName(PyObject *name);
-#endif
+/* PyValueError_Check.proto */
+#define __Pyx_PyExc_ValueError_Check(obj)  __Pyx_TypeCheck(obj, PyExc_ValueError)
 
 /* PyObjectCompare.proto */
 static CYTHON_INLINE int __Pyx_PyObject_CompareBoolEq_object_object(PyObject *op1, PyObject *op2, int pyop);
@@ -2431,12 +2535,6 @@ static void __Pyx_RaiseErrorWithType(PyObject* exc_type, const char* message, Py
 static PyObject *__Pyx_CallNewInitFromVectorcall(PyTypeObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 #endif
 
-/* CallSlotAsVectorcall.proto */
-#if CYTHON_VECTORCALL_TPNEW
-typedef int (*__Pyx_tpinitvectorcallfunc)(PyObject* o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-static int __Pyx_CallTpinitAsVectorcall(__Pyx_tpinitvectorcallfunc f, PyObject* o, PyObject *a, PyObject *k);
-#endif
-
 /* DeallocKeepAlive.proto */
 #if CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
 #define __Pyx_DeallocKeepAliveBegin(o) do {\
@@ -2451,11 +2549,31 @@ static int __Pyx_CallTpinitAsVectorcall(__Pyx_tpinitvectorcallfunc f, PyObject* 
 #define __Pyx_DeallocKeepAliveEnd(o)   Py_SET_REFCNT(o, Py_REFCNT(o) - 1)
 #endif
 
+/* CallSlotAsVectorcall.proto */
+#if CYTHON_VECTORCALL_TPNEW
+typedef int (*__Pyx_tpinitvectorcallfunc)(PyObject* o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+static int __Pyx_CallTpinitAsVectorcall(__Pyx_tpinitvectorcallfunc f, PyObject* o, PyObject *a, PyObject *k);
+#endif
+
 /* CallTypeTraverse.proto */
 #if !CYTHON_USE_TYPE_SPECS
 #define __Pyx_call_type_traverse(o, always_call, visit, arg) 0
 #else
 static int __Pyx_call_type_traverse(PyObject *o, int always_call, visitproc visit, void *arg);
+#endif
+
+/* CheckTypeForFreelists.proto */
+#if CYTHON_USE_FREELISTS
+#if CYTHON_USE_TYPE_SPECS
+#define __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(t, expected_tp, expected_size) ((int) ((t) == (expected_tp)))
+#define __PYX_CHECK_TYPE_FOR_FREELIST_FLAGS  Py_TPFLAGS_IS_ABSTRACT
+#else
+#define __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(t, expected_tp, expected_size) ((int) ((t)->tp_basicsize == (expected_size)))
+#define __PYX_CHECK_TYPE_FOR_FREELIST_FLAGS  (Py_TPFLAGS_IS_ABSTRACT | Py_TPFLAGS_HEAPTYPE)
+#endif
+#define __PYX_CHECK_TYPE_FOR_FREELISTS(t, expected_tp, expected_size)\
+    (__PYX_CHECK_FINAL_TYPE_FOR_FREELISTS((t), (expected_tp), (expected_size)) &\
+     (int) (!__Pyx_PyType_HasFeature((t), __PYX_CHECK_TYPE_FOR_FREELIST_FLAGS)))
 #endif
 
 /* PyObjectCallMethod0.proto (used by PyType_Ready) */
@@ -2528,6 +2646,9 @@ enum __Pyx_ImportType_CheckSize_3_3_2 {
 };
 static PyTypeObject *__Pyx_ImportType_3_3_2(PyObject* module, const char *module_name, const char *class_name, size_t size, size_t alignment, enum __Pyx_ImportType_CheckSize_3_3_2 check_size);
 #endif
+
+/* FunctionImport.proto */
+static int __Pyx_ImportFunction_3_3_2(PyObject *module, const char *funcname, void (**f)(void), const char *sig);
 
 /* dict_setdefault.proto (used by FetchCommonType) */
 static CYTHON_INLINE PyObject *__Pyx_PyDict_SetDefault(PyObject *d, PyObject *key, PyObject *default_value);
@@ -2761,6 +2882,138 @@ static void __Pyx_init_runtime_version(void);
 #endif
 static unsigned long __Pyx_get_runtime_version(void);
 
+/* GetTopmostException.proto (used by SaveResetException) */
+#if CYTHON_USE_EXC_INFO_STACK && CYTHON_FAST_THREAD_STATE
+static _PyErr_StackItem * __Pyx_PyErr_GetTopmostException(PyThreadState *tstate);
+#endif
+
+/* SaveResetException.proto (used by CoroutineBase) */
+#if CYTHON_FAST_THREAD_STATE
+#define __Pyx_ExceptionSave(type, value, tb)  __Pyx__ExceptionSave(__pyx_tstate, type, value, tb)
+static CYTHON_INLINE void __Pyx__ExceptionSave(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb);
+#define __Pyx_ExceptionReset(type, value, tb)  __Pyx__ExceptionReset(__pyx_tstate, type, value, tb)
+static CYTHON_INLINE void __Pyx__ExceptionReset(PyThreadState *tstate, PyObject *type, PyObject *value, PyObject *tb);
+#else
+#define __Pyx_ExceptionSave(type, value, tb)   PyErr_GetExcInfo(type, value, tb)
+#define __Pyx_ExceptionReset(type, value, tb)  PyErr_SetExcInfo(type, value, tb)
+#endif
+
+/* SwapException.proto (used by CoroutineBase) */
+#if CYTHON_FAST_THREAD_STATE
+#define __Pyx_ExceptionSwap(type, value, tb)  __Pyx__ExceptionSwap(__pyx_tstate, type, value, tb)
+static CYTHON_INLINE void __Pyx__ExceptionSwap(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb);
+#else
+static CYTHON_INLINE void __Pyx_ExceptionSwap(PyObject **type, PyObject **value, PyObject **tb);
+#endif
+
+/* IterNextPlain.proto (used by CoroutineBase) */
+static CYTHON_INLINE PyObject *__Pyx_PyIter_Next_Plain(PyObject *iterator);
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+static PyObject *__Pyx_GetBuiltinNext_LimitedAPI(void);
+#endif
+
+/* PyObjectCallMethod1.proto (used by CoroutineBase) */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_CallMethod1(PyObject* obj, PyObject* method_name, PyObject* arg);
+
+/* PyObjectCallNoArg.proto (used by CoroutineBase) */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_CallNoArg(PyObject *func);
+
+/* ReturnWithStopIteration.proto (used by CoroutineBase) */
+static CYTHON_INLINE void __Pyx_ReturnWithStopIteration(PyObject* value, int async, int iternext);
+
+/* CoroutineBase.proto (used by Generator) */
+struct __pyx_CoroutineObject;
+typedef PyObject *(*__pyx_coroutine_body_t)(struct __pyx_CoroutineObject *, PyThreadState *, PyObject *);
+#if CYTHON_USE_EXC_INFO_STACK
+#define __Pyx_ExcInfoStruct  _PyErr_StackItem
+#else
+typedef struct {
+    PyObject *exc_type;
+    PyObject *exc_value;
+    PyObject *exc_traceback;
+} __Pyx_ExcInfoStruct;
+#endif
+typedef struct __pyx_CoroutineObject {
+    PyObject_HEAD
+    __pyx_coroutine_body_t body;
+    PyObject *closure;
+    __Pyx_ExcInfoStruct gi_exc_state;
+#if PY_VERSION_HEX < 0x030C0000 || CYTHON_COMPILING_IN_LIMITED_API
+    PyObject *gi_weakreflist;
+#endif
+    PyObject *classobj;
+    PyObject *yieldfrom;
+    __Pyx_pyiter_sendfunc yieldfrom_am_send;
+    PyObject *gi_name;
+    PyObject *gi_qualname;
+    PyObject *gi_modulename;
+    PyObject *gi_code;
+    PyObject *gi_frame;
+#if CYTHON_USE_SYS_MONITORING && (CYTHON_PROFILE || CYTHON_TRACE)
+    PyMonitoringState __pyx_pymonitoring_state[__Pyx_MonitoringEventTypes_CyGen_count];
+    uint64_t __pyx_pymonitoring_version;
+#endif
+    int resume_label;
+    char is_running;
+} __pyx_CoroutineObject;
+static __pyx_CoroutineObject *__Pyx__Coroutine_New(
+    PyTypeObject *type, __pyx_coroutine_body_t body, PyObject *code, PyObject *closure,
+    PyObject *name, PyObject *qualname, PyObject *module_name);
+static __pyx_CoroutineObject *__Pyx__Coroutine_NewInit(
+            __pyx_CoroutineObject *gen, __pyx_coroutine_body_t body, PyObject *code, PyObject *closure,
+            PyObject *name, PyObject *qualname, PyObject *module_name);
+static CYTHON_INLINE void __Pyx_Coroutine_ExceptionClear(__Pyx_ExcInfoStruct *self);
+static int __Pyx_Coroutine_clear(PyObject *self);
+static __Pyx_PySendResult __Pyx_Coroutine_AmSend(PyObject *self, PyObject *value, PyObject **retval);
+static PyObject *__Pyx_Coroutine_Send(PyObject *self, PyObject *value);
+static __Pyx_PySendResult __Pyx_Coroutine_Close(PyObject *self, PyObject **retval);
+static PyObject *__Pyx_Coroutine_Throw(PyObject *gen,
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+    PyObject *args
+#else
+    PyObject *const *args, Py_ssize_t nargs
+#endif
+    );
+#if CYTHON_USE_EXC_INFO_STACK
+#define __Pyx_Coroutine_SwapException(self)
+#define __Pyx_Coroutine_ResetAndClearException(self)  __Pyx_Coroutine_ExceptionClear(&(self)->gi_exc_state)
+#else
+#define __Pyx_Coroutine_SwapException(self) {\
+    __Pyx_ExceptionSwap(&(self)->gi_exc_state.exc_type, &(self)->gi_exc_state.exc_value, &(self)->gi_exc_state.exc_traceback);\
+    __Pyx_Coroutine_ResetFrameBackpointer(&(self)->gi_exc_state);\
+    }
+#define __Pyx_Coroutine_ResetAndClearException(self) {\
+    __Pyx_ExceptionReset((self)->gi_exc_state.exc_type, (self)->gi_exc_state.exc_value, (self)->gi_exc_state.exc_traceback);\
+    (self)->gi_exc_state.exc_type = (self)->gi_exc_state.exc_value = (self)->gi_exc_state.exc_traceback = NULL;\
+    }
+#endif
+#if CYTHON_FAST_THREAD_STATE
+#define __Pyx_PyGen_FetchStopIterationValue(pvalue)\
+    __Pyx_PyGen__FetchStopIterationValue(__pyx_tstate, pvalue)
+#else
+#define __Pyx_PyGen_FetchStopIterationValue(pvalue)\
+    __Pyx_PyGen__FetchStopIterationValue(__Pyx_PyThreadState_Current, pvalue)
+#endif
+static int __Pyx_PyGen__FetchStopIterationValue(PyThreadState *tstate, PyObject **pvalue);
+static CYTHON_INLINE void __Pyx_Coroutine_ResetFrameBackpointer(__Pyx_ExcInfoStruct *exc_state);
+static char __Pyx_Coroutine_test_and_set_is_running(__pyx_CoroutineObject *gen);
+static void __Pyx_Coroutine_unset_is_running(__pyx_CoroutineObject *gen);
+static char __Pyx_Coroutine_get_is_running(__pyx_CoroutineObject *gen);
+static PyObject *__Pyx_Coroutine_get_is_running_getter(PyObject *gen, void *closure);
+#if __PYX_HAS_PY_AM_SEND == 2
+static void __Pyx_SetBackportTypeAmSend(PyTypeObject *type, __Pyx_PyAsyncMethodsStruct *static_amsend_methods, __Pyx_pyiter_sendfunc am_send);
+#endif
+static PyObject *__Pyx_Coroutine_fail_reduce_ex(PyObject *self, PyObject *arg);
+
+/* Generator.proto */
+#define __Pyx_Generator_USED
+#define __Pyx_Generator_CheckExact(obj) Py_IS_TYPE(obj, __pyx_mstate_global->__pyx_GeneratorType)
+#define __Pyx_Generator_New(body, code, closure, name, qualname, module_name)\
+    __Pyx__Coroutine_New(__pyx_mstate_global->__pyx_GeneratorType, body, code, closure, name, qualname, module_name)
+static PyObject *__Pyx_Generator_Next(PyObject *self);
+static int __pyx_Generator_init(PyObject *module);
+static CYTHON_INLINE PyObject *__Pyx_Generator_GetInlinedResult(PyObject *self);
+
 /* CheckBinaryVersion.proto */
 static int __Pyx_check_binary_version(unsigned long ct_version, unsigned long rt_version, int allow_newer);
 
@@ -2876,12 +3129,17 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
 
 /* Module declarations from "libc.stdlib" */
 
+/* Module declarations from "routing.columns_native" */
+static void (*__pyx_f_7routing_14columns_native_sort_ranked)(struct __pyx_t_7routing_14columns_native_Ranked *, struct __pyx_t_7routing_14columns_native_Ranked *, Py_ssize_t); /*proto*/
+static int (*__pyx_f_7routing_14columns_native_distinct_totals)(struct __pyx_t_7routing_14columns_native_Ranked const *, Py_ssize_t, double); /*proto*/
+
 /* Module declarations from "scoring.fused_native" */
 static double __pyx_v_7scoring_12fused_native_EXACT;
 static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *, double *); /*proto*/
 static int __pyx_f_7scoring_12fused_native__overflowed(void); /*proto*/
 static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *, PyObject *); /*proto*/
 static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double); /*proto*/
+static struct __pyx_obj_7scoring_12fused_native_Column *__pyx_f_7scoring_12fused_native__column_of(double const *, Py_ssize_t); /*proto*/
 /* #### Code section: typeinfo ### */
 /* #### Code section: before_global_var ### */
 #define __Pyx_MODULE_NAME "scoring.fused_native"
@@ -2890,16 +3148,53 @@ int __pyx_module_is_main_scoring__fused_native = 0;
 
 /* Implementation of "scoring.fused_native" */
 /* #### Code section: global_var ### */
+static PyObject *__pyx_builtin_NotImplemented;
 /* #### Code section: string_decls ### */
-static const char __pyx_k_The_default_profile_s_per_candid[] = "The default profile\047s per-candidate arithmetic in one compiled pass (`scoring.fused`).\n\n`Kernel.gather` reads every candidate\047s snapshot once (slot reads by offset: no attribute\nlookup) and applies the load-imbalance filter; `Kernel.columns` computes the estimated-TTFT,\nprefix-match, in-flight, KV-utilization and cache-headroom columns and their weighted totals\nfrom what the prefix index and the TTFT model answered. The same float operations in the\nsame order as the plugins (built with -ffp-contract=off), so the columns are the plugins\047 to\nthe last bit; where a value is not a plain number, or a plugin would take its rare branch\n(unknown KV usage, a NaN estimate), either call answers None and the plugins run instead.\nThe plugins are the reference: `tests/unit/scoring/test_fused.py` compares the two.\n";
+static const char __pyx_k_The_default_profile_s_per_candid[] = "The default profile\047s per-candidate arithmetic in one compiled pass (`scoring.fused`).\n\n`Kernel.gather` reads every candidate\047s snapshot once (slot reads by offset: no attribute\nlookup) and applies the load-imbalance filter; `Kernel.columns` computes the estimated-TTFT,\nprefix-match, in-flight, KV-utilization and cache-headroom columns, their weighted totals\nand the max-score order from what the prefix index and the TTFT model answered; the columns\nare `Column`s, whose float objects are made only for the items read. The same float operations in the\nsame order as the plugins (built with -ffp-contract=off), so the columns are the plugins\047 to\nthe last bit; where a value is not a plain number, or a plugin would take its rare branch\n(unknown KV usage, a NaN estimate), either call answers None and the plugins run instead.\nThe plugins are the reference: `tests/unit/scoring/test_fused.py` compares the two.\n";
 /* #### Code section: decls ### */
+static int __pyx_pf_7scoring_12fused_native_6Column___cinit__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static void __pyx_pf_7scoring_12fused_native_6Column_2__dealloc__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static Py_ssize_t __pyx_pf_7scoring_12fused_native_6Column_4__len__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_6__getitem__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_key); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_8__iter__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_11__reversed__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static int __pyx_pf_7scoring_12fused_native_6Column_14__contains__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_16index(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value, PyObject *__pyx_v_start, PyObject *__pyx_v_stop); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_18count(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_20__eq__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_other); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_22__repr__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_24__reduce__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_column(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_values); /* proto */
 static int __pyx_pf_7scoring_12fused_native_6Kernel___cinit__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self); /* proto */
-static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyTypeObject *__pyx_v_snapshot_type, PyTypeObject *__pyx_v_metrics_type, PyTypeObject *__pyx_v_line_type, PyObject *__pyx_v_filtering, double __pyx_v_abs_threshold, double __pyx_v_rel_threshold, PyObject *__pyx_v_kinds, PyObject *__pyx_v_weights, double __pyx_v_eviction_weight); /* proto */
+static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyTypeObject *__pyx_v_snapshot_type, PyTypeObject *__pyx_v_metrics_type, PyTypeObject *__pyx_v_line_type, PyObject *__pyx_v_filtering, double __pyx_v_abs_threshold, double __pyx_v_rel_threshold, PyObject *__pyx_v_kinds, PyObject *__pyx_v_weights, double __pyx_v_eviction_weight, double __pyx_v_tie_tolerance); /* proto */
 static void __pyx_pf_7scoring_12fused_native_6Kernel_4__dealloc__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self); /* proto */
 static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyObject *__pyx_v_endpoints); /* proto */
-static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyObject *__pyx_v_depths, PyObject *__pyx_v_lines, PyObject *__pyx_v_fills, PyObject *__pyx_v_displaced, PyObject *__pyx_v_terms); /* proto */
+static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyObject *__pyx_v_ids, PyObject *__pyx_v_depths, PyObject *__pyx_v_lines, PyObject *__pyx_v_fills, PyObject *__pyx_v_displaced, PyObject *__pyx_v_terms); /* proto */
 static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_10__reduce_cython__(CYTHON_UNUSED struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self); /* proto */
 static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_12__setstate_cython__(CYTHON_UNUSED struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, CYTHON_UNUSED PyObject *__pyx_v___pyx_state); /* proto */
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native_Column(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native_Column(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native_Column(PyTypeObject *t, PyObject *a, PyObject *k); /*proto*/
+#endif
+#if !CYTHON_VECTORCALL_TPNEW
+#define __pyx_tp_new_7scoring_12fused_native_Column __pyx_tp_new_vectorcall_7scoring_12fused_native_Column
+#endif
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native_Column(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames); /*proto*/
+#endif
 static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native_Kernel(PyObject *o, 
 #if CYTHON_VECTORCALL_TPNEW
     PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
@@ -2929,6 +3224,52 @@ static int __pyx_tp_init_7scoring_12fused_native_Kernel(PyObject *o, PyObject *a
 #if !CYTHON_VECTORCALL_TPNEW
 #define __pyx_tp_init_7scoring_12fused_native_Kernel __pyx_pw_7scoring_12fused_native_6Kernel_3__init__
 #endif
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__(PyTypeObject *t, PyObject *a, PyObject *k); /*proto*/
+#endif
+#if !CYTHON_VECTORCALL_TPNEW
+#define __pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__ __pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__
+#endif
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames); /*proto*/
+#endif
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+); /*proto*/
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyTypeObject *t, PyObject *a, PyObject *k); /*proto*/
+#endif
+#if !CYTHON_VECTORCALL_TPNEW
+#define __pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__ __pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__
+#endif
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames); /*proto*/
+#endif
 /* #### Code section: late_includes ### */
 /* #### Code section: module_state ### */
 /* SmallCodeConfig */
@@ -2953,13 +3294,20 @@ namespace {
     PyObject *__pyx_empty_bytes;
     PyObject *__pyx_empty_unicode;
     PyTypeObject *__pyx_ptype_7cpython_4type_type;
+    PyObject *__pyx_type_7scoring_12fused_native_Column;
     PyObject *__pyx_type_7scoring_12fused_native_Kernel;
+    PyObject *__pyx_type_7scoring_12fused_native___pyx_scope_struct____iter__;
+    PyObject *__pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed__;
+    PyTypeObject *__pyx_ptype_7scoring_12fused_native_Column;
     PyTypeObject *__pyx_ptype_7scoring_12fused_native_Kernel;
+    PyTypeObject *__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__;
+    PyTypeObject *__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_items;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
-    PyObject *__pyx_codeobj_tab[4];
-    PyObject *__pyx_string_tab[118];
+    PyObject *__pyx_tuple[1];
+    PyObject *__pyx_codeobj_tab[10];
+    PyObject *__pyx_string_tab[150];
     PyObject *__pyx_number_tab[7];
 /* #### Code section: module_state_contents ### */
 /* PyFrozenDict.module_state_decls */
@@ -2967,6 +3315,16 @@ namespace {
 PyObject *__Pyx_PyFrozenDictType;
 #endif
 
+
+#if CYTHON_USE_FREELISTS
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *__pyx_freelist_7scoring_12fused_native___pyx_scope_struct____iter__[8];
+int __pyx_freecount_7scoring_12fused_native___pyx_scope_struct____iter__;
+#endif
+
+#if CYTHON_USE_FREELISTS
+struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *__pyx_freelist_7scoring_12fused_native___pyx_scope_struct_1___reversed__[8];
+int __pyx_freecount_7scoring_12fused_native___pyx_scope_struct_1___reversed__;
+#endif
 /* CommonTypesMetaclass.module_state_decls */
 PyTypeObject *__pyx_CommonTypesMetaclassType;
 
@@ -2980,6 +3338,14 @@ PyTypeObject *__pyx_CyFunctionType;
 
 /* CodeObjectCache.module_state_decls */
 struct __Pyx_CodeObjectCache __pyx_code_cache;
+
+/* IterNextPlain.module_state_decls */
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+PyObject *__Pyx_GetBuiltinNext_LimitedAPI_cache;
+#endif
+
+/* Generator.module_state_decls */
+PyTypeObject *__pyx_GeneratorType;
 
 /* #### Code section: module_state_end ### */
 } __pyx_mstatetype;
@@ -3011,122 +3377,154 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 /* #### Code section: constant_name_defines ### */
 #define __pyx_kp_u_is_not_a_slot __pyx_string_tab[0]
 #define __pyx_kp_u_tree_fragment __pyx_string_tab[1]
-#define __pyx_kp_u_ __pyx_string_tab[2]
-#define __pyx_kp_u__2 __pyx_string_tab[3]
-#define __pyx_kp_u_None __pyx_string_tab[4]
-#define __pyx_kp_u_Note_that_Cython_is_deliberately __pyx_string_tab[5]
-#define __pyx_kp_u_add_note __pyx_string_tab[6]
-#define __pyx_kp_u_between_1_and_8_scorers_one_weig __pyx_string_tab[7]
-#define __pyx_kp_u_disable __pyx_string_tab[8]
-#define __pyx_kp_u_enable __pyx_string_tab[9]
-#define __pyx_kp_u_gc __pyx_string_tab[10]
-#define __pyx_kp_u_isenabled __pyx_string_tab[11]
-#define __pyx_kp_u_no_default___reduce___due_to_non __pyx_string_tab[12]
-#define __pyx_kp_u_scoring_fused_native_pyx __pyx_string_tab[13]
-#define __pyx_n_u_HEADROOM __pyx_string_tab[14]
-#define __pyx_n_u_IN_FLIGHT __pyx_string_tab[15]
-#define __pyx_n_u_KV __pyx_string_tab[16]
-#define __pyx_n_u_Kernel __pyx_string_tab[17]
-#define __pyx_n_u_Kernel___reduce_cython __pyx_string_tab[18]
-#define __pyx_n_u_Kernel___setstate_cython __pyx_string_tab[19]
-#define __pyx_n_u_Kernel_columns __pyx_string_tab[20]
-#define __pyx_n_u_Kernel_gather __pyx_string_tab[21]
-#define __pyx_n_u_PREFIX __pyx_string_tab[22]
-#define __pyx_n_u_TTFT __pyx_string_tab[23]
-#define __pyx_n_u_Pyx_PyDict_NextRef __pyx_string_tab[24]
-#define __pyx_n_u_annotate __pyx_string_tab[25]
-#define __pyx_n_u_dict __pyx_string_tab[26]
-#define __pyx_n_u_func __pyx_string_tab[27]
-#define __pyx_n_u_getstate __pyx_string_tab[28]
-#define __pyx_n_u_main __pyx_string_tab[29]
-#define __pyx_n_u_module __pyx_string_tab[30]
-#define __pyx_n_u_name __pyx_string_tab[31]
-#define __pyx_n_u_pyx_state __pyx_string_tab[32]
-#define __pyx_n_u_pyx_vtable __pyx_string_tab[33]
-#define __pyx_n_u_qualname __pyx_string_tab[34]
-#define __pyx_n_u_reduce __pyx_string_tab[35]
-#define __pyx_n_u_reduce_cython __pyx_string_tab[36]
-#define __pyx_n_u_reduce_ex __pyx_string_tab[37]
-#define __pyx_n_u_set_name __pyx_string_tab[38]
-#define __pyx_n_u_setstate __pyx_string_tab[39]
-#define __pyx_n_u_setstate_cython __pyx_string_tab[40]
-#define __pyx_n_u_test __pyx_string_tab[41]
-#define __pyx_n_u_is_coroutine __pyx_string_tab[42]
-#define __pyx_n_u_a __pyx_string_tab[43]
-#define __pyx_n_u_above __pyx_string_tab[44]
-#define __pyx_n_u_abs_threshold __pyx_string_tab[45]
-#define __pyx_n_u_any_displaced __pyx_string_tab[46]
-#define __pyx_n_u_asyncio_coroutines __pyx_string_tab[47]
-#define __pyx_n_u_b __pyx_string_tab[48]
-#define __pyx_n_u_best __pyx_string_tab[49]
-#define __pyx_n_u_c __pyx_string_tab[50]
-#define __pyx_n_u_cline_in_traceback __pyx_string_tab[51]
-#define __pyx_n_u_column __pyx_string_tab[52]
-#define __pyx_n_u_columns __pyx_string_tab[53]
-#define __pyx_n_u_d __pyx_string_tab[54]
-#define __pyx_n_u_depth __pyx_string_tab[55]
-#define __pyx_n_u_depth_list __pyx_string_tab[56]
-#define __pyx_n_u_depths __pyx_string_tab[57]
-#define __pyx_n_u_displaced __pyx_string_tab[58]
-#define __pyx_n_u_displaced_list __pyx_string_tab[59]
-#define __pyx_n_u_e __pyx_string_tab[60]
-#define __pyx_n_u_endpoints __pyx_string_tab[61]
-#define __pyx_n_u_eviction_weight __pyx_string_tab[62]
-#define __pyx_n_u_f __pyx_string_tab[63]
-#define __pyx_n_u_fill_list __pyx_string_tab[64]
-#define __pyx_n_u_fills __pyx_string_tab[65]
-#define __pyx_n_u_filtering __pyx_string_tab[66]
-#define __pyx_n_u_gather __pyx_string_tab[67]
-#define __pyx_n_u_get __pyx_string_tab[68]
-#define __pyx_n_u_high __pyx_string_tab[69]
-#define __pyx_n_u_i __pyx_string_tab[70]
-#define __pyx_n_u_id __pyx_string_tab[71]
-#define __pyx_n_u_in_flight __pyx_string_tab[72]
-#define __pyx_n_u_items __pyx_string_tab[73]
-#define __pyx_n_u_j __pyx_string_tab[74]
-#define __pyx_n_u_k __pyx_string_tab[75]
-#define __pyx_n_u_kept __pyx_string_tab[76]
-#define __pyx_n_u_kind __pyx_string_tab[77]
-#define __pyx_n_u_kinds __pyx_string_tab[78]
-#define __pyx_n_u_kslope __pyx_string_tab[79]
-#define __pyx_n_u_kv_usage __pyx_string_tab[80]
-#define __pyx_n_u_line_list __pyx_string_tab[81]
-#define __pyx_n_u_line_type __pyx_string_tab[82]
-#define __pyx_n_u_lines __pyx_string_tab[83]
-#define __pyx_n_u_low __pyx_string_tab[84]
-#define __pyx_n_u_m __pyx_string_tab[85]
-#define __pyx_n_u_metrics __pyx_string_tab[86]
-#define __pyx_n_u_metrics_type __pyx_string_tab[87]
-#define __pyx_n_u_n __pyx_string_tab[88]
-#define __pyx_n_u_n_depths __pyx_string_tab[89]
-#define __pyx_n_u_out __pyx_string_tab[90]
-#define __pyx_n_u_overhead_s __pyx_string_tab[91]
-#define __pyx_n_u_pending_prefill_tokens __pyx_string_tab[92]
-#define __pyx_n_u_pop __pyx_string_tab[93]
-#define __pyx_n_u_prefill_token_s __pyx_string_tab[94]
-#define __pyx_n_u_rel_threshold __pyx_string_tab[95]
-#define __pyx_n_u_remote_in_flight __pyx_string_tab[96]
-#define __pyx_n_u_remote_pending_prefill_tokens __pyx_string_tab[97]
-#define __pyx_n_u_s __pyx_string_tab[98]
-#define __pyx_n_u_scoring_fused_native __pyx_string_tab[99]
-#define __pyx_n_u_seen __pyx_string_tab[100]
-#define __pyx_n_u_self __pyx_string_tab[101]
-#define __pyx_n_u_setdefault __pyx_string_tab[102]
-#define __pyx_n_u_share __pyx_string_tab[103]
-#define __pyx_n_u_snapshot_type __pyx_string_tab[104]
-#define __pyx_n_u_span __pyx_string_tab[105]
-#define __pyx_n_u_terms __pyx_string_tab[106]
-#define __pyx_n_u_totals __pyx_string_tab[107]
-#define __pyx_n_u_u __pyx_string_tab[108]
-#define __pyx_n_u_uncached __pyx_string_tab[109]
-#define __pyx_n_u_values __pyx_string_tab[110]
-#define __pyx_n_u_w __pyx_string_tab[111]
-#define __pyx_n_u_waiting __pyx_string_tab[112]
-#define __pyx_n_u_weights __pyx_string_tab[113]
-#define __pyx_n_u_x __pyx_string_tab[114]
-#define __pyx_kp_b_iso88591_Q __pyx_string_tab[115]
-#define __pyx_kp_b_iso88591_A_O1A_IQa_E_aq_q_1_3c_Q_q_uG1Kq __pyx_string_tab[116]
-#define __pyx_kp_b_iso88591_A_D_1_q_a_a_1_E_aq_q_Q_E_at1_4vQ __pyx_string_tab[117]
+#define __pyx_kp_u__2 __pyx_string_tab[2]
+#define __pyx_kp_u_ __pyx_string_tab[3]
+#define __pyx_kp_u__3 __pyx_string_tab[4]
+#define __pyx_kp_u_Column __pyx_string_tab[5]
+#define __pyx_kp_u_None __pyx_string_tab[6]
+#define __pyx_kp_u_Note_that_Cython_is_deliberately __pyx_string_tab[7]
+#define __pyx_kp_u_add_note __pyx_string_tab[8]
+#define __pyx_kp_u_between_1_and_8_scorers_one_weig __pyx_string_tab[9]
+#define __pyx_kp_u_column_index_out_of_range __pyx_string_tab[10]
+#define __pyx_kp_u_disable __pyx_string_tab[11]
+#define __pyx_kp_u_enable __pyx_string_tab[12]
+#define __pyx_kp_u_gc __pyx_string_tab[13]
+#define __pyx_kp_u_isenabled __pyx_string_tab[14]
+#define __pyx_kp_u_no_default___reduce___due_to_non __pyx_string_tab[15]
+#define __pyx_kp_u_one_id_per_kept_candidate __pyx_string_tab[16]
+#define __pyx_kp_u_scoring_fused_native_pyx __pyx_string_tab[17]
+#define __pyx_n_u_Column_2 __pyx_string_tab[18]
+#define __pyx_n_u_Column___iter __pyx_string_tab[19]
+#define __pyx_n_u_Column___reduce __pyx_string_tab[20]
+#define __pyx_n_u_Column___reversed __pyx_string_tab[21]
+#define __pyx_n_u_Column_count __pyx_string_tab[22]
+#define __pyx_n_u_Column_index __pyx_string_tab[23]
+#define __pyx_n_u_HEADROOM __pyx_string_tab[24]
+#define __pyx_n_u_IN_FLIGHT __pyx_string_tab[25]
+#define __pyx_n_u_KV __pyx_string_tab[26]
+#define __pyx_n_u_Kernel __pyx_string_tab[27]
+#define __pyx_n_u_Kernel___reduce_cython __pyx_string_tab[28]
+#define __pyx_n_u_Kernel___setstate_cython __pyx_string_tab[29]
+#define __pyx_n_u_Kernel_columns __pyx_string_tab[30]
+#define __pyx_n_u_Kernel_gather __pyx_string_tab[31]
+#define __pyx_n_u_NotImplemented __pyx_string_tab[32]
+#define __pyx_n_u_PREFIX __pyx_string_tab[33]
+#define __pyx_n_u_TTFT __pyx_string_tab[34]
+#define __pyx_n_u_Pyx_PyDict_NextRef __pyx_string_tab[35]
+#define __pyx_n_u_annotate __pyx_string_tab[36]
+#define __pyx_n_u_dict __pyx_string_tab[37]
+#define __pyx_n_u_func __pyx_string_tab[38]
+#define __pyx_n_u_getstate __pyx_string_tab[39]
+#define __pyx_n_u_hash __pyx_string_tab[40]
+#define __pyx_n_u_iter __pyx_string_tab[41]
+#define __pyx_n_u_main __pyx_string_tab[42]
+#define __pyx_n_u_module __pyx_string_tab[43]
+#define __pyx_n_u_name __pyx_string_tab[44]
+#define __pyx_n_u_pyx_state __pyx_string_tab[45]
+#define __pyx_n_u_pyx_vtable __pyx_string_tab[46]
+#define __pyx_n_u_qualname __pyx_string_tab[47]
+#define __pyx_n_u_reduce __pyx_string_tab[48]
+#define __pyx_n_u_reduce_cython __pyx_string_tab[49]
+#define __pyx_n_u_reduce_ex __pyx_string_tab[50]
+#define __pyx_n_u_reversed __pyx_string_tab[51]
+#define __pyx_n_u_set_name __pyx_string_tab[52]
+#define __pyx_n_u_setstate __pyx_string_tab[53]
+#define __pyx_n_u_setstate_cython __pyx_string_tab[54]
+#define __pyx_n_u_test __pyx_string_tab[55]
+#define __pyx_n_u_is_coroutine __pyx_string_tab[56]
+#define __pyx_n_u_a __pyx_string_tab[57]
+#define __pyx_n_u_above __pyx_string_tab[58]
+#define __pyx_n_u_abs_threshold __pyx_string_tab[59]
+#define __pyx_n_u_any_displaced __pyx_string_tab[60]
+#define __pyx_n_u_asyncio_coroutines __pyx_string_tab[61]
+#define __pyx_n_u_b __pyx_string_tab[62]
+#define __pyx_n_u_best __pyx_string_tab[63]
+#define __pyx_n_u_c __pyx_string_tab[64]
+#define __pyx_n_u_cline_in_traceback __pyx_string_tab[65]
+#define __pyx_n_u_close __pyx_string_tab[66]
+#define __pyx_n_u_column __pyx_string_tab[67]
+#define __pyx_n_u_columns __pyx_string_tab[68]
+#define __pyx_n_u_count __pyx_string_tab[69]
+#define __pyx_n_u_d __pyx_string_tab[70]
+#define __pyx_n_u_depth __pyx_string_tab[71]
+#define __pyx_n_u_depth_list __pyx_string_tab[72]
+#define __pyx_n_u_depths __pyx_string_tab[73]
+#define __pyx_n_u_displaced __pyx_string_tab[74]
+#define __pyx_n_u_displaced_list __pyx_string_tab[75]
+#define __pyx_n_u_e __pyx_string_tab[76]
+#define __pyx_n_u_endpoints __pyx_string_tab[77]
+#define __pyx_n_u_eviction_weight __pyx_string_tab[78]
+#define __pyx_n_u_fill_list __pyx_string_tab[79]
+#define __pyx_n_u_fills __pyx_string_tab[80]
+#define __pyx_n_u_filtering __pyx_string_tab[81]
+#define __pyx_n_u_gather __pyx_string_tab[82]
+#define __pyx_n_u_get __pyx_string_tab[83]
+#define __pyx_n_u_high __pyx_string_tab[84]
+#define __pyx_n_u_i __pyx_string_tab[85]
+#define __pyx_n_u_id __pyx_string_tab[86]
+#define __pyx_n_u_ids __pyx_string_tab[87]
+#define __pyx_n_u_in_flight __pyx_string_tab[88]
+#define __pyx_n_u_index __pyx_string_tab[89]
+#define __pyx_n_u_indices __pyx_string_tab[90]
+#define __pyx_n_u_item __pyx_string_tab[91]
+#define __pyx_n_u_items __pyx_string_tab[92]
+#define __pyx_n_u_j __pyx_string_tab[93]
+#define __pyx_n_u_k __pyx_string_tab[94]
+#define __pyx_n_u_kept __pyx_string_tab[95]
+#define __pyx_n_u_kind __pyx_string_tab[96]
+#define __pyx_n_u_kinds __pyx_string_tab[97]
+#define __pyx_n_u_kslope __pyx_string_tab[98]
+#define __pyx_n_u_kv_usage __pyx_string_tab[99]
+#define __pyx_n_u_line_list __pyx_string_tab[100]
+#define __pyx_n_u_line_type __pyx_string_tab[101]
+#define __pyx_n_u_lines __pyx_string_tab[102]
+#define __pyx_n_u_low __pyx_string_tab[103]
+#define __pyx_n_u_m __pyx_string_tab[104]
+#define __pyx_n_u_metrics __pyx_string_tab[105]
+#define __pyx_n_u_metrics_type __pyx_string_tab[106]
+#define __pyx_n_u_n __pyx_string_tab[107]
+#define __pyx_n_u_n_depths __pyx_string_tab[108]
+#define __pyx_n_u_next __pyx_string_tab[109]
+#define __pyx_n_u_out __pyx_string_tab[110]
+#define __pyx_n_u_overhead_s __pyx_string_tab[111]
+#define __pyx_n_u_pending_prefill_tokens __pyx_string_tab[112]
+#define __pyx_n_u_pop __pyx_string_tab[113]
+#define __pyx_n_u_prefill_token_s __pyx_string_tab[114]
+#define __pyx_n_u_ranked __pyx_string_tab[115]
+#define __pyx_n_u_rel_threshold __pyx_string_tab[116]
+#define __pyx_n_u_remote_in_flight __pyx_string_tab[117]
+#define __pyx_n_u_remote_pending_prefill_tokens __pyx_string_tab[118]
+#define __pyx_n_u_s __pyx_string_tab[119]
+#define __pyx_n_u_scoring_fused_native __pyx_string_tab[120]
+#define __pyx_n_u_seen __pyx_string_tab[121]
+#define __pyx_n_u_self __pyx_string_tab[122]
+#define __pyx_n_u_send __pyx_string_tab[123]
+#define __pyx_n_u_setdefault __pyx_string_tab[124]
+#define __pyx_n_u_share __pyx_string_tab[125]
+#define __pyx_n_u_snapshot_type __pyx_string_tab[126]
+#define __pyx_n_u_span __pyx_string_tab[127]
+#define __pyx_n_u_start __pyx_string_tab[128]
+#define __pyx_n_u_stop __pyx_string_tab[129]
+#define __pyx_n_u_terms __pyx_string_tab[130]
+#define __pyx_n_u_throw __pyx_string_tab[131]
+#define __pyx_n_u_tie_tolerance __pyx_string_tab[132]
+#define __pyx_n_u_u __pyx_string_tab[133]
+#define __pyx_n_u_uncached __pyx_string_tab[134]
+#define __pyx_n_u_value __pyx_string_tab[135]
+#define __pyx_n_u_values __pyx_string_tab[136]
+#define __pyx_n_u_w __pyx_string_tab[137]
+#define __pyx_n_u_waiting __pyx_string_tab[138]
+#define __pyx_n_u_weights __pyx_string_tab[139]
+#define __pyx_n_u_x __pyx_string_tab[140]
+#define __pyx_kp_b_int_struct___pyx_t_7routing_14co __pyx_string_tab[141]
+#define __pyx_kp_b_iso88591_Q __pyx_string_tab[142]
+#define __pyx_kp_b_iso88591_1A_fHAQ_xz_uCs_A_s_1_U_1_5_fAQ __pyx_string_tab[143]
+#define __pyx_kp_b_iso88591_A __pyx_string_tab[144]
+#define __pyx_kp_b_iso88591_A_t1E_q __pyx_string_tab[145]
+#define __pyx_kp_b_iso88591_A_y_AQ __pyx_string_tab[146]
+#define __pyx_kp_b_iso88591_A_O1A_IQa_E_aq_q_1_3c_Q_q_uG1Kq __pyx_string_tab[147]
+#define __pyx_kp_b_iso88591_A_D_1_q_a_a_1_3auCq_AQ_E_aq_q_Q __pyx_string_tab[148]
+#define __pyx_kp_b_iso88591_t1E_q_wd_S __pyx_string_tab[149]
 #define __pyx_int_0 __pyx_number_tab[0]
 #define __pyx_int_1 __pyx_number_tab[1]
 #define __pyx_int_2 __pyx_number_tab[2]
@@ -3149,13 +3547,20 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   __Pyx_State_RemoveModule(NULL);
   #endif
   Py_CLEAR(clear_module_state->__pyx_ptype_7cpython_4type_type);
+  Py_CLEAR(clear_module_state->__pyx_ptype_7scoring_12fused_native_Column);
+  Py_CLEAR(clear_module_state->__pyx_type_7scoring_12fused_native_Column);
   Py_CLEAR(clear_module_state->__pyx_ptype_7scoring_12fused_native_Kernel);
   Py_CLEAR(clear_module_state->__pyx_type_7scoring_12fused_native_Kernel);
+  Py_CLEAR(clear_module_state->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__);
+  Py_CLEAR(clear_module_state->__pyx_type_7scoring_12fused_native___pyx_scope_struct____iter__);
+  Py_CLEAR(clear_module_state->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__);
+  Py_CLEAR(clear_module_state->__pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed__);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<4; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<118; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_tuple[i]); }
+  for (int i=0; i<10; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<150; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<7; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
@@ -3163,6 +3568,9 @@ Py_CLEAR(clear_module_state->__pyx_CommonTypesMetaclassType);
 
 /* CythonFunctionPerModule.module_state_clear */
 Py_CLEAR(clear_module_state->__pyx_CyFunctionType);
+
+/* Generator.module_state_clear */
+Py_CLEAR(clear_module_state->__pyx_GeneratorType);
 
 /* #### Code section: module_state_clear_end ### */
 return 0;
@@ -3180,13 +3588,20 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   __Pyx_VISIT_CONST(traverse_module_state->__pyx_empty_bytes);
   __Pyx_VISIT_CONST(traverse_module_state->__pyx_empty_unicode);
   Py_VISIT(traverse_module_state->__pyx_ptype_7cpython_4type_type);
+  Py_VISIT(traverse_module_state->__pyx_ptype_7scoring_12fused_native_Column);
+  Py_VISIT(traverse_module_state->__pyx_type_7scoring_12fused_native_Column);
   Py_VISIT(traverse_module_state->__pyx_ptype_7scoring_12fused_native_Kernel);
   Py_VISIT(traverse_module_state->__pyx_type_7scoring_12fused_native_Kernel);
+  Py_VISIT(traverse_module_state->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__);
+  Py_VISIT(traverse_module_state->__pyx_type_7scoring_12fused_native___pyx_scope_struct____iter__);
+  Py_VISIT(traverse_module_state->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__);
+  Py_VISIT(traverse_module_state->__pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed__);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<4; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<118; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_tuple[i]); }
+  for (int i=0; i<10; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<150; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<7; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
@@ -3195,13 +3610,16 @@ Py_VISIT(traverse_module_state->__pyx_CommonTypesMetaclassType);
 /* CythonFunctionPerModule.module_state_traverse */
 Py_VISIT(traverse_module_state->__pyx_CyFunctionType);
 
+/* Generator.module_state_traverse */
+Py_VISIT(traverse_module_state->__pyx_GeneratorType);
+
 /* #### Code section: module_state_traverse_end ### */
 return 0;
 }
 #endif
 /* #### Code section: module_code ### */
 
-/* "scoring/fused_native.pyx":54
+/* "scoring/fused_native.pyx":58
  * 
  * 
  * cdef inline bint _number(PyObject *o, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -3222,7 +3640,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_number", 0);
 
-  /* "scoring/fused_native.pyx":57
+  /* "scoring/fused_native.pyx":61
  *     """A float, or an int converting exactly, as a double; False for anything else."""
  *     cdef long long v
  *     if o == NULL:             # <<<<<<<<<<<<<<
@@ -3234,7 +3652,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":58
+    /* "scoring/fused_native.pyx":62
  *     cdef long long v
  *     if o == NULL:
  *         return False             # <<<<<<<<<<<<<<
@@ -3247,7 +3665,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":57
+    /* "scoring/fused_native.pyx":61
  *     """A float, or an int converting exactly, as a double; False for anything else."""
  *     cdef long long v
  *     if o == NULL:             # <<<<<<<<<<<<<<
@@ -3256,7 +3674,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
   }
 
-  /* "scoring/fused_native.pyx":59
+  /* "scoring/fused_native.pyx":63
  *     if o == NULL:
  *         return False
  *     if PyFloat_CheckExact(<object>o):             # <<<<<<<<<<<<<<
@@ -3268,7 +3686,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":60
+    /* "scoring/fused_native.pyx":64
  *         return False
  *     if PyFloat_CheckExact(<object>o):
  *         out[0] = PyFloat_AS_DOUBLE(<object>o)             # <<<<<<<<<<<<<<
@@ -3277,7 +3695,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
     (__pyx_v_out[0]) = PyFloat_AS_DOUBLE(((PyObject *)__pyx_v_o));
 
-    /* "scoring/fused_native.pyx":61
+    /* "scoring/fused_native.pyx":65
  *     if PyFloat_CheckExact(<object>o):
  *         out[0] = PyFloat_AS_DOUBLE(<object>o)
  *         return True             # <<<<<<<<<<<<<<
@@ -3290,7 +3708,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":59
+    /* "scoring/fused_native.pyx":63
  *     if o == NULL:
  *         return False
  *     if PyFloat_CheckExact(<object>o):             # <<<<<<<<<<<<<<
@@ -3299,7 +3717,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
   }
 
-  /* "scoring/fused_native.pyx":62
+  /* "scoring/fused_native.pyx":66
  *         out[0] = PyFloat_AS_DOUBLE(<object>o)
  *         return True
  *     if PyLong_CheckExact(<object>o):             # <<<<<<<<<<<<<<
@@ -3311,17 +3729,17 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":63
+    /* "scoring/fused_native.pyx":67
  *         return True
  *     if PyLong_CheckExact(<object>o):
  *         v = PyLong_AsLongLong(<object>o)             # <<<<<<<<<<<<<<
  *         if v == -1 and _overflowed():
  *             return False
 */
-    __pyx_t_2 = PyLong_AsLongLong(((PyObject *)__pyx_v_o)); if (unlikely(__pyx_t_2 == ((PY_LONG_LONG)-1LL) && PyErr_Occurred())) __PYX_ERR(0, 63, __pyx_L1_error)
+    __pyx_t_2 = PyLong_AsLongLong(((PyObject *)__pyx_v_o)); if (unlikely(__pyx_t_2 == ((PY_LONG_LONG)-1LL) && PyErr_Occurred())) __PYX_ERR(0, 67, __pyx_L1_error)
     __pyx_v_v = __pyx_t_2;
 
-    /* "scoring/fused_native.pyx":64
+    /* "scoring/fused_native.pyx":68
  *     if PyLong_CheckExact(<object>o):
  *         v = PyLong_AsLongLong(<object>o)
  *         if v == -1 and _overflowed():             # <<<<<<<<<<<<<<
@@ -3347,7 +3765,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
     if (__pyx_t_1) {
 
 
-      /* "scoring/fused_native.pyx":65
+      /* "scoring/fused_native.pyx":69
  *         v = PyLong_AsLongLong(<object>o)
  *         if v == -1 and _overflowed():
  *             return False             # <<<<<<<<<<<<<<
@@ -3360,7 +3778,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":64
+      /* "scoring/fused_native.pyx":68
  *     if PyLong_CheckExact(<object>o):
  *         v = PyLong_AsLongLong(<object>o)
  *         if v == -1 and _overflowed():             # <<<<<<<<<<<<<<
@@ -3369,16 +3787,16 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
     }
 
-    /* "scoring/fused_native.pyx":66
+    /* "scoring/fused_native.pyx":70
  *         if v == -1 and _overflowed():
  *             return False
  *         if v > 9007199254740992 or v < -9007199254740992:             # <<<<<<<<<<<<<<
  *             return False
  *         out[0] = <double>v
 */
-    __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_v); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 66, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_v); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 70, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
-    __pyx_t_3 = __Pyx_PyObject_CompareBoolGt_int_int(__pyx_t_4, __pyx_mstate_global->__pyx_int_0x20000000000000, Py_GT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 66, __pyx_L1_error)
+    __pyx_t_3 = __Pyx_PyObject_CompareBoolGt_int_int(__pyx_t_4, __pyx_mstate_global->__pyx_int_0x20000000000000, Py_GT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 70, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     if (!__pyx_t_3) {
 
@@ -3388,9 +3806,9 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 
       goto __pyx_L10_bool_binop_done;
     }
-    __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_v); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 66, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_v); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 70, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
-    __pyx_t_3 = __Pyx_PyObject_CompareBoolLt_int_int(__pyx_t_4, __pyx_mstate_global->__pyx_int_neg_9007199254740992, Py_LT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 66, __pyx_L1_error)
+    __pyx_t_3 = __Pyx_PyObject_CompareBoolLt_int_int(__pyx_t_4, __pyx_mstate_global->__pyx_int_neg_9007199254740992, Py_LT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 70, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
 
     __pyx_t_1 = __pyx_t_3;
@@ -3399,7 +3817,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
     if (__pyx_t_1) {
 
 
-      /* "scoring/fused_native.pyx":67
+      /* "scoring/fused_native.pyx":71
  *             return False
  *         if v > 9007199254740992 or v < -9007199254740992:
  *             return False             # <<<<<<<<<<<<<<
@@ -3412,7 +3830,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":66
+      /* "scoring/fused_native.pyx":70
  *         if v == -1 and _overflowed():
  *             return False
  *         if v > 9007199254740992 or v < -9007199254740992:             # <<<<<<<<<<<<<<
@@ -3421,7 +3839,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
     }
 
-    /* "scoring/fused_native.pyx":68
+    /* "scoring/fused_native.pyx":72
  *         if v > 9007199254740992 or v < -9007199254740992:
  *             return False
  *         out[0] = <double>v             # <<<<<<<<<<<<<<
@@ -3430,7 +3848,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
     (__pyx_v_out[0]) = ((double)__pyx_v_v);
 
-    /* "scoring/fused_native.pyx":69
+    /* "scoring/fused_native.pyx":73
  *             return False
  *         out[0] = <double>v
  *         return True             # <<<<<<<<<<<<<<
@@ -3443,7 +3861,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":62
+    /* "scoring/fused_native.pyx":66
  *         out[0] = PyFloat_AS_DOUBLE(<object>o)
  *         return True
  *     if PyLong_CheckExact(<object>o):             # <<<<<<<<<<<<<<
@@ -3452,7 +3870,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
 */
   }
 
-  /* "scoring/fused_native.pyx":70
+  /* "scoring/fused_native.pyx":74
  *         out[0] = <double>v
  *         return True
  *     return False             # <<<<<<<<<<<<<<
@@ -3465,7 +3883,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":54
+  /* "scoring/fused_native.pyx":58
  * 
  * 
  * cdef inline bint _number(PyObject *o, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -3485,7 +3903,7 @@ static CYTHON_INLINE int __pyx_f_7scoring_12fused_native__number(PyObject *__pyx
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":73
+/* "scoring/fused_native.pyx":77
  * 
  * 
  * cdef bint _overflowed() noexcept:             # <<<<<<<<<<<<<<
@@ -3497,7 +3915,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
   int __pyx_r;
   int __pyx_t_1;
 
-  /* "scoring/fused_native.pyx":74
+  /* "scoring/fused_native.pyx":78
  * 
  * cdef bint _overflowed() noexcept:
  *     if PyErr_Occurred() != NULL:             # <<<<<<<<<<<<<<
@@ -3509,7 +3927,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":75
+    /* "scoring/fused_native.pyx":79
  * cdef bint _overflowed() noexcept:
  *     if PyErr_Occurred() != NULL:
  *         PyErr_Clear()             # <<<<<<<<<<<<<<
@@ -3518,7 +3936,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
 */
     PyErr_Clear();
 
-    /* "scoring/fused_native.pyx":76
+    /* "scoring/fused_native.pyx":80
  *     if PyErr_Occurred() != NULL:
  *         PyErr_Clear()
  *         return True             # <<<<<<<<<<<<<<
@@ -3531,7 +3949,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":74
+    /* "scoring/fused_native.pyx":78
  * 
  * cdef bint _overflowed() noexcept:
  *     if PyErr_Occurred() != NULL:             # <<<<<<<<<<<<<<
@@ -3540,7 +3958,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
 */
   }
 
-  /* "scoring/fused_native.pyx":77
+  /* "scoring/fused_native.pyx":81
  *         PyErr_Clear()
  *         return True
  *     return False             # <<<<<<<<<<<<<<
@@ -3553,7 +3971,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":73
+  /* "scoring/fused_native.pyx":77
  * 
  * 
  * cdef bint _overflowed() noexcept:             # <<<<<<<<<<<<<<
@@ -3567,7 +3985,7 @@ static int __pyx_f_7scoring_12fused_native__overflowed(void) {
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":80
+/* "scoring/fused_native.pyx":84
  * 
  * 
  * cdef Py_ssize_t _offset(type cls, str name) except -1:             # <<<<<<<<<<<<<<
@@ -3595,14 +4013,14 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_offset", 0);
 
-  /* "scoring/fused_native.pyx":81
+  /* "scoring/fused_native.pyx":85
  * 
  * cdef Py_ssize_t _offset(type cls, str name) except -1:
  *     cdef object descr = cls.__dict__.get(name)             # <<<<<<<<<<<<<<
  *     if descr is None:
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")
 */
-  __pyx_t_3 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_dict); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 81, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_dict); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __pyx_t_2 = __pyx_t_3;
   __Pyx_INCREF(__pyx_t_2);
@@ -3612,13 +4030,13 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
     __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_get, __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 81, __pyx_L1_error)
+    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 85, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
   }
   __pyx_v_descr = __pyx_t_1;
   __pyx_t_1 = 0;
 
-  /* "scoring/fused_native.pyx":82
+  /* "scoring/fused_native.pyx":86
  * cdef Py_ssize_t _offset(type cls, str name) except -1:
  *     cdef object descr = cls.__dict__.get(name)
  *     if descr is None:             # <<<<<<<<<<<<<<
@@ -3629,7 +4047,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
   if (unlikely(__pyx_t_5)) {
 
 
-    /* "scoring/fused_native.pyx":83
+    /* "scoring/fused_native.pyx":87
  *     cdef object descr = cls.__dict__.get(name)
  *     if descr is None:
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")             # <<<<<<<<<<<<<<
@@ -3637,12 +4055,12 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
  *     if off < 0:
 */
     __pyx_t_3 = NULL;
-    __pyx_t_2 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 87, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __pyx_t_6 = __Pyx_PyObject_FormatSimple(__pyx_t_2, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 83, __pyx_L1_error)
+    __pyx_t_6 = __Pyx_PyObject_FormatSimple(__pyx_t_2, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 87, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_6);
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    __pyx_t_2 = __Pyx_PyUnicode_Unicode(__pyx_v_name); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyUnicode_Unicode(__pyx_v_name); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 87, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __pyx_t_7[0] = __pyx_t_6;
     __pyx_t_7[1] = __pyx_mstate_global->__pyx_kp_u_;
@@ -3657,7 +4075,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
     __pyx_t_9 |= __Pyx_PyUnicode_KIND_04(__pyx_t_7[0]) | __Pyx_PyUnicode_KIND_04(__pyx_t_7[2]);
     #endif
     __pyx_t_10 = __Pyx_PyUnicode_Join(__pyx_t_7, 4, __pyx_t_8, __pyx_t_9);
-    if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 83, __pyx_L1_error)
+    if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 87, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_10);
     __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
@@ -3667,14 +4085,14 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
       __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_TypeError)), __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (__pyx_t_4*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_3); __pyx_t_3 = 0;
       __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
-      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 83, __pyx_L1_error)
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 87, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
     }
     __Pyx_Raise(__pyx_t_1, 0, 0, 0);
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-    __PYX_ERR(0, 83, __pyx_L1_error)
+    __PYX_ERR(0, 87, __pyx_L1_error)
 
-    /* "scoring/fused_native.pyx":82
+    /* "scoring/fused_native.pyx":86
  * cdef Py_ssize_t _offset(type cls, str name) except -1:
  *     cdef object descr = cls.__dict__.get(name)
  *     if descr is None:             # <<<<<<<<<<<<<<
@@ -3683,7 +4101,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
 */
   }
 
-  /* "scoring/fused_native.pyx":84
+  /* "scoring/fused_native.pyx":88
  *     if descr is None:
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")
  *     cdef Py_ssize_t off = kvgate_slot_offset(<PyObject *>descr)             # <<<<<<<<<<<<<<
@@ -3692,7 +4110,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
 */
   __pyx_v_off = kvgate_slot_offset(((PyObject *)__pyx_v_descr));
 
-  /* "scoring/fused_native.pyx":85
+  /* "scoring/fused_native.pyx":89
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")
  *     cdef Py_ssize_t off = kvgate_slot_offset(<PyObject *>descr)
  *     if off < 0:             # <<<<<<<<<<<<<<
@@ -3704,7 +4122,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
   if (unlikely(__pyx_t_5)) {
 
 
-    /* "scoring/fused_native.pyx":86
+    /* "scoring/fused_native.pyx":90
  *     cdef Py_ssize_t off = kvgate_slot_offset(<PyObject *>descr)
  *     if off < 0:
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")             # <<<<<<<<<<<<<<
@@ -3712,12 +4130,12 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
  * 
 */
     __pyx_t_10 = NULL;
-    __pyx_t_3 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 86, __pyx_L1_error)
+    __pyx_t_3 = __Pyx_PyObject_GetAttrStr(((PyObject *)__pyx_v_cls), __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 90, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
-    __pyx_t_2 = __Pyx_PyObject_FormatSimple(__pyx_t_3, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 86, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyObject_FormatSimple(__pyx_t_3, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 90, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-    __pyx_t_3 = __Pyx_PyUnicode_Unicode(__pyx_v_name); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 86, __pyx_L1_error)
+    __pyx_t_3 = __Pyx_PyUnicode_Unicode(__pyx_v_name); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 90, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
     __pyx_t_7[0] = __pyx_t_2;
     __pyx_t_7[1] = __pyx_mstate_global->__pyx_kp_u_;
@@ -3732,7 +4150,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
     __pyx_t_9 |= __Pyx_PyUnicode_KIND_04(__pyx_t_7[0]) | __Pyx_PyUnicode_KIND_04(__pyx_t_7[2]);
     #endif
     __pyx_t_6 = __Pyx_PyUnicode_Join(__pyx_t_7, 4, __pyx_t_8, __pyx_t_9);
-    if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 86, __pyx_L1_error)
+    if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 90, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_6);
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
@@ -3742,14 +4160,14 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
       __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_TypeError)), __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (__pyx_t_4*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_10); __pyx_t_10 = 0;
       __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
-      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 86, __pyx_L1_error)
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 90, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
     }
     __Pyx_Raise(__pyx_t_1, 0, 0, 0);
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-    __PYX_ERR(0, 86, __pyx_L1_error)
+    __PYX_ERR(0, 90, __pyx_L1_error)
 
-    /* "scoring/fused_native.pyx":85
+    /* "scoring/fused_native.pyx":89
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")
  *     cdef Py_ssize_t off = kvgate_slot_offset(<PyObject *>descr)
  *     if off < 0:             # <<<<<<<<<<<<<<
@@ -3758,7 +4176,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
 */
   }
 
-  /* "scoring/fused_native.pyx":87
+  /* "scoring/fused_native.pyx":91
  *     if off < 0:
  *         raise TypeError(f"{cls.__name__}.{name} is not a slot")
  *     return off             # <<<<<<<<<<<<<<
@@ -3771,7 +4189,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":80
+  /* "scoring/fused_native.pyx":84
  * 
  * 
  * cdef Py_ssize_t _offset(type cls, str name) except -1:             # <<<<<<<<<<<<<<
@@ -3796,7 +4214,7 @@ static Py_ssize_t __pyx_f_7scoring_12fused_native__offset(PyTypeObject *__pyx_v_
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":90
+/* "scoring/fused_native.pyx":94
  * 
  * 
  * cdef inline double _clamp(double x) noexcept:             # <<<<<<<<<<<<<<
@@ -3810,7 +4228,7 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
   int __pyx_t_2;
   double __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":91
+  /* "scoring/fused_native.pyx":95
  * 
  * cdef inline double _clamp(double x) noexcept:
  *     if isnan(x) or x < 0.0:             # <<<<<<<<<<<<<<
@@ -3836,7 +4254,7 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":92
+    /* "scoring/fused_native.pyx":96
  * cdef inline double _clamp(double x) noexcept:
  *     if isnan(x) or x < 0.0:
  *         return 0.0             # <<<<<<<<<<<<<<
@@ -3849,7 +4267,7 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":91
+    /* "scoring/fused_native.pyx":95
  * 
  * cdef inline double _clamp(double x) noexcept:
  *     if isnan(x) or x < 0.0:             # <<<<<<<<<<<<<<
@@ -3858,7 +4276,7 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
 */
   }
 
-  /* "scoring/fused_native.pyx":93
+  /* "scoring/fused_native.pyx":97
  *     if isnan(x) or x < 0.0:
  *         return 0.0
  *     return 1.0 if x > 1.0 else x             # <<<<<<<<<<<<<<
@@ -3880,7 +4298,7 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":90
+  /* "scoring/fused_native.pyx":94
  * 
  * 
  * cdef inline double _clamp(double x) noexcept:             # <<<<<<<<<<<<<<
@@ -3894,7 +4312,1984 @@ static CYTHON_INLINE double __pyx_f_7scoring_12fused_native__clamp(double __pyx_
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":118
+/* "scoring/fused_native.pyx":107
+ *     cdef Py_ssize_t n
+ * 
+ *     def __cinit__(self):             # <<<<<<<<<<<<<<
+ *         self.data = NULL
+ *         self.n = 0
+*/
+
+/* Python wrapper */
+static int __pyx_pw_7scoring_12fused_native_6Column_1__cinit__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL_TPNEW
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static int __pyx_pw_7scoring_12fused_native_6Column_1__cinit__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL_TPNEW
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  #if !CYTHON_VECTORCALL_TPNEW
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__cinit__ (wrapper)", 0);
+  #if !CYTHON_VECTORCALL_TPNEW
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return -1;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL_TPNEW(__pyx_args, __pyx_nargs);
+  if (unlikely(__pyx_nargs > 0)) { __Pyx_RaiseArgtupleInvalid("__cinit__", 1, 0, 0, __pyx_nargs); return -1; }
+  const Py_ssize_t __pyx_kwds_len = unlikely(__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL_TPNEW(__pyx_kwds) : 0;
+  if (unlikely(__pyx_kwds_len < 0)) return -1;
+  if (unlikely(__pyx_kwds_len > 0)) {__Pyx_RejectKeywords("__cinit__", __pyx_kwds); return -1;}
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column___cinit__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static int __pyx_pf_7scoring_12fused_native_6Column___cinit__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  int __pyx_r;
+
+  /* "scoring/fused_native.pyx":108
+ * 
+ *     def __cinit__(self):
+ *         self.data = NULL             # <<<<<<<<<<<<<<
+ *         self.n = 0
+ * 
+*/
+  __pyx_v_self->data = NULL;
+
+  /* "scoring/fused_native.pyx":109
+ *     def __cinit__(self):
+ *         self.data = NULL
+ *         self.n = 0             # <<<<<<<<<<<<<<
+ * 
+ *     def __dealloc__(self):
+*/
+  __pyx_v_self->n = 0;
+
+  /* "scoring/fused_native.pyx":107
+ *     cdef Py_ssize_t n
+ * 
+ *     def __cinit__(self):             # <<<<<<<<<<<<<<
+ *         self.data = NULL
+ *         self.n = 0
+*/
+
+  /* function exit code */
+  __pyx_r = 0;
+
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":111
+ *         self.n = 0
+ * 
+ *     def __dealloc__(self):             # <<<<<<<<<<<<<<
+ *         free(self.data)
+ * 
+*/
+
+/* Python wrapper */
+static void __pyx_pw_7scoring_12fused_native_6Column_3__dealloc__(PyObject *__pyx_v_self); /*proto*/
+static void __pyx_pw_7scoring_12fused_native_6Column_3__dealloc__(PyObject *__pyx_v_self) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__dealloc__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_pf_7scoring_12fused_native_6Column_2__dealloc__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+}
+
+static void __pyx_pf_7scoring_12fused_native_6Column_2__dealloc__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+
+  /* "scoring/fused_native.pyx":112
+ * 
+ *     def __dealloc__(self):
+ *         free(self.data)             # <<<<<<<<<<<<<<
+ * 
+ *     def __len__(self):
+*/
+  free(__pyx_v_self->data);
+
+  /* "scoring/fused_native.pyx":111
+ *         self.n = 0
+ * 
+ *     def __dealloc__(self):             # <<<<<<<<<<<<<<
+ *         free(self.data)
+ * 
+*/
+
+  /* function exit code */
+
+}
+
+/* "scoring/fused_native.pyx":114
+ *         free(self.data)
+ * 
+ *     def __len__(self):             # <<<<<<<<<<<<<<
+ *         return self.n
+ * 
+*/
+
+/* Python wrapper */
+static Py_ssize_t __pyx_pw_7scoring_12fused_native_6Column_5__len__(PyObject *__pyx_v_self); /*proto*/
+static Py_ssize_t __pyx_pw_7scoring_12fused_native_6Column_5__len__(PyObject *__pyx_v_self) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  Py_ssize_t __pyx_r;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__len__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_4__len__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static Py_ssize_t __pyx_pf_7scoring_12fused_native_6Column_4__len__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  Py_ssize_t __pyx_r;
+
+  /* "scoring/fused_native.pyx":115
+ * 
+ *     def __len__(self):
+ *         return self.n             # <<<<<<<<<<<<<<
+ * 
+ *     def __getitem__(self, key):
+*/
+  {
+
+    __pyx_r = __pyx_v_self->n;
+  }
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":114
+ *         free(self.data)
+ * 
+ *     def __len__(self):             # <<<<<<<<<<<<<<
+ *         return self.n
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L0:;
+
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":117
+ *         return self.n
+ * 
+ *     def __getitem__(self, key):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         if isinstance(key, slice):
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_7__getitem__(PyObject *__pyx_v_self, PyObject *__pyx_v_key); /*proto*/
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_7__getitem__(PyObject *__pyx_v_self, PyObject *__pyx_v_key) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__getitem__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_6__getitem__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self), ((PyObject *)__pyx_v_key));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_6__getitem__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_key) {
+  Py_ssize_t __pyx_v_i;
+  Py_ssize_t __pyx_7genexpr__pyx_v_i;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  PyObject *__pyx_t_4 = NULL;
+  PyObject *__pyx_t_5 = NULL;
+  size_t __pyx_t_6;
+  PyObject *(*__pyx_t_7)(PyObject *);
+  Py_ssize_t __pyx_t_8;
+  int __pyx_t_9;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__getitem__", 0);
+
+  /* "scoring/fused_native.pyx":119
+ *     def __getitem__(self, key):
+ *         cdef Py_ssize_t i
+ *         if isinstance(key, slice):             # <<<<<<<<<<<<<<
+ *             return [self.data[i] for i in range(*key.indices(self.n))]
+ *         i = key
+*/
+  __pyx_t_1 = PySlice_Check(__pyx_v_key); 
+  if (__pyx_t_1) {
+
+
+    /* "scoring/fused_native.pyx":120
+ *         cdef Py_ssize_t i
+ *         if isinstance(key, slice):
+ *             return [self.data[i] for i in range(*key.indices(self.n))]             # <<<<<<<<<<<<<<
+ *         i = key
+ *         if i < 0:
+*/
+    { /* enter inner scope */
+      __pyx_t_2 = PyList_New(0); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_2);
+      __pyx_t_4 = __pyx_v_key;
+      __Pyx_INCREF(__pyx_t_4);
+      __pyx_t_5 = PyLong_FromSsize_t(__pyx_v_self->n); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_5);
+      __pyx_t_6 = 0;
+      {
+        PyObject *__pyx_callargs[2] = {__pyx_t_4, __pyx_t_5};
+        __pyx_t_3 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_indices, __pyx_callargs+__pyx_t_6, (2-__pyx_t_6) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+        __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
+        __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+        if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 120, __pyx_L1_error)
+        __Pyx_GOTREF(__pyx_t_3);
+      }
+      __pyx_t_5 = __Pyx_PySequence_Tuple(__pyx_t_3); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_5);
+      __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+      __pyx_t_3 = __Pyx_PyObject_Call(((PyObject *)(&PyRange_Type)), __pyx_t_5, NULL); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_3);
+      __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+      __pyx_t_5 = PyObject_GetIter(__pyx_t_3); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_5);
+      __pyx_t_7 = (CYTHON_COMPILING_IN_LIMITED_API) ? PyIter_Next : __Pyx_PyObject_GetIterNextFunc(__pyx_t_5); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 120, __pyx_L1_error)
+      __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+      for (;;) {
+        {
+          __pyx_t_3 = __pyx_t_7(__pyx_t_5);
+          if (unlikely(!__pyx_t_3)) {
+            PyObject* exc_type = PyErr_Occurred();
+            if (exc_type) {
+              if (unlikely(!__Pyx_PyErr_GivenExceptionMatches(exc_type, PyExc_StopIteration))) __PYX_ERR(0, 120, __pyx_L1_error)
+              PyErr_Clear();
+            }
+            break;
+          }
+        }
+        __Pyx_GOTREF(__pyx_t_3);
+        __pyx_t_8 = __Pyx_PyIndex_AsSsize_t(__pyx_t_3); if (unlikely((__pyx_t_8 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 120, __pyx_L1_error)
+        __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+        __pyx_7genexpr__pyx_v_i = __pyx_t_8;
+        __pyx_t_3 = PyFloat_FromDouble((__pyx_v_self->data[__pyx_7genexpr__pyx_v_i])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 120, __pyx_L1_error)
+        __Pyx_GOTREF(__pyx_t_3);
+        __Pyx_GIVEREF(__pyx_t_3);
+        if (unlikely(__Pyx_ListComp_AppendAndDecref(__pyx_t_2, __pyx_t_3))) __PYX_ERR(0, 120, __pyx_L1_error)
+        __pyx_t_3 = 0;
+      }
+      __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+    } /* exit inner scope */
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_2;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_2 = 0;
+    goto __pyx_L0;
+
+    /* "scoring/fused_native.pyx":119
+ *     def __getitem__(self, key):
+ *         cdef Py_ssize_t i
+ *         if isinstance(key, slice):             # <<<<<<<<<<<<<<
+ *             return [self.data[i] for i in range(*key.indices(self.n))]
+ *         i = key
+*/
+  }
+
+  /* "scoring/fused_native.pyx":121
+ *         if isinstance(key, slice):
+ *             return [self.data[i] for i in range(*key.indices(self.n))]
+ *         i = key             # <<<<<<<<<<<<<<
+ *         if i < 0:
+ *             i += self.n
+*/
+  __pyx_t_8 = __Pyx_PyIndex_AsSsize_t(__pyx_v_key); if (unlikely((__pyx_t_8 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 121, __pyx_L1_error)
+  __pyx_v_i = __pyx_t_8;
+
+  /* "scoring/fused_native.pyx":122
+ *             return [self.data[i] for i in range(*key.indices(self.n))]
+ *         i = key
+ *         if i < 0:             # <<<<<<<<<<<<<<
+ *             i += self.n
+ *         if not 0 <= i < self.n:
+*/
+  __pyx_t_1 = (__pyx_v_i < 0);
+
+  if (__pyx_t_1) {
+
+
+    /* "scoring/fused_native.pyx":123
+ *         i = key
+ *         if i < 0:
+ *             i += self.n             # <<<<<<<<<<<<<<
+ *         if not 0 <= i < self.n:
+ *             raise IndexError("column index out of range")
+*/
+    __pyx_v_i = (__pyx_v_i + __pyx_v_self->n);
+
+    /* "scoring/fused_native.pyx":122
+ *             return [self.data[i] for i in range(*key.indices(self.n))]
+ *         i = key
+ *         if i < 0:             # <<<<<<<<<<<<<<
+ *             i += self.n
+ *         if not 0 <= i < self.n:
+*/
+  }
+
+  /* "scoring/fused_native.pyx":124
+ *         if i < 0:
+ *             i += self.n
+ *         if not 0 <= i < self.n:             # <<<<<<<<<<<<<<
+ *             raise IndexError("column index out of range")
+ *         return self.data[i]
+*/
+  __pyx_t_1 = (0 <= __pyx_v_i);
+  if (__pyx_t_1) {
+    __pyx_t_1 = (__pyx_v_i < __pyx_v_self->n);
+  }
+  __pyx_t_9 = (!__pyx_t_1);
+
+
+  if (unlikely(__pyx_t_9)) {
+
+
+    /* "scoring/fused_native.pyx":125
+ *             i += self.n
+ *         if not 0 <= i < self.n:
+ *             raise IndexError("column index out of range")             # <<<<<<<<<<<<<<
+ *         return self.data[i]
+ * 
+*/
+    __pyx_t_5 = NULL;
+    __pyx_t_6 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_5, __pyx_mstate_global->__pyx_kp_u_column_index_out_of_range};
+      __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_IndexError)), __pyx_callargs+__pyx_t_6, (2-__pyx_t_6) | (__pyx_t_6*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
+      if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 125, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_2);
+    }
+    __Pyx_Raise(__pyx_t_2, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __PYX_ERR(0, 125, __pyx_L1_error)
+
+    /* "scoring/fused_native.pyx":124
+ *         if i < 0:
+ *             i += self.n
+ *         if not 0 <= i < self.n:             # <<<<<<<<<<<<<<
+ *             raise IndexError("column index out of range")
+ *         return self.data[i]
+*/
+  }
+
+  /* "scoring/fused_native.pyx":126
+ *         if not 0 <= i < self.n:
+ *             raise IndexError("column index out of range")
+ *         return self.data[i]             # <<<<<<<<<<<<<<
+ * 
+ *     def __iter__(self):
+*/
+  __pyx_t_2 = PyFloat_FromDouble((__pyx_v_self->data[__pyx_v_i])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 126, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_2;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_2 = 0;
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":117
+ *         return self.n
+ * 
+ *     def __getitem__(self, key):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         if isinstance(key, slice):
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_AddTraceback("scoring.fused_native.Column.__getitem__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+static PyObject *__pyx_gb_7scoring_12fused_native_6Column_10generator(__pyx_CoroutineObject *__pyx_generator, CYTHON_UNUSED PyThreadState *__pyx_tstate, PyObject *__pyx_sent_value); /* proto */
+
+/* "scoring/fused_native.pyx":128
+ *         return self.data[i]
+ * 
+ *     def __iter__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n):
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_9__iter__(PyObject *__pyx_v_self); /*proto*/
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_9__iter__(PyObject *__pyx_v_self) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__iter__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_8__iter__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_8__iter__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *__pyx_cur_scope;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__iter__", 0);
+  __pyx_cur_scope = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__, __pyx_mstate_global->__pyx_empty_tuple, NULL);
+  if (unlikely(!__pyx_cur_scope)) {
+    __pyx_cur_scope = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)Py_None);
+    __Pyx_INCREF(Py_None);
+    __PYX_ERR(0, 128, __pyx_L1_error)
+  } else {
+    __Pyx_GOTREF((PyObject *)__pyx_cur_scope);
+  }
+  __pyx_cur_scope->__pyx_v_self = __pyx_v_self;
+  __Pyx_INCREF((PyObject *)__pyx_cur_scope->__pyx_v_self);
+  __Pyx_GIVEREF((PyObject *)__pyx_cur_scope->__pyx_v_self);
+  {
+    __pyx_CoroutineObject *gen = __Pyx_Generator_New((__pyx_coroutine_body_t) __pyx_gb_7scoring_12fused_native_6Column_10generator, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0]), (PyObject *) __pyx_cur_scope, __pyx_mstate_global->__pyx_n_u_iter, __pyx_mstate_global->__pyx_n_u_Column___iter, __pyx_mstate_global->__pyx_n_u_scoring_fused_native); if (unlikely(!gen)) __PYX_ERR(0, 128, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_cur_scope);
+    __Pyx_RefNannyFinishContext();
+    return (PyObject *) gen;
+  }
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("scoring.fused_native.Column.__iter__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __Pyx_DECREF((PyObject *)__pyx_cur_scope);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_gb_7scoring_12fused_native_6Column_10generator(__pyx_CoroutineObject *__pyx_generator, CYTHON_UNUSED PyThreadState *__pyx_tstate, PyObject *__pyx_sent_value) /* generator body */
+{
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *__pyx_cur_scope = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)__pyx_generator->closure);
+  PyObject *__pyx_r = NULL;
+  Py_ssize_t __pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__iter__", 0);
+  switch (__pyx_generator->resume_label) {
+    case 0: goto __pyx_L3_first_run;
+    case 1: goto __pyx_L6_resume_from_yield;
+    default: /* CPython raises the right error here */
+    __Pyx_RefNannyFinishContext();
+    return NULL;
+  }
+  __pyx_L3_first_run:;
+  if (unlikely(__pyx_sent_value != Py_None)) {
+    if (unlikely(__pyx_sent_value)) PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started generator");
+    __PYX_ERR(0, 128, __pyx_L1_error)
+  }
+
+  /* "scoring/fused_native.pyx":130
+ *     def __iter__(self):
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n):             # <<<<<<<<<<<<<<
+ *             yield self.data[i]
+ * 
+*/
+
+  __pyx_t_1 = __pyx_cur_scope->__pyx_v_self->n;
+  __pyx_t_2 = __pyx_t_1;
+
+  for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
+    __pyx_cur_scope->__pyx_v_i = __pyx_t_3;
+
+    /* "scoring/fused_native.pyx":131
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n):
+ *             yield self.data[i]             # <<<<<<<<<<<<<<
+ * 
+ *     def __reversed__(self):
+*/
+    __pyx_t_4 = PyFloat_FromDouble((__pyx_cur_scope->__pyx_v_self->data[__pyx_cur_scope->__pyx_v_i])); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 131, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_r = __pyx_t_4;
+    __pyx_t_4 = 0;
+
+    __pyx_cur_scope->__pyx_t_0 = __pyx_t_1;
+
+    __pyx_cur_scope->__pyx_t_1 = __pyx_t_2;
+
+    __pyx_cur_scope->__pyx_t_2 = __pyx_t_3;
+    __Pyx_XGIVEREF(__pyx_r);
+    __Pyx_RefNannyFinishContext();
+    __Pyx_Coroutine_ResetAndClearException(__pyx_generator);
+    /* return from generator, yielding value */
+    __pyx_generator->resume_label = 1;
+    return __pyx_r;
+    __pyx_L6_resume_from_yield:;
+    __pyx_t_1 = __pyx_cur_scope->__pyx_t_0;
+    __pyx_t_2 = __pyx_cur_scope->__pyx_t_1;
+    __pyx_t_3 = __pyx_cur_scope->__pyx_t_2;
+    if (unlikely(!__pyx_sent_value)) __PYX_ERR(0, 131, __pyx_L1_error)
+  }
+
+  CYTHON_MAYBE_UNUSED_VAR(__pyx_cur_scope);
+
+  /* "scoring/fused_native.pyx":128
+ *         return self.data[i]
+ * 
+ *     def __iter__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n):
+*/
+
+  /* function exit code */
+  __pyx_r = Py_None; __Pyx_INCREF(Py_None);
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  if (__Pyx_PyErr_Occurred()) {
+    __Pyx_Generator_Replace_StopIteration(0);
+    __Pyx_AddTraceback("__iter__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  }
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  #if !CYTHON_USE_EXC_INFO_STACK
+  __Pyx_Coroutine_ResetAndClearException(__pyx_generator);
+  #endif
+  __pyx_generator->resume_label = -1;
+  __Pyx_Coroutine_clear((PyObject*)__pyx_generator);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+static PyObject *__pyx_gb_7scoring_12fused_native_6Column_13generator1(__pyx_CoroutineObject *__pyx_generator, CYTHON_UNUSED PyThreadState *__pyx_tstate, PyObject *__pyx_sent_value); /* proto */
+
+/* "scoring/fused_native.pyx":133
+ *             yield self.data[i]
+ * 
+ *     def __reversed__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_12__reversed__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_7scoring_12fused_native_6Column_12__reversed__ = {"__reversed__", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_12__reversed__, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_12__reversed__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__reversed__ (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  if (unlikely(__pyx_nargs > 0)) { __Pyx_RaiseArgtupleInvalid("__reversed__", 1, 0, 0, __pyx_nargs); return NULL; }
+  const Py_ssize_t __pyx_kwds_len = unlikely(__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+  if (unlikely(__pyx_kwds_len < 0)) return NULL;
+  if (unlikely(__pyx_kwds_len > 0)) {__Pyx_RejectKeywords("__reversed__", __pyx_kwds); return NULL;}
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_11__reversed__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_11__reversed__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *__pyx_cur_scope;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__reversed__", 0);
+  __pyx_cur_scope = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__, __pyx_mstate_global->__pyx_empty_tuple, NULL);
+  if (unlikely(!__pyx_cur_scope)) {
+    __pyx_cur_scope = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)Py_None);
+    __Pyx_INCREF(Py_None);
+    __PYX_ERR(0, 133, __pyx_L1_error)
+  } else {
+    __Pyx_GOTREF((PyObject *)__pyx_cur_scope);
+  }
+  __pyx_cur_scope->__pyx_v_self = __pyx_v_self;
+  __Pyx_INCREF((PyObject *)__pyx_cur_scope->__pyx_v_self);
+  __Pyx_GIVEREF((PyObject *)__pyx_cur_scope->__pyx_v_self);
+  {
+    __pyx_CoroutineObject *gen = __Pyx_Generator_New((__pyx_coroutine_body_t) __pyx_gb_7scoring_12fused_native_6Column_13generator1, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1]), (PyObject *) __pyx_cur_scope, __pyx_mstate_global->__pyx_n_u_reversed, __pyx_mstate_global->__pyx_n_u_Column___reversed, __pyx_mstate_global->__pyx_n_u_scoring_fused_native); if (unlikely(!gen)) __PYX_ERR(0, 133, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_cur_scope);
+    __Pyx_RefNannyFinishContext();
+    return (PyObject *) gen;
+  }
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("scoring.fused_native.Column.__reversed__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __Pyx_DECREF((PyObject *)__pyx_cur_scope);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_gb_7scoring_12fused_native_6Column_13generator1(__pyx_CoroutineObject *__pyx_generator, CYTHON_UNUSED PyThreadState *__pyx_tstate, PyObject *__pyx_sent_value) /* generator body */
+{
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *__pyx_cur_scope = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)__pyx_generator->closure);
+  PyObject *__pyx_r = NULL;
+  Py_ssize_t __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__reversed__", 0);
+  switch (__pyx_generator->resume_label) {
+    case 0: goto __pyx_L3_first_run;
+    case 1: goto __pyx_L6_resume_from_yield;
+    default: /* CPython raises the right error here */
+    __Pyx_RefNannyFinishContext();
+    return NULL;
+  }
+  __pyx_L3_first_run:;
+  if (unlikely(__pyx_sent_value != Py_None)) {
+    if (unlikely(__pyx_sent_value)) PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started generator");
+    __PYX_ERR(0, 133, __pyx_L1_error)
+  }
+
+  /* "scoring/fused_native.pyx":135
+ *     def __reversed__(self):
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):             # <<<<<<<<<<<<<<
+ *             yield self.data[i]
+ * 
+*/
+  for (__pyx_t_1 = (__pyx_cur_scope->__pyx_v_self->n - 1); __pyx_t_1 > -1L; __pyx_t_1-=1) {
+    __pyx_cur_scope->__pyx_v_i = __pyx_t_1;
+
+    /* "scoring/fused_native.pyx":136
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):
+ *             yield self.data[i]             # <<<<<<<<<<<<<<
+ * 
+ *     def __contains__(self, value):
+*/
+    __pyx_t_2 = PyFloat_FromDouble((__pyx_cur_scope->__pyx_v_self->data[__pyx_cur_scope->__pyx_v_i])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 136, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_r = __pyx_t_2;
+    __pyx_t_2 = 0;
+
+    __pyx_cur_scope->__pyx_t_0 = __pyx_t_1;
+    __Pyx_XGIVEREF(__pyx_r);
+    __Pyx_RefNannyFinishContext();
+    __Pyx_Coroutine_ResetAndClearException(__pyx_generator);
+    /* return from generator, yielding value */
+    __pyx_generator->resume_label = 1;
+    return __pyx_r;
+    __pyx_L6_resume_from_yield:;
+    __pyx_t_1 = __pyx_cur_scope->__pyx_t_0;
+    if (unlikely(!__pyx_sent_value)) __PYX_ERR(0, 136, __pyx_L1_error)
+  }
+  CYTHON_MAYBE_UNUSED_VAR(__pyx_cur_scope);
+
+  /* "scoring/fused_native.pyx":133
+ *             yield self.data[i]
+ * 
+ *     def __reversed__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):
+*/
+
+  /* function exit code */
+  __pyx_r = Py_None; __Pyx_INCREF(Py_None);
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  if (__Pyx_PyErr_Occurred()) {
+    __Pyx_Generator_Replace_StopIteration(0);
+    __Pyx_AddTraceback("__reversed__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  }
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  #if !CYTHON_USE_EXC_INFO_STACK
+  __Pyx_Coroutine_ResetAndClearException(__pyx_generator);
+  #endif
+  __pyx_generator->resume_label = -1;
+  __Pyx_Coroutine_clear((PyObject*)__pyx_generator);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":138
+ *             yield self.data[i]
+ * 
+ *     def __contains__(self, value):             # <<<<<<<<<<<<<<
+ *         return value in list(self)
+ * 
+*/
+
+/* Python wrapper */
+static int __pyx_pw_7scoring_12fused_native_6Column_15__contains__(PyObject *__pyx_v_self, PyObject *__pyx_v_value); /*proto*/
+static int __pyx_pw_7scoring_12fused_native_6Column_15__contains__(PyObject *__pyx_v_self, PyObject *__pyx_v_value) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__contains__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_14__contains__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self), ((PyObject *)__pyx_v_value));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static int __pyx_pf_7scoring_12fused_native_6Column_14__contains__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value) {
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int __pyx_t_2;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__contains__", 0);
+
+  /* "scoring/fused_native.pyx":139
+ * 
+ *     def __contains__(self, value):
+ *         return value in list(self)             # <<<<<<<<<<<<<<
+ * 
+ *     def index(self, value, start=0, stop=None):
+*/
+  __pyx_t_1 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 139, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = (__Pyx_PySequence_ContainsTF(__pyx_v_value, __pyx_t_1, Py_EQ)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 139, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  {
+    __pyx_r = __pyx_t_2;
+  }
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":138
+ *             yield self.data[i]
+ * 
+ *     def __contains__(self, value):             # <<<<<<<<<<<<<<
+ *         return value in list(self)
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_AddTraceback("scoring.fused_native.Column.__contains__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = -1;
+  __pyx_L0:;
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":141
+ *         return value in list(self)
+ * 
+ *     def index(self, value, start=0, stop=None):             # <<<<<<<<<<<<<<
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_17index(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_7scoring_12fused_native_6Column_17index = {"index", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_17index, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_17index(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_value = 0;
+  PyObject *__pyx_v_start = 0;
+  PyObject *__pyx_v_stop = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[3] = {0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("index (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_value,&__pyx_mstate_global->__pyx_n_u_start,&__pyx_mstate_global->__pyx_n_u_stop,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 141, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 141, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 141, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 141, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "index", 0) < (0)) __PYX_ERR(0, 141, __pyx_L3_error)
+      if (!values[1]) values[1] = __Pyx_NewRef(((PyObject *)__pyx_mstate_global->__pyx_int_0));
+      if (!values[2]) values[2] = __Pyx_NewRef(((PyObject *)Py_None));
+      for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("index", 0, 1, 3, i); __PYX_ERR(0, 141, __pyx_L3_error) }
+      }
+    } else {
+      switch (__pyx_nargs) {
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 141, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 141, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 141, __pyx_L3_error)
+        break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      if (!values[1]) values[1] = __Pyx_NewRef(((PyObject *)__pyx_mstate_global->__pyx_int_0));
+      if (!values[2]) values[2] = __Pyx_NewRef(((PyObject *)Py_None));
+    }
+    __pyx_v_value = values[0];
+    __pyx_v_start = values[1];
+    __pyx_v_stop = values[2];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("index", 0, 1, 3, __pyx_nargs); __PYX_ERR(0, 141, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("scoring.fused_native.Column.index", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_16index(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self), __pyx_v_value, __pyx_v_start, __pyx_v_stop);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_16index(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value, PyObject *__pyx_v_start, PyObject *__pyx_v_stop) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  PyObject *__pyx_t_4 = NULL;
+  int __pyx_t_5;
+  PyObject *__pyx_t_6 = NULL;
+  size_t __pyx_t_7;
+  Py_ssize_t __pyx_t_8;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("index", 0);
+
+  /* "scoring/fused_native.pyx":142
+ * 
+ *     def index(self, value, start=0, stop=None):
+ *         return list(self).index(value, start, self.n if stop is None else stop)             # <<<<<<<<<<<<<<
+ * 
+ *     def count(self, value):
+*/
+  __pyx_t_3 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 142, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __pyx_t_2 = __pyx_t_3;
+  __Pyx_INCREF(__pyx_t_2);
+  __pyx_t_5 = (__pyx_v_stop == Py_None);
+  if (__pyx_t_5) {
+    __pyx_t_6 = PyLong_FromSsize_t(__pyx_v_self->n); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 142, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_6);
+    __pyx_t_4 = __pyx_t_6;
+    __pyx_t_6 = 0;
+  } else {
+    __Pyx_INCREF(__pyx_v_stop);
+    __pyx_t_4 = __pyx_v_stop;
+  }
+
+  __pyx_t_7 = 0;
+  {
+    PyObject *__pyx_callargs[4] = {__pyx_t_2, __pyx_v_value, __pyx_v_start, __pyx_t_4};
+    __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_index, __pyx_callargs+__pyx_t_7, (4-__pyx_t_7) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+    __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 142, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_1);
+  }
+  __pyx_t_8 = __Pyx_PyIndex_AsSsize_t(__pyx_t_1); if (unlikely((__pyx_t_8 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 142, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_1 = PyLong_FromSsize_t(__pyx_t_8); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 142, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":141
+ *         return value in list(self)
+ * 
+ *     def index(self, value, start=0, stop=None):             # <<<<<<<<<<<<<<
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_6);
+  __Pyx_AddTraceback("scoring.fused_native.Column.index", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":144
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+ *     def count(self, value):             # <<<<<<<<<<<<<<
+ *         return list(self).count(value)
+ * 
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_19count(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_7scoring_12fused_native_6Column_19count = {"count", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_19count, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_19count(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_value = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[1] = {0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("count (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_value,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 144, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 144, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "count", 0) < (0)) __PYX_ERR(0, 144, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("count", 1, 1, 1, i); __PYX_ERR(0, 144, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 1)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 144, __pyx_L3_error)
+    }
+    __pyx_v_value = values[0];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("count", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 144, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("scoring.fused_native.Column.count", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_18count(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self), __pyx_v_value);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_18count(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_value) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  size_t __pyx_t_4;
+  Py_ssize_t __pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("count", 0);
+
+  /* "scoring/fused_native.pyx":145
+ * 
+ *     def count(self, value):
+ *         return list(self).count(value)             # <<<<<<<<<<<<<<
+ * 
+ *     def __eq__(self, other):
+*/
+  __pyx_t_3 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 145, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __pyx_t_2 = __pyx_t_3;
+  __Pyx_INCREF(__pyx_t_2);
+  __pyx_t_4 = 0;
+  {
+    PyObject *__pyx_callargs[2] = {__pyx_t_2, __pyx_v_value};
+    __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_count, __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+    __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 145, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_1);
+  }
+  __pyx_t_5 = __Pyx_PyIndex_AsSsize_t(__pyx_t_1); if (unlikely((__pyx_t_5 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 145, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_1 = PyLong_FromSsize_t(__pyx_t_5); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 145, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":144
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+ *     def count(self, value):             # <<<<<<<<<<<<<<
+ *         return list(self).count(value)
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("scoring.fused_native.Column.count", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":147
+ *         return list(self).count(value)
+ * 
+ *     def __eq__(self, other):             # <<<<<<<<<<<<<<
+ *         if isinstance(other, (Column, list, tuple)):
+ *             return list(self) == list(other)
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_21__eq__(PyObject *__pyx_v_self, PyObject *__pyx_v_other); /*proto*/
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_21__eq__(PyObject *__pyx_v_self, PyObject *__pyx_v_other) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__eq__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_20__eq__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self), ((PyObject *)__pyx_v_other));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_20__eq__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self, PyObject *__pyx_v_other) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  PyObject *__pyx_t_4 = NULL;
+  PyObject *__pyx_t_5 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__eq__", 0);
+
+  /* "scoring/fused_native.pyx":148
+ * 
+ *     def __eq__(self, other):
+ *         if isinstance(other, (Column, list, tuple)):             # <<<<<<<<<<<<<<
+ *             return list(self) == list(other)
+ *         return NotImplemented
+*/
+  __pyx_t_2 = __Pyx_TypeCheck(__pyx_v_other, __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column); 
+  if (!__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = PyList_Check(__pyx_v_other); 
+  if (!__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = PyTuple_Check(__pyx_v_other); 
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L4_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "scoring/fused_native.pyx":149
+ *     def __eq__(self, other):
+ *         if isinstance(other, (Column, list, tuple)):
+ *             return list(self) == list(other)             # <<<<<<<<<<<<<<
+ *         return NotImplemented
+ * 
+*/
+    __pyx_t_3 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 149, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_3);
+    __pyx_t_4 = PySequence_List(__pyx_v_other); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 149, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_t_5 = PyObject_RichCompare(__pyx_t_3, __pyx_t_4, Py_EQ); __Pyx_XGOTREF(__pyx_t_5); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 149, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_5;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_5 = 0;
+    goto __pyx_L0;
+
+    /* "scoring/fused_native.pyx":148
+ * 
+ *     def __eq__(self, other):
+ *         if isinstance(other, (Column, list, tuple)):             # <<<<<<<<<<<<<<
+ *             return list(self) == list(other)
+ *         return NotImplemented
+*/
+  }
+
+  /* "scoring/fused_native.pyx":150
+ *         if isinstance(other, (Column, list, tuple)):
+ *             return list(self) == list(other)
+ *         return NotImplemented             # <<<<<<<<<<<<<<
+ * 
+ *     __hash__ = None
+*/
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __Pyx_INCREF(__pyx_builtin_NotImplemented);
+      __pyx_r = __pyx_builtin_NotImplemented;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":147
+ *         return list(self).count(value)
+ * 
+ *     def __eq__(self, other):             # <<<<<<<<<<<<<<
+ *         if isinstance(other, (Column, list, tuple)):
+ *             return list(self) == list(other)
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_AddTraceback("scoring.fused_native.Column.__eq__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":154
+ *     __hash__ = None
+ * 
+ *     def __repr__(self):             # <<<<<<<<<<<<<<
+ *         return f"Column({list(self)!r})"
+ * 
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_23__repr__(PyObject *__pyx_v_self); /*proto*/
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_23__repr__(PyObject *__pyx_v_self) {
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__repr__ (wrapper)", 0);
+  __pyx_kwvalues = __Pyx_KwValues_VARARGS(__pyx_args, __pyx_nargs);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_22__repr__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_22__repr__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3[3];
+  Py_ssize_t __pyx_t_4;
+  int __pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__repr__", 0);
+
+  /* "scoring/fused_native.pyx":155
+ * 
+ *     def __repr__(self):
+ *         return f"Column({list(self)!r})"             # <<<<<<<<<<<<<<
+ * 
+ *     def __reduce__(self):
+*/
+  __pyx_t_1 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 155, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_PyObject_FormatSimpleAndDecref(PyObject_Repr(__pyx_t_1), __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 155, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3[0] = __pyx_mstate_global->__pyx_kp_u_Column;
+  __pyx_t_3[1] = __pyx_t_2;
+  __pyx_t_3[2] = __pyx_mstate_global->__pyx_kp_u__2;
+  __pyx_t_4 = 8;
+  #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+  __pyx_t_4 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_3[1]);
+  #endif
+  __pyx_t_5 = 0;
+  #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+  __pyx_t_5 |= __Pyx_PyUnicode_KIND_04(__pyx_t_3[1]);
+  #endif
+  __pyx_t_1 = __Pyx_PyUnicode_Join(__pyx_t_3, 3, __pyx_t_4, __pyx_t_5);
+  if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 155, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":154
+ *     __hash__ = None
+ * 
+ *     def __repr__(self):             # <<<<<<<<<<<<<<
+ *         return f"Column({list(self)!r})"
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("scoring.fused_native.Column.__repr__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":157
+ *         return f"Column({list(self)!r})"
+ * 
+ *     def __reduce__(self):             # <<<<<<<<<<<<<<
+ *         return column, (list(self),)
+ * 
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_25__reduce__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_7scoring_12fused_native_6Column_25__reduce__ = {"__reduce__", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_25__reduce__, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_7scoring_12fused_native_6Column_25__reduce__(PyObject *__pyx_v_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("__reduce__ (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  if (unlikely(__pyx_nargs > 0)) { __Pyx_RaiseArgtupleInvalid("__reduce__", 1, 0, 0, __pyx_nargs); return NULL; }
+  const Py_ssize_t __pyx_kwds_len = unlikely(__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+  if (unlikely(__pyx_kwds_len < 0)) return NULL;
+  if (unlikely(__pyx_kwds_len > 0)) {__Pyx_RejectKeywords("__reduce__", __pyx_kwds); return NULL;}
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Column_24__reduce__(((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_v_self));
+
+  /* function exit code */
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_6Column_24__reduce__(struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_self) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("__reduce__", 0);
+
+  /* "scoring/fused_native.pyx":158
+ * 
+ *     def __reduce__(self):
+ *         return column, (list(self),)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_column); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 158, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = PySequence_List(((PyObject *)__pyx_v_self)); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 158, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_3 = PyTuple_New(1); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 158, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_GIVEREF(__pyx_t_2);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 0, __pyx_t_2) != (0)) __PYX_ERR(0, 158, __pyx_L1_error);
+  __pyx_t_2 = 0;
+  __pyx_t_2 = PyTuple_New(2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 158, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_GIVEREF(__pyx_t_1);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 158, __pyx_L1_error);
+  __Pyx_GIVEREF(__pyx_t_3);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_t_3) != (0)) __PYX_ERR(0, 158, __pyx_L1_error);
+  __pyx_t_1 = 0;
+  __pyx_t_3 = 0;
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_2;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_2 = 0;
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":157
+ *         return f"Column({list(self)!r})"
+ * 
+ *     def __reduce__(self):             # <<<<<<<<<<<<<<
+ *         return column, (list(self),)
+ * 
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("scoring.fused_native.Column.__reduce__", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":161
+ * 
+ * 
+ * def column(values):             # <<<<<<<<<<<<<<
+ *     """A `Column` holding `values` (floats)."""
+ *     cdef Py_ssize_t n = len(values), i
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_7scoring_12fused_native_1column(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_7scoring_12fused_native_column, "A `Column` holding `values` (floats).");
+static PyMethodDef __pyx_mdef_7scoring_12fused_native_1column = {"column", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_1column, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_7scoring_12fused_native_column};
+static PyObject *__pyx_pw_7scoring_12fused_native_1column(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_values = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[1] = {0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("column (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_values,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 161, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 161, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "column", 0) < (0)) __PYX_ERR(0, 161, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("column", 1, 1, 1, i); __PYX_ERR(0, 161, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 1)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 161, __pyx_L3_error)
+    }
+    __pyx_v_values = values[0];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("column", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 161, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("scoring.fused_native.column", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_7scoring_12fused_native_column(__pyx_self, __pyx_v_values);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_7scoring_12fused_native_column(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_values) {
+  Py_ssize_t __pyx_v_n;
+  Py_ssize_t __pyx_v_i;
+  struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_out = 0;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  Py_ssize_t __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  long __pyx_t_3;
+  Py_ssize_t __pyx_t_4;
+  int __pyx_t_5;
+  Py_ssize_t __pyx_t_6;
+  double __pyx_t_7;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("column", 0);
+
+  /* "scoring/fused_native.pyx":163
+ * def column(values):
+ *     """A `Column` holding `values` (floats)."""
+ *     cdef Py_ssize_t n = len(values), i             # <<<<<<<<<<<<<<
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+*/
+  __pyx_t_1 = PyObject_Length(__pyx_v_values); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 163, __pyx_L1_error)
+  __pyx_v_n = __pyx_t_1;
+
+  /* "scoring/fused_native.pyx":164
+ *     """A `Column` holding `values` (floats)."""
+ *     cdef Py_ssize_t n = len(values), i
+ *     cdef Column out = Column.__new__(Column)             # <<<<<<<<<<<<<<
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:
+*/
+  __pyx_t_2 = ((PyObject *)__pyx_tp_new_7scoring_12fused_native_Column(((PyTypeObject *)__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column), __pyx_mstate_global->__pyx_empty_tuple, NULL)); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 164, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_v_out = ((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_t_2);
+  __pyx_t_2 = 0;
+
+  /* "scoring/fused_native.pyx":165
+ *     cdef Py_ssize_t n = len(values), i
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))             # <<<<<<<<<<<<<<
+ *     if out.data == NULL:
+ *         raise MemoryError()
+*/
+
+  __pyx_t_3 = 1;
+
+  __pyx_t_1 = __pyx_v_n;
+  __pyx_t_5 = (__pyx_t_3 > __pyx_t_1);
+
+  if (__pyx_t_5) {
+
+    __pyx_t_4 = __pyx_t_3;
+  } else {
+
+    __pyx_t_4 = __pyx_t_1;
+  }
+
+  __pyx_v_out->data = ((double *)malloc((__pyx_t_4 * (sizeof(double)))));
+
+
+  /* "scoring/fused_native.pyx":166
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:             # <<<<<<<<<<<<<<
+ *         raise MemoryError()
+ *     for i in range(n):
+*/
+  __pyx_t_5 = (__pyx_v_out->data == NULL);
+
+  if (unlikely(__pyx_t_5)) {
+
+
+    /* "scoring/fused_native.pyx":167
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:
+ *         raise MemoryError()             # <<<<<<<<<<<<<<
+ *     for i in range(n):
+ *         out.data[i] = values[i]
+*/
+    PyErr_NoMemory(); __PYX_ERR(0, 167, __pyx_L1_error)
+
+    /* "scoring/fused_native.pyx":166
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:             # <<<<<<<<<<<<<<
+ *         raise MemoryError()
+ *     for i in range(n):
+*/
+  }
+
+  /* "scoring/fused_native.pyx":168
+ *     if out.data == NULL:
+ *         raise MemoryError()
+ *     for i in range(n):             # <<<<<<<<<<<<<<
+ *         out.data[i] = values[i]
+ *     out.n = n
+*/
+
+  __pyx_t_4 = __pyx_v_n;
+  __pyx_t_1 = __pyx_t_4;
+
+  for (__pyx_t_6 = 0; __pyx_t_6 < __pyx_t_1; __pyx_t_6+=1) {
+    __pyx_v_i = __pyx_t_6;
+
+    /* "scoring/fused_native.pyx":169
+ *         raise MemoryError()
+ *     for i in range(n):
+ *         out.data[i] = values[i]             # <<<<<<<<<<<<<<
+ *     out.n = n
+ *     return out
+*/
+    __pyx_t_2 = __Pyx_GetItemInt(__pyx_v_values, __pyx_v_i, Py_ssize_t, 1, PyLong_FromSsize_t, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 169, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_7 = __Pyx_PyFloat_AsDouble(__pyx_t_2); if (unlikely((__pyx_t_7 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 169, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    (__pyx_v_out->data[__pyx_v_i]) = __pyx_t_7;
+
+  }
+
+
+  /* "scoring/fused_native.pyx":170
+ *     for i in range(n):
+ *         out.data[i] = values[i]
+ *     out.n = n             # <<<<<<<<<<<<<<
+ *     return out
+ * 
+*/
+  __pyx_v_out->n = __pyx_v_n;
+
+  /* "scoring/fused_native.pyx":171
+ *         out.data[i] = values[i]
+ *     out.n = n
+ *     return out             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __Pyx_INCREF((PyObject *)__pyx_v_out);
+      __pyx_r = ((PyObject *)__pyx_v_out);
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":161
+ * 
+ * 
+ * def column(values):             # <<<<<<<<<<<<<<
+ *     """A `Column` holding `values` (floats)."""
+ *     cdef Py_ssize_t n = len(values), i
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("scoring.fused_native.column", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+  __Pyx_XDECREF((PyObject *)__pyx_v_out);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":174
+ * 
+ * 
+ * cdef Column _column_of(const double *data, Py_ssize_t n):             # <<<<<<<<<<<<<<
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+*/
+
+static struct __pyx_obj_7scoring_12fused_native_Column *__pyx_f_7scoring_12fused_native__column_of(double const *__pyx_v_data, Py_ssize_t __pyx_v_n) {
+  struct __pyx_obj_7scoring_12fused_native_Column *__pyx_v_out = 0;
+  struct __pyx_obj_7scoring_12fused_native_Column *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  long __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  Py_ssize_t __pyx_t_4;
+  int __pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_column_of", 0);
+
+  /* "scoring/fused_native.pyx":175
+ * 
+ * cdef Column _column_of(const double *data, Py_ssize_t n):
+ *     cdef Column out = Column.__new__(Column)             # <<<<<<<<<<<<<<
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:
+*/
+  __pyx_t_1 = ((PyObject *)__pyx_tp_new_7scoring_12fused_native_Column(((PyTypeObject *)__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column), __pyx_mstate_global->__pyx_empty_tuple, NULL)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 175, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_v_out = ((struct __pyx_obj_7scoring_12fused_native_Column *)__pyx_t_1);
+  __pyx_t_1 = 0;
+
+  /* "scoring/fused_native.pyx":176
+ * cdef Column _column_of(const double *data, Py_ssize_t n):
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))             # <<<<<<<<<<<<<<
+ *     if out.data == NULL:
+ *         raise MemoryError()
+*/
+
+  __pyx_t_2 = 1;
+
+  __pyx_t_3 = __pyx_v_n;
+  __pyx_t_5 = (__pyx_t_2 > __pyx_t_3);
+
+  if (__pyx_t_5) {
+
+    __pyx_t_4 = __pyx_t_2;
+  } else {
+
+    __pyx_t_4 = __pyx_t_3;
+  }
+
+  __pyx_v_out->data = ((double *)malloc((__pyx_t_4 * (sizeof(double)))));
+
+
+  /* "scoring/fused_native.pyx":177
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:             # <<<<<<<<<<<<<<
+ *         raise MemoryError()
+ *     memcpy(out.data, data, n * sizeof(double))
+*/
+  __pyx_t_5 = (__pyx_v_out->data == NULL);
+
+  if (unlikely(__pyx_t_5)) {
+
+
+    /* "scoring/fused_native.pyx":178
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:
+ *         raise MemoryError()             # <<<<<<<<<<<<<<
+ *     memcpy(out.data, data, n * sizeof(double))
+ *     out.n = n
+*/
+    PyErr_NoMemory(); __PYX_ERR(0, 178, __pyx_L1_error)
+
+    /* "scoring/fused_native.pyx":177
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+ *     if out.data == NULL:             # <<<<<<<<<<<<<<
+ *         raise MemoryError()
+ *     memcpy(out.data, data, n * sizeof(double))
+*/
+  }
+
+  /* "scoring/fused_native.pyx":179
+ *     if out.data == NULL:
+ *         raise MemoryError()
+ *     memcpy(out.data, data, n * sizeof(double))             # <<<<<<<<<<<<<<
+ *     out.n = n
+ *     return out
+*/
+  (void)(memcpy(__pyx_v_out->data, __pyx_v_data, (__pyx_v_n * (sizeof(double)))));
+
+  /* "scoring/fused_native.pyx":180
+ *         raise MemoryError()
+ *     memcpy(out.data, data, n * sizeof(double))
+ *     out.n = n             # <<<<<<<<<<<<<<
+ *     return out
+ * 
+*/
+  __pyx_v_out->n = __pyx_v_n;
+
+  /* "scoring/fused_native.pyx":181
+ *     memcpy(out.data, data, n * sizeof(double))
+ *     out.n = n
+ *     return out             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+    struct __pyx_obj_7scoring_12fused_native_Column *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __Pyx_INCREF((PyObject *)__pyx_v_out);
+      __pyx_r = __pyx_v_out;
+    }
+    __Pyx_XDECREF((PyObject *)__pyx_temp);
+  }
+  goto __pyx_L0;
+
+  /* "scoring/fused_native.pyx":174
+ * 
+ * 
+ * cdef Column _column_of(const double *data, Py_ssize_t n):             # <<<<<<<<<<<<<<
+ *     cdef Column out = Column.__new__(Column)
+ *     out.data = <double *>malloc(max(n, 1) * sizeof(double))
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_AddTraceback("scoring.fused_native._column_of", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = 0;
+  __pyx_L0:;
+  __Pyx_XDECREF((PyObject *)__pyx_v_out);
+  __Pyx_XGIVEREF((PyObject *)__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "scoring/fused_native.pyx":207
  *     cdef double *totals
  * 
  *     def __cinit__(self):             # <<<<<<<<<<<<<<
@@ -3946,7 +6341,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
 static int __pyx_pf_7scoring_12fused_native_6Kernel___cinit__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self) {
   int __pyx_r;
 
-  /* "scoring/fused_native.pyx":119
+  /* "scoring/fused_native.pyx":208
  * 
  *     def __cinit__(self):
  *         self.cap = 0             # <<<<<<<<<<<<<<
@@ -3955,30 +6350,39 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel___cinit__(struct __pyx_obj_7
 */
   __pyx_v_self->cap = 0;
 
-  /* "scoring/fused_native.pyx":120
+  /* "scoring/fused_native.pyx":209
  *     def __cinit__(self):
  *         self.cap = 0
  *         self.count = self.pending = self.remote_pending = NULL             # <<<<<<<<<<<<<<
  *         self.free_kv = self.load = self.est = self.totals = NULL
- * 
+ *         self.ranked = NULL
 */
   __pyx_v_self->count = NULL;
   __pyx_v_self->pending = NULL;
   __pyx_v_self->remote_pending = NULL;
 
-  /* "scoring/fused_native.pyx":121
+  /* "scoring/fused_native.pyx":210
  *         self.cap = 0
  *         self.count = self.pending = self.remote_pending = NULL
  *         self.free_kv = self.load = self.est = self.totals = NULL             # <<<<<<<<<<<<<<
+ *         self.ranked = NULL
  * 
- *     def __init__(self, type snapshot_type, type metrics_type, type line_type, filtering,
 */
   __pyx_v_self->free_kv = NULL;
   __pyx_v_self->load = NULL;
   __pyx_v_self->est = NULL;
   __pyx_v_self->totals = NULL;
 
-  /* "scoring/fused_native.pyx":118
+  /* "scoring/fused_native.pyx":211
+ *         self.count = self.pending = self.remote_pending = NULL
+ *         self.free_kv = self.load = self.est = self.totals = NULL
+ *         self.ranked = NULL             # <<<<<<<<<<<<<<
+ * 
+ *     def __init__(self, type snapshot_type, type metrics_type, type line_type, filtering,
+*/
+  __pyx_v_self->ranked = NULL;
+
+  /* "scoring/fused_native.pyx":207
  *     cdef double *totals
  * 
  *     def __cinit__(self):             # <<<<<<<<<<<<<<
@@ -3992,12 +6396,12 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel___cinit__(struct __pyx_obj_7
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":123
- *         self.free_kv = self.load = self.est = self.totals = NULL
+/* "scoring/fused_native.pyx":213
+ *         self.ranked = NULL
  * 
  *     def __init__(self, type snapshot_type, type metrics_type, type line_type, filtering,             # <<<<<<<<<<<<<<
  *                  double abs_threshold, double rel_threshold, kinds, weights,
- *                  double eviction_weight):
+ *                  double eviction_weight, double tie_tolerance):
 */
 
 /* Python wrapper */
@@ -4024,11 +6428,12 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   PyObject *__pyx_v_kinds = 0;
   PyObject *__pyx_v_weights = 0;
   double __pyx_v_eviction_weight;
+  double __pyx_v_tie_tolerance;
   #if !CYTHON_VECTORCALL_TPNEW
   CYTHON_UNUSED Py_ssize_t __pyx_nargs;
   #endif
   CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
-  PyObject* values[9] = {0,0,0,0,0,0,0,0,0};
+  PyObject* values[10] = {0,0,0,0,0,0,0,0,0,0};
   int __pyx_lineno = 0;
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
@@ -4044,90 +6449,97 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   #endif
   __pyx_kwvalues = __Pyx_KwValues_FASTCALL_TPNEW(__pyx_args, __pyx_nargs);
   {
-    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_snapshot_type,&__pyx_mstate_global->__pyx_n_u_metrics_type,&__pyx_mstate_global->__pyx_n_u_line_type,&__pyx_mstate_global->__pyx_n_u_filtering,&__pyx_mstate_global->__pyx_n_u_abs_threshold,&__pyx_mstate_global->__pyx_n_u_rel_threshold,&__pyx_mstate_global->__pyx_n_u_kinds,&__pyx_mstate_global->__pyx_n_u_weights,&__pyx_mstate_global->__pyx_n_u_eviction_weight,0};
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_snapshot_type,&__pyx_mstate_global->__pyx_n_u_metrics_type,&__pyx_mstate_global->__pyx_n_u_line_type,&__pyx_mstate_global->__pyx_n_u_filtering,&__pyx_mstate_global->__pyx_n_u_abs_threshold,&__pyx_mstate_global->__pyx_n_u_rel_threshold,&__pyx_mstate_global->__pyx_n_u_kinds,&__pyx_mstate_global->__pyx_n_u_weights,&__pyx_mstate_global->__pyx_n_u_eviction_weight,&__pyx_mstate_global->__pyx_n_u_tie_tolerance,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL_TPNEW(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 123, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 213, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
+        case 10:
+        values[9] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 9);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[9])) __PYX_ERR(0, 213, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
         case  9:
         values[8] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 8);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  8:
         values[7] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 7);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  7:
         values[6] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 6);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  6:
         values[5] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 5);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  5:
         values[4] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 4);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 123, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 213, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__init__", 0) < (0)) __PYX_ERR(0, 123, __pyx_L3_error)
-      for (Py_ssize_t i = __pyx_nargs; i < 9; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__init__", 1, 9, 9, i); __PYX_ERR(0, 123, __pyx_L3_error) }
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__init__", 0) < (0)) __PYX_ERR(0, 213, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 10; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__init__", 1, 10, 10, i); __PYX_ERR(0, 213, __pyx_L3_error) }
       }
-    } else if (unlikely(__pyx_nargs != 9)) {
+    } else if (unlikely(__pyx_nargs != 10)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[4] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 4);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[5] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 5);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[6] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 6);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[7] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 7);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 213, __pyx_L3_error)
       values[8] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 8);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(0, 123, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(0, 213, __pyx_L3_error)
+      values[9] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 9);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[9])) __PYX_ERR(0, 213, __pyx_L3_error)
     }
     __pyx_v_snapshot_type = ((PyTypeObject*)values[0]);
     __pyx_v_metrics_type = ((PyTypeObject*)values[1]);
     __pyx_v_line_type = ((PyTypeObject*)values[2]);
     __pyx_v_filtering = values[3];
-    __pyx_v_abs_threshold = __Pyx_PyFloat_AsDouble(values[4]); if (unlikely((__pyx_v_abs_threshold == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 124, __pyx_L3_error)
-    __pyx_v_rel_threshold = __Pyx_PyFloat_AsDouble(values[5]); if (unlikely((__pyx_v_rel_threshold == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 124, __pyx_L3_error)
+    __pyx_v_abs_threshold = __Pyx_PyFloat_AsDouble(values[4]); if (unlikely((__pyx_v_abs_threshold == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 214, __pyx_L3_error)
+    __pyx_v_rel_threshold = __Pyx_PyFloat_AsDouble(values[5]); if (unlikely((__pyx_v_rel_threshold == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 214, __pyx_L3_error)
     __pyx_v_kinds = values[6];
     __pyx_v_weights = values[7];
-    __pyx_v_eviction_weight = __Pyx_PyFloat_AsDouble(values[8]); if (unlikely((__pyx_v_eviction_weight == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 125, __pyx_L3_error)
+    __pyx_v_eviction_weight = __Pyx_PyFloat_AsDouble(values[8]); if (unlikely((__pyx_v_eviction_weight == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 215, __pyx_L3_error)
+    __pyx_v_tie_tolerance = __Pyx_PyFloat_AsDouble(values[9]); if (unlikely((__pyx_v_tie_tolerance == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 215, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__init__", 1, 9, 9, __pyx_nargs); __PYX_ERR(0, 123, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__init__", 1, 10, 10, __pyx_nargs); __PYX_ERR(0, 213, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -4138,10 +6550,10 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return -1;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_snapshot_type), (&PyType_Type), 1, "snapshot_type", 1))) __PYX_ERR(0, 123, __pyx_L1_error)
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_metrics_type), (&PyType_Type), 1, "metrics_type", 1))) __PYX_ERR(0, 123, __pyx_L1_error)
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_line_type), (&PyType_Type), 1, "line_type", 1))) __PYX_ERR(0, 123, __pyx_L1_error)
-  __pyx_r = __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(((struct __pyx_obj_7scoring_12fused_native_Kernel *)__pyx_v_self), __pyx_v_snapshot_type, __pyx_v_metrics_type, __pyx_v_line_type, __pyx_v_filtering, __pyx_v_abs_threshold, __pyx_v_rel_threshold, __pyx_v_kinds, __pyx_v_weights, __pyx_v_eviction_weight);
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_snapshot_type), (&PyType_Type), 1, "snapshot_type", 1))) __PYX_ERR(0, 213, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_metrics_type), (&PyType_Type), 1, "metrics_type", 1))) __PYX_ERR(0, 213, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_line_type), (&PyType_Type), 1, "line_type", 1))) __PYX_ERR(0, 213, __pyx_L1_error)
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(((struct __pyx_obj_7scoring_12fused_native_Kernel *)__pyx_v_self), __pyx_v_snapshot_type, __pyx_v_metrics_type, __pyx_v_line_type, __pyx_v_filtering, __pyx_v_abs_threshold, __pyx_v_rel_threshold, __pyx_v_kinds, __pyx_v_weights, __pyx_v_eviction_weight, __pyx_v_tie_tolerance);
 
   /* function exit code */
   goto __pyx_L0;
@@ -4159,11 +6571,12 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
 
 
 
+
   __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
 
-static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyTypeObject *__pyx_v_snapshot_type, PyTypeObject *__pyx_v_metrics_type, PyTypeObject *__pyx_v_line_type, PyObject *__pyx_v_filtering, double __pyx_v_abs_threshold, double __pyx_v_rel_threshold, PyObject *__pyx_v_kinds, PyObject *__pyx_v_weights, double __pyx_v_eviction_weight) {
+static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyTypeObject *__pyx_v_snapshot_type, PyTypeObject *__pyx_v_metrics_type, PyTypeObject *__pyx_v_line_type, PyObject *__pyx_v_filtering, double __pyx_v_abs_threshold, double __pyx_v_rel_threshold, PyObject *__pyx_v_kinds, PyObject *__pyx_v_weights, double __pyx_v_eviction_weight, double __pyx_v_tie_tolerance) {
   int __pyx_v_k;
   int __pyx_r;
   __Pyx_RefNannyDeclarations
@@ -4187,15 +6600,15 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("__init__", 0);
 
-  /* "scoring/fused_native.pyx":126
+  /* "scoring/fused_native.pyx":216
  *                  double abs_threshold, double rel_threshold, kinds, weights,
- *                  double eviction_weight):
+ *                  double eviction_weight, double tie_tolerance):
  *         if len(kinds) != len(weights) or not 0 < len(kinds) <= MAX_SCORERS:             # <<<<<<<<<<<<<<
  *             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")
  *         self.snapshot_type, self.metrics_type, self.line_type = (
 */
-  __pyx_t_2 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_2 == ((Py_ssize_t)-1))) __PYX_ERR(0, 126, __pyx_L1_error)
-  __pyx_t_3 = PyObject_Length(__pyx_v_weights); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 126, __pyx_L1_error)
+  __pyx_t_2 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_2 == ((Py_ssize_t)-1))) __PYX_ERR(0, 216, __pyx_L1_error)
+  __pyx_t_3 = PyObject_Length(__pyx_v_weights); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 216, __pyx_L1_error)
   __pyx_t_4 = (__pyx_t_2 != __pyx_t_3);
 
 
@@ -4208,7 +6621,7 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
 
     goto __pyx_L4_bool_binop_done;
   }
-  __pyx_t_3 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 126, __pyx_L1_error)
+  __pyx_t_3 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 216, __pyx_L1_error)
   __pyx_t_4 = (0 < __pyx_t_3);
   if (__pyx_t_4) {
     __pyx_t_4 = (__pyx_t_3 <= 8);
@@ -4224,8 +6637,8 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   if (unlikely(__pyx_t_1)) {
 
 
-    /* "scoring/fused_native.pyx":127
- *                  double eviction_weight):
+    /* "scoring/fused_native.pyx":217
+ *                  double eviction_weight, double tie_tolerance):
  *         if len(kinds) != len(weights) or not 0 < len(kinds) <= MAX_SCORERS:
  *             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")             # <<<<<<<<<<<<<<
  *         self.snapshot_type, self.metrics_type, self.line_type = (
@@ -4237,23 +6650,23 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
       PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_u_between_1_and_8_scorers_one_weig};
       __pyx_t_6 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ValueError)), __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (__pyx_t_8*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-      if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 127, __pyx_L1_error)
+      if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 217, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_6);
     }
     __Pyx_Raise(__pyx_t_6, 0, 0, 0);
     __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
-    __PYX_ERR(0, 127, __pyx_L1_error)
+    __PYX_ERR(0, 217, __pyx_L1_error)
 
-    /* "scoring/fused_native.pyx":126
+    /* "scoring/fused_native.pyx":216
  *                  double abs_threshold, double rel_threshold, kinds, weights,
- *                  double eviction_weight):
+ *                  double eviction_weight, double tie_tolerance):
  *         if len(kinds) != len(weights) or not 0 < len(kinds) <= MAX_SCORERS:             # <<<<<<<<<<<<<<
  *             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")
  *         self.snapshot_type, self.metrics_type, self.line_type = (
 */
   }
 
-  /* "scoring/fused_native.pyx":129
+  /* "scoring/fused_native.pyx":219
  *             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")
  *         self.snapshot_type, self.metrics_type, self.line_type = (
  *             snapshot_type, metrics_type, line_type             # <<<<<<<<<<<<<<
@@ -4267,7 +6680,7 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   __pyx_t_9 = ((PyObject *)__pyx_v_line_type);
   __Pyx_INCREF(__pyx_t_9);
 
-  /* "scoring/fused_native.pyx":128
+  /* "scoring/fused_native.pyx":218
  *         if len(kinds) != len(weights) or not 0 < len(kinds) <= MAX_SCORERS:
  *             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")
  *         self.snapshot_type, self.metrics_type, self.line_type = (             # <<<<<<<<<<<<<<
@@ -4287,118 +6700,118 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   __Pyx_DECREF_SET(__pyx_v_self->line_type, ((PyTypeObject*)__pyx_t_9));
   __pyx_t_9 = 0;
 
-  /* "scoring/fused_native.pyx":131
+  /* "scoring/fused_native.pyx":221
  *             snapshot_type, metrics_type, line_type
  *         )
  *         self.o_id = _offset(snapshot_type, "id")             # <<<<<<<<<<<<<<
  *         self.o_in_flight = _offset(snapshot_type, "in_flight")
  *         self.o_remote_in_flight = _offset(snapshot_type, "remote_in_flight")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_id); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 131, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_id); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 221, __pyx_L1_error)
   __pyx_v_self->o_id = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":132
+  /* "scoring/fused_native.pyx":222
  *         )
  *         self.o_id = _offset(snapshot_type, "id")
  *         self.o_in_flight = _offset(snapshot_type, "in_flight")             # <<<<<<<<<<<<<<
  *         self.o_remote_in_flight = _offset(snapshot_type, "remote_in_flight")
  *         self.o_pending = _offset(snapshot_type, "pending_prefill_tokens")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_in_flight); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 132, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_in_flight); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 222, __pyx_L1_error)
   __pyx_v_self->o_in_flight = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":133
+  /* "scoring/fused_native.pyx":223
  *         self.o_id = _offset(snapshot_type, "id")
  *         self.o_in_flight = _offset(snapshot_type, "in_flight")
  *         self.o_remote_in_flight = _offset(snapshot_type, "remote_in_flight")             # <<<<<<<<<<<<<<
  *         self.o_pending = _offset(snapshot_type, "pending_prefill_tokens")
  *         self.o_remote_pending = _offset(snapshot_type, "remote_pending_prefill_tokens")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_remote_in_flight); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 133, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_remote_in_flight); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 223, __pyx_L1_error)
   __pyx_v_self->o_remote_in_flight = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":134
+  /* "scoring/fused_native.pyx":224
  *         self.o_in_flight = _offset(snapshot_type, "in_flight")
  *         self.o_remote_in_flight = _offset(snapshot_type, "remote_in_flight")
  *         self.o_pending = _offset(snapshot_type, "pending_prefill_tokens")             # <<<<<<<<<<<<<<
  *         self.o_remote_pending = _offset(snapshot_type, "remote_pending_prefill_tokens")
  *         self.o_metrics = _offset(snapshot_type, "metrics")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_pending_prefill_tokens); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 134, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_pending_prefill_tokens); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 224, __pyx_L1_error)
   __pyx_v_self->o_pending = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":135
+  /* "scoring/fused_native.pyx":225
  *         self.o_remote_in_flight = _offset(snapshot_type, "remote_in_flight")
  *         self.o_pending = _offset(snapshot_type, "pending_prefill_tokens")
  *         self.o_remote_pending = _offset(snapshot_type, "remote_pending_prefill_tokens")             # <<<<<<<<<<<<<<
  *         self.o_metrics = _offset(snapshot_type, "metrics")
  *         self.o_waiting = _offset(metrics_type, "waiting")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_remote_pending_prefill_tokens); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 135, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_remote_pending_prefill_tokens); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 225, __pyx_L1_error)
   __pyx_v_self->o_remote_pending = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":136
+  /* "scoring/fused_native.pyx":226
  *         self.o_pending = _offset(snapshot_type, "pending_prefill_tokens")
  *         self.o_remote_pending = _offset(snapshot_type, "remote_pending_prefill_tokens")
  *         self.o_metrics = _offset(snapshot_type, "metrics")             # <<<<<<<<<<<<<<
  *         self.o_waiting = _offset(metrics_type, "waiting")
  *         self.o_kv = _offset(metrics_type, "kv_usage")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_metrics); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 136, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_snapshot_type, __pyx_mstate_global->__pyx_n_u_metrics); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 226, __pyx_L1_error)
   __pyx_v_self->o_metrics = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":137
+  /* "scoring/fused_native.pyx":227
  *         self.o_remote_pending = _offset(snapshot_type, "remote_pending_prefill_tokens")
  *         self.o_metrics = _offset(snapshot_type, "metrics")
  *         self.o_waiting = _offset(metrics_type, "waiting")             # <<<<<<<<<<<<<<
  *         self.o_kv = _offset(metrics_type, "kv_usage")
  *         self.o_overhead = _offset(line_type, "overhead_s")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_metrics_type, __pyx_mstate_global->__pyx_n_u_waiting); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 137, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_metrics_type, __pyx_mstate_global->__pyx_n_u_waiting); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 227, __pyx_L1_error)
   __pyx_v_self->o_waiting = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":138
+  /* "scoring/fused_native.pyx":228
  *         self.o_metrics = _offset(snapshot_type, "metrics")
  *         self.o_waiting = _offset(metrics_type, "waiting")
  *         self.o_kv = _offset(metrics_type, "kv_usage")             # <<<<<<<<<<<<<<
  *         self.o_overhead = _offset(line_type, "overhead_s")
  *         self.o_slope = _offset(line_type, "prefill_token_s")
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_metrics_type, __pyx_mstate_global->__pyx_n_u_kv_usage); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 138, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_metrics_type, __pyx_mstate_global->__pyx_n_u_kv_usage); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 228, __pyx_L1_error)
   __pyx_v_self->o_kv = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":139
+  /* "scoring/fused_native.pyx":229
  *         self.o_waiting = _offset(metrics_type, "waiting")
  *         self.o_kv = _offset(metrics_type, "kv_usage")
  *         self.o_overhead = _offset(line_type, "overhead_s")             # <<<<<<<<<<<<<<
  *         self.o_slope = _offset(line_type, "prefill_token_s")
  *         self.filtering = bool(filtering)
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_line_type, __pyx_mstate_global->__pyx_n_u_overhead_s); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 139, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_line_type, __pyx_mstate_global->__pyx_n_u_overhead_s); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 229, __pyx_L1_error)
   __pyx_v_self->o_overhead = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":140
+  /* "scoring/fused_native.pyx":230
  *         self.o_kv = _offset(metrics_type, "kv_usage")
  *         self.o_overhead = _offset(line_type, "overhead_s")
  *         self.o_slope = _offset(line_type, "prefill_token_s")             # <<<<<<<<<<<<<<
  *         self.filtering = bool(filtering)
  *         self.abs_threshold, self.rel_threshold = abs_threshold, rel_threshold
 */
-  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_line_type, __pyx_mstate_global->__pyx_n_u_prefill_token_s); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 140, __pyx_L1_error)
+  __pyx_t_3 = __pyx_f_7scoring_12fused_native__offset(__pyx_v_line_type, __pyx_mstate_global->__pyx_n_u_prefill_token_s); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1L))) __PYX_ERR(0, 230, __pyx_L1_error)
   __pyx_v_self->o_slope = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":141
+  /* "scoring/fused_native.pyx":231
  *         self.o_overhead = _offset(line_type, "overhead_s")
  *         self.o_slope = _offset(line_type, "prefill_token_s")
  *         self.filtering = bool(filtering)             # <<<<<<<<<<<<<<
  *         self.abs_threshold, self.rel_threshold = abs_threshold, rel_threshold
  *         self.n_scorers = len(kinds)
 */
-  __pyx_t_1 = __Pyx_PyObject_IsTrue(__pyx_v_filtering); if (unlikely((__pyx_t_1 < 0))) __PYX_ERR(0, 141, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_IsTrue(__pyx_v_filtering); if (unlikely((__pyx_t_1 < 0))) __PYX_ERR(0, 231, __pyx_L1_error)
   __pyx_v_self->filtering = (!(!__pyx_t_1));
 
 
-  /* "scoring/fused_native.pyx":142
+  /* "scoring/fused_native.pyx":232
  *         self.o_slope = _offset(line_type, "prefill_token_s")
  *         self.filtering = bool(filtering)
  *         self.abs_threshold, self.rel_threshold = abs_threshold, rel_threshold             # <<<<<<<<<<<<<<
@@ -4412,17 +6825,17 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   __pyx_v_self->abs_threshold = __pyx_t_10;
   __pyx_v_self->rel_threshold = __pyx_t_11;
 
-  /* "scoring/fused_native.pyx":143
+  /* "scoring/fused_native.pyx":233
  *         self.filtering = bool(filtering)
  *         self.abs_threshold, self.rel_threshold = abs_threshold, rel_threshold
  *         self.n_scorers = len(kinds)             # <<<<<<<<<<<<<<
  *         self.need_kv = False
  *         for k in range(self.n_scorers):
 */
-  __pyx_t_3 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 143, __pyx_L1_error)
+  __pyx_t_3 = PyObject_Length(__pyx_v_kinds); if (unlikely(__pyx_t_3 == ((Py_ssize_t)-1))) __PYX_ERR(0, 233, __pyx_L1_error)
   __pyx_v_self->n_scorers = __pyx_t_3;
 
-  /* "scoring/fused_native.pyx":144
+  /* "scoring/fused_native.pyx":234
  *         self.abs_threshold, self.rel_threshold = abs_threshold, rel_threshold
  *         self.n_scorers = len(kinds)
  *         self.need_kv = False             # <<<<<<<<<<<<<<
@@ -4431,7 +6844,7 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
 */
   __pyx_v_self->need_kv = 0;
 
-  /* "scoring/fused_native.pyx":145
+  /* "scoring/fused_native.pyx":235
  *         self.n_scorers = len(kinds)
  *         self.need_kv = False
  *         for k in range(self.n_scorers):             # <<<<<<<<<<<<<<
@@ -4445,61 +6858,61 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   for (__pyx_t_14 = 0; __pyx_t_14 < __pyx_t_13; __pyx_t_14+=1) {
     __pyx_v_k = __pyx_t_14;
 
-    /* "scoring/fused_native.pyx":146
+    /* "scoring/fused_native.pyx":236
  *         self.need_kv = False
  *         for k in range(self.n_scorers):
  *             self.kinds[k] = kinds[k]             # <<<<<<<<<<<<<<
  *             self.weights[k] = weights[k]
  *             if kinds[k] == KV:
 */
-    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_kinds, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 146, __pyx_L1_error)
+    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_kinds, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 236, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
-    __pyx_t_15 = __Pyx_PyLong_As_int(__pyx_t_9); if (unlikely((__pyx_t_15 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 146, __pyx_L1_error)
+    __pyx_t_15 = __Pyx_PyLong_As_int(__pyx_t_9); if (unlikely((__pyx_t_15 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 236, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
     (__pyx_v_self->kinds[__pyx_v_k]) = __pyx_t_15;
 
 
-    /* "scoring/fused_native.pyx":147
+    /* "scoring/fused_native.pyx":237
  *         for k in range(self.n_scorers):
  *             self.kinds[k] = kinds[k]
  *             self.weights[k] = weights[k]             # <<<<<<<<<<<<<<
  *             if kinds[k] == KV:
  *                 self.need_kv = True
 */
-    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_weights, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 147, __pyx_L1_error)
+    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_weights, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 237, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
-    __pyx_t_11 = __Pyx_PyFloat_AsDouble(__pyx_t_9); if (unlikely((__pyx_t_11 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 147, __pyx_L1_error)
+    __pyx_t_11 = __Pyx_PyFloat_AsDouble(__pyx_t_9); if (unlikely((__pyx_t_11 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 237, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
     (__pyx_v_self->weights[__pyx_v_k]) = __pyx_t_11;
 
 
-    /* "scoring/fused_native.pyx":148
+    /* "scoring/fused_native.pyx":238
  *             self.kinds[k] = kinds[k]
  *             self.weights[k] = weights[k]
  *             if kinds[k] == KV:             # <<<<<<<<<<<<<<
  *                 self.need_kv = True
  *         self.eviction_weight = eviction_weight
 */
-    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_kinds, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 148, __pyx_L1_error)
+    __pyx_t_9 = __Pyx_GetItemInt(__pyx_v_kinds, __pyx_v_k, int, 1, __Pyx_PyLong_From_int, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 238, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
-    __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_KV); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 148, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_KV); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 238, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_7);
-    __pyx_t_1 = __Pyx_PyObject_CompareBoolEq_object_object(__pyx_t_9, __pyx_t_7, Py_EQ); if (unlikely((__pyx_t_1 < 0))) __PYX_ERR(0, 148, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_PyObject_CompareBoolEq_object_object(__pyx_t_9, __pyx_t_7, Py_EQ); if (unlikely((__pyx_t_1 < 0))) __PYX_ERR(0, 238, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
     __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
     if (__pyx_t_1) {
 
 
-      /* "scoring/fused_native.pyx":149
+      /* "scoring/fused_native.pyx":239
  *             self.weights[k] = weights[k]
  *             if kinds[k] == KV:
  *                 self.need_kv = True             # <<<<<<<<<<<<<<
  *         self.eviction_weight = eviction_weight
- * 
+ *         self.tie_tolerance = tie_tolerance
 */
       __pyx_v_self->need_kv = 1;
 
-      /* "scoring/fused_native.pyx":148
+      /* "scoring/fused_native.pyx":238
  *             self.kinds[k] = kinds[k]
  *             self.weights[k] = weights[k]
  *             if kinds[k] == KV:             # <<<<<<<<<<<<<<
@@ -4510,21 +6923,30 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   }
 
 
-  /* "scoring/fused_native.pyx":150
+  /* "scoring/fused_native.pyx":240
  *             if kinds[k] == KV:
  *                 self.need_kv = True
  *         self.eviction_weight = eviction_weight             # <<<<<<<<<<<<<<
+ *         self.tie_tolerance = tie_tolerance
  * 
- *     def __dealloc__(self):
 */
   __pyx_v_self->eviction_weight = __pyx_v_eviction_weight;
 
-  /* "scoring/fused_native.pyx":123
- *         self.free_kv = self.load = self.est = self.totals = NULL
+  /* "scoring/fused_native.pyx":241
+ *                 self.need_kv = True
+ *         self.eviction_weight = eviction_weight
+ *         self.tie_tolerance = tie_tolerance             # <<<<<<<<<<<<<<
+ * 
+ *     def __dealloc__(self):
+*/
+  __pyx_v_self->tie_tolerance = __pyx_v_tie_tolerance;
+
+  /* "scoring/fused_native.pyx":213
+ *         self.ranked = NULL
  * 
  *     def __init__(self, type snapshot_type, type metrics_type, type line_type, filtering,             # <<<<<<<<<<<<<<
  *                  double abs_threshold, double rel_threshold, kinds, weights,
- *                  double eviction_weight):
+ *                  double eviction_weight, double tie_tolerance):
 */
 
   /* function exit code */
@@ -4543,8 +6965,8 @@ static int __pyx_pf_7scoring_12fused_native_6Kernel_2__init__(struct __pyx_obj_7
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":152
- *         self.eviction_weight = eviction_weight
+/* "scoring/fused_native.pyx":243
+ *         self.tie_tolerance = tie_tolerance
  * 
  *     def __dealloc__(self):             # <<<<<<<<<<<<<<
  *         self._release()
@@ -4566,7 +6988,7 @@ static void __pyx_pw_7scoring_12fused_native_6Kernel_5__dealloc__(PyObject *__py
 
 static void __pyx_pf_7scoring_12fused_native_6Kernel_4__dealloc__(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self) {
 
-  /* "scoring/fused_native.pyx":153
+  /* "scoring/fused_native.pyx":244
  * 
  *     def __dealloc__(self):
  *         self._release()             # <<<<<<<<<<<<<<
@@ -4575,8 +6997,8 @@ static void __pyx_pf_7scoring_12fused_native_6Kernel_4__dealloc__(struct __pyx_o
 */
   ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_release(__pyx_v_self);
 
-  /* "scoring/fused_native.pyx":152
- *         self.eviction_weight = eviction_weight
+  /* "scoring/fused_native.pyx":243
+ *         self.tie_tolerance = tie_tolerance
  * 
  *     def __dealloc__(self):             # <<<<<<<<<<<<<<
  *         self._release()
@@ -4587,7 +7009,7 @@ static void __pyx_pf_7scoring_12fused_native_6Kernel_4__dealloc__(struct __pyx_o
 
 }
 
-/* "scoring/fused_native.pyx":155
+/* "scoring/fused_native.pyx":246
  *         self._release()
  * 
  *     cdef void _release(self) noexcept:             # <<<<<<<<<<<<<<
@@ -4597,7 +7019,7 @@ static void __pyx_pf_7scoring_12fused_native_6Kernel_4__dealloc__(struct __pyx_o
 
 static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self) {
 
-  /* "scoring/fused_native.pyx":156
+  /* "scoring/fused_native.pyx":247
  * 
  *     cdef void _release(self) noexcept:
  *         free(self.count)             # <<<<<<<<<<<<<<
@@ -4606,7 +7028,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   free(__pyx_v_self->count);
 
-  /* "scoring/fused_native.pyx":157
+  /* "scoring/fused_native.pyx":248
  *     cdef void _release(self) noexcept:
  *         free(self.count)
  *         free(self.pending)             # <<<<<<<<<<<<<<
@@ -4615,7 +7037,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   free(__pyx_v_self->pending);
 
-  /* "scoring/fused_native.pyx":158
+  /* "scoring/fused_native.pyx":249
  *         free(self.count)
  *         free(self.pending)
  *         free(self.remote_pending)             # <<<<<<<<<<<<<<
@@ -4624,7 +7046,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   free(__pyx_v_self->remote_pending);
 
-  /* "scoring/fused_native.pyx":159
+  /* "scoring/fused_native.pyx":250
  *         free(self.pending)
  *         free(self.remote_pending)
  *         free(self.free_kv)             # <<<<<<<<<<<<<<
@@ -4633,7 +7055,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   free(__pyx_v_self->free_kv);
 
-  /* "scoring/fused_native.pyx":160
+  /* "scoring/fused_native.pyx":251
  *         free(self.remote_pending)
  *         free(self.free_kv)
  *         free(self.load)             # <<<<<<<<<<<<<<
@@ -4642,27 +7064,45 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   free(__pyx_v_self->load);
 
-  /* "scoring/fused_native.pyx":161
+  /* "scoring/fused_native.pyx":252
  *         free(self.free_kv)
  *         free(self.load)
  *         free(self.est)             # <<<<<<<<<<<<<<
  *         free(self.totals)
- *         self.count = self.pending = self.remote_pending = NULL
+ *         free(self.ranked)
 */
   free(__pyx_v_self->est);
 
-  /* "scoring/fused_native.pyx":162
+  /* "scoring/fused_native.pyx":253
  *         free(self.load)
  *         free(self.est)
  *         free(self.totals)             # <<<<<<<<<<<<<<
- *         self.count = self.pending = self.remote_pending = NULL
- *         self.free_kv = self.load = self.est = self.totals = NULL
+ *         free(self.ranked)
+ *         self.ranked = NULL
 */
   free(__pyx_v_self->totals);
 
-  /* "scoring/fused_native.pyx":163
+  /* "scoring/fused_native.pyx":254
  *         free(self.est)
  *         free(self.totals)
+ *         free(self.ranked)             # <<<<<<<<<<<<<<
+ *         self.ranked = NULL
+ *         self.count = self.pending = self.remote_pending = NULL
+*/
+  free(__pyx_v_self->ranked);
+
+  /* "scoring/fused_native.pyx":255
+ *         free(self.totals)
+ *         free(self.ranked)
+ *         self.ranked = NULL             # <<<<<<<<<<<<<<
+ *         self.count = self.pending = self.remote_pending = NULL
+ *         self.free_kv = self.load = self.est = self.totals = NULL
+*/
+  __pyx_v_self->ranked = NULL;
+
+  /* "scoring/fused_native.pyx":256
+ *         free(self.ranked)
+ *         self.ranked = NULL
  *         self.count = self.pending = self.remote_pending = NULL             # <<<<<<<<<<<<<<
  *         self.free_kv = self.load = self.est = self.totals = NULL
  *         self.cap = 0
@@ -4671,8 +7111,8 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
   __pyx_v_self->pending = NULL;
   __pyx_v_self->remote_pending = NULL;
 
-  /* "scoring/fused_native.pyx":164
- *         free(self.totals)
+  /* "scoring/fused_native.pyx":257
+ *         self.ranked = NULL
  *         self.count = self.pending = self.remote_pending = NULL
  *         self.free_kv = self.load = self.est = self.totals = NULL             # <<<<<<<<<<<<<<
  *         self.cap = 0
@@ -4683,7 +7123,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
   __pyx_v_self->est = NULL;
   __pyx_v_self->totals = NULL;
 
-  /* "scoring/fused_native.pyx":165
+  /* "scoring/fused_native.pyx":258
  *         self.count = self.pending = self.remote_pending = NULL
  *         self.free_kv = self.load = self.est = self.totals = NULL
  *         self.cap = 0             # <<<<<<<<<<<<<<
@@ -4692,7 +7132,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 */
   __pyx_v_self->cap = 0;
 
-  /* "scoring/fused_native.pyx":155
+  /* "scoring/fused_native.pyx":246
  *         self._release()
  * 
  *     cdef void _release(self) noexcept:             # <<<<<<<<<<<<<<
@@ -4704,7 +7144,7 @@ static void __pyx_f_7scoring_12fused_native_6Kernel__release(struct __pyx_obj_7s
 
 }
 
-/* "scoring/fused_native.pyx":167
+/* "scoring/fused_native.pyx":260
  *         self.cap = 0
  * 
  *     cdef int _reserve(self, Py_ssize_t n) except -1:             # <<<<<<<<<<<<<<
@@ -4725,7 +7165,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "scoring/fused_native.pyx":168
+  /* "scoring/fused_native.pyx":261
  * 
  *     cdef int _reserve(self, Py_ssize_t n) except -1:
  *         if n <= self.cap:             # <<<<<<<<<<<<<<
@@ -4737,7 +7177,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
   if (__pyx_t_1) {
 
 
-    /* "scoring/fused_native.pyx":169
+    /* "scoring/fused_native.pyx":262
  *     cdef int _reserve(self, Py_ssize_t n) except -1:
  *         if n <= self.cap:
  *             return 0             # <<<<<<<<<<<<<<
@@ -4750,7 +7190,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
     }
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":168
+    /* "scoring/fused_native.pyx":261
  * 
  *     cdef int _reserve(self, Py_ssize_t n) except -1:
  *         if n <= self.cap:             # <<<<<<<<<<<<<<
@@ -4759,7 +7199,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   }
 
-  /* "scoring/fused_native.pyx":170
+  /* "scoring/fused_native.pyx":263
  *         if n <= self.cap:
  *             return 0
  *         self._release()             # <<<<<<<<<<<<<<
@@ -4768,7 +7208,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_release(__pyx_v_self);
 
-  /* "scoring/fused_native.pyx":171
+  /* "scoring/fused_native.pyx":264
  *             return 0
  *         self._release()
  *         cdef Py_ssize_t cap = max(n, 64)             # <<<<<<<<<<<<<<
@@ -4792,7 +7232,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
   __pyx_v_cap = __pyx_t_4;
 
 
-  /* "scoring/fused_native.pyx":172
+  /* "scoring/fused_native.pyx":265
  *         self._release()
  *         cdef Py_ssize_t cap = max(n, 64)
  *         cdef size_t size = cap * sizeof(double)             # <<<<<<<<<<<<<<
@@ -4801,7 +7241,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_size = (__pyx_v_cap * (sizeof(double)));
 
-  /* "scoring/fused_native.pyx":173
+  /* "scoring/fused_native.pyx":266
  *         cdef Py_ssize_t cap = max(n, 64)
  *         cdef size_t size = cap * sizeof(double)
  *         self.count = <double *>malloc(size)             # <<<<<<<<<<<<<<
@@ -4810,7 +7250,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->count = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":174
+  /* "scoring/fused_native.pyx":267
  *         cdef size_t size = cap * sizeof(double)
  *         self.count = <double *>malloc(size)
  *         self.pending = <double *>malloc(size)             # <<<<<<<<<<<<<<
@@ -4819,7 +7259,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->pending = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":175
+  /* "scoring/fused_native.pyx":268
  *         self.count = <double *>malloc(size)
  *         self.pending = <double *>malloc(size)
  *         self.remote_pending = <double *>malloc(size)             # <<<<<<<<<<<<<<
@@ -4828,7 +7268,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->remote_pending = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":176
+  /* "scoring/fused_native.pyx":269
  *         self.pending = <double *>malloc(size)
  *         self.remote_pending = <double *>malloc(size)
  *         self.free_kv = <double *>malloc(size)             # <<<<<<<<<<<<<<
@@ -4837,7 +7277,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->free_kv = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":177
+  /* "scoring/fused_native.pyx":270
  *         self.remote_pending = <double *>malloc(size)
  *         self.free_kv = <double *>malloc(size)
  *         self.load = <double *>malloc(size)             # <<<<<<<<<<<<<<
@@ -4846,31 +7286,50 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->load = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":178
+  /* "scoring/fused_native.pyx":271
  *         self.free_kv = <double *>malloc(size)
  *         self.load = <double *>malloc(size)
  *         self.est = <double *>malloc(size)             # <<<<<<<<<<<<<<
  *         self.totals = <double *>malloc(size)
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
 */
   __pyx_v_self->est = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":179
+  /* "scoring/fused_native.pyx":272
  *         self.load = <double *>malloc(size)
  *         self.est = <double *>malloc(size)
  *         self.totals = <double *>malloc(size)             # <<<<<<<<<<<<<<
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL
- *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL
 */
   __pyx_v_self->totals = ((double *)malloc(__pyx_v_size));
 
-  /* "scoring/fused_native.pyx":180
+  /* "scoring/fused_native.pyx":273
  *         self.est = <double *>malloc(size)
  *         self.totals = <double *>malloc(size)
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))             # <<<<<<<<<<<<<<
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL
+ *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
+*/
+  __pyx_v_self->ranked = ((struct __pyx_t_7routing_14columns_native_Ranked *)malloc(((2 * __pyx_v_cap) * (sizeof(struct __pyx_t_7routing_14columns_native_Ranked)))));
+
+  /* "scoring/fused_native.pyx":274
+ *         self.totals = <double *>malloc(size)
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
  *                 or self.totals == NULL):
 */
+  __pyx_t_5 = (__pyx_v_self->ranked == NULL);
+
+  if (!__pyx_t_5) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_5;
+
+    goto __pyx_L5_bool_binop_done;
+  }
   __pyx_t_5 = (__pyx_v_self->count == NULL);
 
   if (!__pyx_t_5) {
@@ -4892,9 +7351,9 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
     goto __pyx_L5_bool_binop_done;
   }
 
-  /* "scoring/fused_native.pyx":181
- *         self.totals = <double *>malloc(size)
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL
+  /* "scoring/fused_native.pyx":275
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL             # <<<<<<<<<<<<<<
  *                 or self.totals == NULL):
  *             self._release()
@@ -4930,8 +7389,8 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
     goto __pyx_L5_bool_binop_done;
   }
 
-  /* "scoring/fused_native.pyx":182
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL
+  /* "scoring/fused_native.pyx":276
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
  *                 or self.totals == NULL):             # <<<<<<<<<<<<<<
  *             self._release()
@@ -4954,17 +7413,17 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 
   __pyx_L5_bool_binop_done:;
 
-  /* "scoring/fused_native.pyx":180
- *         self.est = <double *>malloc(size)
+  /* "scoring/fused_native.pyx":274
  *         self.totals = <double *>malloc(size)
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
  *                 or self.totals == NULL):
 */
   if (unlikely(__pyx_t_1)) {
 
 
-    /* "scoring/fused_native.pyx":183
+    /* "scoring/fused_native.pyx":277
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
  *                 or self.totals == NULL):
  *             self._release()             # <<<<<<<<<<<<<<
@@ -4973,25 +7432,25 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
     ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_release(__pyx_v_self);
 
-    /* "scoring/fused_native.pyx":184
+    /* "scoring/fused_native.pyx":278
  *                 or self.totals == NULL):
  *             self._release()
  *             raise MemoryError()             # <<<<<<<<<<<<<<
  *         self.cap = cap
  *         return 0
 */
-    PyErr_NoMemory(); __PYX_ERR(0, 184, __pyx_L1_error)
+    PyErr_NoMemory(); __PYX_ERR(0, 278, __pyx_L1_error)
 
-    /* "scoring/fused_native.pyx":180
- *         self.est = <double *>malloc(size)
+    /* "scoring/fused_native.pyx":274
  *         self.totals = <double *>malloc(size)
- *         if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
+ *         self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+ *         if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL             # <<<<<<<<<<<<<<
  *                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
  *                 or self.totals == NULL):
 */
   }
 
-  /* "scoring/fused_native.pyx":185
+  /* "scoring/fused_native.pyx":279
  *             self._release()
  *             raise MemoryError()
  *         self.cap = cap             # <<<<<<<<<<<<<<
@@ -5000,7 +7459,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
 */
   __pyx_v_self->cap = __pyx_v_cap;
 
-  /* "scoring/fused_native.pyx":186
+  /* "scoring/fused_native.pyx":280
  *             raise MemoryError()
  *         self.cap = cap
  *         return 0             # <<<<<<<<<<<<<<
@@ -5013,7 +7472,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":167
+  /* "scoring/fused_native.pyx":260
  *         self.cap = 0
  * 
  *     cdef int _reserve(self, Py_ssize_t n) except -1:             # <<<<<<<<<<<<<<
@@ -5032,7 +7491,7 @@ static int __pyx_f_7scoring_12fused_native_6Kernel__reserve(struct __pyx_obj_7sc
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":188
+/* "scoring/fused_native.pyx":282
  *         return 0
  * 
  *     def gather(self, list endpoints):             # <<<<<<<<<<<<<<
@@ -5080,32 +7539,32 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_endpoints,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 188, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 282, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 188, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 282, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gather", 0) < (0)) __PYX_ERR(0, 188, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gather", 0) < (0)) __PYX_ERR(0, 282, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gather", 1, 1, 1, i); __PYX_ERR(0, 188, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gather", 1, 1, 1, i); __PYX_ERR(0, 282, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 1)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 188, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 282, __pyx_L3_error)
     }
     __pyx_v_endpoints = ((PyObject*)values[0]);
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("gather", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 188, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("gather", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 282, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -5116,7 +7575,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_endpoints), (&PyList_Type), 1, "endpoints", 1))) __PYX_ERR(0, 188, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_endpoints), (&PyList_Type), 1, "endpoints", 1))) __PYX_ERR(0, 282, __pyx_L1_error)
   __pyx_r = __pyx_pf_7scoring_12fused_native_6Kernel_6gather(((struct __pyx_obj_7scoring_12fused_native_Kernel *)__pyx_v_self), __pyx_v_endpoints);
 
   /* function exit code */
@@ -5167,7 +7626,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("gather", 0);
 
-  /* "scoring/fused_native.pyx":192
+  /* "scoring/fused_native.pyx":286
  *         drops none), their ids as a tuple, and whether it dropped any; None when a candidate
  *         is not a plain snapshot (the plugins run)."""
  *         cdef Py_ssize_t n = PyList_GET_SIZE(endpoints), i, j             # <<<<<<<<<<<<<<
@@ -5176,17 +7635,17 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   __pyx_v_n = PyList_GET_SIZE(__pyx_v_endpoints);
 
-  /* "scoring/fused_native.pyx":196
+  /* "scoring/fused_native.pyx":290
  *         cdef PyObject *m
  *         cdef double a, b, w, low, high, above
  *         self._reserve(n)             # <<<<<<<<<<<<<<
  *         for i in range(n):
  *             e = PyList_GET_ITEM(endpoints, i)
 */
-  __pyx_t_1 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_reserve(__pyx_v_self, __pyx_v_n); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 196, __pyx_L1_error)
+  __pyx_t_1 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_reserve(__pyx_v_self, __pyx_v_n); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 290, __pyx_L1_error)
 
 
-  /* "scoring/fused_native.pyx":197
+  /* "scoring/fused_native.pyx":291
  *         cdef double a, b, w, low, high, above
  *         self._reserve(n)
  *         for i in range(n):             # <<<<<<<<<<<<<<
@@ -5200,7 +7659,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "scoring/fused_native.pyx":198
+    /* "scoring/fused_native.pyx":292
  *         self._reserve(n)
  *         for i in range(n):
  *             e = PyList_GET_ITEM(endpoints, i)             # <<<<<<<<<<<<<<
@@ -5209,7 +7668,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     __pyx_v_e = PyList_GET_ITEM(__pyx_v_endpoints, __pyx_v_i);
 
-    /* "scoring/fused_native.pyx":199
+    /* "scoring/fused_native.pyx":293
  *         for i in range(n):
  *             e = PyList_GET_ITEM(endpoints, i)
  *             if kvgate_type(e) != <void *>self.snapshot_type:             # <<<<<<<<<<<<<<
@@ -5221,7 +7680,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_5) {
 
 
-      /* "scoring/fused_native.pyx":200
+      /* "scoring/fused_native.pyx":294
  *             e = PyList_GET_ITEM(endpoints, i)
  *             if kvgate_type(e) != <void *>self.snapshot_type:
  *                 return None             # <<<<<<<<<<<<<<
@@ -5238,7 +7697,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":199
+      /* "scoring/fused_native.pyx":293
  *         for i in range(n):
  *             e = PyList_GET_ITEM(endpoints, i)
  *             if kvgate_type(e) != <void *>self.snapshot_type:             # <<<<<<<<<<<<<<
@@ -5247,7 +7706,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     }
 
-    /* "scoring/fused_native.pyx":201
+    /* "scoring/fused_native.pyx":295
  *             if kvgate_type(e) != <void *>self.snapshot_type:
  *                 return None
  *             if not (_number(kvgate_slot(e, self.o_in_flight), &a)             # <<<<<<<<<<<<<<
@@ -5265,7 +7724,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       goto __pyx_L7_bool_binop_done;
     }
 
-    /* "scoring/fused_native.pyx":202
+    /* "scoring/fused_native.pyx":296
  *                 return None
  *             if not (_number(kvgate_slot(e, self.o_in_flight), &a)
  *                     and _number(kvgate_slot(e, self.o_remote_in_flight), &b)             # <<<<<<<<<<<<<<
@@ -5283,7 +7742,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       goto __pyx_L7_bool_binop_done;
     }
 
-    /* "scoring/fused_native.pyx":203
+    /* "scoring/fused_native.pyx":297
  *             if not (_number(kvgate_slot(e, self.o_in_flight), &a)
  *                     and _number(kvgate_slot(e, self.o_remote_in_flight), &b)
  *                     and _number(kvgate_slot(e, self.o_pending), &self.pending[i])             # <<<<<<<<<<<<<<
@@ -5301,7 +7760,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       goto __pyx_L7_bool_binop_done;
     }
 
-    /* "scoring/fused_native.pyx":204
+    /* "scoring/fused_native.pyx":298
  *                     and _number(kvgate_slot(e, self.o_remote_in_flight), &b)
  *                     and _number(kvgate_slot(e, self.o_pending), &self.pending[i])
  *                     and _number(kvgate_slot(e, self.o_remote_pending), &self.remote_pending[i])):             # <<<<<<<<<<<<<<
@@ -5315,7 +7774,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 
     __pyx_L7_bool_binop_done:;
 
-    /* "scoring/fused_native.pyx":201
+    /* "scoring/fused_native.pyx":295
  *             if kvgate_type(e) != <void *>self.snapshot_type:
  *                 return None
  *             if not (_number(kvgate_slot(e, self.o_in_flight), &a)             # <<<<<<<<<<<<<<
@@ -5328,7 +7787,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":205
+      /* "scoring/fused_native.pyx":299
  *                     and _number(kvgate_slot(e, self.o_pending), &self.pending[i])
  *                     and _number(kvgate_slot(e, self.o_remote_pending), &self.remote_pending[i])):
  *                 return None             # <<<<<<<<<<<<<<
@@ -5345,7 +7804,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":201
+      /* "scoring/fused_native.pyx":295
  *             if kvgate_type(e) != <void *>self.snapshot_type:
  *                 return None
  *             if not (_number(kvgate_slot(e, self.o_in_flight), &a)             # <<<<<<<<<<<<<<
@@ -5354,7 +7813,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     }
 
-    /* "scoring/fused_native.pyx":206
+    /* "scoring/fused_native.pyx":300
  *                     and _number(kvgate_slot(e, self.o_remote_pending), &self.remote_pending[i])):
  *                 return None
  *             self.count[i] = a + b  # integers below 2**53: exact, as Python's int sum             # <<<<<<<<<<<<<<
@@ -5363,7 +7822,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     (__pyx_v_self->count[__pyx_v_i]) = (__pyx_v_a + __pyx_v_b);
 
-    /* "scoring/fused_native.pyx":207
+    /* "scoring/fused_native.pyx":301
  *                 return None
  *             self.count[i] = a + b  # integers below 2**53: exact, as Python's int sum
  *             m = kvgate_slot(e, self.o_metrics)             # <<<<<<<<<<<<<<
@@ -5372,7 +7831,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     __pyx_v_m = kvgate_slot(__pyx_v_e, __pyx_v_self->o_metrics);
 
-    /* "scoring/fused_native.pyx":208
+    /* "scoring/fused_native.pyx":302
  *             self.count[i] = a + b  # integers below 2**53: exact, as Python's int sum
  *             m = kvgate_slot(e, self.o_metrics)
  *             w = 0.0             # <<<<<<<<<<<<<<
@@ -5381,7 +7840,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     __pyx_v_w = 0.0;
 
-    /* "scoring/fused_native.pyx":209
+    /* "scoring/fused_native.pyx":303
  *             m = kvgate_slot(e, self.o_metrics)
  *             w = 0.0
  *             if m == NULL:             # <<<<<<<<<<<<<<
@@ -5393,7 +7852,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":210
+      /* "scoring/fused_native.pyx":304
  *             w = 0.0
  *             if m == NULL:
  *                 return None             # <<<<<<<<<<<<<<
@@ -5410,7 +7869,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":209
+      /* "scoring/fused_native.pyx":303
  *             m = kvgate_slot(e, self.o_metrics)
  *             w = 0.0
  *             if m == NULL:             # <<<<<<<<<<<<<<
@@ -5419,7 +7878,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     }
 
-    /* "scoring/fused_native.pyx":211
+    /* "scoring/fused_native.pyx":305
  *             if m == NULL:
  *                 return None
  *             if <object>m is None:             # <<<<<<<<<<<<<<
@@ -5430,7 +7889,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":212
+      /* "scoring/fused_native.pyx":306
  *                 return None
  *             if <object>m is None:
  *                 self.free_kv[i] = 0.0             # <<<<<<<<<<<<<<
@@ -5439,7 +7898,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       (__pyx_v_self->free_kv[__pyx_v_i]) = 0.0;
 
-      /* "scoring/fused_native.pyx":213
+      /* "scoring/fused_native.pyx":307
  *             if <object>m is None:
  *                 self.free_kv[i] = 0.0
  *                 if self.need_kv:             # <<<<<<<<<<<<<<
@@ -5448,7 +7907,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       if (__pyx_v_self->need_kv) {
 
-        /* "scoring/fused_native.pyx":214
+        /* "scoring/fused_native.pyx":308
  *                 self.free_kv[i] = 0.0
  *                 if self.need_kv:
  *                     return None  # unknown usage: the KV scorer fills it in (`fill_unknown`)             # <<<<<<<<<<<<<<
@@ -5465,7 +7924,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
         }
         goto __pyx_L0;
 
-        /* "scoring/fused_native.pyx":213
+        /* "scoring/fused_native.pyx":307
  *             if <object>m is None:
  *                 self.free_kv[i] = 0.0
  *                 if self.need_kv:             # <<<<<<<<<<<<<<
@@ -5474,7 +7933,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       }
 
-      /* "scoring/fused_native.pyx":211
+      /* "scoring/fused_native.pyx":305
  *             if m == NULL:
  *                 return None
  *             if <object>m is None:             # <<<<<<<<<<<<<<
@@ -5484,7 +7943,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       goto __pyx_L12;
     }
 
-    /* "scoring/fused_native.pyx":216
+    /* "scoring/fused_native.pyx":310
  *                     return None  # unknown usage: the KV scorer fills it in (`fill_unknown`)
  *             else:
  *                 if kvgate_type(m) != <void *>self.metrics_type:             # <<<<<<<<<<<<<<
@@ -5497,7 +7956,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       if (__pyx_t_6) {
 
 
-        /* "scoring/fused_native.pyx":217
+        /* "scoring/fused_native.pyx":311
  *             else:
  *                 if kvgate_type(m) != <void *>self.metrics_type:
  *                     return None             # <<<<<<<<<<<<<<
@@ -5514,7 +7973,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
         }
         goto __pyx_L0;
 
-        /* "scoring/fused_native.pyx":216
+        /* "scoring/fused_native.pyx":310
  *                     return None  # unknown usage: the KV scorer fills it in (`fill_unknown`)
  *             else:
  *                 if kvgate_type(m) != <void *>self.metrics_type:             # <<<<<<<<<<<<<<
@@ -5523,7 +7982,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       }
 
-      /* "scoring/fused_native.pyx":218
+      /* "scoring/fused_native.pyx":312
  *                 if kvgate_type(m) != <void *>self.metrics_type:
  *                     return None
  *                 if self.filtering and <object>kvgate_slot(m, self.o_waiting) is not None:             # <<<<<<<<<<<<<<
@@ -5547,7 +8006,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       if (__pyx_t_6) {
 
 
-        /* "scoring/fused_native.pyx":219
+        /* "scoring/fused_native.pyx":313
  *                     return None
  *                 if self.filtering and <object>kvgate_slot(m, self.o_waiting) is not None:
  *                     if not _number(kvgate_slot(m, self.o_waiting), &w):             # <<<<<<<<<<<<<<
@@ -5559,7 +8018,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
         if (__pyx_t_6) {
 
 
-          /* "scoring/fused_native.pyx":220
+          /* "scoring/fused_native.pyx":314
  *                 if self.filtering and <object>kvgate_slot(m, self.o_waiting) is not None:
  *                     if not _number(kvgate_slot(m, self.o_waiting), &w):
  *                         return None             # <<<<<<<<<<<<<<
@@ -5576,7 +8035,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":219
+          /* "scoring/fused_native.pyx":313
  *                     return None
  *                 if self.filtering and <object>kvgate_slot(m, self.o_waiting) is not None:
  *                     if not _number(kvgate_slot(m, self.o_waiting), &w):             # <<<<<<<<<<<<<<
@@ -5585,7 +8044,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
         }
 
-        /* "scoring/fused_native.pyx":218
+        /* "scoring/fused_native.pyx":312
  *                 if kvgate_type(m) != <void *>self.metrics_type:
  *                     return None
  *                 if self.filtering and <object>kvgate_slot(m, self.o_waiting) is not None:             # <<<<<<<<<<<<<<
@@ -5594,7 +8053,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       }
 
-      /* "scoring/fused_native.pyx":221
+      /* "scoring/fused_native.pyx":315
  *                     if not _number(kvgate_slot(m, self.o_waiting), &w):
  *                         return None
  *                 if self.need_kv:             # <<<<<<<<<<<<<<
@@ -5603,7 +8062,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       if (__pyx_v_self->need_kv) {
 
-        /* "scoring/fused_native.pyx":222
+        /* "scoring/fused_native.pyx":316
  *                         return None
  *                 if self.need_kv:
  *                     if not _number(kvgate_slot(m, self.o_kv), &a):             # <<<<<<<<<<<<<<
@@ -5615,7 +8074,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
         if (__pyx_t_6) {
 
 
-          /* "scoring/fused_native.pyx":223
+          /* "scoring/fused_native.pyx":317
  *                 if self.need_kv:
  *                     if not _number(kvgate_slot(m, self.o_kv), &a):
  *                         return None  # unknown (None) or not a number             # <<<<<<<<<<<<<<
@@ -5632,7 +8091,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":222
+          /* "scoring/fused_native.pyx":316
  *                         return None
  *                 if self.need_kv:
  *                     if not _number(kvgate_slot(m, self.o_kv), &a):             # <<<<<<<<<<<<<<
@@ -5641,7 +8100,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
         }
 
-        /* "scoring/fused_native.pyx":224
+        /* "scoring/fused_native.pyx":318
  *                     if not _number(kvgate_slot(m, self.o_kv), &a):
  *                         return None  # unknown (None) or not a number
  *                     a = 1.0 - a             # <<<<<<<<<<<<<<
@@ -5650,7 +8109,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
         __pyx_v_a = (1.0 - __pyx_v_a);
 
-        /* "scoring/fused_native.pyx":225
+        /* "scoring/fused_native.pyx":319
  *                         return None  # unknown (None) or not a number
  *                     a = 1.0 - a
  *                     if isnan(a) or a < 0.0 or a > 1.0:             # <<<<<<<<<<<<<<
@@ -5686,7 +8145,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
         if (__pyx_t_6) {
 
 
-          /* "scoring/fused_native.pyx":226
+          /* "scoring/fused_native.pyx":320
  *                     a = 1.0 - a
  *                     if isnan(a) or a < 0.0 or a > 1.0:
  *                         return None  # out of range: the KV scorer clamps             # <<<<<<<<<<<<<<
@@ -5703,7 +8162,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":225
+          /* "scoring/fused_native.pyx":319
  *                         return None  # unknown (None) or not a number
  *                     a = 1.0 - a
  *                     if isnan(a) or a < 0.0 or a > 1.0:             # <<<<<<<<<<<<<<
@@ -5712,7 +8171,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
         }
 
-        /* "scoring/fused_native.pyx":227
+        /* "scoring/fused_native.pyx":321
  *                     if isnan(a) or a < 0.0 or a > 1.0:
  *                         return None  # out of range: the KV scorer clamps
  *                     self.free_kv[i] = a             # <<<<<<<<<<<<<<
@@ -5721,7 +8180,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
         (__pyx_v_self->free_kv[__pyx_v_i]) = __pyx_v_a;
 
-        /* "scoring/fused_native.pyx":221
+        /* "scoring/fused_native.pyx":315
  *                     if not _number(kvgate_slot(m, self.o_waiting), &w):
  *                         return None
  *                 if self.need_kv:             # <<<<<<<<<<<<<<
@@ -5732,7 +8191,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     }
     __pyx_L12:;
 
-    /* "scoring/fused_native.pyx":228
+    /* "scoring/fused_native.pyx":322
  *                         return None  # out of range: the KV scorer clamps
  *                     self.free_kv[i] = a
  *             self.load[i] = self.count[i] + w             # <<<<<<<<<<<<<<
@@ -5743,7 +8202,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   }
 
 
-  /* "scoring/fused_native.pyx":229
+  /* "scoring/fused_native.pyx":323
  *                     self.free_kv[i] = a
  *             self.load[i] = self.count[i] + w
  *         self.n = n             # <<<<<<<<<<<<<<
@@ -5752,7 +8211,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   __pyx_v_self->n = __pyx_v_n;
 
-  /* "scoring/fused_native.pyx":230
+  /* "scoring/fused_native.pyx":324
  *             self.load[i] = self.count[i] + w
  *         self.n = n
  *         if not self.filtering or n == 0:             # <<<<<<<<<<<<<<
@@ -5778,25 +8237,25 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   if (__pyx_t_6) {
 
 
-    /* "scoring/fused_native.pyx":231
+    /* "scoring/fused_native.pyx":325
  *         self.n = n
  *         if not self.filtering or n == 0:
  *             return endpoints, self._ids(endpoints), False             # <<<<<<<<<<<<<<
  *         low = high = self.load[0]
  *         for i in range(n):
 */
-    __pyx_t_8 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_endpoints); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 231, __pyx_L1_error)
+    __pyx_t_8 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_endpoints); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 325, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_8);
-    __pyx_t_9 = PyTuple_New(3); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 231, __pyx_L1_error)
+    __pyx_t_9 = PyTuple_New(3); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 325, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
     __Pyx_INCREF(__pyx_v_endpoints);
     __Pyx_GIVEREF(__pyx_v_endpoints);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_v_endpoints) != (0)) __PYX_ERR(0, 231, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_v_endpoints) != (0)) __PYX_ERR(0, 325, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_8);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_8) != (0)) __PYX_ERR(0, 231, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_8) != (0)) __PYX_ERR(0, 325, __pyx_L1_error);
     __Pyx_INCREF(Py_False);
     __Pyx_GIVEREF(Py_False);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 2, Py_False) != (0)) __PYX_ERR(0, 231, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 2, Py_False) != (0)) __PYX_ERR(0, 325, __pyx_L1_error);
     __pyx_t_8 = 0;
     {
       PyObject *__pyx_temp;
@@ -5809,7 +8268,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     __pyx_t_9 = 0;
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":230
+    /* "scoring/fused_native.pyx":324
  *             self.load[i] = self.count[i] + w
  *         self.n = n
  *         if not self.filtering or n == 0:             # <<<<<<<<<<<<<<
@@ -5818,7 +8277,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   }
 
-  /* "scoring/fused_native.pyx":232
+  /* "scoring/fused_native.pyx":326
  *         if not self.filtering or n == 0:
  *             return endpoints, self._ids(endpoints), False
  *         low = high = self.load[0]             # <<<<<<<<<<<<<<
@@ -5828,7 +8287,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   __pyx_v_low = (__pyx_v_self->load[0]);
   __pyx_v_high = (__pyx_v_self->load[0]);
 
-  /* "scoring/fused_native.pyx":233
+  /* "scoring/fused_native.pyx":327
  *             return endpoints, self._ids(endpoints), False
  *         low = high = self.load[0]
  *         for i in range(n):             # <<<<<<<<<<<<<<
@@ -5842,7 +8301,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "scoring/fused_native.pyx":234
+    /* "scoring/fused_native.pyx":328
  *         low = high = self.load[0]
  *         for i in range(n):
  *             if isnan(self.load[i]):             # <<<<<<<<<<<<<<
@@ -5854,7 +8313,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":235
+      /* "scoring/fused_native.pyx":329
  *         for i in range(n):
  *             if isnan(self.load[i]):
  *                 return None             # <<<<<<<<<<<<<<
@@ -5871,7 +8330,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
       }
       goto __pyx_L0;
 
-      /* "scoring/fused_native.pyx":234
+      /* "scoring/fused_native.pyx":328
  *         low = high = self.load[0]
  *         for i in range(n):
  *             if isnan(self.load[i]):             # <<<<<<<<<<<<<<
@@ -5880,7 +8339,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     }
 
-    /* "scoring/fused_native.pyx":236
+    /* "scoring/fused_native.pyx":330
  *             if isnan(self.load[i]):
  *                 return None
  *             if self.load[i] < low:             # <<<<<<<<<<<<<<
@@ -5892,7 +8351,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":237
+      /* "scoring/fused_native.pyx":331
  *                 return None
  *             if self.load[i] < low:
  *                 low = self.load[i]             # <<<<<<<<<<<<<<
@@ -5901,7 +8360,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       __pyx_v_low = (__pyx_v_self->load[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":236
+      /* "scoring/fused_native.pyx":330
  *             if isnan(self.load[i]):
  *                 return None
  *             if self.load[i] < low:             # <<<<<<<<<<<<<<
@@ -5910,7 +8369,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
     }
 
-    /* "scoring/fused_native.pyx":238
+    /* "scoring/fused_native.pyx":332
  *             if self.load[i] < low:
  *                 low = self.load[i]
  *             if self.load[i] > high:             # <<<<<<<<<<<<<<
@@ -5922,7 +8381,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_6) {
 
 
-      /* "scoring/fused_native.pyx":239
+      /* "scoring/fused_native.pyx":333
  *                 low = self.load[i]
  *             if self.load[i] > high:
  *                 high = self.load[i]             # <<<<<<<<<<<<<<
@@ -5931,7 +8390,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       __pyx_v_high = (__pyx_v_self->load[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":238
+      /* "scoring/fused_native.pyx":332
  *             if self.load[i] < low:
  *                 low = self.load[i]
  *             if self.load[i] > high:             # <<<<<<<<<<<<<<
@@ -5942,7 +8401,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   }
 
 
-  /* "scoring/fused_native.pyx":240
+  /* "scoring/fused_native.pyx":334
  *             if self.load[i] > high:
  *                 high = self.load[i]
  *         if high - low <= self.abs_threshold:  # nobody can be a hot spot             # <<<<<<<<<<<<<<
@@ -5954,25 +8413,25 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   if (__pyx_t_6) {
 
 
-    /* "scoring/fused_native.pyx":241
+    /* "scoring/fused_native.pyx":335
  *                 high = self.load[i]
  *         if high - low <= self.abs_threshold:  # nobody can be a hot spot
  *             return endpoints, self._ids(endpoints), False             # <<<<<<<<<<<<<<
  *         above = low * self.rel_threshold
  *         cdef list kept = []
 */
-    __pyx_t_9 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_endpoints); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 241, __pyx_L1_error)
+    __pyx_t_9 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_endpoints); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 335, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
-    __pyx_t_8 = PyTuple_New(3); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 241, __pyx_L1_error)
+    __pyx_t_8 = PyTuple_New(3); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 335, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_8);
     __Pyx_INCREF(__pyx_v_endpoints);
     __Pyx_GIVEREF(__pyx_v_endpoints);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 0, __pyx_v_endpoints) != (0)) __PYX_ERR(0, 241, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 0, __pyx_v_endpoints) != (0)) __PYX_ERR(0, 335, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_9);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 1, __pyx_t_9) != (0)) __PYX_ERR(0, 241, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 1, __pyx_t_9) != (0)) __PYX_ERR(0, 335, __pyx_L1_error);
     __Pyx_INCREF(Py_False);
     __Pyx_GIVEREF(Py_False);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 2, Py_False) != (0)) __PYX_ERR(0, 241, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 2, Py_False) != (0)) __PYX_ERR(0, 335, __pyx_L1_error);
     __pyx_t_9 = 0;
     {
       PyObject *__pyx_temp;
@@ -5985,7 +8444,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     __pyx_t_8 = 0;
     goto __pyx_L0;
 
-    /* "scoring/fused_native.pyx":240
+    /* "scoring/fused_native.pyx":334
  *             if self.load[i] > high:
  *                 high = self.load[i]
  *         if high - low <= self.abs_threshold:  # nobody can be a hot spot             # <<<<<<<<<<<<<<
@@ -5994,7 +8453,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   }
 
-  /* "scoring/fused_native.pyx":242
+  /* "scoring/fused_native.pyx":336
  *         if high - low <= self.abs_threshold:  # nobody can be a hot spot
  *             return endpoints, self._ids(endpoints), False
  *         above = low * self.rel_threshold             # <<<<<<<<<<<<<<
@@ -6003,19 +8462,19 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   __pyx_v_above = (__pyx_v_low * __pyx_v_self->rel_threshold);
 
-  /* "scoring/fused_native.pyx":243
+  /* "scoring/fused_native.pyx":337
  *             return endpoints, self._ids(endpoints), False
  *         above = low * self.rel_threshold
  *         cdef list kept = []             # <<<<<<<<<<<<<<
  *         j = 0
  *         for i in range(n):
 */
-  __pyx_t_8 = PyList_New(0); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 243, __pyx_L1_error)
+  __pyx_t_8 = PyList_New(0); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 337, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_8);
   __pyx_v_kept = ((PyObject*)__pyx_t_8);
   __pyx_t_8 = 0;
 
-  /* "scoring/fused_native.pyx":244
+  /* "scoring/fused_native.pyx":338
  *         above = low * self.rel_threshold
  *         cdef list kept = []
  *         j = 0             # <<<<<<<<<<<<<<
@@ -6024,7 +8483,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   __pyx_v_j = 0;
 
-  /* "scoring/fused_native.pyx":245
+  /* "scoring/fused_native.pyx":339
  *         cdef list kept = []
  *         j = 0
  *         for i in range(n):             # <<<<<<<<<<<<<<
@@ -6038,7 +8497,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "scoring/fused_native.pyx":246
+    /* "scoring/fused_native.pyx":340
  *         j = 0
  *         for i in range(n):
  *             if not (self.load[i] - low > self.abs_threshold and self.load[i] > above):             # <<<<<<<<<<<<<<
@@ -6067,7 +8526,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
     if (__pyx_t_5) {
 
 
-      /* "scoring/fused_native.pyx":247
+      /* "scoring/fused_native.pyx":341
  *         for i in range(n):
  *             if not (self.load[i] - low > self.abs_threshold and self.load[i] > above):
  *                 kept.append(<object>PyList_GET_ITEM(endpoints, i))             # <<<<<<<<<<<<<<
@@ -6076,11 +8535,11 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       __pyx_t_7 = PyList_GET_ITEM(__pyx_v_endpoints, __pyx_v_i);
 
-      __pyx_t_10 = __Pyx_PyList_Append(__pyx_v_kept, ((PyObject *)__pyx_t_7)); if (unlikely(__pyx_t_10 == ((int)-1))) __PYX_ERR(0, 247, __pyx_L1_error)
+      __pyx_t_10 = __Pyx_PyList_Append(__pyx_v_kept, ((PyObject *)__pyx_t_7)); if (unlikely(__pyx_t_10 == ((int)-1))) __PYX_ERR(0, 341, __pyx_L1_error)
 
 
 
-      /* "scoring/fused_native.pyx":248
+      /* "scoring/fused_native.pyx":342
  *             if not (self.load[i] - low > self.abs_threshold and self.load[i] > above):
  *                 kept.append(<object>PyList_GET_ITEM(endpoints, i))
  *                 self.count[j] = self.count[i]             # <<<<<<<<<<<<<<
@@ -6089,7 +8548,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       (__pyx_v_self->count[__pyx_v_j]) = (__pyx_v_self->count[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":249
+      /* "scoring/fused_native.pyx":343
  *                 kept.append(<object>PyList_GET_ITEM(endpoints, i))
  *                 self.count[j] = self.count[i]
  *                 self.pending[j] = self.pending[i]             # <<<<<<<<<<<<<<
@@ -6098,7 +8557,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       (__pyx_v_self->pending[__pyx_v_j]) = (__pyx_v_self->pending[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":250
+      /* "scoring/fused_native.pyx":344
  *                 self.count[j] = self.count[i]
  *                 self.pending[j] = self.pending[i]
  *                 self.remote_pending[j] = self.remote_pending[i]             # <<<<<<<<<<<<<<
@@ -6107,7 +8566,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       (__pyx_v_self->remote_pending[__pyx_v_j]) = (__pyx_v_self->remote_pending[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":251
+      /* "scoring/fused_native.pyx":345
  *                 self.pending[j] = self.pending[i]
  *                 self.remote_pending[j] = self.remote_pending[i]
  *                 self.free_kv[j] = self.free_kv[i]             # <<<<<<<<<<<<<<
@@ -6116,7 +8575,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       (__pyx_v_self->free_kv[__pyx_v_j]) = (__pyx_v_self->free_kv[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":252
+      /* "scoring/fused_native.pyx":346
  *                 self.remote_pending[j] = self.remote_pending[i]
  *                 self.free_kv[j] = self.free_kv[i]
  *                 j += 1             # <<<<<<<<<<<<<<
@@ -6125,7 +8584,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
       __pyx_v_j = (__pyx_v_j + 1);
 
-      /* "scoring/fused_native.pyx":246
+      /* "scoring/fused_native.pyx":340
  *         j = 0
  *         for i in range(n):
  *             if not (self.load[i] - low > self.abs_threshold and self.load[i] > above):             # <<<<<<<<<<<<<<
@@ -6136,7 +8595,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   }
 
 
-  /* "scoring/fused_native.pyx":253
+  /* "scoring/fused_native.pyx":347
  *                 self.free_kv[j] = self.free_kv[i]
  *                 j += 1
  *         self.n = j             # <<<<<<<<<<<<<<
@@ -6145,26 +8604,26 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
 */
   __pyx_v_self->n = __pyx_v_j;
 
-  /* "scoring/fused_native.pyx":254
+  /* "scoring/fused_native.pyx":348
  *                 j += 1
  *         self.n = j
  *         return kept, self._ids(kept), j != n             # <<<<<<<<<<<<<<
  * 
  *     cdef tuple _ids(self, list endpoints):
 */
-  __pyx_t_8 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_kept); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 254, __pyx_L1_error)
+  __pyx_t_8 = ((struct __pyx_vtabstruct_7scoring_12fused_native_Kernel *)__pyx_v_self->__pyx_vtab)->_ids(__pyx_v_self, __pyx_v_kept); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 348, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_8);
-  __pyx_t_9 = __Pyx_PyBool_FromLong((__pyx_v_j != __pyx_v_n)); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 254, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyBool_FromLong((__pyx_v_j != __pyx_v_n)); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 348, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_11 = PyTuple_New(3); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 254, __pyx_L1_error)
+  __pyx_t_11 = PyTuple_New(3); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 348, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_11);
   __Pyx_INCREF(__pyx_v_kept);
   __Pyx_GIVEREF(__pyx_v_kept);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 0, __pyx_v_kept) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 0, __pyx_v_kept) != (0)) __PYX_ERR(0, 348, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_8);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 1, __pyx_t_8) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 1, __pyx_t_8) != (0)) __PYX_ERR(0, 348, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_9);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 2, __pyx_t_9) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_11, 2, __pyx_t_9) != (0)) __PYX_ERR(0, 348, __pyx_L1_error);
   __pyx_t_8 = 0;
   __pyx_t_9 = 0;
   {
@@ -6178,7 +8637,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   __pyx_t_11 = 0;
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":188
+  /* "scoring/fused_native.pyx":282
  *         return 0
  * 
  *     def gather(self, list endpoints):             # <<<<<<<<<<<<<<
@@ -6211,7 +8670,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_6gather(struct __pyx_o
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":256
+/* "scoring/fused_native.pyx":350
  *         return kept, self._ids(kept), j != n
  * 
  *     cdef tuple _ids(self, list endpoints):             # <<<<<<<<<<<<<<
@@ -6235,7 +8694,7 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_ids", 0);
 
-  /* "scoring/fused_native.pyx":257
+  /* "scoring/fused_native.pyx":351
  * 
  *     cdef tuple _ids(self, list endpoints):
  *         cdef Py_ssize_t n = PyList_GET_SIZE(endpoints), i             # <<<<<<<<<<<<<<
@@ -6244,19 +8703,19 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
 */
   __pyx_v_n = PyList_GET_SIZE(__pyx_v_endpoints);
 
-  /* "scoring/fused_native.pyx":258
+  /* "scoring/fused_native.pyx":352
  *     cdef tuple _ids(self, list endpoints):
  *         cdef Py_ssize_t n = PyList_GET_SIZE(endpoints), i
  *         cdef tuple ids = PyTuple_New(n)             # <<<<<<<<<<<<<<
  *         cdef PyObject *item
  *         for i in range(n):
 */
-  __pyx_t_1 = PyTuple_New(__pyx_v_n); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 258, __pyx_L1_error)
+  __pyx_t_1 = PyTuple_New(__pyx_v_n); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 352, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_ids = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "scoring/fused_native.pyx":260
+  /* "scoring/fused_native.pyx":354
  *         cdef tuple ids = PyTuple_New(n)
  *         cdef PyObject *item
  *         for i in range(n):             # <<<<<<<<<<<<<<
@@ -6270,7 +8729,7 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "scoring/fused_native.pyx":261
+    /* "scoring/fused_native.pyx":355
  *         cdef PyObject *item
  *         for i in range(n):
  *             item = kvgate_slot(PyList_GET_ITEM(endpoints, i), self.o_id)             # <<<<<<<<<<<<<<
@@ -6279,7 +8738,7 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
 */
     __pyx_v_item = kvgate_slot(PyList_GET_ITEM(__pyx_v_endpoints, __pyx_v_i), __pyx_v_self->o_id);
 
-    /* "scoring/fused_native.pyx":262
+    /* "scoring/fused_native.pyx":356
  *         for i in range(n):
  *             item = kvgate_slot(PyList_GET_ITEM(endpoints, i), self.o_id)
  *             Py_INCREF(<object>item)             # <<<<<<<<<<<<<<
@@ -6288,7 +8747,7 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
 */
     Py_INCREF(((PyObject *)__pyx_v_item));
 
-    /* "scoring/fused_native.pyx":263
+    /* "scoring/fused_native.pyx":357
  *             item = kvgate_slot(PyList_GET_ITEM(endpoints, i), self.o_id)
  *             Py_INCREF(<object>item)
  *             PyTuple_SET_ITEM(ids, i, <object>item)             # <<<<<<<<<<<<<<
@@ -6299,12 +8758,12 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
   }
 
 
-  /* "scoring/fused_native.pyx":264
+  /* "scoring/fused_native.pyx":358
  *             Py_INCREF(<object>item)
  *             PyTuple_SET_ITEM(ids, i, <object>item)
  *         return ids             # <<<<<<<<<<<<<<
  * 
- *     def columns(self, depths, lines, fills, displaced, terms):
+ *     def columns(self, ids, depths, lines, fills, displaced, terms):
 */
   {
     PyObject *__pyx_temp;
@@ -6317,7 +8776,7 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
   }
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":256
+  /* "scoring/fused_native.pyx":350
  *         return kept, self._ids(kept), j != n
  * 
  *     cdef tuple _ids(self, list endpoints):             # <<<<<<<<<<<<<<
@@ -6340,12 +8799,12 @@ static PyObject *__pyx_f_7scoring_12fused_native_6Kernel__ids(struct __pyx_obj_7
   return __pyx_r;
 }
 
-/* "scoring/fused_native.pyx":266
+/* "scoring/fused_native.pyx":360
  *         return ids
  * 
- *     def columns(self, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
- *         """The scorers' columns (clamped, in scorer order) and the weighted totals for the
- *         candidates `gather` kept. `depths`: matched blocks per candidate (None: no hashes);
+ *     def columns(self, ids, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
+ *         """(columns, totals, ranked) for the candidates `gather` kept, `ids` theirs: the
+ *         scorers' columns (clamped, in scorer order) and the weighted totals, as `Column`s,
 */
 
 /* Python wrapper */
@@ -6356,7 +8815,7 @@ PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
 PyObject *__pyx_args, PyObject *__pyx_kwds
 #endif
 ); /*proto*/
-PyDoc_STRVAR(__pyx_doc_7scoring_12fused_native_6Kernel_8columns, "The scorers\047 columns (clamped, in scorer order) and the weighted totals for the\n        candidates `gather` kept. `depths`: matched blocks per candidate (None: no hashes);\n        `lines`: TTFT coefficients per candidate; `fills`: the index\047s fill per candidate;\n        `displaced`: the eviction term\047s tokens per candidate (None: none);\n        `terms(depth)`: (uncached tokens, cached share) of a depth. None where a plugin\n        would take another branch (a NaN or non-positive estimate).");
+PyDoc_STRVAR(__pyx_doc_7scoring_12fused_native_6Kernel_8columns, "(columns, totals, ranked) for the candidates `gather` kept, `ids` theirs: the\n        scorers\047 columns (clamped, in scorer order) and the weighted totals, as `Column`s,\n        and the ids by total, best first, or None where totals tie within the tolerance\n        (the picker shuffles those). `depths`: matched blocks per candidate (None: no\n        hashes); `lines`: TTFT coefficients per candidate; `fills`: the index\047s fill per\n        candidate; `displaced`: the eviction term\047s tokens per candidate (None: none);\n        `terms(depth)`: (uncached tokens, cached share) of a depth. None where a plugin\n        would take another branch (a NaN or non-positive estimate).");
 static PyMethodDef __pyx_mdef_7scoring_12fused_native_6Kernel_9columns = {"columns", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Kernel_9columns, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_7scoring_12fused_native_6Kernel_8columns};
 static PyObject *__pyx_pw_7scoring_12fused_native_6Kernel_9columns(PyObject *__pyx_v_self, 
 #if CYTHON_VECTORCALL
@@ -6365,6 +8824,7 @@ PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
 PyObject *__pyx_args, PyObject *__pyx_kwds
 #endif
 ) {
+  PyObject *__pyx_v_ids = 0;
   PyObject *__pyx_v_depths = 0;
   PyObject *__pyx_v_lines = 0;
   PyObject *__pyx_v_fills = 0;
@@ -6374,7 +8834,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   CYTHON_UNUSED Py_ssize_t __pyx_nargs;
   #endif
   CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
-  PyObject* values[5] = {0,0,0,0,0};
+  PyObject* values[6] = {0,0,0,0,0,0};
   int __pyx_lineno = 0;
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
@@ -6390,62 +8850,69 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   #endif
   __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
   {
-    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_depths,&__pyx_mstate_global->__pyx_n_u_lines,&__pyx_mstate_global->__pyx_n_u_fills,&__pyx_mstate_global->__pyx_n_u_displaced,&__pyx_mstate_global->__pyx_n_u_terms,0};
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_ids,&__pyx_mstate_global->__pyx_n_u_depths,&__pyx_mstate_global->__pyx_n_u_lines,&__pyx_mstate_global->__pyx_n_u_fills,&__pyx_mstate_global->__pyx_n_u_displaced,&__pyx_mstate_global->__pyx_n_u_terms,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 266, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 360, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 360, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
         case  5:
         values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 266, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 360, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 266, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 360, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 266, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 360, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 266, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 360, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 266, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 360, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "columns", 0) < (0)) __PYX_ERR(0, 266, __pyx_L3_error)
-      for (Py_ssize_t i = __pyx_nargs; i < 5; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("columns", 1, 5, 5, i); __PYX_ERR(0, 266, __pyx_L3_error) }
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "columns", 0) < (0)) __PYX_ERR(0, 360, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 6; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("columns", 1, 6, 6, i); __PYX_ERR(0, 360, __pyx_L3_error) }
       }
-    } else if (unlikely(__pyx_nargs != 5)) {
+    } else if (unlikely(__pyx_nargs != 6)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 266, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 360, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 266, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 360, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 266, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 360, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 266, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 360, __pyx_L3_error)
       values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 266, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 360, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 360, __pyx_L3_error)
     }
-    __pyx_v_depths = values[0];
-    __pyx_v_lines = values[1];
-    __pyx_v_fills = values[2];
-    __pyx_v_displaced = values[3];
-    __pyx_v_terms = values[4];
+    __pyx_v_ids = values[0];
+    __pyx_v_depths = values[1];
+    __pyx_v_lines = values[2];
+    __pyx_v_fills = values[3];
+    __pyx_v_displaced = values[4];
+    __pyx_v_terms = values[5];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("columns", 1, 5, 5, __pyx_nargs); __PYX_ERR(0, 266, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("columns", 1, 6, 6, __pyx_nargs); __PYX_ERR(0, 360, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6456,7 +8923,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  __pyx_r = __pyx_pf_7scoring_12fused_native_6Kernel_8columns(((struct __pyx_obj_7scoring_12fused_native_Kernel *)__pyx_v_self), __pyx_v_depths, __pyx_v_lines, __pyx_v_fills, __pyx_v_displaced, __pyx_v_terms);
+  __pyx_r = __pyx_pf_7scoring_12fused_native_6Kernel_8columns(((struct __pyx_obj_7scoring_12fused_native_Kernel *)__pyx_v_self), __pyx_v_ids, __pyx_v_depths, __pyx_v_lines, __pyx_v_fills, __pyx_v_displaced, __pyx_v_terms);
 
   /* function exit code */
   for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
@@ -6466,7 +8933,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   return __pyx_r;
 }
 
-static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyObject *__pyx_v_depths, PyObject *__pyx_v_lines, PyObject *__pyx_v_fills, PyObject *__pyx_v_displaced, PyObject *__pyx_v_terms) {
+static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_obj_7scoring_12fused_native_Kernel *__pyx_v_self, PyObject *__pyx_v_ids, PyObject *__pyx_v_depths, PyObject *__pyx_v_lines, PyObject *__pyx_v_fills, PyObject *__pyx_v_displaced, PyObject *__pyx_v_terms) {
   Py_ssize_t __pyx_v_n;
   Py_ssize_t __pyx_v_i;
   Py_ssize_t __pyx_v_k;
@@ -6487,10 +8954,9 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
   double __pyx_v_w;
   int __pyx_v_any_displaced;
   PyObject *__pyx_v_c;
-  PyObject *__pyx_v_f = 0;
-  PyObject *__pyx_v_column = 0;
+  PyObject *__pyx_v_item = 0;
   PyObject *__pyx_v_out = 0;
-  PyObject *__pyx_v_totals = 0;
+  PyObject *__pyx_v_ranked = 0;
   PyObject *__pyx_v_depth_list = 0;
   PyObject *__pyx_v_line_list = 0;
   PyObject *__pyx_v_fill_list = 0;
@@ -6500,24 +8966,24 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
   __Pyx_RefNannyDeclarations
   Py_ssize_t __pyx_t_1;
   PyObject *__pyx_t_2 = NULL;
-  Py_ssize_t __pyx_t_3;
-  Py_ssize_t __pyx_t_4;
-  int __pyx_t_5;
-  int __pyx_t_6;
-  int __pyx_t_7;
-  PyObject *__pyx_t_8 = NULL;
+  int __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  size_t __pyx_t_5;
+  Py_ssize_t __pyx_t_6;
+  Py_ssize_t __pyx_t_7;
+  int __pyx_t_8;
   int __pyx_t_9;
-  Py_ssize_t __pyx_t_10;
-  PY_LONG_LONG __pyx_t_11;
+  int __pyx_t_10;
+  Py_ssize_t __pyx_t_11;
   PY_LONG_LONG __pyx_t_12;
-  Py_ssize_t __pyx_t_13;
+  PY_LONG_LONG __pyx_t_13;
   Py_ssize_t __pyx_t_14;
   Py_ssize_t __pyx_t_15;
-  double __pyx_t_16;
+  Py_ssize_t __pyx_t_16;
   double __pyx_t_17;
-  PyObject *__pyx_t_18 = NULL;
+  double __pyx_t_18;
   PyObject *__pyx_t_19 = NULL;
-  size_t __pyx_t_20;
+  PyObject *__pyx_t_20 = NULL;
   PyObject *(*__pyx_t_21)(PyObject *);
   int __pyx_t_22;
   int __pyx_lineno = 0;
@@ -6525,7 +8991,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("columns", 0);
 
-  /* "scoring/fused_native.pyx":273
+  /* "scoring/fused_native.pyx":369
  *         `terms(depth)`: (uncached tokens, cached share) of a depth. None where a plugin
  *         would take another branch (a NaN or non-positive estimate)."""
  *         cdef Py_ssize_t n = self.n, i, k, d             # <<<<<<<<<<<<<<
@@ -6536,7 +9002,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 
   __pyx_v_n = __pyx_t_1;
 
-  /* "scoring/fused_native.pyx":274
+  /* "scoring/fused_native.pyx":370
  *         would take another branch (a NaN or non-positive estimate)."""
  *         cdef Py_ssize_t n = self.n, i, k, d
  *         cdef Py_ssize_t n_depths = 0             # <<<<<<<<<<<<<<
@@ -6545,33 +9011,33 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
   __pyx_v_n_depths = 0;
 
-  /* "scoring/fused_native.pyx":283
+  /* "scoring/fused_native.pyx":379
  *         cdef PyObject *c
- *         cdef object f
- *         cdef list column, out = [], totals             # <<<<<<<<<<<<<<
+ *         cdef object item
+ *         cdef list out = [], ranked             # <<<<<<<<<<<<<<
  *         cdef list depth_list = depths
  *         cdef list line_list = lines
 */
-  __pyx_t_2 = PyList_New(0); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 283, __pyx_L1_error)
+  __pyx_t_2 = PyList_New(0); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 379, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __pyx_v_out = ((PyObject*)__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "scoring/fused_native.pyx":284
- *         cdef object f
- *         cdef list column, out = [], totals
+  /* "scoring/fused_native.pyx":380
+ *         cdef object item
+ *         cdef list out = [], ranked
  *         cdef list depth_list = depths             # <<<<<<<<<<<<<<
  *         cdef list line_list = lines
  *         cdef list fill_list = fills
 */
   __pyx_t_2 = __pyx_v_depths;
   __Pyx_INCREF(__pyx_t_2);
-  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 284, __pyx_L1_error)
+  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 380, __pyx_L1_error)
   __pyx_v_depth_list = ((PyObject*)__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "scoring/fused_native.pyx":285
- *         cdef list column, out = [], totals
+  /* "scoring/fused_native.pyx":381
+ *         cdef list out = [], ranked
  *         cdef list depth_list = depths
  *         cdef list line_list = lines             # <<<<<<<<<<<<<<
  *         cdef list fill_list = fills
@@ -6579,11 +9045,11 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
   __pyx_t_2 = __pyx_v_lines;
   __Pyx_INCREF(__pyx_t_2);
-  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 285, __pyx_L1_error)
+  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 381, __pyx_L1_error)
   __pyx_v_line_list = ((PyObject*)__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "scoring/fused_native.pyx":286
+  /* "scoring/fused_native.pyx":382
  *         cdef list depth_list = depths
  *         cdef list line_list = lines
  *         cdef list fill_list = fills             # <<<<<<<<<<<<<<
@@ -6592,39 +9058,82 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
   __pyx_t_2 = __pyx_v_fills;
   __Pyx_INCREF(__pyx_t_2);
-  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 286, __pyx_L1_error)
+  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 382, __pyx_L1_error)
   __pyx_v_fill_list = ((PyObject*)__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "scoring/fused_native.pyx":287
+  /* "scoring/fused_native.pyx":383
  *         cdef list line_list = lines
  *         cdef list fill_list = fills
  *         cdef list displaced_list = displaced             # <<<<<<<<<<<<<<
  *         cdef int kind
- *         for i in range(n):
+ *         if len(ids) != n:
 */
   __pyx_t_2 = __pyx_v_displaced;
   __Pyx_INCREF(__pyx_t_2);
-  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 287, __pyx_L1_error)
+  if (!(likely(PyList_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("list", __pyx_t_2))) __PYX_ERR(0, 383, __pyx_L1_error)
   __pyx_v_displaced_list = ((PyObject*)__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "scoring/fused_native.pyx":289
+  /* "scoring/fused_native.pyx":385
  *         cdef list displaced_list = displaced
  *         cdef int kind
+ *         if len(ids) != n:             # <<<<<<<<<<<<<<
+ *             raise ValueError("one id per kept candidate")
+ *         for i in range(n):
+*/
+  __pyx_t_1 = PyObject_Length(__pyx_v_ids); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 385, __pyx_L1_error)
+  __pyx_t_3 = (__pyx_t_1 != __pyx_v_n);
+
+
+  if (unlikely(__pyx_t_3)) {
+
+
+    /* "scoring/fused_native.pyx":386
+ *         cdef int kind
+ *         if len(ids) != n:
+ *             raise ValueError("one id per kept candidate")             # <<<<<<<<<<<<<<
+ *         for i in range(n):
+ *             self.totals[i] = 0.0
+*/
+    __pyx_t_4 = NULL;
+    __pyx_t_5 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_4, __pyx_mstate_global->__pyx_kp_u_one_id_per_kept_candidate};
+      __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ValueError)), __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
+      if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 386, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_2);
+    }
+    __Pyx_Raise(__pyx_t_2, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __PYX_ERR(0, 386, __pyx_L1_error)
+
+    /* "scoring/fused_native.pyx":385
+ *         cdef list displaced_list = displaced
+ *         cdef int kind
+ *         if len(ids) != n:             # <<<<<<<<<<<<<<
+ *             raise ValueError("one id per kept candidate")
+ *         for i in range(n):
+*/
+  }
+
+  /* "scoring/fused_native.pyx":387
+ *         if len(ids) != n:
+ *             raise ValueError("one id per kept candidate")
  *         for i in range(n):             # <<<<<<<<<<<<<<
  *             self.totals[i] = 0.0
  *         for k in range(self.n_scorers):
 */
 
   __pyx_t_1 = __pyx_v_n;
-  __pyx_t_3 = __pyx_t_1;
+  __pyx_t_6 = __pyx_t_1;
 
-  for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
-    __pyx_v_i = __pyx_t_4;
+  for (__pyx_t_7 = 0; __pyx_t_7 < __pyx_t_6; __pyx_t_7+=1) {
+    __pyx_v_i = __pyx_t_7;
 
-    /* "scoring/fused_native.pyx":290
- *         cdef int kind
+    /* "scoring/fused_native.pyx":388
+ *             raise ValueError("one id per kept candidate")
  *         for i in range(n):
  *             self.totals[i] = 0.0             # <<<<<<<<<<<<<<
  *         for k in range(self.n_scorers):
@@ -6634,114 +9143,102 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
   }
 
 
-  /* "scoring/fused_native.pyx":291
+  /* "scoring/fused_native.pyx":389
  *         for i in range(n):
  *             self.totals[i] = 0.0
  *         for k in range(self.n_scorers):             # <<<<<<<<<<<<<<
  *             kind = self.kinds[k]
- *             column = PyList_New(n)
+ *             if kind == TTFT or kind == PREFIX:
 */
 
-  __pyx_t_5 = __pyx_v_self->n_scorers;
-  __pyx_t_6 = __pyx_t_5;
+  __pyx_t_8 = __pyx_v_self->n_scorers;
+  __pyx_t_9 = __pyx_t_8;
 
-  for (__pyx_t_1 = 0; __pyx_t_1 < __pyx_t_6; __pyx_t_1+=1) {
+  for (__pyx_t_1 = 0; __pyx_t_1 < __pyx_t_9; __pyx_t_1+=1) {
     __pyx_v_k = __pyx_t_1;
 
-    /* "scoring/fused_native.pyx":292
+    /* "scoring/fused_native.pyx":390
  *             self.totals[i] = 0.0
  *         for k in range(self.n_scorers):
  *             kind = self.kinds[k]             # <<<<<<<<<<<<<<
- *             column = PyList_New(n)
- *             if kind == TTFT or kind == PREFIX:
-*/
-    __pyx_v_kind = (__pyx_v_self->kinds[__pyx_v_k]);
-
-    /* "scoring/fused_native.pyx":293
- *         for k in range(self.n_scorers):
- *             kind = self.kinds[k]
- *             column = PyList_New(n)             # <<<<<<<<<<<<<<
  *             if kind == TTFT or kind == PREFIX:
  *                 for i in range(n):
 */
-    __pyx_t_2 = PyList_New(__pyx_v_n); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 293, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_2);
-    __Pyx_XDECREF_SET(__pyx_v_column, ((PyObject*)__pyx_t_2));
-    __pyx_t_2 = 0;
+    __pyx_v_kind = (__pyx_v_self->kinds[__pyx_v_k]);
 
-    /* "scoring/fused_native.pyx":294
+    /* "scoring/fused_native.pyx":391
+ *         for k in range(self.n_scorers):
  *             kind = self.kinds[k]
- *             column = PyList_New(n)
  *             if kind == TTFT or kind == PREFIX:             # <<<<<<<<<<<<<<
  *                 for i in range(n):
  *                     depth = 0 if depth_list is None else depth_list[i]
 */
-    __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 294, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 391, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __Pyx_GetModuleGlobalName(__pyx_t_8, __pyx_mstate_global->__pyx_n_u_TTFT); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 294, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_8);
-    __pyx_t_9 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_8, Py_EQ); if (unlikely((__pyx_t_9 < 0))) __PYX_ERR(0, 294, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_TTFT); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 391, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_4, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 391, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
-    if (!__pyx_t_9) {
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    if (!__pyx_t_10) {
 
     } else {
 
-      __pyx_t_7 = __pyx_t_9;
+      __pyx_t_3 = __pyx_t_10;
 
-      goto __pyx_L8_bool_binop_done;
+      goto __pyx_L9_bool_binop_done;
     }
-    __pyx_t_8 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 294, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_8);
-    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 294, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 391, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 391, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __pyx_t_9 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_8, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_9 < 0))) __PYX_ERR(0, 294, __pyx_L1_error)
-    __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
+    __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_4, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 391, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-    __pyx_t_7 = __pyx_t_9;
+    __pyx_t_3 = __pyx_t_10;
 
-    __pyx_L8_bool_binop_done:;
-    if (__pyx_t_7) {
+    __pyx_L9_bool_binop_done:;
+    if (__pyx_t_3) {
 
 
-      /* "scoring/fused_native.pyx":295
- *             column = PyList_New(n)
+      /* "scoring/fused_native.pyx":392
+ *             kind = self.kinds[k]
  *             if kind == TTFT or kind == PREFIX:
  *                 for i in range(n):             # <<<<<<<<<<<<<<
  *                     depth = 0 if depth_list is None else depth_list[i]
  *                     for d in range(n_depths):
 */
 
-      __pyx_t_3 = __pyx_v_n;
-      __pyx_t_4 = __pyx_t_3;
+      __pyx_t_6 = __pyx_v_n;
+      __pyx_t_7 = __pyx_t_6;
 
-      for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-        __pyx_v_i = __pyx_t_10;
+      for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+        __pyx_v_i = __pyx_t_11;
 
-        /* "scoring/fused_native.pyx":296
+        /* "scoring/fused_native.pyx":393
  *             if kind == TTFT or kind == PREFIX:
  *                 for i in range(n):
  *                     depth = 0 if depth_list is None else depth_list[i]             # <<<<<<<<<<<<<<
  *                     for d in range(n_depths):
  *                         if seen[d] == depth:
 */
-        __pyx_t_7 = (__pyx_v_depth_list == ((PyObject*)Py_None));
-        if (__pyx_t_7) {
+        __pyx_t_3 = (__pyx_v_depth_list == ((PyObject*)Py_None));
+        if (__pyx_t_3) {
 
-          __pyx_t_11 = 0;
+          __pyx_t_12 = 0;
         } else {
           if (unlikely(__pyx_v_depth_list == Py_None)) {
             PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-            __PYX_ERR(0, 296, __pyx_L1_error)
+            __PYX_ERR(0, 393, __pyx_L1_error)
           }
-          __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__Pyx_PyList_GET_ITEM(__pyx_v_depth_list, __pyx_v_i)); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 296, __pyx_L1_error)
-          __pyx_t_11 = __pyx_t_12;
+          __pyx_t_13 = __Pyx_PyLong_As_PY_LONG_LONG(__Pyx_PyList_GET_ITEM(__pyx_v_depth_list, __pyx_v_i)); if (unlikely((__pyx_t_13 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 393, __pyx_L1_error)
+          __pyx_t_12 = __pyx_t_13;
         }
 
-        __pyx_v_depth = __pyx_t_11;
+        __pyx_v_depth = __pyx_t_12;
 
-        /* "scoring/fused_native.pyx":297
+        /* "scoring/fused_native.pyx":394
  *                 for i in range(n):
  *                     depth = 0 if depth_list is None else depth_list[i]
  *                     for d in range(n_depths):             # <<<<<<<<<<<<<<
@@ -6749,48 +9246,48 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                             u, s = uncached[d], share[d]
 */
 
-        __pyx_t_13 = __pyx_v_n_depths;
-        __pyx_t_14 = __pyx_t_13;
+        __pyx_t_14 = __pyx_v_n_depths;
+        __pyx_t_15 = __pyx_t_14;
 
-        for (__pyx_t_15 = 0; __pyx_t_15 < __pyx_t_14; __pyx_t_15+=1) {
-          __pyx_v_d = __pyx_t_15;
+        for (__pyx_t_16 = 0; __pyx_t_16 < __pyx_t_15; __pyx_t_16+=1) {
+          __pyx_v_d = __pyx_t_16;
 
-          /* "scoring/fused_native.pyx":298
+          /* "scoring/fused_native.pyx":395
  *                     depth = 0 if depth_list is None else depth_list[i]
  *                     for d in range(n_depths):
  *                         if seen[d] == depth:             # <<<<<<<<<<<<<<
  *                             u, s = uncached[d], share[d]
  *                             break
 */
-          __pyx_t_7 = ((__pyx_v_seen[__pyx_v_d]) == __pyx_v_depth);
+          __pyx_t_3 = ((__pyx_v_seen[__pyx_v_d]) == __pyx_v_depth);
 
-          if (__pyx_t_7) {
+          if (__pyx_t_3) {
 
 
-            /* "scoring/fused_native.pyx":299
+            /* "scoring/fused_native.pyx":396
  *                     for d in range(n_depths):
  *                         if seen[d] == depth:
  *                             u, s = uncached[d], share[d]             # <<<<<<<<<<<<<<
  *                             break
  *                     else:
 */
-            __pyx_t_16 = (__pyx_v_uncached[__pyx_v_d]);
+            __pyx_t_17 = (__pyx_v_uncached[__pyx_v_d]);
 
-            __pyx_t_17 = (__pyx_v_share[__pyx_v_d]);
+            __pyx_t_18 = (__pyx_v_share[__pyx_v_d]);
 
-            __pyx_v_u = __pyx_t_16;
-            __pyx_v_s = __pyx_t_17;
+            __pyx_v_u = __pyx_t_17;
+            __pyx_v_s = __pyx_t_18;
 
-            /* "scoring/fused_native.pyx":300
+            /* "scoring/fused_native.pyx":397
  *                         if seen[d] == depth:
  *                             u, s = uncached[d], share[d]
  *                             break             # <<<<<<<<<<<<<<
  *                     else:
  *                         u, s = terms(depth)
 */
-            goto __pyx_L13_break;
+            goto __pyx_L14_break;
 
-            /* "scoring/fused_native.pyx":298
+            /* "scoring/fused_native.pyx":395
  *                     depth = 0 if depth_list is None else depth_list[i]
  *                     for d in range(n_depths):
  *                         if seen[d] == depth:             # <<<<<<<<<<<<<<
@@ -6801,37 +9298,37 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
         }
         /*else*/ {
 
-          /* "scoring/fused_native.pyx":302
+          /* "scoring/fused_native.pyx":399
  *                             break
  *                     else:
  *                         u, s = terms(depth)             # <<<<<<<<<<<<<<
  *                         if n_depths < MAX_DEPTHS:
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s
 */
-          __pyx_t_8 = NULL;
+          __pyx_t_4 = NULL;
           __Pyx_INCREF(__pyx_v_terms);
-          __pyx_t_18 = __pyx_v_terms; 
-          __pyx_t_19 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_depth); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 302, __pyx_L1_error)
-          __Pyx_GOTREF(__pyx_t_19);
-          __pyx_t_20 = 1;
+          __pyx_t_19 = __pyx_v_terms; 
+          __pyx_t_20 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_depth); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 399, __pyx_L1_error)
+          __Pyx_GOTREF(__pyx_t_20);
+          __pyx_t_5 = 1;
           #if CYTHON_UNPACK_METHODS
-          if (unlikely(PyMethod_Check(__pyx_t_18))) {
-            __pyx_t_8 = PyMethod_GET_SELF(__pyx_t_18);
-            assert(__pyx_t_8);
-            PyObject* __pyx__function = PyMethod_GET_FUNCTION(__pyx_t_18);
-            __Pyx_INCREF(__pyx_t_8);
+          if (unlikely(PyMethod_Check(__pyx_t_19))) {
+            __pyx_t_4 = PyMethod_GET_SELF(__pyx_t_19);
+            assert(__pyx_t_4);
+            PyObject* __pyx__function = PyMethod_GET_FUNCTION(__pyx_t_19);
+            __Pyx_INCREF(__pyx_t_4);
             __Pyx_INCREF(__pyx__function);
-            __Pyx_DECREF_SET(__pyx_t_18, __pyx__function);
-            __pyx_t_20 = 0;
+            __Pyx_DECREF_SET(__pyx_t_19, __pyx__function);
+            __pyx_t_5 = 0;
           }
           #endif
           {
-            PyObject *__pyx_callargs[2] = {__pyx_t_8, __pyx_t_19};
-            __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_18, __pyx_callargs+__pyx_t_20, (2-__pyx_t_20) | (__pyx_t_20*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
-            __Pyx_XDECREF(__pyx_t_8); __pyx_t_8 = 0;
+            PyObject *__pyx_callargs[2] = {__pyx_t_4, __pyx_t_20};
+            __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_19, __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+            __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
+            __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
             __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
-            __Pyx_DECREF(__pyx_t_18); __pyx_t_18 = 0;
-            if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 302, __pyx_L1_error)
+            if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 399, __pyx_L1_error)
             __Pyx_GOTREF(__pyx_t_2);
           }
           if ((likely(PyTuple_CheckExact(__pyx_t_2))) || (PyList_CheckExact(__pyx_t_2))) {
@@ -6840,90 +9337,90 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
             if (unlikely(size != 2)) {
               if (size > 2) __Pyx_RaiseTooManyValuesError(2);
               else if (size >= 0) __Pyx_RaiseNeedMoreValuesError(size);
-              __PYX_ERR(0, 302, __pyx_L1_error)
+              __PYX_ERR(0, 399, __pyx_L1_error)
             }
             #if CYTHON_ASSUME_SAFE_MACROS && !CYTHON_AVOID_BORROWED_REFS
             if (likely(PyTuple_CheckExact(sequence))) {
-              __pyx_t_18 = PyTuple_GET_ITEM(sequence, 0);
-              __Pyx_INCREF(__pyx_t_18);
-              __pyx_t_19 = PyTuple_GET_ITEM(sequence, 1);
+              __pyx_t_19 = PyTuple_GET_ITEM(sequence, 0);
               __Pyx_INCREF(__pyx_t_19);
+              __pyx_t_20 = PyTuple_GET_ITEM(sequence, 1);
+              __Pyx_INCREF(__pyx_t_20);
             } else {
-              __pyx_t_18 = __Pyx_PyList_GET_ITEM_REF(sequence, 0, __Pyx_ReferenceSharing_SharedReference);
-              if (unlikely(!__pyx_t_18)) __PYX_ERR(0, 302, __pyx_L1_error)
-              __Pyx_XGOTREF(__pyx_t_18);
-              __pyx_t_19 = __Pyx_PyList_GET_ITEM_REF(sequence, 1, __Pyx_ReferenceSharing_SharedReference);
-              if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 302, __pyx_L1_error)
+              __pyx_t_19 = __Pyx_PyList_GET_ITEM_REF(sequence, 0, __Pyx_ReferenceSharing_SharedReference);
+              if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 399, __pyx_L1_error)
               __Pyx_XGOTREF(__pyx_t_19);
+              __pyx_t_20 = __Pyx_PyList_GET_ITEM_REF(sequence, 1, __Pyx_ReferenceSharing_SharedReference);
+              if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 399, __pyx_L1_error)
+              __Pyx_XGOTREF(__pyx_t_20);
             }
             #else
-            __pyx_t_18 = __Pyx_PySequence_ITEM(sequence, 0); if (unlikely(!__pyx_t_18)) __PYX_ERR(0, 302, __pyx_L1_error)
-            __Pyx_GOTREF(__pyx_t_18);
-            __pyx_t_19 = __Pyx_PySequence_ITEM(sequence, 1); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 302, __pyx_L1_error)
+            __pyx_t_19 = __Pyx_PySequence_ITEM(sequence, 0); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 399, __pyx_L1_error)
             __Pyx_GOTREF(__pyx_t_19);
+            __pyx_t_20 = __Pyx_PySequence_ITEM(sequence, 1); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 399, __pyx_L1_error)
+            __Pyx_GOTREF(__pyx_t_20);
             #endif
             __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
           } else {
             Py_ssize_t index = -1;
-            __pyx_t_8 = PyObject_GetIter(__pyx_t_2); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 302, __pyx_L1_error)
-            __Pyx_GOTREF(__pyx_t_8);
+            __pyx_t_4 = PyObject_GetIter(__pyx_t_2); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 399, __pyx_L1_error)
+            __Pyx_GOTREF(__pyx_t_4);
             __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-            __pyx_t_21 = (CYTHON_COMPILING_IN_LIMITED_API) ? PyIter_Next : __Pyx_PyObject_GetIterNextFunc(__pyx_t_8);
-            index = 0; __pyx_t_18 = __pyx_t_21(__pyx_t_8); if (unlikely(!__pyx_t_18)) goto __pyx_L15_unpacking_failed;
-            __Pyx_GOTREF(__pyx_t_18);
-            index = 1; __pyx_t_19 = __pyx_t_21(__pyx_t_8); if (unlikely(!__pyx_t_19)) goto __pyx_L15_unpacking_failed;
+            __pyx_t_21 = (CYTHON_COMPILING_IN_LIMITED_API) ? PyIter_Next : __Pyx_PyObject_GetIterNextFunc(__pyx_t_4);
+            index = 0; __pyx_t_19 = __pyx_t_21(__pyx_t_4); if (unlikely(!__pyx_t_19)) goto __pyx_L16_unpacking_failed;
             __Pyx_GOTREF(__pyx_t_19);
-            if (__Pyx_IternextUnpackEndCheck(__pyx_t_21(__pyx_t_8), 2) < (0)) __PYX_ERR(0, 302, __pyx_L1_error)
+            index = 1; __pyx_t_20 = __pyx_t_21(__pyx_t_4); if (unlikely(!__pyx_t_20)) goto __pyx_L16_unpacking_failed;
+            __Pyx_GOTREF(__pyx_t_20);
+            if (__Pyx_IternextUnpackEndCheck(__pyx_t_21(__pyx_t_4), 2) < (0)) __PYX_ERR(0, 399, __pyx_L1_error)
             __pyx_t_21 = NULL;
-            __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
-            goto __pyx_L16_unpacking_done;
-            __pyx_L15_unpacking_failed:;
-            __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
+            __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+            goto __pyx_L17_unpacking_done;
+            __pyx_L16_unpacking_failed:;
+            __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
             __pyx_t_21 = NULL;
             if (__Pyx_IterFinish() == 0) __Pyx_RaiseNeedMoreValuesError(index);
-            __PYX_ERR(0, 302, __pyx_L1_error)
-            __pyx_L16_unpacking_done:;
+            __PYX_ERR(0, 399, __pyx_L1_error)
+            __pyx_L17_unpacking_done:;
           }
-          __pyx_t_17 = __Pyx_PyFloat_AsDouble(__pyx_t_18); if (unlikely((__pyx_t_17 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 302, __pyx_L1_error)
-          __Pyx_DECREF(__pyx_t_18); __pyx_t_18 = 0;
-          __pyx_t_16 = __Pyx_PyFloat_AsDouble(__pyx_t_19); if (unlikely((__pyx_t_16 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 302, __pyx_L1_error)
+          __pyx_t_18 = __Pyx_PyFloat_AsDouble(__pyx_t_19); if (unlikely((__pyx_t_18 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 399, __pyx_L1_error)
           __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
-          __pyx_v_u = __pyx_t_17;
-          __pyx_v_s = __pyx_t_16;
+          __pyx_t_17 = __Pyx_PyFloat_AsDouble(__pyx_t_20); if (unlikely((__pyx_t_17 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 399, __pyx_L1_error)
+          __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
+          __pyx_v_u = __pyx_t_18;
+          __pyx_v_s = __pyx_t_17;
 
-          /* "scoring/fused_native.pyx":303
+          /* "scoring/fused_native.pyx":400
  *                     else:
  *                         u, s = terms(depth)
  *                         if n_depths < MAX_DEPTHS:             # <<<<<<<<<<<<<<
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s
  *                             n_depths += 1
 */
-          __pyx_t_7 = (__pyx_v_n_depths < 64);
+          __pyx_t_3 = (__pyx_v_n_depths < 64);
 
-          if (__pyx_t_7) {
+          if (__pyx_t_3) {
 
 
-            /* "scoring/fused_native.pyx":304
+            /* "scoring/fused_native.pyx":401
  *                         u, s = terms(depth)
  *                         if n_depths < MAX_DEPTHS:
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s             # <<<<<<<<<<<<<<
  *                             n_depths += 1
  *                     if kind == PREFIX:
 */
-            __pyx_t_11 = __pyx_v_depth;
+            __pyx_t_12 = __pyx_v_depth;
 
-            __pyx_t_16 = __pyx_v_u;
+            __pyx_t_17 = __pyx_v_u;
 
-            __pyx_t_17 = __pyx_v_s;
+            __pyx_t_18 = __pyx_v_s;
 
-            (__pyx_v_seen[__pyx_v_n_depths]) = __pyx_t_11;
+            (__pyx_v_seen[__pyx_v_n_depths]) = __pyx_t_12;
 
-            (__pyx_v_uncached[__pyx_v_n_depths]) = __pyx_t_16;
+            (__pyx_v_uncached[__pyx_v_n_depths]) = __pyx_t_17;
 
-            (__pyx_v_share[__pyx_v_n_depths]) = __pyx_t_17;
+            (__pyx_v_share[__pyx_v_n_depths]) = __pyx_t_18;
 
 
-            /* "scoring/fused_native.pyx":305
+            /* "scoring/fused_native.pyx":402
  *                         if n_depths < MAX_DEPTHS:
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s
  *                             n_depths += 1             # <<<<<<<<<<<<<<
@@ -6932,7 +9429,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
             __pyx_v_n_depths = (__pyx_v_n_depths + 1);
 
-            /* "scoring/fused_native.pyx":303
+            /* "scoring/fused_native.pyx":400
  *                     else:
  *                         u, s = terms(depth)
  *                         if n_depths < MAX_DEPTHS:             # <<<<<<<<<<<<<<
@@ -6941,55 +9438,55 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           }
         }
-        __pyx_L13_break:;
+        __pyx_L14_break:;
 
 
-        /* "scoring/fused_native.pyx":306
+        /* "scoring/fused_native.pyx":403
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s
  *                             n_depths += 1
  *                     if kind == PREFIX:             # <<<<<<<<<<<<<<
  *                         self.est[i] = s if depth_list is not None else 0.0
  *                         continue
 */
-        __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 306, __pyx_L1_error)
+        __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 403, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_2);
-        __Pyx_GetModuleGlobalName(__pyx_t_19, __pyx_mstate_global->__pyx_n_u_PREFIX); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 306, __pyx_L1_error)
-        __Pyx_GOTREF(__pyx_t_19);
-        __pyx_t_7 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_19, Py_EQ); if (unlikely((__pyx_t_7 < 0))) __PYX_ERR(0, 306, __pyx_L1_error)
+        __Pyx_GetModuleGlobalName(__pyx_t_20, __pyx_mstate_global->__pyx_n_u_PREFIX); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 403, __pyx_L1_error)
+        __Pyx_GOTREF(__pyx_t_20);
+        __pyx_t_3 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_20, Py_EQ); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 403, __pyx_L1_error)
         __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-        __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
-        if (__pyx_t_7) {
+        __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
+        if (__pyx_t_3) {
 
 
-          /* "scoring/fused_native.pyx":307
+          /* "scoring/fused_native.pyx":404
  *                             n_depths += 1
  *                     if kind == PREFIX:
  *                         self.est[i] = s if depth_list is not None else 0.0             # <<<<<<<<<<<<<<
  *                         continue
  *                     c = PyList_GET_ITEM(line_list, i)
 */
-          __pyx_t_7 = (__pyx_v_depth_list != ((PyObject*)Py_None));
-          if (__pyx_t_7) {
+          __pyx_t_3 = (__pyx_v_depth_list != ((PyObject*)Py_None));
+          if (__pyx_t_3) {
 
-            __pyx_t_17 = __pyx_v_s;
+            __pyx_t_18 = __pyx_v_s;
           } else {
 
-            __pyx_t_17 = 0.0;
+            __pyx_t_18 = 0.0;
           }
 
-          (__pyx_v_self->est[__pyx_v_i]) = __pyx_t_17;
+          (__pyx_v_self->est[__pyx_v_i]) = __pyx_t_18;
 
 
-          /* "scoring/fused_native.pyx":308
+          /* "scoring/fused_native.pyx":405
  *                     if kind == PREFIX:
  *                         self.est[i] = s if depth_list is not None else 0.0
  *                         continue             # <<<<<<<<<<<<<<
  *                     c = PyList_GET_ITEM(line_list, i)
  *                     if kvgate_type(c) != <void *>self.line_type:
 */
-          goto __pyx_L10_continue;
+          goto __pyx_L11_continue;
 
-          /* "scoring/fused_native.pyx":306
+          /* "scoring/fused_native.pyx":403
  *                             seen[n_depths], uncached[n_depths], share[n_depths] = depth, u, s
  *                             n_depths += 1
  *                     if kind == PREFIX:             # <<<<<<<<<<<<<<
@@ -6998,7 +9495,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":309
+        /* "scoring/fused_native.pyx":406
  *                         self.est[i] = s if depth_list is not None else 0.0
  *                         continue
  *                     c = PyList_GET_ITEM(line_list, i)             # <<<<<<<<<<<<<<
@@ -7007,19 +9504,19 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         __pyx_v_c = PyList_GET_ITEM(__pyx_v_line_list, __pyx_v_i);
 
-        /* "scoring/fused_native.pyx":310
+        /* "scoring/fused_native.pyx":407
  *                         continue
  *                     c = PyList_GET_ITEM(line_list, i)
  *                     if kvgate_type(c) != <void *>self.line_type:             # <<<<<<<<<<<<<<
  *                         return None
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)
 */
-        __pyx_t_7 = (kvgate_type(__pyx_v_c) != ((void *)__pyx_v_self->line_type));
+        __pyx_t_3 = (kvgate_type(__pyx_v_c) != ((void *)__pyx_v_self->line_type));
 
-        if (__pyx_t_7) {
+        if (__pyx_t_3) {
 
 
-          /* "scoring/fused_native.pyx":311
+          /* "scoring/fused_native.pyx":408
  *                     c = PyList_GET_ITEM(line_list, i)
  *                     if kvgate_type(c) != <void *>self.line_type:
  *                         return None             # <<<<<<<<<<<<<<
@@ -7036,7 +9533,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":310
+          /* "scoring/fused_native.pyx":407
  *                         continue
  *                     c = PyList_GET_ITEM(line_list, i)
  *                     if kvgate_type(c) != <void *>self.line_type:             # <<<<<<<<<<<<<<
@@ -7045,52 +9542,52 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":312
+        /* "scoring/fused_native.pyx":409
  *                     if kvgate_type(c) != <void *>self.line_type:
  *                         return None
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)             # <<<<<<<<<<<<<<
  *                             and _number(kvgate_slot(c, self.o_slope), &s)):
  *                         return None
 */
-        __pyx_t_9 = __pyx_f_7scoring_12fused_native__number(kvgate_slot(__pyx_v_c, __pyx_v_self->o_overhead), (&__pyx_v_x));
+        __pyx_t_10 = __pyx_f_7scoring_12fused_native__number(kvgate_slot(__pyx_v_c, __pyx_v_self->o_overhead), (&__pyx_v_x));
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
         } else {
 
-          __pyx_t_7 = __pyx_t_9;
+          __pyx_t_3 = __pyx_t_10;
 
-          goto __pyx_L21_bool_binop_done;
+          goto __pyx_L22_bool_binop_done;
         }
 
-        /* "scoring/fused_native.pyx":313
+        /* "scoring/fused_native.pyx":410
  *                         return None
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)
  *                             and _number(kvgate_slot(c, self.o_slope), &s)):             # <<<<<<<<<<<<<<
  *                         return None
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])
 */
-        __pyx_t_9 = __pyx_f_7scoring_12fused_native__number(kvgate_slot(__pyx_v_c, __pyx_v_self->o_slope), (&__pyx_v_s));
+        __pyx_t_10 = __pyx_f_7scoring_12fused_native__number(kvgate_slot(__pyx_v_c, __pyx_v_self->o_slope), (&__pyx_v_s));
 
 
-        __pyx_t_7 = __pyx_t_9;
+        __pyx_t_3 = __pyx_t_10;
 
-        __pyx_L21_bool_binop_done:;
+        __pyx_L22_bool_binop_done:;
 
-        /* "scoring/fused_native.pyx":312
+        /* "scoring/fused_native.pyx":409
  *                     if kvgate_type(c) != <void *>self.line_type:
  *                         return None
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)             # <<<<<<<<<<<<<<
  *                             and _number(kvgate_slot(c, self.o_slope), &s)):
  *                         return None
 */
-        __pyx_t_9 = (!__pyx_t_7);
+        __pyx_t_10 = (!__pyx_t_3);
 
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":314
+          /* "scoring/fused_native.pyx":411
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)
  *                             and _number(kvgate_slot(c, self.o_slope), &s)):
  *                         return None             # <<<<<<<<<<<<<<
@@ -7107,7 +9604,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":312
+          /* "scoring/fused_native.pyx":409
  *                     if kvgate_type(c) != <void *>self.line_type:
  *                         return None
  *                     if not (_number(kvgate_slot(c, self.o_overhead), &x)             # <<<<<<<<<<<<<<
@@ -7116,7 +9613,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":315
+        /* "scoring/fused_native.pyx":412
  *                             and _number(kvgate_slot(c, self.o_slope), &s)):
  *                         return None
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])             # <<<<<<<<<<<<<<
@@ -7124,39 +9621,39 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                     if displaced_list is not None:
 */
         (__pyx_v_self->est[__pyx_v_i]) = (__pyx_v_x + (__pyx_v_s * ((__pyx_v_u + (__pyx_v_self->pending[__pyx_v_i])) + (__pyx_v_self->remote_pending[__pyx_v_i]))));
-        __pyx_L10_continue:;
+        __pyx_L11_continue:;
       }
 
 
-      /* "scoring/fused_native.pyx":316
+      /* "scoring/fused_native.pyx":413
  *                         return None
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])
  *                 if kind == TTFT:             # <<<<<<<<<<<<<<
  *                     if displaced_list is not None:
  *                         any_displaced = False
 */
-      __pyx_t_19 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 316, __pyx_L1_error)
-      __Pyx_GOTREF(__pyx_t_19);
-      __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_TTFT); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 316, __pyx_L1_error)
+      __pyx_t_20 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 413, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_20);
+      __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_TTFT); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 413, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_2);
-      __pyx_t_9 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_19, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_9 < 0))) __PYX_ERR(0, 316, __pyx_L1_error)
-      __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
+      __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_20, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 413, __pyx_L1_error)
+      __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
       __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-      if (__pyx_t_9) {
+      if (__pyx_t_10) {
 
 
-        /* "scoring/fused_native.pyx":317
+        /* "scoring/fused_native.pyx":414
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])
  *                 if kind == TTFT:
  *                     if displaced_list is not None:             # <<<<<<<<<<<<<<
  *                         any_displaced = False
  *                         for i in range(n):
 */
-        __pyx_t_9 = (__pyx_v_displaced_list != ((PyObject*)Py_None));
-        if (__pyx_t_9) {
+        __pyx_t_10 = (__pyx_v_displaced_list != ((PyObject*)Py_None));
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":318
+          /* "scoring/fused_native.pyx":415
  *                 if kind == TTFT:
  *                     if displaced_list is not None:
  *                         any_displaced = False             # <<<<<<<<<<<<<<
@@ -7165,7 +9662,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           __pyx_v_any_displaced = 0;
 
-          /* "scoring/fused_native.pyx":319
+          /* "scoring/fused_native.pyx":416
  *                     if displaced_list is not None:
  *                         any_displaced = False
  *                         for i in range(n):             # <<<<<<<<<<<<<<
@@ -7173,13 +9670,13 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                                 any_displaced = True
 */
 
-          __pyx_t_3 = __pyx_v_n;
-          __pyx_t_4 = __pyx_t_3;
+          __pyx_t_6 = __pyx_v_n;
+          __pyx_t_7 = __pyx_t_6;
 
-          for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-            __pyx_v_i = __pyx_t_10;
+          for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+            __pyx_v_i = __pyx_t_11;
 
-            /* "scoring/fused_native.pyx":320
+            /* "scoring/fused_native.pyx":417
  *                         any_displaced = False
  *                         for i in range(n):
  *                             if <double>displaced_list[i] != 0.0:  # NaN counts, as in any()             # <<<<<<<<<<<<<<
@@ -7188,16 +9685,16 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
             if (unlikely(__pyx_v_displaced_list == Py_None)) {
               PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-              __PYX_ERR(0, 320, __pyx_L1_error)
+              __PYX_ERR(0, 417, __pyx_L1_error)
             }
-            __pyx_t_17 = __Pyx_PyFloat_AsDouble(__Pyx_PyList_GET_ITEM(__pyx_v_displaced_list, __pyx_v_i)); if (unlikely((__pyx_t_17 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 320, __pyx_L1_error)
-            __pyx_t_9 = (((double)__pyx_t_17) != 0.0);
+            __pyx_t_18 = __Pyx_PyFloat_AsDouble(__Pyx_PyList_GET_ITEM(__pyx_v_displaced_list, __pyx_v_i)); if (unlikely((__pyx_t_18 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 417, __pyx_L1_error)
+            __pyx_t_10 = (((double)__pyx_t_18) != 0.0);
 
 
-            if (__pyx_t_9) {
+            if (__pyx_t_10) {
 
 
-              /* "scoring/fused_native.pyx":321
+              /* "scoring/fused_native.pyx":418
  *                         for i in range(n):
  *                             if <double>displaced_list[i] != 0.0:  # NaN counts, as in any()
  *                                 any_displaced = True             # <<<<<<<<<<<<<<
@@ -7206,16 +9703,16 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
               __pyx_v_any_displaced = 1;
 
-              /* "scoring/fused_native.pyx":322
+              /* "scoring/fused_native.pyx":419
  *                             if <double>displaced_list[i] != 0.0:  # NaN counts, as in any()
  *                                 any_displaced = True
  *                                 break             # <<<<<<<<<<<<<<
  *                         if any_displaced:
  *                             for i in range(n):
 */
-              goto __pyx_L26_break;
+              goto __pyx_L27_break;
 
-              /* "scoring/fused_native.pyx":320
+              /* "scoring/fused_native.pyx":417
  *                         any_displaced = False
  *                         for i in range(n):
  *                             if <double>displaced_list[i] != 0.0:  # NaN counts, as in any()             # <<<<<<<<<<<<<<
@@ -7224,10 +9721,10 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
             }
           }
-          __pyx_L26_break:;
+          __pyx_L27_break:;
 
 
-          /* "scoring/fused_native.pyx":323
+          /* "scoring/fused_native.pyx":420
  *                                 any_displaced = True
  *                                 break
  *                         if any_displaced:             # <<<<<<<<<<<<<<
@@ -7236,7 +9733,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           if (__pyx_v_any_displaced) {
 
-            /* "scoring/fused_native.pyx":324
+            /* "scoring/fused_native.pyx":421
  *                                 break
  *                         if any_displaced:
  *                             for i in range(n):             # <<<<<<<<<<<<<<
@@ -7244,13 +9741,13 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                                 _number(kvgate_slot(c, self.o_slope), &s)
 */
 
-            __pyx_t_3 = __pyx_v_n;
-            __pyx_t_4 = __pyx_t_3;
+            __pyx_t_6 = __pyx_v_n;
+            __pyx_t_7 = __pyx_t_6;
 
-            for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-              __pyx_v_i = __pyx_t_10;
+            for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+              __pyx_v_i = __pyx_t_11;
 
-              /* "scoring/fused_native.pyx":325
+              /* "scoring/fused_native.pyx":422
  *                         if any_displaced:
  *                             for i in range(n):
  *                                 c = PyList_GET_ITEM(line_list, i)             # <<<<<<<<<<<<<<
@@ -7259,7 +9756,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
               __pyx_v_c = PyList_GET_ITEM(__pyx_v_line_list, __pyx_v_i);
 
-              /* "scoring/fused_native.pyx":326
+              /* "scoring/fused_native.pyx":423
  *                             for i in range(n):
  *                                 c = PyList_GET_ITEM(line_list, i)
  *                                 _number(kvgate_slot(c, self.o_slope), &s)             # <<<<<<<<<<<<<<
@@ -7268,7 +9765,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
               (void)(__pyx_f_7scoring_12fused_native__number(kvgate_slot(__pyx_v_c, __pyx_v_self->o_slope), (&__pyx_v_s)));
 
-              /* "scoring/fused_native.pyx":327
+              /* "scoring/fused_native.pyx":424
  *                                 c = PyList_GET_ITEM(line_list, i)
  *                                 _number(kvgate_slot(c, self.o_slope), &s)
  *                                 kslope = self.eviction_weight * s             # <<<<<<<<<<<<<<
@@ -7277,7 +9774,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
               __pyx_v_kslope = (__pyx_v_self->eviction_weight * __pyx_v_s);
 
-              /* "scoring/fused_native.pyx":328
+              /* "scoring/fused_native.pyx":425
  *                                 _number(kvgate_slot(c, self.o_slope), &s)
  *                                 kslope = self.eviction_weight * s
  *                                 self.est[i] = self.est[i] + kslope * <double>displaced_list[i]             # <<<<<<<<<<<<<<
@@ -7286,15 +9783,15 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
               if (unlikely(__pyx_v_displaced_list == Py_None)) {
                 PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-                __PYX_ERR(0, 328, __pyx_L1_error)
+                __PYX_ERR(0, 425, __pyx_L1_error)
               }
-              __pyx_t_17 = __Pyx_PyFloat_AsDouble(__Pyx_PyList_GET_ITEM(__pyx_v_displaced_list, __pyx_v_i)); if (unlikely((__pyx_t_17 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 328, __pyx_L1_error)
-              (__pyx_v_self->est[__pyx_v_i]) = ((__pyx_v_self->est[__pyx_v_i]) + (__pyx_v_kslope * ((double)__pyx_t_17)));
+              __pyx_t_18 = __Pyx_PyFloat_AsDouble(__Pyx_PyList_GET_ITEM(__pyx_v_displaced_list, __pyx_v_i)); if (unlikely((__pyx_t_18 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 425, __pyx_L1_error)
+              (__pyx_v_self->est[__pyx_v_i]) = ((__pyx_v_self->est[__pyx_v_i]) + (__pyx_v_kslope * ((double)__pyx_t_18)));
 
             }
 
 
-            /* "scoring/fused_native.pyx":323
+            /* "scoring/fused_native.pyx":420
  *                                 any_displaced = True
  *                                 break
  *                         if any_displaced:             # <<<<<<<<<<<<<<
@@ -7303,7 +9800,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           }
 
-          /* "scoring/fused_native.pyx":317
+          /* "scoring/fused_native.pyx":414
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])
  *                 if kind == TTFT:
  *                     if displaced_list is not None:             # <<<<<<<<<<<<<<
@@ -7312,26 +9809,26 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":329
+        /* "scoring/fused_native.pyx":426
  *                                 kslope = self.eviction_weight * s
  *                                 self.est[i] = self.est[i] + kslope * <double>displaced_list[i]
  *                     best = self.est[0] if n else 0.0             # <<<<<<<<<<<<<<
  *                     for i in range(n):
  *                         if isnan(self.est[i]):
 */
-        __pyx_t_9 = (__pyx_v_n != 0);
+        __pyx_t_10 = (__pyx_v_n != 0);
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
-          __pyx_t_17 = (__pyx_v_self->est[0]);
+          __pyx_t_18 = (__pyx_v_self->est[0]);
         } else {
 
-          __pyx_t_17 = 0.0;
+          __pyx_t_18 = 0.0;
         }
 
-        __pyx_v_best = __pyx_t_17;
+        __pyx_v_best = __pyx_t_18;
 
-        /* "scoring/fused_native.pyx":330
+        /* "scoring/fused_native.pyx":427
  *                                 self.est[i] = self.est[i] + kslope * <double>displaced_list[i]
  *                     best = self.est[0] if n else 0.0
  *                     for i in range(n):             # <<<<<<<<<<<<<<
@@ -7339,25 +9836,25 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                             return None
 */
 
-        __pyx_t_3 = __pyx_v_n;
-        __pyx_t_4 = __pyx_t_3;
+        __pyx_t_6 = __pyx_v_n;
+        __pyx_t_7 = __pyx_t_6;
 
-        for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-          __pyx_v_i = __pyx_t_10;
+        for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+          __pyx_v_i = __pyx_t_11;
 
-          /* "scoring/fused_native.pyx":331
+          /* "scoring/fused_native.pyx":428
  *                     best = self.est[0] if n else 0.0
  *                     for i in range(n):
  *                         if isnan(self.est[i]):             # <<<<<<<<<<<<<<
  *                             return None
  *                         if self.est[i] < best:
 */
-          __pyx_t_9 = isnan((__pyx_v_self->est[__pyx_v_i]));
+          __pyx_t_10 = isnan((__pyx_v_self->est[__pyx_v_i]));
 
-          if (__pyx_t_9) {
+          if (__pyx_t_10) {
 
 
-            /* "scoring/fused_native.pyx":332
+            /* "scoring/fused_native.pyx":429
  *                     for i in range(n):
  *                         if isnan(self.est[i]):
  *                             return None             # <<<<<<<<<<<<<<
@@ -7374,7 +9871,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
             }
             goto __pyx_L0;
 
-            /* "scoring/fused_native.pyx":331
+            /* "scoring/fused_native.pyx":428
  *                     best = self.est[0] if n else 0.0
  *                     for i in range(n):
  *                         if isnan(self.est[i]):             # <<<<<<<<<<<<<<
@@ -7383,19 +9880,19 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           }
 
-          /* "scoring/fused_native.pyx":333
+          /* "scoring/fused_native.pyx":430
  *                         if isnan(self.est[i]):
  *                             return None
  *                         if self.est[i] < best:             # <<<<<<<<<<<<<<
  *                             best = self.est[i]
  *                     if not best > 0.0:
 */
-          __pyx_t_9 = ((__pyx_v_self->est[__pyx_v_i]) < __pyx_v_best);
+          __pyx_t_10 = ((__pyx_v_self->est[__pyx_v_i]) < __pyx_v_best);
 
-          if (__pyx_t_9) {
+          if (__pyx_t_10) {
 
 
-            /* "scoring/fused_native.pyx":334
+            /* "scoring/fused_native.pyx":431
  *                             return None
  *                         if self.est[i] < best:
  *                             best = self.est[i]             # <<<<<<<<<<<<<<
@@ -7404,7 +9901,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
             __pyx_v_best = (__pyx_v_self->est[__pyx_v_i]);
 
-            /* "scoring/fused_native.pyx":333
+            /* "scoring/fused_native.pyx":430
  *                         if isnan(self.est[i]):
  *                             return None
  *                         if self.est[i] < best:             # <<<<<<<<<<<<<<
@@ -7415,19 +9912,19 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
         }
 
 
-        /* "scoring/fused_native.pyx":335
+        /* "scoring/fused_native.pyx":432
  *                         if self.est[i] < best:
  *                             best = self.est[i]
  *                     if not best > 0.0:             # <<<<<<<<<<<<<<
  *                         return None
  *                     for i in range(n):
 */
-        __pyx_t_9 = (!(__pyx_v_best > 0.0));
+        __pyx_t_10 = (!(__pyx_v_best > 0.0));
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":336
+          /* "scoring/fused_native.pyx":433
  *                             best = self.est[i]
  *                     if not best > 0.0:
  *                         return None             # <<<<<<<<<<<<<<
@@ -7444,7 +9941,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":335
+          /* "scoring/fused_native.pyx":432
  *                         if self.est[i] < best:
  *                             best = self.est[i]
  *                     if not best > 0.0:             # <<<<<<<<<<<<<<
@@ -7453,7 +9950,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":337
+        /* "scoring/fused_native.pyx":434
  *                     if not best > 0.0:
  *                         return None
  *                     for i in range(n):             # <<<<<<<<<<<<<<
@@ -7461,13 +9958,13 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *             elif kind == IN_FLIGHT:
 */
 
-        __pyx_t_3 = __pyx_v_n;
-        __pyx_t_4 = __pyx_t_3;
+        __pyx_t_6 = __pyx_v_n;
+        __pyx_t_7 = __pyx_t_6;
 
-        for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-          __pyx_v_i = __pyx_t_10;
+        for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+          __pyx_v_i = __pyx_t_11;
 
-          /* "scoring/fused_native.pyx":338
+          /* "scoring/fused_native.pyx":435
  *                         return None
  *                     for i in range(n):
  *                         self.est[i] = best / self.est[i]             # <<<<<<<<<<<<<<
@@ -7478,7 +9975,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
         }
 
 
-        /* "scoring/fused_native.pyx":316
+        /* "scoring/fused_native.pyx":413
  *                         return None
  *                     self.est[i] = x + s * ((u + self.pending[i]) + self.remote_pending[i])
  *                 if kind == TTFT:             # <<<<<<<<<<<<<<
@@ -7487,55 +9984,55 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
       }
 
-      /* "scoring/fused_native.pyx":294
+      /* "scoring/fused_native.pyx":391
+ *         for k in range(self.n_scorers):
  *             kind = self.kinds[k]
- *             column = PyList_New(n)
  *             if kind == TTFT or kind == PREFIX:             # <<<<<<<<<<<<<<
  *                 for i in range(n):
  *                     depth = 0 if depth_list is None else depth_list[i]
 */
-      goto __pyx_L7;
+      goto __pyx_L8;
     }
 
-    /* "scoring/fused_native.pyx":339
+    /* "scoring/fused_native.pyx":436
  *                     for i in range(n):
  *                         self.est[i] = best / self.est[i]
  *             elif kind == IN_FLIGHT:             # <<<<<<<<<<<<<<
  *                 low = high = self.count[0] if n else 0.0
  *                 for i in range(n):
 */
-    __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 339, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 436, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __Pyx_GetModuleGlobalName(__pyx_t_19, __pyx_mstate_global->__pyx_n_u_IN_FLIGHT); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 339, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_19);
-    __pyx_t_9 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_19, Py_EQ); if (unlikely((__pyx_t_9 < 0))) __PYX_ERR(0, 339, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_20, __pyx_mstate_global->__pyx_n_u_IN_FLIGHT); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 436, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_20);
+    __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_2, __pyx_t_20, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 436, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
-    if (__pyx_t_9) {
+    __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
+    if (__pyx_t_10) {
 
 
-      /* "scoring/fused_native.pyx":340
+      /* "scoring/fused_native.pyx":437
  *                         self.est[i] = best / self.est[i]
  *             elif kind == IN_FLIGHT:
  *                 low = high = self.count[0] if n else 0.0             # <<<<<<<<<<<<<<
  *                 for i in range(n):
  *                     if self.count[i] < low:
 */
-      __pyx_t_9 = (__pyx_v_n != 0);
+      __pyx_t_10 = (__pyx_v_n != 0);
 
-      if (__pyx_t_9) {
+      if (__pyx_t_10) {
 
-        __pyx_t_17 = (__pyx_v_self->count[0]);
+        __pyx_t_18 = (__pyx_v_self->count[0]);
       } else {
 
-        __pyx_t_17 = 0.0;
+        __pyx_t_18 = 0.0;
       }
 
-      __pyx_v_low = __pyx_t_17;
-      __pyx_v_high = __pyx_t_17;
+      __pyx_v_low = __pyx_t_18;
+      __pyx_v_high = __pyx_t_18;
 
 
-      /* "scoring/fused_native.pyx":341
+      /* "scoring/fused_native.pyx":438
  *             elif kind == IN_FLIGHT:
  *                 low = high = self.count[0] if n else 0.0
  *                 for i in range(n):             # <<<<<<<<<<<<<<
@@ -7543,25 +10040,25 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *                         low = self.count[i]
 */
 
-      __pyx_t_3 = __pyx_v_n;
-      __pyx_t_4 = __pyx_t_3;
+      __pyx_t_6 = __pyx_v_n;
+      __pyx_t_7 = __pyx_t_6;
 
-      for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-        __pyx_v_i = __pyx_t_10;
+      for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+        __pyx_v_i = __pyx_t_11;
 
-        /* "scoring/fused_native.pyx":342
+        /* "scoring/fused_native.pyx":439
  *                 low = high = self.count[0] if n else 0.0
  *                 for i in range(n):
  *                     if self.count[i] < low:             # <<<<<<<<<<<<<<
  *                         low = self.count[i]
  *                     if self.count[i] > high:
 */
-        __pyx_t_9 = ((__pyx_v_self->count[__pyx_v_i]) < __pyx_v_low);
+        __pyx_t_10 = ((__pyx_v_self->count[__pyx_v_i]) < __pyx_v_low);
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":343
+          /* "scoring/fused_native.pyx":440
  *                 for i in range(n):
  *                     if self.count[i] < low:
  *                         low = self.count[i]             # <<<<<<<<<<<<<<
@@ -7570,7 +10067,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           __pyx_v_low = (__pyx_v_self->count[__pyx_v_i]);
 
-          /* "scoring/fused_native.pyx":342
+          /* "scoring/fused_native.pyx":439
  *                 low = high = self.count[0] if n else 0.0
  *                 for i in range(n):
  *                     if self.count[i] < low:             # <<<<<<<<<<<<<<
@@ -7579,19 +10076,19 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":344
+        /* "scoring/fused_native.pyx":441
  *                     if self.count[i] < low:
  *                         low = self.count[i]
  *                     if self.count[i] > high:             # <<<<<<<<<<<<<<
  *                         high = self.count[i]
  *                 span = high - low
 */
-        __pyx_t_9 = ((__pyx_v_self->count[__pyx_v_i]) > __pyx_v_high);
+        __pyx_t_10 = ((__pyx_v_self->count[__pyx_v_i]) > __pyx_v_high);
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":345
+          /* "scoring/fused_native.pyx":442
  *                         low = self.count[i]
  *                     if self.count[i] > high:
  *                         high = self.count[i]             # <<<<<<<<<<<<<<
@@ -7600,7 +10097,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
           __pyx_v_high = (__pyx_v_self->count[__pyx_v_i]);
 
-          /* "scoring/fused_native.pyx":344
+          /* "scoring/fused_native.pyx":441
  *                     if self.count[i] < low:
  *                         low = self.count[i]
  *                     if self.count[i] > high:             # <<<<<<<<<<<<<<
@@ -7611,7 +10108,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
       }
 
 
-      /* "scoring/fused_native.pyx":346
+      /* "scoring/fused_native.pyx":443
  *                     if self.count[i] > high:
  *                         high = self.count[i]
  *                 span = high - low             # <<<<<<<<<<<<<<
@@ -7620,7 +10117,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
       __pyx_v_span = (__pyx_v_high - __pyx_v_low);
 
-      /* "scoring/fused_native.pyx":347
+      /* "scoring/fused_native.pyx":444
  *                         high = self.count[i]
  *                 span = high - low
  *                 for i in range(n):             # <<<<<<<<<<<<<<
@@ -7628,62 +10125,62 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *             elif kind == KV:
 */
 
-      __pyx_t_3 = __pyx_v_n;
-      __pyx_t_4 = __pyx_t_3;
+      __pyx_t_6 = __pyx_v_n;
+      __pyx_t_7 = __pyx_t_6;
 
-      for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-        __pyx_v_i = __pyx_t_10;
+      for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+        __pyx_v_i = __pyx_t_11;
 
-        /* "scoring/fused_native.pyx":348
+        /* "scoring/fused_native.pyx":445
  *                 span = high - low
  *                 for i in range(n):
  *                     self.est[i] = 1.0 if span == 0.0 else (high - self.count[i]) / span             # <<<<<<<<<<<<<<
  *             elif kind == KV:
  *                 for i in range(n):
 */
-        __pyx_t_9 = (__pyx_v_span == 0.0);
+        __pyx_t_10 = (__pyx_v_span == 0.0);
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
-          __pyx_t_17 = 1.0;
+          __pyx_t_18 = 1.0;
         } else {
 
-          __pyx_t_17 = ((__pyx_v_high - (__pyx_v_self->count[__pyx_v_i])) / __pyx_v_span);
+          __pyx_t_18 = ((__pyx_v_high - (__pyx_v_self->count[__pyx_v_i])) / __pyx_v_span);
         }
 
-        (__pyx_v_self->est[__pyx_v_i]) = __pyx_t_17;
+        (__pyx_v_self->est[__pyx_v_i]) = __pyx_t_18;
 
       }
 
 
-      /* "scoring/fused_native.pyx":339
+      /* "scoring/fused_native.pyx":436
  *                     for i in range(n):
  *                         self.est[i] = best / self.est[i]
  *             elif kind == IN_FLIGHT:             # <<<<<<<<<<<<<<
  *                 low = high = self.count[0] if n else 0.0
  *                 for i in range(n):
 */
-      goto __pyx_L7;
+      goto __pyx_L8;
     }
 
-    /* "scoring/fused_native.pyx":349
+    /* "scoring/fused_native.pyx":446
  *                 for i in range(n):
  *                     self.est[i] = 1.0 if span == 0.0 else (high - self.count[i]) / span
  *             elif kind == KV:             # <<<<<<<<<<<<<<
  *                 for i in range(n):
  *                     self.est[i] = self.free_kv[i]
 */
-    __pyx_t_19 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_19)) __PYX_ERR(0, 349, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_19);
-    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_KV); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 349, __pyx_L1_error)
+    __pyx_t_20 = __Pyx_PyLong_From_int(__pyx_v_kind); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 446, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_20);
+    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_KV); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 446, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __pyx_t_9 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_19, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_9 < 0))) __PYX_ERR(0, 349, __pyx_L1_error)
-    __Pyx_DECREF(__pyx_t_19); __pyx_t_19 = 0;
+    __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_int_object(__pyx_t_20, __pyx_t_2, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 446, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    if (__pyx_t_9) {
+    if (__pyx_t_10) {
 
 
-      /* "scoring/fused_native.pyx":350
+      /* "scoring/fused_native.pyx":447
  *                     self.est[i] = 1.0 if span == 0.0 else (high - self.count[i]) / span
  *             elif kind == KV:
  *                 for i in range(n):             # <<<<<<<<<<<<<<
@@ -7691,13 +10188,13 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
  *             else:  # HEADROOM: 1  fill, clamped by the scheduler's rule
 */
 
-      __pyx_t_3 = __pyx_v_n;
-      __pyx_t_4 = __pyx_t_3;
+      __pyx_t_6 = __pyx_v_n;
+      __pyx_t_7 = __pyx_t_6;
 
-      for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-        __pyx_v_i = __pyx_t_10;
+      for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+        __pyx_v_i = __pyx_t_11;
 
-        /* "scoring/fused_native.pyx":351
+        /* "scoring/fused_native.pyx":448
  *             elif kind == KV:
  *                 for i in range(n):
  *                     self.est[i] = self.free_kv[i]             # <<<<<<<<<<<<<<
@@ -7708,17 +10205,17 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
       }
 
 
-      /* "scoring/fused_native.pyx":349
+      /* "scoring/fused_native.pyx":446
  *                 for i in range(n):
  *                     self.est[i] = 1.0 if span == 0.0 else (high - self.count[i]) / span
  *             elif kind == KV:             # <<<<<<<<<<<<<<
  *                 for i in range(n):
  *                     self.est[i] = self.free_kv[i]
 */
-      goto __pyx_L7;
+      goto __pyx_L8;
     }
 
-    /* "scoring/fused_native.pyx":353
+    /* "scoring/fused_native.pyx":450
  *                     self.est[i] = self.free_kv[i]
  *             else:  # HEADROOM: 1  fill, clamped by the scheduler's rule
  *                 for i in range(n):             # <<<<<<<<<<<<<<
@@ -7727,25 +10224,25 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
     /*else*/ {
 
-      __pyx_t_3 = __pyx_v_n;
-      __pyx_t_4 = __pyx_t_3;
+      __pyx_t_6 = __pyx_v_n;
+      __pyx_t_7 = __pyx_t_6;
 
-      for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-        __pyx_v_i = __pyx_t_10;
+      for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+        __pyx_v_i = __pyx_t_11;
 
-        /* "scoring/fused_native.pyx":354
+        /* "scoring/fused_native.pyx":451
  *             else:  # HEADROOM: 1  fill, clamped by the scheduler's rule
  *                 for i in range(n):
  *                     if not _number(PyList_GET_ITEM(fill_list, i), &x):             # <<<<<<<<<<<<<<
  *                         return None
  *                     self.est[i] = _clamp(1.0 - x)
 */
-        __pyx_t_9 = (!__pyx_f_7scoring_12fused_native__number(PyList_GET_ITEM(__pyx_v_fill_list, __pyx_v_i), (&__pyx_v_x)));
+        __pyx_t_10 = (!__pyx_f_7scoring_12fused_native__number(PyList_GET_ITEM(__pyx_v_fill_list, __pyx_v_i), (&__pyx_v_x)));
 
-        if (__pyx_t_9) {
+        if (__pyx_t_10) {
 
 
-          /* "scoring/fused_native.pyx":355
+          /* "scoring/fused_native.pyx":452
  *                 for i in range(n):
  *                     if not _number(PyList_GET_ITEM(fill_list, i), &x):
  *                         return None             # <<<<<<<<<<<<<<
@@ -7762,7 +10259,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
           }
           goto __pyx_L0;
 
-          /* "scoring/fused_native.pyx":354
+          /* "scoring/fused_native.pyx":451
  *             else:  # HEADROOM: 1  fill, clamped by the scheduler's rule
  *                 for i in range(n):
  *                     if not _number(PyList_GET_ITEM(fill_list, i), &x):             # <<<<<<<<<<<<<<
@@ -7771,7 +10268,7 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
         }
 
-        /* "scoring/fused_native.pyx":356
+        /* "scoring/fused_native.pyx":453
  *                     if not _number(PyList_GET_ITEM(fill_list, i), &x):
  *                         return None
  *                     self.est[i] = _clamp(1.0 - x)             # <<<<<<<<<<<<<<
@@ -7782,9 +10279,9 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
       }
 
     }
-    __pyx_L7:;
+    __pyx_L8:;
 
-    /* "scoring/fused_native.pyx":357
+    /* "scoring/fused_native.pyx":454
  *                         return None
  *                     self.est[i] = _clamp(1.0 - x)
  *             w = self.weights[k]             # <<<<<<<<<<<<<<
@@ -7793,163 +10290,236 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 */
     __pyx_v_w = (__pyx_v_self->weights[__pyx_v_k]);
 
-    /* "scoring/fused_native.pyx":358
+    /* "scoring/fused_native.pyx":455
  *                     self.est[i] = _clamp(1.0 - x)
  *             w = self.weights[k]
  *             for i in range(n):             # <<<<<<<<<<<<<<
  *                 x = self.est[i]
- *                 f = PyFloat_FromDouble(x)
+ *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
 */
 
-    __pyx_t_3 = __pyx_v_n;
-    __pyx_t_4 = __pyx_t_3;
+    __pyx_t_6 = __pyx_v_n;
+    __pyx_t_7 = __pyx_t_6;
 
-    for (__pyx_t_10 = 0; __pyx_t_10 < __pyx_t_4; __pyx_t_10+=1) {
-      __pyx_v_i = __pyx_t_10;
+    for (__pyx_t_11 = 0; __pyx_t_11 < __pyx_t_7; __pyx_t_11+=1) {
+      __pyx_v_i = __pyx_t_11;
 
-      /* "scoring/fused_native.pyx":359
+      /* "scoring/fused_native.pyx":456
  *             w = self.weights[k]
  *             for i in range(n):
  *                 x = self.est[i]             # <<<<<<<<<<<<<<
- *                 f = PyFloat_FromDouble(x)
- *                 Py_INCREF(f)
+ *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
+ *             out.append(_column_of(self.est, n))
 */
       __pyx_v_x = (__pyx_v_self->est[__pyx_v_i]);
 
-      /* "scoring/fused_native.pyx":360
+      /* "scoring/fused_native.pyx":457
  *             for i in range(n):
  *                 x = self.est[i]
- *                 f = PyFloat_FromDouble(x)             # <<<<<<<<<<<<<<
- *                 Py_INCREF(f)
- *                 PyList_SET_ITEM(column, i, f)
-*/
-      __pyx_t_2 = PyFloat_FromDouble(__pyx_v_x); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 360, __pyx_L1_error)
-      __Pyx_GOTREF(__pyx_t_2);
-      __Pyx_XDECREF_SET(__pyx_v_f, __pyx_t_2);
-      __pyx_t_2 = 0;
-
-      /* "scoring/fused_native.pyx":361
- *                 x = self.est[i]
- *                 f = PyFloat_FromDouble(x)
- *                 Py_INCREF(f)             # <<<<<<<<<<<<<<
- *                 PyList_SET_ITEM(column, i, f)
- *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
-*/
-      Py_INCREF(__pyx_v_f);
-
-      /* "scoring/fused_native.pyx":362
- *                 f = PyFloat_FromDouble(x)
- *                 Py_INCREF(f)
- *                 PyList_SET_ITEM(column, i, f)             # <<<<<<<<<<<<<<
- *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
- *             out.append(column)
-*/
-      PyList_SET_ITEM(__pyx_v_column, __pyx_v_i, __pyx_v_f);
-
-      /* "scoring/fused_native.pyx":363
- *                 Py_INCREF(f)
- *                 PyList_SET_ITEM(column, i, f)
  *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)             # <<<<<<<<<<<<<<
- *             out.append(column)
- *         totals = PyList_New(n)
+ *             out.append(_column_of(self.est, n))
+ *         for i in range(n):
 */
-      __pyx_t_9 = (__pyx_v_w == 1.0);
+      __pyx_t_10 = (__pyx_v_w == 1.0);
 
-      if (__pyx_t_9) {
+      if (__pyx_t_10) {
 
-        __pyx_t_17 = __pyx_v_x;
+        __pyx_t_18 = __pyx_v_x;
       } else {
 
-        __pyx_t_17 = (__pyx_v_w * __pyx_v_x);
+        __pyx_t_18 = (__pyx_v_w * __pyx_v_x);
       }
 
-      (__pyx_v_self->totals[__pyx_v_i]) = ((__pyx_v_self->totals[__pyx_v_i]) + __pyx_t_17);
+      (__pyx_v_self->totals[__pyx_v_i]) = ((__pyx_v_self->totals[__pyx_v_i]) + __pyx_t_18);
 
     }
 
 
-    /* "scoring/fused_native.pyx":364
- *                 PyList_SET_ITEM(column, i, f)
+    /* "scoring/fused_native.pyx":458
+ *                 x = self.est[i]
  *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
- *             out.append(column)             # <<<<<<<<<<<<<<
- *         totals = PyList_New(n)
+ *             out.append(_column_of(self.est, n))             # <<<<<<<<<<<<<<
  *         for i in range(n):
+ *             self.ranked[i].total = self.totals[i]
 */
-    __pyx_t_22 = __Pyx_PyList_Append(__pyx_v_out, __pyx_v_column); if (unlikely(__pyx_t_22 == ((int)-1))) __PYX_ERR(0, 364, __pyx_L1_error)
+    __pyx_t_2 = ((PyObject *)__pyx_f_7scoring_12fused_native__column_of(__pyx_v_self->est, __pyx_v_n)); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 458, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_22 = __Pyx_PyList_Append(__pyx_v_out, __pyx_t_2); if (unlikely(__pyx_t_22 == ((int)-1))) __PYX_ERR(0, 458, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   }
 
 
-  /* "scoring/fused_native.pyx":365
+  /* "scoring/fused_native.pyx":459
  *                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
- *             out.append(column)
- *         totals = PyList_New(n)             # <<<<<<<<<<<<<<
- *         for i in range(n):
- *             f = PyFloat_FromDouble(self.totals[i])
-*/
-  __pyx_t_2 = PyList_New(__pyx_v_n); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 365, __pyx_L1_error)
-  __Pyx_GOTREF(__pyx_t_2);
-  __pyx_v_totals = ((PyObject*)__pyx_t_2);
-  __pyx_t_2 = 0;
-
-  /* "scoring/fused_native.pyx":366
- *             out.append(column)
- *         totals = PyList_New(n)
+ *             out.append(_column_of(self.est, n))
  *         for i in range(n):             # <<<<<<<<<<<<<<
- *             f = PyFloat_FromDouble(self.totals[i])
- *             Py_INCREF(f)
+ *             self.ranked[i].total = self.totals[i]
+ *             self.ranked[i].index = i
 */
 
   __pyx_t_1 = __pyx_v_n;
-  __pyx_t_3 = __pyx_t_1;
+  __pyx_t_6 = __pyx_t_1;
 
-  for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
-    __pyx_v_i = __pyx_t_4;
+  for (__pyx_t_7 = 0; __pyx_t_7 < __pyx_t_6; __pyx_t_7+=1) {
+    __pyx_v_i = __pyx_t_7;
 
-    /* "scoring/fused_native.pyx":367
- *         totals = PyList_New(n)
+    /* "scoring/fused_native.pyx":460
+ *             out.append(_column_of(self.est, n))
  *         for i in range(n):
- *             f = PyFloat_FromDouble(self.totals[i])             # <<<<<<<<<<<<<<
- *             Py_INCREF(f)
- *             PyList_SET_ITEM(totals, i, f)
+ *             self.ranked[i].total = self.totals[i]             # <<<<<<<<<<<<<<
+ *             self.ranked[i].index = i
+ *         sort_ranked(self.ranked, self.ranked + n, n)
 */
-    __pyx_t_2 = PyFloat_FromDouble((__pyx_v_self->totals[__pyx_v_i])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 367, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_2);
-    __Pyx_XDECREF_SET(__pyx_v_f, __pyx_t_2);
-    __pyx_t_2 = 0;
+    (__pyx_v_self->ranked[__pyx_v_i]).total = (__pyx_v_self->totals[__pyx_v_i]);
 
-    /* "scoring/fused_native.pyx":368
+    /* "scoring/fused_native.pyx":461
  *         for i in range(n):
- *             f = PyFloat_FromDouble(self.totals[i])
- *             Py_INCREF(f)             # <<<<<<<<<<<<<<
- *             PyList_SET_ITEM(totals, i, f)
- *         return out, totals
+ *             self.ranked[i].total = self.totals[i]
+ *             self.ranked[i].index = i             # <<<<<<<<<<<<<<
+ *         sort_ranked(self.ranked, self.ranked + n, n)
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):
 */
-    Py_INCREF(__pyx_v_f);
-
-    /* "scoring/fused_native.pyx":369
- *             f = PyFloat_FromDouble(self.totals[i])
- *             Py_INCREF(f)
- *             PyList_SET_ITEM(totals, i, f)             # <<<<<<<<<<<<<<
- *         return out, totals
-*/
-    PyList_SET_ITEM(__pyx_v_totals, __pyx_v_i, __pyx_v_f);
+    (__pyx_v_self->ranked[__pyx_v_i]).index = __pyx_v_i;
   }
 
 
-  /* "scoring/fused_native.pyx":370
- *             Py_INCREF(f)
- *             PyList_SET_ITEM(totals, i, f)
- *         return out, totals             # <<<<<<<<<<<<<<
+  /* "scoring/fused_native.pyx":462
+ *             self.ranked[i].total = self.totals[i]
+ *             self.ranked[i].index = i
+ *         sort_ranked(self.ranked, self.ranked + n, n)             # <<<<<<<<<<<<<<
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):
+ *             return out, _column_of(self.totals, n), None
 */
-  __pyx_t_2 = PyTuple_New(2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 370, __pyx_L1_error)
+  __pyx_f_7routing_14columns_native_sort_ranked(__pyx_v_self->ranked, (__pyx_v_self->ranked + __pyx_v_n), __pyx_v_n);
+
+  /* "scoring/fused_native.pyx":463
+ *             self.ranked[i].index = i
+ *         sort_ranked(self.ranked, self.ranked + n, n)
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):             # <<<<<<<<<<<<<<
+ *             return out, _column_of(self.totals, n), None
+ *         ranked = PyList_New(n)
+*/
+  __pyx_t_10 = (!__pyx_f_7routing_14columns_native_distinct_totals(__pyx_v_self->ranked, __pyx_v_n, __pyx_v_self->tie_tolerance));
+
+  if (__pyx_t_10) {
+
+
+    /* "scoring/fused_native.pyx":464
+ *         sort_ranked(self.ranked, self.ranked + n, n)
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):
+ *             return out, _column_of(self.totals, n), None             # <<<<<<<<<<<<<<
+ *         ranked = PyList_New(n)
+ *         for i in range(n):
+*/
+    __pyx_t_2 = ((PyObject *)__pyx_f_7scoring_12fused_native__column_of(__pyx_v_self->totals, __pyx_v_n)); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 464, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_20 = PyTuple_New(3); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 464, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_20);
+    __Pyx_INCREF(__pyx_v_out);
+    __Pyx_GIVEREF(__pyx_v_out);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 0, __pyx_v_out) != (0)) __PYX_ERR(0, 464, __pyx_L1_error);
+    __Pyx_GIVEREF(__pyx_t_2);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 1, __pyx_t_2) != (0)) __PYX_ERR(0, 464, __pyx_L1_error);
+    __Pyx_INCREF(Py_None);
+    __Pyx_GIVEREF(Py_None);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 2, Py_None) != (0)) __PYX_ERR(0, 464, __pyx_L1_error);
+    __pyx_t_2 = 0;
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_20;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_20 = 0;
+    goto __pyx_L0;
+
+    /* "scoring/fused_native.pyx":463
+ *             self.ranked[i].index = i
+ *         sort_ranked(self.ranked, self.ranked + n, n)
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):             # <<<<<<<<<<<<<<
+ *             return out, _column_of(self.totals, n), None
+ *         ranked = PyList_New(n)
+*/
+  }
+
+  /* "scoring/fused_native.pyx":465
+ *         if not distinct_totals(self.ranked, n, self.tie_tolerance):
+ *             return out, _column_of(self.totals, n), None
+ *         ranked = PyList_New(n)             # <<<<<<<<<<<<<<
+ *         for i in range(n):
+ *             item = ids[self.ranked[i].index]
+*/
+  __pyx_t_20 = PyList_New(__pyx_v_n); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 465, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_20);
+  __pyx_v_ranked = ((PyObject*)__pyx_t_20);
+  __pyx_t_20 = 0;
+
+  /* "scoring/fused_native.pyx":466
+ *             return out, _column_of(self.totals, n), None
+ *         ranked = PyList_New(n)
+ *         for i in range(n):             # <<<<<<<<<<<<<<
+ *             item = ids[self.ranked[i].index]
+ *             Py_INCREF(item)
+*/
+
+  __pyx_t_1 = __pyx_v_n;
+  __pyx_t_6 = __pyx_t_1;
+
+  for (__pyx_t_7 = 0; __pyx_t_7 < __pyx_t_6; __pyx_t_7+=1) {
+    __pyx_v_i = __pyx_t_7;
+
+    /* "scoring/fused_native.pyx":467
+ *         ranked = PyList_New(n)
+ *         for i in range(n):
+ *             item = ids[self.ranked[i].index]             # <<<<<<<<<<<<<<
+ *             Py_INCREF(item)
+ *             PyList_SET_ITEM(ranked, i, item)
+*/
+    __pyx_t_20 = __Pyx_GetItemInt(__pyx_v_ids, (__pyx_v_self->ranked[__pyx_v_i]).index, Py_ssize_t, 1, PyLong_FromSsize_t, 0, 0, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 467, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_20);
+    __Pyx_XDECREF_SET(__pyx_v_item, __pyx_t_20);
+    __pyx_t_20 = 0;
+
+    /* "scoring/fused_native.pyx":468
+ *         for i in range(n):
+ *             item = ids[self.ranked[i].index]
+ *             Py_INCREF(item)             # <<<<<<<<<<<<<<
+ *             PyList_SET_ITEM(ranked, i, item)
+ *         return out, _column_of(self.totals, n), ranked
+*/
+    Py_INCREF(__pyx_v_item);
+
+    /* "scoring/fused_native.pyx":469
+ *             item = ids[self.ranked[i].index]
+ *             Py_INCREF(item)
+ *             PyList_SET_ITEM(ranked, i, item)             # <<<<<<<<<<<<<<
+ *         return out, _column_of(self.totals, n), ranked
+*/
+    PyList_SET_ITEM(__pyx_v_ranked, __pyx_v_i, __pyx_v_item);
+  }
+
+
+  /* "scoring/fused_native.pyx":470
+ *             Py_INCREF(item)
+ *             PyList_SET_ITEM(ranked, i, item)
+ *         return out, _column_of(self.totals, n), ranked             # <<<<<<<<<<<<<<
+*/
+  __pyx_t_20 = ((PyObject *)__pyx_f_7scoring_12fused_native__column_of(__pyx_v_self->totals, __pyx_v_n)); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 470, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_20);
+  __pyx_t_2 = PyTuple_New(3); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 470, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_INCREF(__pyx_v_out);
   __Pyx_GIVEREF(__pyx_v_out);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_v_out) != (0)) __PYX_ERR(0, 370, __pyx_L1_error);
-  __Pyx_INCREF(__pyx_v_totals);
-  __Pyx_GIVEREF(__pyx_v_totals);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_v_totals) != (0)) __PYX_ERR(0, 370, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_v_out) != (0)) __PYX_ERR(0, 470, __pyx_L1_error);
+  __Pyx_GIVEREF(__pyx_t_20);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_t_20) != (0)) __PYX_ERR(0, 470, __pyx_L1_error);
+  __Pyx_INCREF(__pyx_v_ranked);
+  __Pyx_GIVEREF(__pyx_v_ranked);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 2, __pyx_v_ranked) != (0)) __PYX_ERR(0, 470, __pyx_L1_error);
+  __pyx_t_20 = 0;
   {
     PyObject *__pyx_temp;
     {
@@ -7961,20 +10531,20 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
   __pyx_t_2 = 0;
   goto __pyx_L0;
 
-  /* "scoring/fused_native.pyx":266
+  /* "scoring/fused_native.pyx":360
  *         return ids
  * 
- *     def columns(self, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
- *         """The scorers' columns (clamped, in scorer order) and the weighted totals for the
- *         candidates `gather` kept. `depths`: matched blocks per candidate (None: no hashes);
+ *     def columns(self, ids, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
+ *         """(columns, totals, ranked) for the candidates `gather` kept, `ids` theirs: the
+ *         scorers' columns (clamped, in scorer order) and the weighted totals, as `Column`s,
 */
 
   /* function exit code */
   __pyx_L1_error:;
   __Pyx_XDECREF(__pyx_t_2);
-  __Pyx_XDECREF(__pyx_t_8);
-  __Pyx_XDECREF(__pyx_t_18);
+  __Pyx_XDECREF(__pyx_t_4);
   __Pyx_XDECREF(__pyx_t_19);
+  __Pyx_XDECREF(__pyx_t_20);
   __Pyx_AddTraceback("scoring.fused_native.Kernel.columns", __pyx_clineno, __pyx_lineno, __pyx_filename);
   __pyx_r = NULL;
   __pyx_L0:;
@@ -7998,10 +10568,9 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_8columns(struct __pyx_
 
 
 
-  __Pyx_XDECREF(__pyx_v_f);
-  __Pyx_XDECREF(__pyx_v_column);
+  __Pyx_XDECREF(__pyx_v_item);
   __Pyx_XDECREF(__pyx_v_out);
-  __Pyx_XDECREF(__pyx_v_totals);
+  __Pyx_XDECREF(__pyx_v_ranked);
   __Pyx_XDECREF(__pyx_v_depth_list);
   __Pyx_XDECREF(__pyx_v_line_list);
   __Pyx_XDECREF(__pyx_v_fill_list);
@@ -8216,6 +10785,267 @@ static PyObject *__pyx_pf_7scoring_12fused_native_6Kernel_12__setstate_cython__(
   return __pyx_r;
 }
 /* #### Code section: module_exttypes ### */
+
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native_Column(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    CYTHON_UNUSED PyObject *const *args, CYTHON_UNUSED Py_ssize_t nargs, CYTHON_UNUSED PyObject *kwnames
+#else
+    CYTHON_UNUSED PyObject *a, CYTHON_UNUSED PyObject *k
+#endif
+) {
+  {
+    int cinit_result = __pyx_pw_7scoring_12fused_native_6Column_1__cinit__(
+    #if CYTHON_VECTORCALL_TPNEW
+    o, NULL, 0, NULL);
+    #else
+    o, __pyx_mstate_global->__pyx_empty_tuple, NULL);
+    #endif
+    if (unlikely(cinit_result)) goto bad;
+  }
+  return o;
+  bad:
+  Py_DECREF(o); o = 0;
+  return NULL;
+}
+
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native_Column(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+) {
+  PyObject *o;
+  o = __Pyx_AllocateExtensionType(t, 0);
+  if (unlikely(!o)) return 0;
+  return __pyx_tp_new__initialisation_7scoring_12fused_native_Column(o, 
+#if CYTHON_VECTORCALL_TPNEW
+    args, nargs, kwnames
+#else
+    a, k
+#endif
+);
+}
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native_Column(PyTypeObject *t, PyObject *a, PyObject *k) {
+  return __Pyx_CallTpnewAsVectorcall(__pyx_tp_new_vectorcall_7scoring_12fused_native_Column, t, a, k);
+}
+#endif
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native_Column(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  if (unlikely((PyTypeObject*)t != __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column || __Pyx_PyType_HasFeature((PyTypeObject*)t, Py_TPFLAGS_IS_ABSTRACT))) {
+    return __Pyx_CallNewInitFromVectorcall((PyTypeObject*)t, args, nargsf, kwnames);
+  }
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject *o = __pyx_tp_new_vectorcall_7scoring_12fused_native_Column((PyTypeObject*)t, args, nargs, kwnames);
+  return o;
+}
+#endif
+
+static void __pyx_tp_dealloc_7scoring_12fused_native_Column(PyObject *o) {
+  #if CYTHON_USE_TP_FINALIZE
+  if (unlikely(__Pyx_PyObject_GetSlot(o, tp_finalize, destructor)) && (!PyType_IS_GC(Py_TYPE(o)) || !__Pyx_PyObject_GC_IsFinalized(o))) {
+    if (__Pyx_PyObject_GetSlot(o, tp_dealloc, destructor) == __pyx_tp_dealloc_7scoring_12fused_native_Column) {
+      if (PyObject_CallFinalizerFromDealloc(o)) return;
+    }
+  }
+  #endif
+  {
+    PyObject *etype, *eval, *etb;
+    __Pyx_PyErr_FetchException(&etype, &eval, &etb);
+    __Pyx_DeallocKeepAliveBegin(o);
+    __pyx_pw_7scoring_12fused_native_6Column_3__dealloc__(o);
+    __Pyx_DeallocKeepAliveEnd(o);
+    __Pyx_PyErr_RestoreException(etype, eval, etb);
+  }
+  PyTypeObject *tp = Py_TYPE(o);
+  #if CYTHON_USE_TYPE_SLOTS
+  (*tp->tp_free)(o);
+  #else
+  {
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    if (tp_free) tp_free(o);
+  }
+  #endif
+  #if CYTHON_USE_TYPE_SPECS
+  Py_DECREF(tp);
+  #endif
+}
+
+static PyObject *__pyx_sq_item_7scoring_12fused_native_Column(PyObject *o, Py_ssize_t i) {
+  PyObject *r;
+  PyObject *x = PyLong_FromSsize_t(i); if (unlikely(!x)) return NULL;
+  #if CYTHON_USE_TYPE_SLOTS || (!CYTHON_USE_TYPE_SPECS && __PYX_LIMITED_VERSION_HEX < 0x030A0000)
+  binaryfunc f = Py_TYPE(o)->tp_as_mapping->mp_subscript;
+  #else
+  binaryfunc f = ((binaryfunc)PyType_GetSlot(Py_TYPE(o), Py_mp_subscript));
+  #endif
+  r = f(o, x);
+  Py_DECREF(x);
+  return r;
+}
+
+static PyObject *__pyx_mp_subscript_7scoring_12fused_native_Column(PyObject *o, PyObject *i) {
+  return __pyx_pw_7scoring_12fused_native_6Column_7__getitem__(o, i);
+}
+
+static PyObject *__pyx_tp_richcompare_7scoring_12fused_native_Column(PyObject *o1, PyObject *o2, int op) {
+  switch (op) {
+    case Py_EQ: {
+      return __pyx_pw_7scoring_12fused_native_6Column_21__eq__(o1, o2);
+    }
+    case Py_NE: {
+      PyObject *ret;
+      ret = __pyx_pw_7scoring_12fused_native_6Column_21__eq__(o1, o2);
+      if (likely(ret && ret != Py_NotImplemented)) {
+        int b = __Pyx_PyObject_IsTrue(ret);
+        Py_DECREF(ret);
+        if (unlikely(b < 0)) return NULL;
+        ret = (b) ? Py_False : Py_True;
+        Py_INCREF(ret);
+      }
+      return ret;
+    }
+    default: {
+      return __Pyx_NewRef(Py_NotImplemented);
+    }
+  }
+}
+
+static PyMethodDef __pyx_methods_7scoring_12fused_native_Column[] = {
+  {"__reversed__", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_12__reversed__, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0},
+  {"index", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_17index, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0},
+  {"count", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_19count, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0},
+  {"__reduce__", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_7scoring_12fused_native_6Column_25__reduce__, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0},
+  {0, 0, 0, 0}
+};
+#if CYTHON_USE_TYPE_SPECS
+static PyType_Slot __pyx_type_7scoring_12fused_native_Column_slots[] = {
+  {Py_tp_dealloc, (void *)__pyx_tp_dealloc_7scoring_12fused_native_Column},
+  {Py_tp_repr, (void *)__pyx_pw_7scoring_12fused_native_6Column_23__repr__},
+  {Py_sq_length, (void *)__pyx_pw_7scoring_12fused_native_6Column_5__len__},
+  {Py_sq_item, (void *)__pyx_sq_item_7scoring_12fused_native_Column},
+  {Py_sq_contains, (void *)__pyx_pw_7scoring_12fused_native_6Column_15__contains__},
+  {Py_mp_length, (void *)__pyx_pw_7scoring_12fused_native_6Column_5__len__},
+  {Py_mp_subscript, (void *)__pyx_mp_subscript_7scoring_12fused_native_Column},
+  {Py_tp_doc, (void *)PyDoc_STR("A read-only sequence of floats over a C array: a score column or the totals, whose\n    float objects are made only for the items read (most decisions read two or three).")},
+  {Py_tp_richcompare, (void *)__pyx_tp_richcompare_7scoring_12fused_native_Column},
+  {Py_tp_iter, (void *)__pyx_pw_7scoring_12fused_native_6Column_9__iter__},
+  {Py_tp_methods, (void *)__pyx_methods_7scoring_12fused_native_Column},
+  {Py_tp_new, (void *)__pyx_tp_new_7scoring_12fused_native_Column},
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  {Py_tp_vectorcall, (void *)__pyx_tp_vectorcall_7scoring_12fused_native_Column},
+  #endif
+  #endif
+  {0, 0},
+};
+static PyType_Spec __pyx_type_7scoring_12fused_native_Column_spec = {
+  "scoring.fused_native.Column",
+  sizeof(struct __pyx_obj_7scoring_12fused_native_Column),
+  0,
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_BASETYPE,
+  __pyx_type_7scoring_12fused_native_Column_slots,
+};
+#else
+
+static PySequenceMethods __pyx_tp_as_sequence_Column = {
+  __pyx_pw_7scoring_12fused_native_6Column_5__len__, /*sq_length*/
+  0, /*sq_concat*/
+  0, /*sq_repeat*/
+  __pyx_sq_item_7scoring_12fused_native_Column, /*sq_item*/
+  0, /*sq_slice*/
+  0, /*sq_ass_item*/
+  0, /*sq_ass_slice*/
+  __pyx_pw_7scoring_12fused_native_6Column_15__contains__, /*sq_contains*/
+  0, /*sq_inplace_concat*/
+  0, /*sq_inplace_repeat*/
+};
+
+static PyMappingMethods __pyx_tp_as_mapping_Column = {
+  __pyx_pw_7scoring_12fused_native_6Column_5__len__, /*mp_length*/
+  __pyx_mp_subscript_7scoring_12fused_native_Column, /*mp_subscript*/
+  0, /*mp_ass_subscript*/
+};
+
+static PyTypeObject __pyx_type_7scoring_12fused_native_Column = {
+  PyVarObject_HEAD_INIT(0, 0)
+  "scoring.fused_native.""Column", /*tp_name*/
+  sizeof(struct __pyx_obj_7scoring_12fused_native_Column), /*tp_basicsize*/
+  0, /*tp_itemsize*/
+  __pyx_tp_dealloc_7scoring_12fused_native_Column, /*tp_dealloc*/
+  0, /*tp_vectorcall_offset*/
+  0, /*tp_getattr*/
+  0, /*tp_setattr*/
+  0, /*tp_as_async*/
+  __pyx_pw_7scoring_12fused_native_6Column_23__repr__, /*tp_repr*/
+  0, /*tp_as_number*/
+  &__pyx_tp_as_sequence_Column, /*tp_as_sequence*/
+  &__pyx_tp_as_mapping_Column, /*tp_as_mapping*/
+  0, /*tp_hash*/
+  0, /*tp_call*/
+  0, /*tp_str*/
+  0, /*tp_getattro*/
+  0, /*tp_setattro*/
+  0, /*tp_as_buffer*/
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_BASETYPE, /*tp_flags*/
+  PyDoc_STR("A read-only sequence of floats over a C array: a score column or the totals, whose\n    float objects are made only for the items read (most decisions read two or three)."), /*tp_doc*/
+  0, /*tp_traverse*/
+  0, /*tp_clear*/
+  __pyx_tp_richcompare_7scoring_12fused_native_Column, /*tp_richcompare*/
+  0, /*tp_weaklistoffset*/
+  __pyx_pw_7scoring_12fused_native_6Column_9__iter__, /*tp_iter*/
+  0, /*tp_iternext*/
+  __pyx_methods_7scoring_12fused_native_Column, /*tp_methods*/
+  0, /*tp_members*/
+  0, /*tp_getset*/
+  0, /*tp_base*/
+  0, /*tp_dict*/
+  0, /*tp_descr_get*/
+  0, /*tp_descr_set*/
+  #if !CYTHON_USE_TYPE_SPECS
+  0, /*tp_dictoffset*/
+  #endif
+  0, /*tp_init*/
+  0, /*tp_alloc*/
+  __pyx_tp_new_7scoring_12fused_native_Column, /*tp_new*/
+  0, /*tp_free*/
+  0, /*tp_is_gc*/
+  0, /*tp_bases*/
+  0, /*tp_mro*/
+  0, /*tp_cache*/
+  0, /*tp_subclasses*/
+  0, /*tp_weaklist*/
+  0, /*tp_del*/
+  0, /*tp_version_tag*/
+  #if CYTHON_USE_TP_FINALIZE
+  0, /*tp_finalize*/
+  #else
+  NULL, /*tp_finalize*/
+  #endif
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  __pyx_tp_vectorcall_7scoring_12fused_native_Column, /*tp_vectorcall*/
+  #else
+  NULL, /*tp_vectorcall*/
+  #endif
+  #endif
+  #if __PYX_NEED_TP_PRINT_SLOT == 1
+  0, /*tp_print*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030C0000
+  0, /*tp_watched*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030d00A4
+  0, /*tp_versions_used*/
+  #endif
+  #if CYTHON_COMPILING_IN_PYPY && PY_VERSION_HEX < 0x030a0000
+  0, /*tp_pypy_flags*/
+  #endif
+};
+#endif
 static struct __pyx_vtabstruct_7scoring_12fused_native_Kernel __pyx_vtable_7scoring_12fused_native_Kernel;
 
 static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native_Kernel(PyObject *o, 
@@ -8471,6 +11301,420 @@ static PyTypeObject __pyx_type_7scoring_12fused_native_Kernel = {
 };
 #endif
 
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    CYTHON_UNUSED PyObject *const *args, CYTHON_UNUSED Py_ssize_t nargs, CYTHON_UNUSED PyObject *kwnames
+#else
+    CYTHON_UNUSED PyObject *a, CYTHON_UNUSED PyObject *k
+#endif
+) {
+  return o;
+}
+
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+) {
+  PyObject *o;
+  #if CYTHON_USE_FREELISTS
+  if (likely((int)(__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct____iter__ > 0) & __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(t, __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__))))
+  {
+    o = (PyObject*)__pyx_mstate_global->__pyx_freelist_7scoring_12fused_native___pyx_scope_struct____iter__[--__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct____iter__];
+    #if CYTHON_USE_TYPE_SPECS
+    Py_DECREF(Py_TYPE(o));
+    #endif
+    memset(o, 0, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__));
+    #if CYTHON_COMPILING_IN_LIMITED_API
+    (void) PyObject_Init(o, t);
+    #else
+    (void) PyObject_INIT(o, t);
+    #endif
+    PyObject_GC_Track(o);
+  } else
+  #endif
+  {
+    o = __Pyx_AllocateExtensionType(t, 1);
+  }
+  if (unlikely(!o)) return 0;
+  return __pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct____iter__(o, 
+#if CYTHON_VECTORCALL_TPNEW
+    args, nargs, kwnames
+#else
+    a, k
+#endif
+);
+}
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__(PyTypeObject *t, PyObject *a, PyObject *k) {
+  return __Pyx_CallTpnewAsVectorcall(__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__, t, a, k);
+}
+#endif
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  if (unlikely((PyTypeObject*)t != __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__ || __Pyx_PyType_HasFeature((PyTypeObject*)t, Py_TPFLAGS_IS_ABSTRACT))) {
+    return __Pyx_CallNewInitFromVectorcall((PyTypeObject*)t, args, nargsf, kwnames);
+  }
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject *o = __pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__((PyTypeObject*)t, args, nargs, kwnames);
+  return o;
+}
+#endif
+
+static void __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *o) {
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *p = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)o;
+  #if CYTHON_USE_TP_FINALIZE
+  if (unlikely(__Pyx_PyObject_GetSlot(o, tp_finalize, destructor)) && !__Pyx_PyObject_GC_IsFinalized(o)) {
+    if (__Pyx_PyObject_GetSlot(o, tp_dealloc, destructor) == __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct____iter__) {
+      if (PyObject_CallFinalizerFromDealloc(o)) return;
+    }
+  }
+  #endif
+  PyObject_GC_UnTrack(o);
+  Py_CLEAR(p->__pyx_v_self);
+  #if CYTHON_USE_FREELISTS
+  if (likely((int)(__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct____iter__ < 8) & __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(Py_TYPE(o), __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__))))
+  {
+    __pyx_mstate_global->__pyx_freelist_7scoring_12fused_native___pyx_scope_struct____iter__[__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct____iter__++] = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)o);
+  } else
+  #endif
+  {
+    PyTypeObject *tp = Py_TYPE(o);
+    #if CYTHON_USE_TYPE_SLOTS
+    (*tp->tp_free)(o);
+    #else
+    {
+      freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+      if (tp_free) tp_free(o);
+    }
+    #endif
+    #if CYTHON_USE_TYPE_SPECS
+    Py_DECREF(tp);
+    #endif
+  }
+}
+
+static int __pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct____iter__(PyObject *o, visitproc v, void *a) {
+  int e;
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *p = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ *)o;
+  {
+    e = __Pyx_call_type_traverse(o, 1, v, a);
+    if (e) return e;
+  }
+  if (p->__pyx_v_self) {
+    e = (*v)(((PyObject *)p->__pyx_v_self), a); if (e) return e;
+  }
+  return 0;
+}
+#if CYTHON_USE_TYPE_SPECS
+static PyType_Slot __pyx_type_7scoring_12fused_native___pyx_scope_struct____iter___slots[] = {
+  {Py_tp_dealloc, (void *)__pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct____iter__},
+  {Py_tp_traverse, (void *)__pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct____iter__},
+  {Py_tp_new, (void *)__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__},
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  {Py_tp_vectorcall, (void *)__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__},
+  #endif
+  #endif
+  {0, 0},
+};
+static PyType_Spec __pyx_type_7scoring_12fused_native___pyx_scope_struct____iter___spec = {
+  "scoring.fused_native.__pyx_scope_struct____iter__",
+  sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__),
+  0,
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_HAVE_GC,
+  __pyx_type_7scoring_12fused_native___pyx_scope_struct____iter___slots,
+};
+#else
+
+static PyTypeObject __pyx_type_7scoring_12fused_native___pyx_scope_struct____iter__ = {
+  PyVarObject_HEAD_INIT(0, 0)
+  "scoring.fused_native.""__pyx_scope_struct____iter__", /*tp_name*/
+  sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__), /*tp_basicsize*/
+  0, /*tp_itemsize*/
+  __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct____iter__, /*tp_dealloc*/
+  0, /*tp_vectorcall_offset*/
+  0, /*tp_getattr*/
+  0, /*tp_setattr*/
+  0, /*tp_as_async*/
+  0, /*tp_repr*/
+  0, /*tp_as_number*/
+  0, /*tp_as_sequence*/
+  0, /*tp_as_mapping*/
+  0, /*tp_hash*/
+  0, /*tp_call*/
+  0, /*tp_str*/
+  0, /*tp_getattro*/
+  0, /*tp_setattro*/
+  0, /*tp_as_buffer*/
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_HAVE_GC, /*tp_flags*/
+  0, /*tp_doc*/
+  __pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct____iter__, /*tp_traverse*/
+  0, /*tp_clear*/
+  0, /*tp_richcompare*/
+  0, /*tp_weaklistoffset*/
+  0, /*tp_iter*/
+  0, /*tp_iternext*/
+  0, /*tp_methods*/
+  0, /*tp_members*/
+  0, /*tp_getset*/
+  0, /*tp_base*/
+  0, /*tp_dict*/
+  0, /*tp_descr_get*/
+  0, /*tp_descr_set*/
+  #if !CYTHON_USE_TYPE_SPECS
+  0, /*tp_dictoffset*/
+  #endif
+  0, /*tp_init*/
+  0, /*tp_alloc*/
+  __pyx_tp_new_7scoring_12fused_native___pyx_scope_struct____iter__, /*tp_new*/
+  0, /*tp_free*/
+  0, /*tp_is_gc*/
+  0, /*tp_bases*/
+  0, /*tp_mro*/
+  0, /*tp_cache*/
+  0, /*tp_subclasses*/
+  0, /*tp_weaklist*/
+  0, /*tp_del*/
+  0, /*tp_version_tag*/
+  #if CYTHON_USE_TP_FINALIZE
+  0, /*tp_finalize*/
+  #else
+  NULL, /*tp_finalize*/
+  #endif
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  __pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct____iter__, /*tp_vectorcall*/
+  #else
+  NULL, /*tp_vectorcall*/
+  #endif
+  #endif
+  #if __PYX_NEED_TP_PRINT_SLOT == 1
+  0, /*tp_print*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030C0000
+  0, /*tp_watched*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030d00A4
+  0, /*tp_versions_used*/
+  #endif
+  #if CYTHON_COMPILING_IN_PYPY && PY_VERSION_HEX < 0x030a0000
+  0, /*tp_pypy_flags*/
+  #endif
+};
+#endif
+
+static PyObject *__pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *o, 
+#if CYTHON_VECTORCALL_TPNEW
+    CYTHON_UNUSED PyObject *const *args, CYTHON_UNUSED Py_ssize_t nargs, CYTHON_UNUSED PyObject *kwnames
+#else
+    CYTHON_UNUSED PyObject *a, CYTHON_UNUSED PyObject *k
+#endif
+) {
+  return o;
+}
+
+static PyObject *__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyTypeObject *t, 
+#if CYTHON_VECTORCALL_TPNEW
+    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+#else
+    PyObject *a, PyObject *k
+#endif
+) {
+  PyObject *o;
+  #if CYTHON_USE_FREELISTS
+  if (likely((int)(__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct_1___reversed__ > 0) & __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(t, __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__))))
+  {
+    o = (PyObject*)__pyx_mstate_global->__pyx_freelist_7scoring_12fused_native___pyx_scope_struct_1___reversed__[--__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct_1___reversed__];
+    #if CYTHON_USE_TYPE_SPECS
+    Py_DECREF(Py_TYPE(o));
+    #endif
+    memset(o, 0, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__));
+    #if CYTHON_COMPILING_IN_LIMITED_API
+    (void) PyObject_Init(o, t);
+    #else
+    (void) PyObject_INIT(o, t);
+    #endif
+    PyObject_GC_Track(o);
+  } else
+  #endif
+  {
+    o = __Pyx_AllocateExtensionType(t, 1);
+  }
+  if (unlikely(!o)) return 0;
+  return __pyx_tp_new__initialisation_7scoring_12fused_native___pyx_scope_struct_1___reversed__(o, 
+#if CYTHON_VECTORCALL_TPNEW
+    args, nargs, kwnames
+#else
+    a, k
+#endif
+);
+}
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyTypeObject *t, PyObject *a, PyObject *k) {
+  return __Pyx_CallTpnewAsVectorcall(__pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__, t, a, k);
+}
+#endif
+
+#if CYTHON_VECTORCALL_TPNEW
+static PyObject *__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *t, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  if (unlikely((PyTypeObject*)t != __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__ || __Pyx_PyType_HasFeature((PyTypeObject*)t, Py_TPFLAGS_IS_ABSTRACT))) {
+    return __Pyx_CallNewInitFromVectorcall((PyTypeObject*)t, args, nargsf, kwnames);
+  }
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject *o = __pyx_tp_new_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__((PyTypeObject*)t, args, nargs, kwnames);
+  return o;
+}
+#endif
+
+static void __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *o) {
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *p = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)o;
+  #if CYTHON_USE_TP_FINALIZE
+  if (unlikely(__Pyx_PyObject_GetSlot(o, tp_finalize, destructor)) && !__Pyx_PyObject_GC_IsFinalized(o)) {
+    if (__Pyx_PyObject_GetSlot(o, tp_dealloc, destructor) == __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct_1___reversed__) {
+      if (PyObject_CallFinalizerFromDealloc(o)) return;
+    }
+  }
+  #endif
+  PyObject_GC_UnTrack(o);
+  Py_CLEAR(p->__pyx_v_self);
+  #if CYTHON_USE_FREELISTS
+  if (likely((int)(__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct_1___reversed__ < 8) & __PYX_CHECK_FINAL_TYPE_FOR_FREELISTS(Py_TYPE(o), __pyx_mstate_global->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__, sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__))))
+  {
+    __pyx_mstate_global->__pyx_freelist_7scoring_12fused_native___pyx_scope_struct_1___reversed__[__pyx_mstate_global->__pyx_freecount_7scoring_12fused_native___pyx_scope_struct_1___reversed__++] = ((struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)o);
+  } else
+  #endif
+  {
+    PyTypeObject *tp = Py_TYPE(o);
+    #if CYTHON_USE_TYPE_SLOTS
+    (*tp->tp_free)(o);
+    #else
+    {
+      freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+      if (tp_free) tp_free(o);
+    }
+    #endif
+    #if CYTHON_USE_TYPE_SPECS
+    Py_DECREF(tp);
+    #endif
+  }
+}
+
+static int __pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct_1___reversed__(PyObject *o, visitproc v, void *a) {
+  int e;
+  struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *p = (struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ *)o;
+  {
+    e = __Pyx_call_type_traverse(o, 1, v, a);
+    if (e) return e;
+  }
+  if (p->__pyx_v_self) {
+    e = (*v)(((PyObject *)p->__pyx_v_self), a); if (e) return e;
+  }
+  return 0;
+}
+#if CYTHON_USE_TYPE_SPECS
+static PyType_Slot __pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed___slots[] = {
+  {Py_tp_dealloc, (void *)__pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct_1___reversed__},
+  {Py_tp_traverse, (void *)__pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct_1___reversed__},
+  {Py_tp_new, (void *)__pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__},
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  {Py_tp_vectorcall, (void *)__pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__},
+  #endif
+  #endif
+  {0, 0},
+};
+static PyType_Spec __pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed___spec = {
+  "scoring.fused_native.__pyx_scope_struct_1___reversed__",
+  sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__),
+  0,
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_HAVE_GC,
+  __pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed___slots,
+};
+#else
+
+static PyTypeObject __pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed__ = {
+  PyVarObject_HEAD_INIT(0, 0)
+  "scoring.fused_native.""__pyx_scope_struct_1___reversed__", /*tp_name*/
+  sizeof(struct __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__), /*tp_basicsize*/
+  0, /*tp_itemsize*/
+  __pyx_tp_dealloc_7scoring_12fused_native___pyx_scope_struct_1___reversed__, /*tp_dealloc*/
+  0, /*tp_vectorcall_offset*/
+  0, /*tp_getattr*/
+  0, /*tp_setattr*/
+  0, /*tp_as_async*/
+  0, /*tp_repr*/
+  0, /*tp_as_number*/
+  0, /*tp_as_sequence*/
+  0, /*tp_as_mapping*/
+  0, /*tp_hash*/
+  0, /*tp_call*/
+  0, /*tp_str*/
+  0, /*tp_getattro*/
+  0, /*tp_setattro*/
+  0, /*tp_as_buffer*/
+  Py_TPFLAGS_DEFAULT|Py_TPFLAGS_HAVE_VERSION_TAG|Py_TPFLAGS_HAVE_GC, /*tp_flags*/
+  0, /*tp_doc*/
+  __pyx_tp_traverse_7scoring_12fused_native___pyx_scope_struct_1___reversed__, /*tp_traverse*/
+  0, /*tp_clear*/
+  0, /*tp_richcompare*/
+  0, /*tp_weaklistoffset*/
+  0, /*tp_iter*/
+  0, /*tp_iternext*/
+  0, /*tp_methods*/
+  0, /*tp_members*/
+  0, /*tp_getset*/
+  0, /*tp_base*/
+  0, /*tp_dict*/
+  0, /*tp_descr_get*/
+  0, /*tp_descr_set*/
+  #if !CYTHON_USE_TYPE_SPECS
+  0, /*tp_dictoffset*/
+  #endif
+  0, /*tp_init*/
+  0, /*tp_alloc*/
+  __pyx_tp_new_7scoring_12fused_native___pyx_scope_struct_1___reversed__, /*tp_new*/
+  0, /*tp_free*/
+  0, /*tp_is_gc*/
+  0, /*tp_bases*/
+  0, /*tp_mro*/
+  0, /*tp_cache*/
+  0, /*tp_subclasses*/
+  0, /*tp_weaklist*/
+  0, /*tp_del*/
+  0, /*tp_version_tag*/
+  #if CYTHON_USE_TP_FINALIZE
+  0, /*tp_finalize*/
+  #else
+  NULL, /*tp_finalize*/
+  #endif
+  #if (!CYTHON_COMPILING_IN_PYPY || PYPY_VERSION_NUM >= 0x07030800) && (!CYTHON_COMPILING_IN_LIMITED_API || __PYX_LIMITED_VERSION_HEX >= 0x030E0000)
+  #if CYTHON_VECTORCALL_TPNEW
+  __pyx_tp_vectorcall_7scoring_12fused_native___pyx_scope_struct_1___reversed__, /*tp_vectorcall*/
+  #else
+  NULL, /*tp_vectorcall*/
+  #endif
+  #endif
+  #if __PYX_NEED_TP_PRINT_SLOT == 1
+  0, /*tp_print*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030C0000
+  0, /*tp_watched*/
+  #endif
+  #if PY_VERSION_HEX >= 0x030d00A4
+  0, /*tp_versions_used*/
+  #endif
+  #if CYTHON_COMPILING_IN_PYPY && PY_VERSION_HEX < 0x030a0000
+  0, /*tp_pypy_flags*/
+  #endif
+};
+#endif
+
 static PyMethodDef __pyx_methods[] = {
   {0, 0, 0, 0}
 };
@@ -8483,7 +11727,10 @@ static CYTHON_SMALL_CODE int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate)
 static CYTHON_SMALL_CODE int __Pyx_modinit_Global_init_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Variable_export_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Function_export_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
+static CYTHON_SMALL_CODE int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Column(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Kernel(__pyx_mstatetype *__pyx_mstate); /*proto*/
+static CYTHON_SMALL_CODE int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__(__pyx_mstatetype *__pyx_mstate); /*proto*/
+static CYTHON_SMALL_CODE int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Variable_import_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
 static CYTHON_SMALL_CODE int __Pyx_modinit_Function_import_code(__pyx_mstatetype *__pyx_mstate); /*proto*/
@@ -8517,6 +11764,40 @@ static int __Pyx_modinit_Function_export_code(__pyx_mstatetype *__pyx_mstate) {
   return 0;
 }
 
+static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Column(__pyx_mstatetype *__pyx_mstate) {
+  __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  CYTHON_UNUSED_VAR(__pyx_mstate);
+  __Pyx_RefNannySetupContext("__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Column", 0);
+  /*--- Exttype __pyx_obj_7scoring_12fused_native_Column ---*/
+  #if CYTHON_USE_TYPE_SPECS
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_7scoring_12fused_native_Column_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column)) __PYX_ERR(0, 100, __pyx_L1_error)
+  #else
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column = &__pyx_type_7scoring_12fused_native_Column;
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  #endif
+  #if !CYTHON_USE_TYPE_SPECS
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column) < (0)) __PYX_ERR(0, 100, __pyx_L1_error)
+  #endif
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column);
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  if ((CYTHON_USE_TYPE_SLOTS && CYTHON_USE_PYTYPE_LOOKUP) && likely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column->tp_dictoffset && __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column->tp_getattro == PyObject_GenericGetAttr)) {
+    __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column->tp_getattro = PyObject_GenericGetAttr;
+  }
+  #endif
+  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_Column_2, (PyObject *) __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Column) < (0)) __PYX_ERR(0, 100, __pyx_L1_error)
+  __Pyx_RefNannyFinishContext();
+  return 0;
+  __pyx_L1_error:;
+  __Pyx_RefNannyFinishContext();
+  return -1;
+}
+
 static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Kernel(__pyx_mstatetype *__pyx_mstate) {
   __Pyx_RefNannyDeclarations
   int __pyx_lineno = 0;
@@ -8530,14 +11811,14 @@ static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Kernel(__pyx_
   __pyx_vtable_7scoring_12fused_native_Kernel._reserve = (int (*)(struct __pyx_obj_7scoring_12fused_native_Kernel *, Py_ssize_t))__pyx_f_7scoring_12fused_native_6Kernel__reserve;
   __pyx_vtable_7scoring_12fused_native_Kernel._ids = (PyObject *(*)(struct __pyx_obj_7scoring_12fused_native_Kernel *, PyObject *))__pyx_f_7scoring_12fused_native_6Kernel__ids;
   #if CYTHON_USE_TYPE_SPECS
-  __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_7scoring_12fused_native_Kernel_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel)) __PYX_ERR(0, 96, __pyx_L1_error)
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_7scoring_12fused_native_Kernel_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel)) __PYX_ERR(0, 184, __pyx_L1_error)
   #else
   __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel = &__pyx_type_7scoring_12fused_native_Kernel;
   #endif
   #if !CYTHON_COMPILING_IN_LIMITED_API
   #endif
   #if !CYTHON_USE_TYPE_SPECS
-  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 96, __pyx_L1_error)
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 184, __pyx_L1_error)
   #endif
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel);
@@ -8547,9 +11828,75 @@ static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Kernel(__pyx_
     __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel->tp_getattro = PyObject_GenericGetAttr;
   }
   #endif
-  if (__Pyx_SetVtable(__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_vtabptr_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 96, __pyx_L1_error)
-  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_Kernel, (PyObject *) __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 96, __pyx_L1_error)
-  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 96, __pyx_L1_error)
+  if (__Pyx_SetVtable(__pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_vtabptr_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 184, __pyx_L1_error)
+  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_Kernel, (PyObject *) __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 184, __pyx_L1_error)
+  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_7scoring_12fused_native_Kernel) < (0)) __PYX_ERR(0, 184, __pyx_L1_error)
+  __Pyx_RefNannyFinishContext();
+  return 0;
+  __pyx_L1_error:;
+  __Pyx_RefNannyFinishContext();
+  return -1;
+}
+
+static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__(__pyx_mstatetype *__pyx_mstate) {
+  __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  CYTHON_UNUSED_VAR(__pyx_mstate);
+  __Pyx_RefNannySetupContext("__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__", 0);
+  /*--- Exttype __pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__ ---*/
+  #if CYTHON_USE_TYPE_SPECS
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__ = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_7scoring_12fused_native___pyx_scope_struct____iter___spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__)) __PYX_ERR(0, 128, __pyx_L1_error)
+  #else
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__ = &__pyx_type_7scoring_12fused_native___pyx_scope_struct____iter__;
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  #endif
+  #if !CYTHON_USE_TYPE_SPECS
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__) < (0)) __PYX_ERR(0, 128, __pyx_L1_error)
+  #endif
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__);
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  if ((CYTHON_USE_TYPE_SLOTS && CYTHON_USE_PYTYPE_LOOKUP) && likely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__->tp_dictoffset && __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__->tp_getattro == PyObject_GenericGetAttr)) {
+    __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct____iter__->tp_getattro = PyObject_GenericGetAttr;
+  }
+  #endif
+  __Pyx_RefNannyFinishContext();
+  return 0;
+  __pyx_L1_error:;
+  __Pyx_RefNannyFinishContext();
+  return -1;
+}
+
+static int __Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__(__pyx_mstatetype *__pyx_mstate) {
+  __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  CYTHON_UNUSED_VAR(__pyx_mstate);
+  __Pyx_RefNannySetupContext("__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__", 0);
+  /*--- Exttype __pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__ ---*/
+  #if CYTHON_USE_TYPE_SPECS
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__ = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed___spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__)) __PYX_ERR(0, 133, __pyx_L1_error)
+  #else
+  __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__ = &__pyx_type_7scoring_12fused_native___pyx_scope_struct_1___reversed__;
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  #endif
+  #if !CYTHON_USE_TYPE_SPECS
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__) < (0)) __PYX_ERR(0, 133, __pyx_L1_error)
+  #endif
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__);
+  #endif
+  #if !CYTHON_COMPILING_IN_LIMITED_API
+  if ((CYTHON_USE_TYPE_SLOTS && CYTHON_USE_PYTYPE_LOOKUP) && likely(!__pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__->tp_dictoffset && __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__->tp_getattro == PyObject_GenericGetAttr)) {
+    __pyx_mstate->__pyx_ptype_7scoring_12fused_native___pyx_scope_struct_1___reversed__->tp_getattro = PyObject_GenericGetAttr;
+  }
+  #endif
   __Pyx_RefNannyFinishContext();
   return 0;
   __pyx_L1_error:;
@@ -8597,11 +11944,39 @@ static int __Pyx_modinit_Variable_import_code(__pyx_mstatetype *__pyx_mstate) {
 
 static int __Pyx_modinit_Function_import_code(__pyx_mstatetype *__pyx_mstate) {
   __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_modinit_Function_import_code", 0);
   /*--- Function import code ---*/
+  {
+    __pyx_t_1 = PyImport_ImportModule("routing.columns_native"); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 1, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_1);
+    const char * __pyx_import_signature = __Pyx_PyBytes_AsString(__pyx_mstate_global->__pyx_kp_b_int_struct___pyx_t_7routing_14co);
+    #if !CYTHON_ASSUME_SAFE_MACROS
+    if (unlikely(!__pyx_import_signature)) __PYX_ERR(0, 1, __pyx_L1_error)
+    #endif
+    const char * __pyx_import_name = __pyx_import_signature + 202;
+    void (**const __pyx_import_pointers[])(void) = {(void (**)(void))&__pyx_f_7routing_14columns_native_distinct_totals, (void (**)(void))&__pyx_f_7routing_14columns_native_sort_ranked, (void (**)(void)) NULL};
+    void (**const *__pyx_import_pointer)(void) = __pyx_import_pointers;
+    const char *__pyx_import_current_signature = __pyx_import_signature;
+    while (*__pyx_import_pointer) {
+      if (__Pyx_ImportFunction_3_3_2(__pyx_t_1, __pyx_import_name, *__pyx_import_pointer, __pyx_import_current_signature) < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
+      ++__pyx_import_pointer;
+      __pyx_import_name = strchr(__pyx_import_name, '\0') + 1;
+      __pyx_import_signature = strchr(__pyx_import_signature, '\0') + 1;
+      if (*__pyx_import_signature != '\0') __pyx_import_current_signature = __pyx_import_signature;
+    }
+    __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  }
   __Pyx_RefNannyFinishContext();
   return 0;
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_RefNannyFinishContext();
+  return -1;
 }
 
 #if CYTHON_PEP489_MULTI_PHASE_INIT
@@ -8882,14 +12257,17 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
   (void)__Pyx_modinit_Variable_export_code(__pyx_mstate);
   (void)__Pyx_modinit_Function_export_code(__pyx_mstate);
   /*--- Type init code ---*/
+  if (unlikely((__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Column(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
   if (unlikely((__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native_Kernel(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
+  if (unlikely((__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct____iter__(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
+  if (unlikely((__Pyx_modinit_Exttype___pyx_obj_7scoring_12fused_native___pyx_scope_struct_1___reversed__(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
   if (unlikely((__Pyx_modinit_Type_import_code(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
   (void)__Pyx_modinit_Variable_import_code(__pyx_mstate);
-  (void)__Pyx_modinit_Function_import_code(__pyx_mstate);
+  if (unlikely((__Pyx_modinit_Function_import_code(__pyx_mstate) < 0))) __PYX_ERR(0, 1, __pyx_L1_error)
   if (__Pyx_InitAfterSharedUtility() < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
   /*--- Execution code ---*/
 
-  /* "scoring/fused_native.pyx":49
+  /* "scoring/fused_native.pyx":53
  * 
  * # Scorer kinds, as `scoring.fused` names them.
  * TTFT, PREFIX, IN_FLIGHT, KV, HEADROOM = 0, 1, 2, 3, 4             # <<<<<<<<<<<<<<
@@ -8906,18 +12284,18 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
   __Pyx_INCREF(__pyx_t_5);
   __pyx_t_6 = __pyx_mstate_global->__pyx_int_4;
   __Pyx_INCREF(__pyx_t_6);
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_TTFT, __pyx_t_2) < (0)) __PYX_ERR(0, 49, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_TTFT, __pyx_t_2) < (0)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_PREFIX, __pyx_t_3) < (0)) __PYX_ERR(0, 49, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_PREFIX, __pyx_t_3) < (0)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_IN_FLIGHT, __pyx_t_4) < (0)) __PYX_ERR(0, 49, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_IN_FLIGHT, __pyx_t_4) < (0)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_KV, __pyx_t_5) < (0)) __PYX_ERR(0, 49, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_KV, __pyx_t_5) < (0)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_HEADROOM, __pyx_t_6) < (0)) __PYX_ERR(0, 49, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_HEADROOM, __pyx_t_6) < (0)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
 
-  /* "scoring/fused_native.pyx":51
+  /* "scoring/fused_native.pyx":55
  * TTFT, PREFIX, IN_FLIGHT, KV, HEADROOM = 0, 1, 2, 3, 4
  * 
  * cdef double EXACT = 9007199254740992.0  # 2**53: integers below convert to double exactly             # <<<<<<<<<<<<<<
@@ -8926,34 +12304,119 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
 */
   __pyx_v_7scoring_12fused_native_EXACT = 9007199254740992.0;
 
-  /* "scoring/fused_native.pyx":188
+  /* "scoring/fused_native.pyx":133
+ *             yield self.data[i]
+ * 
+ *     def __reversed__(self):             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t i
+ *         for i in range(self.n - 1, -1, -1):
+*/
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Column_12__reversed__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Column___reversed, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 133, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
+  #endif
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column, __pyx_mstate_global->__pyx_n_u_reversed, __pyx_t_6) < (0)) __PYX_ERR(0, 133, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+
+  /* "scoring/fused_native.pyx":141
+ *         return value in list(self)
+ * 
+ *     def index(self, value, start=0, stop=None):             # <<<<<<<<<<<<<<
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+*/
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Column_17index, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Column_index, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 141, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
+  #endif
+  __Pyx_CyFunction_SetDefaultsTuple(__pyx_t_6, __pyx_mstate_global->__pyx_tuple[0]);
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column, __pyx_mstate_global->__pyx_n_u_index, __pyx_t_6) < (0)) __PYX_ERR(0, 141, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+
+  /* "scoring/fused_native.pyx":144
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+ *     def count(self, value):             # <<<<<<<<<<<<<<
+ *         return list(self).count(value)
+ * 
+*/
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Column_19count, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Column_count, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[3])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 144, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
+  #endif
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column, __pyx_mstate_global->__pyx_n_u_count, __pyx_t_6) < (0)) __PYX_ERR(0, 144, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+
+  /* "scoring/fused_native.pyx":152
+ *         return NotImplemented
+ * 
+ *     __hash__ = None             # <<<<<<<<<<<<<<
+ * 
+ *     def __repr__(self):
+*/
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column, __pyx_mstate_global->__pyx_n_u_hash, Py_None) < (0)) __PYX_ERR(0, 152, __pyx_L1_error)
+
+  /* "scoring/fused_native.pyx":157
+ *         return f"Column({list(self)!r})"
+ * 
+ *     def __reduce__(self):             # <<<<<<<<<<<<<<
+ *         return column, (list(self),)
+ * 
+*/
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Column_25__reduce__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Column___reduce, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[4])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 157, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
+  #endif
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Column, __pyx_mstate_global->__pyx_n_u_reduce, __pyx_t_6) < (0)) __PYX_ERR(0, 157, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+
+  /* "scoring/fused_native.pyx":161
+ * 
+ * 
+ * def column(values):             # <<<<<<<<<<<<<<
+ *     """A `Column` holding `values` (floats)."""
+ *     cdef Py_ssize_t n = len(values), i
+*/
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_1column, 0, __pyx_mstate_global->__pyx_n_u_column, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[5])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 161, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_column, __pyx_t_6) < (0)) __PYX_ERR(0, 161, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+
+  /* "scoring/fused_native.pyx":282
  *         return 0
  * 
  *     def gather(self, list endpoints):             # <<<<<<<<<<<<<<
  *         """(kept, ids, filtered): the candidates the filter keeps (`endpoints` itself when it
  *         drops none), their ids as a tuple, and whether it dropped any; None when a candidate
 */
-  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_7gather, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel_gather, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 188, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_7gather, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel_gather, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[6])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 282, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_mstate_global->__pyx_n_u_gather, __pyx_t_6) < (0)) __PYX_ERR(0, 188, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_mstate_global->__pyx_n_u_gather, __pyx_t_6) < (0)) __PYX_ERR(0, 282, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
 
-  /* "scoring/fused_native.pyx":266
+  /* "scoring/fused_native.pyx":360
  *         return ids
  * 
- *     def columns(self, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
- *         """The scorers' columns (clamped, in scorer order) and the weighted totals for the
- *         candidates `gather` kept. `depths`: matched blocks per candidate (None: no hashes);
+ *     def columns(self, ids, depths, lines, fills, displaced, terms):             # <<<<<<<<<<<<<<
+ *         """(columns, totals, ranked) for the candidates `gather` kept, `ids` theirs: the
+ *         scorers' columns (clamped, in scorer order) and the weighted totals, as `Column`s,
 */
-  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_9columns, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel_columns, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 266, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_9columns, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel_columns, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[7])); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 360, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_mstate_global->__pyx_n_u_columns, __pyx_t_6) < (0)) __PYX_ERR(0, 266, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_7scoring_12fused_native_Kernel, __pyx_mstate_global->__pyx_n_u_columns, __pyx_t_6) < (0)) __PYX_ERR(0, 360, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
 
   /* "(tree fragment)":1
@@ -8961,7 +12424,7 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
  *     raise TypeError, "no default __reduce__ due to non-trivial __cinit__"
  * def __setstate_cython__(self, __pyx_state):
 */
-  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_11__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_6)) __PYX_ERR(1, 1, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_11__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[8])); if (unlikely(!__pyx_t_6)) __PYX_ERR(1, 1, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
@@ -8975,7 +12438,7 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
  * def __setstate_cython__(self, __pyx_state):             # <<<<<<<<<<<<<<
  *     raise TypeError, "no default __reduce__ due to non-trivial __cinit__"
 */
-  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_13__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[3])); if (unlikely(!__pyx_t_6)) __PYX_ERR(1, 3, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_CyFunction_New(&__pyx_mdef_7scoring_12fused_native_6Kernel_13__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_Kernel___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_scoring_fused_native, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[9])); if (unlikely(!__pyx_t_6)) __PYX_ERR(1, 3, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_6);
@@ -9032,7 +12495,11 @@ __Pyx_RefNannySetupContext("PyInit_fused_native", 0);
 /* #### Code section: cached_builtins ### */
 
 static int __Pyx_InitCachedBuiltins(__pyx_mstatetype *__pyx_mstate) {
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
+  __pyx_builtin_NotImplemented = __Pyx_GetBuiltinName(__pyx_mstate->__pyx_n_u_NotImplemented); if (!__pyx_builtin_NotImplemented) __PYX_ERR(0, 150, __pyx_L1_error)
 
   /* Cached unbound methods */
   __pyx_mstate->__pyx_umethod_PyDict_Type_items.type = (PyObject*)&PyDict_Type;
@@ -9042,15 +12509,60 @@ static int __Pyx_InitCachedBuiltins(__pyx_mstatetype *__pyx_mstate) {
   __pyx_mstate->__pyx_umethod_PyDict_Type_values.type = (PyObject*)&PyDict_Type;
   __pyx_mstate->__pyx_umethod_PyDict_Type_values.method_name = &__pyx_mstate->__pyx_n_u_values;
   return 0;
+  __pyx_L1_error:;
+  return -1;
 }
 /* #### Code section: cached_constants ### */
 
 static int __Pyx_InitCachedConstants(__pyx_mstatetype *__pyx_mstate) {
   __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_InitCachedConstants", 0);
+
+  /* "scoring/fused_native.pyx":141
+ *         return value in list(self)
+ * 
+ *     def index(self, value, start=0, stop=None):             # <<<<<<<<<<<<<<
+ *         return list(self).index(value, start, self.n if stop is None else stop)
+ * 
+*/
+  {
+    PyObject* __pyx_temp[2] = {__pyx_mstate_global->__pyx_int_0, Py_None};
+    __pyx_mstate_global->__pyx_tuple[0] = __Pyx_PyTuple_FromArray(__pyx_temp, 2); if (unlikely(!__pyx_mstate_global->__pyx_tuple[0])) __PYX_ERR(0, 141, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_mstate_global->__pyx_tuple[0]);
+  }
+  __Pyx_GIVEREF(__pyx_mstate_global->__pyx_tuple[0]);
+  #if CYTHON_IMMORTAL_CONSTANTS
+  {
+    PyObject **table = __pyx_mstate->__pyx_tuple;
+    for (Py_ssize_t i=0; i<1; ++i) {
+      #if PY_VERSION_HEX >= 0x030F0000
+      PyUnstable_SetImmortal(table[i]);
+      #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
+      if ((PY_SSIZE_T_MAX <= _Py_IMMORTAL_REFCNT_LOCAL)) break;
+      #if PY_VERSION_HEX < 0x030E0000
+      if (_Py_IsOwnedByCurrentThread(table[i]) && Py_REFCNT(table[i]) == 1)
+      #else
+      if (PyUnstable_Object_IsUniquelyReferenced(table[i]))
+      #endif
+      {
+        Py_SET_REFCNT(table[i], ((Py_ssize_t)_Py_IMMORTAL_REFCNT_LOCAL + 1));
+      }
+      #else
+      if ((PY_SSIZE_T_MAX < _Py_IMMORTAL_INITIAL_REFCNT)) break;
+      Py_SET_REFCNT(table[i], _Py_IMMORTAL_INITIAL_REFCNT);
+      #endif
+    }
+  }
+  #endif
   __Pyx_RefNannyFinishContext();
   return 0;
+  __pyx_L1_error:;
+  __Pyx_RefNannyFinishContext();
+  return -1;
 }
 /* #### Code section: init_constants ### */
 
@@ -9060,41 +12572,41 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{14},{15},{1},{1},{4},{179},{8},{40},{7},{6},{2},{9},{50},{24},{8},{9},{2},{6},{24},{26},{14},{13},{6},{4},{20},{12},{8},{8},{12},{8},{10},{8},{11},{14},{12},{10},{17},{13},{12},{12},{19},{8},{13},{1},{5},{13},{13},{18},{1},{4},{1},{18},{6},{7},{1},{5},{10},{6},{9},{14},{1},{9},{15},{1},{9},{5},{9},{6},{3},{4},{1},{2},{9},{5},{1},{1},{4},{4},{5},{6},{8},{9},{9},{5},{3},{1},{7},{12},{1},{8},{3},{10},{22},{3},{15},{13},{16},{29},{1},{20},{4},{4},{10},{5},{13},{4},{5},{6},{1},{8},{6},{1},{7},{7},{1}};
-    const struct { const unsigned int length: 11; } bytes_length_index[] = {{9},{788},{1059}};
+    const struct { const unsigned int length: 8; } str_length_index[] = {{14},{15},{1},{1},{1},{7},{4},{179},{8},{40},{25},{7},{6},{2},{9},{50},{25},{24},{6},{15},{17},{19},{12},{12},{8},{9},{2},{6},{24},{26},{14},{13},{14},{6},{4},{20},{12},{8},{8},{12},{8},{8},{8},{10},{8},{11},{14},{12},{10},{17},{13},{12},{12},{12},{19},{8},{13},{1},{5},{13},{13},{18},{1},{4},{1},{18},{5},{6},{7},{5},{1},{5},{10},{6},{9},{14},{1},{9},{15},{9},{5},{9},{6},{3},{4},{1},{2},{3},{9},{5},{7},{4},{5},{1},{1},{4},{4},{5},{6},{8},{9},{9},{5},{3},{1},{7},{12},{1},{8},{4},{3},{10},{22},{3},{15},{6},{13},{16},{29},{1},{20},{4},{4},{4},{10},{5},{13},{4},{5},{4},{5},{5},{13},{1},{8},{5},{6},{1},{7},{7},{1}};
+    const struct { const unsigned int length: 11; } bytes_length_index[] = {{229},{9},{93},{2},{17},{13},{788},{1161},{36}};
     #ifndef CYTHON_COMPRESS_STRINGS
       #define CYTHON_COMPRESS_STRINGS 90
     #endif
-    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1811 bytes) */
-static const char cstring[] = "x\332mU\317s\032G\026\0162\212\311Z\033\201\215lb)Ic)QR\211\265\213\205\022\247T\273)\214\320\217Rb\031\031\307v~\354T3\323\300D\303\014L\367 i]\025\347\310q\216s\354c\037\3478\3079r\344\310\321\177B\376\204\274n\020\266\214\251b\350\351~\375\336\367\336\373\276\0072)\262\035\2060\242\226\303\276`.!\250\341\342f\233\330\354\313\215\357\037:6y\3500\202X\0133T>g-\307Fp\305 \226Y\047.f\304:G\224\271\246\316\210+\215l\364\250\362\350n\361~\021a\333@.\371\235\350\214\"\352\325u\013SJ(r\032\250\356\231\0263m\304\316;\204n\240\203\006:w<d\023b \346\240\016\330\275y\201\265\210\215(ar\201\326\261\rh13\035[\203\353\246\335\\G\206\351B\020\263G\344\355]lQ\262\201\rC\003;R\047\354\224\300\365\202Bs\037Q\335q\211K\277F\220\026:%f\263\305\020\301z\3130)\256[`)\237M\335\244\343\225a;\220i\003{\026C\232\346\022\303\323\211\246!\303S\241l\307\276\013\231\367Ll\301\251n\332&\3234\031\001P\375\253\341Q\002\030\260\304\265\3219?\333\257\224v\216\217\216~<x\250\355\376p\260\267_;\374\351\220\2706\261\306\317\215\251{]\325X\323\246\373\220:\205\214gNt\307\362\3326\235\27451\224\307}t\\\331=xV\253\355\3264\355\321\371\031|w\2403\332Cr\306\216IC\323&\325\203$4\315\220\047\360ix\266.\177\233\027q\340\323\306\246\255~\035\303\263\324\216\215\333\352\027R\321&fr\331c\262N\362\240\353a\353\302\350\242R3IM7\310\231|\201\324\246\216\351\033\341gR\3264F\250DkR\r\n\354x@\037\202q\335\351\021\\\247\032k\271\204\266\034\313\300\3669\344E;\026\326\211\201\351\271\255\233\316\306\364\002\255\327\301\213\256[\260\326 A\346\202Y\035\353\047\343RN\nj\030\244\303Z\352\241Y&ejE\247^\247\013u\010\2241:\216i3JzPOI\3131\255\032\r\323\262\224\211\\Px\200@\200\030\343>A\255[`e\232\006\300hX\362\202\311H\233\376~r\002\321NL\333\220_z\002\232\354\220\223\236\346Q\334$\n\266\364\250\026R<r\001&\247\3556\221\022\244\223\037uf\333\332\0309\344\016er[\004\033\032\205}\010\331\324:.Q\000\231sBl\332q:\22764\352\022\353uU]\322\006-iS\250\223\367w\373\242\023\005l\274\251\000\nu\242\304j@c\047z\242-\014\336m\334\201""\010L\001\246\035lC\215\332\224\001E-\352\001-A\231\304\350a\313#\364\364\024\233\320\303\346\270\272\364\354\317\304(\371\217\376W~\365\317\322_\251\367>\37088\022\005\241\226\377\354\037\370U\037\217R\013\375\212\277\344c\277;ZH\373\213A\227_\023\205\321\302b\377E\220\0176\003\235\347DVTG\351[\322`\261\357\371{A!8\344]qE\024\305\313\010G\335Q6\027\\\035\337\023e\301\206\233\007\203\314 \377\326n\370\2378\021g\343g\203\352\000\317\\\330\213\273\203\344\340h\370\313\257\303_\177\233\204J\373\357\003(/x\020\324yB\276^\203\270\345\200\361\202|IH,\256\177\303/M\221\235\371np#\200\367\254\277\037\224\202\047<?J\337\360\213p\230]\016\n\257`\275\035\340\200\362U\376L\324\302\214\332\035[\274\340k\274%N\242L\264\032\325\342\225\301\323a\355\311({\313g\301\267<\317\267\005\0264\\\013\333q!.\215r\237\006\335\251\337\267MZ\252\034\312\004RL\002v,\215<\200\363\230_\341\367\3701gbS\324\303\2710?5K\361\004_\342Xf5\017\035!A1\350\361*\327\305u\350\203\352Nf\224\272\326/\366\031$\240\363\353|S\032\313l\014\376\031\364a!,\215R\037\366\233~-X\202\004\273\227:*\033V\232\236\\\224\212\371[A\002\212%\361\245o\372F\360\031t#1s\"\323\333\002t*\376\226?\347\257\371z\220\r\2523\321\323~\322\177\000n\362\243\324GAF\002(\315\240\330\t\346\203\252\302_\344.PJ\213v\342d\\\001\252\254\016\216\007]\3316\311\254}~\024\026\302\303Hm\354\002\005\267x\222\357\212<\324b\332X\331-,\224\305\021/\360\212\362V\212\252\357\260X\362\253\323\032.\366{\223J\234\362:\320\267\000\232\370Pjb\007rO\255\362\302_\327\337\373 /\327\2623\251O\240\004\343\007\034\275\272,\223\253~W\246\363:I\006\\Z\220\254\350A\222\320\236%\377\347\213\222z~\031\030P\016<^\346\nse\322\215\354JP\341\313\240\200\377G\267\025\267\200\014\363\222\267@\361\3342\320\240\013\234\221\315^\371\024h\177\037\304\262\023\316\207\325\0206>~\245\014<^\342Ui\373\035\177 \355\0204kY\354\207\245\360\227x>\256\306\326\360\370\371\360\271\022\325\312\027\"1\346b\031B\347Vd\322@;\"\266\303f\364s\014[\037\311\370\213\320\322kaAZ\276\000 \233@\303\\\230""\r\253\023\266\312\373{P\362C\321\r\257\204\305\360\017\010\242\342^\035\337\013\313!\213\266c\034\277\251\002\331\220;\000\260.\222\342\001\220?\031\356C\267j\361\365\270\030\277\034\376\364t\370\364\231T\324Vp%P\201_\362&\014\234\234\004\234\223%\002q@\341\240\010g\374\017H_\217nD\245\021\372w\230\030\241\274L\276 \001\314\363\047\212$hmJ \264>\003\n})\262\303\273\377\215\352qBZ\356\210\204X\022\006(\027\2074\272\023\355\305\367`B\375o2\207\262\262\3040o\200~\353r^\\\352\216\324E\226\327DF\344G+\253\027\035\223\326e\240wF\356\025A\3540l\307cb\213\317\361\327\232\237:z\335\207{0\224\262\252\273\231\233 \263\214\024f3\250\361\233\220\304\373\242\031V/QG\272\374\206g`\230\035Cmr\237\200\032?\207d23\047\222:\337(\224\351[j\232\342K~.\372\263\016u\320\303\333\321V<\027\257\305\215AiP\033V\037\017\037\327\246h\336qi\242\262Wo\003\223#\361\3730\037nGF\234\217\013oQA\342\314\212c\241\204\224T\202\255\216\207\337\023\220\273\222\371\2162\225\031\017\263\237\253\356\247a\256\300xI\203\047\236\222\332\275\230\027\025\350\302SQ\022\217\201\217[\321\034L\360\347q}0\007\377? \275S\245\327T\306\277\r\226\227GRz\230\276\0030\213\374T\r\n\020\254\3743\\XV#H\n5\245F\347\337\247F\336s";
-    PyObject *data = __Pyx_DecompressString(cstring, 1811, 1);
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (2182 bytes) */
+static const char cstring[] = "x\332\235U\317s\323H\026\306\301\031\002d71q @fF\206\014\220Y\310\256\2113\303Tjw\312\344\007\311\262Kp0\003\354\314\256\252-\265mM\024\311VKN\002UC\216>\352\250c\037u\324\321G\035}\364\321\307\374\t\363\047\354\327-\307I\010\227]WYju\277\356\367\336\367}\357\265b0\305\262]\205(\314\264\335\007\256C\251RuHm\227Z\356\374\374\302\217+\266\351\355Z\017^\330\026}a\273Tq\353\304UV\016\334\272m)\330\252S\323\250P\207\270\324<P\230\353\030\232K\035ad)/\327^>*<)(\304\322\025\207\376J5\227)\314\253h&a\2142\305\256*\025\3170]\303R\334\203\006e\013\312fU9\260=\305\242TW\\[i\300\356\364\006\267N-\205QW\014\224\373\304B\324\3045lK\305v\303\252\335Wt\303\201\023\243E\305\356ub2\272@t]\205\035\255Pw\217b{^F\363Da\232\355P\207=T\220\226\262G\215Z\335U(\321\352\232\314V1,\235\356+\266\347\212(\035b\325\250n0R1q\204x\3264\203%#\335\262\001A\225x\246\253\250\252CuO\243\252\252\350\236\214\301\262\255G\200\244e\020\023\253\232a\031\256\252\n\217\206\2564\000\323\016m\270\212\206\210\014\035\000\212\230\220\307\237\253\036\243\210\232\210L\026\032\007\373\t\003\311sAU\r\000\254\252\303\317c\237\247&Z\310\014\047\034Oi\266g\271\203\261Llc\255\270\272\275\265\365\317\315\027\352\372?6\237m\224\237\377\364\234:\0265\223\347\311\241\232\244YU\207\363@\237\001\364s+\tll\360U#`\310\201Z6w\033&\025B\242\372\313\355\265\365\315\267\345\362zYU_\036\354\343\277\n\251\250/\350\276\273M\253\252:\240\023\211\250\252.V\360\253z\226&\336\265c\257\370\325\t\253\213w\202\202\252\356\022\303\222o[\367Lia\221]\371\006r\352`\233\030\266\\\301\227Xhz\304<6:F\357\\\312\303\t\272\237|\034\203*A\030:a\247B;\007\216\252\202T\221\211\301Tp\0139\031\026%\244b\267(\2510\325\255;\224\325mS\047\326\001rf\r\223hT\047\354\300\322\014{a\270\201U*8E\323L\214U$\353:0\253\020mG3mF\023\344\007\370K\246u\035\252\252\313\207j\032\314\225#6<\1778\220\213\020\264\336\260\r\313e\264\005\324E5%\325P5LSZ\210\001\303\003xC\234\t\265 \244\016#\303\200p\031B\252\232b\213\324\026\036\206F\031\350\331\025\177\366\353\216\020\371\016""\246\305\237\355\240\3114\350NK\365\030\251Q\231\222p\"\007\242\013\210\001L\366vw\251\350%l\360\222k\226\245&\271X\020\r\260\001\214N\235\022]eX\323\021\234\332p\250\214\333\265w\250\305\032v\343\314\204\312P\311;Tw\250y\202\275Cw\321\036\324a\022\203\357\317\237\310\006%\272p\272D\0310d\324\254\242#\350\220\300\240\033\260:\201\007\2134\340\305\225\341\263\006\261\240\017\007\"\261\033@s\227!\010{\3175\220\271m\242\205Z\032\365\240xt!\252\267\210\351Q\371`{{\304\000\266\265\204\027\006\204]\345\001:\255\247\211\226#\244\355\252\337\047Z\251\251\371\302@\n\203\340\324m\231\262\242\331\360\255|\373Pyy\2402f\274\207\317\207\212n{(\211\371\013-\033\375\350\177>\022\207\375\037[N\374\317_\200\024a\216ZwQ\372&\273\300l\307U\023\216\016S\375\364\225\366\237\374\322a\352(=\023\\\014\362A\261\237\276\356W\203\r^\344\245~\372\322\341~\373}p=\360\370\ng\341\235\260(\246X\373\236\177\321\317\367\307.\367\323c\355\321\366k?\047\276\256\266\227\374\224?\215\315\305@n\365\3320\277\332\316\037\026\017\213\375\261\211\266\353\347\3755\034\326\344\251d\342 H\013\333\303\342\357c\027.\177\031l\205\371P\016\377\320\336\364K>\351\217\215\267\327p \361\233\375\361I\177\002\033\257\206\371\376\370D\373C\220\013\026\003\215\317\204\331\260\324\237\274!\014&\332\236\377\014\t<\347\315\360bX\010?vH\247\331\317\316\004\227\222}\341J\350\366\0267\273\231n\356\223\331\350\257q*\316\306o\273\245.9\267\341Y\334\354\246\273[\275\237\177\351\375\362\357\201\253I\377\013\004\345\005O\203\nO\211\317\253\360\273\022\270</>R\"\026\307\237\362\213\303\310\366}\047\230\002\264\223Y\177\003\031\277\346\271\376\344\224_\300b\366v\220?\302x9 \001\343w\371\333\260\034e\344lb\361\201\317\361z\270\323\311t\356v\312\361l\367M\257\374\272\237\275\341\273\301\367<\307\227C\022\262h.\332\215\363q\261?\363u\320\034\236\373\251I]\302!M\220b\032\261\023a\344!\234W\374\"\177\314\267\271\033.\206\225h$\312\r\315\306x\212Os\"\262\032\005#4(\004-^\342Zx\r<Hv2\202\367\002\250]\006\035\327\370\2420\026\331\350\374\033""\3600\036\201\347?\266k~9\230F\202\3153\214\n\302\212\303\225c\250\\\177)H\001,\021\337\344u_\017\276\021z9\267\"\322[Bt\231Dw#\376\234\257\005Y\350\356S\357\223~\332\177\212cr\375\261\233AF\004P<\027\305j0\032\224d\374\005\356@Rjg5N\307k\220\312\335\356v\267)h\023\312\332\340[Q>z\336\221\023\353\220\340\022O\363\3650\007,\206\304\n\266H(-\266x\236\257\311\323\212\235\322g,\246\375\322\020\303\211vk\200\304\036\257@\276\250\231\337\257\211\232XE\356cwy^|\335\0140\026\314\214}\005\010\222\007\226\216\200\300b\233 \217\025\221\3205\377[Y\200g\213\347\222\337\024I\236\314\272P\330\270\320J\013\251\223\004\207\025\310aE\326\272L`m@Mv6X\343\267Q\016\357;\267\244\320\240\214Q!b\350}\34664\321\204\200\004\363\263_\243\006\236\240rV\243\321\250\024a\342\313#i\340\311n\202\341\017\374\251\260S\300\334\355p#*F?\307\243q)6{\333\357z\357d\205\315>\010S\2110W\340zfV \000\r\322p9\252u\376\025c\352\246\360?\001~\257Fya\371\001\201,B\2233Q6*\r\244+\366?\003\376\317\303ft1*D\277\301\211\364{)\331\027\255Dng9&\361\351\222\020\354\334A\200\2250\035>E%\244\243\rPW\216\257\305\205\370c\357\2477\2757oEy-\211>)\\|\3445t\237\031\021\360\214\200\010\225\002\340\000\302>\377\r\351k\235\251N\261\257\374%J\365\225\234H>/\002\030\345\257\245b\224\271\241\232\224\373\347\202R\346\303l\357\321\337:\2258%,W\303T8\035\352(c\022\261\316\235\316\263\3701\332\325\177\006M)+ F\363\201\026\357\213\346q\206\035Q$Y^\0163a\256?{\367\2301a\275\002\255g\304\\\001\225\217\316\233\364\214%>\302O\032\300\360\240\023\036\036\243Ce%\273\231\353\250\271\214\250\322ZP\346\327\221\304\027a-*\235\221\2168\362;\236Ag\333\00663_\2414\357!\231\314\271\025!\235\357d\224\2237dk%g\3169\346\347>p\320\242[\235\245x$\236\213\253\335b\267\334+\275\352\275*\017\243\371\314\246A\311\035}\032\230\350\217?F\271h\271\243\307\2718\377\211\024D\234\331p;\224\365\223\226\325[J:\341k\324\276\254\371\325\344\002;n\020k@\372MX\014_AsK\235\021\264\354wq\245;\202\013\007\345\265\207\242{\217|\347x5,~\246:G\202y0\261\047{\303\251)\364\331)""\334\233\253\301e\034\376\026\3410\364g\331s?\"\021\227\377 o0Y\313K\301\025$T\340\007P.<d\374[\362>?\355j\312_\224\265/2\177\214\222\034\237\226\027\355\370m\331\336D\335\217\211F\360\367\301\321\253Q\252\227\316\341\232\315\234\275\277/!N=\272\327\031\355\274\212\257ts\377\005i0\377\253";
+    PyObject *data = __Pyx_DecompressString(cstring, 2182, 1);
     #define __Pyx_DecompressString_LZSS_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (2355 bytes) */
-static const char cstring[] = "\377 is not \377a slot(t\377ree frag\377ment).?N\377oneNote \377that Cyt\367hon/\001deli\377berately\377 stricte\375r!\001n PEP-\377484 and \377rejects \377subclass\377es of bu\377iltin ty\377pes. If \377you need\237 to p%\000%\tt\177hen set\200\000\337e \047an\253\000at\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_\323\000eb\257etwe<\0001\211\0028\377 scorers\373, \324\000 weig\377ht eachd\237isabl\047\000\002\001g\337cisen\014\001dn\377o defaul\377t __redu\177ce__ duf\002\357non-\367\000via\375l\033\000cinit_\371_^\001\223\000/fuse\374\201\000\247\000ve.pyx\377HEADROOM\377IN_FLIGH\377TKVKerne\325l\000\003.V\006c\337\"__\254\017\006\370\000st\346 _\013\014c\277olumns9\004g\375a\245 rPREFI\377XTTFT__P\353yx\001\000D\227@_Ne\177xtRef__\267$\356\302\000__d\026\001___\357func\004\000_geytb\003\021\000main\020\001\337modul)\002na\311m1\002\310\000_ \004\007\001vt<\264!;\001qual\035\005\242%L\304\016\274&exo\001\323@_Q\005\371st\010\342\016__tes\336\333 _is_\300@ou\376\274`eaabove\377abs_thre\377sholdany\376\325\000splaced\377asyncio.\356(\006sbbC\000ccloine_\336\000tr$\000\317back\305#\312$dd\357epth\000\002_li\013st\n\002s\237`P\003\000\006\030\002\376\332`dpoints\317evic\222\204\002\321cff\247ill;\002\005\001s\013\000t\237ering\242C\351 hn\372`iid\345 fl\204\204\001\377itemsjkk\336z\000kind\000\001sk\377slopekv_\037usage\262\002\216\001\273\002\374\271\205\001\305\001slowmm\345e\377\205\001s\000\004\226\205\001enn\361_\264\003\252 \244 rhea\277d_spenp\000g\357_pre\234\002tok\277enspop\004\n_\357srel\314\047remCot\255\"\245\003\t\0046\023s\373\204\004\355.\366\204\tsec\000elfwset\311\205\004sha\261@\327nap\265@t\254\002sp\377antermst\377otalsuun\377cachedva\377lueswwai\357ting\257\206\003sx\200\377\001\330\004\n\210+\220Q\377\200A\360\010\000\t\035\230\357O\2501\250\006\002\r\210I\377\220Q\220a\330\010\014\210\377E\220\025\220a\220q\330\377\014\020\220\017\230q\240\013\377\2501\330\014\017\210{\230\377!\2303\230c\240\030\250\277\024\250Q\330\020\027""\035\001\017\377\210u\220G\2301\230K\377\240q\250\003\2504\250\177\377\270a\270q\330\024\030\230\375\0072\003\250C\250t\3203\337I\310\021\310!\007\014\260=\377\300\001\300\024\300X\310Q\373\310a \016G\300q\310\004\377\310O\320[\\\320\\]\356d\004\020\220\006\222\000u\230B\257\230b\240\001\227\001\013u\000C\267\230t\240\232\000\020\220\017\000\017\277\210r\220\023\220A\221\006x\337\220r\230\023\230\r\000\024\220\377H\230A\230U\240!\330\357\020\023\2204\325\000\024\033\230\3731\340\t\000;\230a\230s\377\240#\240X\250T\260\021\371\330\022\001\034\003{\240$\240h\377\250k\270\021\270#\270T\377\300\034\310W\320TU\330\377\024\027\220t\2307\240!\377\240;\250a\250s\260$\377\260m\3001\300A\330\030\047\037\230qO\006\023\rh\212\"\036\002r\221 \004\271\000\351\000\027\220u\214\000\377S\240\003\2402\240R\240\377t\2503\250b\260\002\260\373!\330\037\005\010\240\001\240\025\353\240a\372!\005\217@e\2304\377\230v\240Q\240c\250\022\374\205@\231B\021\330\010\013\2104\357\210t\220;\214@\022\2403\272)\001\023\n\000d\240%\205@\014\377\260A\330\010\016\210g\220\227T\230\025\336\000q\305J\255AA|\021\006\275Et\2205\230\001\252 \377B\230a\330\020\026\220dC\230%\364@\316\"\r\n\376\0015\233\000\376{\0025\220\002\220$\220c\277\230\024\230Q\330\014o\014\020\357\220\004\220BD\000!\330\010\273\031\230\253\000\014\210Au\016D\357\230\005\230Q\273\0024\240r\376\320`_\270D\300\004\300E^\250`#\310R\310\321 \024\325b\377H\240O\2601\260K\270\376\014\002F\230!\2305\240\004\377\240F\250!\2501\330\020\354\321E\252Aa\250.\002O\2401\273\240EI\002A\270Q\017\020\025w\220Q\330\274%\017\210v\235$\377w\240b\250\003\2501\200\327A\360\016\220\205\001D\336`\010#\177\2401\360\022\000\t!\010\001F\340A\010\036\232 \000\002\027\001\340\231\205\013\347\007\220q\313\001\263\205\007t\2301\316\222!4\220v\342\000\311@\025\220\335Z\313%u\220C\377@C\230\257u\240C\240\342\002E\241D\024\377\034\230E\240\033\250C\250\267z\270\032\327b\024\030\241 U^\360`1\330\030\033\204`q\261`\376\351A\034\037\230t\2408\250\3771\250D\260\005\260Q""\260\337a\330\034\035\340\034\002u\240wA\240Q(\0019\240B\277`\373\034 \310`\033\250H\260A\377\260[\300\005\300Q\300l\337\320RY\320Y\320\205\002\034(\373\250\001\320\204\001u\230C\230q\337\330\030\034\230D\362be\250\277;\260g\270Z\300\020\000\031\376\304\206\001\017\240q\250\013\2601\356\372\204\001{\240!\350`c\250\030O\260\024\260Q\247\204\004\310\204\001G\360 \377K\250q\260\003\2604\260\271~b\000\214\000 \240\0072\003\260\177C\260t\270;\300aL\001\350\245\205\001\201\205\002\210\206\001\"\236\000b\250\004\377\250B\250b\260\004\260H\377\270A\270T\300\022\3004\377\300\177\320VW\320WX\336\246\206\0015\230\003\230t\002\177\240#g\250\323\000\255\001\245\000E\231\205\001\266 \356\202 x\240~\374\000c\270\023\377\270A\330 0\260\001\330\333 !\245!1\330\366\000\005\240mU\240b $\270f \047\204\016\377 )\250\024\320->\270\373b\300:\000$\240D\250\001\377\250\025\250d\260$\260a\377\260s\270\"\270G\3002\257\300X\310^\201\210\004\024\200At\216\336`F\250\047\254\207\001\221J\224\205\001\024\377\240T\250\021\250!\330\034\370\271`\254C*\001C\240r\250\021\316\020\0014\240t\351\211\001\304\207\0035\240\233\002\240\352\206\007\005\230\340D\376\0472\363\250T\345!\333@\021\026\220c\373\230\021\225\206\001g\230T\240\026\177\240q\250\006\250g\260\331\204\002\374\262f\231\210\0016\240\021\240#\240\375R\322`\030\036\230d\240&\242\312\000\021\261\210\003\017\010\267a6\241\002\020\354\205\210\001\355\206\002\024\220\372f\030\230\004\372\247\211\002\047\205 c\260\032\2705\377\300\002\300$\300f\310A\377\310T\320QS\320ST1\330\206\005\"\020\201\206\004\340\020F\010\256\211\005\377?\260!\260;\270d\300\307!\3001\341\210\006e\003\244\001\024\250\253R\250\353\213\002\004\247\212\002Q\367\210\003U\227\230!\230\342\206\002D\221\002\314\206\001\320\357\024&\240a\263\205\001\031\230\021\377\230!\330\020\037\230q\240\361\010\270\206\001\212\207\001\206\214\001E\240\024\240\377W\250A\250S\260\003\260\3775\270\002\270#\270Y\300_b\310\002\310!\277\214\001w\322\214\002\177\010\021\220\032\2301\230\205\210\013""\377\020\320\020\"\240!\2404\267\240w\250\307\207\001\014\025\210\215\002\014_\033\2301\230H\244\206\002\010\266\211\002";
-    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 2355, 3064);
+    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (2865 bytes) */
+static const char cstring[] = "\377 is not \377a slot(t\377ree frag\377ment)).?\377Column(N\377oneNote \377that Cyt\367hon7\001deli\377berately\377 stricte\375r!\001n PEP-\377484 and \377rejects \377subclass\377es of bu\377iltin ty\377pes. If \377you need\237 to p%\000%\tt\177hen set\200\000\337e \047an\263\000at\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_\333\000eb\257etwe<\0001\211\0028\377 scorers\373, \324\000 weig\377ht eachc\376\351\002 index \367out\242\001rang\177edisabl@\000~\002\001gcisen\014\001\377dno defa\377ult __re\377duce__ d\275u\177\002non-\220 v\367ial\033\000cini\367t__n\001id p~\244 kept c\235 \343id\276 \220\001\305\000/fu\363se\263\000\331\000ve.p\363yx\374#\202C.__iF\336 __\006\006l\005\006\010v\327\000|?\000\034\005count8\004\376\324\002HEADROO\377MIN_FLIG\377HTKVKern\253el\000\003.\300\006c\342B_Y_\017\006\373 st\351@_\013\014Z\261#s9\004ga\250@r\253`\337Imple\305aed\377PREFIXTT\177FT__Pyx\001\000\375D\250`_NextR\317ef__\310D\272 __\375d\026\001___fun=c\004\000_getp\003\021\000\317hash\020\001\200#__\357main \001mod;ul9\002namA\002\267 \231_0\004\007\001vt\274AK\001q\207ual\035\005\252E\342\016\304Fe\355x\177\001re\315%__s\227et_]\005s\220\010\214._\357_tes\357@_is\371_\355`\314`ineaa\377boveabs_\377threshol\357dany\361\000spl\377acedasyn\357cio.(\006sbb\256C\000ccl:\000_\352\000t\375r$\000backcl\307ose\253\204\003\371$\345Bdd\372\323`h\000\002_list\216\n\002sdiY\004\000\006\030\002e\377endpoint\237sevic\311\205\002\210\205\003f\247ill:\002\005\001s\013\000t\237ering\325C\216@h\377ighiidid\315s\375 fl\275\205\001\260\205\002in~\273@esitem\000\001\367sjk\341\204\001kind\376\000\001skslope\377kv_usage\340\316\002\240\001\327\002\202\207\001\341\001slo/wmme\310\207\001s\000\004\337\206\001\257enn_\306\003n\262`o\373ut\304 rhead\367_sp\303\000ing_\367pre\263\002toke\337nspop\004\n_s\377rankedre\375l\362\047remoteQ_\274\006\t\004<\023s\234\206\004.\227\206\t{sei\000elfs\310 wset\207\207\004sha\333@\327nap\337@t\272\002sp\377anstarts\377topterms\376\376@owti""e_t\377olerance\377uuncache\277dvalue\000\002s\377wwaiting\366\240\210\003sx\252@ (st\347ruc\357\207\001\342\204\001t_7\275r\330bg_14\204\206\004_\355n\273\207\002_R\356\002 co\376y\000 *, Py_\357ssizq\000, d\377ouble)\000v\207oid!/J\000V-s\n)\377\000distinc\376\234 otals\000s\357ort_\236C\200\001\330\377\004\n\210+\220Q\200\001\377\340\004\030\230\003\2301\230\377A\330\004\026\220f\230H\377\240A\240Q\330\004\007\200\377x\210z\230\026\230u\240\277C\240s\250\"\250\033\000\007\377\200s\210&\220\003\2201\377\330\010\t\330\004\010\210\005\357\210U\220!\n\001\013\2105o\220\001\220\025:\000A\2306\002\373u\210J\000\013\2101\200A\377\200A\330\010\017\210t\220w1\220EJ\000q\240\001\013\003\357y\230\004\230)\000\200A\360\377\010\000\t\035\230O\2501\375\250\006\002\r\210I\220Q\220\277a\330\010\014\210EN\000a\377\220q\330\014\020\220\017\230\377q\240\013\2501\330\014\017\377\210{\230!\2303\230c\377\240\030\250\024\250Q\330\020}\027\035\001\017\210u\220G\276\000\377K\240q\250\003\2504\250\377\177\270a\270q\330\024\030\373\230\0072\003\250C\250t\320\2773I\310\021\310!\007\014\260\377=\300\001\300\024\300X\310\367Q\310a \016G\300q\310\377\004\310O\320[\\\320\\\375]d\004\020\220\006\220a\220\177u\230B\230b\240\001\227\001\275\013\266 C\230t\240\232\000\020\375\220\017\000\017\210r\220\023\220}A\221\006x\220r\230\023\330 \357\020\024\220H\357\000U\240!\337\330\020\023\2204\325\000\024\033\367\2301\340\t\000;\230a\230\377s\240#\240X\250T\260\363\021\330\022\001\034\003{\240$\240\377h\250k\270\021\270#\270\377T\300\034\310W\320TU\377\330\024\027\220t\2307\240\377!\240;\250a\250s\260\377$\260m\3001\300A\330O\030\037\230qO\006\023\rh\212\"\244\036\002\221 \004\271\000\351\000\027\302\000A\377\230S\240\003\2402\240R\377\240t\2503\250b\260\002\367\260!\330\037\005\010\240\001\240\327\025\240a\372!\005\217@e\230\3774\230v\240Q\240c\250\371\022\205@\231B\021\330\010\013\210u4\330@;\214@\022\2403)\001\177\023\220;\230d\240%\205@\373\014\260\366@\016\210g\220TK\230\025\336\000q\305J\255AA\021""\006\276\275Et\2205\230\001\252 B\377\230a\330\020\026\220d\230!%\364@\316\"\r\n\376\0015\233\000{\002\3775\220\002\220$\220c\230\365\024\365`\014o\014\020\220\004\220}BD\000!\330\010\031\230\253\000\367\014\210Au\016D\230\005\230\335Q\273\0024\240r\320`_\270\337D\300\004\300E\250`#\310\353R\310\321 \024\325bH\240O\337\2601\260K\270\014\002F\230\377!\2305\240\004\240F\250\317!\2501\330\320F\252Aa\250\276.\002O\2401\240EI\002A{\270Q\017\020\025\220Q\330\274%\367\017\210v\235$w\240b\250\177\003\2501\200A\360\022\220\205\001\275D\336`\010#\2401\n\001\031o\230\001\330\010\340A\010\036\232 \364\000\002\027\001\340\377 3\210a\210wu\220C\245\205\001\022\220*\321\205\001\316\256\205\014\007\220q\341\001\311\205\007t\230;1\330\251 4\220v\370\000\337@>\273\205\001C\220u\230C\347\206\002\357\002\375E\256D\024\034\230E\240\033\277\250C\250z\270\032\344b\024\365\030\256 U\375`1\330\030\033\362\221`q\276`\366A\034\037\230t\377\2408\2501\250D\260\005\377\260Q\260a\330\034\035\340r\034\002u\311\207\002)\0009\240B\314`\373\034 \325`\033\250H\260A\377\260[\300\005\300Q\300l\337\320RY\320Y\335\205\002\034(\363\250\001\335\204\001\206\001q\330\030\034\373\230D\377be\250;\260g\327\270Z\300\020\000\031\321\206\001\017\240\337q\250\013\2601\207\205\001{\240\375!\365`c\250\030\260\024\260\351Q\264\204\004\325\204\001G\375 K\250q?\260\003\2604\260~b\000\214\000\367 \240\0072\003\260C\260t\217\270;\300aL\001\262\205\001\216\205\002A\357\230U\240\"\236\000b\250\004\377\250B\250b\260\004\260H\377\270A\270T\300\022\3004\377\300\177\320VW\320WX\362\263\206\0015\244\211\001\200\206\001\177\240g\250\350n\000\255\001\245\000E\246\205\001\240q\330\356\202 x\240~\374\000c\270\023\377\270A\330 0\260\001\330\333 !\245!1\330\366\000\005\240mU\255b $\305f \047\204\016\377 )\250\024\320->\270\373b\300:\000$\240D\250\001\377\250\025\250d\260$\260a\377\260s\270\"\270G\3002\257\300X\310^\216\210\004\024\200At\216\353`F\250\047\271\207\001\221J\241\205\001\024\377\240T\250\021\250!\330\034\370\306`\254C*\001C""\240r\250\021\316\020\0014\240t\366\211\001\321\207\0035\240\233\002\240\367\206\007\005\230\340D\376\0472\363\250T\345!\333@\021\026\220c\373\230\021\242\206\001g\230T\240\026\177\240q\250\006\250g\260\346\204\002\374\262f\246\210\0016\240\021\240#\240\375R\231 \030\036\230d\240&\242\312\000\021\276\210\003\017\010\267a6\241\002\020\254\222\210\001\372\206\002\024\220\372f\030\246\213\002U\373\240\047\205 c\260\032\2705\377\300\002\300$\300f\310A\377\310T\320QS\320ST1\330\206\005\"\020\216\206\004\340\020F\010\273\211\005\377?\260!\260;\270d\300\247!\3001\356\210\006\222\214\001U\243\002\024W\250R\250\370\213\002\004\264\212\002Q\204\211\003/U\230!\230\357\206\002D\273\214\003\373\206\001\376\367\213\001E\240\024\240W\250A\373\250S\361`5\270\002\270#\377\270Y\300b\310\002\310!\276\260\214\001w\220a\220z\207 $\357\240f\250A\213\206\020\002\230)?\2404\240w\250ak\003\255\206\001\376\017\0011\330\010\023\2201\220\327D\230\tZ\000X\214\000s\260\375!\356\211\003\177\230a\230t\240\3659\324\214\001\260\307\206\0025\230\n\240\335!A\000y\260\004\364\211\001\021\220\371\032\313\216\002\272\215\t\023\2203\220a\326\266\213\0042\240\314\000\025\344\215\002\014\033\377\2301\230H\240C\240q\356\244\216\001u\220JT\004D\260\001\237\320\004!\240\030\245`\263\216\n\007\376\245\000d\260&\270\005\270S\017\300\n\310!";
+    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 2865, 3805);
     #define __Pyx_DecompressString_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #else /* compression: none (3064 bytes) */
-static const char bytes[] = " is not a slot(tree fragment).?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_notebetween 1 and 8 scorers, one weight eachdisableenablegcisenabledno default __reduce__ due to non-trivial __cinit__scoring/fused_native.pyxHEADROOMIN_FLIGHTKVKernelKernel.__reduce_cython__Kernel.__setstate_cython__Kernel.columnsKernel.gatherPREFIXTTFT__Pyx_PyDict_NextRef__annotate____dict____func____getstate____main____module____name____pyx_state__pyx_vtable____qualname____reduce____reduce_cython____reduce_ex____set_name____setstate____setstate_cython____test___is_coroutineaaboveabs_thresholdany_displacedasyncio.coroutinesbbestccline_in_tracebackcolumncolumnsddepthdepth_listdepthsdisplaceddisplaced_listeendpointseviction_weightffill_listfillsfilteringgathergethighiidin_flightitemsjkkeptkindkindskslopekv_usageline_listline_typelineslowmmetricsmetrics_typenn_depthsoutoverhead_spending_prefill_tokenspopprefill_token_srel_thresholdremote_in_flightremote_pending_prefill_tokenssscoring.fused_nativeseenselfsetdefaultsharesnapshot_typespantermstotalsuuncachedvalueswwaitingweightsx\200\001\330\004\n\210+\220Q\200A\360\010\000\t\035\230O\2501\250A\360\010\000\t\r\210I\220Q\220a\330\010\014\210E\220\025\220a\220q\330\014\020\220\017\230q\240\013\2501\330\014\017\210{\230!\2303\230c\240\030\250\024\250Q\330\020\027\220q\330\014\017\210u\220G\2301\230K\240q\250\003\2504\250\177\270a\270q\330\024\030\230\007\230q\240\013\2501\250C\250t\3203I\310\021\310!\330\024\030\230\007\230q\240\013\2501\250C\250t\260=\300\001\300\024\300X\310Q\310a\330\024\030\230\007\230q\240\013\2501\250C\250t\3203G\300q\310\004\310O\320[\\\320\\]\330\020\027\220q\330\014\020\220\006\220a\220u\230B\230b\240\001\330\014\020\220\013\2301\230C\230t\2401\330\014\020\220\001\330\014\017\210r\220\023\220A\330\020\027\220q\330\014\017\210x\220r\230\023\230A\330\020\024\220H\230A\230U\240!""\330\020\023\2204\220q\330\024\033\2301\340\020\023\220;\230a\230s\240#\240X\250T\260\021\330\024\033\2301\330\020\023\2204\220{\240$\240h\250k\270\021\270#\270T\300\034\310W\320TU\330\024\027\220t\2307\240!\240;\250a\250s\260$\260m\3001\300A\330\030\037\230q\330\020\023\2204\220q\330\024\027\220t\2307\240!\240;\250a\250s\260$\260h\270a\270q\330\030\037\230q\330\024\030\230\004\230B\230a\330\024\027\220u\230A\230S\240\003\2402\240R\240t\2503\250b\260\002\260!\330\030\037\230q\330\024\030\230\010\240\001\240\025\240a\330\014\020\220\005\220Q\220e\2304\230v\240Q\240c\250\022\2501\330\010\014\210E\220\021\330\010\013\2104\210t\220;\230c\240\022\2403\240a\330\014\023\220;\230d\240%\240q\250\014\260A\330\010\016\210g\220T\230\025\230a\230q\330\010\014\210E\220\025\220a\220q\330\014\017\210u\220A\220T\230\025\230a\230q\330\020\027\220q\330\014\017\210t\2205\230\001\230\023\230B\230a\330\020\026\220d\230%\230q\240\001\330\014\017\210t\2205\230\001\230\023\230B\230a\330\020\027\220t\2305\240\001\240\021\330\010\013\2105\220\002\220$\220c\230\024\230Q\330\014\023\220;\230d\240%\240q\250\014\260A\330\010\020\220\004\220B\220d\230!\330\010\031\230\021\330\010\014\210A\330\010\014\210E\220\025\220a\220q\330\014\017\210u\220D\230\005\230Q\230c\240\022\2404\240r\250\024\250_\270D\300\004\300E\310\021\310#\310R\310q\330\020\024\220G\2301\230H\240O\2601\260K\270q\330\020\024\220F\230!\2305\240\004\240F\250!\2501\330\020\024\220H\230A\230U\240$\240h\250a\250q\330\020\024\220O\2401\240E\250\024\250_\270A\270Q\330\020\024\220H\230A\230U\240$\240h\250a\250q\330\020\025\220Q\330\010\014\210E\220\021\330\010\017\210v\220T\230\025\230a\230w\240b\250\003\2501\200A\360\016\000\t\035\230D\240\001\330\010#\2401\360\022\000\t!\240\001\330\010\037\230q\330\010\036\230a\330\010\036\230a\330\010#\2401\340\010\014\210E\220\025\220a\220q\330\014\020\220\007\220q\230\005\230Q\330\010\014\210E\220\025\220a\220t\2301\330\014\023\2204\220v\230Q\230a\330\014\025\220Z\230q\240\001\330\014\017\210u\220C""\220u\230C\230u\240C\240q\330\020\024\220E\230\025\230a\230q\330\024\034\230E\240\033\250C\250z\270\032\3001\300A\330\024\030\230\005\230U\240!\2401\330\030\033\2304\230q\240\003\2403\240a\330\034\037\230t\2408\2501\250D\260\005\260Q\260a\330\034\035\340\030\033\2304\230u\240A\240Q\330\030\033\2309\240B\240a\330\034 \240\001\240\033\250H\260A\260[\300\005\300Q\300l\320RY\320Y\\\320\\]\330\034(\250\001\330\024\027\220u\230C\230q\330\030\034\230D\240\001\240\025\240e\250;\260g\270Z\300q\330\030\031\330\024\030\230\017\240q\250\013\2601\330\024\027\220{\240!\2403\240c\250\030\260\024\260Q\330\030\037\230q\330\024\027\220u\230G\2401\240K\250q\260\003\2604\260~\300Q\300a\330\034 \240\007\240q\250\013\2601\260C\260t\270;\300a\300q\330\030\037\230q\330\024\030\230\004\230A\230U\240\"\240B\240b\250\004\250B\250b\260\004\260H\270A\270T\300\022\3004\300\177\320VW\320WX\330\020\023\2205\230\003\2301\330\024\027\220\177\240g\250Q\330\030(\250\001\330\030\034\230E\240\025\240a\240q\330\034\037\230x\240~\260Q\260c\270\023\270A\330 0\260\001\330 !\330\030\033\2301\330\034 \240\005\240U\250!\2501\330 $\240O\2601\260K\270q\330 \047\240q\250\013\2601\260C\260t\270;\300a\300q\330 )\250\024\320->\270b\300\001\330 $\240D\250\001\250\025\250d\260$\260a\260s\270\"\270G\3002\300X\310^\320[\\\320\\]\330\024\033\2304\230t\2401\240F\250\047\260\021\330\024\030\230\005\230U\240!\2401\330\030\033\2305\240\001\240\024\240T\250\021\250!\330\034#\2401\330\030\033\2304\230t\2401\240C\240r\250\021\330\034#\2404\240t\2501\250A\330\024\027\220t\2305\240\002\240!\330\030\037\230q\330\024\030\230\005\230U\240!\2401\330\030\034\230D\240\001\240\025\240e\2502\250T\260\024\260Q\260a\330\021\026\220c\230\021\330\020\026\220g\230T\240\026\240q\250\006\250g\260Q\330\020\024\220E\230\025\230a\230q\330\024\027\220t\2306\240\021\240#\240R\240q\330\030\036\230d\240&\250\001\250\021\330\024\027\220t\2306\240\021\240#\240R\240q\330\030\037\230t\2406\250\021\250!\330\020\027\220u\230B\230a\330\020\024\220E\230\025""\230a\230q\330\024\030\230\004\230A\230U\240\047\250\025\250c\260\032\2705\300\002\300$\300f\310A\310T\320QS\320ST\330\021\026\220c\230\021\330\020\024\220E\230\025\230a\230q\330\024\030\230\004\230A\230U\240$\240h\250a\250q\340\020\024\220E\230\025\230a\230q\330\024\027\220t\2307\240!\240?\260!\260;\270d\300!\3001\330\030\037\230q\330\024\030\230\004\230A\230U\240&\250\001\250\024\250R\250q\330\014\020\220\004\220H\230A\230Q\330\014\020\220\005\220U\230!\2301\330\020\024\220D\230\004\230A\230Q\330\020\024\320\024&\240a\240q\330\020\031\230\021\230!\330\020\037\230q\240\010\250\003\2501\330\020\024\220G\2301\230E\240\024\240W\250A\250S\260\003\2605\270\002\270#\270Y\300b\310\002\310!\330\014\017\210w\220a\220q\330\010\021\220\032\2301\230A\330\010\014\210E\220\025\220a\220q\330\014\020\320\020\"\240!\2404\240w\250a\250q\330\014\025\220Q\220a\330\014\033\2301\230H\240C\240q\330\010\017\210u\220A";
+    #else /* compression: none (3805 bytes) */
+static const char bytes[] = " is not a slot(tree fragment)).?Column(NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_notebetween 1 and 8 scorers, one weight eachcolumn index out of rangedisableenablegcisenabledno default __reduce__ due to non-trivial __cinit__one id per kept candidatescoring/fused_native.pyxColumnColumn.__iter__Column.__reduce__Column.__reversed__Column.countColumn.indexHEADROOMIN_FLIGHTKVKernelKernel.__reduce_cython__Kernel.__setstate_cython__Kernel.columnsKernel.gatherNotImplementedPREFIXTTFT__Pyx_PyDict_NextRef__annotate____dict____func____getstate____hash____iter____main____module____name____pyx_state__pyx_vtable____qualname____reduce____reduce_cython____reduce_ex____reversed____set_name____setstate____setstate_cython____test___is_coroutineaaboveabs_thresholdany_displacedasyncio.coroutinesbbestccline_in_tracebackclosecolumncolumnscountddepthdepth_listdepthsdisplaceddisplaced_listeendpointseviction_weightfill_listfillsfilteringgathergethighiididsin_flightindexindicesitemitemsjkkeptkindkindskslopekv_usageline_listline_typelineslowmmetricsmetrics_typenn_depthsnextoutoverhead_spending_prefill_tokenspopprefill_token_srankedrel_thresholdremote_in_flightremote_pending_prefill_tokenssscoring.fused_nativeseenselfsendsetdefaultsharesnapshot_typespanstartstoptermsthrowtie_toleranceuuncachedvaluevalueswwaitingweightsxint (struct __pyx_t_7routing_14columns_native_Ranked const *, Py_ssize_t, double)\000void (struct __pyx_t_7routing_14columns_native_Ranked *, struct __pyx_t_7routing_14columns_native_Ranked *, Py_ssize_t)\000distinct_totals\000sort_ranked\200\001\330\004\n\210+\220Q\200\001\340\004\030\230\003\2301\230A\330\004\026\220f\230H\240A\240Q\330\004\007\200x\210z\230\026\230u\240C\240s\250\"\250A\330\004\007\200s\210&\220\003\2201\330\010\t\330\004\010\210\005\210U\220!\2201\330\010\013\2105\220\001\220\025\220f\230A\230Q\330\004\007\200u""\210A\330\004\013\2101\200A\200A\330\010\017\210t\2201\220E\230\026\230q\240\001\200A\330\010\017\210y\230\004\230A\230Q\200A\360\010\000\t\035\230O\2501\250A\360\010\000\t\r\210I\220Q\220a\330\010\014\210E\220\025\220a\220q\330\014\020\220\017\230q\240\013\2501\330\014\017\210{\230!\2303\230c\240\030\250\024\250Q\330\020\027\220q\330\014\017\210u\220G\2301\230K\240q\250\003\2504\250\177\270a\270q\330\024\030\230\007\230q\240\013\2501\250C\250t\3203I\310\021\310!\330\024\030\230\007\230q\240\013\2501\250C\250t\260=\300\001\300\024\300X\310Q\310a\330\024\030\230\007\230q\240\013\2501\250C\250t\3203G\300q\310\004\310O\320[\\\320\\]\330\020\027\220q\330\014\020\220\006\220a\220u\230B\230b\240\001\330\014\020\220\013\2301\230C\230t\2401\330\014\020\220\001\330\014\017\210r\220\023\220A\330\020\027\220q\330\014\017\210x\220r\230\023\230A\330\020\024\220H\230A\230U\240!\330\020\023\2204\220q\330\024\033\2301\340\020\023\220;\230a\230s\240#\240X\250T\260\021\330\024\033\2301\330\020\023\2204\220{\240$\240h\250k\270\021\270#\270T\300\034\310W\320TU\330\024\027\220t\2307\240!\240;\250a\250s\260$\260m\3001\300A\330\030\037\230q\330\020\023\2204\220q\330\024\027\220t\2307\240!\240;\250a\250s\260$\260h\270a\270q\330\030\037\230q\330\024\030\230\004\230B\230a\330\024\027\220u\230A\230S\240\003\2402\240R\240t\2503\250b\260\002\260!\330\030\037\230q\330\024\030\230\010\240\001\240\025\240a\330\014\020\220\005\220Q\220e\2304\230v\240Q\240c\250\022\2501\330\010\014\210E\220\021\330\010\013\2104\210t\220;\230c\240\022\2403\240a\330\014\023\220;\230d\240%\240q\250\014\260A\330\010\016\210g\220T\230\025\230a\230q\330\010\014\210E\220\025\220a\220q\330\014\017\210u\220A\220T\230\025\230a\230q\330\020\027\220q\330\014\017\210t\2205\230\001\230\023\230B\230a\330\020\026\220d\230%\230q\240\001\330\014\017\210t\2205\230\001\230\023\230B\230a\330\020\027\220t\2305\240\001\240\021\330\010\013\2105\220\002\220$\220c\230\024\230Q\330\014\023\220;\230d\240%\240q\250\014\260A\330\010\020\220\004""\220B\220d\230!\330\010\031\230\021\330\010\014\210A\330\010\014\210E\220\025\220a\220q\330\014\017\210u\220D\230\005\230Q\230c\240\022\2404\240r\250\024\250_\270D\300\004\300E\310\021\310#\310R\310q\330\020\024\220G\2301\230H\240O\2601\260K\270q\330\020\024\220F\230!\2305\240\004\240F\250!\2501\330\020\024\220H\230A\230U\240$\240h\250a\250q\330\020\024\220O\2401\240E\250\024\250_\270A\270Q\330\020\024\220H\230A\230U\240$\240h\250a\250q\330\020\025\220Q\330\010\014\210E\220\021\330\010\017\210v\220T\230\025\230a\230w\240b\250\003\2501\200A\360\022\000\t\035\230D\240\001\330\010#\2401\360\022\000\t\031\230\001\330\010\037\230q\330\010\036\230a\330\010\036\230a\330\010#\2401\340\010\013\2103\210a\210u\220C\220q\330\014\022\220*\230A\230Q\330\010\014\210E\220\025\220a\220q\330\014\020\220\007\220q\230\005\230Q\330\010\014\210E\220\025\220a\220t\2301\330\014\023\2204\220v\230Q\230a\330\014\017\210u\220C\220u\230C\230u\240C\240q\330\020\024\220E\230\025\230a\230q\330\024\034\230E\240\033\250C\250z\270\032\3001\300A\330\024\030\230\005\230U\240!\2401\330\030\033\2304\230q\240\003\2403\240a\330\034\037\230t\2408\2501\250D\260\005\260Q\260a\330\034\035\340\030\033\2304\230u\240A\240Q\330\030\033\2309\240B\240a\330\034 \240\001\240\033\250H\260A\260[\300\005\300Q\300l\320RY\320Y\\\320\\]\330\034(\250\001\330\024\027\220u\230C\230q\330\030\034\230D\240\001\240\025\240e\250;\260g\270Z\300q\330\030\031\330\024\030\230\017\240q\250\013\2601\330\024\027\220{\240!\2403\240c\250\030\260\024\260Q\330\030\037\230q\330\024\027\220u\230G\2401\240K\250q\260\003\2604\260~\300Q\300a\330\034 \240\007\240q\250\013\2601\260C\260t\270;\300a\300q\330\030\037\230q\330\024\030\230\004\230A\230U\240\"\240B\240b\250\004\250B\250b\260\004\260H\270A\270T\300\022\3004\300\177\320VW\320WX\330\020\023\2205\230\003\2301\330\024\027\220\177\240g\250Q\330\030(\250\001\330\030\034\230E\240\025\240a\240q\330\034\037\230x\240~\260Q\260c\270\023\270A\330 0\260\001\330 !\330\030\033\2301\330\034 \240\005\240U""\250!\2501\330 $\240O\2601\260K\270q\330 \047\240q\250\013\2601\260C\260t\270;\300a\300q\330 )\250\024\320->\270b\300\001\330 $\240D\250\001\250\025\250d\260$\260a\260s\270\"\270G\3002\300X\310^\320[\\\320\\]\330\024\033\2304\230t\2401\240F\250\047\260\021\330\024\030\230\005\230U\240!\2401\330\030\033\2305\240\001\240\024\240T\250\021\250!\330\034#\2401\330\030\033\2304\230t\2401\240C\240r\250\021\330\034#\2404\240t\2501\250A\330\024\027\220t\2305\240\002\240!\330\030\037\230q\330\024\030\230\005\230U\240!\2401\330\030\034\230D\240\001\240\025\240e\2502\250T\260\024\260Q\260a\330\021\026\220c\230\021\330\020\026\220g\230T\240\026\240q\250\006\250g\260Q\330\020\024\220E\230\025\230a\230q\330\024\027\220t\2306\240\021\240#\240R\240q\330\030\036\230d\240&\250\001\250\021\330\024\027\220t\2306\240\021\240#\240R\240q\330\030\037\230t\2406\250\021\250!\330\020\027\220u\230B\230a\330\020\024\220E\230\025\230a\230q\330\024\030\230\004\230A\230U\240\047\250\025\250c\260\032\2705\300\002\300$\300f\310A\310T\320QS\320ST\330\021\026\220c\230\021\330\020\024\220E\230\025\230a\230q\330\024\030\230\004\230A\230U\240$\240h\250a\250q\340\020\024\220E\230\025\230a\230q\330\024\027\220t\2307\240!\240?\260!\260;\270d\300!\3001\330\030\037\230q\330\024\030\230\004\230A\230U\240&\250\001\250\024\250R\250q\330\014\020\220\004\220H\230A\230Q\330\014\020\220\005\220U\230!\2301\330\020\024\220D\230\004\230A\230Q\330\020\024\220G\2301\230E\240\024\240W\250A\250S\260\003\2605\270\002\270#\270Y\300b\310\002\310!\330\014\017\210w\220a\220z\240\021\240$\240f\250A\330\010\014\210E\220\025\220a\220q\330\014\020\220\007\220q\230\002\230)\2404\240w\250a\250q\330\014\020\220\007\220q\230\002\230)\2401\330\010\023\2201\220D\230\t\240\024\240X\250R\250s\260!\330\010\013\2104\210\177\230a\230t\2409\250C\250t\2601\330\014\023\2205\230\n\240!\2404\240y\260\004\260A\330\010\021\220\032\2301\230A\330\010\014\210E\220\025\220a\220q\330\014\023\2203\220a\220t\2307\240!\2402\240Q\330\014\025\220Q\220a\330\014""\033\2301\230H\240C\240q\330\010\017\210u\220J\230a\230t\2409\250D\260\001\320\004!\240\030\250\021\330\010\017\210t\2201\220E\230\026\230q\240\007\240w\250d\260&\270\005\270S\300\n\310!";
     PyObject *data = NULL;
     #define __Pyx_DecompressString_UNUSED
     #define __Pyx_DecompressString_LZSS_UNUSED
     #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 115; i++) {
+    for (int i = 0; i < 141; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
-      if (likely(string) && i >= 14) PyUnicode_InternInPlace(&string);
+      if (likely(string) && i >= 18) PyUnicode_InternInPlace(&string);
       if (unlikely(!string)) {
         Py_XDECREF(data);
         __PYX_ERR(0, 1, __pyx_L1_error)
@@ -9102,8 +12614,8 @@ static const char bytes[] = " is not a slot(tree fragment).?NoneNote that Cython
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 115; i < 118; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-115].length;
+    for (int i = 141; i < 150; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-141].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -9113,15 +12625,15 @@ static const char bytes[] = " is not a slot(tree fragment).?NoneNote that Cython
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 118; i++) {
+    for (Py_ssize_t i = 0; i < 150; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 115;
-      for (Py_ssize_t i=0; i<3; ++i) {
+      PyObject **table = stringtab + 141;
+      for (Py_ssize_t i=0; i<9; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
         #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
@@ -9208,24 +12720,54 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   PyObject* tuple_dedup_map = PyDict_New();
   if (unlikely(!tuple_dedup_map)) return -1;
   {
-    const __Pyx_PyCode_New_function_description descr = {2, 0, 0, 14, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 188};
-    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_endpoints, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_j, __pyx_mstate->__pyx_n_u_e, __pyx_mstate->__pyx_n_u_m, __pyx_mstate->__pyx_n_u_a, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_low, __pyx_mstate->__pyx_n_u_high, __pyx_mstate->__pyx_n_u_above, __pyx_mstate->__pyx_n_u_kept};
-    __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_gather, __pyx_mstate->__pyx_kp_b_iso88591_A_O1A_IQa_E_aq_q_1_3c_Q_q_uG1Kq, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
+    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 2, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS|CO_GENERATOR), 128};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_i};
+    __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_iter, __pyx_mstate->__pyx_kp_b_iso88591_A, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {6, 0, 0, 35, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 266};
-    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_depths, __pyx_mstate->__pyx_n_u_lines, __pyx_mstate->__pyx_n_u_fills, __pyx_mstate->__pyx_n_u_displaced, __pyx_mstate->__pyx_n_u_terms, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_d, __pyx_mstate->__pyx_n_u_n_depths, __pyx_mstate->__pyx_n_u_seen, __pyx_mstate->__pyx_n_u_uncached, __pyx_mstate->__pyx_n_u_share, __pyx_mstate->__pyx_n_u_depth, __pyx_mstate->__pyx_n_u_u, __pyx_mstate->__pyx_n_u_s, __pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_best, __pyx_mstate->__pyx_n_u_low, __pyx_mstate->__pyx_n_u_high, __pyx_mstate->__pyx_n_u_span, __pyx_mstate->__pyx_n_u_kslope, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_any_displaced, __pyx_mstate->__pyx_n_u_c, __pyx_mstate->__pyx_n_u_f, __pyx_mstate->__pyx_n_u_column, __pyx_mstate->__pyx_n_u_out, __pyx_mstate->__pyx_n_u_totals, __pyx_mstate->__pyx_n_u_depth_list, __pyx_mstate->__pyx_n_u_line_list, __pyx_mstate->__pyx_n_u_fill_list, __pyx_mstate->__pyx_n_u_displaced_list, __pyx_mstate->__pyx_n_u_kind};
-    __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_columns, __pyx_mstate->__pyx_kp_b_iso88591_A_D_1_q_a_a_1_E_aq_q_Q_E_at1_4vQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
+    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 2, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS|CO_GENERATOR), 133};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_i};
+    __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_reversed, __pyx_mstate->__pyx_kp_b_iso88591_A, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 4, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 141};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_value, __pyx_mstate->__pyx_n_u_start, __pyx_mstate->__pyx_n_u_stop};
+    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_index, __pyx_mstate->__pyx_kp_b_iso88591_t1E_q_wd_S, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {2, 0, 0, 2, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 144};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_value};
+    __pyx_mstate_global->__pyx_codeobj_tab[3] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_kp_b_iso88591_A_t1E_q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[3])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 157};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self};
+    __pyx_mstate_global->__pyx_codeobj_tab[4] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_reduce, __pyx_mstate->__pyx_kp_b_iso88591_A_y_AQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[4])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 4, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 161};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_values, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_out};
+    __pyx_mstate_global->__pyx_codeobj_tab[5] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_column, __pyx_mstate->__pyx_kp_b_iso88591_1A_fHAQ_xz_uCs_A_s_1_U_1_5_fAQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[5])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {2, 0, 0, 14, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 282};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_endpoints, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_j, __pyx_mstate->__pyx_n_u_e, __pyx_mstate->__pyx_n_u_m, __pyx_mstate->__pyx_n_u_a, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_low, __pyx_mstate->__pyx_n_u_high, __pyx_mstate->__pyx_n_u_above, __pyx_mstate->__pyx_n_u_kept};
+    __pyx_mstate_global->__pyx_codeobj_tab[6] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_gather, __pyx_mstate->__pyx_kp_b_iso88591_A_O1A_IQa_E_aq_q_1_3c_Q_q_uG1Kq, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[6])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {7, 0, 0, 35, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 360};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_ids, __pyx_mstate->__pyx_n_u_depths, __pyx_mstate->__pyx_n_u_lines, __pyx_mstate->__pyx_n_u_fills, __pyx_mstate->__pyx_n_u_displaced, __pyx_mstate->__pyx_n_u_terms, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_d, __pyx_mstate->__pyx_n_u_n_depths, __pyx_mstate->__pyx_n_u_seen, __pyx_mstate->__pyx_n_u_uncached, __pyx_mstate->__pyx_n_u_share, __pyx_mstate->__pyx_n_u_depth, __pyx_mstate->__pyx_n_u_u, __pyx_mstate->__pyx_n_u_s, __pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_best, __pyx_mstate->__pyx_n_u_low, __pyx_mstate->__pyx_n_u_high, __pyx_mstate->__pyx_n_u_span, __pyx_mstate->__pyx_n_u_kslope, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_any_displaced, __pyx_mstate->__pyx_n_u_c, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_out, __pyx_mstate->__pyx_n_u_ranked, __pyx_mstate->__pyx_n_u_depth_list, __pyx_mstate->__pyx_n_u_line_list, __pyx_mstate->__pyx_n_u_fill_list, __pyx_mstate->__pyx_n_u_displaced_list, __pyx_mstate->__pyx_n_u_kind};
+    __pyx_mstate_global->__pyx_codeobj_tab[7] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_scoring_fused_native_pyx, __pyx_mstate->__pyx_n_u_columns, __pyx_mstate->__pyx_kp_b_iso88591_A_D_1_q_a_a_1_3auCq_AQ_E_aq_q_Q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[7])) goto bad;
   }
   {
     const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 1};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self};
-    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_tree_fragment, __pyx_mstate->__pyx_n_u_reduce_cython, __pyx_mstate->__pyx_kp_b_iso88591_Q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
+    __pyx_mstate_global->__pyx_codeobj_tab[8] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_tree_fragment, __pyx_mstate->__pyx_n_u_reduce_cython, __pyx_mstate->__pyx_kp_b_iso88591_Q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[8])) goto bad;
   }
   {
     const __Pyx_PyCode_New_function_description descr = {2, 0, 0, 2, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 3};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_pyx_state};
-    __pyx_mstate_global->__pyx_codeobj_tab[3] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_tree_fragment, __pyx_mstate->__pyx_n_u_setstate_cython, __pyx_mstate->__pyx_kp_b_iso88591_Q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[3])) goto bad;
+    __pyx_mstate_global->__pyx_codeobj_tab[9] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_tree_fragment, __pyx_mstate->__pyx_n_u_setstate_cython, __pyx_mstate->__pyx_kp_b_iso88591_Q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[9])) goto bad;
   }
   Py_DECREF(tuple_dedup_map);
   return 0;
@@ -9285,6 +12827,11 @@ static int __Pyx_InitGlobals(void) {
   
   if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 1, __pyx_L1_error)
 
+  /* Generator.init */
+  if (likely(__pyx_Generator_init(__pyx_m) == 0)); else
+  
+  if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 1, __pyx_L1_error)
+
   return 0;
   __pyx_L1_error:;
   return -1;
@@ -9338,6 +12885,246 @@ end:
     return (__Pyx_RefNannyAPIStruct *)r;
 }
 #endif
+
+/* FastTypeChecks (used by GivenExceptionMatches) */
+#if CYTHON_COMPILING_IN_CPYTHON
+static int __Pyx_InBases(PyTypeObject *a, PyTypeObject *b) {
+    while (a) {
+        a = __Pyx_PyType_GetSlot(a, tp_base, PyTypeObject*);
+        if (a == b)
+            return 1;
+    }
+    return b == &PyBaseObject_Type;
+}
+static CYTHON_INLINE int __Pyx_IsSubtype(PyTypeObject *a, PyTypeObject *b) {
+    PyObject *mro;
+    if (a == b) return 1;
+    mro = a->tp_mro;
+    if (likely(mro)) {
+        Py_ssize_t i, n;
+        n = PyTuple_GET_SIZE(mro);
+        for (i = 0; i < n; i++) {
+            if (PyTuple_GET_ITEM(mro, i) == (PyObject *)b)
+                return 1;
+        }
+        return 0;
+    }
+    return __Pyx_InBases(a, b);
+}
+static CYTHON_INLINE int __Pyx_IsAnySubtype2(PyTypeObject *cls, PyTypeObject *a, PyTypeObject *b) {
+    PyObject *mro;
+    if (cls == a || cls == b) return 1;
+    mro = cls->tp_mro;
+    if (likely(mro)) {
+        Py_ssize_t i, n;
+        n = PyTuple_GET_SIZE(mro);
+        for (i = 0; i < n; i++) {
+            PyObject *base = PyTuple_GET_ITEM(mro, i);
+            if (base == (PyObject *)a || base == (PyObject *)b)
+                return 1;
+        }
+        return 0;
+    }
+    return __Pyx_InBases(cls, a) || __Pyx_InBases(cls, b);
+}
+#endif
+
+/* PyErrFetchRestore (used by GivenExceptionMatches) */
+#if CYTHON_FAST_THREAD_STATE
+static CYTHON_INLINE void __Pyx_ErrRestoreInState(PyThreadState *tstate, PyObject *type, PyObject *value, PyObject *tb) {
+#if PY_VERSION_HEX >= 0x030C00A6
+    PyObject *tmp_value;
+    assert(type == NULL || (value != NULL && type == (PyObject*) Py_TYPE(value)));
+    if (value) {
+        #if CYTHON_COMPILING_IN_CPYTHON
+        if (unlikely(((PyBaseExceptionObject*) value)->traceback != tb))
+        #endif
+            PyException_SetTraceback(value, tb);
+    }
+    tmp_value = tstate->current_exception;
+    tstate->current_exception = value;
+    Py_XDECREF(tmp_value);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+#else
+    PyObject *tmp_type, *tmp_value, *tmp_tb;
+    tmp_type = tstate->curexc_type;
+    tmp_value = tstate->curexc_value;
+    tmp_tb = tstate->curexc_traceback;
+    tstate->curexc_type = type;
+    tstate->curexc_value = value;
+    tstate->curexc_traceback = tb;
+    Py_XDECREF(tmp_type);
+    Py_XDECREF(tmp_value);
+    Py_XDECREF(tmp_tb);
+#endif
+}
+static CYTHON_INLINE void __Pyx_ErrFetchInState(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb) {
+#if PY_VERSION_HEX >= 0x030C00A6
+    PyObject* exc_value;
+    exc_value = tstate->current_exception;
+    tstate->current_exception = 0;
+    *value = exc_value;
+    *type = NULL;
+    *tb = NULL;
+    if (exc_value) {
+        *type = (PyObject*) Py_TYPE(exc_value);
+        Py_INCREF(*type);
+        #if CYTHON_COMPILING_IN_CPYTHON
+        *tb = ((PyBaseExceptionObject*) exc_value)->traceback;
+        Py_XINCREF(*tb);
+        #else
+        *tb = PyException_GetTraceback(exc_value);
+        #endif
+    }
+#else
+    *type = tstate->curexc_type;
+    *value = tstate->curexc_value;
+    *tb = tstate->curexc_traceback;
+    tstate->curexc_type = 0;
+    tstate->curexc_value = 0;
+    tstate->curexc_traceback = 0;
+#endif
+}
+#endif
+
+/* GivenExceptionMatches (used by PyErrExceptionMatches) */
+#if CYTHON_COMPILING_IN_CPYTHON
+static CYTHON_INLINE int __Pyx_inner_PyErr_GivenExceptionMatches2(PyObject *err, PyObject* exc_type1, PyObject *exc_type2) {
+    if (exc_type1) {
+        return __Pyx_IsAnySubtype2((PyTypeObject*)err, (PyTypeObject*)exc_type1, (PyTypeObject*)exc_type2);
+    } else {
+        return __Pyx_IsSubtype((PyTypeObject*)err, (PyTypeObject*)exc_type2);
+    }
+}
+static int __Pyx_PyErr_GivenExceptionMatchesTuple(PyObject *exc_type, PyObject *tuple) {
+    Py_ssize_t i, n;
+    assert(PyExceptionClass_Check(exc_type));
+    n = PyTuple_GET_SIZE(tuple);
+    for (i=0; i<n; i++) {
+        if (exc_type == PyTuple_GET_ITEM(tuple, i)) return 1;
+    }
+    for (i=0; i<n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(tuple, i);
+        if (likely(PyExceptionClass_Check(t))) {
+            if (__Pyx_inner_PyErr_GivenExceptionMatches2(exc_type, NULL, t)) return 1;
+        } else {
+        }
+    }
+    return 0;
+}
+static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches(PyObject *err, PyObject* exc_type) {
+    if (likely(err == exc_type)) return 1;
+    if (likely(PyExceptionClass_Check(err))) {
+        if (likely(PyExceptionClass_Check(exc_type))) {
+            return __Pyx_inner_PyErr_GivenExceptionMatches2(err, NULL, exc_type);
+        } else if (likely(PyTuple_Check(exc_type))) {
+            return __Pyx_PyErr_GivenExceptionMatchesTuple(err, exc_type);
+        } else {
+        }
+    }
+    return PyErr_GivenExceptionMatches(err, exc_type);
+}
+static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *exc_type1, PyObject *exc_type2) {
+    assert(PyExceptionClass_Check(exc_type1));
+    assert(PyExceptionClass_Check(exc_type2));
+    if (likely(err == exc_type1 || err == exc_type2)) return 1;
+    if (likely(PyExceptionClass_Check(err))) {
+        return __Pyx_inner_PyErr_GivenExceptionMatches2(err, exc_type1, exc_type2);
+    }
+    return (PyErr_GivenExceptionMatches(err, exc_type1) || PyErr_GivenExceptionMatches(err, exc_type2));
+}
+#endif
+
+/* PyErrExceptionMatches (used by PyObjectGetAttrStrNoError) */
+#if CYTHON_FAST_THREAD_STATE
+static int __Pyx_PyErr_ExceptionMatchesTuple(PyObject *exc_type, PyObject *tuple) {
+    Py_ssize_t i, n;
+    n = PyTuple_GET_SIZE(tuple);
+    for (i=0; i<n; i++) {
+        if (exc_type == PyTuple_GET_ITEM(tuple, i)) return 1;
+    }
+    for (i=0; i<n; i++) {
+        if (__Pyx_PyErr_GivenExceptionMatches(exc_type, PyTuple_GET_ITEM(tuple, i))) return 1;
+    }
+    return 0;
+}
+static CYTHON_INLINE int __Pyx_PyErr_ExceptionMatchesInState(PyThreadState* tstate, PyObject* err) {
+    int result;
+    PyObject *exc_type;
+#if PY_VERSION_HEX >= 0x030C00A6
+    PyObject *current_exception = tstate->current_exception;
+    if (unlikely(!current_exception)) return 0;
+    exc_type = (PyObject*) Py_TYPE(current_exception);
+    if (exc_type == err) return 1;
+#else
+    exc_type = tstate->curexc_type;
+    if (exc_type == err) return 1;
+    if (unlikely(!exc_type)) return 0;
+#endif
+    #if CYTHON_AVOID_BORROWED_REFS
+    Py_INCREF(exc_type);
+    #endif
+    if (unlikely(PyTuple_Check(err))) {
+        result = __Pyx_PyErr_ExceptionMatchesTuple(exc_type, err);
+    } else {
+        result = __Pyx_PyErr_GivenExceptionMatches(exc_type, err);
+    }
+    #if CYTHON_AVOID_BORROWED_REFS
+    Py_DECREF(exc_type);
+    #endif
+    return result;
+}
+#endif
+
+/* PyObjectGetAttrStr (used by PyObjectGetAttrStrNoError) */
+#if CYTHON_USE_TYPE_SLOTS
+static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStr(PyObject* obj, PyObject* attr_name) {
+    PyTypeObject* tp = Py_TYPE(obj);
+    if (likely(tp->tp_getattro))
+        return tp->tp_getattro(obj, attr_name);
+    return PyObject_GetAttr(obj, attr_name);
+}
+#endif
+
+/* PyObjectGetAttrStrNoError (used by GetBuiltinName) */
+#if __PYX_LIMITED_VERSION_HEX < 0x030d0000
+static void __Pyx_PyObject_GetAttrStr_ClearAttributeError(void) {
+    __Pyx_PyThreadState_declare
+    __Pyx_PyThreadState_assign
+    if (likely(__Pyx_PyErr_ExceptionMatches(PyExc_AttributeError)))
+        __Pyx_PyErr_Clear();
+}
+#endif
+static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStrNoError(PyObject* obj, PyObject* attr_name) {
+    PyObject *result;
+#if __PYX_LIMITED_VERSION_HEX >= 0x030d0000
+    (void) PyObject_GetOptionalAttr(obj, attr_name, &result);
+    return result;
+#else
+#if CYTHON_COMPILING_IN_CPYTHON && CYTHON_USE_TYPE_SLOTS
+    PyTypeObject* tp = Py_TYPE(obj);
+    if (likely(tp->tp_getattro == PyObject_GenericGetAttr)) {
+        return _PyObject_GenericGetAttrWithDict(obj, attr_name, NULL, 1);
+    }
+#endif
+    result = __Pyx_PyObject_GetAttrStr(obj, attr_name);
+    if (unlikely(!result)) {
+        __Pyx_PyObject_GetAttrStr_ClearAttributeError();
+    }
+    return result;
+#endif
+}
+
+/* GetBuiltinName */
+static PyObject *__Pyx_GetBuiltinName(PyObject *name) {
+    PyObject* result = __Pyx_PyObject_GetAttrStrNoError(__pyx_mstate_global->__pyx_b, name);
+    if (unlikely(!result) && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_NameError,
+            "name '%U' is not defined", name);
+    }
+    return result;
+}
 
 /* PyObjectCompare */
 #if CYTHON_USE_PYLONG_INTERNALS
@@ -9505,65 +13292,6 @@ __pyx_return_false:
     return 0;
 }
 
-/* PyErrFetchRestore (used by WriteUnraisableException) */
-#if CYTHON_FAST_THREAD_STATE
-static CYTHON_INLINE void __Pyx_ErrRestoreInState(PyThreadState *tstate, PyObject *type, PyObject *value, PyObject *tb) {
-#if PY_VERSION_HEX >= 0x030C00A6
-    PyObject *tmp_value;
-    assert(type == NULL || (value != NULL && type == (PyObject*) Py_TYPE(value)));
-    if (value) {
-        #if CYTHON_COMPILING_IN_CPYTHON
-        if (unlikely(((PyBaseExceptionObject*) value)->traceback != tb))
-        #endif
-            PyException_SetTraceback(value, tb);
-    }
-    tmp_value = tstate->current_exception;
-    tstate->current_exception = value;
-    Py_XDECREF(tmp_value);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-#else
-    PyObject *tmp_type, *tmp_value, *tmp_tb;
-    tmp_type = tstate->curexc_type;
-    tmp_value = tstate->curexc_value;
-    tmp_tb = tstate->curexc_traceback;
-    tstate->curexc_type = type;
-    tstate->curexc_value = value;
-    tstate->curexc_traceback = tb;
-    Py_XDECREF(tmp_type);
-    Py_XDECREF(tmp_value);
-    Py_XDECREF(tmp_tb);
-#endif
-}
-static CYTHON_INLINE void __Pyx_ErrFetchInState(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb) {
-#if PY_VERSION_HEX >= 0x030C00A6
-    PyObject* exc_value;
-    exc_value = tstate->current_exception;
-    tstate->current_exception = 0;
-    *value = exc_value;
-    *type = NULL;
-    *tb = NULL;
-    if (exc_value) {
-        *type = (PyObject*) Py_TYPE(exc_value);
-        Py_INCREF(*type);
-        #if CYTHON_COMPILING_IN_CPYTHON
-        *tb = ((PyBaseExceptionObject*) exc_value)->traceback;
-        Py_XINCREF(*tb);
-        #else
-        *tb = PyException_GetTraceback(exc_value);
-        #endif
-    }
-#else
-    *type = tstate->curexc_type;
-    *value = tstate->curexc_value;
-    *tb = tstate->curexc_traceback;
-    tstate->curexc_type = 0;
-    tstate->curexc_value = 0;
-    tstate->curexc_traceback = 0;
-#endif
-}
-#endif
-
 /* WriteUnraisableException */
 static void __Pyx_WriteUnraisable(const char *name, int clineno,
                                   int lineno, const char *filename,
@@ -9599,16 +13327,6 @@ static void __Pyx_WriteUnraisable(const char *name, int clineno,
     if (nogil)
         PyGILState_Release(state);
 }
-
-/* PyObjectGetAttrStr */
-#if CYTHON_USE_TYPE_SLOTS
-static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStr(PyObject* obj, PyObject* attr_name) {
-    PyTypeObject* tp = Py_TYPE(obj);
-    if (likely(tp->tp_getattro))
-        return tp->tp_getattro(obj, attr_name);
-    return PyObject_GetAttr(obj, attr_name);
-}
-#endif
 
 /* PyObjectCall (used by PyObjectFastCall) */
 #if CYTHON_COMPILING_IN_CPYTHON
@@ -9749,49 +13467,6 @@ static PyObject *__Pyx_PyObject_FastCallMethod(PyObject *name, PyObject *const *
     result = __Pyx_PyObject_FastCall(attr, args+1, nargsf - 1);
     Py_DECREF(attr);
     return result;
-}
-#endif
-
-/* FastTypeChecks (used by PyTypeError_Check) */
-#if CYTHON_COMPILING_IN_CPYTHON
-static int __Pyx_InBases(PyTypeObject *a, PyTypeObject *b) {
-    while (a) {
-        a = __Pyx_PyType_GetSlot(a, tp_base, PyTypeObject*);
-        if (a == b)
-            return 1;
-    }
-    return b == &PyBaseObject_Type;
-}
-static CYTHON_INLINE int __Pyx_IsSubtype(PyTypeObject *a, PyTypeObject *b) {
-    PyObject *mro;
-    if (a == b) return 1;
-    mro = a->tp_mro;
-    if (likely(mro)) {
-        Py_ssize_t i, n;
-        n = PyTuple_GET_SIZE(mro);
-        for (i = 0; i < n; i++) {
-            if (PyTuple_GET_ITEM(mro, i) == (PyObject *)b)
-                return 1;
-        }
-        return 0;
-    }
-    return __Pyx_InBases(a, b);
-}
-static CYTHON_INLINE int __Pyx_IsAnySubtype2(PyTypeObject *cls, PyTypeObject *a, PyTypeObject *b) {
-    PyObject *mro;
-    if (cls == a || cls == b) return 1;
-    mro = cls->tp_mro;
-    if (likely(mro)) {
-        Py_ssize_t i, n;
-        n = PyTuple_GET_SIZE(mro);
-        for (i = 0; i < n; i++) {
-            PyObject *base = PyTuple_GET_ITEM(mro, i);
-            if (base == (PyObject *)a || base == (PyObject *)b)
-                return 1;
-        }
-        return 0;
-    }
-    return __Pyx_InBases(cls, a) || __Pyx_InBases(cls, b);
 }
 #endif
 
@@ -10382,6 +14057,169 @@ static void __Pyx_RejectKeywords(const char* function_name, PyObject *kwds) {
     }
 }
 
+/* ListAppendAndDecrefInternal (used by ListCompAppendAndDecref) */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE void __Pyx__ListComp_AppendAndDecref(PyObject* list, Py_ssize_t len, PyObject* x) {
+    PyList_SET_ITEM(list, len, x);
+    Py_SET_SIZE(list, len + 1);
+}
+#endif
+
+/* ListCompAppendAndDecref */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE int __Pyx_ListComp_AppendAndDecref(PyObject* list, PyObject* x) {
+    PyListObject* L = (PyListObject*) list;
+    Py_ssize_t len = Py_SIZE(list);
+    if (likely(L->allocated > len)) {
+        __Pyx__ListComp_AppendAndDecref(list, len, x);
+        return 0;
+    }
+    int result = PyList_Append(list, x);
+    Py_DECREF(x);
+    return result;
+}
+#else
+static CYTHON_INLINE int __Pyx_ListComp_AppendAndDecref(PyObject* list, PyObject* x) {
+    int result = PyList_Append(list, x);
+    Py_DECREF(x);
+    return result;
+}
+#endif
+
+/* GetException (used by pep479) */
+#if CYTHON_FAST_THREAD_STATE
+static int __Pyx__GetException(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb)
+#else
+static int __Pyx_GetException(PyObject **type, PyObject **value, PyObject **tb)
+#endif
+{
+    PyObject *local_type = NULL, *local_value, *local_tb = NULL;
+#if CYTHON_FAST_THREAD_STATE
+    PyObject *tmp_type, *tmp_value, *tmp_tb;
+  #if PY_VERSION_HEX >= 0x030C0000
+    local_value = tstate->current_exception;
+    tstate->current_exception = 0;
+  #else
+    local_type = tstate->curexc_type;
+    local_value = tstate->curexc_value;
+    local_tb = tstate->curexc_traceback;
+    tstate->curexc_type = 0;
+    tstate->curexc_value = 0;
+    tstate->curexc_traceback = 0;
+  #endif
+#elif __PYX_LIMITED_VERSION_HEX >= 0x030C0000
+    local_value = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&local_type, &local_value, &local_tb);
+#endif
+#if __PYX_LIMITED_VERSION_HEX >= 0x030C0000
+    if (likely(local_value)) {
+        local_type = (PyObject*) Py_TYPE(local_value);
+        Py_INCREF(local_type);
+        local_tb = PyException_GetTraceback(local_value);
+    }
+#else
+    PyErr_NormalizeException(&local_type, &local_value, &local_tb);
+#if CYTHON_FAST_THREAD_STATE
+    if (unlikely(tstate->curexc_type))
+#else
+    if (unlikely(PyErr_Occurred()))
+#endif
+        goto bad;
+    if (local_tb) {
+        if (unlikely(PyException_SetTraceback(local_value, local_tb) < 0))
+            goto bad;
+    }
+#endif // __PYX_LIMITED_VERSION_HEX >= 0x030C0000
+    Py_XINCREF(local_tb);
+    Py_XINCREF(local_type);
+    Py_XINCREF(local_value);
+    *type = local_type;
+    *value = local_value;
+    *tb = local_tb;
+#if CYTHON_FAST_THREAD_STATE
+    #if CYTHON_USE_EXC_INFO_STACK
+    {
+        _PyErr_StackItem *exc_info = tstate->exc_info;
+      #if PY_VERSION_HEX >= 0x030B00a4
+        tmp_value = exc_info->exc_value;
+        exc_info->exc_value = local_value;
+        tmp_type = NULL;
+        tmp_tb = NULL;
+        Py_XDECREF(local_type);
+        Py_XDECREF(local_tb);
+      #else
+        tmp_type = exc_info->exc_type;
+        tmp_value = exc_info->exc_value;
+        tmp_tb = exc_info->exc_traceback;
+        exc_info->exc_type = local_type;
+        exc_info->exc_value = local_value;
+        exc_info->exc_traceback = local_tb;
+      #endif
+    }
+    #else
+    tmp_type = tstate->exc_type;
+    tmp_value = tstate->exc_value;
+    tmp_tb = tstate->exc_traceback;
+    tstate->exc_type = local_type;
+    tstate->exc_value = local_value;
+    tstate->exc_traceback = local_tb;
+    #endif
+    Py_XDECREF(tmp_type);
+    Py_XDECREF(tmp_value);
+    Py_XDECREF(tmp_tb);
+#elif __PYX_LIMITED_VERSION_HEX >= 0x030b0000
+    PyErr_SetHandledException(local_value);
+    Py_XDECREF(local_value);
+    Py_XDECREF(local_type);
+    Py_XDECREF(local_tb);
+#else
+    PyErr_SetExcInfo(local_type, local_value, local_tb);
+#endif
+    return 0;
+#if __PYX_LIMITED_VERSION_HEX < 0x030C0000
+bad:
+    *type = 0;
+    *value = 0;
+    *tb = 0;
+    Py_XDECREF(local_type);
+    Py_XDECREF(local_value);
+    Py_XDECREF(local_tb);
+    return -1;
+#endif
+}
+
+/* pep479 */
+static void __Pyx_Generator_Replace_StopIteration(int in_async_gen) {
+    PyObject *exc, *val, *tb, *cur_exc, *new_exc;
+    __Pyx_PyThreadState_declare
+    int is_async_stopiteration = 0;
+    CYTHON_MAYBE_UNUSED_VAR(in_async_gen);
+    __Pyx_PyThreadState_assign
+    cur_exc = __Pyx_PyErr_CurrentExceptionType();
+    if (likely(!__Pyx_PyErr_GivenExceptionMatches(cur_exc, PyExc_StopIteration))) {
+        if (in_async_gen && unlikely(__Pyx_PyErr_GivenExceptionMatches(cur_exc, PyExc_StopAsyncIteration))) {
+            is_async_stopiteration = 1;
+        } else {
+            return;
+        }
+    }
+    __Pyx_GetException(&exc, &val, &tb);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    new_exc = PyObject_CallFunction(PyExc_RuntimeError, "s",
+        is_async_stopiteration ? "async generator raised StopAsyncIteration" :
+        in_async_gen ? "async generator raised StopIteration" :
+        "generator raised StopIteration");
+    if (!new_exc) {
+        Py_XDECREF(val);
+        return;
+    }
+    PyException_SetCause(new_exc, val); // steals ref to val
+    PyErr_SetObject(PyExc_RuntimeError, new_exc);
+    Py_DECREF(new_exc);
+}
+
 /* RaiseDoubleKeywords (used by ParseKeywordsImpl) */
 static void __Pyx_RaiseDoubleKeywordsError(
     const char* func_name,
@@ -10832,67 +14670,89 @@ static int __Pyx_ParseKeywords(
         return __Pyx_ParseKeywordDict(kwds, argnames, values, num_pos_args, num_kwargs, function_name, ignore_unknown_kwargs);
 }
 
-/* ArgTypeTestError (used by ArgTypeTest) */
-static void __Pyx_ArgTypeError(PyObject *obj, PyTypeObject *type, const char *name, int exact)
-{
-    __Pyx_TypeName type_name;
-    __Pyx_TypeName obj_type_name;
-    PyObject *extra_info = __pyx_mstate_global->__pyx_empty_unicode;
-    int from_annotation_subclass = 0;
-    if (unlikely(!type)) {
-        PyErr_SetString(PyExc_SystemError, "Missing type object");
-        return;
-    } else if (exact == 2) {
-        if (__Pyx_TypeCheck(obj, type)) {
-            from_annotation_subclass = 1;
-            extra_info = __pyx_mstate_global->__pyx_kp_u_Note_that_Cython_is_deliberately;
-        }
-    }
-    type_name = __Pyx_PyType_GetFullyQualifiedName(type);
-    #if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
-    if (unlikely(!type_name)) return;
-    #endif
-    obj_type_name = __Pyx_PyType_GetFullyQualifiedName(Py_TYPE(obj));
-    #if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
-    if (unlikely(!obj_type_name)) goto obj_type_name_failed;
-    #endif
-    PyErr_Format(PyExc_TypeError,
-        "Argument '%.200s' has incorrect type (expected " __Pyx_FMT_TYPENAME ", got " __Pyx_FMT_TYPENAME ")"
-#if __PYX_LIMITED_VERSION_HEX < 0x030C0000
-        "%s%U"
-#endif
-        , name, type_name, obj_type_name
-#if __PYX_LIMITED_VERSION_HEX < 0x030C0000
-        , (from_annotation_subclass ? ". " : ""), extra_info
-#endif
-        );
-#if __PYX_LIMITED_VERSION_HEX >= 0x030C0000
-    if (exact == 2 && from_annotation_subclass) {
-        PyObject *res;
-        PyObject *vargs[2];
-        vargs[0] = PyErr_GetRaisedException();
-        vargs[1] = extra_info;
-        res = PyObject_VectorcallMethod(__pyx_mstate_global->__pyx_kp_u_add_note, vargs, 2, NULL);
-        Py_XDECREF(res);
-        PyErr_SetRaisedException(vargs[0]);
-    }
-#endif
-    __Pyx_DECREF_TypeName(obj_type_name);
-#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
-obj_type_name_failed:
-#endif
-    __Pyx_DECREF_TypeName(type_name);
-    return;
+/* PyObjectFormatAndDecref */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_FormatSimpleAndDecref(PyObject* s, PyObject* f) {
+    if (unlikely(!s)) return NULL;
+    if (likely(PyUnicode_CheckExact(s))) return s;
+    return __Pyx_PyObject_FormatAndDecref(s, f);
+}
+static CYTHON_INLINE PyObject* __Pyx_PyObject_FormatAndDecref(PyObject* s, PyObject* f) {
+    PyObject *result;
+    if (unlikely(!s)) return NULL;
+    result = PyObject_Format(s, f);
+    Py_DECREF(s);
+    return result;
 }
 
-/* ArgTypeTest */
-static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, int none_allowed, const char *name, int exact) {
-    if (likely(Py_IS_TYPE(obj, type) | (none_allowed && (obj == Py_None))))
-        return 1;
-    if (!exact && likely(type) && likely(__Pyx_TypeCheck(obj, type)))
-        return 1;
-    __Pyx_ArgTypeError(obj, type, name, exact);
-    return 0;
+/* PyDictVersioning (used by GetModuleGlobalName) */
+#if CYTHON_USE_DICT_VERSIONS && CYTHON_USE_TYPE_SLOTS
+static CYTHON_INLINE PY_UINT64_T __Pyx_get_tp_dict_version(PyObject *obj) {
+    PyObject *dict = Py_TYPE(obj)->tp_dict;
+    return likely(dict) ? __PYX_GET_DICT_VERSION(dict) : 0;
+}
+static CYTHON_INLINE PY_UINT64_T __Pyx_get_object_dict_version(PyObject *obj) {
+    PyObject **dictptr = NULL;
+    Py_ssize_t offset = Py_TYPE(obj)->tp_dictoffset;
+    if (offset) {
+#if CYTHON_COMPILING_IN_CPYTHON
+        dictptr = (likely(offset > 0)) ? (PyObject **) ((char *)obj + offset) : _PyObject_GetDictPtr(obj);
+#else
+        dictptr = _PyObject_GetDictPtr(obj);
+#endif
+    }
+    return (dictptr && *dictptr) ? __PYX_GET_DICT_VERSION(*dictptr) : 0;
+}
+static CYTHON_INLINE int __Pyx_object_dict_version_matches(PyObject* obj, PY_UINT64_T tp_dict_version, PY_UINT64_T obj_dict_version) {
+    PyObject *dict = Py_TYPE(obj)->tp_dict;
+    if (unlikely(!dict) || unlikely(tp_dict_version != __PYX_GET_DICT_VERSION(dict)))
+        return 0;
+    return obj_dict_version == __Pyx_get_object_dict_version(obj);
+}
+#endif
+
+/* GetModuleGlobalName */
+#if CYTHON_USE_DICT_VERSIONS
+static PyObject *__Pyx__GetModuleGlobalName(PyObject *name, PY_UINT64_T *dict_version, PyObject **dict_cached_value)
+#else
+static CYTHON_INLINE PyObject *__Pyx__GetModuleGlobalName(PyObject *name)
+#endif
+{
+    PyObject *result;
+#if CYTHON_COMPILING_IN_LIMITED_API
+    if (unlikely(!__pyx_m)) {
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_NameError);
+        return NULL;
+    }
+    result = PyObject_GetAttr(__pyx_m, name);
+    if (likely(result)) {
+        return result;
+    }
+    if (!__Pyx_IgnoreException(PyExc_Exception)) {
+        return NULL; // BaseException
+    }
+#elif CYTHON_AVOID_BORROWED_REFS || CYTHON_AVOID_THREAD_UNSAFE_BORROWED_REFS
+    if (unlikely(__Pyx_PyDict_GetItemRef(__pyx_mstate_global->__pyx_d, name, &result) == -1)) {
+        if (!__Pyx_IgnoreException(PyExc_Exception)) {
+            return NULL; // BaseException
+        }
+    }
+    __PYX_UPDATE_DICT_CACHE(__pyx_mstate_global->__pyx_d, result, *dict_cached_value, *dict_version)
+    if (likely(result)) {
+        return result;
+    }
+#else
+    result = _PyDict_GetItem_KnownHash(__pyx_mstate_global->__pyx_d, name, ((PyASCIIObject *) name)->hash);
+    __PYX_UPDATE_DICT_CACHE(__pyx_mstate_global->__pyx_d, result, *dict_cached_value, *dict_version)
+    if (likely(result)) {
+        return __Pyx_NewRef(result);
+    }
+    PyObject *exc = PyErr_Occurred();
+    if (unlikely(exc) && !__Pyx_IgnoreGivenException(exc, PyExc_Exception)) {
+        return NULL; // BaseException
+    }
+#endif
+    return __Pyx_GetBuiltinName(name);
 }
 
 /* PyFrozenDict (used by GetItemInt) */
@@ -11063,203 +14923,67 @@ static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Fast(PyObject *o, Py_ssize_t i,
     return __Pyx_GetItemInt_Generic_size(o, i);
 }
 
-/* GivenExceptionMatches (used by PyErrExceptionMatches) */
-#if CYTHON_COMPILING_IN_CPYTHON
-static CYTHON_INLINE int __Pyx_inner_PyErr_GivenExceptionMatches2(PyObject *err, PyObject* exc_type1, PyObject *exc_type2) {
-    if (exc_type1) {
-        return __Pyx_IsAnySubtype2((PyTypeObject*)err, (PyTypeObject*)exc_type1, (PyTypeObject*)exc_type2);
-    } else {
-        return __Pyx_IsSubtype((PyTypeObject*)err, (PyTypeObject*)exc_type2);
-    }
-}
-static int __Pyx_PyErr_GivenExceptionMatchesTuple(PyObject *exc_type, PyObject *tuple) {
-    Py_ssize_t i, n;
-    assert(PyExceptionClass_Check(exc_type));
-    n = PyTuple_GET_SIZE(tuple);
-    for (i=0; i<n; i++) {
-        if (exc_type == PyTuple_GET_ITEM(tuple, i)) return 1;
-    }
-    for (i=0; i<n; i++) {
-        PyObject *t = PyTuple_GET_ITEM(tuple, i);
-        if (likely(PyExceptionClass_Check(t))) {
-            if (__Pyx_inner_PyErr_GivenExceptionMatches2(exc_type, NULL, t)) return 1;
-        } else {
-        }
-    }
-    return 0;
-}
-static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches(PyObject *err, PyObject* exc_type) {
-    if (likely(err == exc_type)) return 1;
-    if (likely(PyExceptionClass_Check(err))) {
-        if (likely(PyExceptionClass_Check(exc_type))) {
-            return __Pyx_inner_PyErr_GivenExceptionMatches2(err, NULL, exc_type);
-        } else if (likely(PyTuple_Check(exc_type))) {
-            return __Pyx_PyErr_GivenExceptionMatchesTuple(err, exc_type);
-        } else {
-        }
-    }
-    return PyErr_GivenExceptionMatches(err, exc_type);
-}
-static CYTHON_INLINE int __Pyx_PyErr_GivenExceptionMatches2(PyObject *err, PyObject *exc_type1, PyObject *exc_type2) {
-    assert(PyExceptionClass_Check(exc_type1));
-    assert(PyExceptionClass_Check(exc_type2));
-    if (likely(err == exc_type1 || err == exc_type2)) return 1;
-    if (likely(PyExceptionClass_Check(err))) {
-        return __Pyx_inner_PyErr_GivenExceptionMatches2(err, exc_type1, exc_type2);
-    }
-    return (PyErr_GivenExceptionMatches(err, exc_type1) || PyErr_GivenExceptionMatches(err, exc_type2));
-}
-#endif
-
-/* PyErrExceptionMatches (used by PyObjectGetAttrStrNoError) */
-#if CYTHON_FAST_THREAD_STATE
-static int __Pyx_PyErr_ExceptionMatchesTuple(PyObject *exc_type, PyObject *tuple) {
-    Py_ssize_t i, n;
-    n = PyTuple_GET_SIZE(tuple);
-    for (i=0; i<n; i++) {
-        if (exc_type == PyTuple_GET_ITEM(tuple, i)) return 1;
-    }
-    for (i=0; i<n; i++) {
-        if (__Pyx_PyErr_GivenExceptionMatches(exc_type, PyTuple_GET_ITEM(tuple, i))) return 1;
-    }
-    return 0;
-}
-static CYTHON_INLINE int __Pyx_PyErr_ExceptionMatchesInState(PyThreadState* tstate, PyObject* err) {
-    int result;
-    PyObject *exc_type;
-#if PY_VERSION_HEX >= 0x030C00A6
-    PyObject *current_exception = tstate->current_exception;
-    if (unlikely(!current_exception)) return 0;
-    exc_type = (PyObject*) Py_TYPE(current_exception);
-    if (exc_type == err) return 1;
-#else
-    exc_type = tstate->curexc_type;
-    if (exc_type == err) return 1;
-    if (unlikely(!exc_type)) return 0;
-#endif
-    #if CYTHON_AVOID_BORROWED_REFS
-    Py_INCREF(exc_type);
-    #endif
-    if (unlikely(PyTuple_Check(err))) {
-        result = __Pyx_PyErr_ExceptionMatchesTuple(exc_type, err);
-    } else {
-        result = __Pyx_PyErr_GivenExceptionMatches(exc_type, err);
-    }
-    #if CYTHON_AVOID_BORROWED_REFS
-    Py_DECREF(exc_type);
-    #endif
-    return result;
-}
-#endif
-
-/* PyObjectGetAttrStrNoError (used by GetBuiltinName) */
-#if __PYX_LIMITED_VERSION_HEX < 0x030d0000
-static void __Pyx_PyObject_GetAttrStr_ClearAttributeError(void) {
-    __Pyx_PyThreadState_declare
-    __Pyx_PyThreadState_assign
-    if (likely(__Pyx_PyErr_ExceptionMatches(PyExc_AttributeError)))
-        __Pyx_PyErr_Clear();
-}
-#endif
-static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStrNoError(PyObject* obj, PyObject* attr_name) {
-    PyObject *result;
-#if __PYX_LIMITED_VERSION_HEX >= 0x030d0000
-    (void) PyObject_GetOptionalAttr(obj, attr_name, &result);
-    return result;
-#else
-#if CYTHON_COMPILING_IN_CPYTHON && CYTHON_USE_TYPE_SLOTS
-    PyTypeObject* tp = Py_TYPE(obj);
-    if (likely(tp->tp_getattro == PyObject_GenericGetAttr)) {
-        return _PyObject_GenericGetAttrWithDict(obj, attr_name, NULL, 1);
-    }
-#endif
-    result = __Pyx_PyObject_GetAttrStr(obj, attr_name);
-    if (unlikely(!result)) {
-        __Pyx_PyObject_GetAttrStr_ClearAttributeError();
-    }
-    return result;
-#endif
-}
-
-/* GetBuiltinName (used by GetModuleGlobalName) */
-static PyObject *__Pyx_GetBuiltinName(PyObject *name) {
-    PyObject* result = __Pyx_PyObject_GetAttrStrNoError(__pyx_mstate_global->__pyx_b, name);
-    if (unlikely(!result) && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_NameError,
-            "name '%U' is not defined", name);
-    }
-    return result;
-}
-
-/* PyDictVersioning (used by GetModuleGlobalName) */
-#if CYTHON_USE_DICT_VERSIONS && CYTHON_USE_TYPE_SLOTS
-static CYTHON_INLINE PY_UINT64_T __Pyx_get_tp_dict_version(PyObject *obj) {
-    PyObject *dict = Py_TYPE(obj)->tp_dict;
-    return likely(dict) ? __PYX_GET_DICT_VERSION(dict) : 0;
-}
-static CYTHON_INLINE PY_UINT64_T __Pyx_get_object_dict_version(PyObject *obj) {
-    PyObject **dictptr = NULL;
-    Py_ssize_t offset = Py_TYPE(obj)->tp_dictoffset;
-    if (offset) {
-#if CYTHON_COMPILING_IN_CPYTHON
-        dictptr = (likely(offset > 0)) ? (PyObject **) ((char *)obj + offset) : _PyObject_GetDictPtr(obj);
-#else
-        dictptr = _PyObject_GetDictPtr(obj);
-#endif
-    }
-    return (dictptr && *dictptr) ? __PYX_GET_DICT_VERSION(*dictptr) : 0;
-}
-static CYTHON_INLINE int __Pyx_object_dict_version_matches(PyObject* obj, PY_UINT64_T tp_dict_version, PY_UINT64_T obj_dict_version) {
-    PyObject *dict = Py_TYPE(obj)->tp_dict;
-    if (unlikely(!dict) || unlikely(tp_dict_version != __PYX_GET_DICT_VERSION(dict)))
-        return 0;
-    return obj_dict_version == __Pyx_get_object_dict_version(obj);
-}
-#endif
-
-/* GetModuleGlobalName */
-#if CYTHON_USE_DICT_VERSIONS
-static PyObject *__Pyx__GetModuleGlobalName(PyObject *name, PY_UINT64_T *dict_version, PyObject **dict_cached_value)
-#else
-static CYTHON_INLINE PyObject *__Pyx__GetModuleGlobalName(PyObject *name)
-#endif
+/* ArgTypeTestError (used by ArgTypeTest) */
+static void __Pyx_ArgTypeError(PyObject *obj, PyTypeObject *type, const char *name, int exact)
 {
-    PyObject *result;
-#if CYTHON_COMPILING_IN_LIMITED_API
-    if (unlikely(!__pyx_m)) {
-        if (!PyErr_Occurred())
-            PyErr_SetNone(PyExc_NameError);
-        return NULL;
-    }
-    result = PyObject_GetAttr(__pyx_m, name);
-    if (likely(result)) {
-        return result;
-    }
-    if (!__Pyx_IgnoreException(PyExc_Exception)) {
-        return NULL; // BaseException
-    }
-#elif CYTHON_AVOID_BORROWED_REFS || CYTHON_AVOID_THREAD_UNSAFE_BORROWED_REFS
-    if (unlikely(__Pyx_PyDict_GetItemRef(__pyx_mstate_global->__pyx_d, name, &result) == -1)) {
-        if (!__Pyx_IgnoreException(PyExc_Exception)) {
-            return NULL; // BaseException
+    __Pyx_TypeName type_name;
+    __Pyx_TypeName obj_type_name;
+    PyObject *extra_info = __pyx_mstate_global->__pyx_empty_unicode;
+    int from_annotation_subclass = 0;
+    if (unlikely(!type)) {
+        PyErr_SetString(PyExc_SystemError, "Missing type object");
+        return;
+    } else if (exact == 2) {
+        if (__Pyx_TypeCheck(obj, type)) {
+            from_annotation_subclass = 1;
+            extra_info = __pyx_mstate_global->__pyx_kp_u_Note_that_Cython_is_deliberately;
         }
     }
-    __PYX_UPDATE_DICT_CACHE(__pyx_mstate_global->__pyx_d, result, *dict_cached_value, *dict_version)
-    if (likely(result)) {
-        return result;
-    }
-#else
-    result = _PyDict_GetItem_KnownHash(__pyx_mstate_global->__pyx_d, name, ((PyASCIIObject *) name)->hash);
-    __PYX_UPDATE_DICT_CACHE(__pyx_mstate_global->__pyx_d, result, *dict_cached_value, *dict_version)
-    if (likely(result)) {
-        return __Pyx_NewRef(result);
-    }
-    PyObject *exc = PyErr_Occurred();
-    if (unlikely(exc) && !__Pyx_IgnoreGivenException(exc, PyExc_Exception)) {
-        return NULL; // BaseException
+    type_name = __Pyx_PyType_GetFullyQualifiedName(type);
+    #if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
+    if (unlikely(!type_name)) return;
+    #endif
+    obj_type_name = __Pyx_PyType_GetFullyQualifiedName(Py_TYPE(obj));
+    #if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
+    if (unlikely(!obj_type_name)) goto obj_type_name_failed;
+    #endif
+    PyErr_Format(PyExc_TypeError,
+        "Argument '%.200s' has incorrect type (expected " __Pyx_FMT_TYPENAME ", got " __Pyx_FMT_TYPENAME ")"
+#if __PYX_LIMITED_VERSION_HEX < 0x030C0000
+        "%s%U"
+#endif
+        , name, type_name, obj_type_name
+#if __PYX_LIMITED_VERSION_HEX < 0x030C0000
+        , (from_annotation_subclass ? ". " : ""), extra_info
+#endif
+        );
+#if __PYX_LIMITED_VERSION_HEX >= 0x030C0000
+    if (exact == 2 && from_annotation_subclass) {
+        PyObject *res;
+        PyObject *vargs[2];
+        vargs[0] = PyErr_GetRaisedException();
+        vargs[1] = extra_info;
+        res = PyObject_VectorcallMethod(__pyx_mstate_global->__pyx_kp_u_add_note, vargs, 2, NULL);
+        Py_XDECREF(res);
+        PyErr_SetRaisedException(vargs[0]);
     }
 #endif
-    return __Pyx_GetBuiltinName(name);
+    __Pyx_DECREF_TypeName(obj_type_name);
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030d0000
+obj_type_name_failed:
+#endif
+    __Pyx_DECREF_TypeName(type_name);
+    return;
+}
+
+/* ArgTypeTest */
+static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, int none_allowed, const char *name, int exact) {
+    if (likely(Py_IS_TYPE(obj, type) | (none_allowed && (obj == Py_None))))
+        return 1;
+    if (!exact && likely(type) && likely(__Pyx_TypeCheck(obj, type)))
+        return 1;
+    __Pyx_ArgTypeError(obj, type, name, exact);
+    return 0;
 }
 
 /* PyObjectCompare */
@@ -11652,14 +15376,6 @@ __pyx_return_false:
     return 0;
 }
 
-/* ListAppendAndDecrefInternal (used by ListAppend) */
-#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
-static CYTHON_INLINE void __Pyx__ListComp_AppendAndDecref(PyObject* list, Py_ssize_t len, PyObject* x) {
-    PyList_SET_ITEM(list, len, x);
-    Py_SET_SIZE(list, len + 1);
-}
-#endif
-
 /* ListAppend */
 #if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
 static CYTHON_INLINE int __Pyx_PyList_Append(PyObject* list, PyObject* x) {
@@ -11707,7 +15423,7 @@ __Pyx_PyType_GetFullyQualifiedName(PyTypeObject* tp)
         result = name;
         name = NULL;
     } else {
-        result = __Pyx_NewRef(__pyx_mstate_global->__pyx_kp_u__2);
+        result = __Pyx_NewRef(__pyx_mstate_global->__pyx_kp_u__3);
     }
     goto done;
 }
@@ -12804,6 +16520,72 @@ static PyTypeObject *__Pyx_ImportType_3_3_2(PyObject *module, const char *module
 bad:
     Py_XDECREF(result);
     return NULL;
+}
+#endif
+
+/* PxdImportShared (used by FunctionImport) */
+#ifndef __PYX_HAVE_RT_ImportFromPxd_3_3_2
+#define __PYX_HAVE_RT_ImportFromPxd_3_3_2
+static int __Pyx_ImportFromPxd_3_3_2(PyObject *module, const char *name, void **p, const char *sig, const char *what, int optional) {
+    PyObject *d = 0;
+    PyObject *cobj = 0;
+    d = PyObject_GetAttrString(module, "__pyx_capi__");
+    if (!d)
+        goto bad;
+#if (defined(Py_LIMITED_API) && Py_LIMITED_API >= 0x030d0000) || (!defined(Py_LIMITED_API) && PY_VERSION_HEX >= 0x030d0000)
+    PyDict_GetItemStringRef(d, name, &cobj);
+#else
+    cobj = PyDict_GetItemString(d, name);
+    Py_XINCREF(cobj);
+#endif
+    if (!cobj) {
+        if (optional && !PyErr_Occurred()) {
+            PyErr_Clear();
+            *p = NULL;
+            goto allowed_failure;
+        } else {
+            PyErr_Format(PyExc_ImportError,
+                "%.200s does not export expected C %.8s %.200s",
+                    PyModule_GetName(module), what, name);
+            goto bad;
+        }
+    }
+    if (!PyCapsule_IsValid(cobj, sig)) {
+        PyErr_Format(PyExc_TypeError,
+            "C %.8s %.200s.%.200s has wrong signature (expected %.500s, got %.500s)",
+             what, PyModule_GetName(module), name, sig, PyCapsule_GetName(cobj));
+        goto bad;
+    }
+    *p = PyCapsule_GetPointer(cobj, sig);
+    if (!(*p))
+        goto bad;
+    Py_DECREF(cobj);
+allowed_failure:
+    Py_DECREF(d);
+    return 0;
+bad:
+    Py_XDECREF(d);
+    Py_XDECREF(cobj);
+    return -1;
+}
+#endif
+
+/* FunctionImport */
+#ifndef __PYX_HAVE_RT_ImportFunction_3_3_2
+#define __PYX_HAVE_RT_ImportFunction_3_3_2
+static int __Pyx_ImportFunction_3_3_2(PyObject *module, const char *funcname, void (**f)(void), const char *sig) {
+    if (*f) {
+        return 0; // already imported under a different name
+    }
+    union {
+        void (*fp)(void);
+        void *p;
+    } tmp;
+    int result = __Pyx_ImportFromPxd_3_3_2(module, funcname, &tmp.p, sig, "function", 0);
+    if (result == 0) {
+        *f = tmp.fp;
+    }
+    return result;
 }
 #endif
 
@@ -15827,6 +19609,1308 @@ static unsigned long __Pyx_get_runtime_version(void) {
 #else
     return __Pyx_cached_runtime_version;
 #endif
+}
+
+/* GetTopmostException (used by SaveResetException) */
+#if CYTHON_USE_EXC_INFO_STACK && CYTHON_FAST_THREAD_STATE
+static _PyErr_StackItem *
+__Pyx_PyErr_GetTopmostException(PyThreadState *tstate)
+{
+    _PyErr_StackItem *exc_info = tstate->exc_info;
+    while ((exc_info->exc_value == NULL || exc_info->exc_value == Py_None) &&
+           exc_info->previous_item != NULL)
+    {
+        exc_info = exc_info->previous_item;
+    }
+    return exc_info;
+}
+#endif
+
+/* SaveResetException (used by CoroutineBase) */
+#if CYTHON_FAST_THREAD_STATE
+static CYTHON_INLINE void __Pyx__ExceptionSave(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb) {
+  #if CYTHON_USE_EXC_INFO_STACK && PY_VERSION_HEX >= 0x030B00a4
+    _PyErr_StackItem *exc_info = __Pyx_PyErr_GetTopmostException(tstate);
+    PyObject *exc_value = exc_info->exc_value;
+    if (exc_value == NULL || exc_value == Py_None) {
+        *value = NULL;
+        *type = NULL;
+        *tb = NULL;
+    } else {
+        *value = exc_value;
+        Py_INCREF(*value);
+        *type = (PyObject*) Py_TYPE(exc_value);
+        Py_INCREF(*type);
+        *tb = PyException_GetTraceback(exc_value);
+    }
+  #elif CYTHON_USE_EXC_INFO_STACK
+    _PyErr_StackItem *exc_info = __Pyx_PyErr_GetTopmostException(tstate);
+    *type = exc_info->exc_type;
+    *value = exc_info->exc_value;
+    *tb = exc_info->exc_traceback;
+    Py_XINCREF(*type);
+    Py_XINCREF(*value);
+    Py_XINCREF(*tb);
+  #else
+    *type = tstate->exc_type;
+    *value = tstate->exc_value;
+    *tb = tstate->exc_traceback;
+    Py_XINCREF(*type);
+    Py_XINCREF(*value);
+    Py_XINCREF(*tb);
+  #endif
+}
+static CYTHON_INLINE void __Pyx__ExceptionReset(PyThreadState *tstate, PyObject *type, PyObject *value, PyObject *tb) {
+  #if CYTHON_USE_EXC_INFO_STACK && PY_VERSION_HEX >= 0x030B00a4
+    _PyErr_StackItem *exc_info = tstate->exc_info;
+    PyObject *tmp_value = exc_info->exc_value;
+    exc_info->exc_value = value;
+    Py_XDECREF(tmp_value);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+  #else
+    PyObject *tmp_type, *tmp_value, *tmp_tb;
+    #if CYTHON_USE_EXC_INFO_STACK
+    _PyErr_StackItem *exc_info = tstate->exc_info;
+    tmp_type = exc_info->exc_type;
+    tmp_value = exc_info->exc_value;
+    tmp_tb = exc_info->exc_traceback;
+    exc_info->exc_type = type;
+    exc_info->exc_value = value;
+    exc_info->exc_traceback = tb;
+    #else
+    tmp_type = tstate->exc_type;
+    tmp_value = tstate->exc_value;
+    tmp_tb = tstate->exc_traceback;
+    tstate->exc_type = type;
+    tstate->exc_value = value;
+    tstate->exc_traceback = tb;
+    #endif
+    Py_XDECREF(tmp_type);
+    Py_XDECREF(tmp_value);
+    Py_XDECREF(tmp_tb);
+  #endif
+}
+#endif
+
+/* SwapException (used by CoroutineBase) */
+#if CYTHON_FAST_THREAD_STATE
+static CYTHON_INLINE void __Pyx__ExceptionSwap(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb) {
+    PyObject *tmp_type, *tmp_value, *tmp_tb;
+  #if CYTHON_USE_EXC_INFO_STACK && PY_VERSION_HEX >= 0x030B00a4
+    _PyErr_StackItem *exc_info = tstate->exc_info;
+    tmp_value = exc_info->exc_value;
+    exc_info->exc_value = *value;
+    if (tmp_value == NULL || tmp_value == Py_None) {
+        Py_XDECREF(tmp_value);
+        tmp_value = NULL;
+        tmp_type = NULL;
+        tmp_tb = NULL;
+    } else {
+        tmp_type = (PyObject*) Py_TYPE(tmp_value);
+        Py_INCREF(tmp_type);
+        #if CYTHON_COMPILING_IN_CPYTHON
+        tmp_tb = ((PyBaseExceptionObject*) tmp_value)->traceback;
+        Py_XINCREF(tmp_tb);
+        #else
+        tmp_tb = PyException_GetTraceback(tmp_value);
+        #endif
+    }
+  #elif CYTHON_USE_EXC_INFO_STACK
+    _PyErr_StackItem *exc_info = tstate->exc_info;
+    tmp_type = exc_info->exc_type;
+    tmp_value = exc_info->exc_value;
+    tmp_tb = exc_info->exc_traceback;
+    exc_info->exc_type = *type;
+    exc_info->exc_value = *value;
+    exc_info->exc_traceback = *tb;
+  #else
+    tmp_type = tstate->exc_type;
+    tmp_value = tstate->exc_value;
+    tmp_tb = tstate->exc_traceback;
+    tstate->exc_type = *type;
+    tstate->exc_value = *value;
+    tstate->exc_traceback = *tb;
+  #endif
+    *type = tmp_type;
+    *value = tmp_value;
+    *tb = tmp_tb;
+}
+#else
+static CYTHON_INLINE void __Pyx_ExceptionSwap(PyObject **type, PyObject **value, PyObject **tb) {
+    PyObject *tmp_type, *tmp_value, *tmp_tb;
+    PyErr_GetExcInfo(&tmp_type, &tmp_value, &tmp_tb);
+    PyErr_SetExcInfo(*type, *value, *tb);
+    *type = tmp_type;
+    *value = tmp_value;
+    *tb = tmp_tb;
+}
+#endif
+
+/* IterNextPlain (used by CoroutineBase) */
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+static PyObject *__Pyx_GetBuiltinNext_LimitedAPI(void) {
+    if (unlikely(!__pyx_mstate_global->__Pyx_GetBuiltinNext_LimitedAPI_cache))
+        __pyx_mstate_global->__Pyx_GetBuiltinNext_LimitedAPI_cache = __Pyx_GetBuiltinName(__pyx_mstate_global->__pyx_n_u_next);
+    return __pyx_mstate_global->__Pyx_GetBuiltinNext_LimitedAPI_cache;
+}
+#endif
+static CYTHON_INLINE PyObject *__Pyx_PyIter_Next_Plain(PyObject *iterator) {
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+    PyObject *result;
+    PyObject *next = __Pyx_GetBuiltinNext_LimitedAPI();
+    if (unlikely(!next)) return NULL;
+    result = PyObject_CallFunctionObjArgs(next, iterator, NULL);
+    return result;
+#else
+    (void)&__Pyx_GetBuiltinName; // only for early limited API
+    iternextfunc iternext = __Pyx_PyObject_GetIterNextFunc(iterator);
+    assert(iternext);
+    return iternext(iterator);
+#endif
+}
+
+/* PyObjectCallMethod1 (used by CoroutineBase) */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_CallMethod1(PyObject* obj, PyObject* method_name, PyObject* arg) {
+#if CYTHON_VECTORCALL && (__PYX_LIMITED_VERSION_HEX >= 0x030C0000 || !CYTHON_COMPILING_IN_LIMITED_API)
+    PyObject *args[2] = {obj, arg};
+    return PyObject_VectorcallMethod(method_name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+#elif CYTHON_COMPILING_IN_LIMITED_API
+    return PyObject_CallMethodObjArgs(obj, method_name, arg, NULL);
+#else
+    return PyObject_CallMethodOneArg(obj, method_name, arg);
+#endif
+}
+
+/* PyObjectCallNoArg (used by CoroutineBase) */
+static CYTHON_INLINE PyObject* __Pyx_PyObject_CallNoArg(PyObject *func) {
+    PyObject *arg[2] = {NULL, NULL};
+    return __Pyx_PyObject_FastCall(func, arg + 1, 0 | __Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET);
+}
+
+/* ReturnWithStopIteration (used by CoroutineBase) */
+static void __Pyx__ReturnWithStopIteration(PyObject* value, int async);
+static CYTHON_INLINE void __Pyx_ReturnWithStopIteration(PyObject* value, int async, int iternext) {
+    if (value == Py_None) {
+        if (async || !iternext)
+            PyErr_SetNone(async ? PyExc_StopAsyncIteration : PyExc_StopIteration);
+        return;
+    }
+    __Pyx__ReturnWithStopIteration(value, async);
+}
+static void __Pyx__ReturnWithStopIteration(PyObject* value, int async) {
+#if CYTHON_COMPILING_IN_CPYTHON
+    __Pyx_PyThreadState_declare
+#endif
+    PyObject *exc;
+    PyObject *exc_type = async ? PyExc_StopAsyncIteration : PyExc_StopIteration;
+#if CYTHON_COMPILING_IN_CPYTHON
+    if ((PY_VERSION_HEX >= (0x030C00A6)) || unlikely(PyTuple_Check(value) || PyExceptionInstance_Check(value))) {
+        if (PY_VERSION_HEX >= (0x030e00A1)) {
+            exc = __Pyx_PyObject_CallOneArg(exc_type, value);
+        } else {
+            PyObject *args_tuple = PyTuple_New(1);
+            if (unlikely(!args_tuple)) return;
+            Py_INCREF(value);
+            PyTuple_SET_ITEM(args_tuple, 0, value);
+            exc = PyObject_Call(exc_type, args_tuple, NULL);
+            Py_DECREF(args_tuple);
+        }
+        if (unlikely(!exc)) return;
+    } else {
+        Py_INCREF(value);
+        exc = value;
+    }
+    #if CYTHON_FAST_THREAD_STATE
+    __Pyx_PyThreadState_assign
+    #if CYTHON_USE_EXC_INFO_STACK
+    if (!__pyx_tstate->exc_info->exc_value)
+    #else
+    if (!__pyx_tstate->exc_type)
+    #endif
+    {
+        Py_INCREF(exc_type);
+        __Pyx_ErrRestore(exc_type, exc, NULL);
+        return;
+    }
+    #endif
+#else
+    exc = __Pyx_PyObject_CallOneArg(exc_type, value);
+    if (unlikely(!exc)) return;
+#endif
+    PyErr_SetObject(exc_type, exc);
+    Py_DECREF(exc);
+}
+
+/* CoroutineBase (used by Generator) */
+#if !CYTHON_COMPILING_IN_LIMITED_API
+#include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030b00a6 && !defined(PYPY_VERSION)
+  #ifndef Py_BUILD_CORE
+    #define Py_BUILD_CORE 1
+  #endif
+  #include "internal/pycore_frame.h"
+#endif
+#endif // CYTHON_COMPILING_IN_LIMITED_API
+static CYTHON_INLINE void
+__Pyx_Coroutine_Undelegate(__pyx_CoroutineObject *gen) {
+#if CYTHON_USE_AM_SEND
+    gen->yieldfrom_am_send = NULL;
+#endif
+    Py_CLEAR(gen->yieldfrom);
+}
+static int __Pyx_PyGen__FetchStopIterationValue(PyThreadState *__pyx_tstate, PyObject **pvalue) {
+    PyObject *et, *ev, *tb;
+    PyObject *value = NULL;
+    CYTHON_UNUSED_VAR(__pyx_tstate);
+    __Pyx_ErrFetch(&et, &ev, &tb);
+    if (!et) {
+        Py_XDECREF(tb);
+        Py_XDECREF(ev);
+        Py_INCREF(Py_None);
+        *pvalue = Py_None;
+        return 0;
+    }
+    if (likely(et == PyExc_StopIteration)) {
+        if (!ev) {
+            Py_INCREF(Py_None);
+            value = Py_None;
+        }
+        else if (likely(Py_IS_TYPE(ev, (PyTypeObject*)PyExc_StopIteration))) {
+            #if CYTHON_COMPILING_IN_LIMITED_API || CYTHON_COMPILING_IN_GRAAL
+            value = PyObject_GetAttr(ev, __pyx_mstate_global->__pyx_n_u_value);
+            if (unlikely(!value)) goto limited_api_failure;
+            #else
+            value = ((PyStopIterationObject *)ev)->value;
+            Py_INCREF(value);
+            #endif
+            Py_DECREF(ev);
+        }
+        else if (unlikely(PyTuple_Check(ev))) {
+            Py_ssize_t tuple_size = __Pyx_PyTuple_GET_SIZE(ev);
+            #if !CYTHON_ASSUME_SAFE_SIZE
+            if (unlikely(tuple_size < 0)) {
+                Py_XDECREF(tb);
+                Py_DECREF(ev);
+                Py_DECREF(et);
+                return -1;
+            }
+            #endif
+            if (tuple_size >= 1) {
+#if CYTHON_ASSUME_SAFE_MACROS && !CYTHON_AVOID_BORROWED_REFS
+                value = PyTuple_GET_ITEM(ev, 0);
+                Py_INCREF(value);
+#elif CYTHON_ASSUME_SAFE_MACROS
+                value = PySequence_ITEM(ev, 0);
+#else
+                value = PySequence_GetItem(ev, 0);
+                if (!value) goto limited_api_failure;
+#endif
+            } else {
+                Py_INCREF(Py_None);
+                value = Py_None;
+            }
+            Py_DECREF(ev);
+        }
+        else if (!__Pyx_TypeCheck(ev, (PyTypeObject*)PyExc_StopIteration)) {
+            value = ev;
+        }
+        if (likely(value)) {
+            Py_XDECREF(tb);
+            Py_DECREF(et);
+            *pvalue = value;
+            return 0;
+        }
+    } else if (!__Pyx_PyErr_GivenExceptionMatches(et, PyExc_StopIteration)) {
+        __Pyx_ErrRestore(et, ev, tb);
+        return -1;
+    }
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (unlikely(!PyObject_TypeCheck(ev, (PyTypeObject*)PyExc_StopIteration))) {
+        __Pyx_ErrRestore(et, ev, tb);
+        return -1;
+    }
+    Py_XDECREF(tb);
+    Py_DECREF(et);
+#if CYTHON_COMPILING_IN_LIMITED_API
+    value = PyObject_GetAttr(ev, __pyx_mstate_global->__pyx_n_u_value);
+#else
+    value = ((PyStopIterationObject *)ev)->value;
+    Py_INCREF(value);
+#endif
+    Py_DECREF(ev);
+#if CYTHON_COMPILING_IN_LIMITED_API
+    if (unlikely(!value)) return -1;
+#endif
+    *pvalue = value;
+    return 0;
+#if CYTHON_COMPILING_IN_LIMITED_API || CYTHON_COMPILING_IN_GRAAL || !CYTHON_ASSUME_SAFE_MACROS
+  limited_api_failure:
+    Py_XDECREF(et);
+    Py_XDECREF(tb);
+    Py_XDECREF(ev);
+    return -1;
+#endif
+}
+static CYTHON_INLINE
+__Pyx_PySendResult __Pyx_Coroutine_status_from_result(PyObject **retval) {
+    if (*retval) {
+        return PYGEN_NEXT;
+    } else if (likely(__Pyx_PyGen__FetchStopIterationValue(__Pyx_PyThreadState_Current, retval) == 0)) {
+        return PYGEN_RETURN;
+    } else {
+        return PYGEN_ERROR;
+    }
+}
+static CYTHON_INLINE
+void __Pyx_Coroutine_ExceptionClear(__Pyx_ExcInfoStruct *exc_state) {
+#if PY_VERSION_HEX >= 0x030B00a4
+    Py_CLEAR(exc_state->exc_value);
+#else
+    PyObject *t, *v, *tb;
+    t = exc_state->exc_type;
+    v = exc_state->exc_value;
+    tb = exc_state->exc_traceback;
+    exc_state->exc_type = NULL;
+    exc_state->exc_value = NULL;
+    exc_state->exc_traceback = NULL;
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+#endif
+}
+#define __Pyx_Coroutine_AlreadyRunningError(gen)  (__Pyx__Coroutine_AlreadyRunningError(gen), (PyObject*)NULL)
+static void __Pyx__Coroutine_AlreadyRunningError(__pyx_CoroutineObject *gen) {
+    const char *msg;
+    CYTHON_MAYBE_UNUSED_VAR(gen);
+    if ((0)) {
+    #ifdef __Pyx_Coroutine_USED
+    } else if (__Pyx_Coroutine_Check((PyObject*)gen)) {
+        msg = "coroutine already executing";
+    #endif
+    #ifdef __Pyx_AsyncGen_USED
+    } else if (__Pyx_AsyncGen_CheckExact((PyObject*)gen)) {
+        msg = "async generator already executing";
+    #endif
+    } else {
+        msg = "generator already executing";
+    }
+    PyErr_SetString(PyExc_ValueError, msg);
+}
+static void __Pyx_Coroutine_AlreadyTerminatedError(PyObject *gen, PyObject *value, int closing) {
+    CYTHON_MAYBE_UNUSED_VAR(gen);
+    CYTHON_MAYBE_UNUSED_VAR(closing);
+    #ifdef __Pyx_Coroutine_USED
+    if (!closing && __Pyx_Coroutine_Check(gen)) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+    } else
+    #endif
+    if (value) {
+        #ifdef __Pyx_AsyncGen_USED
+        if (__Pyx_AsyncGen_CheckExact(gen))
+            PyErr_SetNone(PyExc_StopAsyncIteration);
+        else
+        #endif
+        PyErr_SetNone(PyExc_StopIteration);
+    }
+}
+static
+__Pyx_PySendResult __Pyx_Coroutine_SendEx(__pyx_CoroutineObject *self, PyObject *value, PyObject **result, int closing) {
+    __Pyx_PyThreadState_declare
+    PyThreadState *tstate;
+    __Pyx_ExcInfoStruct *exc_state;
+    PyObject *retval;
+    assert(__Pyx_Coroutine_get_is_running(self));  // Callers should ensure is_running
+    if (unlikely(self->resume_label == -1)) {
+        __Pyx_Coroutine_AlreadyTerminatedError((PyObject*)self, value, closing);
+        return PYGEN_ERROR;
+    }
+#if CYTHON_FAST_THREAD_STATE
+    __Pyx_PyThreadState_assign
+    tstate = __pyx_tstate;
+#else
+    tstate = __Pyx_PyThreadState_Current;
+#endif
+    exc_state = &self->gi_exc_state;
+    if (exc_state->exc_value) {
+        #if CYTHON_COMPILING_IN_LIMITED_API || CYTHON_COMPILING_IN_PYPY
+        #else
+        PyObject *exc_tb;
+        #if PY_VERSION_HEX >= 0x030B00a4 && !CYTHON_COMPILING_IN_CPYTHON
+        exc_tb = PyException_GetTraceback(exc_state->exc_value);
+        #elif PY_VERSION_HEX >= 0x030B00a4
+        exc_tb = ((PyBaseExceptionObject*) exc_state->exc_value)->traceback;
+        #else
+        exc_tb = exc_state->exc_traceback;
+        #endif
+        if (exc_tb) {
+            PyTracebackObject *tb = (PyTracebackObject *) exc_tb;
+            PyFrameObject *f = tb->tb_frame;
+            PyFrameObject *old_f_back = f->f_back;
+            #if PY_VERSION_HEX >= 0x030B00A1
+            f->f_back = PyThreadState_GetFrame(tstate);
+            #else
+            Py_XINCREF(tstate->frame);
+            f->f_back = tstate->frame;
+            #endif
+            Py_XDECREF(old_f_back);
+            #if PY_VERSION_HEX >= 0x030B00a4 && !CYTHON_COMPILING_IN_CPYTHON
+            Py_DECREF(exc_tb);
+            #endif
+        }
+        #endif
+    }
+#if CYTHON_USE_EXC_INFO_STACK
+    exc_state->previous_item = tstate->exc_info;
+    tstate->exc_info = exc_state;
+#else
+    if (exc_state->exc_type) {
+        __Pyx_ExceptionSwap(&exc_state->exc_type, &exc_state->exc_value, &exc_state->exc_traceback);
+    } else {
+        __Pyx_Coroutine_ExceptionClear(exc_state);
+        __Pyx_ExceptionSave(&exc_state->exc_type, &exc_state->exc_value, &exc_state->exc_traceback);
+    }
+#endif
+    retval = self->body(self, tstate, value);
+#if CYTHON_USE_EXC_INFO_STACK
+    exc_state = &self->gi_exc_state;
+    tstate->exc_info = exc_state->previous_item;
+    exc_state->previous_item = NULL;
+    __Pyx_Coroutine_ResetFrameBackpointer(exc_state);
+#endif
+    *result = retval;
+    if (self->resume_label == -1) {
+        return likely(retval) ? PYGEN_RETURN : PYGEN_ERROR;
+    }
+    return PYGEN_NEXT;
+}
+static CYTHON_INLINE void __Pyx_Coroutine_ResetFrameBackpointer(__Pyx_ExcInfoStruct *exc_state) {
+#if CYTHON_COMPILING_IN_PYPY || CYTHON_COMPILING_IN_LIMITED_API
+    CYTHON_UNUSED_VAR(exc_state);
+#else
+    PyObject *exc_tb;
+    #if PY_VERSION_HEX >= 0x030B00a4
+    if (!exc_state->exc_value) return;
+    exc_tb = PyException_GetTraceback(exc_state->exc_value);
+    #else
+    exc_tb = exc_state->exc_traceback;
+    #endif
+    if (likely(exc_tb)) {
+        PyTracebackObject *tb = (PyTracebackObject *) exc_tb;
+        PyFrameObject *f = tb->tb_frame;
+        Py_CLEAR(f->f_back);
+        #if PY_VERSION_HEX >= 0x030B00a4
+        Py_DECREF(exc_tb);
+        #endif
+    }
+#endif
+}
+#define __Pyx_Coroutine_MethodReturnFromResult(gen, result, retval, iternext)\
+    ((result) == PYGEN_NEXT ? (retval) : __Pyx__Coroutine_MethodReturnFromResult(gen, result, retval, iternext))
+static PyObject *
+__Pyx__Coroutine_MethodReturnFromResult(PyObject* gen, __Pyx_PySendResult result, PyObject *retval, int iternext) {
+    CYTHON_MAYBE_UNUSED_VAR(gen);
+    if (likely(result == PYGEN_RETURN)) {
+        int is_async = 0;
+        #ifdef __Pyx_AsyncGen_USED
+        is_async = __Pyx_AsyncGen_CheckExact(gen);
+        #endif
+        __Pyx_ReturnWithStopIteration(retval, is_async, iternext);
+        Py_XDECREF(retval);
+    }
+    return NULL;
+}
+#if CYTHON_COMPILING_IN_CPYTHON
+static CYTHON_INLINE
+PyObject *__Pyx_PyGen_Send(PyGenObject *gen, PyObject *arg) {
+#if PY_VERSION_HEX <= 0x030A00A1
+    return _PyGen_Send(gen, arg);
+#else
+    PyObject *result;
+    if (PyIter_Send((PyObject*)gen, arg ? arg : Py_None, &result) == PYGEN_RETURN) {
+        if (PyAsyncGen_CheckExact(gen)) {
+            assert(result == Py_None);
+            PyErr_SetNone(PyExc_StopAsyncIteration);
+        }
+        else if (result == Py_None) {
+            PyErr_SetNone(PyExc_StopIteration);
+        }
+        else {
+#if PY_VERSION_HEX < 0x030d00A1
+            _PyGen_SetStopIterationValue(result);
+#else
+            if (!PyTuple_Check(result) && !PyExceptionInstance_Check(result)) {
+                PyErr_SetObject(PyExc_StopIteration, result);
+            } else {
+                PyObject *exc = __Pyx_PyObject_CallOneArg(PyExc_StopIteration, result);
+                if (likely(exc != NULL)) {
+                    PyErr_SetObject(PyExc_StopIteration, exc);
+                    Py_DECREF(exc);
+                }
+            }
+#endif
+        }
+        Py_DECREF(result);
+        result = NULL;
+    }
+    return result;
+#endif
+}
+#endif
+static CYTHON_INLINE __Pyx_PySendResult
+__Pyx_Coroutine_FinishDelegation(__pyx_CoroutineObject *gen, PyObject** retval) {
+    __Pyx_PySendResult result;
+    PyObject *val = NULL;
+    assert(__Pyx_Coroutine_get_is_running(gen));
+    __Pyx_Coroutine_Undelegate(gen);
+    __Pyx_PyGen__FetchStopIterationValue(__Pyx_PyThreadState_Current, &val);
+    result = __Pyx_Coroutine_SendEx(gen, val, retval, 0);
+    Py_XDECREF(val);
+    return result;
+}
+#if CYTHON_USE_AM_SEND
+static __Pyx_PySendResult
+__Pyx_Coroutine_SendToDelegate(__pyx_CoroutineObject *gen, __Pyx_pyiter_sendfunc gen_am_send, PyObject *value, PyObject **retval) {
+    PyObject *ret = NULL;
+    __Pyx_PySendResult delegate_result, result;
+    assert(__Pyx_Coroutine_get_is_running(gen));
+    delegate_result = gen_am_send(gen->yieldfrom, value, &ret);
+    if (delegate_result == PYGEN_NEXT) {
+        assert (ret != NULL);
+        *retval = ret;
+        return PYGEN_NEXT;
+    }
+    assert (delegate_result != PYGEN_ERROR || ret == NULL);
+    __Pyx_Coroutine_Undelegate(gen);
+    result = __Pyx_Coroutine_SendEx(gen, ret, retval, 0);
+    Py_XDECREF(ret);
+    return result;
+}
+#endif
+static PyObject *__Pyx_Coroutine_Send(PyObject *self, PyObject *value) {
+    PyObject *retval = NULL;
+    __Pyx_PySendResult result = __Pyx_Coroutine_AmSend(self, value, &retval);
+    return __Pyx_Coroutine_MethodReturnFromResult(self, result, retval, 0);
+}
+static __Pyx_PySendResult
+__Pyx_Coroutine_AmSend(PyObject *self, PyObject *value, PyObject **retval) {
+    __Pyx_PySendResult result;
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject*) self;
+    if (unlikely(__Pyx_Coroutine_test_and_set_is_running(gen))) {
+        *retval = __Pyx_Coroutine_AlreadyRunningError(gen);
+        return PYGEN_ERROR;
+    }
+    #if CYTHON_USE_AM_SEND
+    if (gen->yieldfrom_am_send) {
+        result = __Pyx_Coroutine_SendToDelegate(gen, gen->yieldfrom_am_send, value, retval);
+    } else
+    #endif
+    if (gen->yieldfrom) {
+        PyObject *yf = gen->yieldfrom;
+        PyObject *ret;
+      #if !CYTHON_USE_AM_SEND
+        #ifdef __Pyx_Generator_USED
+        if (__Pyx_Generator_CheckExact(yf)) {
+            ret = __Pyx_Coroutine_Send(yf, value);
+        } else
+        #endif
+        #ifdef __Pyx_Coroutine_USED
+        if (__Pyx_Coroutine_Check(yf)) {
+            ret = __Pyx_Coroutine_Send(yf, value);
+        } else
+        #endif
+        #ifdef __Pyx_AsyncGen_USED
+        if (__pyx_PyAsyncGenASend_CheckExact(yf)) {
+            ret = __Pyx_async_gen_asend_send(yf, value);
+        } else
+        #endif
+        #if CYTHON_COMPILING_IN_CPYTHON
+        if (PyGen_CheckExact(yf)) {
+            ret = __Pyx_PyGen_Send((PyGenObject*)yf, value == Py_None ? NULL : value);
+        } else
+        if (PyCoro_CheckExact(yf)) {
+            ret = __Pyx_PyGen_Send((PyGenObject*)yf, value == Py_None ? NULL : value);
+        } else
+        #endif
+      #endif
+        {
+            if (value == Py_None && PyIter_Check(yf))
+                ret = __Pyx_PyIter_Next_Plain(yf);
+            else
+                ret = __Pyx_PyObject_CallMethod1(yf, __pyx_mstate_global->__pyx_n_u_send, value);
+        }
+        if (likely(ret)) {
+            __Pyx_Coroutine_unset_is_running(gen);
+            *retval = ret;
+            return PYGEN_NEXT;
+        }
+        result = __Pyx_Coroutine_FinishDelegation(gen, retval);
+    } else {
+        result = __Pyx_Coroutine_SendEx(gen, value, retval, 0);
+    }
+    __Pyx_Coroutine_unset_is_running(gen);
+    return result;
+}
+static int __Pyx_Coroutine_CloseIter(__pyx_CoroutineObject *gen, PyObject *yf) {
+    __Pyx_PySendResult result;
+    PyObject *retval = NULL;
+    CYTHON_UNUSED_VAR(gen);
+    assert(__Pyx_Coroutine_get_is_running(gen));
+    #ifdef __Pyx_Generator_USED
+    if (__Pyx_Generator_CheckExact(yf)) {
+        result = __Pyx_Coroutine_Close(yf, &retval);
+    } else
+    #endif
+    #ifdef __Pyx_Coroutine_USED
+    if (__Pyx_Coroutine_Check(yf)) {
+        result = __Pyx_Coroutine_Close(yf, &retval);
+    } else
+    if (__Pyx_CoroutineAwait_CheckExact(yf)) {
+        result = __Pyx_CoroutineAwait_Close((__pyx_CoroutineAwaitObject*)yf);
+    } else
+    #endif
+    #ifdef __Pyx_AsyncGen_USED
+    if (__pyx_PyAsyncGenASend_CheckExact(yf)) {
+        retval = __Pyx_async_gen_asend_close(yf, NULL);
+        result = PYGEN_RETURN;
+    } else
+    if (__pyx_PyAsyncGenAThrow_CheckExact(yf)) {
+        retval = __Pyx_async_gen_athrow_close(yf, NULL);
+        result = PYGEN_RETURN;
+    } else
+    #endif
+    {
+        PyObject *meth;
+        result = PYGEN_RETURN;
+        meth = __Pyx_PyObject_GetAttrStrNoError(yf, __pyx_mstate_global->__pyx_n_u_close);
+        if (unlikely(!meth)) {
+            if (unlikely(PyErr_Occurred())) {
+                PyErr_WriteUnraisable(yf);
+            }
+        } else {
+            retval = __Pyx_PyObject_CallNoArg(meth);
+            Py_DECREF(meth);
+            if (unlikely(!retval)) {
+                result = PYGEN_ERROR;
+            }
+        }
+    }
+    Py_XDECREF(retval);
+    return result == PYGEN_ERROR ? -1 : 0;
+}
+static PyObject *__Pyx_Generator_Next(PyObject *self) {
+    __Pyx_PySendResult result;
+    PyObject *retval = NULL;
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject*) self;
+    if (unlikely(__Pyx_Coroutine_test_and_set_is_running(gen))) {
+        return __Pyx_Coroutine_AlreadyRunningError(gen);
+    }
+    #if CYTHON_USE_AM_SEND
+    if (gen->yieldfrom_am_send) {
+        result = __Pyx_Coroutine_SendToDelegate(gen, gen->yieldfrom_am_send, Py_None, &retval);
+    } else
+    #endif
+    if (gen->yieldfrom) {
+        PyObject *yf = gen->yieldfrom;
+        PyObject *ret;
+        #ifdef __Pyx_Generator_USED
+        if (__Pyx_Generator_CheckExact(yf)) {
+            ret = __Pyx_Generator_Next(yf);
+        } else
+        #endif
+        #ifdef __Pyx_Coroutine_USED
+        if (__Pyx_Coroutine_CheckExact(yf)) {
+            ret = __Pyx_Coroutine_Send(yf, Py_None);
+        } else
+        #endif
+        #if CYTHON_COMPILING_IN_CPYTHON && (PY_VERSION_HEX < 0x030A00A3 || !CYTHON_USE_AM_SEND)
+        if (PyGen_CheckExact(yf)) {
+            ret = __Pyx_PyGen_Send((PyGenObject*)yf, NULL);
+        } else
+        #endif
+            ret = __Pyx_PyIter_Next_Plain(yf);
+        if (likely(ret)) {
+            __Pyx_Coroutine_unset_is_running(gen);
+            return ret;
+        }
+        result = __Pyx_Coroutine_FinishDelegation(gen, &retval);
+    } else {
+        result = __Pyx_Coroutine_SendEx(gen, Py_None, &retval, 0);
+    }
+    __Pyx_Coroutine_unset_is_running(gen);
+    return __Pyx_Coroutine_MethodReturnFromResult(self, result, retval, 1);
+}
+static PyObject *__Pyx_Coroutine_Close_Method(PyObject *self, PyObject *arg) {
+    PyObject *retval = NULL;
+    __Pyx_PySendResult result;
+    CYTHON_UNUSED_VAR(arg);
+    result = __Pyx_Coroutine_Close(self, &retval);
+    if (unlikely(result == PYGEN_ERROR))
+        return NULL;
+    Py_XDECREF(retval);
+    Py_RETURN_NONE;
+}
+static __Pyx_PySendResult
+__Pyx_Coroutine_Close(PyObject *self, PyObject **retval) {
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject *) self;
+    __Pyx_PySendResult result;
+    PyObject *yf;
+    int err = 0;
+    if (unlikely(__Pyx_Coroutine_test_and_set_is_running(gen))) {
+        *retval = __Pyx_Coroutine_AlreadyRunningError(gen);
+        return PYGEN_ERROR;
+    }
+    yf = gen->yieldfrom;
+    if (yf) {
+        Py_INCREF(yf);
+        err = __Pyx_Coroutine_CloseIter(gen, yf);
+        __Pyx_Coroutine_Undelegate(gen);
+        Py_DECREF(yf);
+    }
+    if (err == 0)
+        PyErr_SetNone(PyExc_GeneratorExit);
+    result = __Pyx_Coroutine_SendEx(gen, NULL, retval, 1);
+    if (result == PYGEN_ERROR) {
+        __Pyx_PyThreadState_declare
+        __Pyx_PyThreadState_assign
+        __Pyx_Coroutine_unset_is_running(gen);
+        if (!__Pyx_PyErr_Occurred()) {
+            return PYGEN_RETURN;
+        } else if (likely(__Pyx_PyErr_ExceptionMatches2(PyExc_GeneratorExit, PyExc_StopIteration))) {
+            __Pyx_PyErr_Clear();
+            return PYGEN_RETURN;
+        }
+        return PYGEN_ERROR;
+    } else if (likely(result == PYGEN_RETURN && *retval == Py_None)) {
+        __Pyx_Coroutine_unset_is_running(gen);
+        return PYGEN_RETURN;
+    } else {
+        const char *msg;
+        Py_DECREF(*retval);
+        *retval = NULL;
+        if ((0)) {
+        #ifdef __Pyx_Coroutine_USED
+        } else if (__Pyx_Coroutine_Check(self)) {
+            msg = "coroutine ignored GeneratorExit";
+        #endif
+        #ifdef __Pyx_AsyncGen_USED
+        } else if (__Pyx_AsyncGen_CheckExact(self)) {
+            msg = "async generator ignored GeneratorExit";
+        #endif
+        } else {
+            msg = "generator ignored GeneratorExit";
+        }
+        PyErr_SetString(PyExc_RuntimeError, msg);
+        __Pyx_Coroutine_unset_is_running(gen);
+        return PYGEN_ERROR;
+    }
+}
+static PyObject *__Pyx__Coroutine_Throw(PyObject *self, PyObject *typ, PyObject *val, PyObject *tb,
+                                        PyObject *args, int close_on_genexit) {
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject *) self;
+    PyObject *yf;
+    if (unlikely(__Pyx_Coroutine_test_and_set_is_running(gen)))
+        return __Pyx_Coroutine_AlreadyRunningError(gen);
+    yf = gen->yieldfrom;
+    if (yf) {
+        __Pyx_PySendResult result;
+        PyObject *ret;
+        Py_INCREF(yf);
+        if (__Pyx_PyErr_GivenExceptionMatches(typ, PyExc_GeneratorExit) && close_on_genexit) {
+            int err = __Pyx_Coroutine_CloseIter(gen, yf);
+            Py_DECREF(yf);
+            __Pyx_Coroutine_Undelegate(gen);
+            if (err < 0)
+                goto propagate_exception;
+            goto throw_here;
+        }
+        if (0
+        #ifdef __Pyx_Generator_USED
+            || __Pyx_Generator_CheckExact(yf)
+        #endif
+        #ifdef __Pyx_Coroutine_USED
+            || __Pyx_Coroutine_Check(yf)
+        #endif
+            ) {
+            ret = __Pyx__Coroutine_Throw(yf, typ, val, tb, args, close_on_genexit);
+        #ifdef __Pyx_Coroutine_USED
+        } else if (__Pyx_CoroutineAwait_CheckExact(yf)) {
+            ret = __Pyx__Coroutine_Throw(((__pyx_CoroutineAwaitObject*)yf)->coroutine, typ, val, tb, args, close_on_genexit);
+        #endif
+        } else {
+            PyObject *meth = __Pyx_PyObject_GetAttrStrNoError(yf, __pyx_mstate_global->__pyx_n_u_throw);
+            if (unlikely(!meth)) {
+                Py_DECREF(yf);
+                if (unlikely(PyErr_Occurred())) {
+                    __Pyx_Coroutine_unset_is_running(gen);
+                    return NULL;
+                }
+                __Pyx_Coroutine_Undelegate(gen);
+                goto throw_here;
+            }
+            if (args) {
+                ret = __Pyx_PyObject_Call(meth, args, NULL);
+            } else {
+                PyObject *cargs[4] = {NULL, typ, val, tb};
+                size_t nargs = 1U + (val != NULL) + (tb != NULL);
+                ret = __Pyx_PyObject_FastCall(meth, cargs+1, nargs | __Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET);
+            }
+            Py_DECREF(meth);
+        }
+        Py_DECREF(yf);
+        if (ret) {
+            __Pyx_Coroutine_unset_is_running(gen);
+            return ret;
+        }
+        result = __Pyx_Coroutine_FinishDelegation(gen, &ret);
+        __Pyx_Coroutine_unset_is_running(gen);
+        return __Pyx_Coroutine_MethodReturnFromResult(self, result, ret, 0);
+    }
+throw_here:
+    __Pyx_Raise(typ, val, tb, NULL);
+propagate_exception:
+    {
+        PyObject *retval = NULL;
+        __Pyx_PySendResult result = __Pyx_Coroutine_SendEx(gen, NULL, &retval, 0);
+        __Pyx_Coroutine_unset_is_running(gen);
+        return __Pyx_Coroutine_MethodReturnFromResult(self, result, retval, 0);
+    }
+}
+static PyObject *__Pyx_Coroutine_Throw(PyObject *self,
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+    PyObject *args
+#else
+    PyObject *const *args, Py_ssize_t nargs
+#endif
+) {
+    PyObject *typ;
+    PyObject *val = NULL;
+    PyObject *tb = NULL;
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+    if (unlikely(!PyArg_UnpackTuple(args, "throw", 1, 3, &typ, &val, &tb)))
+        return NULL;
+#else
+    switch (nargs) {
+    case 3:
+        tb = args[2];
+        CYTHON_FALLTHROUGH;
+    case 2:
+        val = args[1];
+        CYTHON_FALLTHROUGH;
+    case 1:
+        typ = args[0];
+        break;
+    default:
+        PyErr_SetString(PyExc_TypeError, "throw takes between 1 and 3 positional arguments");
+        return NULL;
+    }
+#endif
+    return __Pyx__Coroutine_Throw(self, typ, val, tb,
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+                                  args,
+#else
+                                  NULL,
+#endif
+                                  1);
+}
+static CYTHON_INLINE int __Pyx_Coroutine_traverse_excstate(__Pyx_ExcInfoStruct *exc_state, visitproc visit, void *arg) {
+#if PY_VERSION_HEX >= 0x030B00a4
+    Py_VISIT(exc_state->exc_value);
+#else
+    Py_VISIT(exc_state->exc_type);
+    Py_VISIT(exc_state->exc_value);
+    Py_VISIT(exc_state->exc_traceback);
+#endif
+    return 0;
+}
+static int __Pyx_Coroutine_traverse(__pyx_CoroutineObject *gen, visitproc visit, void *arg) {
+    {
+        int e = __Pyx_call_type_traverse((PyObject*)gen, 1, visit, arg);
+        if (e) return e;
+    }
+    Py_VISIT(gen->closure);
+    Py_VISIT(gen->classobj);
+    Py_VISIT(gen->yieldfrom);
+    return __Pyx_Coroutine_traverse_excstate(&gen->gi_exc_state, visit, arg);
+}
+static int __Pyx_Coroutine_clear(PyObject *self) {
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject *) self;
+    Py_CLEAR(gen->closure);
+    Py_CLEAR(gen->classobj);
+    __Pyx_Coroutine_Undelegate(gen);
+    __Pyx_Coroutine_ExceptionClear(&gen->gi_exc_state);
+#ifdef __Pyx_AsyncGen_USED
+    if (__Pyx_AsyncGen_CheckExact(self)) {
+        Py_CLEAR(((__pyx_PyAsyncGenObject*)gen)->ag_finalizer);
+    }
+#endif
+    Py_CLEAR(gen->gi_code);
+    Py_CLEAR(gen->gi_frame);
+    Py_CLEAR(gen->gi_name);
+    Py_CLEAR(gen->gi_qualname);
+    Py_CLEAR(gen->gi_modulename);
+    return 0;
+}
+static void __Pyx_Coroutine_dealloc(PyObject *self) {
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject *) self;
+    PyObject_GC_UnTrack(gen);
+    #if PY_VERSION_HEX < 0x030C0000 || CYTHON_COMPILING_IN_LIMITED_API
+    if (gen->gi_weakreflist != NULL)
+    #endif
+        PyObject_ClearWeakRefs(self);
+    if (gen->resume_label >= 0) {
+#if CYTHON_USE_TP_FINALIZE
+        PyObject_GC_Track(self);
+        if (unlikely(PyObject_CallFinalizerFromDealloc(self)))
+        {
+            return;
+        }
+        PyObject_GC_UnTrack(self);
+#endif
+    }
+#ifdef __Pyx_AsyncGen_USED
+    if (__Pyx_AsyncGen_CheckExact(self)) {
+        /* We have to handle this case for asynchronous generators
+           right here, because this code has to be between UNTRACK
+           and GC_Del. */
+        Py_CLEAR(((__pyx_PyAsyncGenObject*)self)->ag_finalizer);
+    }
+#endif
+    __Pyx_Coroutine_clear(self);
+    __Pyx_PyHeapTypeObject_GC_Del(gen);
+}
+#if CYTHON_USE_TP_FINALIZE
+static void __Pyx_Coroutine_del(PyObject *self) {
+    PyObject *error_type, *error_value, *error_traceback;
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject *) self;
+    __Pyx_PyThreadState_declare
+    if (gen->resume_label < 0) {
+        return;
+    }
+    __Pyx_PyThreadState_assign
+    __Pyx_ErrFetch(&error_type, &error_value, &error_traceback);
+#ifdef __Pyx_AsyncGen_USED
+    if (__Pyx_AsyncGen_CheckExact(self)) {
+        __pyx_PyAsyncGenObject *agen = (__pyx_PyAsyncGenObject*)self;
+        PyObject *finalizer = agen->ag_finalizer;
+        if (finalizer && !agen->ag_closed) {
+            PyObject *res = __Pyx_PyObject_CallOneArg(finalizer, self);
+            if (unlikely(!res)) {
+                PyErr_WriteUnraisable(self);
+            } else {
+                Py_DECREF(res);
+            }
+            __Pyx_ErrRestore(error_type, error_value, error_traceback);
+            return;
+        }
+    }
+#endif
+    if (unlikely(gen->resume_label == 0 && !error_value)) {
+#ifdef __Pyx_Coroutine_USED
+#ifdef __Pyx_Generator_USED
+    if (!__Pyx_Generator_CheckExact(self))
+#endif
+        {
+        PyObject_GC_UnTrack(self);
+        if (unlikely(PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%.50S' was never awaited", gen->gi_qualname) < 0))
+            PyErr_WriteUnraisable(self);
+        PyObject_GC_Track(self);
+        }
+#endif
+    } else {
+        PyObject *retval = NULL;
+        __Pyx_PySendResult result = __Pyx_Coroutine_Close(self, &retval);
+        if (result == PYGEN_ERROR) {
+            PyErr_WriteUnraisable(self);
+        } else {
+            Py_XDECREF(retval);
+        }
+    }
+    __Pyx_ErrRestore(error_type, error_value, error_traceback);
+}
+#endif
+static PyObject *
+__Pyx_Coroutine_get_name(__pyx_CoroutineObject *self, void *context)
+{
+    PyObject *name = self->gi_name;
+    CYTHON_UNUSED_VAR(context);
+    if (unlikely(!name)) name = Py_None;
+    Py_INCREF(name);
+    return name;
+}
+static int
+__Pyx_Coroutine_set_name(__pyx_CoroutineObject *self, PyObject *value, void *context)
+{
+    CYTHON_UNUSED_VAR(context);
+    if (unlikely(value == NULL || !PyUnicode_Check(value))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "__name__ must be set to a string object");
+        return -1;
+    }
+    Py_INCREF(value);
+    __Pyx_Py_XDECREF_SET(self->gi_name, value);
+    return 0;
+}
+static PyObject *
+__Pyx_Coroutine_get_qualname(__pyx_CoroutineObject *self, void *context)
+{
+    PyObject *name = self->gi_qualname;
+    CYTHON_UNUSED_VAR(context);
+    if (unlikely(!name)) name = Py_None;
+    Py_INCREF(name);
+    return name;
+}
+static int
+__Pyx_Coroutine_set_qualname(__pyx_CoroutineObject *self, PyObject *value, void *context)
+{
+    CYTHON_UNUSED_VAR(context);
+    if (unlikely(value == NULL || !PyUnicode_Check(value))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "__qualname__ must be set to a string object");
+        return -1;
+    }
+    Py_INCREF(value);
+    __Pyx_Py_XDECREF_SET(self->gi_qualname, value);
+    return 0;
+}
+#if !CYTHON_COMPILING_IN_LIMITED_API
+static PyObject *
+__Pyx__Coroutine_get_frame_locked(__pyx_CoroutineObject *self) {
+    PyObject *frame;
+    frame = self->gi_frame;
+    if (!frame) {
+        if (unlikely(!self->gi_code)) {
+            Py_RETURN_NONE;
+        }
+        PyObject *globals = PyDict_New();
+        if (unlikely(!globals)) return NULL;
+        frame = (PyObject *) PyFrame_New(
+            PyThreadState_Get(),            /*PyThreadState *tstate,*/
+            (PyCodeObject*) self->gi_code,  /*PyCodeObject *code,*/
+            globals,                        /*PyObject *globals,*/
+            0                               /*PyObject *locals*/
+        );
+        Py_DECREF(globals);
+        if (unlikely(!frame))
+            return NULL;
+        if (unlikely(self->gi_frame)) {
+            Py_DECREF(frame);
+            frame = self->gi_frame;
+        } else {
+            self->gi_frame = frame;
+        }
+    }
+    Py_INCREF(frame);
+    return frame;
+}
+#endif
+static PyObject *
+__Pyx__Coroutine_get_frame(__pyx_CoroutineObject *self)
+{
+#if !CYTHON_COMPILING_IN_LIMITED_API
+    PyObject *frame;
+    __Pyx_BEGIN_CRITICAL_SECTION((PyObject*)self);
+    frame = __Pyx__Coroutine_get_frame_locked(self);
+    __Pyx_END_CRITICAL_SECTION();
+    return frame;
+#else
+    CYTHON_UNUSED_VAR(self);
+    Py_RETURN_NONE;
+#endif
+}
+static PyObject *
+__Pyx_Coroutine_get_frame(__pyx_CoroutineObject *self, void *context) {
+    CYTHON_UNUSED_VAR(context);
+    PyObject *frame = self->gi_frame;
+    if (frame)
+        return __Pyx_NewRef(frame);
+    return __Pyx__Coroutine_get_frame(self);
+}
+static __pyx_CoroutineObject *__Pyx__Coroutine_New(
+            PyTypeObject* type, __pyx_coroutine_body_t body, PyObject *code, PyObject *closure,
+            PyObject *name, PyObject *qualname, PyObject *module_name) {
+    __pyx_CoroutineObject *gen = PyObject_GC_New(__pyx_CoroutineObject, type);
+    if (unlikely(!gen))
+        return NULL;
+    return __Pyx__Coroutine_NewInit(gen, body, code, closure, name, qualname, module_name);
+}
+static __pyx_CoroutineObject *__Pyx__Coroutine_NewInit(
+            __pyx_CoroutineObject *gen, __pyx_coroutine_body_t body, PyObject *code, PyObject *closure,
+            PyObject *name, PyObject *qualname, PyObject *module_name) {
+    gen->body = body;
+    gen->closure = closure;
+    Py_XINCREF(closure);
+    gen->is_running = 0;
+    gen->resume_label = 0;
+    gen->classobj = NULL;
+    gen->yieldfrom = NULL;
+    gen->yieldfrom_am_send = NULL;
+    #if PY_VERSION_HEX >= 0x030B00a4 && !CYTHON_COMPILING_IN_LIMITED_API
+    gen->gi_exc_state.exc_value = NULL;
+    #else
+    gen->gi_exc_state.exc_type = NULL;
+    gen->gi_exc_state.exc_value = NULL;
+    gen->gi_exc_state.exc_traceback = NULL;
+    #endif
+#if CYTHON_USE_EXC_INFO_STACK
+    gen->gi_exc_state.previous_item = NULL;
+#endif
+#if PY_VERSION_HEX < 0x030C0000 || CYTHON_COMPILING_IN_LIMITED_API
+    gen->gi_weakreflist = NULL;
+#endif
+    Py_XINCREF(qualname);
+    gen->gi_qualname = qualname;
+    Py_XINCREF(name);
+    gen->gi_name = name;
+    Py_XINCREF(module_name);
+    gen->gi_modulename = module_name;
+    Py_XINCREF(code);
+    gen->gi_code = code;
+    gen->gi_frame = NULL;
+#if CYTHON_USE_SYS_MONITORING && (CYTHON_PROFILE || CYTHON_TRACE)
+    memset(gen->__pyx_pymonitoring_state, 0, sizeof(gen->__pyx_pymonitoring_state));
+    gen->__pyx_pymonitoring_version = 0;
+#endif
+    PyObject_GC_Track(gen);
+    return gen;
+}
+static char __Pyx_Coroutine_test_and_set_is_running(__pyx_CoroutineObject *gen) {
+    char result;
+    __Pyx_BEGIN_CRITICAL_SECTION((PyObject*)gen);
+    result = gen->is_running;
+    gen->is_running = 1;
+    __Pyx_END_CRITICAL_SECTION();
+    return result;
+}
+static void __Pyx_Coroutine_unset_is_running(__pyx_CoroutineObject *gen) {
+    __Pyx_BEGIN_CRITICAL_SECTION((PyObject*)gen);
+    assert(gen->is_running);
+    gen->is_running = 0;
+    __Pyx_END_CRITICAL_SECTION();
+}
+static char __Pyx_Coroutine_get_is_running(__pyx_CoroutineObject *gen) {
+    char result;
+    __Pyx_BEGIN_CRITICAL_SECTION((PyObject*)gen);
+    result = gen->is_running;
+    __Pyx_END_CRITICAL_SECTION();
+    return result;
+}
+static PyObject *__Pyx_Coroutine_get_is_running_getter(PyObject *gen, void *closure) {
+    CYTHON_UNUSED_VAR(closure);
+    char result = __Pyx_Coroutine_get_is_running((__pyx_CoroutineObject*)gen);
+    if (result) Py_RETURN_TRUE;
+    else Py_RETURN_FALSE;
+}
+#if __PYX_HAS_PY_AM_SEND == 2
+static void __Pyx_SetBackportTypeAmSend(PyTypeObject *type, __Pyx_PyAsyncMethodsStruct *static_amsend_methods, __Pyx_pyiter_sendfunc am_send) {
+    Py_ssize_t ptr_offset = (char*)(type->tp_as_async) - (char*)type;
+    if (ptr_offset < 0 || ptr_offset > type->tp_basicsize) {
+        return;
+    }
+    memcpy((void*)static_amsend_methods, (void*)(type->tp_as_async), sizeof(*type->tp_as_async));
+    static_amsend_methods->am_send = am_send;
+    type->tp_as_async = __Pyx_SlotTpAsAsync(static_amsend_methods);
+}
+#endif
+static PyObject *__Pyx_Coroutine_fail_reduce_ex(PyObject *self, PyObject *arg) {
+    CYTHON_UNUSED_VAR(arg);
+    __Pyx_RaiseTypeErrorWithObjectType(
+        "cannot pickle '" __Pyx_FMT_TYPENAME "' object", self);
+    return NULL;
+}
+
+/* Generator */
+static PyMethodDef __pyx_Generator_methods[] = {
+    {"send", (PyCFunction) __Pyx_Coroutine_Send, METH_O,
+     PyDoc_STR("send(arg) -> send 'arg' into generator,\nreturn next yielded value or raise StopIteration.")},
+    {"throw", __PYX_REINTERPRET_FUNCION(PyCFunction, __Pyx_Coroutine_Throw),
+#if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX < 0x030A0000
+        METH_VARARGS,
+#else
+        METH_FASTCALL,
+#endif
+     PyDoc_STR("throw(typ[,val[,tb]]) -> raise exception in generator,\nreturn next yielded value or raise StopIteration.")},
+    {"close", (PyCFunction) __Pyx_Coroutine_Close_Method, METH_NOARGS,
+     PyDoc_STR("close() -> raise GeneratorExit inside generator.")},
+    {"__reduce_ex__", (PyCFunction) __Pyx_Coroutine_fail_reduce_ex, METH_O, 0},
+    {"__reduce__", (PyCFunction) __Pyx_Coroutine_fail_reduce_ex, METH_NOARGS, 0},
+    {0, 0, 0, 0}
+};
+static PyMemberDef __pyx_Generator_memberlist[] = {
+    {"gi_yieldfrom", T_OBJECT, offsetof(__pyx_CoroutineObject, yieldfrom), READONLY,
+     PyDoc_STR("object being iterated by 'yield from', or None")},
+    {"gi_code", T_OBJECT, offsetof(__pyx_CoroutineObject, gi_code), READONLY, NULL},
+    {"__module__", T_OBJECT, offsetof(__pyx_CoroutineObject, gi_modulename), 0, 0},
+#if PY_VERSION_HEX < 0x030C0000 || CYTHON_COMPILING_IN_LIMITED_API
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(__pyx_CoroutineObject, gi_weakreflist), READONLY, 0},
+#endif
+    {0, 0, 0, 0, 0}
+};
+static PyGetSetDef __pyx_Generator_getsets[] = {
+    {"__name__", (getter)__Pyx_Coroutine_get_name, (setter)__Pyx_Coroutine_set_name,
+     PyDoc_STR("name of the generator"), 0},
+    {"__qualname__", (getter)__Pyx_Coroutine_get_qualname, (setter)__Pyx_Coroutine_set_qualname,
+     PyDoc_STR("qualified name of the generator"), 0},
+    {"gi_frame", (getter)__Pyx_Coroutine_get_frame, NULL,
+     PyDoc_STR("Frame of the generator"), 0},
+    {"gi_running", __Pyx_Coroutine_get_is_running_getter, NULL, NULL, NULL},
+    {0, 0, 0, 0, 0}
+};
+static PyType_Slot __pyx_GeneratorType_slots[] = {
+    {Py_tp_dealloc, (void *)__Pyx_Coroutine_dealloc},
+    {Py_tp_traverse, (void *)__Pyx_Coroutine_traverse},
+    {Py_tp_iter, (void *)PyObject_SelfIter},
+    {Py_tp_iternext, (void *)__Pyx_Generator_Next},
+    {Py_tp_methods, (void *)__pyx_Generator_methods},
+    {Py_tp_members, (void *)__pyx_Generator_memberlist},
+    {Py_tp_getset, (void *)__pyx_Generator_getsets},
+    {Py_tp_getattro, (void *) PyObject_GenericGetAttr},
+#if CYTHON_USE_TP_FINALIZE
+    {Py_tp_finalize, (void *)__Pyx_Coroutine_del},
+#endif
+#if __PYX_HAS_PY_AM_SEND == 1
+    {Py_am_send, (void *)__Pyx_Coroutine_AmSend},
+#endif
+    {0, 0},
+};
+static PyType_Spec __pyx_GeneratorType_spec = {
+    __PYX_TYPE_MODULE_PREFIX "generator",
+    sizeof(__pyx_CoroutineObject),
+    0,
+#if PY_VERSION_HEX >= 0x030C0000 && !CYTHON_COMPILING_IN_LIMITED_API
+    Py_TPFLAGS_MANAGED_WEAKREF |
+#endif
+    Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | __Pyx_TPFLAGS_HAVE_AM_SEND,
+    __pyx_GeneratorType_slots
+};
+#if __PYX_HAS_PY_AM_SEND == 2
+static __Pyx_PyAsyncMethodsStruct __pyx_Generator_as_async;
+#endif
+static int __pyx_Generator_init(PyObject *module) {
+    __pyx_mstatetype *mstate = __Pyx_PyModule_GetState(module);
+    mstate->__pyx_GeneratorType = __Pyx_FetchCommonTypeFromSpec(
+        mstate->__pyx_CommonTypesMetaclassType, module, &__pyx_GeneratorType_spec, NULL);
+    if (unlikely(!mstate->__pyx_GeneratorType)) {
+        return -1;
+    }
+#if __PYX_HAS_PY_AM_SEND == 2
+    __Pyx_SetBackportTypeAmSend(mstate->__pyx_GeneratorType, &__pyx_Generator_as_async, &__Pyx_Coroutine_AmSend);
+#endif
+    return 0;
+}
+static PyObject *__Pyx_Generator_GetInlinedResult(PyObject *self) {
+    __pyx_CoroutineObject *gen = (__pyx_CoroutineObject*) self;
+    PyObject *retval = NULL;
+    if (unlikely(__Pyx_Coroutine_test_and_set_is_running(gen))) {
+        return __Pyx_Coroutine_AlreadyRunningError(gen);
+    }
+    __Pyx_PySendResult result = __Pyx_Coroutine_SendEx(gen, Py_None, &retval, 0);
+    __Pyx_Coroutine_unset_is_running(gen);
+    (void) result;
+    assert (result == PYGEN_RETURN || result == PYGEN_ERROR);
+    assert ((result == PYGEN_RETURN && retval != NULL) || (result == PYGEN_ERROR && retval == NULL));
+    return retval;
 }
 
 /* CheckBinaryVersion */

@@ -1,13 +1,22 @@
 """Type stub of the compiled default-profile pass (`fused_native.pyx`)."""
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 TTFT: int
 PREFIX: int
 IN_FLIGHT: int
 KV: int
 HEADROOM: int
+
+class Column(Sequence[float]):
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, key: int) -> float: ...
+    @overload
+    def __getitem__(self, key: slice) -> list[float]: ...
+
+def column(values: Sequence[float]) -> Column: ...
 
 class Kernel:
     def __init__(
@@ -21,13 +30,15 @@ class Kernel:
         kinds: list[int],
         weights: list[float],
         eviction_weight: float,
+        tie_tolerance: float,
     ) -> None: ...
     def gather(self, endpoints: list[Any]) -> tuple[list[Any], tuple[str, ...], bool] | None: ...
     def columns(
         self,
+        ids: tuple[str, ...],
         depths: list[int] | None,
         lines: list[Any] | None,
         fills: list[float] | None,
         displaced: list[float] | None,
         terms: Callable[[int], tuple[float, float]],
-    ) -> tuple[list[list[float]], list[float]] | None: ...
+    ) -> tuple[list[Column], Column, list[str] | None] | None: ...

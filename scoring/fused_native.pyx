@@ -3,10 +3,11 @@
 
 `Kernel.gather` reads every candidate's snapshot once (slot reads by offset: no attribute
 lookup) and applies the load-imbalance filter; `Kernel.columns` computes the estimated-TTFT,
-prefix-match, in-flight, KV-utilization and cache-headroom columns and their weighted totals
-from what the prefix index and the TTFT model answered. The same float operations in the
-same order as the plugins (built with -ffp-contract=off), so the columns are the plugins' to
-the last bit; where a value is not a plain number, or a plugin would take its rare branch
+prefix-match, in-flight, KV-utilization and cache-headroom columns, their weighted totals
+and the max-score order from what the prefix index and the TTFT model answered (the
+columns are `Column`s: float objects made only for the items read). The same float
+operations in the same order as the plugins (built with -ffp-contract=off), so the columns
+are the plugins' to the last bit; where a value is not a plain number, or a plugin would take its rare branch
 (unknown KV usage, a NaN estimate), either call answers None and the plugins run instead.
 The plugins are the reference: `tests/unit/scoring/test_fused.py` compares the two.
 """
@@ -20,6 +21,9 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isnan
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+from routing.columns_native cimport Ranked, distinct_totals, sort_ranked
 
 cdef extern from *:
     """
@@ -93,6 +97,90 @@ cdef inline double _clamp(double x) noexcept:
     return 1.0 if x > 1.0 else x
 
 
+cdef class Column:
+    """A read-only sequence of floats over a C array: a score column or the totals, whose
+    float objects are made only for the items read (most decisions read two or three)."""
+
+    cdef double *data
+    cdef Py_ssize_t n
+
+    def __cinit__(self):
+        self.data = NULL
+        self.n = 0
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i
+        if isinstance(key, slice):
+            return [self.data[i] for i in range(*key.indices(self.n))]
+        i = key
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("column index out of range")
+        return self.data[i]
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            yield self.data[i]
+
+    def __reversed__(self):
+        cdef Py_ssize_t i
+        for i in range(self.n - 1, -1, -1):
+            yield self.data[i]
+
+    def __contains__(self, value):
+        return value in list(self)
+
+    def index(self, value, start=0, stop=None):
+        return list(self).index(value, start, self.n if stop is None else stop)
+
+    def count(self, value):
+        return list(self).count(value)
+
+    def __eq__(self, other):
+        if isinstance(other, (Column, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Column({list(self)!r})"
+
+    def __reduce__(self):
+        return column, (list(self),)
+
+
+def column(values):
+    """A `Column` holding `values` (floats)."""
+    cdef Py_ssize_t n = len(values), i
+    cdef Column out = Column.__new__(Column)
+    out.data = <double *>malloc(max(n, 1) * sizeof(double))
+    if out.data == NULL:
+        raise MemoryError()
+    for i in range(n):
+        out.data[i] = values[i]
+    out.n = n
+    return out
+
+
+cdef Column _column_of(const double *data, Py_ssize_t n):
+    cdef Column out = Column.__new__(Column)
+    out.data = <double *>malloc(max(n, 1) * sizeof(double))
+    if out.data == NULL:
+        raise MemoryError()
+    memcpy(out.data, data, n * sizeof(double))
+    out.n = n
+    return out
+
+
 cdef class Kernel:
     """One profile's filter and scorers over C arrays, reused from decision to decision."""
 
@@ -104,8 +192,9 @@ cdef class Kernel:
     cdef int n_scorers
     cdef int kinds[MAX_SCORERS]
     cdef double weights[MAX_SCORERS]
-    cdef double eviction_weight
+    cdef double eviction_weight, tie_tolerance
     cdef Py_ssize_t cap, n
+    cdef Ranked *ranked  # 2 × cap: the totals in order, and the merge's scratch
     # per kept candidate, in order
     cdef double *count  # in_flight + remote_in_flight
     cdef double *pending
@@ -119,10 +208,11 @@ cdef class Kernel:
         self.cap = 0
         self.count = self.pending = self.remote_pending = NULL
         self.free_kv = self.load = self.est = self.totals = NULL
+        self.ranked = NULL
 
     def __init__(self, type snapshot_type, type metrics_type, type line_type, filtering,
                  double abs_threshold, double rel_threshold, kinds, weights,
-                 double eviction_weight):
+                 double eviction_weight, double tie_tolerance):
         if len(kinds) != len(weights) or not 0 < len(kinds) <= MAX_SCORERS:
             raise ValueError(f"between 1 and {MAX_SCORERS} scorers, one weight each")
         self.snapshot_type, self.metrics_type, self.line_type = (
@@ -148,6 +238,7 @@ cdef class Kernel:
             if kinds[k] == KV:
                 self.need_kv = True
         self.eviction_weight = eviction_weight
+        self.tie_tolerance = tie_tolerance
 
     def __dealloc__(self):
         self._release()
@@ -160,6 +251,8 @@ cdef class Kernel:
         free(self.load)
         free(self.est)
         free(self.totals)
+        free(self.ranked)
+        self.ranked = NULL
         self.count = self.pending = self.remote_pending = NULL
         self.free_kv = self.load = self.est = self.totals = NULL
         self.cap = 0
@@ -177,7 +270,8 @@ cdef class Kernel:
         self.load = <double *>malloc(size)
         self.est = <double *>malloc(size)
         self.totals = <double *>malloc(size)
-        if (self.count == NULL or self.pending == NULL or self.remote_pending == NULL
+        self.ranked = <Ranked *>malloc(2 * cap * sizeof(Ranked))
+        if (self.ranked == NULL or self.count == NULL or self.pending == NULL or self.remote_pending == NULL
                 or self.free_kv == NULL or self.load == NULL or self.est == NULL
                 or self.totals == NULL):
             self._release()
@@ -263,11 +357,13 @@ cdef class Kernel:
             PyTuple_SET_ITEM(ids, i, <object>item)
         return ids
 
-    def columns(self, depths, lines, fills, displaced, terms):
-        """The scorers' columns (clamped, in scorer order) and the weighted totals for the
-        candidates `gather` kept. `depths`: matched blocks per candidate (None: no hashes);
-        `lines`: TTFT coefficients per candidate; `fills`: the index's fill per candidate;
-        `displaced`: the eviction term's tokens per candidate (None: none);
+    def columns(self, ids, depths, lines, fills, displaced, terms):
+        """(columns, totals, ranked) for the candidates `gather` kept, `ids` theirs: the
+        scorers' columns (clamped, in scorer order) and the weighted totals, as `Column`s,
+        and the ids by total, best first, or None where totals tie within the tolerance
+        (the picker shuffles those). `depths`: matched blocks per candidate (None: no
+        hashes); `lines`: TTFT coefficients per candidate; `fills`: the index's fill per
+        candidate; `displaced`: the eviction term's tokens per candidate (None: none);
         `terms(depth)`: (uncached tokens, cached share) of a depth. None where a plugin
         would take another branch (a NaN or non-positive estimate)."""
         cdef Py_ssize_t n = self.n, i, k, d
@@ -279,18 +375,19 @@ cdef class Kernel:
         cdef double u, s, x, best, low, high, span, kslope, w
         cdef bint any_displaced
         cdef PyObject *c
-        cdef object f
-        cdef list column, out = [], totals
+        cdef object item
+        cdef list out = [], ranked
         cdef list depth_list = depths
         cdef list line_list = lines
         cdef list fill_list = fills
         cdef list displaced_list = displaced
         cdef int kind
+        if len(ids) != n:
+            raise ValueError("one id per kept candidate")
         for i in range(n):
             self.totals[i] = 0.0
         for k in range(self.n_scorers):
             kind = self.kinds[k]
-            column = PyList_New(n)
             if kind == TTFT or kind == PREFIX:
                 for i in range(n):
                     depth = 0 if depth_list is None else depth_list[i]
@@ -357,14 +454,17 @@ cdef class Kernel:
             w = self.weights[k]
             for i in range(n):
                 x = self.est[i]
-                f = PyFloat_FromDouble(x)
-                Py_INCREF(f)
-                PyList_SET_ITEM(column, i, f)
                 self.totals[i] = self.totals[i] + (x if w == 1.0 else w * x)
-            out.append(column)
-        totals = PyList_New(n)
+            out.append(_column_of(self.est, n))
         for i in range(n):
-            f = PyFloat_FromDouble(self.totals[i])
-            Py_INCREF(f)
-            PyList_SET_ITEM(totals, i, f)
-        return out, totals
+            self.ranked[i].total = self.totals[i]
+            self.ranked[i].index = i
+        sort_ranked(self.ranked, self.ranked + n, n)
+        if not distinct_totals(self.ranked, n, self.tie_tolerance):
+            return out, _column_of(self.totals, n), None
+        ranked = PyList_New(n)
+        for i in range(n):
+            item = ids[self.ranked[i].index]
+            Py_INCREF(item)
+            PyList_SET_ITEM(ranked, i, item)
+        return out, _column_of(self.totals, n), ranked

@@ -41,6 +41,7 @@ COMPILED = {
     "sim.engine.kv_cache_native": "the simulator's KV cache",
     "gateway.tracing.otlp_native": "the tracing encoder",
     "routing.columns_native": "the scheduler's weighted sum",
+    "scoring.fused_native": "the default profile's scoring pass",
     "scoring.state.prefix_hash_native": "the prompt's prefix hashes",
 }
 

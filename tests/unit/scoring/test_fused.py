@@ -219,3 +219,23 @@ def test_an_empty_pool_is_left_to_the_plugins() -> None:
 
 def _ctx() -> SchedulingContext:
     return SchedulingContext(lambda: 0.0, random.Random(0))
+
+
+def test_a_column_reads_as_the_list_of_its_floats() -> None:
+    import pickle
+    from collections.abc import Sequence
+
+    from scoring.fused import fused_native
+
+    values = [0.25, 1.0, 0.0, 1 / 3]
+    col = fused_native.column(values)
+    assert isinstance(col, Sequence)
+    assert len(col) == 4 and list(col) == values and col == values and col == tuple(values)
+    assert [col[i] for i in range(-4, 4)] == values + values
+    assert col[1:3] == values[1:3] and list(reversed(col)) == values[::-1]
+    assert col.index(0.0) == 2 and col.count(1.0) == 1 and (1 / 3) in col
+    with pytest.raises(IndexError):
+        col[4]
+    assert pickle.loads(pickle.dumps(col)) == values
+    assert repr(col) == f"Column({values!r})"
+    assert col != "0.25" and fused_native.column([]) == []
