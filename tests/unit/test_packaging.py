@@ -57,3 +57,7 @@ def test_the_sdist_carries_the_cython_sources() -> None:
     # The project's own sources: not a virtual environment's or a build's in the checkout.
     sources = sorted({parts[0] for parts in found if parts[0] in LIBRARY})
     assert sources and all(f"recursive-include {top} *.pyx" in manifest for top in sources)
+    # A .pxd one module shares with another (`cimport`) is a source of that build, too.
+    shared = (p.relative_to(REPO).parts for p in REPO.glob("*/**/*.pxd"))
+    tops = sorted({parts[0] for parts in shared if parts[0] in LIBRARY})
+    assert all(f"recursive-include {top} *.pxd" in manifest for top in tops)
