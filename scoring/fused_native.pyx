@@ -382,8 +382,10 @@ cdef class Kernel:
         cdef list fill_list = fills
         cdef list displaced_list = displaced
         cdef int kind
-        if len(ids) != n:
-            raise ValueError("one id per kept candidate")
+        if len(ids) != n or any(
+            x is not None and len(x) != n for x in (depths, lines, fills, displaced)
+        ):  # the loops below index these lists unchecked
+            raise ValueError("one id, depth, line, fill and displacement per kept candidate")
         for i in range(n):
             self.totals[i] = 0.0
         for k in range(self.n_scorers):

@@ -239,3 +239,19 @@ def test_a_column_reads_as_the_list_of_its_floats() -> None:
     assert pickle.loads(pickle.dumps(col)) == values
     assert repr(col) == f"Column({values!r})"
     assert col != "0.25" and fused_native.column([]) == []
+
+
+def test_answers_of_the_wrong_length_are_refused_not_read_past() -> None:
+    profile = _stack().scheduler.profiles["prefix-aware"]
+    fast: Any = profile.fast
+    kernel = fast._kernel
+    fleet = [EndpointSnapshot(f"r{i}", "http://x", metrics=EngineMetrics(0.0, 0, kv_usage=0.3))
+             for i in range(3)]  # fmt: skip
+    _, ids, _ = kernel.gather(fleet)
+    lines = fast._model.lines(ids)
+    with pytest.raises(ValueError, match="per kept candidate"):
+        kernel.columns(ids, [0, 0], lines, [0.0] * 3, None, lambda d: (1.0, 0.0))
+    with pytest.raises(ValueError, match="per kept candidate"):
+        kernel.columns(ids[:2], [0, 0, 0], lines, [0.0] * 3, None, lambda d: (1.0, 0.0))
+    got = kernel.columns(ids, [0, 0, 0], lines, [0.0] * 3, None, lambda d: (1.0, 0.0))
+    assert got is not None and len(got[0]) == 5
