@@ -15,6 +15,7 @@ decide. Without the compiled module there is no fast path.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,6 +105,7 @@ class _FusedPath:
         self._cpt = ttft._cpt if ttft is not None else 1.0
         eviction = ttft._eviction_weight if ttft is not None else 0.0
         self._eviction = eviction
+        self._lock = threading.Lock()  # one decision at a time on the kernel's buffers
         self._kernel = fused_native.Kernel(
             EndpointSnapshot,
             EngineMetrics,
@@ -124,8 +126,16 @@ class _FusedPath:
         ctx: SchedulingContext,
     ) -> Decision | None:
         given = endpoints if type(endpoints) is list else list(endpoints)
-        if not given:
-            return None
+        if not given or not self._lock.acquire(False):
+            return None  # the kernel's buffers are another thread's for now: the plugins run
+        try:
+            return self._decide(request, given, ctx)
+        finally:
+            self._lock.release()
+
+    def _decide(
+        self, request: RoutingRequest, given: list[EndpointSnapshot], ctx: SchedulingContext
+    ) -> Decision | None:
         kernel = self._kernel
         gathered = kernel.gather(given)
         if gathered is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -255,3 +256,48 @@ def test_answers_of_the_wrong_length_are_refused_not_read_past() -> None:
         kernel.columns(ids[:2], [0, 0, 0], lines, [0.0] * 3, None, lambda d: (1.0, 0.0))
     got = kernel.columns(ids, [0, 0, 0], lines, [0.0] * 3, None, lambda d: (1.0, 0.0))
     assert got is not None and len(got[0]) == 5
+
+
+def test_a_decision_already_on_the_kernel_leaves_the_next_to_the_plugins() -> None:
+    # The kernel's buffers hold one decision at a time: another thread's waits for nobody.
+    profile = _stack().scheduler.profiles["prefix-aware"]
+    fast: Any = profile.fast
+    fleet = [EndpointSnapshot(f"r{i}", "http://x", metrics=EngineMetrics(0.0, 0, kv_usage=0.3))
+             for i in range(3)]  # fmt: skip
+    assert fast(RoutingRequest(model="m"), fleet, _ctx()) is not None
+    with fast._lock:
+        assert fast(RoutingRequest(model="m"), fleet, _ctx()) is None
+        assert profile.run(RoutingRequest(model="m"), fleet, _ctx()).ranked
+    assert fast(RoutingRequest(model="m"), fleet, _ctx()) is not None
+
+
+def test_threads_deciding_at_once_get_the_plugins_decisions() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    stack = _stack()
+    profile = stack.scheduler.profiles["prefix-aware"]
+    rng = random.Random(3)
+    fleet = _fleet(rng, 16, odd=False)
+    tenants = [rng.randbytes(2000) for _ in range(4)]
+    requests = []
+    for i in range(40):
+        data = _prompt(rng, tenants)
+        hashes = hash_blocks(data, prefix_seed("m"), BLOCK_CHARS)
+        stack.index.record(fleet[i % 16].id, hashes)
+        requests.append(RoutingRequest(model="m", prefix_hashes=hashes,
+                                       prefix_block_chars=BLOCK_CHARS,
+                                       token_estimate=len(data) // 4))  # fmt: skip
+    plugins = replace(profile, fast=None)
+    want = [plugins.run(r, fleet, _ctx()).ranked for r in requests]
+
+    def decide(k: int) -> tuple[str, ...]:
+        return profile.run(requests[k % 40], fleet, _ctx()).ranked
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside decisions, not only between them
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(decide, range(800)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert got == [want[k % 40] for k in range(800)]
