@@ -25,10 +25,10 @@ from routing.types import ScoreTable
 from scoring.filters.load_imbalance import LoadImbalanceFilter
 from scoring.pickers.max_score import TIE_TOLERANCE, MaxScorePicker, rank_by_total
 from scoring.scorers.cache_headroom import CacheHeadroomScorer
-from scoring.scorers.estimated_ttft import EstimatedTtftScorer, displaced_tokens
+from scoring.scorers.estimated_ttft import EstimatedTtftScorer, displaced_tokens, uncached_tokens
 from scoring.scorers.in_flight import InFlightScorer
 from scoring.scorers.kv_utilization import KvUtilizationScorer
-from scoring.scorers.prefix_match import PrefixMatchScorer
+from scoring.scorers.prefix_match import PrefixMatchScorer, cached_share
 from scoring.state.prefix_hash import covered_chars
 from scoring.state.prefix_index import PrefixIndex
 from scoring.state.ttft_model import OnlineTtftModel, TtftCoefficients
@@ -40,14 +40,17 @@ except ImportError:  # not built (no C compiler): the plugins run
 else:  # its columns are read-only sequences of floats
     Sequence.register(fused_native.Column)
 
-_KINDS: dict[type, int] = {
-    EstimatedTtftScorer: 0,
-    PrefixMatchScorer: 1,
-    InFlightScorer: 2,
-    KvUtilizationScorer: 3,
-    CacheHeadroomScorer: 4,
-}
-_TTFT, _PREFIX, _HEADROOM = 0, 1, 4
+_KINDS: dict[type, int] = (
+    {}
+    if fused_native is None
+    else {
+        EstimatedTtftScorer: fused_native.TTFT,
+        PrefixMatchScorer: fused_native.PREFIX,
+        InFlightScorer: fused_native.IN_FLIGHT,
+        KvUtilizationScorer: fused_native.KV,
+        CacheHeadroomScorer: fused_native.HEADROOM,
+    }
+)
 _MAX_SCORERS = 8
 
 
@@ -71,13 +74,14 @@ def fused_path(profile: Profile) -> FastPath | None:
     if -1 in kinds or len(set(kinds)) != len(kinds):
         return None
     by_kind = {k: ws.scorer for k, ws in zip(kinds, profile.scorers, strict=True)}
-    ttft = by_kind.get(_TTFT)
+    ttft = by_kind.get(fused_native.TTFT)
     if isinstance(ttft, EstimatedTtftScorer) and ttft._view is not None:  # precise view
         return None
-    indexes = {id(s._index) for s in by_kind.values() if hasattr(s, "_index")}
+    indexes = {id(s._index): s._index for s in by_kind.values() if hasattr(s, "_index")}
     if len(indexes) > 1:
         return None
-    return _FusedPath(profile, kinds, by_kind, flt)
+    index = next(iter(indexes.values()), None)
+    return _FusedPath(profile, kinds, by_kind, flt, index)
 
 
 class _FusedPath:
@@ -89,17 +93,14 @@ class _FusedPath:
         kinds: list[int],
         by_kind: dict[int, Any],
         flt: LoadImbalanceFilter | None,
+        index: PrefixIndex | None,
     ) -> None:
         self._name = profile.name
         self._names = [ws.scorer.name for ws in profile.scorers]
         self._filter_name = flt.name if flt is not None else ""
-        ttft: EstimatedTtftScorer | None = by_kind.get(_TTFT)
-        self._ttft = ttft
-        self._depths = _TTFT in by_kind or _PREFIX in by_kind
-        self._fills = _HEADROOM in by_kind
-        index: PrefixIndex | None = None
-        for scorer in by_kind.values():
-            index = getattr(scorer, "_index", index)
+        ttft: EstimatedTtftScorer | None = by_kind.get(fused_native.TTFT)
+        self._depths = fused_native.TTFT in by_kind or fused_native.PREFIX in by_kind
+        self._fills = fused_native.HEADROOM in by_kind
         self._index = index
         self._model: OnlineTtftModel | None = ttft._model if ttft is not None else None
         self._cpt = ttft._cpt if ttft is not None else 1.0
@@ -185,6 +186,5 @@ class _Terms:
 
     def __call__(self, depth: int) -> tuple[float, float]:
         base = self._base
-        uncached = max(0.0, self._tokens - covered_chars(depth, base) / self._cpt)
-        share = covered_chars(depth, base) / self._total if self._total else 0.0
-        return uncached, share
+        share = cached_share(depth, base, self._total) if self._total else 0.0
+        return uncached_tokens(self._tokens, depth, base, self._cpt), share

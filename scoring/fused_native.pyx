@@ -49,11 +49,8 @@ cdef extern from *:
 DEF MAX_SCORERS = 8
 DEF MAX_DEPTHS = 64  # distinct match depths remembered per decision
 
-# Scorer kinds, as `scoring.fused` names them.
+# Scorer kinds (`scoring.fused` maps the plugins to them).
 TTFT, PREFIX, IN_FLIGHT, KV, HEADROOM = 0, 1, 2, 3, 4
-
-cdef double EXACT = 9007199254740992.0  # 2**53: integers below convert to double exactly
-
 
 cdef inline bint _number(PyObject *o, double *out) noexcept:
     """A float, or an int converting exactly, as a double; False for anything else."""
@@ -67,7 +64,7 @@ cdef inline bint _number(PyObject *o, double *out) noexcept:
         v = PyLong_AsLongLong(<object>o)
         if v == -1 and _overflowed():
             return False
-        if v > 9007199254740992 or v < -9007199254740992:
+        if v > 9007199254740992 or v < -9007199254740992:  # beyond 2**53: not exact
             return False
         out[0] = <double>v
         return True

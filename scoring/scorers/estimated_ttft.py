@@ -75,8 +75,7 @@ class EstimatedTtftScorer:
             # Endpoints share few distinct match depths: each one's uncached tokens once.
             tokens, block_chars, cpt = request.token_estimate, request.prefix_block_chars, self._cpt
             uncached = {
-                depth: max(0.0, tokens - covered_chars(depth, block_chars) / cpt)
-                for depth in set(depths)
+                depth: uncached_tokens(tokens, depth, block_chars, cpt) for depth in set(depths)
             }
             work = list(map(uncached.__getitem__, depths))
         # predict(work), inlined: this runs per endpoint per request.
@@ -115,6 +114,12 @@ class EstimatedTtftScorer:
         if best > 0.0 and not math.isnan(sum(est)):  # 0 < best <= every estimate
             return ScoreColumn(ids, list(map(truediv, repeat(best), est)), True)  # unit
         return ScoreColumn(ids, [(best / t if t > 0 else 1.0) for t in est])
+
+
+def uncached_tokens(tokens: int, depth: int, block_chars: int, chars_per_token: float) -> float:
+    """The prompt's tokens (of `tokens`) left to prefill where its first `depth` blocks are
+    cached."""
+    return max(0.0, tokens - covered_chars(depth, block_chars) / chars_per_token)
 
 
 def displaced_tokens(

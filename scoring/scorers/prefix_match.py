@@ -42,5 +42,10 @@ class PrefixMatchScorer:
         base = request.prefix_block_chars
         total = covered_chars(len(hashes), base)
         # Endpoints share few distinct depths: compute each depth's share once.
-        share = {m: covered_chars(m, base) / total for m in set(depths)}
+        share = {m: cached_share(m, base, total) for m in set(depths)}
         return ScoreColumn(ids, list(map(share.__getitem__, depths)), True)  # unit; depth <= n
+
+
+def cached_share(depth: int, block_chars: int, total_chars: int) -> float:
+    """The share of a prompt hashed over `total_chars` covered by its first `depth` blocks."""
+    return covered_chars(depth, block_chars) / total_chars

@@ -438,8 +438,8 @@ class PrefixIndex:
         return type(self).displaced is PrefixIndex.displaced and weight <= self._least_room()
 
     def _least_room(self) -> float:
-        """min(capacity − weight) over the replicas with entries (inf for none), kept until a
-        weight or capacity changes."""
+        """min(capacity − weight) over the replicas with entries (inf for none), kept as rooms
+        change (`_refill`) and worked out again only when the least one may have grown."""
         least = self._least
         if least is None:
             least = self._least = min(self._room.values(), default=math.inf)
