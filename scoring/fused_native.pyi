@@ -42,3 +42,10 @@ class Kernel:
         displaced: list[float] | None,
         terms: Callable[[int], tuple[float, float]],
     ) -> tuple[list[Column], Column, list[str] | None] | None: ...
+
+def spared_hits(
+    where: dict[int, int | list[int]],
+    hashes: Sequence[int],
+    walked: dict[int, tuple[str, Any, int]],
+    depths: Sequence[int],
+) -> dict[int, int] | None: ...

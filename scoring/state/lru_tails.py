@@ -10,18 +10,23 @@ and reuse count, so the tail stays the LRU's first entries, and its totals are s
 in C. The totals add the same terms in the same order as the walk: answers are the walk's to
 the last bit. Each kept hash lists the tails holding it, so the candidates whose walked part
 holds an entry the request spares (its matched head) are found in one pass over the request;
-those are walked in full.
+those are walked from the first entry they spare.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate, compress, islice, repeat
-from operator import add, mul, not_, truediv
+from operator import add, is_not, mul, not_, truediv
 
 from scoring.state.prefix_hash import untracked
+
+try:  # `spared_by_hits` compiled, with the lookups (the reference below where not built)
+    from scoring import fused_native
+except ImportError:
+    fused_native = None  # type: ignore[assignment]
 
 SLACK = 2  # a tail is built to cover this many times the excess asked
 
@@ -76,17 +81,19 @@ class Tail:
         self.values: list[float] | None = untracked(list(accumulate(self.terms, initial=0.0))[1:])
         self.total = weights[-1] if weights else 0
 
-    def drop(self, gone: Collection[int]) -> list[int]:
-        """`gone` are no longer among the replica's oldest entries; returns those it held."""
+    def drop(self, gone: Collection[int]) -> tuple[list[int], list[int]]:
+        """`gone` are no longer among the replica's oldest entries; returns those it held and
+        their sequence numbers."""
         k = len(gone)
         if type(gone) is list and self.hashes[:k] == gone:  # an eviction: the front
-            removed = self.hashes[:k]
+            removed, seqs = self.hashes[:k], self.seqs[:k]
             del self.hashes[:k], self.ws[:k], self.terms[:k], self.seqs[:k]
         else:
             if not isinstance(gone, set | frozenset):
                 gone = set(gone)
             selectors = list(map(not_, map(gone.__contains__, self.hashes)))
             removed = list(compress(self.hashes, map(not_, selectors)))
+            seqs = list(compress(self.seqs, map(not_, selectors)))
             self.hashes = untracked(list(compress(self.hashes, selectors)))
             self.ws = untracked(list(compress(self.ws, selectors)))
             self.terms = untracked(list(compress(self.terms, selectors)))
@@ -94,7 +101,7 @@ class Tail:
         self.members.difference_update(removed)
         self.weights = self.values = None
         self.total = sum(self.ws)
-        return removed
+        return removed, seqs
 
     def covers(self, excess: int) -> bool:
         return self.complete or self.total >= excess
@@ -107,13 +114,22 @@ class Tail:
             values = self.values = untracked(list(accumulate(self.terms, initial=0.0))[1:])
         return weights, values
 
-    def sparing(self, excess: int, spare: Collection[int]) -> float | None:
+    def sparing(self, excess: int, spare: Collection[int], start: int = 0) -> float | None:
         """`PrefixIndex.displaced`'s walk for `excess` passing over the hashes in `spare`, on
         the tail's lists (the same sums in the same order: an entry never reused adds 0.0);
-        None if the walk would go past the tail's end."""
+        None if the walk would go past the tail's end. `start`: no entry before it is spared,
+        so the walk's sums there are the running sums (the same additions in the same order),
+        and it goes on from there."""
         total = 0
         value = 0.0
-        for h, w, term in zip(self.hashes, self.ws, self.terms, strict=True):
+        if start:
+            weights, values = self.summed()
+            if weights[start - 1] >= excess:  # the walk ends before it: nothing is spared
+                last = bisect_left(weights, excess)
+                return values[last]
+            total, value = weights[start - 1], values[start - 1]
+        rest = zip(self.hashes, self.ws, self.terms, strict=True)
+        for h, w, term in islice(rest, start, None):
             if total >= excess:
                 return value
             if h in spare:
@@ -143,8 +159,11 @@ class LruTails:
 
     def __init__(self) -> None:
         self.kept: dict[str, Tail] = {}  # read directly by `PrefixIndex.displaced_list`
-        # hash → replica → the entry's sequence number in that replica's tail
-        self._where: dict[int, dict[str, int]] = {}
+        # hash → the sequence number of its entry in the one tail holding it, or those in
+        # the tails holding it (a list, for a few). Numbers are handed out in order, tail by
+        # tail, and a tail's are increasing: they say which tail and where, with no replica
+        # names to look up (`spared_by_hits`).
+        self._where: dict[int, int | list[int]] = {}
         self._seq = 0
         # The longest tail each replica was asked for (entries' weight), and over all: what
         # `refresh` builds, so that later requests, whose excess varies, find it long enough.
@@ -165,7 +184,7 @@ class LruTails:
         if old is not None:
             if old.covers(excess):
                 return old
-            self._unlist(replica, old.hashes)
+            self._unlist(old.hashes, old.seqs)
         # With room to spare: each dispatch to the replica evicts about one prompt from the
         # tail's front, and the next request's excess is about the same again, or up to the
         # widest (the whole prompt where nothing matches).
@@ -184,7 +203,7 @@ class LruTails:
         want = self._want.get(replica, self.want)
         if tail is None or (not tail.complete and tail.total * SLACK < want):
             if tail is not None:
-                self._unlist(replica, tail.hashes)
+                self._unlist(tail.hashes, tail.seqs)
             if want:
                 self._build(replica, lru, counts, want)
 
@@ -193,13 +212,14 @@ class LruTails:
     ) -> Tail:
         tail = self.kept[replica] = Tail(lru, counts, need, self._seq)
         self._seq += len(tail.hashes)
-        where = self._where
-        for h, q in zip(tail.hashes, tail.seqs, strict=True):
-            holders = where.get(h)
-            if holders is None:
-                where[h] = {replica: q}
-            else:
-                holders[replica] = q
+        where, hashes, seqs = self._where, tail.hashes, tail.seqs
+        before = list(map(where.get, hashes))
+        where.update(zip(hashes, seqs, strict=True))
+        for h, q, held in compress(
+            zip(hashes, seqs, before, strict=True), map(is_not, before, repeat(None))
+        ):
+            # In other tails too.
+            where[h] = [*held, q] if type(held) is list else [held, q]  # type: ignore[list-item]
         return tail
 
     def leave(self, replica: str, hashes: Collection[int], grown: bool) -> None:
@@ -212,59 +232,64 @@ class LruTails:
             tail.complete = False
         if tail.members.isdisjoint(hashes):  # the usual case for a request's blocks
             return
-        self._unlist(replica, tail.drop(hashes if type(hashes) is list else set(hashes)))
+        self._unlist(*tail.drop(hashes if type(hashes) is list else set(hashes)))
         if not tail.hashes:
             del self.kept[replica]
 
     def spared(
         self, walked: Mapping[int, Walked], hashes: Sequence[int], depths: Sequence[int]
-    ) -> set[int]:
+    ) -> dict[int, int]:
         """The candidates (positions, keys of `walked`) whose walks take an entry of their
-        matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over."""
-        where = self._where
+        matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over, each
+        with a position in its tail before which no entry is spared (for `Tail.sparing`)."""
+        if fused_native is not None and type(walked) is dict:
+            least = fused_native.spared_hits(self._where, hashes, walked, depths)
+            if least is not None:
+                return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
         reach = max(map(depths.__getitem__, walked))
-        hits = where.keys() & hashes[:reach]
+        # The tails holding each of the head's hashes, looked up once: the hits are few.
+        holders = list(map(self._where.get, islice(hashes, reach)))
+        hits = list(compress(range(reach), map(is_not, holders, repeat(None))))
         if not hits:  # the usual case: a matched head was used recently, far from the tails
-            return set()
+            return {}
         # Two ways to the same set: through each hit's tails, or along each candidate's walked
         # entries; the cheaper one (a long prompt whose head sits in many full replicas' tails
         # has tens of thousands of the former).
         walks = sum(last for _, _, last in walked.values()) + len(walked)
-        if walks < sum(map(len, map(where.__getitem__, hits))):
-            return self.spared_by_walks(walked, hashes, depths, reach)
-        return self.spared_by_hits(walked, hashes, depths, reach, hits)
+        if walks < len(hits) + sum([len(held) for held in holders if type(held) is list]):
+            return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
+        return self.spared_by_hits(walked, depths, holders, hits)
 
+    @staticmethod
     def spared_by_hits(
-        self,
         walked: Mapping[int, Walked],
-        hashes: Sequence[int],
         depths: Sequence[int],
-        reach: int,
+        holders: Sequence[int | list[int] | None],
         hits: Iterable[int],
-    ) -> set[int]:
-        """`spared`, one pass over the tails holding each of the `hits` (the head's hashes
-        that some tail holds, `reach` the deepest head)."""
-        where = self._where
-        # replica → (candidate, its depth, the sequence number of the last entry it walks)
-        open_ = {r: (k, depths[k], tail.seqs[last]) for k, (r, tail, last) in walked.items()}
-        first: dict[int, int] | None = None  # a hit's position in the prompt, when needed
-        out = set()
-        for h in hits:  # each hit is in few tails: one pass over those
-            for r, q in where[h].items():
-                held = open_.get(r)
-                if held is None or q > held[2]:  # not a candidate's, or past its walk
+    ) -> dict[int, int]:
+        """`spared`, one pass over the `hits` (positions in the prompt whose hash some tail
+        holds; `holders[p]` its sequence number there, or a list of them); each spared
+        candidate with the position in its tail of the first entry it spares."""
+        # Each candidate's walked entries hold the sequence numbers from its tail's first to
+        # the last it walks, and no other tail's: found by bisection.
+        spans = sorted(
+            [(tail.seqs[0], tail.seqs[last], k) for k, (_, tail, last) in walked.items()]
+        )
+        firsts = [span[0] for span in spans]
+        least: dict[int, int] = {}  # candidate → the least sequence number it spares
+        for p in hits:
+            held = holders[p]
+            for q in (held,) if type(held) is int else held:  # type: ignore[union-attr]
+                j = bisect_right(firsts, q) - 1
+                if j < 0:
                     continue
-                k, depth, _ = held
-                if depth < reach:  # is the hit within this candidate's head?
-                    if first is None:
-                        first = _positions(hashes, reach)
-                    if first[h] >= depth:
-                        continue
-                out.add(k)
-                del open_[r]
-                if not open_:
-                    return out
-        return out
+                _, end, k = spans[j]
+                # Past the candidate's walk, or beyond its matched head?
+                if q > end or p >= depths[k]:
+                    continue
+                if q < least.get(k, end + 1):
+                    least[k] = q
+        return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
 
     @staticmethod
     def spared_by_walks(
@@ -280,14 +305,15 @@ class LruTails:
             < depths[k]
         }
 
-    def _unlist(self, replica: str, hashes: Iterable[int]) -> None:
+    def _unlist(self, hashes: Sequence[int], seqs: Sequence[int]) -> None:
+        """A tail's entries `hashes`, numbered `seqs`, leave it."""
         where = self._where
-        for h in hashes:
-            holders = where[h]
-            if len(holders) == 1:
-                del where[h]
-            else:
-                del holders[replica]
+        held = list(map(where.pop, hashes))
+        for h, q, qs in compress(
+            zip(hashes, seqs, held, strict=True), map(isinstance, held, repeat(list))
+        ):
+            qs.remove(q)  # type: ignore[union-attr]  # the selected are lists
+            where[h] = qs if len(qs) > 1 else qs[0]  # type: ignore[arg-type, index]
 
     def clear(self) -> None:
         self.kept.clear()

@@ -422,10 +422,11 @@ class PrefixIndex:
                 last, out[k] = tail.walked(excess)
             if depths[k]:
                 walked[k] = (r, tail, last)
-        for k in self._tails.spared(walked, hashes, depths) if walked else ():
-            # The walk passing over the matched head: on the tail where it is long enough.
+        for k, start in self._tails.spared(walked, hashes, depths).items() if walked else ():
+            # The walk passing over the matched head: on the tail where it is long enough,
+            # from the first entry it spares.
             spare = set(hashes[: depths[k]])
-            value = walked[k][1].sparing(new_weights[k] - rooms[k], spare)
+            value = walked[k][1].sparing(new_weights[k] - rooms[k], spare, start)
             if value is None:
                 value = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
             out[k] = value

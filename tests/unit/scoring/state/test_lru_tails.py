@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.state.lru_tails import Walked
+from scoring.state.lru_tails import LruTails, Walked
+
+try:
+    from scoring import fused_native
+except ImportError:  # not built: the reference alone
+    fused_native = None  # type: ignore[assignment]
 from scoring.state.prefix_hash import covered_chars, hash_blocks, prefix_seed
 from scoring.state.prefix_index import PrefixIndex
 
@@ -72,6 +79,22 @@ def test_kept_tails_answer_as_the_walk_does(
         depths = index.match_list(prompt, REPLICAS)
         got = index.displaced_list(REPLICAS, weights, prompt, depths)
         assert got == _reference(index, prompt, weights)  # bit for bit, not approximately
+        assert _listed(index._tails) == _expected(index._tails)
+
+
+def _listed(tails: LruTails) -> dict[int, list[int]]:
+    """What the tails' map of hashes says: hash → the sequence numbers of its entries."""
+    return {h: [q] if isinstance(q, int) else sorted(q) for h, q in tails._where.items()}
+
+
+def _expected(tails: LruTails) -> dict[int, list[int]]:
+    """The same, from the kept tails themselves."""
+    out: dict[int, list[int]] = {}
+    for tail in tails.kept.values():
+        assert tail.seqs == sorted(tail.seqs)
+        for h, q in zip(tail.hashes, tail.seqs, strict=True):
+            out.setdefault(h, []).append(q)
+    return {h: sorted(qs) for h, qs in out.items()}
 
 
 def test_a_spared_head_among_the_oldest_entries_is_passed_over() -> None:
@@ -117,7 +140,7 @@ def test_both_ways_to_the_spared_candidates_agree(
 
     def spared(
         walked: Mapping[int, Walked], hashes: Sequence[int], depths: Sequence[int]
-    ) -> set[int]:
+    ) -> dict[int, int]:
         asked.append((dict(walked), hashes, list(depths)))
         return chosen(walked, hashes, depths)
 
@@ -128,7 +151,64 @@ def test_both_ways_to_the_spared_candidates_agree(
         index.displaced_list(REPLICAS, weights, prompt, index.match_list(prompt, REPLICAS))
         for walked, hashes, depths in asked:
             reach = max(depths[j] for j in walked)
-            hits = tails._where.keys() & hashes[:reach]
-            by_hits = tails.spared_by_hits(walked, hashes, depths, reach, hits)
-            assert by_hits == tails.spared_by_walks(walked, hashes, depths, reach)
+            holders = [tails._where.get(h) for h in hashes[:reach]]
+            hits = [p for p, held in enumerate(holders) if held is not None]
+            by_hits = tails.spared_by_hits(walked, depths, holders, hits)
+            assert set(by_hits) == tails.spared_by_walks(walked, hashes, depths, reach)
+            if fused_native is not None:  # the compiled pass, where it answers, agrees
+                least = fused_native.spared_hits(tails._where, hashes, walked, depths)
+                if least is not None:
+                    seqs = {j: walked[j][1].seqs for j in least}
+                    assert {j: bisect_left(seqs[j], q) for j, q in least.items()} == by_hits
+            for j, start in by_hits.items():  # the first entry of the walk that is spared
+                _, tail, last = walked[j]
+                head = set(hashes[: depths[j]])
+                assert start <= last
+                assert tail.hashes[start] in head
+                assert head.isdisjoint(tail.hashes[:start])
         asked.clear()
+
+
+def _spared_setup() -> tuple[PrefixIndex, tuple[int, ...], list[int], dict[int, Walked]]:
+    """A replica whose oldest entries are the head a prompt matches there, and the walk a
+    decision asks of it."""
+    index = PrefixIndex(20)
+    old, new = _chain("old", 10), _chain("new", 10)
+    for hashes in (old, old, new, old[3:]):
+        index.record("r", hashes)
+    depths = index.match_list(old, ["r"])
+    asked: list[dict[int, Walked]] = []
+    chosen = index._tails.spared
+
+    def spared(
+        walked: Mapping[int, Walked], hashes: Sequence[int], depths: Sequence[int]
+    ) -> dict[int, int]:
+        asked.append(dict(walked))
+        return chosen(walked, hashes, depths)
+
+    index._tails.spared = spared  # type: ignore[method-assign]
+    assert index.displaced_list(["r"], [8], old, depths) == [0.0]
+    return index, old, depths, asked[0]
+
+
+def test_the_compiled_search_finds_the_first_spared_entry() -> None:
+    native = pytest.importorskip("scoring.fused_native")
+    index, old, depths, walked = _spared_setup()
+    where = index._tails._where
+    least = native.spared_hits(where, old, walked, depths)
+    assert least == {0: walked[0][1].seqs[0]}  # the head is the tail's first three entries
+    assert native.spared_hits(where, old, walked, [0]) == {}  # no matched head: none spared
+    assert native.spared_hits(where, old, {}, depths) == {}
+
+
+def test_the_compiled_search_leaves_odd_values_to_the_reference() -> None:
+    native = pytest.importorskip("scoring.fused_native")
+    index, old, depths, walked = _spared_setup()
+    odd: dict[int, object] = dict(index._tails._where)
+    odd[old[0]] = "seven"  # not a sequence number
+    assert native.spared_hits(odd, old, walked, depths) is None
+    odd[old[0]] = -1
+    assert native.spared_hits(odd, old, walked, depths) is None
+    many = {h: list(range(10_000)) for h in old[:3]}  # more holders than walked entries
+    assert native.spared_hits(many, old, walked, depths) is None
+    assert index._tails.spared(walked, old, depths) == {0: 0}  # the module's answer
