@@ -14,7 +14,7 @@ The plugins are the reference: `tests/unit/scoring/test_fused.py` compares the t
 
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact, PyFloat_FromDouble
 from cpython.dict cimport PyDict_GetItemWithError
-from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred
@@ -484,20 +484,45 @@ cdef int _by_first(const void *a, const void *b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef bint _spare(Span *spans, Py_ssize_t n, Py_ssize_t p, object item) except? False:
+    """Sequence number `item`, met at prompt position `p`: the least spared of the span
+    whose walk takes it, if within that candidate's head. False for anything but a
+    sequence number."""
+    cdef Py_ssize_t lo = 0, hi = n, mid, j
+    cdef long long q
+    if not PyLong_CheckExact(item):
+        return False
+    q = PyLong_AsLongLong(item)
+    if q < 0:  # an overflow (-1 with an error set) or not a sequence number
+        _overflowed()
+        return False
+    while lo < hi:  # the last span starting at or before q
+        mid = (lo + hi) // 2
+        if spans[mid].first <= q:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo - 1
+    if j < 0 or q > spans[j].end or p >= spans[j].depth:
+        return True  # no candidate's walk, past it, or beyond its matched head
+    if spans[j].least < 0 or q < spans[j].least:
+        spans[j].least = q
+    return True
+
+
 def spared_hits(dict where, hashes, dict walked, depths):
     """`scoring.state.lru_tails.LruTails.spared_by_hits`, with the prompt's head looked up
     in the same pass: `walked` maps candidates to (replica, tail, the last entry its walk
-    takes), `where` hashes to a sequence number or a list of them. {candidate: the least
+    takes), `where` hashes to a sequence number or a set of them. {candidate: the least
     sequence number of an entry of its matched head `hashes[:depths[k]]` that its walk
-    takes}. None when the holders met outnumber the candidates' walked entries (walking those
-    is then cheaper), or for anything but the values `where` and the tails hold (the
+    takes}; False as soon as the holders met outnumber the candidates' walked entries (walking
+    those is then cheaper); None for anything but the values `where` and the tails hold (the
     caller's reference runs)."""
-    cdef Py_ssize_t n = len(walked), p, j, lo, hi, mid, m, i, reach = 0, cost = 0
+    cdef Py_ssize_t n = len(walked), p, j, reach = 0, cost = 0
     cdef Py_ssize_t budget = n
-    cdef long long q, last
+    cdef long long last
     cdef Span *spans = NULL
     cdef PyObject *held
-    cdef PyObject *item
     if n == 0:
         return {}
     spans = <Span *>malloc(n * sizeof(Span))
@@ -530,34 +555,20 @@ def spared_hits(dict where, hashes, dict walked, depths):
                     return None
                 continue
             if PyLong_CheckExact(<object>held):
-                m = 1
-            elif PyList_CheckExact(<object>held):
-                m = PyList_GET_SIZE(<object>held)
+                cost += 1
+                if cost > budget:
+                    return False
+                if not _spare(spans, n, p, <object>held):
+                    return None
+            elif type(<object>held) is set:
+                cost += len(<object>held)
+                if cost > budget:
+                    return False
+                for item in <object>held:
+                    if not _spare(spans, n, p, item):
+                        return None
             else:
                 return None
-            cost += m
-            if cost > budget:
-                return None
-            for i in range(m):
-                item = held if m == 1 and PyLong_CheckExact(<object>held) else PyList_GET_ITEM(<object>held, i)
-                if not PyLong_CheckExact(<object>item):
-                    return None
-                q = PyLong_AsLongLong(<object>item)
-                if q < 0:  # an overflow (-1 with an error set) or not a sequence number
-                    _overflowed()
-                    return None
-                lo, hi = 0, n  # the last span starting at or before q
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if spans[mid].first <= q:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                j = lo - 1
-                if j < 0 or q > spans[j].end or p >= spans[j].depth:
-                    continue  # no candidate's walk, past it, or beyond its matched head
-                if spans[j].least < 0 or q < spans[j].least:
-                    spans[j].least = q
         return {spans[j].key: spans[j].least for j in range(n) if spans[j].least >= 0}
     finally:
         free(spans)

@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate, compress, islice, repeat
-from operator import add, is_not, mul, not_, truediv
+from operator import add, is_, is_not, mul, not_, truediv
 
 from scoring.state.prefix_hash import untracked
 
@@ -159,11 +159,11 @@ class LruTails:
 
     def __init__(self) -> None:
         self.kept: dict[str, Tail] = {}  # read directly by `PrefixIndex.displaced_list`
-        # hash → the sequence number of its entry in the one tail holding it, or those in
-        # the tails holding it (a list, for a few). Numbers are handed out in order, tail by
-        # tail, and a tail's are increasing: they say which tail and where, with no replica
-        # names to look up (`spared_by_hits`).
-        self._where: dict[int, int | list[int]] = {}
+        # hash → the sequence number of its entry in the one tail holding it, or the set of
+        # those in the tails holding it. Numbers are handed out in order, tail by tail, and a
+        # tail's are increasing: they say which tail and where, with no replica names to
+        # look up (`spared_by_hits`).
+        self._where: dict[int, int | set[int]] = {}
         self._seq = 0
         # The longest tail each replica was asked for (entries' weight), and over all: what
         # `refresh` builds, so that later requests, whose excess varies, find it long enough.
@@ -214,12 +214,14 @@ class LruTails:
         self._seq += len(tail.hashes)
         where, hashes, seqs = self._where, tail.hashes, tail.seqs
         before = list(map(where.get, hashes))
-        where.update(zip(hashes, seqs, strict=True))
-        for h, q, held in compress(
-            zip(hashes, seqs, before, strict=True), map(is_not, before, repeat(None))
-        ):
-            # In other tails too.
-            where[h] = [*held, q] if type(held) is list else [held, q]  # type: ignore[list-item]
+        new = list(map(is_, before, repeat(None)))
+        where.update(compress(zip(hashes, seqs, strict=True), new))  # held by no other tail
+        for h, q, held in compress(zip(hashes, seqs, before, strict=True), map(not_, new)):
+            if type(held) is set:
+                held.add(q)
+            else:  # a second tail
+                pair: set[int] = {held, q}  # type: ignore[arg-type]  # an int here
+                where[h] = untracked(pair)
         return tail
 
     def leave(self, replica: str, hashes: Collection[int], grown: bool) -> None:
@@ -242,11 +244,13 @@ class LruTails:
         """The candidates (positions, keys of `walked`) whose walks take an entry of their
         matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over, each
         with a position in its tail before which no entry is spared (for `Tail.sparing`)."""
+        reach = max(map(depths.__getitem__, walked))
         if fused_native is not None and type(walked) is dict:
             least = fused_native.spared_hits(self._where, hashes, walked, depths)
+            if least is False:  # more holders than walked entries: along the walks
+                return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
             if least is not None:
                 return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
-        reach = max(map(depths.__getitem__, walked))
         # The tails holding each of the head's hashes, looked up once: the hits are few.
         holders = list(map(self._where.get, islice(hashes, reach)))
         hits = list(compress(range(reach), map(is_not, holders, repeat(None))))
@@ -256,7 +260,7 @@ class LruTails:
         # entries; the cheaper one (a long prompt whose head sits in many full replicas' tails
         # has tens of thousands of the former).
         walks = sum(last for _, _, last in walked.values()) + len(walked)
-        if walks < len(hits) + sum([len(held) for held in holders if type(held) is list]):
+        if walks < len(hits) + sum([len(held) for held in holders if type(held) is set]):
             return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
         return self.spared_by_hits(walked, depths, holders, hits)
 
@@ -264,11 +268,11 @@ class LruTails:
     def spared_by_hits(
         walked: Mapping[int, Walked],
         depths: Sequence[int],
-        holders: Sequence[int | list[int] | None],
+        holders: Sequence[int | set[int] | None],
         hits: Iterable[int],
     ) -> dict[int, int]:
         """`spared`, one pass over the `hits` (positions in the prompt whose hash some tail
-        holds; `holders[p]` its sequence number there, or a list of them); each spared
+        holds; `holders[p]` its sequence number there, or the set of them); each spared
         candidate with the position in its tail of the first entry it spares."""
         # Each candidate's walked entries hold the sequence numbers from its tail's first to
         # the last it walks, and no other tail's: found by bisection.
@@ -308,12 +312,14 @@ class LruTails:
     def _unlist(self, hashes: Sequence[int], seqs: Sequence[int]) -> None:
         """A tail's entries `hashes`, numbered `seqs`, leave it."""
         where = self._where
-        held = list(map(where.pop, hashes))
-        for h, q, qs in compress(
-            zip(hashes, seqs, held, strict=True), map(isinstance, held, repeat(list))
-        ):
-            qs.remove(q)  # type: ignore[union-attr]  # the selected are lists
-            where[h] = qs if len(qs) > 1 else qs[0]  # type: ignore[arg-type, index]
+        for h, q in zip(hashes, seqs, strict=True):
+            held = where[h]
+            if type(held) is set:
+                held.discard(q)
+                if len(held) == 1:
+                    where[h] = held.pop()
+            else:
+                del where[h]
 
     def clear(self) -> None:
         self.kept.clear()

@@ -95,7 +95,7 @@ def hash_fixed_blocks_reference(data: bytes, seed: int, block_chars: int) -> tup
     return tuple(hashes)
 
 
-_N = TypeVar("_N", tuple[int, ...], tuple[float, ...], list[int], list[float])
+_N = TypeVar("_N", tuple[int, ...], tuple[float, ...], list[int], list[float], set[int])
 
 
 def _as_is(numbers: _N) -> _N:
@@ -132,9 +132,9 @@ def common_prefix_reference(
 Chain = Callable[[bytes, int, int], tuple[int, ...]]
 hash_blocks: Chain = hash_blocks_reference
 hash_fixed_blocks: Chain = hash_fixed_blocks_reference
-# For tuples and lists of numbers the routing state keeps a while (the prefix index's runs,
-# the LRU tails): compiled, it takes them out of the cyclic collector, which would otherwise
-# look at each of their items at every pass (they can hold no cycle); here, a no-op.
+# For tuples, lists and sets of numbers the routing state keeps a while (the prefix index's
+# runs, the LRU tails): compiled, it takes them out of the cyclic collector, which would
+# otherwise look at each of their items at every pass (they can hold no cycle); a no-op here.
 untracked = _as_is
 common_prefix = common_prefix_reference
 try:  # the compiled chain (setup.py), the same hashes ~4x faster, where it was built

@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import TypeVar
 
-_N = TypeVar("_N", tuple[int, ...], tuple[float, ...], list[int], list[float])
+_N = TypeVar("_N", tuple[int, ...], tuple[float, ...], list[int], list[float], set[int])
 
 def hash_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]: ...
 def hash_fixed_blocks(data: bytes, seed: int, block_chars: int) -> tuple[int, ...]: ...

@@ -90,12 +90,12 @@ cdef tuple _chain(const unsigned char[::1] data, uint64_t seed, Py_ssize_t block
 
 
 def untracked(numbers):
-    """`numbers` (a tuple or list of ints and floats, for the routing state to keep) out of the
-    cyclic collector: it can hold no cycle, and the collector would otherwise look at every
-    item at each pass over it (a tuple it untracks at its first pass, a list never). Anything
-    else, or a sequence holding anything else, is returned as it is."""
+    """`numbers` (a tuple, list or set of ints and floats, for the routing state to keep) out
+    of the cyclic collector: it can hold no cycle, and the collector would otherwise look at
+    every item at each pass over it (a tuple it untracks at its first pass, a list or a set
+    never). Anything else, or one holding anything else, is returned as it is."""
     cdef object x
-    if type(numbers) is not tuple and type(numbers) is not list:
+    if type(numbers) is not tuple and type(numbers) is not list and type(numbers) is not set:
         return numbers
     for x in numbers:
         if type(x) is not int and type(x) is not float:

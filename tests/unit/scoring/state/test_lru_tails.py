@@ -157,7 +157,7 @@ def test_both_ways_to_the_spared_candidates_agree(
             assert set(by_hits) == tails.spared_by_walks(walked, hashes, depths, reach)
             if fused_native is not None:  # the compiled pass, where it answers, agrees
                 least = fused_native.spared_hits(tails._where, hashes, walked, depths)
-                if least is not None:
+                if isinstance(least, dict):
                     seqs = {j: walked[j][1].seqs for j in least}
                     assert {j: bisect_left(seqs[j], q) for j, q in least.items()} == by_hits
             for j, start in by_hits.items():  # the first entry of the walk that is spared
@@ -209,6 +209,8 @@ def test_the_compiled_search_leaves_odd_values_to_the_reference() -> None:
     assert native.spared_hits(odd, old, walked, depths) is None
     odd[old[0]] = -1
     assert native.spared_hits(odd, old, walked, depths) is None
-    many = {h: list(range(10_000)) for h in old[:3]}  # more holders than walked entries
-    assert native.spared_hits(many, old, walked, depths) is None
+    odd[old[0]] = [walked[0][1].seqs[0]]  # a list
+    assert native.spared_hits(odd, old, walked, depths) is None
+    many = {h: set(range(10_000)) for h in old[:3]}  # more holders than walked entries
+    assert native.spared_hits(many, old, walked, depths) is False
     assert index._tails.spared(walked, old, depths) == {0: 0}  # the module's answer

@@ -57,6 +57,11 @@ def test_untracked_takes_tuples_of_ints_out_of_the_collector_only() -> None:
     mixed = tuple([1, [2]])
     assert native.untracked(mixed) is mixed and gc.is_tracked(mixed)
     assert not gc.is_tracked(native.hash_blocks(b"x" * 640, 3, 64))
+    numbers = {1, 2.5}  # a set of numbers too, and it stays out as it grows
+    assert native.untracked(numbers) is numbers and not gc.is_tracked(numbers)
+    numbers.add(3)
+    assert not gc.is_tracked(numbers)
+    assert gc.is_tracked(native.untracked({1, "two"}))
     assert prefix_hash.untracked is native.untracked
 
 
