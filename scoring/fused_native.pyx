@@ -515,14 +515,16 @@ def spared_hits(dict where, hashes, dict walked, depths):
     in the same pass: `walked` maps candidates to (replica, tail, the last entry its walk
     takes), `where` hashes to a sequence number or a set of them. {candidate: the least
     sequence number of an entry of its matched head `hashes[:depths[k]]` that its walk
-    takes}; False as soon as the holders met outnumber the candidates' walked entries (walking
+    takes}; False when the holders met outnumber the candidates' walked entries (walking
     those is then cheaper); None for anything but the values `where` and the tails hold (the
     caller's reference runs)."""
-    cdef Py_ssize_t n = len(walked), p, j, reach = 0, cost = 0
+    cdef Py_ssize_t n = len(walked), p, i, j, m, reach = 0, cost = 0
     cdef Py_ssize_t budget = n
     cdef long long last
     cdef Span *spans = NULL
     cdef PyObject *held
+    cdef PyObject **found = NULL
+    cdef Py_ssize_t *at = NULL
     if n == 0:
         return {}
     spans = <Span *>malloc(n * sizeof(Span))
@@ -548,6 +550,13 @@ def spared_hits(dict where, hashes, dict walked, depths):
         seq = hashes if type(hashes) is tuple or type(hashes) is list else list(hashes)
         if reach > len(seq):
             reach = len(seq)
+        # First the lookups, counting the holders met: walking the candidates' entries may
+        # be cheaper than visiting them (`where` is not changed in between: no Python runs).
+        found = <PyObject **>malloc(reach * sizeof(PyObject *) + 1)
+        at = <Py_ssize_t *>malloc(reach * sizeof(Py_ssize_t) + 1)
+        if found == NULL or at == NULL:
+            raise MemoryError()
+        m = 0
         for p in range(reach):
             held = PyDict_GetItemWithError(where, seq[p])
             if held == NULL:
@@ -556,19 +565,26 @@ def spared_hits(dict where, hashes, dict walked, depths):
                 continue
             if PyLong_CheckExact(<object>held):
                 cost += 1
-                if cost > budget:
-                    return False
-                if not _spare(spans, n, p, <object>held):
-                    return None
             elif type(<object>held) is set:
                 cost += len(<object>held)
-                if cost > budget:
-                    return False
-                for item in <object>held:
-                    if not _spare(spans, n, p, item):
-                        return None
             else:
                 return None
+            found[m] = held
+            at[m] = p
+            m += 1
+        if cost > budget:
+            return False
+        for i in range(m):
+            held = found[i]
+            if PyLong_CheckExact(<object>held):
+                if not _spare(spans, n, at[i], <object>held):
+                    return None
+            else:
+                for item in <object>held:
+                    if not _spare(spans, n, at[i], item):
+                        return None
         return {spans[j].key: spans[j].least for j in range(n) if spans[j].least >= 0}
     finally:
         free(spans)
+        free(found)
+        free(at)
