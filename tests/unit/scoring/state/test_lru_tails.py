@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scoring.state import lru_tails
 from scoring.state.lru_tails import LruTails, Walked
 
 try:
@@ -80,6 +82,21 @@ def test_kept_tails_answer_as_the_walk_does(
         got = index.displaced_list(REPLICAS, weights, prompt, depths)
         assert got == _reference(index, prompt, weights)  # bit for bit, not approximately
         assert _listed(index._tails) == _expected(index._tails)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
+def test_without_the_compiled_search_the_tails_answer_as_the_walk_does(
+    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+) -> None:
+    with patch.object(lru_tails, "fused_native", None):  # as where it is not built
+        index = PrefixIndex(150)
+        for k, step in enumerate(history):
+            _apply(index, step)
+            prompt = _prompt(stem, (37 * k) % 161, k % 5)
+            depths = index.match_list(prompt, REPLICAS)
+            got = index.displaced_list(REPLICAS, weights, prompt, depths)
+            assert got == _reference(index, prompt, weights)
 
 
 def _listed(tails: LruTails) -> dict[int, list[int]]:
