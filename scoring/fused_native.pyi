@@ -1,7 +1,7 @@
 """Type stub of the compiled default-profile pass (`fused_native.pyx`)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 TTFT: int
 PREFIX: int
@@ -42,10 +42,3 @@ class Kernel:
         displaced: list[float] | None,
         terms: Callable[[int], tuple[float, float]],
     ) -> tuple[list[Column], Column, list[str] | None] | None: ...
-
-def spared_hits(
-    where: dict[int, int | set[int]],
-    hashes: Sequence[int],
-    walked: dict[int, tuple[str, Any, int]],
-    depths: Sequence[int],
-) -> dict[int, int] | Literal[False] | None: ...

@@ -24,9 +24,9 @@ from operator import add, is_, is_not, mul, not_, truediv
 from scoring.state.prefix_hash import untracked
 
 try:  # `spared_by_hits` compiled, with the lookups (the reference below where not built)
-    from scoring import fused_native
+    from scoring.state import lru_tails_native
 except ImportError:
-    fused_native = None  # type: ignore[assignment]
+    lru_tails_native = None  # type: ignore[assignment]
 
 SLACK = 2  # a tail is built to cover this many times the excess asked
 
@@ -245,8 +245,8 @@ class LruTails:
         matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over, each
         with a position in its tail before which no entry is spared (for `Tail.sparing`)."""
         reach = max(map(depths.__getitem__, walked))
-        if fused_native is not None and type(walked) is dict:
-            least = fused_native.spared_hits(self._where, hashes, walked, depths)
+        if lru_tails_native is not None and type(walked) is dict:
+            least = lru_tails_native.spared_hits(self._where, hashes, walked, depths)
             if least is False:  # more holders than walked entries: along the walks
                 return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
             if least is not None:

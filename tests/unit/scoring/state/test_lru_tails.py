@@ -14,9 +14,9 @@ from scoring.state import lru_tails
 from scoring.state.lru_tails import LruTails, Walked
 
 try:
-    from scoring import fused_native
+    from scoring.state import lru_tails_native
 except ImportError:  # not built: the reference alone
-    fused_native = None  # type: ignore[assignment]
+    lru_tails_native = None  # type: ignore[assignment]
 from scoring.state.prefix_hash import covered_chars, hash_blocks, prefix_seed
 from scoring.state.prefix_index import PrefixIndex
 
@@ -89,7 +89,7 @@ def test_kept_tails_answer_as_the_walk_does(
 def test_without_the_compiled_search_the_tails_answer_as_the_walk_does(
     history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
 ) -> None:
-    with patch.object(lru_tails, "fused_native", None):  # as where it is not built
+    with patch.object(lru_tails, "lru_tails_native", None):  # as where it is not built
         index = PrefixIndex(150)
         for k, step in enumerate(history):
             _apply(index, step)
@@ -172,8 +172,8 @@ def test_both_ways_to_the_spared_candidates_agree(
             hits = [p for p, held in enumerate(holders) if held is not None]
             by_hits = tails.spared_by_hits(walked, depths, holders, hits)
             assert set(by_hits) == tails.spared_by_walks(walked, hashes, depths, reach)
-            if fused_native is not None:  # the compiled pass, where it answers, agrees
-                least = fused_native.spared_hits(tails._where, hashes, walked, depths)
+            if lru_tails_native is not None:  # the compiled pass, where it answers, agrees
+                least = lru_tails_native.spared_hits(tails._where, hashes, walked, depths)
                 if isinstance(least, dict):
                     seqs = {j: walked[j][1].seqs for j in least}
                     assert {j: bisect_left(seqs[j], q) for j, q in least.items()} == by_hits
@@ -209,7 +209,7 @@ def _spared_setup() -> tuple[PrefixIndex, tuple[int, ...], list[int], dict[int, 
 
 
 def test_the_compiled_search_finds_the_first_spared_entry() -> None:
-    native = pytest.importorskip("scoring.fused_native")
+    native = pytest.importorskip("scoring.state.lru_tails_native")
     index, old, depths, walked = _spared_setup()
     where = index._tails._where
     least = native.spared_hits(where, old, walked, depths)
@@ -219,7 +219,7 @@ def test_the_compiled_search_finds_the_first_spared_entry() -> None:
 
 
 def test_the_compiled_search_leaves_odd_values_to_the_reference() -> None:
-    native = pytest.importorskip("scoring.fused_native")
+    native = pytest.importorskip("scoring.state.lru_tails_native")
     index, old, depths, walked = _spared_setup()
     odd: dict[int, object] = dict(index._tails._where)
     odd[old[0]] = "seven"  # not a sequence number
