@@ -69,11 +69,11 @@ def _apply(index: PrefixIndex, step: tuple[str, str, int, int, int, int]) -> Non
         index.remove_replica(replica)
 
 
-@settings(max_examples=150, deadline=None)
-@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
-def test_kept_tails_answer_as_the_walk_does(
+def _replay(
     history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
 ) -> None:
+    """Each step, then a decision's eviction term for a prompt: the kept tails' answers are
+    the walk's, and the map of tails' entries is what the tails hold."""
     index = PrefixIndex(150)
     for k, step in enumerate(history):
         _apply(index, step)
@@ -84,19 +84,21 @@ def test_kept_tails_answer_as_the_walk_does(
         assert _listed(index._tails) == _expected(index._tails)
 
 
+@settings(max_examples=150, deadline=None)
+@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
+def test_kept_tails_answer_as_the_walk_does(
+    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+) -> None:
+    _replay(history, weights, stem)
+
+
 @settings(max_examples=100, deadline=None)
 @given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
 def test_without_the_compiled_search_the_tails_answer_as_the_walk_does(
     history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
 ) -> None:
     with patch.object(lru_tails, "lru_tails_native", None):  # as where it is not built
-        index = PrefixIndex(150)
-        for k, step in enumerate(history):
-            _apply(index, step)
-            prompt = _prompt(stem, (37 * k) % 161, k % 5)
-            depths = index.match_list(prompt, REPLICAS)
-            got = index.displaced_list(REPLICAS, weights, prompt, depths)
-            assert got == _reference(index, prompt, weights)
+        _replay(history, weights, stem)
 
 
 def _listed(tails: LruTails) -> dict[int, list[int]]:
