@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate, compress, islice, repeat
 from operator import add, is_, is_not, mul, not_, truediv
+from typing import Literal
 
 from scoring.state.prefix_hash import untracked
 
@@ -245,24 +246,24 @@ class LruTails:
         matched head `hashes[:depths[k]]`, which `PrefixIndex.displaced` passes over, each
         with a position in its tail before which no entry is spared (for `Tail.sparing`)."""
         reach = max(map(depths.__getitem__, walked))
+        least: dict[int, int] | Literal[False] | None = None
         if lru_tails_native is not None and type(walked) is dict:
             least = lru_tails_native.spared_hits(self._where, hashes, walked, depths)
-            if least is False:  # more holders than walked entries: along the walks
-                return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
-            if least is not None:
-                return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
-        # The tails holding each of the head's hashes, looked up once: the hits are few.
-        holders = list(map(self._where.get, islice(hashes, reach)))
-        hits = list(compress(range(reach), map(is_not, holders, repeat(None))))
-        if not hits:  # the usual case: a matched head was used recently, far from the tails
-            return {}
-        # Two ways to the same set: through each hit's tails, or along each candidate's walked
-        # entries; the cheaper one (a long prompt whose head sits in many full replicas' tails
-        # has tens of thousands of the former).
-        walks = sum(last for _, _, last in walked.values()) + len(walked)
-        if walks < len(hits) + sum([len(held) for held in holders if type(held) is set]):
+        if least is None:  # not built, or a value it does not take: the reference
+            # The tails holding each of the head's hashes, looked up once: the hits are few.
+            holders = list(map(self._where.get, islice(hashes, reach)))
+            hits = list(compress(range(reach), map(is_not, holders, repeat(None))))
+            if not hits:  # the usual case: a matched head was used recently, far from tails
+                return {}
+            # Two ways to the same set: through each hit's tails, or along each candidate's
+            # walked entries; the cheaper one (a long prompt whose head sits in many full
+            # replicas' tails has tens of thousands of the former).
+            walks = sum(last for _, _, last in walked.values()) + len(walked)
+            met = len(hits) + sum([len(held) for held in holders if type(held) is set])
+            least = False if walks < met else self.spared_by_hits(walked, depths, holders, hits)
+        if least is False:  # more holders than walked entries: along the walks
             return dict.fromkeys(self.spared_by_walks(walked, hashes, depths, reach), 0)
-        return self.spared_by_hits(walked, depths, holders, hits)
+        return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
 
     @staticmethod
     def spared_by_hits(
@@ -272,8 +273,9 @@ class LruTails:
         hits: Iterable[int],
     ) -> dict[int, int]:
         """`spared`, one pass over the `hits` (positions in the prompt whose hash some tail
-        holds; `holders[p]` its sequence number there, or the set of them); each spared
-        candidate with the position in its tail of the first entry it spares."""
+        holds; `holders[p]` its sequence number there, or the set of them): each spared
+        candidate with the least sequence number of an entry it spares (what
+        `lru_tails_native.spared_hits` answers)."""
         # Each candidate's walked entries hold the sequence numbers from its tail's first to
         # the last it walks, and no other tail's: found by bisection.
         spans = sorted(
@@ -293,7 +295,7 @@ class LruTails:
                     continue
                 if q < least.get(k, end + 1):
                     least[k] = q
-        return {k: bisect_left(walked[k][1].seqs, q) for k, q in least.items()}
+        return least
 
     @staticmethod
     def spared_by_walks(

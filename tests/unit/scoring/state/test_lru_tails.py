@@ -172,13 +172,13 @@ def test_both_ways_to_the_spared_candidates_agree(
             reach = max(depths[j] for j in walked)
             holders = [tails._where.get(h) for h in hashes[:reach]]
             hits = [p for p, held in enumerate(holders) if held is not None]
-            by_hits = tails.spared_by_hits(walked, depths, holders, hits)
-            assert set(by_hits) == tails.spared_by_walks(walked, hashes, depths, reach)
+            least = tails.spared_by_hits(walked, depths, holders, hits)
+            assert set(least) == tails.spared_by_walks(walked, hashes, depths, reach)
             if lru_tails_native is not None:  # the compiled pass, where it answers, agrees
-                least = lru_tails_native.spared_hits(tails._where, hashes, walked, depths)
-                if isinstance(least, dict):
-                    seqs = {j: walked[j][1].seqs for j in least}
-                    assert {j: bisect_left(seqs[j], q) for j, q in least.items()} == by_hits
+                native = lru_tails_native.spared_hits(tails._where, hashes, walked, depths)
+                if isinstance(native, dict):
+                    assert native == least
+            by_hits = {j: bisect_left(walked[j][1].seqs, q) for j, q in least.items()}
             for j, start in by_hits.items():  # the first entry of the walk that is spared
                 _, tail, last = walked[j]
                 head = set(hashes[: depths[j]])
