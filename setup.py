@@ -1,6 +1,5 @@
 """Build hook for the compiled modules (Cython): `sim.engine.kv_cache_native`,
-`gateway.tracing.otlp_native`, `routing.columns_native`, `scoring.fused_native`,
-`scoring.state.lru_tails_native` and
+`gateway.tracing.otlp_native`, `routing.columns_native`, `scoring.fused_native` and
 `scoring.state.prefix_hash_native` (which also needs xxHash's `xxhash.h`).
 
 Everything else is in pyproject.toml. The extensions are optional: where they cannot be
@@ -52,12 +51,6 @@ setup(
                 ["scoring/fused_native.pyx"],
                 optional=OPTIONAL,
                 extra_compile_args=["-O2", "-ffp-contract=off"],
-            ),
-            Extension(
-                "scoring.state.lru_tails_native",
-                ["scoring/state/lru_tails_native.pyx"],
-                optional=OPTIONAL,
-                extra_compile_args=["-O2"],
             ),
             # XXH3-64 from the xxHash library's header (libxxhash-dev), inlined: no library to
             # link. Left out where the header is missing, as where there is no compiler.

@@ -42,7 +42,6 @@ COMPILED = {
     "gateway.tracing.otlp_native": "the tracing encoder",
     "routing.columns_native": "the scheduler's weighted sum",
     "scoring.fused_native": "the default profile's scoring pass",
-    "scoring.state.lru_tails_native": "the eviction term's spared-head search",
     "scoring.state.prefix_hash_native": "the prompt's prefix hashes",
 }
 

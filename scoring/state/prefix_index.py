@@ -2,17 +2,16 @@
 
 A data structure, not a plugin: the gateway and the simulator record every block of a request
 for the replica it was sent to, and the prefix scorers read it. Per replica the blocks live in
-an LRU bounded by that replica's KV capacity (in base blocks, see
-`scoring.state.prefix_hash.block_weight`), so the index forgets roughly when the engine does;
-a request's blocks are touched tail first, so what remains of a prefix is its beginning (as
-in vLLM's free queue). A global map from block hash to its holders makes a match cost
-O(matched blocks), whatever the number of replicas.
-
-Holder sets are immutable and shared. Blocks updated together by one record or eviction share
-one `_Run` (their holders and hashes in order), so a match jumps over a run with one lookup
-and one comparison, and steps block by block only through stale runs
-(docs/decisions/0005-routing-decision-in-python.md). `memory_bytes` is entries × `ENTRY_BYTES`
-(~150 bytes a block on CPython 3.11, which the tests measure), for the metrics.
+an LRU bounded by its KV capacity (in base blocks, `scoring.state.prefix_hash.block_weight`),
+so the index forgets roughly when the engine does. A request's hashes are chained from its
+first block and touched tail first, so what remains of a prefix is its beginning (as in
+vLLM's free queue), and in each LRU a prompt's blocks are older the later they come in it
+(`displaced_list` relies on it). A map from block hash to its holders makes a match cost
+O(matched blocks), whatever the number of replicas. Holder sets are immutable and shared:
+blocks updated together share one `_Run` (their holders and hashes in order), so a match
+jumps over a run with one lookup and one comparison, and steps block by block only through
+stale runs (decision 0005). `memory_bytes` is entries × `ENTRY_BYTES` (~150 bytes a block on
+CPython 3.11, which the tests measure), for the metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
-from scoring.state.lru_tails import LruTails, Walked
+from scoring.state.lru_tails import LruTails, Tail
 from scoring.state.prefix_hash import GROUP, common_prefix, untracked
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
@@ -150,7 +149,8 @@ class PrefixIndex:
         return list(map(self._fill.get, replicas, repeat(0.0)))  # no weight: 0 / capacity
 
     def record(self, replica: str, hashes: Sequence[int]) -> None:
-        """The replica was sent a request with these block hashes: it will hold them."""
+        """The replica was sent a request with these block hashes (a prompt's chained hashes,
+        from its first block): it will hold them."""
         lru = self._lru.get(replica)
         if lru is None:
             lru = self._lru[replica] = OrderedDict()
@@ -392,7 +392,7 @@ class PrefixIndex:
             return out
         rooms = list(map(self._room.get, replicas, repeat(_NEVER_FULL)))  # no entries
         over = list(compress(range(n), map(gt, new_weights, rooms)))
-        walked: dict[int, Walked] = {}  # candidates with a matched head, and their walks
+        spared: list[tuple[int, Tail, int]] = []  # candidates whose walk takes their head
         kept = self._tails.kept
         for k in over:
             r = replicas[k]
@@ -420,13 +420,18 @@ class PrefixIndex:
                 counts: Mapping[int, int] = self._reuses.get(r) or {}
                 tail = self._tails.tail(r, lru, counts, excess, widest - rooms[k])
                 last, out[k] = tail.walked(excess)
-            if depths[k]:
-                walked[k] = (r, tail, last)
-        for k, start in self._tails.spared(walked, hashes, depths).items() if walked else ():
+            # The matched head's oldest entry is its last block (the module docstring): the
+            # walk takes an entry of the head iff it takes that one, and none before it.
+            d = depths[k]
+            if d and hashes[d - 1] in tail.members:
+                start = tail.hashes.index(hashes[d - 1])
+                if start <= last:
+                    spared.append((k, tail, start))
+        for k, tail, start in spared:
             # The walk passing over the matched head: on the tail where it is long enough,
             # from the first entry it spares.
             spare = set(hashes[: depths[k]])
-            value = walked[k][1].sparing(new_weights[k] - rooms[k], spare, start)
+            value = tail.sparing(new_weights[k] - rooms[k], spare, start)
             if value is None:
                 value = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
             out[k] = value
