@@ -20,6 +20,7 @@ import math
 from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from itertools import accumulate, compress, groupby, islice, repeat
 from operator import gt
 
@@ -424,9 +425,8 @@ class PrefixIndex:
             # walk takes an entry of the head iff it takes that one, and none before it.
             d = depths[k]
             if d and hashes[d - 1] in tail.members:
-                start = tail.hashes.index(hashes[d - 1])
-                if start <= last:
-                    spared.append((k, tail, start))
+                with suppress(ValueError):  # where among the walked entries, if it is
+                    spared.append((k, tail, tail.hashes.index(hashes[d - 1], 0, last + 1)))
         for k, tail, start in spared:
             # The walk passing over the matched head: on the tail where it is long enough,
             # from the first entry it spares.
