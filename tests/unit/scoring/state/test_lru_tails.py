@@ -119,6 +119,11 @@ def test_a_walk_that_stops_short_of_the_head_spares_nothing() -> None:
     depths = index.match_list(old, ["r"])
     assert index.displaced_list(["r"], [3], old, depths) == [0.0] == [index.displaced("r", 3)]
     assert index.displaced_list(["r"], [4], old, depths) == [index.displaced("r", 4, old)]
+    # One entry further the walk reaches the head's last block, the oldest of the head:
+    # passed over, with the rest of the head, where the plain walk counts it (½).
+    assert index.displaced("r", 5) == 0.5
+    assert index.displaced_list(["r"], [5], old, depths) == [index.displaced("r", 5, old)]
+    assert index.displaced_list(["r"], [5], old, depths) == [0.0]
 
 
 def test_a_record_on_a_full_replica_leaves_its_tail_ready_for_the_next_decision() -> None:
