@@ -7,12 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 SOURCES := pyproject.toml setup.py sim/engine/kv_cache_native.pyx gateway/tracing/otlp_native.pyx \
-	routing/columns_native.pyx scoring/fused_native.pyx scoring/state/prefix_hash_native.pyx
+	routing/columns_native.pyx scoring/fused_native.pyx scoring/state/displaced_native.pyx \
+	scoring/state/prefix_hash_native.pyx
 
 .PHONY: venv demo serve test test-slow chaos lint typecheck check clean bench-routing calibrate bench fidelity docs docs-serve
 
 # setup.py compiles sim/engine/kv_cache_native.pyx, gateway/tracing/otlp_native.pyx,
-# routing/columns_native.pyx, scoring/fused_native.pyx and scoring/state/prefix_hash_native.pyx
+# routing/columns_native.pyx, scoring/fused_native.pyx, scoring/state/displaced_native.pyx and
+# scoring/state/prefix_hash_native.pyx
 # (Cython, fetched by pip into the build environment) in place: editing one reinstalls.
 $(STAMP): $(SOURCES)
 	$(PY) -m venv $(VENV)
@@ -172,4 +174,5 @@ clean:
 	rm -f gateway/tracing/otlp_native.c gateway/tracing/otlp_native.*.so
 	rm -f routing/columns_native.c routing/columns_native.*.so
 	rm -f scoring/fused_native.c scoring/fused_native.*.so
+	rm -f scoring/state/displaced_native.c scoring/state/displaced_native.*.so
 	rm -f scoring/state/prefix_hash_native.c scoring/state/prefix_hash_native.*.so

@@ -1,12 +1,14 @@
 """Build hook for the compiled modules (Cython): `sim.engine.kv_cache_native`,
-`gateway.tracing.otlp_native`, `routing.columns_native`, `scoring.fused_native` and
-`scoring.state.prefix_hash_native` (which also needs xxHash's `xxhash.h`).
+`gateway.tracing.otlp_native`, `routing.columns_native`, `scoring.fused_native`,
+`scoring.state.displaced_native` and `scoring.state.prefix_hash_native` (which also needs
+xxHash's `xxhash.h`).
 
 Everything else is in pyproject.toml. The extensions are optional: where they cannot be
 built (no C compiler), the install goes on without them and kvgate runs their pure-Python
 references (the simulator's KV cache, the OTLP span encoder, the scheduler's sums and
-order), which the compiled ones are tested against. KVGATE_REQUIRE_NATIVE=1 (the image's
-build) makes them required: a build that cannot compile them fails.
+order, the eviction term's walks), which the compiled ones are tested against.
+KVGATE_REQUIRE_NATIVE=1 (the image's build) makes them required: a build that cannot compile
+them fails.
 """
 
 import os
@@ -51,6 +53,12 @@ setup(
                 ["scoring/fused_native.pyx"],
                 optional=OPTIONAL,
                 extra_compile_args=["-O2", "-ffp-contract=off"],
+            ),
+            Extension(
+                "scoring.state.displaced_native",
+                ["scoring/state/displaced_native.pyx"],
+                optional=OPTIONAL,
+                extra_compile_args=["-O2"],
             ),
             # XXH3-64 from the xxHash library's header (libxxhash-dev), inlined: no library to
             # link. Left out where the header is missing, as where there is no compiler.

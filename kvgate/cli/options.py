@@ -42,6 +42,7 @@ COMPILED = {
     "gateway.tracing.otlp_native": "the tracing encoder",
     "routing.columns_native": "the scheduler's weighted sum",
     "scoring.fused_native": "the default profile's scoring pass",
+    "scoring.state.displaced_native": "the eviction term's walks",
     "scoring.state.prefix_hash_native": "the prompt's prefix hashes",
 }
 

@@ -9,15 +9,16 @@ after each, so an answer is a bisection. Entries leave a tail as they leave the 
 and reuse count, so the tail stays the LRU's first entries, and its totals are summed again
 in C. The totals add the same terms in the same order as the walk: answers are the walk's to
 the last bit. Where the walked part holds an entry the request spares (its matched head),
-the walk goes on from the first such entry (`Tail.sparing`); `PrefixIndex.displaced_list`
-finds it by the chain order of an LRU's entries.
+the walk goes on from the first such entry (`Tail.sparing`), found by the chain order of an
+LRU's entries. `walks` answers a decision's candidates (compiled: `displaced_native`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import suppress
 from itertools import accumulate, compress, islice, repeat
 from operator import add, mul, not_, truediv
 
@@ -130,6 +131,63 @@ class Tail:
         weights, values = self.summed()
         last = min(bisect_left(weights, excess), len(weights) - 1)
         return last, values[last]
+
+
+Missed = list[tuple[int, int]]  # (candidate, excess): no summed tail covering the excess
+Spared = list[tuple[int, Tail, int]]  # (candidate, its tail, the first entry its walk spares)
+
+
+def walks(  # noqa: PLR0917 (the compiled one's signature)
+    replicas: list[str],
+    new_weights: list[int],
+    rooms: Mapping[str, int],
+    kept: Mapping[str, Tail],
+    hashes: Sequence[int],
+    depths: Sequence[int],
+    out: list[float],
+    never_full: int,
+) -> tuple[Missed, Spared]:
+    """The walks of `PrefixIndex.displaced_list` that a kept tail answers by bisection: for
+    each candidate k whose new weight exceeds its room (`rooms`, `never_full` for a replica
+    without entries) and whose tail is summed and covers the excess, `out[k]` = the walk's
+    value. The others over their room come back as missed, with their excess; those whose walk
+    takes the last block of their matched head `hashes[:depths[k]]` as spared, with where
+    (the walk then has to pass over the head). Compiled: `scoring.state.displaced_native`."""
+    missed: Missed = []
+    spared: Spared = []
+    for k, (r, weight) in enumerate(zip(replicas, new_weights, strict=True)):
+        room = rooms.get(r, never_full)
+        if weight <= room:
+            continue
+        excess = weight - room  # weight + new weight − capacity
+        tail = kept.get(r)
+        if (
+            tail is None
+            or tail.weights is None
+            or tail.values is None
+            or not (tail.complete or tail.total >= excess)
+        ):
+            missed.append((k, excess))
+            continue
+        weights = tail.weights
+        if not weights:  # a complete tail with no entry: the replica holds none
+            continue
+        last = min(bisect_left(weights, excess), len(weights) - 1)
+        out[k] = tail.values[last]
+        if (start := spared_from(tail, hashes, depths[k], last)) is not None:
+            spared.append((k, tail, start))
+    return missed, spared
+
+
+def spared_from(tail: Tail, hashes: Sequence[int], depth: int, last: int) -> int | None:
+    """Where a walk taking the tail's entries up to `last` first meets the matched head
+    `hashes[:depth]`, or None if it takes none of it. A head's oldest entry is its last block
+    (`scoring.state.prefix_index`): the walk takes an entry of it iff it takes that one, and
+    none before it."""
+    if depth and hashes[depth - 1] in tail.members:
+        with suppress(ValueError):
+            return tail.hashes.index(hashes[depth - 1], 0, last + 1)
+    return None
 
 
 class LruTails:

@@ -17,15 +17,17 @@ CPython 3.11, which the tests measure), for the metrics.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
-from itertools import accumulate, compress, groupby, islice, repeat
-from operator import gt
+from itertools import accumulate, groupby, islice, repeat
 
-from scoring.state.lru_tails import LruTails, Tail
+from scoring.state.lru_tails import LruTails, spared_from, walks
 from scoring.state.prefix_hash import GROUP, common_prefix, untracked
+
+try:
+    from scoring.state.displaced_native import walks as _walks
+except ImportError:  # not built (no C compiler): the reference walks
+    _walks = None  # type: ignore[assignment]
 
 DEFAULT_CAPACITY_BLOCKS = 31_250  # GIE's per-pod default LRU size
 ENTRY_BYTES = 150  # per block held by one replica, as measured (module docstring)
@@ -391,47 +393,27 @@ class PrefixIndex:
         widest = max(new_weights, default=0)
         if widest <= self._least_room():  # room everywhere
             return out
-        rooms = list(map(self._room.get, replicas, repeat(_NEVER_FULL)))  # no entries
-        over = list(compress(range(n), map(gt, new_weights, rooms)))
-        spared: list[tuple[int, Tail, int]] = []  # candidates whose walk takes their head
-        kept = self._tails.kept
-        for k in over:
+        names = replicas if isinstance(replicas, list) else list(replicas)
+        weights = new_weights if isinstance(new_weights, list) else list(new_weights)
+        given = (names, weights, self._room, self._tails.kept, hashes, depths, out, _NEVER_FULL)
+        got = _walks(*given) if _walks is not None else None
+        missed, spared = got if got is not None else walks(*given)
+        for k, excess in missed:  # no tail summed or long enough yet: built, walked
             r = replicas[k]
-            excess = new_weights[k] - rooms[k]  # weight + new weight − capacity
-            tail = kept.get(r)
-            # Inlined `Tail.covers` and `Tail.walked` for a summed tail: this runs for every
-            # full candidate of every request.
-            if (
-                tail is not None
-                and tail.weights is not None
-                and tail.values is not None
-                and (tail.complete or tail.total >= excess)
-            ):
-                weights = tail.weights
-                if not weights:  # a complete tail with no entry: the replica holds none
-                    continue
-                last = bisect_left(weights, excess)
-                if last == len(weights):
-                    last -= 1
-                out[k] = tail.values[last]
-            else:
-                lru = self._lru.get(r)
-                if not lru:
-                    continue
-                counts: Mapping[int, int] = self._reuses.get(r) or {}
-                tail = self._tails.tail(r, lru, counts, excess, widest - rooms[k])
-                last, out[k] = tail.walked(excess)
-            # The matched head's oldest entry is its last block (the module docstring): the
-            # walk takes an entry of the head iff it takes that one, and none before it.
-            d = depths[k]
-            if d and hashes[d - 1] in tail.members:
-                with suppress(ValueError):  # where among the walked entries, if it is
-                    spared.append((k, tail, tail.hashes.index(hashes[d - 1], 0, last + 1)))
+            lru = self._lru.get(r)
+            if not lru:
+                continue
+            counts: Mapping[int, int] = self._reuses.get(r) or {}
+            room = new_weights[k] - excess
+            tail = self._tails.tail(r, lru, counts, excess, widest - room)
+            last, out[k] = tail.walked(excess)
+            if (start := spared_from(tail, hashes, depths[k], last)) is not None:
+                spared.append((k, tail, start))
         for k, tail, start in spared:
             # The walk passing over the matched head: on the tail where it is long enough,
             # from the first entry it spares.
             spare = set(hashes[: depths[k]])
-            value = tail.sparing(new_weights[k] - rooms[k], spare, start)
+            value = tail.sparing(new_weights[k] - self._room[replicas[k]], spare, start)
             if value is None:
                 value = self.displaced(replicas[k], new_weights[k], hashes[: depths[k]])
             out[k] = value

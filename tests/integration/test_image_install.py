@@ -111,13 +111,13 @@ def test_the_image_has_the_compiled_extensions(image_venv: Path) -> None:
     code = (
         "import sim.engine.kv_cache_native as a, gateway.tracing.otlp_native as b, "
         "routing.columns_native as c, scoring.state.prefix_hash_native as d, "
-        "scoring.fused_native as e; "
+        "scoring.fused_native as e, scoring.state.displaced_native as f; "
         "print(a.__file__); print(b.__file__); print(c.__file__); print(d.__file__); "
-        "print(e.__file__)"
+        "print(e.__file__); print(f.__file__)"
     )
     out = _run([image_venv / "bin" / "python", "-c", code], cwd="/")
     files = out.stdout.split()
-    assert len(files) == 5 and all(f.endswith(".so") and "site-packages" in f for f in files)
+    assert len(files) == 6 and all(f.endswith(".so") and "site-packages" in f for f in files)
 
 
 def _containers() -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:

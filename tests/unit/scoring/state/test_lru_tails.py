@@ -1,14 +1,26 @@
-"""`PrefixIndex.displaced_list` (kept tails) against `PrefixIndex.displaced` (the walk)."""
+"""`PrefixIndex.displaced_list` (kept tails) against `PrefixIndex.displaced` (the walk), with
+the compiled walks and with their Python reference, and the two against each other."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scoring.state import lru_tails, prefix_index
 from scoring.state.prefix_hash import covered_chars, hash_blocks, prefix_seed
-from scoring.state.prefix_index import PrefixIndex
+from scoring.state.prefix_index import _NEVER_FULL, PrefixIndex
+
+try:
+    from scoring.state import displaced_native
+except ImportError:  # not built: the reference alone is tested
+    displaced_native = None  # type: ignore[assignment]
+
+PATHS = ["compiled", "reference"] if displaced_native is not None else ["reference"]
 
 REPLICAS = ("r0", "r1", "r2", "r3")
 STEM_BLOCKS = 160  # past 128 blocks: weights of 2
@@ -71,22 +83,91 @@ def _in_chain_order(lru: OrderedDict[int, int], head: tuple[int, ...]) -> bool:
     return held == sorted(held, reverse=True)
 
 
+@contextmanager
+def _walks_by(path: str) -> Iterator[None]:
+    """`displaced_list` on the compiled walks or on their Python reference."""
+    saved = prefix_index._walks
+    prefix_index._walks = displaced_native.walks if path == "compiled" else None
+    try:
+        yield
+    finally:
+        prefix_index._walks = saved
+
+
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=200, deadline=None)
 @given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
 def test_kept_tails_answer_as_the_walk_does(
-    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+    path: str, history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
 ) -> None:
     """Each step, then a decision's eviction term for a prompt: the kept tails' answers are
     the walk's, bit for bit; and the order they rely on holds in every replica's LRU."""
+    index = PrefixIndex(150)
+    with _walks_by(path):
+        for k, step in enumerate(history):
+            _apply(index, step)
+            prompt = _prompt(stem, (37 * k) % (STEM_BLOCKS + 1), k % 5)
+            depths = index.match_list(prompt, REPLICAS)
+            got = index.displaced_list(REPLICAS, weights, prompt, depths)
+            assert got == _reference(index, prompt, weights)  # bit for bit, not approximately
+            for lru in index._lru.values():
+                assert _in_chain_order(lru, prompt)
+
+
+def _both_walks(
+    index: PrefixIndex, prompt: tuple[int, ...], weights: list[int], depths: list[int]
+) -> tuple[object, object, list[float], list[float]]:
+    given = (list(REPLICAS), weights, index._room, index._tails.kept, prompt, depths)
+    out_c, out_py = [0.0] * len(REPLICAS), [0.0] * len(REPLICAS)
+    compiled = displaced_native.walks(*given, out_c, _NEVER_FULL)
+    reference = lru_tails.walks(*given, out_py, _NEVER_FULL)
+    return compiled, reference, out_c, out_py
+
+
+@pytest.mark.skipif(displaced_native is None, reason="scoring.state.displaced_native not built")
+@settings(max_examples=200, deadline=None)
+@given(steps, st.lists(st.integers(0, 400), min_size=4, max_size=4), st.integers(0, 3))
+def test_the_compiled_walks_answer_as_the_reference(
+    history: list[tuple[str, str, int, int, int, int]], weights: list[int], stem: int
+) -> None:
+    """After each step and a decision (which builds and sums tails), the compiled walks and the
+    reference on the same state: the same values written (the same float objects), the same
+    candidates missed with the same excess, the same spared ones (the same tail, from the same
+    entry)."""
     index = PrefixIndex(150)
     for k, step in enumerate(history):
         _apply(index, step)
         prompt = _prompt(stem, (37 * k) % (STEM_BLOCKS + 1), k % 5)
         depths = index.match_list(prompt, REPLICAS)
-        got = index.displaced_list(REPLICAS, weights, prompt, depths)
-        assert got == _reference(index, prompt, weights)  # bit for bit, not approximately
-        for lru in index._lru.values():
-            assert _in_chain_order(lru, prompt)
+        compiled, reference, out_c, out_py = _both_walks(index, prompt, weights, depths)
+        assert compiled is not None and reference is not None
+        assert [v.hex() for v in out_c] == [v.hex() for v in out_py]
+        assert compiled[0] == reference[0]  # missed
+        assert [(k, id(t), j) for k, t, j in compiled[1]] == [
+            (k, id(t), j) for k, t, j in reference[1]
+        ]
+        index.displaced_list(REPLICAS, weights, prompt, depths)  # tails built, summed
+
+
+@pytest.mark.skipif(displaced_native is None, reason="scoring.state.displaced_native not built")
+def test_the_compiled_walks_leave_what_they_cannot_read_to_the_reference() -> None:
+    """A new weight that is not an int: no answer (the reference runs), and `displaced_list`
+    still answers as the walk; a tail whose running weights are not ints: missed, walked by
+    the caller to the same value."""
+    index, old = _aged_head()
+    given = (["r"], [8.0], index._room, index._tails.kept, old, [0])
+    assert displaced_native.walks(*given, [0.0], _NEVER_FULL) is None
+    assert index.displaced_list(["r"], [8.0], old, [0]) == [index.displaced("r", 8.0)]  # type: ignore[list-item]
+    index.displaced_list(["r"], [8], old, [0])  # the tail built and summed
+    tail = index._tails.kept["r"]
+    assert tail.weights is not None
+    tail.weights = [float(w) for w in tail.weights]  # type: ignore[misc]
+    out = [0.0]
+    missed, spared = displaced_native.walks(
+        ["r"], [8], index._room, index._tails.kept, old, [0], out, _NEVER_FULL
+    )
+    assert (missed, spared, out) == ([(0, 8 - index._room["r"])], [], [0.0])
+    assert index.displaced_list(["r"], [8], old, [0]) == [index.displaced("r", 8)] == [2.0]
 
 
 def _aged_head() -> tuple[PrefixIndex, tuple[int, ...]]:
