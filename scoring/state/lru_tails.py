@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from itertools import accumulate, compress, islice, repeat
-from operator import add, mul, not_, truediv
+from operator import add, gt, mul, not_, truediv
 
 from scoring.state.prefix_hash import untracked
 
@@ -155,12 +155,12 @@ def walks(  # noqa: PLR0917 (the compiled one's signature)
     (the walk then has to pass over the head). Compiled: `scoring.state.displaced_native`."""
     missed: Missed = []
     spared: Spared = []
-    for k, (r, weight) in enumerate(zip(replicas, new_weights, strict=True)):
-        room = rooms.get(r, never_full)
-        if weight <= room:
-            continue
-        excess = weight - room  # weight + new weight − capacity
-        tail = kept.get(r)
+    if len(new_weights) != len(replicas) or len(out) != len(replicas):
+        raise ValueError("replicas, new_weights and out differ in length")
+    room_of = list(map(rooms.get, replicas, repeat(never_full)))
+    for k in compress(range(len(replicas)), map(gt, new_weights, room_of)):  # over their room
+        excess = new_weights[k] - room_of[k]  # weight + new weight − capacity
+        tail = kept.get(replicas[k])
         if (
             tail is None
             or tail.weights is None
@@ -172,10 +172,15 @@ def walks(  # noqa: PLR0917 (the compiled one's signature)
         weights = tail.weights
         if not weights:  # a complete tail with no entry: the replica holds none
             continue
-        last = min(bisect_left(weights, excess), len(weights) - 1)
+        last = bisect_left(weights, excess)
+        if last == len(weights):
+            last -= 1
         out[k] = tail.values[last]
-        if (start := spared_from(tail, hashes, depths[k], last)) is not None:
-            spared.append((k, tail, start))
+        # `spared_from`, inlined: this runs for every full candidate where nothing compiled.
+        d = depths[k]
+        if d and hashes[d - 1] in tail.members:
+            with suppress(ValueError):
+                spared.append((k, tail, tail.hashes.index(hashes[d - 1], 0, last + 1)))
     return missed, spared
 
 
