@@ -176,11 +176,8 @@ def walks(  # noqa: PLR0917 (the compiled one's signature)
         if last == len(weights):
             last -= 1
         out[k] = tail.values[last]
-        # `spared_from`, inlined: this runs for every full candidate where nothing compiled.
-        d = depths[k]
-        if d and hashes[d - 1] in tail.members:
-            with suppress(ValueError):
-                spared.append((k, tail, tail.hashes.index(hashes[d - 1], 0, last + 1)))
+        if (start := spared_from(tail, hashes, depths[k], last)) is not None:
+            spared.append((k, tail, start))
     return missed, spared
 
 
