@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import REPO_ROOT
-from bench.overhead.fleet import MODEL, StubFleet, start_stub_fleet
+from bench.overhead.fleet import FLOORS, MODEL, StubFleet, start_stub_fleet
 from bench.overhead.report import print_row, summarise, write_outputs
 from bench.overhead.rounds import rotated, write_rounds
 from bench.overhead.tracing import launch_traced
@@ -95,15 +95,15 @@ def launch(spec: str, fleet: StubFleet, logs: Path) -> Iterator[Target]:
         stubs = fleet.process
         yield Target("direct", fleet.urls[0], stubs.pid, command=stubs.command)
         return
-    if spec == "floor":  # the least a Python relay does (bench.overhead.floor)
+    if spec in FLOORS:  # the least a Python relay does (bench.overhead.floor, .asgi_floor)
         port = free_port()
-        cmd = [sys.executable, "-m", "bench.overhead.floor", "--port", str(port)]
+        cmd = [sys.executable, "-m", FLOORS[spec], "--port", str(port)]
         cmd += [arg for url in fleet.urls for arg in ("--backend", url)]
         env = {"PYTHONPATH": str(REPO_ROOT)}
-        with ChildProcess(cmd, logs / "floor.log", env=env).start() as proc:
+        with ChildProcess(cmd, logs / f"{spec}.log", env=env).start() as proc:
             url = f"http://127.0.0.1:{port}"
             proc.wait_for_http(url + "/v1/models")
-            yield Target("floor", url, proc.pid, command=proc.command)
+            yield Target(spec, url, proc.pid, command=proc.command)
         return
     from bench.peers import PEER_HEADERS, ensure_peer, start_peer
 
@@ -290,7 +290,8 @@ def _parse(argv: Sequence[str] | None) -> Settings:
         "--targets",
         default=",".join(DEFAULT_TARGETS),
         help="comma-separated: direct, floor (the least a Python relay does: "
-        "bench.overhead.floor), kvgate:POLICY, sglang-router, vllm-router, "
+        "bench.overhead.floor), floor-asgi (the same on kvgate's server and upstream "
+        "client: bench.overhead.asgi_floor), kvgate:POLICY, sglang-router, vllm-router, "
         "litellm (PEER:POLICY picks a peer's policy); kvgate+w2:POLICY runs --workers 2, "
         "kvgate+redis:POLICY shares state through a redis-server of its own, "
         "kvgate+otel:POLICY traces every request, exporting over OTLP to a sink, "

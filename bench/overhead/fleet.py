@@ -12,6 +12,10 @@ from sim.live.processes import ChildProcess
 
 MODEL = "bench"  # the model name the stubs serve and every request names
 
+# The floors beside the routers: a relay on bare protocols, and one on kvgate's own server and
+# upstream client with none of its work (`--targets floor,floor-asgi`).
+FLOORS = {"floor": "bench.overhead.floor", "floor-asgi": "bench.overhead.asgi_floor"}
+
 
 @dataclass(frozen=True, slots=True)
 class StubFleet:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import REPO_ROOT
-from bench.overhead.fleet import MODEL, start_stub_fleet
+from bench.overhead.fleet import FLOORS, MODEL, start_stub_fleet
 from sim.live.processes import ChildProcess, free_port, gateway_command
 
 PROMPT = "Say ok three times."
@@ -127,6 +127,15 @@ def _dump(pid: int, out: Path) -> Path:
     return _wait_dump(out, before)
 
 
+def _command(urls: Sequence[str], policy: str, port: int, config: Path) -> list[str]:
+    """kvgate with `policy`, or the floor `policy` names (`floor`, `floor-asgi`)."""
+    if policy in FLOORS:
+        cmd = [sys.executable, "-m", FLOORS[policy], "--port", str(port)]
+        return cmd + [arg for url in urls for arg in ("--backend", url)]
+    extra = ("--log-level", "warning", "--config", str(config))
+    return gateway_command(urls, policy, port=port, extra=extra)
+
+
 def measure(
     *,
     policy: str,
@@ -160,12 +169,7 @@ def measure(
             f"--callgrind-out-file={out}",
             "--dump-instr=no",
             "--dump-line=yes",
-            *gateway_command(
-                fleet.urls,
-                policy,
-                port=port,
-                extra=("--log-level", "warning", "--config", str(config)),
-            ),
+            *_command(fleet.urls, policy, port, config),
         ]
         env = {"PYTHONPATH": str(source), "PYTHONHASHSEED": "0"}
         log = out.parent / "gateway.log"
@@ -204,7 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.overhead.instructions", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--policy", default="prefix-aware")
+    p.add_argument(
+        "--policy", default="prefix-aware", help="kvgate's policy, or floor / floor-asgi"
+    )
     p.add_argument("--requests", type=int, default=1000, help="measured, half streaming")
     p.add_argument("--warmup", type=int, default=200, help="unmeasured requests first")
     p.add_argument("--connections", type=int, default=4)

@@ -1,4 +1,5 @@
-"""The floor relay passes requests and responses through unchanged, streaming included."""
+"""The floor relays (bare protocols, and kvgate's server and upstream client) pass requests
+and responses through unchanged, streaming included."""
 
 from __future__ import annotations
 
@@ -6,21 +7,23 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
-from bench.overhead.fleet import MODEL, start_stub_fleet
+from bench.overhead.fleet import FLOORS, MODEL, start_stub_fleet
 from sim.live.processes import ChildProcess, free_port
 
 REPO = Path(__file__).resolve().parents[4]
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 
 
-def test_the_floor_relays_bytes_unchanged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_the_floor_relays_bytes_unchanged(tmp_path: Path, floor: str) -> None:
     env = {"PYTHONPATH": str(REPO)}
     fleet = start_stub_fleet(2, tmp_path / "engine.log")
     with fleet.process:
         urls = fleet.urls
         port = free_port()
-        relay = [sys.executable, "-m", "bench.overhead.floor", "--port", str(port)]
+        relay = [sys.executable, "-m", FLOORS[floor], "--port", str(port)]
         relay += [arg for url in urls for arg in ("--backend", url)]
         with ChildProcess(relay, tmp_path / "floor.log", env=env).start() as proc:
             floor = f"http://127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""The instruction counter's load client: the overhead bench's request, keep-alive framing."""
+"""The instruction counter: the overhead bench's request, keep-alive framing, what it runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.overhead import instructions
 from bench.overhead.instructions import _read_response, _total_ir, request_bytes
 
 
@@ -37,3 +38,14 @@ def test_total_is_read_from_the_dump(tmp_path: Path) -> None:
     dump = tmp_path / "callgrind.out.1"
     dump.write_text("events: Ir\nfn=main\n1 5\ntotals: 12345\n")
     assert _total_ir(dump) == 12345
+
+
+def test_a_floor_is_counted_instead_of_kvgate_when_named(tmp_path: Path) -> None:
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    floor = instructions._command(urls, "floor-asgi", 9, tmp_path / "gateway.yaml")
+    assert floor[1:4] == ["-m", "bench.overhead.asgi_floor", "--port"]
+    assert floor[-4:] == ["--backend", urls[0], "--backend", urls[1]]
+    kvgate = instructions._command(urls, "round-robin", 9, tmp_path / "gateway.yaml")
+    assert kvgate[1:4] == ["-m", "kvgate.cli", "serve"]
+    assert ["--policy", "round-robin"] == kvgate[kvgate.index("--policy") :][:2]
+    assert str(tmp_path / "gateway.yaml") in kvgate
