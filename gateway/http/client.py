@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -101,25 +102,40 @@ class UpstreamResponse:
         """Every body byte has been taken and the response is complete."""
         return self._conn.complete and not self._conn.chunks
 
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
+    def aiter_raw(self) -> BodyChunks:
         """The body as it arrives (transfer-decoded, not content-decoded)."""
-        conn = self._conn
-        timeout = self._client.limits.read_timeout
-        while True:
-            if conn.chunks:
-                yield conn.take_body()
-            elif conn.error is not None:
-                raise conn.error
-            elif conn.complete:
-                return
-            else:
-                await conn.wait_for_data(timeout)
+        return BodyChunks(self._conn, self._client.limits.read_timeout)
 
     async def aclose(self) -> None:
         """Pool the connection if its response was read to the end, else close it."""
         if not self._done:
             self._done = True
             self._client._release(self._origin, self._conn)
+
+
+class BodyChunks:
+    """`UpstreamResponse.aiter_raw()`: an async iterator, not an async generator (the event
+    loop tracks each of those in a weak set: two Python calls a response)."""
+
+    __slots__ = ("_conn", "_timeout")
+
+    def __init__(self, conn: Http1Connection, timeout: float) -> None:
+        self._conn = conn
+        self._timeout = timeout
+
+    def __aiter__(self) -> BodyChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                return conn.take_body()
+            if conn.error is not None:
+                raise conn.error
+            if conn.complete:
+                raise StopAsyncIteration
+            await conn.wait_for_data(self._timeout)
 
 
 class UpstreamClient:
@@ -132,7 +148,8 @@ class UpstreamClient:
         self._idle_count = 0
         self._origins: dict[str, Origin] = {}
         self._awaiting_head: dict[str, set[Http1Connection]] = {}
-        self._slots: asyncio.Semaphore | None = None
+        self._free = limits.max_connections  # slots not taken (see `_acquire`)
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
 
@@ -243,20 +260,34 @@ class UpstreamClient:
 
     # -- internals ------------------------------------------------------------------------
     async def _acquire(self) -> None:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limits.max_connections)
-        if not self._slots.locked():
-            await self._slots.acquire()
+        """One of `max_connections` slots; PoolTimeout after `pool_timeout` seconds. A free
+        slot is taken without an await or a call (asyncio.Semaphore costs three Python calls
+        and a generator a request); waiters are served first come, first served."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
             return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
         try:
             async with asyncio.timeout(self.limits.pool_timeout):  # not wait_for: see _connect
-                await self._slots.acquire()
-        except TimeoutError:
-            raise PoolTimeout(f"no free connection in {self.limits.pool_timeout:g} s") from None
+                await fut
+        except BaseException as exc:
+            if fut.done() and not fut.cancelled():
+                self._release_slot()  # handed a slot as the wait ended: pass it on
+            elif fut in self._waiters:
+                self._waiters.remove(fut)
+            if isinstance(exc, TimeoutError):
+                raise PoolTimeout(f"no free connection in {self.limits.pool_timeout:g} s") from None
+            raise
 
     def _release_slot(self) -> None:
-        assert self._slots is not None
-        self._slots.release()
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the slot passes to the first waiter still waiting
+                return
+        self._free += 1
 
     def _take_idle(self, origin: Origin) -> Http1Connection | None:
         conns = self._idle.get(origin)

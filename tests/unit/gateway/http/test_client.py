@@ -253,6 +253,54 @@ async def test_pool_timeout_when_all_slots_are_busy() -> None:
     await _send(client, OK)  # the slot came back
 
 
+async def test_slots_go_to_waiters_first_come_first_served() -> None:
+    client = UpstreamClient(ClientLimits(max_connections=1, pool_timeout=5.0))
+    await client._acquire()  # the one slot
+    order: list[str] = []
+
+    async def wait(name: str) -> None:
+        await client._acquire()
+        order.append(name)
+
+    first = asyncio.create_task(wait("first"))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(wait("second"))
+    await asyncio.sleep(0)
+    client._release_slot()
+    await first
+    assert order == ["first"] and not second.done()
+    client._release_slot()
+    await second
+    assert order == ["first", "second"]
+
+
+async def test_a_cancelled_waiter_strands_no_slot() -> None:
+    client = UpstreamClient(ClientLimits(max_connections=1, pool_timeout=5.0))
+    await client._acquire()
+    gone = asyncio.create_task(client._acquire())
+    await asyncio.sleep(0)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    client._release_slot()  # nobody waits any more: the slot is free again
+    await asyncio.wait_for(client._acquire(), 0.5)  # taken at once, no timeout
+
+
+async def test_a_slot_handed_to_a_waiter_as_it_is_cancelled_passes_on() -> None:
+    client = UpstreamClient(ClientLimits(max_connections=1, pool_timeout=5.0))
+    await client._acquire()
+    gone = asyncio.create_task(client._acquire())
+    await asyncio.sleep(0)
+    client._release_slot()  # handed to `gone`, which has not run yet
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await asyncio.wait_for(client._acquire(), 0.5)  # the slot came back, not lost
+    with pytest.raises(http1.PoolTimeout):  # and there is still only one
+        client.limits = ClientLimits(max_connections=1, pool_timeout=0.01)
+        await client._acquire()
+
+
 async def test_slow_reader_pauses_the_socket() -> None:
     conn, transport = _connection()
     conn.data_received(CHUNKED[: CHUNKED.index(b"6\r\n")])
