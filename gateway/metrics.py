@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import platform
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from prometheus_client import (
     CollectorRegistry,
@@ -115,8 +116,64 @@ class Children(Generic[M]):
             labels = (self._model(labels[0] or ""), *labels[1:])
         child = self._cache.get(labels)
         if child is None:
-            child = self._cache[labels] = self._metric.labels(*labels)
+            child = self._cache[labels] = cast(M, _fast(self._metric.labels(*labels)))
         return child
+
+
+class _CounterChild:
+    """A counter child's `inc` in one call: prometheus_client's checks an observation
+    (the child is observable, no exemplar) take three. It adds to the child's own value, so
+    `/metrics` reads what it always did."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._value.inc(amount)
+
+
+class _HistogramChild:
+    """A histogram child's `observe` with its bucket found by bisection (prometheus_client
+    walks the bounds in Python), adding to the child's own sum and buckets."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, total: Any, buckets: list[Any], bounds: list[float]) -> None:
+        self._sum = total
+        self._buckets = buckets
+        self._bounds = bounds
+
+    def observe(self, amount: float) -> None:
+        self._sum.inc(amount)
+        bounds = self._bounds
+        i = bisect_left(bounds, amount)  # the first bound >= amount: its bucket
+        if amount <= bounds[i]:  # False only for NaN, which falls in no bucket there either
+            self._buckets[i].inc(1)
+
+
+def _fast(child: Any) -> Any:
+    """`child` with a faster `inc` or `observe`, where the installed prometheus_client keeps
+    its values as this module expects (else `child` itself)."""
+    if isinstance(child, Counter) and hasattr(getattr(child, "_value", None), "inc"):
+        return _CounterChild(child._value)
+    if isinstance(child, Histogram):
+        total = getattr(child, "_sum", None)
+        buckets = getattr(child, "_buckets", None)
+        bounds = getattr(child, "_upper_bounds", None)
+        if (
+            hasattr(total, "inc")
+            and isinstance(buckets, list)
+            and isinstance(bounds, list)
+            and len(buckets) == len(bounds)
+            and bounds
+            and bounds[-1] == float("inf")
+        ):
+            return _HistogramChild(total, buckets, bounds)
+    return child
 
 
 class GatewayMetrics:

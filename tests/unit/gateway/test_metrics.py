@@ -3,6 +3,9 @@ from __future__ import annotations
 from dataclasses import replace
 from platform import python_version
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import MAX_TENANT_SERIES, GatewayMetrics
@@ -113,3 +116,41 @@ def test_the_page_has_build_info_and_process_metrics_and_no_created_series() -> 
     assert info.value == 1
     assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= set(families)
     assert not [s.name for f in families.values() for s in f.samples if s.name.endswith("_created")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from([0.0, 0.001, 0.005, 0.05, 1.0, 60.0]),  # on the bounds
+        ),
+        max_size=30,
+    ),
+    st.lists(st.integers(min_value=0, max_value=10**9), max_size=10),
+)
+def test_fast_children_count_as_prometheus_client_does(
+    observations: list[float], increments: list[int]
+) -> None:
+    fast, plain = GatewayMetrics(), GatewayMetrics()
+    plain.ttft.labels("m", "b1"), plain.requests.labels("m", "b1", "200")  # series at 0 too
+    for value in observations:
+        fast.ttft_by("m", "b1").observe(value)
+        plain.ttft.labels("m", "b1").observe(value)
+    for n in increments:
+        fast.requests_by("m", "b1", "200").inc(n)
+        plain.requests.labels("m", "b1", "200").inc(n)
+    assert type(fast.ttft_by("m", "b1")).__name__ == "_HistogramChild"  # the fast path ran
+    assert type(fast.requests_by("m", "b1", "200")).__name__ == "_CounterChild"
+    assert _series(fast) == _series(plain) and _series(plain)
+
+
+def _series(m: GatewayMetrics) -> list[str]:
+    names = ("kvgate_time_to_first_token_seconds", "kvgate_requests_total")
+    return [line for line in m.render().decode().splitlines() if line.startswith(names)]
+
+
+def test_fast_counters_refuse_negative_amounts() -> None:
+    m = GatewayMetrics()
+    with pytest.raises(ValueError, match="non-negative"):
+        m.requests_by("m", "b1", "200").inc(-1)
