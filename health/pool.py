@@ -149,11 +149,17 @@ class Backend:
     def snapshot(self, now: float, stale_after_s: float | None = None) -> EndpointSnapshot:
         """This backend at `now`; metrics older than `stale_after_s` are reported unknown."""
         snap = self._snap
+        if snap is not None:  # still valid? `health(now)` written out: no call per check
+            parent, state = self.parent, self.state
+            if self.draining or (parent is not None and parent.draining):
+                health = Health.DRAINING
+            else:
+                health = Health.EJECTED if now < state.ejected_until_s else state.probed
         if (
             snap is not None
             and now >= self._snap_at  # an injected clock may be set back
             and stale_after_s == self._snap_stale
-            and snap.health is self.health(now)
+            and snap.health is health
             and ((m := snap.metrics) is None or metrics_fresh(m.scraped_at, now, stale_after_s))
         ):
             return snap

@@ -29,12 +29,14 @@ class HealthState:
 
     def __init__(self, policy: HealthPolicy) -> None:
         self._policy = policy
-        self._probed: Health = Health.UNKNOWN
+        # Public to read (the pool's snapshot check reads both every request, without a
+        # call); changed only by this class.
+        self.probed: Health = Health.UNKNOWN
         self._probe_fails = 0
         self._probe_oks = 0
         self._upstream_fails = 0
         self._ejections = 0
-        self._ejected_until = 0.0
+        self.ejected_until_s = 0.0
         self.last_error: str | None = None
 
     @property
@@ -47,26 +49,26 @@ class HealthState:
         self._policy = policy
 
     def health(self, now: float) -> Health:
-        if now < self._ejected_until:
+        if now < self.ejected_until_s:
             return Health.EJECTED
-        return self._probed
+        return self.probed
 
     def ejected_until(self) -> float:
-        return self._ejected_until
+        return self.ejected_until_s
 
     def record_probe(self, ok: bool, now: float, error: str | None = None) -> None:
         del now  # probes change state by count, not by time
         if ok:
             self._probe_fails = 0
             self._probe_oks += 1
-            if self._probed is Health.UNKNOWN or self._probe_oks >= self._policy.success_threshold:
-                self._probed = Health.HEALTHY
+            if self.probed is Health.UNKNOWN or self._probe_oks >= self._policy.success_threshold:
+                self.probed = Health.HEALTHY
             return
         self.last_error = error
         self._probe_oks = 0
         self._probe_fails += 1
-        if self._probed is Health.UNKNOWN or self._probe_fails >= self._policy.fail_threshold:
-            self._probed = Health.UNHEALTHY
+        if self.probed is Health.UNKNOWN or self._probe_fails >= self._policy.fail_threshold:
+            self.probed = Health.UNHEALTHY
 
     def record_upstream_success(self) -> None:
         self._upstream_fails = 0
@@ -75,7 +77,7 @@ class HealthState:
     def record_upstream_failure(self, now: float, error: str) -> bool:
         """Count one failed upstream request; returns True if this ejected the backend."""
         self.last_error = error
-        if now < self._ejected_until:
+        if now < self.ejected_until_s:
             return False
         self._upstream_fails += 1
         # Once re-admitted after an ejection, a single failure ejects again.
@@ -85,6 +87,6 @@ class HealthState:
         self._ejections += 1
         # Exponent capped: 2**1024 no longer converts to float (OverflowError).
         backoff = self._policy.ejection_base_s * 2 ** min(self._ejections - 1, 64)
-        self._ejected_until = now + min(backoff, self._policy.ejection_max_s)
+        self.ejected_until_s = now + min(backoff, self._policy.ejection_max_s)
         self._upstream_fails = 0
         return True

@@ -146,6 +146,7 @@ def measure(
     out: Path,
     scrape_interval_s: float = 1.0,
     source: Path = REPO_ROOT,
+    config_extra: str = "",
 ) -> dict[str, float]:
     """Start the stubs and kvgate under callgrind; instructions per request (and per idle
     second when `idle_s` > 0)."""
@@ -161,7 +162,7 @@ def measure(
         config = out.parent / "gateway.yaml"
         config.write_text(
             f"health:\n  scrape_interval_s: {scrape_interval_s}\n"
-            f"  metrics_stale_after_s: {10 * scrape_interval_s}\n"
+            f"  metrics_stale_after_s: {10 * scrape_interval_s}\n" + config_extra
         )
         cmd = [
             "valgrind",
@@ -219,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scrape-interval", type=float, default=1.0, help="engine metrics scrape period (s)"
     )
     p.add_argument("--source", default=str(REPO_ROOT), help="source tree the gateway runs from")
+    p.add_argument(
+        "--config",
+        default="",
+        metavar="YAML",
+        help="more of kvgate's config, e.g. 'admission: {enabled: false}' (what a part costs)",
+    )
     p.add_argument("--out", default="out/bench/callgrind/callgrind.out")
     p.add_argument("--top", type=int, default=0, help="print the N costliest functions")
     a = p.parse_args(argv)
@@ -231,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_s=a.idle,
         out=out,
         scrape_interval_s=a.scrape_interval,
+        config_extra=a.config + "\n" if a.config else "",
         source=Path(a.source).resolve(),
     )
     for key, value in res.items():

@@ -90,6 +90,7 @@ class AdmissionController:
         self._chars_per_token = chars_per_token
         self._tick_s = tick_s
         self._waiters: dict[int, asyncio.Future[float]] = {}
+        self._shown_empty = False  # the length gauges were last set with nobody waiting
         metrics.admitted.set_function(lambda: self.admitted)  # read at scrape, not per request
 
     async def acquire(
@@ -163,6 +164,8 @@ class AdmissionController:
 
     def pump(self) -> None:
         """Expire the overdue, then grant waiting requests while the fleet has room."""
+        if self._shown_empty and not len(self.queue):
+            return  # nobody waits (so none is overdue) and the gauges already say so
         now = self._clock()
         for ticket in self.queue.expire(now):
             self._fail(ticket, self._expired(ticket))
@@ -175,6 +178,7 @@ class AdmissionController:
                 self._grant(turn, now)
                 room = None if room is None else room - 1
         self._metrics.set_lengths(self.queue.band_sizes())
+        self._shown_empty = not len(self.queue)
 
     def state(self) -> dict[str, Any]:
         """For the admin API: queue lengths per band, admitted requests, drain estimate."""

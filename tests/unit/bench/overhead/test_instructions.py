@@ -47,5 +47,5 @@ def test_a_floor_is_counted_instead_of_kvgate_when_named(tmp_path: Path) -> None
     assert floor[-4:] == ["--backend", urls[0], "--backend", urls[1]]
     kvgate = instructions._command(urls, "round-robin", 9, tmp_path / "gateway.yaml")
     assert kvgate[1:4] == ["-m", "kvgate.cli", "serve"]
-    assert ["--policy", "round-robin"] == kvgate[kvgate.index("--policy") :][:2]
+    assert kvgate[kvgate.index("--policy") :][:2] == ["--policy", "round-robin"]
     assert str(tmp_path / "gateway.yaml") in kvgate

@@ -174,6 +174,28 @@ async def test_a_client_that_leaves_while_queued_leaves_the_queue() -> None:
     assert ctl._metrics.cancelled._value.get() == 1
 
 
+async def test_the_queue_length_gauges_follow_the_queue_back_to_zero() -> None:
+    ctl = _controller(Clock(), cap=1)
+    holder, leaver = Request(ctl), Request(ctl)
+    assert await holder.acquire()
+    assert _queued(ctl) == 0
+    waiting = leaver.start()
+    await _settle()
+    assert _queued(ctl) == 1
+    leaver.client.leave()
+    assert await waiting is False  # left the queue without a pump
+    holder.release()  # the next pump shows the empty queue
+    assert _queued(ctl) == 0
+    assert await holder.acquire()  # and nothing else stays hidden behind that
+    holder.release()
+    assert _queued(ctl) == 0
+
+
+def _queued(ctl: AdmissionController) -> float:
+    family = ctl._metrics.queue_length.collect()[0]
+    return sum(sample.value for sample in family.samples)
+
+
 async def test_a_full_queue_sheds_with_429_and_retry_after() -> None:
     clock = Clock()
     ctl = _controller(clock, cap=1, max_queue=1)
