@@ -19,11 +19,13 @@ from typing import Any
 
 import uvicorn
 
+from gateway.asgi import read_body
 from gateway.http.client import ClientLimits, UpstreamClient
 from gateway.http.server import server_protocol
 
 _HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
 _SKIP = {b"connection", b"keep-alive", b"transfer-encoding"}
+_MAX_BODY = 1 << 30
 
 
 class Relay:
@@ -41,12 +43,7 @@ class Relay:
             await self._client.aclose()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive, _MAX_BODY)
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
         query = scope["query_string"]
         target = scope["path"] + ("?" + query.decode() if query else "")
