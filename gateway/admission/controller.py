@@ -105,7 +105,7 @@ class AdmissionController:
         if not self._enabled:
             return True
         watch = partial(_watch, receive, scope)  # a partial: cheaper to make than a closure
-        grant = await self.admit(self.identify(scope, headers), body_bytes, watch)
+        grant = await self.admit(self._identifier.identify(scope, headers), body_bytes, watch)
         if grant is None:
             rec.client_gone = True
             return False
@@ -130,7 +130,9 @@ class AdmissionController:
         if who.key is not None:
             check_limits(self.limiter, who, tokens, self._clock(), self._metrics)
         try:
-            admitted_at = await self._turn(who, watch)
+            admitted_at = self._at_once(who)  # the usual case: no coroutine to make and await
+            if admitted_at is None:
+                admitted_at = await self._turn(who, watch)
         except BaseException:
             self._refund(who, tokens)
             raise
@@ -189,15 +191,20 @@ class AdmissionController:
             "mean_service_s": self.rate.mean_s,
         }
 
-    async def _turn(self, who: Identity, watch: Watch | None) -> float | None:
-        """When the request was admitted, or None if its client left while it waited."""
+    def _at_once(self, who: Identity) -> float | None:
+        """When the request was admitted, if nobody waits and there is room for it now;
+        else None (it queues: `_turn`)."""
         now = self._clock()
-        if not len(self.queue):
-            room = self._room()
-            if self._may_take(who.tenant, who.band, room, now):
-                self.queue.started(who.tenant, now)
-                self._started()
-                return now
+        if not len(self.queue) and self._may_take(who.tenant, who.band, self._room(), now):
+            self.queue.started(who.tenant, now)
+            self._started()
+            return now
+        return None
+
+    async def _turn(self, who: Identity, watch: Watch | None) -> float | None:
+        """When the request, not admitted at once, was admitted; None if its client left
+        while it waited."""
+        now = self._clock()
         # Queue no more than can reach service before their deadline (at least one, so the
         # fair choice of who gets the next place has someone to choose from).
         drained = self.rate.drained_within(self.section.queue_timeout_s)
