@@ -109,20 +109,21 @@ class Backend:
     _snap: EndpointSnapshot | None = field(default=None, repr=False, compare=False)
     _snap_at: float = field(default=0.0, repr=False, compare=False)
     _snap_stale: float | None = field(default=None, repr=False, compare=False)
+    # `spec.id`, kept as a plain attribute (read several times a request; a property is a
+    # call each time): set with `spec`.
+    id: str = field(init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if name in _SNAPSHOT_FIELDS:
             object.__setattr__(self, "_snap", None)
-            if name == "model_cards":
+            if name == "spec":
+                object.__setattr__(self, "id", value.id)
+            elif name == "model_cards":
                 for rank in getattr(self, "ranks", ()):  # the engine's cards are its ranks'
                     rank.model_cards = value
                 if told := getattr(self, "on_cards_changed", None):
                     told()
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
 
     def health(self, now: float) -> Health:
         """The probed health, or DRAINING while drained, or its engine is (probes go on)."""

@@ -38,9 +38,11 @@ from gateway.http.http1 import (
 Headers = list[tuple[bytes, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Origin:
-    """Where a backend URL points: connection key, Host header and path prefix."""
+    """Where a backend URL points: connection key, Host header and path prefix. One per URL
+    in a client (`UpstreamClient._origins`), so it is compared and hashed as itself: a
+    generated `__hash__` would be a Python call at each pooled connection's lookup."""
 
     scheme: str
     host: str
