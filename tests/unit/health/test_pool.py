@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from health.pool import BackendPool, BackendSpec, adapter_parent
@@ -27,6 +29,14 @@ def test_spec_id_defaults_to_host_port() -> None:
 def test_spec_strips_trailing_slashes_and_keeps_a_given_id() -> None:
     spec = BackendSpec(url="http://h:1//", id="gpu-1", engine="vllm", models=("m",))
     assert (spec.url, spec.id, spec.engine, spec.models) == ("http://h:1", "gpu-1", "vllm", ("m",))
+
+
+def test_a_backends_id_follows_its_spec() -> None:
+    backend = _pool(BackendSpec(url="http://a:8000")).get("a:8000")
+    assert backend.id == "a:8000"
+    backend.spec = BackendSpec(url="http://a:8000", id="renamed")  # a reload's new spec
+    assert backend.id == "renamed"
+    assert dataclasses.replace(backend, in_flight=1).id == "renamed"
 
 
 def test_duplicate_ids_are_rejected() -> None:
