@@ -27,6 +27,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client import values as prometheus_values
 
 from gateway.request_record import RequestRecord
 from gateway.version import installed_version
@@ -104,26 +105,33 @@ class Children(Generic[M]):
     lock on every `labels()` call, several times per request on the hot path. The label
     sets are the ones the registry already keeps, so the cache grows no faster than it."""
 
-    __slots__ = ("_cache", "_metric", "_model")
+    __slots__ = ("_cache", "_metric", "_models")
 
-    def __init__(self, metric: M, model: Callable[[str], str] | None = None) -> None:
+    def __init__(self, metric: M, models: Callable[[], Collection[str]] | None = None) -> None:
         self._metric: M = metric
-        self._model = model  # bounds the first label, a model name, when given
+        # When given, the first label is a model name, bounded to these (`model_label`).
+        self._models = models
         self._cache: dict[tuple[str | None, ...], M] = {}
 
     def __call__(self, *labels: str | None) -> M:
-        if self._model is not None:
-            labels = (self._model(labels[0] or ""), *labels[1:])
+        if (models := self._models) is not None:  # `GatewayMetrics.model_label`, inlined
+            model = labels[0] or ""
+            labels = (model if not model or model in models() else OTHER_MODEL, *labels[1:])
         child = self._cache.get(labels)
         if child is None:
             child = self._cache[labels] = cast(M, _fast(self._metric.labels(*labels)))
         return child
 
 
+# The value class of a single-process prometheus_client, whose lock and number the fast
+# children below update in place (any other value class: no fast children).
+_MUTEX: Any = getattr(prometheus_values, "MutexValue", None)
+
+
 class _CounterChild:
     """A counter child's `inc` in one call: prometheus_client's checks an observation
-    (the child is observable, no exemplar) take three. It adds to the child's own value, so
-    `/metrics` reads what it always did."""
+    (the child is observable, no exemplar) and its value's `inc` take four. It adds to the
+    child's own value under that value's lock, so `/metrics` reads what it always did."""
 
     __slots__ = ("_value",)
 
@@ -133,7 +141,9 @@ class _CounterChild:
     def inc(self, amount: float = 1) -> None:
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        self._value.inc(amount)
+        value = self._value
+        with value._lock:  # MutexValue.inc, written out
+            value._value += amount
 
 
 class _HistogramChild:
@@ -148,25 +158,30 @@ class _HistogramChild:
         self._bounds = bounds
 
     def observe(self, amount: float) -> None:
-        self._sum.inc(amount)
+        total = self._sum
+        with total._lock:  # MutexValue.inc, written out, as below
+            total._value += amount
         bounds = self._bounds
         i = bisect_left(bounds, amount)  # the first bound >= amount: its bucket
         if amount <= bounds[i]:  # False only for NaN, which falls in no bucket there either
-            self._buckets[i].inc(1)
+            bucket = self._buckets[i]
+            with bucket._lock:
+                bucket._value += 1
 
 
 def _fast(child: Any) -> Any:
     """`child` with a faster `inc` or `observe`, where the installed prometheus_client keeps
     its values as this module expects (else `child` itself)."""
-    if isinstance(child, Counter) and hasattr(getattr(child, "_value", None), "inc"):
+    if isinstance(child, Counter) and type(getattr(child, "_value", None)) is _MUTEX:
         return _CounterChild(child._value)
     if isinstance(child, Histogram):
         total = getattr(child, "_sum", None)
         buckets = getattr(child, "_buckets", None)
         bounds = getattr(child, "_upper_bounds", None)
         if (
-            hasattr(total, "inc")
+            type(total) is _MUTEX
             and isinstance(buckets, list)
+            and all(type(b) is _MUTEX for b in buckets)
             and isinstance(bounds, list)
             and len(buckets) == len(bounds)
             and bounds
@@ -349,7 +364,7 @@ class GatewayMetrics:
             registry=r,
         )
 
-        bound = self.model_label if models is not None else None
+        bound = models  # each of these bounds its model label as `model_label` does
         self.requests_by = Children(self.requests, bound)
         self.duration_by = Children(self.duration, bound)
         self.ttft_by = Children(self.ttft, bound)
