@@ -112,6 +112,7 @@ class Backend:
     # `spec.id`, kept as a plain attribute (read several times a request; a property is a
     # call each time): set with `spec`.
     id: str = field(init=False, repr=False, compare=False)
+    _models: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -119,7 +120,9 @@ class Backend:
             object.__setattr__(self, "_snap", None)
             if name == "spec":
                 object.__setattr__(self, "id", value.id)
+                object.__setattr__(self, "_models", None)
             elif name == "model_cards":
+                object.__setattr__(self, "_models", None)
                 for rank in getattr(self, "ranks", ()):  # the engine's cards are its ranks'
                     rank.model_cards = value
                 if told := getattr(self, "on_cards_changed", None):
@@ -149,13 +152,13 @@ class Backend:
 
     def snapshot(self, now: float, stale_after_s: float | None = None) -> EndpointSnapshot:
         """This backend at `now`; metrics older than `stale_after_s` are reported unknown."""
+        # `health(now)`, written out: no call for every backend on every request
+        parent, state = self.parent, self.state
+        if self.draining or (parent is not None and parent.draining):
+            health = Health.DRAINING
+        else:
+            health = Health.EJECTED if now < state.ejected_until_s else state.probed
         snap = self._snap
-        if snap is not None:  # still valid? `health(now)` written out: no call per check
-            parent, state = self.parent, self.state
-            if self.draining or (parent is not None and parent.draining):
-                health = Health.DRAINING
-            else:
-                health = Health.EJECTED if now < state.ejected_until_s else state.probed
         if (
             snap is not None
             and now >= self._snap_at  # an injected clock may be set back
@@ -175,11 +178,14 @@ class Backend:
         spec = self.spec
         # Every field by position, in their order: keywords cost a dict per call, and the
         # snapshot is taken anew whenever the in-flight count moved (every request).
+        if (models := self._models) is None:  # kept until `spec` or `model_cards` changes
+            models = self.models
+            object.__setattr__(self, "_models", models)
         snap = EndpointSnapshot(
             spec.id,
             spec.url,
-            self.models,
-            self.health(now),
+            models,
+            health,
             spec.engine,
             spec.role,
             metrics,

@@ -166,7 +166,7 @@ class AdmissionController:
 
     def pump(self) -> None:
         """Expire the overdue, then grant waiting requests while the fleet has room."""
-        if self._shown_empty and not len(self.queue):
+        if self._shown_empty and not self.queue.size:
             return  # nobody waits (so none is overdue) and the gauges already say so
         now = self._clock()
         for ticket in self.queue.expire(now):
@@ -195,7 +195,7 @@ class AdmissionController:
         """When the request was admitted, if nobody waits and there is room for it now;
         else None (it queues: `_turn`)."""
         now = self._clock()
-        if not len(self.queue) and self._may_take(who.tenant, who.band, self._room(), now):
+        if not self.queue.size and self._may_take(who.tenant, who.band, self._room(), now):
             self.queue.started(who.tenant, now)
             self._started()
             return now

@@ -71,10 +71,10 @@ class FairQueue:
         self._waiting: Counter[str] = Counter()  # per tenant, over all bands
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._ids = itertools.count()
-        self._size = 0
+        self.size = 0  # requests waiting (`len()`); read in place on the hot path
 
     def __len__(self) -> int:
-        return self._size
+        return self.size
 
     def band_sizes(self) -> list[int]:
         return list(map(_size, self._bands))  # no comprehension's function object per call
@@ -98,7 +98,7 @@ class FairQueue:
         waiting request it displaced."""
         bound = self.max_queue if limit is None else min(limit, self.max_queue)
         evicted = None
-        if self._size >= bound:
+        if self.size >= bound:
             victim = self._victim(tenant, band, now)
             if victim is None:
                 return Push(None)
@@ -112,7 +112,7 @@ class FairQueue:
             b.service[tenant] = b.vtime  # joins at the band's virtual time
         queue.append(ticket)
         b.size += 1
-        self._size += 1
+        self.size += 1
         self._waiting[tenant] += 1
         heapq.heappush(self._deadlines, (ticket.deadline, ticket.id, ticket))
         return Push(ticket, evicted)
@@ -183,11 +183,11 @@ class FairQueue:
             del b.service[ticket.tenant]
         ticket.queued = False
         b.size -= 1
-        self._size -= 1
+        self.size -= 1
         self._waiting[ticket.tenant] -= 1
         if not self._waiting[ticket.tenant]:
             del self._waiting[ticket.tenant]
-        if len(self._deadlines) > 2 * self._size + 64:  # drop the stale entries now and then
+        if len(self._deadlines) > 2 * self.size + 64:  # drop the stale entries now and then
             live = [e for e in self._deadlines if e[2].queued]
             heapq.heapify(live)
             self._deadlines = live
