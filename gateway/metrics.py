@@ -105,18 +105,16 @@ class Children(Generic[M]):
     lock on every `labels()` call, several times per request on the hot path. The label
     sets are the ones the registry already keeps, so the cache grows no faster than it."""
 
-    __slots__ = ("_cache", "_metric", "_models")
+    __slots__ = ("_cache", "_metric", "_model")
 
-    def __init__(self, metric: M, models: Callable[[], Collection[str]] | None = None) -> None:
+    def __init__(self, metric: M, model: Callable[[str], str] | None = None) -> None:
         self._metric: M = metric
-        # When given, the first label is a model name, bounded to these (`model_label`).
-        self._models = models
+        self._model = model  # bounds the first label, a model name, when given
         self._cache: dict[tuple[str | None, ...], M] = {}
 
     def __call__(self, *labels: str | None) -> M:
-        if (models := self._models) is not None:  # `GatewayMetrics.model_label`, inlined
-            model = labels[0] or ""
-            labels = (model if not model or model in models() else OTHER_MODEL, *labels[1:])
+        if self._model is not None:
+            labels = (self._model(labels[0] or ""), *labels[1:])
         child = self._cache.get(labels)
         if child is None:
             child = self._cache[labels] = cast(M, _fast(self._metric.labels(*labels)))
@@ -364,7 +362,7 @@ class GatewayMetrics:
             registry=r,
         )
 
-        bound = models  # each of these bounds its model label as `model_label` does
+        bound = self.model_label if models is not None else None
         self.requests_by = Children(self.requests, bound)
         self.duration_by = Children(self.duration, bound)
         self.ttft_by = Children(self.ttft, bound)

@@ -164,12 +164,7 @@ class Backend:
             and now >= self._snap_at  # an injected clock may be set back
             and stale_after_s == self._snap_stale
             and snap.health is health
-            # `metrics_fresh(m.scraped_at, now, stale_after_s)`, written out
-            and (
-                (m := snap.metrics) is None
-                or stale_after_s is None
-                or not now - m.scraped_at > stale_after_s
-            )
+            and ((m := snap.metrics) is None or metrics_fresh(m.scraped_at, now, stale_after_s))
         ):
             return snap
         metrics = self.metrics

@@ -180,7 +180,7 @@ class AdmissionController:
                 self._grant(turn, now)
                 room = None if room is None else room - 1
         self._metrics.set_lengths(self.queue.band_sizes())
-        self._shown_empty = not len(self.queue)
+        self._shown_empty = not self.queue.size
 
     def state(self) -> dict[str, Any]:
         """For the admin API: queue lengths per band, admitted requests, drain estimate."""

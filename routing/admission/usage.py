@@ -43,8 +43,7 @@ class TenantUsage:
         return count * math.exp(-self._rate * max(0.0, now - at))
 
     def add(self, tenant: str, now: float) -> None:
-        count, at = self._counts.get(tenant, (0.0, now))  # `get`, written out: once a request
-        self._counts[tenant] = (count * math.exp(-self._rate * max(0.0, now - at)) + 1.0, now)
+        self._counts[tenant] = (self.get(tenant, now) + 1.0, now)
         if len(self._counts) > self._prune_at:
             counts = self._counts
             self._counts = {t: ca for t, ca in counts.items() if self.get(t, now) > 0.01}
