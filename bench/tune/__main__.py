@@ -7,8 +7,9 @@ regime changes (`bench.tune.phases`: cache pressure, tenant popularity and load 
    profile (when not the default); the default with `kvgate tune` in mode apply beside it.
 3. Figures: whole-run mean TTFT, apply / fixed default; per phase, apply / the phase's best
    fixed profile (live); switches and rollbacks; for each switch, its predicted gain against
-   the gain measured over the next interval (apply against the fixed run of the profile it
-   replaced, same requests); errors; the tuner's CPU. Writes `tune.json` to --out.
+   the gain measured over the next interval and over all the time its profile ran (apply
+   against the fixed run of the profile it replaced, same requests); errors; the tuner's
+   CPU. Writes `tune.json` to --out.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--family",
         choices=sorted(FAMILIES),
         default="regimes",
-        help="the phases (bench.tune.phases): regimes (default) or pressure",
+        help="the phases (bench.tune.phases): regimes (default), pressure or long",
     )
     p.add_argument("--seconds", type=float, help="per phase (default: each phase's own)")
     p.add_argument("--rate", type=float, default=1.0, help="request-rate multiplier")
@@ -178,13 +179,8 @@ def report(
         result, seen = runs["apply"]
         out["apply_vs_default"] = figures["apply"]["ttft_mean_s"] / default["ttft_mean_s"]
         out["switches"] = _switches(result, seen, runs, schedule, args)
-        checked = [
-            s
-            for s in out["switches"]
-            if s["measured_gain"] is not None and s.get("predicted_gain") is not None
-        ]
-        agree = [s for s in checked if (s["predicted_gain"] > 0) == (s["measured_gain"] > 0)]
-        out["sign_agreement"] = len(agree) / len(checked) if checked else None
+        out["sign_agreement"] = _agreement(out["switches"], "measured_gain")
+        out["sign_agreement_held"] = _agreement(out["switches"], "measured_gain_held")
         proposal = seen.get("proposal") or {}
         out["tuner_cpu_s"] = proposal.get("tuner_cpu_s")
         out["last_fidelity"] = proposal.get("fidelity")
@@ -194,6 +190,13 @@ def report(
     return out
 
 
+def _agreement(switches: list[dict[str, Any]], key: str) -> float | None:
+    """The share of switches with a measured gain (`key`) of their predicted gain's sign."""
+    checked = [s for s in switches if s[key] is not None and s.get("predicted_gain") is not None]
+    agree = [s for s in checked if (s["predicted_gain"] > 0) == (s[key] > 0)]
+    return len(agree) / len(checked) if checked else None
+
+
 def _switches(
     result: ExperimentResult,
     seen: dict[str, Any],
@@ -201,20 +204,40 @@ def _switches(
     schedule: list[TimedRequest],
     args: argparse.Namespace,
 ) -> list[dict[str, Any]]:
-    """Each switch with its predicted gain and the gain measured over the next interval:
-    1 − mean TTFT (apply) / mean TTFT (the fixed run of the profile it replaced)."""
+    """Each switch with its predicted gain and the gain measured, 1 − mean TTFT (apply) /
+    mean TTFT (the fixed run of the profile it replaced), on the same requests: over the
+    next interval (`measured_gain`) and over all the time the profile it chose ran, up to
+    the next switch or the run's end (`measured_gain_held`, over `held_s` seconds)."""
     t0 = _run_start(args.out / "apply.jsonl")
+    switches = sorted(seen.get("switches", []), key=lambda sw: sw["at"])
+    ends = [sw["at"] - t0 for sw in switches[1:]] + [schedule[-1].at_s + 1.0 if schedule else 0.0]
     out = []
-    for sw in seen.get("switches", []):
+    for sw, end in zip(switches, ends, strict=True):
         at = sw["at"] - t0
-        mine = live.window_ttfts(result, schedule, at, at + args.interval)
-        base = runs.get(f"fixed:{sw['from']}") or runs.get(f"fixed:{DEFAULT}")
-        theirs = live.window_ttfts(base[0], schedule, at, at + args.interval) if base else []
-        measured = 1 - _mean(mine) / _mean(theirs) if mine and theirs else None
-        out.append({**sw, "at_s": at, "measured_gain": measured,
-                    "compared_with": f"fixed:{sw['from']}" if f"fixed:{sw['from']}" in runs
-                    else f"fixed:{DEFAULT}"})  # fmt: skip
+        key = f"fixed:{sw['from']}" if f"fixed:{sw['from']}" in runs else f"fixed:{DEFAULT}"
+        base = runs.get(key)
+        gains = [
+            _gain(result, base[0] if base else None, schedule, at, until)
+            for until in (at + args.interval, end)
+        ]
+        out.append({**sw, "at_s": at, "measured_gain": gains[0], "held_s": end - at,
+                    "measured_gain_held": gains[1], "compared_with": key})  # fmt: skip
     return [s for s in out if s.get("predicted_gain") is not None or s["kind"] == "rollback"]
+
+
+def _gain(
+    mine: ExperimentResult,
+    theirs: ExperimentResult | None,
+    schedule: list[TimedRequest],
+    start: float,
+    end: float,
+) -> float | None:
+    """1 − mean TTFT of `mine` / that of `theirs` over the requests sent in [start, end)."""
+    if theirs is None:
+        return None
+    a = live.window_ttfts(mine, schedule, start, end)
+    b = live.window_ttfts(theirs, schedule, start, end)
+    return 1 - _mean(a) / _mean(b) if a and b else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     for row in result["phases"]:
         print(orjson.dumps(row).decode())
-    for key in ("apply_vs_default", "sign_agreement", "tuner_cpu_s", "last_fidelity"):
+    keys = ("apply_vs_default", "sign_agreement", "sign_agreement_held", "tuner_cpu_s")
+    for key in (*keys, "last_fidelity"):
         print(f"{key}: {result.get(key)}")
     print(f"switches: {len(result['switches'])}; wrote {path}")
     return 0

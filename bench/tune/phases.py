@@ -57,7 +57,17 @@ PRESSURE_PHASES = (
     Phase("hot", 1.5, "hot", 14.0, 60.0),
     Phase("reuse-again", 0.25, "uniform", 6.0, 60.0),
 )
-FAMILIES = {"regimes": DEFAULT_PHASES, "pressure": PRESSURE_PHASES}
+
+# The pressure phase ten minutes long, between high reuse and high reuse again: a tuner
+# needs a window or more to see a regime, so its lag costs a phase (W / P)·(r − 1) of the
+# best profile's mean TTFT (docs/self-tuning.md); at P = 600 s and W = 15 s a tuner can come
+# within 5% of a phase's best profile even where the default is 3× slower.
+LONG_PHASES = (
+    Phase("reuse", 0.25, "uniform", 6.0, 60.0),
+    Phase("pressure", 4.0, "zipf", 9.0, 600.0, prefix_tokens=4096),
+    Phase("reuse-again", 0.25, "uniform", 6.0, 120.0),
+)
+FAMILIES = {"regimes": DEFAULT_PHASES, "pressure": PRESSURE_PHASES, "long": LONG_PHASES}
 
 
 def scaled(phases: Sequence[Phase], seconds: float | None, rate: float) -> list[Phase]:

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.tune.__main__ import _agreement, _switches
+from routing.traces.recorded import encode_header
+from sim.live.client import RequestResult
+from sim.live.experiment import ExperimentResult, Router
+from sim.workloads.open_loop import TimedRequest
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _result(ttfts: list[float]) -> ExperimentResult:
+    rows = [RequestResult(f"req-{i}", t, t, 200, "b0") for i, t in enumerate(ttfts)]
+    return ExperimentResult.of("x", rows, [], 1.0, Router("http://x", {}, ()))
+
+
+def _recording(path: Path) -> None:
+    """An empty recording that started at START: the run's clock is zero there."""
+    path.write_bytes(encode_header(START, 16, 4.0))
+
+
+def test_a_switch_is_measured_over_the_next_interval_and_over_all_it_ran(tmp_path: Path) -> None:
+    _recording(tmp_path / "apply.jsonl")
+    schedule = [TimedRequest(float(s), "/v1/chat/completions", b"{}") for s in range(40)]
+    # The fixed default: 1 s everywhere. The tuned run: 2 s for the first 5 s after the
+    # switch at 10 s (a backlog draining), then 0.5 s until the switch home at 30 s.
+    fixed = _result([1.0] * 40)
+    tuned = _result([1.0] * 10 + [2.0] * 5 + [0.5] * 15 + [1.0] * 10)
+    t0 = START.timestamp()
+    seen = {
+        "switches": [
+            {"at": t0 + 30.0, "kind": "switch", "from": "v", "to": "prefix-aware",
+             "predicted_gain": 0.03},
+            {"at": t0 + 10.0, "kind": "switch", "from": "prefix-aware", "to": "v",
+             "predicted_gain": 0.2},
+        ]
+    }  # fmt: skip
+    runs = {"fixed:prefix-aware": (fixed, {}), "apply": (tuned, seen)}
+    args = argparse.Namespace(out=tmp_path, interval=5.0)
+    out = _switches(tuned, seen, runs, schedule, args)
+    first, home = out
+    assert (first["at_s"], first["held_s"]) == (10.0, 20.0)
+    assert first["measured_gain"] == -1.0  # 2 s against 1 s over [10, 15)
+    assert first["measured_gain_held"] == 1 - (5 * 2.0 + 15 * 0.5) / 20  # 0.125, over [10, 30)
+    assert first["compared_with"] == "fixed:prefix-aware"  # no fixed run of its `from`
+    assert (home["held_s"], home["measured_gain_held"]) == (10.0, 0.0)  # to the last send + 1 s
+    assert _agreement(out, "measured_gain") == 0.0  # home: +3% predicted, 0 measured
+    assert _agreement(out, "measured_gain_held") == 0.5
+
+
+def test_no_fixed_run_no_measured_gain(tmp_path: Path) -> None:
+    _recording(tmp_path / "apply.jsonl")
+    schedule = [TimedRequest(float(s), "/v1/chat/completions", b"{}") for s in range(4)]
+    tuned = _result([1.0] * 4)
+    seen = {"switches": [{"at": START.timestamp() + 1, "kind": "switch", "from": "prefix-aware",
+                          "to": "v", "predicted_gain": 0.1}]}  # fmt: skip
+    args = argparse.Namespace(out=tmp_path, interval=5.0)
+    (sw,) = _switches(tuned, seen, {"apply": (tuned, seen)}, schedule, args)
+    assert sw["measured_gain"] is None and sw["measured_gain_held"] is None
+    assert _agreement([sw], "measured_gain_held") is None
