@@ -191,8 +191,9 @@ def report(
 
 
 def _agreement(switches: list[dict[str, Any]], key: str) -> float | None:
-    """The share of switches with a measured gain (`key`) of their predicted gain's sign."""
-    checked = [s for s in switches if s[key] is not None and s.get("predicted_gain") is not None]
+    """The share of switches with a measured gain (`key`) of their predicted gain's sign;
+    a prediction of no gain at all (home replayed level with the live profile) has none."""
+    checked = [s for s in switches if s[key] is not None and s.get("predicted_gain")]
     agree = [s for s in checked if (s["predicted_gain"] > 0) == (s[key] > 0)]
     return len(agree) / len(checked) if checked else None
 

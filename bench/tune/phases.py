@@ -60,8 +60,9 @@ PRESSURE_PHASES = (
 
 # The pressure phase ten minutes long, between high reuse and high reuse again: a tuner
 # needs a window or more to see a regime, so its lag costs a phase (W / P)·(r − 1) of the
-# best profile's mean TTFT (docs/self-tuning.md); at P = 600 s and W = 15 s a tuner can come
-# within 5% of a phase's best profile even where the default is 3× slower.
+# best profile's mean TTFT (docs/self-tuning.md); at P = 600 s a tuner with windows of
+# W = 60 s (15-s windows of this phase are too noisy to rank profiles) can come within 5% of
+# the phase's best profile where the default is up to 1.5× slower.
 LONG_PHASES = (
     Phase("reuse", 0.25, "uniform", 6.0, 60.0),
     Phase("pressure", 4.0, "zipf", 9.0, 600.0, prefix_tokens=4096),

@@ -50,6 +50,8 @@ def test_a_switch_is_measured_over_the_next_interval_and_over_all_it_ran(tmp_pat
     assert (home["held_s"], home["measured_gain_held"]) == (10.0, 0.0)  # to the last send + 1 s
     assert _agreement(out, "measured_gain") == 0.0  # home: +3% predicted, 0 measured
     assert _agreement(out, "measured_gain_held") == 0.5
+    level = [{**home, "predicted_gain": 0.0}]  # home replayed level: no sign to agree with
+    assert _agreement([first, *level], "measured_gain_held") == 1.0
 
 
 def test_no_fixed_run_no_measured_gain(tmp_path: Path) -> None:
