@@ -135,7 +135,6 @@ class FakeKubeAPI:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
         self.url = ""
 
     # -- life cycle (from the test's thread) ----------------------------------------------
@@ -170,8 +169,13 @@ class FakeKubeAPI:
         async with self._server:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._server.serve_forever()
-            # Every watch was told to end: let the handlers close their connections.
-            await asyncio.wait(self._handlers, timeout=5) if self._handlers else None
+            # Every watch was told to end: let the handlers close their connections, those
+            # of connections accepted but not yet handed to a handler too (asyncio.run
+            # would cancel such a task before its first step, leaving its socket open).
+            loop, me = asyncio.get_running_loop(), asyncio.current_task()
+            deadline = loop.time() + 5
+            while (others := asyncio.all_tasks() - {me}) and loop.time() < deadline:
+                await asyncio.wait(others, timeout=deadline - loop.time())
 
     def _shutdown(self) -> None:
         self._end_all(None)
@@ -281,9 +285,6 @@ class FakeKubeAPI:
 
     # -- HTTP -------------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
         try:
             request = await reader.readuntil(b"\r\n\r\n")
             target = request.split(b" ", 2)[1].decode()
@@ -303,7 +304,6 @@ class FakeKubeAPI:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
-            self._handlers.discard(task)
 
     async def _list(
         self, writer: asyncio.StreamWriter, kind: str, ns: str, q: dict[str, str]
