@@ -250,8 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     for row in result["phases"]:
         print(orjson.dumps(row).decode())
-    keys = ("apply_vs_default", "sign_agreement", "sign_agreement_held", "tuner_cpu_s")
-    for key in (*keys, "last_fidelity"):
+    for key in (
+        "apply_vs_default",
+        "sign_agreement",
+        "sign_agreement_held",
+        "tuner_cpu_s",
+        "last_fidelity",
+    ):
         print(f"{key}: {result.get(key)}")
     print(f"switches: {len(result['switches'])}; wrote {path}")
     return 0
