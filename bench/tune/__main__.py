@@ -4,12 +4,12 @@ regime changes (`bench.tune.phases`: cache pressure, tenant popularity and load 
 1. Offline, each phase's best fixed profile: the phase replayed alone under the named
    profiles and every one-knob variant of the default (`bench.tune.fixed`).
 2. Live, the same open-loop schedule through: the fixed default; each phase's best fixed
-   profile (when not the default); the default with `kvgate tune` in mode apply beside it.
-3. Figures: whole-run mean TTFT, apply / fixed default; per phase, apply / the phase's best
-   fixed profile (live); switches and rollbacks; for each switch, its predicted gain against
-   the gain measured over the next interval and over all the time its profile ran (apply
-   against the fixed run of the profile it replaced, same requests); errors; the tuner's
-   CPU. Writes `tune.json` to --out.
+   profile; the profiles named with --fixed; the default with `kvgate tune` (apply) beside it.
+3. Figures: whole-run mean TTFT, apply / fixed default; per phase, apply / offline's best
+   (run live) and / the best fixed run; switches and rollbacks; each switch's predicted gain
+   against the gain measured over the next interval and over all the time its profile ran
+   (apply against the fixed run of the profile it replaced, same requests); errors; the
+   tuner's CPU. Writes `tune.json` to --out.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import orjson
 
 from bench.regime.grid import FleetSpec
 from bench.tune import live
-from bench.tune.fixed import PhaseSweep, sweep_phases
+from bench.tune.fixed import PhaseSweep, candidates, sweep_phases
 from bench.tune.phases import FAMILIES, phase_chats, requests, scaled, write_trace
 from routing.config.profiles import BUILTIN_PROFILES
 from routing.traces.recorded import load_recorded
@@ -59,8 +59,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0.2,
         help="tuning.rollback_tolerance (default %(default)s)",
     )
+    p.add_argument(
+        "--check-windows",
+        type=int,
+        default=2,
+        help="tuning.check_windows (default %(default)s)",
+    )
     p.add_argument("--shadow", action="store_true", help="also run the tuner in shadow mode")
     p.add_argument("--no-fixed", action="store_true", help="skip the best-fixed live runs")
+    p.add_argument(
+        "--fixed",
+        type=lambda s: [n for n in s.split(",") if n],
+        default=[],
+        metavar="NAME,...",
+        help="more fixed live runs: built-in profiles or one-knob variants of the default "
+        "(e.g. prefix-aware~prefix-match=4)",
+    )
     p.add_argument("--out", type=Path, default=Path("out/bench-tune"))
     return p.parse_args(argv)
 
@@ -71,6 +85,10 @@ def _mean(xs: list[float]) -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     fleet = FleetSpec()
+    pool = {c.name: c for c in candidates()}
+    unknown = [n for n in args.fixed if n not in pool]
+    if unknown:
+        raise SystemExit(f"--fixed: unknown profile(s) {', '.join(unknown)}")
     phases = scaled(FAMILIES[args.family], args.seconds, args.rate)
     sweeps = sweep_phases(phases, fleet, args.seed)
     for s in sweeps:
@@ -78,7 +96,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     write_trace(args.out / "phases.jsonl", phases, fleet, args.seed)  # for kvgate sim tune
     schedule = requests(phases, fleet, args.seed)
     _, _, spans = phase_chats(phases, fleet, args.seed)
-    profiles = {s.best.name: s.best.profile for s in sweeps if s.best.name not in BUILTIN_PROFILES}
+    chosen = [s.best for s in sweeps] + [pool[n] for n in args.fixed]
+    profiles = {c.name: c.profile for c in chosen if c.name not in BUILTIN_PROFILES}
     tuning = {
         "interval_s": args.interval,
         "window_s": args.interval,
@@ -88,11 +107,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "min_gain": args.min_gain,
         "confidence": args.confidence,
         "rollback_tolerance": args.rollback_tolerance,
+        "check_windows": args.check_windows,
         "candidates": ["prefix-aware", "least-load", "estimated-ttft"],
         "engine_profile": fleet.profile,
     }
     runs: dict[str, tuple[ExperimentResult, dict[str, Any]]] = {}
-    fixed = [DEFAULT] + ([] if args.no_fixed else [s.best.name for s in sweeps])
+    fixed = [DEFAULT] + ([] if args.no_fixed else [s.best.name for s in sweeps]) + args.fixed
     for name in dict.fromkeys(fixed):
         config = live.write_config(args.out / f"fixed-{name}.yaml", name, profiles)
         seen: dict[str, Any] = {}
@@ -167,13 +187,17 @@ def report(
     out: dict[str, Any] = {"runs": figures, "phases": [], "switches": []}
     for s, (name, start, end) in zip(sweeps, spans, strict=True):
         best = figures.get(f"fixed:{s.best.name}", default)["phases"][name]
+        fixed = {k: f["phases"][name] for k, f in figures.items() if k.startswith("fixed:")}
+        best_live = min(fixed, key=lambda k: fixed[k])
         row = {"phase": name, "span_s": [start, end], "best_fixed": s.best.name,
                "best_fixed_sim_ttft_s": s.ranked[0][1], "best_fixed_live_ttft_s": best,
+               "best_live": best_live.removeprefix("fixed:"), "best_live_ttft_s": fixed[best_live],
                "default_live_ttft_s": default["phases"][name]}  # fmt: skip
         for mode in ("apply", "shadow"):
             if mode in figures:
                 row[f"{mode}_ttft_s"] = figures[mode]["phases"][name]
                 row[f"{mode}_vs_best_fixed"] = figures[mode]["phases"][name] / best
+                row[f"{mode}_vs_best_live"] = figures[mode]["phases"][name] / fixed[best_live]
         out["phases"].append(row)
     if "apply" in runs:
         result, seen = runs["apply"]
@@ -211,7 +235,8 @@ def _switches(
     the next switch or the run's end (`measured_gain_held`, over `held_s` seconds)."""
     t0 = _run_start(args.out / "apply.jsonl")
     switches = sorted(seen.get("switches", []), key=lambda sw: sw["at"])
-    ends = [sw["at"] - t0 for sw in switches[1:]] + [schedule[-1].at_s + 1.0 if schedule else 0.0]
+    last = schedule[-1].at_s + 1.0 if schedule else 0.0
+    ends = [sw["at"] - t0 for sw in switches[1:]] + ([last] if switches else [])
     out = []
     for sw, end in zip(switches, ends, strict=True):
         at = sw["at"] - t0

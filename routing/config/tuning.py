@@ -62,6 +62,12 @@ class TuningSection(BaseModel):
         description="roll back when the next window's observed mean TTFT exceeds the "
         "prediction by more than this fraction",
     )
+    check_windows: int = Field(
+        2,
+        ge=1,
+        description="windows in a row that must miss before a rollback while their replays "
+        "still rank the new profile first (1: the first miss rolls back)",
+    )
     candidates: list[str] = Field(
         default_factory=lambda: list(DEFAULT_CANDIDATES),
         description="profiles evaluated beside the live one (built-in or from routing.profiles)",

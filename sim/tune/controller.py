@@ -2,10 +2,13 @@
 
 `apply` switches to a confident proposal and keeps the profile it replaced. The next
 evaluation checks the switch on the window after it (replayed after its lead-in), calibrated
-by c = observed / replayed mean TTFT of the window before: it is rolled back (and the next
-evaluation makes no switch) when the observed mean exceeds both c·r_new·(1 + tolerance) and,
-where the old profile was replayed too, c·r_old·(1 + tolerance) — a backlog both would have
-drained is no fault of the switch. Without observed TTFTs (offline traces) the check passes.
+by c = observed / replayed mean TTFT of the window before: the window misses when the observed
+mean exceeds both c·r_new·(1 + tolerance) and, where the old profile was replayed too,
+c·r_old·(1 + tolerance) (a backlog both would have drained is no fault of the switch). A miss
+rolls back at once (and the next evaluation makes no switch) when the window's replays rank
+the old profile first; while they still rank the new one first, the miss may be a burst the
+replays missed for both, so it rolls back only after `windows` windows in a row miss (the
+live profile is kept meanwhile). Without observed TTFTs (offline traces) the check passes.
 Away from home (the configured profile) the live profile has to keep earning its place: with
 no confident change, the tuner returns home (a switch, checked like one) when the live
 profile's predicted lead over home (mean over seeds of 1 − live / home) is below half of
@@ -28,6 +31,7 @@ class Check:
 
     calibration: float | None  # observed / replayed mean TTFT before the switch
     predicted_gain: float
+    misses: int = 0  # windows since the switch that missed (the replays ranking it first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +63,23 @@ def step(
     *,
     home: Candidate | None = None,
     min_gain: float = 0.05,
+    windows: int = 2,
 ) -> tuple[TunerState, Action]:
     """The state after `proposal` and the action taken (see the module docstring)."""
     if state.check is not None and state.previous is not None:
-        verdict = _check(state.check, proposal, state.previous, tolerance)
-        if verdict is not None:
-            rolled = TunerState(state.previous, state.live, None, hold=1)
-            return rolled, Action("rollback", state.previous, verdict)
+        miss = _check(state.check, proposal, state.previous, tolerance)
+        if miss is not None:
+            verdict, ranked_old_first = miss
+            misses = state.check.misses + 1
+            if ranked_old_first or misses >= windows:
+                rolled = TunerState(state.previous, state.live, None, hold=1)
+                return rolled, Action("rollback", state.previous, verdict)
+            again = replace(state, check=replace(state.check, misses=misses))
+            reason = (
+                f"{verdict}, but this window's replays still rank {state.live.name} first: "
+                f"checked again ({misses} of {windows} windows missed)"
+            )
+            return again, Action("keep", state.live, reason)
         state = replace(state, check=None)
     target, reason, gain = proposal.best, proposal.reason(), proposal.gain
     if not (proposal.changes and proposal.confident):
@@ -109,13 +123,17 @@ def _home_ahead(
     return reason, statistics.fmean(gains(at_home, ev.ttft_mean_s[0]))
 
 
-def _check(check: Check, proposal: Proposal, previous: Candidate, tolerance: float) -> str | None:
-    """Why the switch under check (from `previous`) fails (None: it stands)."""
+def _check(
+    check: Check, proposal: Proposal, previous: Candidate, tolerance: float
+) -> tuple[str, bool] | None:
+    """Why the window misses for the switch under check (from `previous`), and whether its
+    replays rank `previous` first (None: the window holds)."""
     ev = proposal.evaluation
     observed = ev.observed_ttft_mean_s
     if check.calibration is None or observed is None:
         return None
-    expected = check.calibration * ev.ttft_mean_s[0][0]
+    new = ev.ttft_mean_s[0][0]
+    expected = check.calibration * new
     if observed <= expected * (1 + tolerance):
         return None
     reason = (
@@ -124,8 +142,8 @@ def _check(check: Check, proposal: Proposal, previous: Candidate, tolerance: flo
     )
     old = ev.of_candidate(previous)
     if old is None:
-        return reason
+        return reason, False
     alternative = check.calibration * old[0]
     if observed <= alternative * (1 + tolerance):
         return None  # the old profile would have fared no better on this window
-    return f"{reason}, and {previous.name} would have given {alternative:.3f} s"
+    return f"{reason}, and {previous.name} would have given {alternative:.3f} s", old[0] < new

@@ -141,7 +141,8 @@ class LiveTuner:
         candidates = candidate_set(self.state.live, others, tuning.search, seed=self.ticks)
         proposal = assess(part, candidates, shape, self.base, tuning, runner=self.runner)
         self.state, action = step(self.state, proposal, tuning.mode, tuning.rollback_tolerance,
-                                  home=home, min_gain=tuning.min_gain)  # fmt: skip
+                                  home=home, min_gain=tuning.min_gain,
+                                  windows=tuning.check_windows)  # fmt: skip
         report = _report(proposal, action, shape, timing, cpu())
         for admin in (self.admin, *self.others):
             admin.post("/admin/tuning/proposal", report).raise_for_status()

@@ -161,7 +161,7 @@ def _windows(trace: list[TraceRequest], loop: TuneLoop, out: TextIO) -> list[Win
         measured = _measured(ev, pending)
         running = state.live.name
         state, action = step(state, proposal, loop.mode, tuning.rollback_tolerance, home=home,
-                             min_gain=tuning.min_gain)  # fmt: skip
+                             min_gain=tuning.min_gain, windows=tuning.check_windows)  # fmt: skip
         pending = None
         if action.kind in ("switch", "propose"):
             pending = (running, action.target, action.gain or 0.0)

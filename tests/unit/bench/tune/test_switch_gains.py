@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.tune.__main__ import _agreement, _switches
+from routing.config.profiles import BUILTIN_PROFILES
 from routing.traces.recorded import encode_header
 from sim.live.client import RequestResult
 from sim.live.experiment import ExperimentResult, Router
@@ -64,3 +65,30 @@ def test_no_fixed_run_no_measured_gain(tmp_path: Path) -> None:
     (sw,) = _switches(tuned, seen, {"apply": (tuned, seen)}, schedule, args)
     assert sw["measured_gain"] is None and sw["measured_gain_held"] is None
     assert _agreement([sw], "measured_gain_held") is None
+
+
+def test_each_phase_is_compared_with_the_best_fixed_run_measured_live(tmp_path: Path) -> None:
+    from bench.tune.__main__ import parse, report
+    from bench.tune.fixed import PhaseSweep
+    from sim.tune.candidates import Candidate
+
+    args = parse(["--fixed", "prefix-aware~prefix-match=4,least-load", "--out", str(tmp_path)])
+    assert args.fixed == ["prefix-aware~prefix-match=4", "least-load"]
+    _recording(tmp_path / "apply.jsonl")
+    schedule = [TimedRequest(float(s), "/v1/chat/completions", b"{}") for s in range(4)]
+    spans = [("calm", 0.0, 2.0), ("busy", 2.0, 4.0)]
+    runs = {
+        "fixed:prefix-aware": (_result([1.0, 1.0, 2.0, 2.0]), {}),
+        "fixed:least-load": (_result([0.5, 0.5, 3.0, 3.0]), {}),  # offline's best for busy
+        "fixed:prefix-aware~prefix-match=4": (_result([1.0, 1.0, 1.0, 1.0]), {}),
+        "apply": (_result([1.0, 1.0, 1.5, 1.5]), {}),
+    }
+    default = Candidate("prefix-aware", BUILTIN_PROFILES["prefix-aware"])
+    load = Candidate("least-load", BUILTIN_PROFILES["least-load"])
+    sweeps = [PhaseSweep("calm", ((default, 1.0),)), PhaseSweep("busy", ((load, 1.0),))]
+    out = report(runs, sweeps, schedule, spans, args)
+    assert out["switches"] == [] and out["sign_agreement"] is None  # a run without a switch
+    calm, busy = out["phases"]
+    assert (calm["best_live"], calm["apply_vs_best_live"]) == ("least-load", 2.0)
+    assert (busy["best_fixed"], busy["apply_vs_best_fixed"]) == ("least-load", 0.5)
+    assert (busy["best_live"], busy["apply_vs_best_live"]) == ("prefix-aware~prefix-match=4", 1.5)

@@ -32,14 +32,42 @@ def test_worse_than_predicted_but_no_worse_than_the_old_profile_stands() -> None
     assert action.kind == "keep" and state.live is NEW and state.check is None
 
 
-def test_worse_than_predicted_and_than_the_old_profile_rolls_back() -> None:
-    state, action = step(SWITCHED, propose(_after(1.0, 1.0, 1.5), 0.05, 0.8), "apply", 0.2)
+def test_a_miss_the_window_s_replays_also_see_rolls_back_at_once() -> None:
+    # Observed 1.5 s, beyond both calibrated replays; the old profile replays faster (0.9 s
+    # against 1.0 s): the replays agree with the observation.
+    state, action = step(SWITCHED, propose(_after(1.0, 0.9, 1.5), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "rollback" and action.target is OLD and state.hold == 1
-    assert "round-robin would have given 1.000 s" in action.reason
+    assert state.live is OLD and state.previous is NEW and state.check is None
+    assert "round-robin would have given 0.900 s" in action.reason
 
 
-def test_without_the_old_profile_replayed_the_prediction_decides() -> None:
-    _, action = step(SWITCHED, propose(_after(1.0, None, 1.5), 0.05, 0.8), "apply", 0.2)
+def test_a_miss_the_replays_do_not_see_is_checked_again_before_a_rollback() -> None:
+    """A burst the replays missed makes the fleet slower than both replays while they still
+    rank the new profile first: one such window keeps it; a second in a row rolls it back."""
+    window = propose(_after(1.0, 1.1, 1.5), 0.05, 0.8)
+    state, action = step(SWITCHED, window, "apply", 0.2)
+    assert action.kind == "keep" and state.live is NEW and state.check is not None
+    assert state.check.misses == 1 and "1 of 2 windows missed" in action.reason
+    state, action = step(state, window, "apply", 0.2)
+    assert action.kind == "rollback" and state.live is OLD and state.hold == 1
+    # With one window asked for, the first miss decides.
+    _, action = step(SWITCHED, window, "apply", 0.2, windows=1)
+    assert action.kind == "rollback"
+
+
+def test_a_window_that_holds_after_a_miss_ends_the_check() -> None:
+    state, _ = step(SWITCHED, propose(_after(1.0, 1.1, 1.5), 0.05, 0.8), "apply", 0.2)
+    state, action = step(state, propose(_after(1.0, 1.1, 1.1), 0.05, 0.8), "apply", 0.2)
+    assert action.kind == "keep" and state.live is NEW and state.check is None
+    # A later miss is no longer a check's: nothing is rolled back.
+    state, action = step(state, propose(_after(1.0, 1.1, 1.5), 0.05, 0.8), "apply", 0.2)
+    assert action.kind == "keep" and state.live is NEW
+
+
+def test_without_the_old_profile_replayed_a_miss_needs_the_windows_asked_for() -> None:
+    state, action = step(SWITCHED, propose(_after(1.0, None, 1.5), 0.05, 0.8), "apply", 0.2)
+    assert action.kind == "keep" and state.check is not None and state.check.misses == 1
+    _, action = step(state, propose(_after(1.0, None, 1.5), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "rollback" and "round-robin would" not in action.reason
     _, action = step(SWITCHED, propose(_after(1.0, None, 1.1), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "keep"
@@ -60,6 +88,6 @@ def test_a_backlog_built_before_the_switch_is_no_reason_to_roll_it_back() -> Non
     for lead_in in (0.0, 10.0):
         part = span(observed, 20.0, 10.0, lead_in, OLD)
         ev = evaluate(part, [NEW, OLD], shape, SimSettings(), seeds=1, runner=runner)
-        _, action = step(SWITCHED, propose(ev, 0.05, 0.8), "apply", 0.2)
+        _, action = step(SWITCHED, propose(ev, 0.05, 0.8), "apply", 0.2, windows=1)
         actions[lead_in] = action.kind
     assert actions == {0.0: "rollback", 10.0: "keep"}

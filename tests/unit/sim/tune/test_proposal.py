@@ -68,7 +68,7 @@ def test_shadow_proposes_and_apply_switches_then_checks() -> None:
 def test_a_switch_worse_than_its_bound_is_rolled_back_and_held() -> None:
     switched, _ = step(TunerState(LIVE), _proposal(LIVE, 0.2, 1.0, 1.0), "apply", 0.2)
     worse = _proposal(LOAD, 0.0, replayed=0.8, observed=1.2)  # expected 0.8, bound 0.96
-    rolled, action = step(switched, worse, "apply", 0.2)
+    rolled, action = step(switched, worse, "apply", 0.2, windows=1)  # the first miss decides
     assert action.kind == "rollback" and action.target is LIVE and "exceeds" in action.reason
     assert rolled.live is LIVE and rolled.previous is LOAD and rolled.hold == 1
     again, action = step(rolled, _proposal(LIVE, 0.3, 1.0, 1.0), "apply", 0.2)
