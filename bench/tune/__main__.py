@@ -232,7 +232,8 @@ def _switches(
     """Each switch with its predicted gain and the gain measured, 1 − mean TTFT (apply) /
     mean TTFT (the fixed run of the profile it replaced), on the same requests: over the
     next interval (`measured_gain`) and over all the time the profile it chose ran, up to
-    the next switch or the run's end (`measured_gain_held`, over `held_s` seconds)."""
+    the next switch or the run's end (`measured_gain_held`, over `held_s` seconds); None
+    without a fixed run of the profile it replaced."""
     t0 = _run_start(args.out / "apply.jsonl")
     switches = sorted(seen.get("switches", []), key=lambda sw: sw["at"])
     last = schedule[-1].at_s + 1.0 if schedule else 0.0
@@ -240,14 +241,15 @@ def _switches(
     out = []
     for sw, end in zip(switches, ends, strict=True):
         at = sw["at"] - t0
-        key = f"fixed:{sw['from']}" if f"fixed:{sw['from']}" in runs else f"fixed:{DEFAULT}"
+        key = f"fixed:{sw['from']}"
         base = runs.get(key)
         gains = [
             _gain(result, base[0] if base else None, schedule, at, until)
             for until in (at + args.interval, end)
         ]
         out.append({**sw, "at_s": at, "measured_gain": gains[0], "held_s": end - at,
-                    "measured_gain_held": gains[1], "compared_with": key})  # fmt: skip
+                    "measured_gain_held": gains[1],
+                    "compared_with": key if base else None})  # fmt: skip
     return [s for s in out if s.get("predicted_gain") is not None or s["kind"] == "rollback"]
 
 

@@ -3,17 +3,15 @@
 `apply` switches to a confident proposal and keeps the profile it replaced. The next
 evaluation checks the switch on the window after it (replayed after its lead-in), calibrated
 by c = observed / replayed mean TTFT of the window before: the window misses when the observed
-mean exceeds both c·r_new·(1 + tolerance) and, where the old profile was replayed too,
-c·r_old·(1 + tolerance) (a backlog both would have drained is no fault of the switch). A miss
-rolls back at once (and the next evaluation makes no switch) when the window's replays rank
-the old profile first; while they still rank the new one first, the miss may be a burst the
-replays missed for both, so it rolls back only after `windows` windows in a row miss (the
-live profile is kept meanwhile). Without observed TTFTs (offline traces) the check passes.
+mean exceeds c·r_new·(1 + tolerance) and, where the old profile was replayed, c·r_old·(1 +
+tolerance) (a backlog both would have drained is no fault of the switch). A miss rolls back
+(and the next evaluation makes no switch) at once when the window's replays no longer rank
+the new profile first; while they do, a burst both replays missed may be the cause, and it
+rolls back after `windows` misses in a row. Without observed TTFTs the check passes.
 Away from home (the configured profile) the live profile has to keep earning its place: with
 no confident change, the tuner returns home (a switch, checked like one) when the live
 profile's predicted lead over home (mean over seeds of 1 − live / home) is below half of
-`min_gain`; between half and all of it, it stays (a band against flapping). Pure: the caller
-carries the state.
+`min_gain`; between half and all of it, it stays (a band against flapping). Pure.
 """
 
 from __future__ import annotations
@@ -69,9 +67,9 @@ def step(
     if state.check is not None and state.previous is not None:
         miss = _check(state.check, proposal, state.previous, tolerance)
         if miss is not None:
-            verdict, ranked_old_first = miss
+            verdict, old_level_or_first = miss
             misses = state.check.misses + 1
-            if ranked_old_first or misses >= windows:
+            if old_level_or_first or misses >= windows:
                 rolled = TunerState(state.previous, state.live, None, hold=1)
                 return rolled, Action("rollback", state.previous, verdict)
             again = replace(state, check=replace(state.check, misses=misses))
@@ -127,7 +125,7 @@ def _check(
     check: Check, proposal: Proposal, previous: Candidate, tolerance: float
 ) -> tuple[str, bool] | None:
     """Why the window misses for the switch under check (from `previous`), and whether its
-    replays rank `previous` first (None: the window holds)."""
+    replays rank `previous` level or first (None: the window holds)."""
     ev = proposal.evaluation
     observed = ev.observed_ttft_mean_s
     if check.calibration is None or observed is None:
@@ -146,4 +144,4 @@ def _check(
     alternative = check.calibration * old[0]
     if observed <= alternative * (1 + tolerance):
         return None  # the old profile would have fared no better on this window
-    return f"{reason}, and {previous.name} would have given {alternative:.3f} s", old[0] < new
+    return f"{reason}, and {previous.name} would have given {alternative:.3f} s", old[0] <= new

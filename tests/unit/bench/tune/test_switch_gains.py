@@ -47,12 +47,19 @@ def test_a_switch_is_measured_over_the_next_interval_and_over_all_it_ran(tmp_pat
     assert (first["at_s"], first["held_s"]) == (10.0, 20.0)
     assert first["measured_gain"] == -1.0  # 2 s against 1 s over [10, 15)
     assert first["measured_gain_held"] == 1 - (5 * 2.0 + 15 * 0.5) / 20  # 0.125, over [10, 30)
-    assert first["compared_with"] == "fixed:prefix-aware"  # no fixed run of its `from`
-    assert (home["held_s"], home["measured_gain_held"]) == (10.0, 0.0)  # to the last send + 1 s
-    assert _agreement(out, "measured_gain") == 0.0  # home: +3% predicted, 0 measured
-    assert _agreement(out, "measured_gain_held") == 0.5
-    level = [{**home, "predicted_gain": 0.0}]  # home replayed level: no sign to agree with
-    assert _agreement([first, *level], "measured_gain_held") == 1.0
+    assert first["compared_with"] == "fixed:prefix-aware"
+    assert home["held_s"] == 10.0  # to the last send + 1 s
+    # No fixed run of `v`, the profile home replaced: no gain to measure it by.
+    assert home["measured_gain_held"] is None and home["compared_with"] is None
+    assert _agreement(out, "measured_gain") == 0.0  # the first: +20% predicted, -100% measured
+    assert _agreement(out, "measured_gain_held") == 1.0
+    # With one: home ran at 1 s in the tuned run where `v` ran at 0.5 s.
+    runs["fixed:v"] = (_result([0.5] * 40), {})
+    out = _switches(tuned, seen, runs, schedule, args)
+    assert out[1]["measured_gain_held"] == -1.0 and out[1]["compared_with"] == "fixed:v"
+    assert _agreement(out, "measured_gain_held") == 0.5  # home: +3% predicted, -100% measured
+    level = [{**out[1], "predicted_gain": 0.0}]  # home replayed level: no sign to agree with
+    assert _agreement([out[0], *level], "measured_gain_held") == 1.0
 
 
 def test_no_fixed_run_no_measured_gain(tmp_path: Path) -> None:

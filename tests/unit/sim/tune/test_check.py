@@ -32,13 +32,16 @@ def test_worse_than_predicted_but_no_worse_than_the_old_profile_stands() -> None
     assert action.kind == "keep" and state.live is NEW and state.check is None
 
 
-def test_a_miss_the_window_s_replays_also_see_rolls_back_at_once() -> None:
+def test_a_miss_whose_replays_show_no_gain_rolls_back_at_once() -> None:
     # Observed 1.5 s, beyond both calibrated replays; the old profile replays faster (0.9 s
     # against 1.0 s): the replays agree with the observation.
     state, action = step(SWITCHED, propose(_after(1.0, 0.9, 1.5), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "rollback" and action.target is OLD and state.hold == 1
     assert state.live is OLD and state.previous is NEW and state.check is None
     assert "round-robin would have given 0.900 s" in action.reason
+    # Replayed level (the switch changed no decision in this window): no reason to keep it.
+    _, action = step(SWITCHED, propose(_after(1.0, 1.0, 1.5), 0.05, 0.8), "apply", 0.2)
+    assert action.kind == "rollback"
 
 
 def test_a_miss_the_replays_do_not_see_is_checked_again_before_a_rollback() -> None:
