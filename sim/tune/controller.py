@@ -73,10 +73,12 @@ def step(
                 rolled = TunerState(state.previous, state.live, None, hold=1)
                 return rolled, Action("rollback", state.previous, verdict)
             again = replace(state, check=replace(state.check, misses=misses))
-            reason = (
-                f"{verdict}, but this window's replays still rank {state.live.name} first: "
-                f"checked again ({misses} of {windows} windows missed)"
+            ranked = (
+                f", but this window's replays still rank {state.live.name} first"
+                if proposal.evaluation.of_candidate(state.previous) is not None
+                else ""
             )
+            reason = f"{verdict}{ranked}: checked again ({misses} of {windows} windows missed)"
             return again, Action("keep", state.live, reason)
         state = replace(state, check=None)
     target, reason, gain = proposal.best, proposal.reason(), proposal.gain

@@ -51,6 +51,7 @@ def test_a_miss_the_replays_do_not_see_is_checked_again_before_a_rollback() -> N
     state, action = step(SWITCHED, window, "apply", 0.2)
     assert action.kind == "keep" and state.live is NEW and state.check is not None
     assert state.check.misses == 1 and "1 of 2 windows missed" in action.reason
+    assert "replays still rank prefix-aware first" in action.reason
     state, action = step(state, window, "apply", 0.2)
     assert action.kind == "rollback" and state.live is OLD and state.hold == 1
     # With one window asked for, the first miss decides.
@@ -70,6 +71,7 @@ def test_a_window_that_holds_after_a_miss_ends_the_check() -> None:
 def test_without_the_old_profile_replayed_a_miss_needs_the_windows_asked_for() -> None:
     state, action = step(SWITCHED, propose(_after(1.0, None, 1.5), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "keep" and state.check is not None and state.check.misses == 1
+    assert "still rank" not in action.reason and "checked again" in action.reason
     _, action = step(state, propose(_after(1.0, None, 1.5), 0.05, 0.8), "apply", 0.2)
     assert action.kind == "rollback" and "round-robin would" not in action.reason
     _, action = step(SWITCHED, propose(_after(1.0, None, 1.1), 0.05, 0.8), "apply", 0.2)
