@@ -66,7 +66,7 @@ def windows(
             row["runs"][name] = {
                 "observed_s": ev.observed_ttft_mean_s,
                 "replayed_s": own,
-                "fidelity": own / ev.observed_ttft_mean_s if ev.observed_ttft_mean_s else None,
+                "fidelity": ev.fidelity,
                 "predicted_gain": {c.name: 1 - m[0] / own for c, m in
                                    zip(ev.candidates[1:], ev.ttft_mean_s[1:], strict=True)},
             }  # fmt: skip

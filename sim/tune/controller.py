@@ -29,7 +29,7 @@ class Check:
 
     calibration: float | None  # observed / replayed mean TTFT before the switch
     predicted_gain: float
-    misses: int = 0  # windows since the switch that missed (the replays ranking it first)
+    misses: int = 0  # windows since the switch that missed without rolling it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +73,8 @@ def step(
                 rolled = TunerState(state.previous, state.live, None, hold=1)
                 return rolled, Action("rollback", state.previous, verdict)
             again = replace(state, check=replace(state.check, misses=misses))
-            ranked = (
-                f", but this window's replays still rank {state.live.name} first"
-                if proposal.evaluation.of_candidate(state.previous) is not None
-                else ""
-            )
+            ranked = f", but this window's replays still rank {state.live.name} first"
+            ranked = "" if old_level_or_first is None else ranked
             reason = f"{verdict}{ranked}: checked again ({misses} of {windows} windows missed)"
             return again, Action("keep", state.live, reason)
         state = replace(state, check=None)
@@ -125,9 +122,9 @@ def _home_ahead(
 
 def _check(
     check: Check, proposal: Proposal, previous: Candidate, tolerance: float
-) -> tuple[str, bool] | None:
+) -> tuple[str, bool | None] | None:
     """Why the window misses for the switch under check (from `previous`), and whether its
-    replays rank `previous` level or first (None: the window holds)."""
+    replays rank `previous` level or first (None: not replayed); None: the window holds."""
     ev = proposal.evaluation
     observed = ev.observed_ttft_mean_s
     if check.calibration is None or observed is None:
@@ -142,7 +139,7 @@ def _check(
     )
     old = ev.of_candidate(previous)
     if old is None:
-        return reason, False
+        return reason, None
     alternative = check.calibration * old[0]
     if observed <= alternative * (1 + tolerance):
         return None  # the old profile would have fared no better on this window
